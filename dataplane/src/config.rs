@@ -1,0 +1,366 @@
+//! Daemon configuration (TOML) and the port/bridge specs shared with the
+//! control API.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::port::memif::handshake::Params;
+use crate::port::memif::queue::Side;
+use crate::port::memif::{MemifConfig, Mode};
+use crate::port::PortKind;
+use crate::worker::PollMode;
+
+/// The embedded default configuration.
+pub const DEFAULT_CONFIG: &str = include_str!("default.toml");
+
+/// Default control socket.
+pub const DEFAULT_CONTROL_SOCKET: &str = "/run/switchyard/control.sock";
+
+/// A configuration problem, naming the field at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// A field has a bad value.
+    #[error("{field}: {message}")]
+    Invalid {
+        /// Dotted field path, e.g. `port[2].ring_size`.
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The TOML does not parse or has unknown fields.
+    #[error("config: {0}")]
+    Parse(#[from] toml::de::Error),
+    /// The file cannot be read.
+    #[error("config {path}: {source}")]
+    Io {
+        /// File.
+        path: PathBuf,
+        /// Cause.
+        source: std::io::Error,
+    },
+}
+
+fn invalid(field: impl Into<String>, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+fn default_control() -> PathBuf {
+    PathBuf::from(DEFAULT_CONTROL_SOCKET)
+}
+fn default_state_dir() -> PathBuf {
+    PathBuf::from("/var/lib/switchyard")
+}
+fn default_aging() -> u32 {
+    300
+}
+fn default_mac_table_size() -> usize {
+    16384
+}
+fn default_workers() -> usize {
+    1
+}
+fn default_idle_us() -> u64 {
+    1000
+}
+
+/// The whole configuration file.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Control API socket.
+    #[serde(default = "default_control")]
+    pub control_socket: PathBuf,
+    /// Where ports added at run time are persisted.
+    #[serde(default = "default_state_dir")]
+    pub state_dir: PathBuf,
+    /// Seconds a learned MAC lives without traffic.
+    #[serde(default = "default_aging")]
+    pub mac_aging_secs: u32,
+    /// MAC table entries per bridge.
+    #[serde(default = "default_mac_table_size")]
+    pub mac_table_size: usize,
+    /// Worker threads.
+    #[serde(default)]
+    pub dataplane: DataplaneConfig,
+    /// Bridges created at start.
+    #[serde(default, rename = "bridge")]
+    pub bridges: Vec<BridgeSpec>,
+    /// Ports created at start.
+    #[serde(default, rename = "port")]
+    pub ports: Vec<PortSpec>,
+}
+
+/// Worker settings.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DataplaneConfig {
+    /// Number of worker threads.
+    #[serde(default = "default_workers")]
+    pub workers: usize,
+    /// CPU of each worker, in order (missing entries: not pinned).
+    #[serde(default)]
+    pub cpus: Vec<usize>,
+    /// poll, interrupt or adaptive.
+    #[serde(default)]
+    pub poll_mode: PollMode,
+    /// Adaptive mode: microseconds without traffic before a worker sleeps.
+    #[serde(default = "default_idle_us")]
+    pub adaptive_idle_us: u64,
+}
+
+impl Default for DataplaneConfig {
+    fn default() -> Self {
+        DataplaneConfig {
+            workers: default_workers(),
+            cpus: Vec::new(),
+            poll_mode: PollMode::default(),
+            adaptive_idle_us: default_idle_us(),
+        }
+    }
+}
+
+/// A bridge domain.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BridgeSpec {
+    /// Name.
+    pub name: String,
+}
+
+/// A port as the user describes it (config `[[port]]`, `port add`, API).
+/// Roles are the **switch's** own.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PortSpec {
+    /// Port name.
+    pub name: String,
+    /// memif or vhost-user.
+    pub kind: PortKind,
+    /// memif: master | slave; vhost-user: server | client.
+    pub role: String,
+    /// Socket path.
+    pub socket: String,
+    /// memif interface id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<u32>,
+    /// memif secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
+    /// memif mode: ethernet | ip.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    /// Queue pairs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queues: Option<u16>,
+    /// Descriptors per ring (power of two, 2..=16384).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ring_size: Option<u32>,
+    /// Bytes per buffer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub buffer_size: Option<u32>,
+    /// Bridge to join.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bridge: Option<String>,
+    /// Access VLAN (1..=4094); none: trunk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vlan: Option<u16>,
+}
+
+/// A validated port, ready to build.
+#[derive(Debug, Clone)]
+pub enum PortSetup {
+    /// memif.
+    Memif(MemifConfig),
+}
+
+/// Checks a name used for ports and bridges.
+pub fn validate_name(field: &str, name: &str) -> Result<(), ConfigError> {
+    if name.is_empty() || name.len() > 64 {
+        return Err(invalid(field, "must be 1 to 64 characters"));
+    }
+    if !name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')) || name.starts_with('.') {
+        return Err(invalid(field, format!("{name:?} may only hold letters, digits, '-', '_' and '.'")));
+    }
+    Ok(())
+}
+
+impl PortSpec {
+    /// Validates the spec; `at` prefixes field names in errors (e.g. `port[1].`).
+    pub fn validate(&self, at: &str) -> Result<PortSetup, ConfigError> {
+        let f = |n: &str| format!("{at}{n}");
+        validate_name(&f("name"), &self.name)?;
+        if self.socket.is_empty() {
+            return Err(invalid(f("socket"), "must not be empty"));
+        }
+        if self.socket.len() > 107 {
+            return Err(invalid(f("socket"), "longer than a Unix socket path allows (107 bytes)"));
+        }
+        if let Some(v) = self.vlan {
+            if v == 0 || v > crate::wire::ethernet::VLAN_ID_MAX {
+                return Err(invalid(f("vlan"), format!("{v} is not a VLAN id (1..=4094)")));
+            }
+        }
+        if let Some(b) = &self.bridge {
+            validate_name(&f("bridge"), b)?;
+        }
+        let queues = self.queues.unwrap_or(1);
+        if queues == 0 || queues > 255 {
+            return Err(invalid(f("queues"), format!("{queues} is out of range 1..=255")));
+        }
+        match self.kind {
+            PortKind::Memif => {
+                let side = match self.role.as_str() {
+                    "master" | "server" => Side::Master,
+                    "slave" | "client" => Side::Slave,
+                    r => return Err(invalid(f("role"), format!("{r:?}: memif roles are master or slave"))),
+                };
+                let mode = match self.mode.as_deref().unwrap_or("ethernet") {
+                    "ethernet" => Mode::Ethernet,
+                    "ip" => Mode::Ip,
+                    m => return Err(invalid(f("mode"), format!("{m:?}: expected ethernet or ip"))),
+                };
+                if mode == Mode::Ip {
+                    return Err(invalid(
+                        f("mode"),
+                        "ip mode is not supported on a bridge port (the bridge switches Ethernet frames)",
+                    ));
+                }
+                let ring = self.ring_size.unwrap_or(1024);
+                if !ring.is_power_of_two() || !(2..=16384).contains(&ring) {
+                    return Err(invalid(f("ring_size"), format!("{ring} is not a power of two in 2..=16384")));
+                }
+                let bs = self.buffer_size.unwrap_or(2048);
+                if !(128..=65535).contains(&bs) {
+                    return Err(invalid(f("buffer_size"), format!("{bs} is out of range 128..=65535")));
+                }
+                if let Some(s) = &self.secret {
+                    if s.len() > 23 || s.contains('\0') {
+                        return Err(invalid(f("secret"), "at most 23 bytes, no NUL"));
+                    }
+                }
+                Ok(PortSetup::Memif(MemifConfig {
+                    side,
+                    socket: self.socket.clone(),
+                    params: Params {
+                        if_name: self.name.clone(),
+                        id: self.id.unwrap_or(0),
+                        secret: self.secret.clone().filter(|s| !s.is_empty()),
+                        mode,
+                        queues,
+                        log2_ring_size: ring.trailing_zeros() as u8,
+                        buffer_size: bs,
+                    },
+                }))
+            }
+            PortKind::VhostUser => Err(invalid(f("kind"), "vhost-user ports are not available in this build")),
+        }
+    }
+}
+
+impl Config {
+    /// Parses and validates TOML text.
+    pub fn parse(text: &str) -> Result<Config, ConfigError> {
+        let c: Config = toml::from_str(text)?;
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// The embedded default.
+    pub fn embedded() -> Config {
+        Config::parse(DEFAULT_CONFIG).expect("embedded default config is valid")
+    }
+
+    /// Reads a file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Config::parse(&text)
+    }
+
+    /// Checks every field.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let d = &self.dataplane;
+        if d.workers == 0 || d.workers > 64 {
+            return Err(invalid("dataplane.workers", format!("{} is out of range 1..=64", d.workers)));
+        }
+        if d.cpus.len() > d.workers {
+            return Err(invalid("dataplane.cpus", "more CPUs than workers"));
+        }
+        if self.mac_table_size == 0 || self.mac_table_size > 1 << 24 {
+            return Err(invalid("mac_table_size", "out of range 1..=16777216"));
+        }
+        if self.mac_aging_secs == 0 {
+            return Err(invalid("mac_aging_secs", "must be at least 1"));
+        }
+        let mut names = std::collections::HashSet::new();
+        for (i, b) in self.bridges.iter().enumerate() {
+            validate_name(&format!("bridge[{i}].name"), &b.name)?;
+            if !names.insert(b.name.as_str()) {
+                return Err(invalid(format!("bridge[{i}].name"), format!("duplicate bridge {:?}", b.name)));
+            }
+        }
+        let mut pnames = std::collections::HashSet::new();
+        for (i, p) in self.ports.iter().enumerate() {
+            let at = format!("port[{i}].");
+            p.validate(&at)?;
+            if !pnames.insert(p.name.as_str()) {
+                return Err(invalid(format!("{at}name"), format!("duplicate port {:?}", p.name)));
+            }
+            if let Some(b) = &p.bridge {
+                if !names.contains(b.as_str()) {
+                    return Err(invalid(format!("{at}bridge"), format!("no bridge named {b:?}")));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_default_parses() {
+        let c = Config::embedded();
+        assert_eq!(c.control_socket, PathBuf::from(DEFAULT_CONTROL_SOCKET));
+        assert_eq!(c.bridges[0].name, "default");
+        assert_eq!(c.dataplane.workers, 1);
+        assert_eq!(c.dataplane.poll_mode, PollMode::Adaptive);
+    }
+
+    #[test]
+    fn example_config_parses() {
+        let text = include_str!("../../config/switchyard.toml");
+        let c = Config::parse(text).unwrap();
+        assert!(!c.ports.is_empty());
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let e = Config::parse("[[bridge]]\nname='b'\n[[port]]\nname='p'\nkind='memif'\nrole='master'\nsocket='/x'\nring_size=1000\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("port[0].ring_size:"), "{e}");
+        let e = Config::parse("[[port]]\nname='p'\nkind='memif'\nrole='boss'\nsocket='/x'\n").unwrap_err().to_string();
+        assert!(e.starts_with("port[0].role:"), "{e}");
+        let e = Config::parse("[[port]]\nname='p'\nkind='memif'\nrole='master'\nsocket='/x'\nbridge='nope'\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("port[0].bridge:"), "{e}");
+        let e = Config::parse("wrkers = 3\n").unwrap_err().to_string();
+        assert!(e.contains("wrkers"), "{e}");
+        let e = Config::parse("[[port]]\nname='p'\nkind='memif'\nrole='master'\nsocket='/x'\nvlan=4095\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("port[0].vlan:"), "{e}");
+        assert!(validate_name("name", "../x").is_err());
+        assert!(validate_name("name", "eth0.100").is_ok());
+    }
+}

@@ -1,0 +1,221 @@
+//! The control protocol.
+//!
+//! A client connects to the control socket (`SOCK_STREAM`) and sends one JSON
+//! object per line; the daemon answers each with one JSON line, in order.
+//!
+//! Requests carry an `op`:
+//!
+//! | op | fields | result |
+//! |---|---|---|
+//! | `ping` | – | `{"version": ...}` |
+//! | `port_add` | `port`: a [`PortSpec`] | [`PortInfo`] |
+//! | `port_del` | `name` | `null` |
+//! | `port_list` | – | `[PortInfo]` |
+//! | `stats` | `name` (optional) | `[PortStats]` |
+//! | `bridge_add` | `name` | `null` |
+//! | `bridge_del` | `name` | `null` |
+//! | `bridge_list` | – | `[BridgeInfo]` |
+//! | `mac_list` | `bridge` | `[MacInfo]` |
+//!
+//! Answers: `{"ok": true, "result": ...}` or
+//! `{"ok": false, "error": {"code": "not_found", "message": "..."}}`.
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::PortSpec;
+use crate::dataplane::PortTotals;
+use crate::port::PortKind;
+
+/// A request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Request {
+    /// Liveness check.
+    Ping,
+    /// Creates a port (persisted).
+    PortAdd {
+        /// The port.
+        port: PortSpec,
+    },
+    /// Deletes a port.
+    PortDel {
+        /// Port name.
+        name: String,
+    },
+    /// Lists ports.
+    PortList,
+    /// Counters of one port or all.
+    Stats {
+        /// Port name.
+        #[serde(default)]
+        name: Option<String>,
+    },
+    /// Creates a bridge (persisted).
+    BridgeAdd {
+        /// Bridge name.
+        name: String,
+    },
+    /// Deletes an empty bridge.
+    BridgeDel {
+        /// Bridge name.
+        name: String,
+    },
+    /// Lists bridges.
+    BridgeList,
+    /// Learned MACs of a bridge.
+    MacList {
+        /// Bridge name.
+        bridge: String,
+    },
+}
+
+/// Error classes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// Malformed request.
+    BadRequest,
+    /// A field has a bad value.
+    InvalidArgument,
+    /// No such port or bridge.
+    NotFound,
+    /// The name is taken.
+    AlreadyExists,
+    /// The object is in use (e.g. a bridge with ports, a socket in use).
+    Busy,
+    /// The daemon failed.
+    Internal,
+}
+
+/// An error answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{message}")]
+pub struct ApiError {
+    /// Class.
+    pub code: ErrorCode,
+    /// Explanation, naming the field or object.
+    pub message: String,
+}
+
+impl ApiError {
+    /// Builds an error.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> ApiError {
+        ApiError {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+/// An answer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Response {
+    /// Success.
+    pub ok: bool,
+    /// The result when `ok`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<serde_json::Value>,
+    /// The error when not `ok`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ApiError>,
+}
+
+impl Response {
+    /// A success.
+    pub fn ok<T: Serialize>(v: T) -> Response {
+        Response {
+            ok: true,
+            result: Some(serde_json::to_value(v).unwrap_or(serde_json::Value::Null)),
+            error: None,
+        }
+    }
+    /// A failure.
+    pub fn err(e: ApiError) -> Response {
+        Response {
+            ok: false,
+            result: None,
+            error: Some(e),
+        }
+    }
+}
+
+/// A port as listed.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PortInfo {
+    /// Name.
+    pub name: String,
+    /// Kind.
+    pub kind: PortKind,
+    /// The switch's role.
+    pub role: String,
+    /// Socket.
+    pub socket: String,
+    /// Bridge.
+    pub bridge: Option<String>,
+    /// Access VLAN.
+    pub vlan: Option<u16>,
+    /// True if it came from the config file (recreated at every start).
+    pub from_config: bool,
+    /// Connection state.
+    pub status: crate::port::PortStatus,
+    /// The spec it was created from.
+    pub spec: PortSpec,
+}
+
+/// Counters of a port.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PortStats {
+    /// Name.
+    pub name: String,
+    /// Link state.
+    pub link_up: bool,
+    /// Counters.
+    #[serde(flatten)]
+    pub totals: PortTotals,
+}
+
+/// A bridge as listed.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BridgeInfo {
+    /// Name.
+    pub name: String,
+    /// Member ports.
+    pub ports: Vec<String>,
+    /// Learned MACs.
+    pub macs: usize,
+    /// True if it came from the config file.
+    pub from_config: bool,
+}
+
+/// A learned MAC.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MacInfo {
+    /// Address.
+    pub mac: String,
+    /// VLAN (0: untagged).
+    pub vlan: u16,
+    /// Port it was learned on.
+    pub port: String,
+    /// Seconds since last seen.
+    pub age_secs: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_have_a_stable_json_form() {
+        let r: Request = serde_json::from_str(r#"{"op":"port_del","name":"p1"}"#).unwrap();
+        assert_eq!(r, Request::PortDel { name: "p1".into() });
+        let r: Request = serde_json::from_str(r#"{"op":"stats"}"#).unwrap();
+        assert_eq!(r, Request::Stats { name: None });
+        let r: Request = serde_json::from_str(
+            r#"{"op":"port_add","port":{"name":"a","kind":"memif","role":"master","socket":"/s"}}"#,
+        )
+        .unwrap();
+        assert!(matches!(r, Request::PortAdd { .. }));
+        assert!(serde_json::from_str::<Request>(r#"{"op":"explode"}"#).is_err());
+        assert_eq!(serde_json::to_string(&Request::Ping).unwrap(), r#"{"op":"ping"}"#);
+    }
+}

@@ -1,0 +1,77 @@
+//! A client of the control socket (used by the CLI and the CNI plugin).
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::Duration;
+
+use super::api::{ApiError, ErrorCode, Request, Response};
+
+/// Errors talking to the daemon.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The socket cannot be reached.
+    #[error("cannot reach switchyard at {path}: {source}")]
+    Connect {
+        /// Socket path.
+        path: String,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// The conversation broke.
+    #[error("control socket: {0}")]
+    Io(#[from] std::io::Error),
+    /// The answer is not JSON we understand.
+    #[error("bad answer from switchyard: {0}")]
+    BadAnswer(String),
+    /// The daemon refused the request.
+    #[error(transparent)]
+    Api(#[from] ApiError),
+}
+
+/// A connection to the daemon.
+pub struct Client {
+    reader: BufReader<UnixStream>,
+    writer: UnixStream,
+}
+
+impl Client {
+    /// Connects to the control socket.
+    pub fn connect(path: &Path) -> Result<Client, ClientError> {
+        let s = UnixStream::connect(path).map_err(|source| ClientError::Connect {
+            path: path.display().to_string(),
+            source,
+        })?;
+        s.set_read_timeout(Some(Duration::from_secs(60)))?;
+        Ok(Client {
+            reader: BufReader::new(s.try_clone()?),
+            writer: s,
+        })
+    }
+
+    /// Sends a request and returns the `result` value.
+    pub fn call(&mut self, req: &Request) -> Result<serde_json::Value, ClientError> {
+        let mut line = serde_json::to_vec(req).map_err(|e| ClientError::BadAnswer(e.to_string()))?;
+        line.push(b'\n');
+        self.writer.write_all(&line)?;
+        let mut answer = String::new();
+        if self.reader.read_line(&mut answer)? == 0 {
+            return Err(ClientError::BadAnswer("connection closed".into()));
+        }
+        let r: Response = serde_json::from_str(&answer).map_err(|e| ClientError::BadAnswer(e.to_string()))?;
+        if r.ok {
+            Ok(r.result.unwrap_or(serde_json::Value::Null))
+        } else {
+            Err(ClientError::Api(
+                r.error
+                    .unwrap_or_else(|| ApiError::new(ErrorCode::Internal, "error without details")),
+            ))
+        }
+    }
+
+    /// Sends a request and decodes the result.
+    pub fn call_as<T: serde::de::DeserializeOwned>(&mut self, req: &Request) -> Result<T, ClientError> {
+        let v = self.call(req)?;
+        serde_json::from_value(v).map_err(|e| ClientError::BadAnswer(e.to_string()))
+    }
+}

@@ -1,0 +1,492 @@
+//! The daemon: one control thread owning every port and bridge, driven by a
+//! reactor; worker threads run the data plane.
+
+use std::collections::{BTreeMap, HashMap};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam::channel::{unbounded, Receiver};
+use tracing::{error, info, warn};
+
+use super::api::{ApiError, BridgeInfo, ErrorCode, MacInfo, PortInfo, PortStats, Request, Response};
+use super::server::{self, Call};
+use super::state::{State, StateStore};
+use crate::config::{validate_name, BridgeSpec, Config, PortSetup, PortSpec};
+use crate::dataplane::{BridgeId, Dataplane, PortId, PortShared};
+use crate::port::memif::MemifPort;
+use crate::port::{Port, PortCtx};
+use crate::reactor::{Reactor, Token, Waker};
+use crate::worker::{self, WorkerConfig};
+
+const TOKEN_API: u32 = 1;
+const TOKEN_SIGNAL: u32 = 2;
+const TOKEN_FAULT: u32 = 3;
+
+struct PortEntry {
+    spec: PortSpec,
+    port: Box<dyn Port>,
+    shared: Arc<PortShared>,
+    from_config: bool,
+}
+
+struct BridgeEntry {
+    id: BridgeId,
+    from_config: bool,
+}
+
+/// The running switch.
+pub struct Daemon {
+    cfg: Config,
+    reactor: Reactor,
+    dp: Dataplane,
+    ports: Vec<Option<PortEntry>>,
+    port_names: HashMap<String, PortId>,
+    bridges: BTreeMap<String, BridgeEntry>,
+    store: StateStore,
+    calls: Receiver<Call>,
+    api_waker: Arc<Waker>,
+    signals: UnixStream,
+    workers: Vec<JoinHandle<()>>,
+    control_socket: PathBuf,
+}
+
+impl Daemon {
+    /// Binds the control socket, starts workers, creates configured and
+    /// persisted bridges and ports.
+    pub fn start(cfg: Config) -> anyhow::Result<Daemon> {
+        let reactor = Reactor::new()?;
+        let dp = Dataplane::new(cfg.dataplane.workers)?;
+
+        let listener = server::bind(&cfg.control_socket)?;
+        let (tx, calls) = unbounded();
+        let api_waker = Arc::new(Waker::new()?);
+        reactor.add(api_waker.fd(), Token::Control(TOKEN_API))?;
+        reactor.add(dp.fault_waker().fd(), Token::Control(TOKEN_FAULT))?;
+
+        let (sig_rx, sig_tx) = UnixStream::pair()?;
+        sig_rx.set_nonblocking(true)?;
+        for s in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+            signal_hook::low_level::pipe::register(s, sig_tx.try_clone()?)?;
+        }
+        reactor.add(sig_rx.as_raw_fd(), Token::Control(TOKEN_SIGNAL))?;
+
+        let mut workers = Vec::new();
+        for i in 0..cfg.dataplane.workers {
+            let wc = WorkerConfig {
+                index: i,
+                cpu: cfg.dataplane.cpus.get(i).copied(),
+                mode: cfg.dataplane.poll_mode,
+                idle_threshold: Duration::from_micros(cfg.dataplane.adaptive_idle_us),
+            };
+            let d = dp.clone();
+            workers.push(
+                std::thread::Builder::new()
+                    .name(format!("sy-worker-{i}"))
+                    .spawn(move || worker::run(d, wc))?,
+            );
+        }
+
+        let store = StateStore::new(&cfg.state_dir);
+        let control_socket = cfg.control_socket.clone();
+        let mut d = Daemon {
+            reactor,
+            dp,
+            ports: Vec::new(),
+            port_names: HashMap::new(),
+            bridges: BTreeMap::new(),
+            store,
+            calls,
+            api_waker: api_waker.clone(),
+            signals: sig_rx,
+            workers,
+            control_socket,
+            cfg,
+        };
+
+        for b in d.cfg.bridges.clone() {
+            d.create_bridge(&b.name, true);
+        }
+        for p in d.cfg.ports.clone() {
+            if let Err(e) = d.create_port(p.clone(), true) {
+                error!(port = %p.name, "cannot create configured port: {}", e.message);
+            }
+        }
+        let saved = d.store.load().unwrap_or_else(|e| {
+            error!("cannot read persisted state, starting without it: {e}");
+            State::default()
+        });
+        for b in saved.bridges {
+            if d.bridges.contains_key(&b.name) {
+                warn!(bridge = %b.name, "persisted bridge also in config; using config");
+            } else {
+                d.create_bridge(&b.name, false);
+            }
+        }
+        for p in saved.ports {
+            if d.port_names.contains_key(&p.name) {
+                warn!(port = %p.name, "persisted port also in config; using config");
+                continue;
+            }
+            match d.create_port(p.clone(), false) {
+                Ok(()) => info!(port = %p.name, "restored port"),
+                Err(e) => error!(port = %p.name, "cannot restore port: {}", e.message),
+            }
+        }
+
+        std::thread::Builder::new()
+            .name("sy-api".into())
+            .spawn(move || server::serve(listener, tx, api_waker))?;
+        info!(
+            control = %d.control_socket.display(),
+            workers = d.cfg.dataplane.workers,
+            ports = d.port_names.len(),
+            bridges = d.bridges.len(),
+            "switchyard ready"
+        );
+        Ok(d)
+    }
+
+    fn ctx(&self, id: PortId) -> PortCtx<'_> {
+        PortCtx {
+            id,
+            reactor: &self.reactor,
+            dp: &self.dp,
+        }
+    }
+
+    /// Runs until SIGTERM or SIGINT, then stops every port cleanly.
+    pub fn run(mut self) -> anyhow::Result<()> {
+        let mut ready = Vec::new();
+        let mut next_tick = Instant::now();
+        loop {
+            let now = Instant::now();
+            if now >= next_tick {
+                let t = self.dp.tick();
+                for (_, b) in self.bridges.iter() {
+                    if let Some(m) = self.dp.mac_table(b.id) {
+                        m.age(t, self.cfg.mac_aging_secs);
+                    }
+                }
+                next_tick = now + Duration::from_secs(1);
+            }
+            for id in 0..self.ports.len() {
+                let due = self.ports[id]
+                    .as_ref()
+                    .and_then(|e| e.port.deadline())
+                    .is_some_and(|d| d <= now);
+                if due {
+                    let mut e = self.ports[id].take().expect("checked above");
+                    e.port.on_timer(&self.ctx(id as PortId), now);
+                    self.ports[id] = Some(e);
+                }
+            }
+            let deadline = self
+                .ports
+                .iter()
+                .flatten()
+                .filter_map(|e| e.port.deadline())
+                .fold(next_tick, Instant::min);
+            self.reactor
+                .wait(Some(deadline.saturating_duration_since(Instant::now())), &mut ready)?;
+            for t in ready.clone() {
+                match t {
+                    Token::Port(id, sub) => {
+                        if let Some(mut e) = self.ports.get_mut(id as usize).and_then(Option::take) {
+                            e.port.on_ready(&self.ctx(id), sub);
+                            self.ports[id as usize] = Some(e);
+                        }
+                    }
+                    Token::Control(TOKEN_API) => {
+                        self.api_waker.drain();
+                        while let Ok(call) = self.calls.try_recv() {
+                            let r = self.handle(call.request);
+                            let _ = call.reply.send(r);
+                        }
+                    }
+                    Token::Control(TOKEN_FAULT) => {
+                        for (id, reason) in self.dp.take_faults() {
+                            if let Some(mut e) = self.ports.get_mut(id as usize).and_then(Option::take) {
+                                e.port.on_fault(&self.ctx(id), &reason);
+                                self.ports[id as usize] = Some(e);
+                            }
+                        }
+                    }
+                    Token::Control(TOKEN_SIGNAL) => {
+                        let mut b = [0u8; 16];
+                        let _ = std::io::Read::read(&mut self.signals, &mut b);
+                        info!("signal received, stopping");
+                        self.shutdown();
+                        return Ok(());
+                    }
+                    Token::Control(_) => {}
+                }
+            }
+        }
+    }
+
+    fn shutdown(&mut self) {
+        for id in 0..self.ports.len() {
+            if let Some(mut e) = self.ports[id].take() {
+                e.port.stop(&self.ctx(id as PortId));
+            }
+        }
+        self.dp.request_stop();
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+        let _ = std::fs::remove_file(&self.control_socket);
+        info!("switchyard stopped");
+    }
+
+    fn create_bridge(&mut self, name: &str, from_config: bool) {
+        let id = self.dp.add_bridge(self.cfg.mac_table_size);
+        self.bridges.insert(name.to_string(), BridgeEntry { id, from_config });
+    }
+
+    fn create_port(&mut self, spec: PortSpec, from_config: bool) -> Result<(), ApiError> {
+        let setup = spec
+            .validate("port.")
+            .map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.to_string()))?;
+        if self.port_names.contains_key(&spec.name) {
+            return Err(ApiError::new(
+                ErrorCode::AlreadyExists,
+                format!("port.name: a port named {:?} exists", spec.name),
+            ));
+        }
+        if let Some(other) = self.ports.iter().flatten().find(|e| e.spec.socket == spec.socket) {
+            return Err(ApiError::new(
+                ErrorCode::Busy,
+                format!("port.socket: {} is used by port {:?}", spec.socket, other.spec.name),
+            ));
+        }
+        let bridge = match &spec.bridge {
+            None => None,
+            Some(b) => Some(
+                self.bridges
+                    .get(b)
+                    .ok_or_else(|| ApiError::new(ErrorCode::NotFound, format!("port.bridge: no bridge named {b:?}")))?
+                    .id,
+            ),
+        };
+        let mut port: Box<dyn Port> = match setup {
+            PortSetup::Memif(m) => Box::new(MemifPort::new(&spec.name, m)),
+        };
+        let (id, shared) = self.dp.add_port(&spec.name, bridge, spec.vlan);
+        if let Err(e) = port.start(&self.ctx(id)) {
+            self.dp.remove_port(id);
+            let code = match e {
+                crate::port::PortError::SocketInUse(_) => ErrorCode::Busy,
+                _ => ErrorCode::InvalidArgument,
+            };
+            return Err(ApiError::new(code, format!("port.socket: {e}")));
+        }
+        info!(port = %spec.name, kind = ?port.kind(), role = %spec.role, socket = %spec.socket, "port created");
+        if self.ports.len() <= id as usize {
+            self.ports.resize_with(id as usize + 1, || None);
+        }
+        self.port_names.insert(spec.name.clone(), id);
+        self.ports[id as usize] = Some(PortEntry {
+            spec,
+            port,
+            shared,
+            from_config,
+        });
+        Ok(())
+    }
+
+    fn persist(&self) -> Result<(), ApiError> {
+        let state = State {
+            version: 1,
+            bridges: self
+                .bridges
+                .iter()
+                .filter(|(_, b)| !b.from_config)
+                .map(|(n, _)| BridgeSpec { name: n.clone() })
+                .collect(),
+            ports: self
+                .ports
+                .iter()
+                .flatten()
+                .filter(|e| !e.from_config)
+                .map(|e| e.spec.clone())
+                .collect(),
+        };
+        self.store.save(&state).map_err(|e| {
+            ApiError::new(
+                ErrorCode::Internal,
+                format!("cannot persist state to {}: {e}", self.store.path().display()),
+            )
+        })
+    }
+
+    fn port_info(&self, e: &PortEntry) -> PortInfo {
+        PortInfo {
+            name: e.spec.name.clone(),
+            kind: e.spec.kind,
+            role: e.spec.role.clone(),
+            socket: e.spec.socket.clone(),
+            bridge: e.spec.bridge.clone(),
+            vlan: e.spec.vlan,
+            from_config: e.from_config,
+            status: e.port.status(),
+            spec: e.spec.clone(),
+        }
+    }
+
+    fn handle(&mut self, req: Request) -> Response {
+        match self.handle_inner(req) {
+            Ok(v) => Response::ok(v),
+            Err(e) => Response::err(e),
+        }
+    }
+
+    fn handle_inner(&mut self, req: Request) -> Result<serde_json::Value, ApiError> {
+        match req {
+            Request::Ping => Ok(serde_json::json!({ "version": env!("CARGO_PKG_VERSION") })),
+            Request::PortAdd { port } => {
+                let name = port.name.clone();
+                self.create_port(port, false)?;
+                if let Err(e) = self.persist() {
+                    self.delete_port(&name)?;
+                    return Err(e);
+                }
+                let id = self.port_names[&name];
+                let e = self.ports[id as usize].as_ref().expect("just created");
+                Ok(to_json(&self.port_info(e)))
+            }
+            Request::PortDel { name } => {
+                self.delete_port(&name)?;
+                self.persist()?;
+                Ok(serde_json::Value::Null)
+            }
+            Request::PortList => {
+                let v: Vec<PortInfo> = self.sorted_ports().map(|e| self.port_info(e)).collect();
+                Ok(to_json(&v))
+            }
+            Request::Stats { name } => {
+                if let Some(n) = &name {
+                    if !self.port_names.contains_key(n) {
+                        return Err(ApiError::new(ErrorCode::NotFound, format!("name: no port named {n:?}")));
+                    }
+                }
+                let v: Vec<PortStats> = self
+                    .sorted_ports()
+                    .filter(|e| name.as_ref().is_none_or(|n| *n == e.spec.name))
+                    .map(|e| PortStats {
+                        name: e.spec.name.clone(),
+                        link_up: e.shared.link_up(),
+                        totals: e.shared.totals(),
+                    })
+                    .collect();
+                Ok(to_json(&v))
+            }
+            Request::BridgeAdd { name } => {
+                validate_name("name", &name).map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.to_string()))?;
+                if self.bridges.contains_key(&name) {
+                    return Err(ApiError::new(
+                        ErrorCode::AlreadyExists,
+                        format!("name: a bridge named {name:?} exists"),
+                    ));
+                }
+                self.create_bridge(&name, false);
+                if let Err(e) = self.persist() {
+                    if let Some(b) = self.bridges.remove(&name) {
+                        self.dp.remove_bridge(b.id);
+                    }
+                    return Err(e);
+                }
+                Ok(serde_json::Value::Null)
+            }
+            Request::BridgeDel { name } => {
+                let Some(b) = self.bridges.get(&name) else {
+                    return Err(ApiError::new(ErrorCode::NotFound, format!("name: no bridge named {name:?}")));
+                };
+                let members: Vec<&str> = self
+                    .ports
+                    .iter()
+                    .flatten()
+                    .filter(|e| e.spec.bridge.as_deref() == Some(name.as_str()))
+                    .map(|e| e.spec.name.as_str())
+                    .collect();
+                if !members.is_empty() {
+                    return Err(ApiError::new(
+                        ErrorCode::Busy,
+                        format!("bridge {name:?} still has ports: {}", members.join(", ")),
+                    ));
+                }
+                let id = b.id;
+                self.bridges.remove(&name);
+                self.dp.remove_bridge(id);
+                self.persist()?;
+                Ok(serde_json::Value::Null)
+            }
+            Request::BridgeList => {
+                let v: Vec<BridgeInfo> = self
+                    .bridges
+                    .iter()
+                    .map(|(n, b)| BridgeInfo {
+                        name: n.clone(),
+                        ports: self
+                            .sorted_ports()
+                            .filter(|e| e.spec.bridge.as_deref() == Some(n.as_str()))
+                            .map(|e| e.spec.name.clone())
+                            .collect(),
+                        macs: self.dp.mac_table(b.id).map(|m| m.len()).unwrap_or(0),
+                        from_config: b.from_config,
+                    })
+                    .collect();
+                Ok(to_json(&v))
+            }
+            Request::MacList { bridge } => {
+                let Some(b) = self.bridges.get(&bridge) else {
+                    return Err(ApiError::new(ErrorCode::NotFound, format!("bridge: no bridge named {bridge:?}")));
+                };
+                let now = self.dp.now_secs();
+                let mut v: Vec<MacInfo> = self
+                    .dp
+                    .mac_table(b.id)
+                    .map(|m| m.entries())
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter_map(|r| {
+                        let e = self.ports.get(r.entry.port as usize)?.as_ref()?;
+                        Some(MacInfo {
+                            mac: r.mac.to_string(),
+                            vlan: r.vlan,
+                            port: e.spec.name.clone(),
+                            age_secs: now.saturating_sub(r.entry.last_seen),
+                        })
+                    })
+                    .collect();
+                v.sort_by(|a, b| (a.vlan, &a.mac).cmp(&(b.vlan, &b.mac)));
+                Ok(to_json(&v))
+            }
+        }
+    }
+
+    fn sorted_ports(&self) -> impl Iterator<Item = &PortEntry> {
+        let mut v: Vec<&PortEntry> = self.ports.iter().flatten().collect();
+        v.sort_by(|a, b| a.spec.name.cmp(&b.spec.name));
+        v.into_iter()
+    }
+
+    fn delete_port(&mut self, name: &str) -> Result<(), ApiError> {
+        let Some(id) = self.port_names.remove(name) else {
+            return Err(ApiError::new(ErrorCode::NotFound, format!("name: no port named {name:?}")));
+        };
+        if let Some(mut e) = self.ports[id as usize].take() {
+            e.port.stop(&self.ctx(id));
+        }
+        self.dp.remove_port(id);
+        info!(port = %name, "port deleted");
+        Ok(())
+    }
+}
+
+fn to_json<T: serde::Serialize>(v: &T) -> serde_json::Value {
+    serde_json::to_value(v).unwrap_or(serde_json::Value::Null)
+}

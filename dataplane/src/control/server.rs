@@ -1,0 +1,104 @@
+//! The control socket listener: one short-lived thread per client connection
+//! hands each request to the daemon loop and writes back its answer.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crossbeam::channel::{bounded, Sender};
+use tracing::{debug, warn};
+
+use super::api::{ApiError, ErrorCode, Request, Response};
+use crate::reactor::Waker;
+
+/// A request on its way to the daemon loop, with the way back.
+pub struct Call {
+    /// The request.
+    pub request: Request,
+    /// Where the answer goes.
+    pub reply: Sender<Response>,
+}
+
+/// Longest request line accepted.
+pub const MAX_REQUEST: usize = 64 * 1024;
+
+/// Binds the control socket (replacing a stale one; refusing a live one),
+/// readable and writable by its owner only.
+pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
+    if path.exists() {
+        if UnixStream::connect(path).is_ok() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AddrInUse,
+                format!("{} is in use: is another switchyard running?", path.display()),
+            ));
+        }
+        std::fs::remove_file(path)?;
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let l = UnixListener::bind(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(l)
+}
+
+/// Serves connections until the process exits.
+pub fn serve(listener: UnixListener, calls: Sender<Call>, waker: Arc<Waker>) {
+    for conn in listener.incoming() {
+        let Ok(conn) = conn else { continue };
+        let calls = calls.clone();
+        let waker = waker.clone();
+        let _ = std::thread::Builder::new()
+            .name("sy-api-conn".into())
+            .spawn(move || handle(conn, calls, waker));
+    }
+}
+
+fn handle(conn: UnixStream, calls: Sender<Call>, waker: Arc<Waker>) {
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(300)));
+    let Ok(w) = conn.try_clone() else { return };
+    let mut writer = w;
+    let mut reader = BufReader::new(conn).take(MAX_REQUEST as u64);
+    loop {
+        let mut line = String::new();
+        match reader.read_line(&mut line) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        if !line.ends_with('\n') && line.len() >= MAX_REQUEST {
+            let _ = send(&mut writer, &Response::err(ApiError::new(ErrorCode::BadRequest, "request too long")));
+            return;
+        }
+        reader.set_limit(MAX_REQUEST as u64);
+        let resp = match serde_json::from_str::<Request>(line.trim()) {
+            Err(e) => Response::err(ApiError::new(ErrorCode::BadRequest, format!("bad request: {e}"))),
+            Ok(request) => {
+                debug!(?request, "api call");
+                let (tx, rx) = bounded(1);
+                if calls.send(Call { request, reply: tx }).is_err() {
+                    return;
+                }
+                waker.wake();
+                match rx.recv_timeout(Duration::from_secs(60)) {
+                    Ok(r) => r,
+                    Err(_) => {
+                        warn!("daemon did not answer an API call");
+                        Response::err(ApiError::new(ErrorCode::Internal, "daemon did not answer"))
+                    }
+                }
+            }
+        };
+        if send(&mut writer, &resp).is_err() {
+            return;
+        }
+    }
+}
+
+fn send(w: &mut UnixStream, r: &Response) -> std::io::Result<()> {
+    let mut b = serde_json::to_vec(r).map_err(std::io::Error::other)?;
+    b.push(b'\n');
+    w.write_all(&b)
+}

@@ -1,0 +1,118 @@
+//! Persisted state: the bridges and ports created through the API, so a
+//! restarted daemon recreates them. Written atomically (temp file, fsync,
+//! rename, fsync of the directory): a crash leaves the old or the new state,
+//! never a torn one.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::{BridgeSpec, PortSpec};
+
+/// File name inside the state directory.
+pub const STATE_FILE: &str = "state.json";
+
+/// The persisted document.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct State {
+    /// Format version.
+    #[serde(default = "one")]
+    pub version: u32,
+    /// Bridges added at run time.
+    #[serde(default)]
+    pub bridges: Vec<BridgeSpec>,
+    /// Ports added at run time.
+    #[serde(default)]
+    pub ports: Vec<PortSpec>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// Reads and writes the state file of one directory.
+pub struct StateStore {
+    dir: PathBuf,
+}
+
+impl StateStore {
+    /// A store in `dir` (created on first save).
+    pub fn new(dir: &Path) -> StateStore {
+        StateStore { dir: dir.to_path_buf() }
+    }
+
+    /// The state file's path.
+    pub fn path(&self) -> PathBuf {
+        self.dir.join(STATE_FILE)
+    }
+
+    /// Loads the state; a missing file is an empty state.
+    pub fn load(&self) -> std::io::Result<State> {
+        match std::fs::read(self.path()) {
+            Ok(b) => serde_json::from_slice(&b).map_err(|e| {
+                std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{}: {e}", self.path().display()))
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(State {
+                version: 1,
+                ..State::default()
+            }),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Replaces the state atomically.
+    pub fn save(&self, state: &State) -> std::io::Result<()> {
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&self.dir)?;
+        let tmp = self.dir.join(format!(".{STATE_FILE}.tmp"));
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        f.write_all(&serde_json::to_vec_pretty(state).map_err(std::io::Error::other)?)?;
+        f.sync_all()?;
+        drop(f);
+        std::fs::rename(&tmp, self.path())?;
+        std::fs::File::open(&self.dir)?.sync_all()?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::port::PortKind;
+
+    #[test]
+    fn saves_and_loads_atomically() {
+        let d = tempfile::tempdir().unwrap();
+        let s = StateStore::new(&d.path().join("sub"));
+        assert_eq!(s.load().unwrap().ports.len(), 0);
+        let st = State {
+            version: 1,
+            bridges: vec![BridgeSpec { name: "b".into() }],
+            ports: vec![PortSpec {
+                name: "p".into(),
+                kind: PortKind::Memif,
+                role: "master".into(),
+                socket: "/tmp/x.sock".into(),
+                id: Some(3),
+                secret: None,
+                mode: None,
+                queues: None,
+                ring_size: None,
+                buffer_size: None,
+                bridge: Some("b".into()),
+                vlan: Some(10),
+            }],
+        };
+        s.save(&st).unwrap();
+        assert_eq!(s.load().unwrap(), st);
+        // A leftover temp file from a crash does not disturb the real state.
+        std::fs::write(d.path().join("sub").join(".state.json.tmp"), b"{garbage").unwrap();
+        assert_eq!(s.load().unwrap(), st);
+    }
+}

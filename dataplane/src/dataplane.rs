@@ -1,0 +1,530 @@
+//! State shared between the control thread and the workers.
+//!
+//! The control thread edits a [`DpTable`] under a mutex and bumps a generation
+//! counter; each worker notices the new generation at the top of its loop
+//! (one relaxed load) and rebuilds its private [`WorkerView`] from the table.
+//! Workers therefore never lock on the hot path, and adding or removing a port
+//! never stalls traffic on the others. Queues are reference counted, so shared
+//! memory stays mapped until the last worker has let go of it.
+
+use std::cell::UnsafeCell;
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use crate::port::{PortQueues, RxQueue, TxQueue};
+use crate::reactor::Waker;
+use crate::switch::mac_table::MacTable;
+use crate::switch::DropReason;
+
+/// A port slot number (reused after the port is removed).
+pub type PortId = u16;
+/// A bridge slot number.
+pub type BridgeId = u16;
+
+/// Per-worker counters of one port. Each worker writes only its own copy, so
+/// updates are plain load+store, never a locked instruction.
+#[repr(align(64))]
+#[derive(Default)]
+pub struct Counters {
+    /// Frames received from the peer.
+    pub rx_packets: AtomicU64,
+    /// Bytes received from the peer.
+    pub rx_bytes: AtomicU64,
+    /// Frames delivered to the peer.
+    pub tx_packets: AtomicU64,
+    /// Bytes delivered to the peer.
+    pub tx_bytes: AtomicU64,
+    /// Drops by reason (indexed by [`DropReason`]).
+    pub drops: [AtomicU64; DropReason::COUNT],
+}
+
+/// Adds `n` to a counter that only the calling thread writes.
+#[inline]
+pub fn bump(c: &AtomicU64, n: u64) {
+    c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+}
+
+/// Totals of a port's counters.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PortTotals {
+    /// Frames received.
+    pub rx_packets: u64,
+    /// Bytes received.
+    pub rx_bytes: u64,
+    /// Frames sent.
+    pub tx_packets: u64,
+    /// Bytes sent.
+    pub tx_bytes: u64,
+    /// Drops by reason name.
+    pub drops: std::collections::BTreeMap<String, u64>,
+}
+
+/// What the control thread and the workers share about one port.
+pub struct PortShared {
+    /// Port name.
+    pub name: String,
+    /// One counter block per worker, plus one for the control thread.
+    counters: Box<[Counters]>,
+    fault_flag: AtomicBool,
+    fault: Mutex<Option<String>>,
+    link_up: AtomicBool,
+}
+
+impl PortShared {
+    fn new(name: &str, workers: usize) -> PortShared {
+        PortShared {
+            name: name.to_string(),
+            counters: (0..=workers).map(|_| Counters::default()).collect(),
+            fault_flag: AtomicBool::new(false),
+            fault: Mutex::new(None),
+            link_up: AtomicBool::new(false),
+        }
+    }
+
+    /// The counter block of worker `w`.
+    #[inline]
+    pub fn counters(&self, w: usize) -> &Counters {
+        &self.counters[w]
+    }
+
+    /// Sum over workers.
+    pub fn totals(&self) -> PortTotals {
+        let mut t = PortTotals::default();
+        let mut drops = [0u64; DropReason::COUNT];
+        for c in self.counters.iter() {
+            t.rx_packets += c.rx_packets.load(Ordering::Relaxed);
+            t.rx_bytes += c.rx_bytes.load(Ordering::Relaxed);
+            t.tx_packets += c.tx_packets.load(Ordering::Relaxed);
+            t.tx_bytes += c.tx_bytes.load(Ordering::Relaxed);
+            for (d, a) in drops.iter_mut().zip(c.drops.iter()) {
+                *d += a.load(Ordering::Relaxed);
+            }
+        }
+        for r in DropReason::ALL {
+            t.drops.insert(r.name().to_string(), drops[r as usize]);
+        }
+        t
+    }
+
+    /// True while queues are attached.
+    pub fn link_up(&self) -> bool {
+        self.link_up.load(Ordering::Relaxed)
+    }
+}
+
+/// A receive queue and its interrupt fd.
+pub struct RxSlot {
+    queue: Mutex<Box<dyn RxQueue>>,
+    /// The queue's interrupt eventfd, cached so sleeping needs no lock.
+    pub irq_fd: Option<RawFd>,
+}
+
+impl RxSlot {
+    /// Locks the queue. Each queue is polled by one worker, so this never
+    /// waits except in the instant a queue moves between workers.
+    #[inline]
+    pub fn lock(&self) -> MutexGuard<'_, Box<dyn RxQueue>> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A transmit queue that several workers may feed.
+pub struct TxSlot {
+    busy: AtomicBool,
+    queue: UnsafeCell<Box<dyn TxQueue>>,
+}
+
+// SAFETY: the queue inside is only reached through `with`, which holds the
+// `busy` flag, so at most one thread touches it at a time; `TxQueue: Send`.
+unsafe impl Sync for TxSlot {}
+
+impl TxSlot {
+    fn new(q: Box<dyn TxQueue>) -> TxSlot {
+        TxSlot {
+            busy: AtomicBool::new(false),
+            queue: UnsafeCell::new(q),
+        }
+    }
+
+    /// Runs `f` with exclusive access to the queue. Uncontended when every
+    /// worker has a queue of its own (the usual case).
+    #[inline]
+    pub fn with<R>(&self, f: impl FnOnce(&mut dyn TxQueue) -> R) -> R {
+        while self
+            .busy
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            std::hint::spin_loop();
+        }
+        // SAFETY: `busy` was false and we set it, so no other thread is inside
+        // this block for this slot until we store false below.
+        let r = f(unsafe { &mut **self.queue.get() });
+        self.busy.store(false, Ordering::Release);
+        r
+    }
+}
+
+struct DpPort {
+    shared: Arc<PortShared>,
+    generation: u16,
+    bridge: Option<BridgeId>,
+    vlan: Option<u16>,
+    rx: Vec<Arc<RxSlot>>,
+    tx: Vec<Arc<TxSlot>>,
+}
+
+struct DpBridge {
+    macs: Arc<MacTable>,
+    ports: Vec<PortId>,
+}
+
+#[derive(Default)]
+struct DpTable {
+    ports: Vec<Option<DpPort>>,
+    bridges: Vec<Option<DpBridge>>,
+    /// Generation per port slot, kept after removal so reuse is detectable.
+    slot_gens: Vec<u16>,
+}
+
+/// A port as one worker sees it.
+pub struct ViewPort {
+    /// Slot generation (MAC entries carry it).
+    pub generation: u16,
+    /// Bridge, if the port is in one.
+    pub bridge: Option<BridgeId>,
+    /// Access VLAN, or `None` for a trunk.
+    pub vlan: Option<u16>,
+    /// The transmit queue this worker uses, if connected.
+    pub tx: Option<Arc<TxSlot>>,
+    /// Counters and fault reporting.
+    pub shared: Arc<PortShared>,
+}
+
+/// A bridge as one worker sees it.
+pub struct ViewBridge {
+    /// Learning table.
+    pub macs: Arc<MacTable>,
+    /// Member ports.
+    pub ports: Vec<PortId>,
+}
+
+/// A receive queue assigned to a worker.
+pub struct ViewRx {
+    /// Owning port.
+    pub port: PortId,
+    /// The queue.
+    pub slot: Arc<RxSlot>,
+}
+
+/// Everything a worker needs, private to that worker.
+#[derive(Default)]
+pub struct WorkerView {
+    /// Receive queues to poll.
+    pub rx: Vec<ViewRx>,
+    /// Ports by slot.
+    pub ports: Vec<Option<ViewPort>>,
+    /// Bridges by slot.
+    pub bridges: Vec<Option<ViewBridge>>,
+}
+
+struct DpInner {
+    generation: AtomicU64,
+    table: Mutex<DpTable>,
+    workers: usize,
+    worker_wakers: Vec<Waker>,
+    fault_waker: Waker,
+    clock: AtomicU32,
+    epoch: Instant,
+    stop: AtomicBool,
+}
+
+/// Handle to the shared data-plane state (cheap to clone).
+#[derive(Clone)]
+pub struct Dataplane {
+    inner: Arc<DpInner>,
+}
+
+impl Dataplane {
+    /// State for `workers` worker threads.
+    pub fn new(workers: usize) -> std::io::Result<Dataplane> {
+        Ok(Dataplane {
+            inner: Arc::new(DpInner {
+                generation: AtomicU64::new(1),
+                table: Mutex::new(DpTable::default()),
+                workers,
+                worker_wakers: (0..workers).map(|_| Waker::new()).collect::<Result<_, _>>()?,
+                fault_waker: Waker::new()?,
+                clock: AtomicU32::new(0),
+                epoch: Instant::now(),
+                stop: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    fn table(&self) -> MutexGuard<'_, DpTable> {
+        self.inner.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Number of workers.
+    pub fn workers(&self) -> usize {
+        self.inner.workers
+    }
+
+    /// Current table generation.
+    #[inline]
+    pub fn generation(&self) -> u64 {
+        self.inner.generation.load(Ordering::Acquire)
+    }
+
+    fn publish(&self) {
+        self.inner.generation.fetch_add(1, Ordering::AcqRel);
+        for w in &self.inner.worker_wakers {
+            w.wake();
+        }
+    }
+
+    /// The wakeup fd of worker `w`.
+    pub fn worker_waker(&self, w: usize) -> &Waker {
+        &self.inner.worker_wakers[w]
+    }
+
+    /// The fd the control thread polls for worker fault reports.
+    pub fn fault_waker(&self) -> &Waker {
+        &self.inner.fault_waker
+    }
+
+    /// Switch clock in seconds (for MAC aging), updated by [`Dataplane::tick`].
+    #[inline]
+    pub fn now_secs(&self) -> u32 {
+        self.inner.clock.load(Ordering::Relaxed)
+    }
+
+    /// Advances the switch clock; called by the control thread.
+    pub fn tick(&self) -> u32 {
+        let s = self.inner.epoch.elapsed().as_secs() as u32;
+        self.inner.clock.store(s, Ordering::Relaxed);
+        s
+    }
+
+    /// Asks workers to exit.
+    pub fn request_stop(&self) {
+        self.inner.stop.store(true, Ordering::Release);
+        self.publish();
+    }
+
+    /// True once [`Dataplane::request_stop`] was called.
+    #[inline]
+    pub fn stopping(&self) -> bool {
+        self.inner.stop.load(Ordering::Acquire)
+    }
+
+    /// Adds a bridge with a MAC table of `mac_capacity` entries.
+    pub fn add_bridge(&self, mac_capacity: usize) -> BridgeId {
+        let mut t = self.table();
+        let b = DpBridge {
+            macs: Arc::new(MacTable::new(mac_capacity)),
+            ports: Vec::new(),
+        };
+        let id = match t.bridges.iter().position(Option::is_none) {
+            Some(i) => {
+                t.bridges[i] = Some(b);
+                i
+            }
+            None => {
+                t.bridges.push(Some(b));
+                t.bridges.len() - 1
+            }
+        };
+        drop(t);
+        self.publish();
+        id as BridgeId
+    }
+
+    /// Removes a bridge (its ports must have left it).
+    pub fn remove_bridge(&self, id: BridgeId) {
+        let mut t = self.table();
+        if let Some(b) = t.bridges.get_mut(id as usize) {
+            *b = None;
+        }
+        drop(t);
+        self.publish();
+    }
+
+    /// The MAC table of a bridge.
+    pub fn mac_table(&self, id: BridgeId) -> Option<Arc<MacTable>> {
+        self.table()
+            .bridges
+            .get(id as usize)?
+            .as_ref()
+            .map(|b| b.macs.clone())
+    }
+
+    /// Adds a port (no queues until it connects).
+    pub fn add_port(&self, name: &str, bridge: Option<BridgeId>, vlan: Option<u16>) -> (PortId, Arc<PortShared>) {
+        let shared = Arc::new(PortShared::new(name, self.inner.workers));
+        let mut t = self.table();
+        let id = match t.ports.iter().position(Option::is_none) {
+            Some(i) => i,
+            None => {
+                t.ports.push(None);
+                t.slot_gens.push(0);
+                t.ports.len() - 1
+            }
+        };
+        t.slot_gens[id] = t.slot_gens[id].wrapping_add(1);
+        let generation = t.slot_gens[id];
+        t.ports[id] = Some(DpPort {
+            shared: shared.clone(),
+            generation,
+            bridge,
+            vlan,
+            rx: Vec::new(),
+            tx: Vec::new(),
+        });
+        if let Some(b) = bridge.and_then(|b| t.bridges.get_mut(b as usize)).and_then(Option::as_mut) {
+            b.ports.push(id as PortId);
+        }
+        drop(t);
+        self.publish();
+        (id as PortId, shared)
+    }
+
+    /// Removes a port; its MAC entries are flushed.
+    pub fn remove_port(&self, id: PortId) {
+        let mut t = self.table();
+        let Some(p) = t.ports.get_mut(id as usize).and_then(Option::take) else {
+            return;
+        };
+        let mut macs = None;
+        if let Some(b) = p.bridge.and_then(|b| t.bridges.get_mut(b as usize)).and_then(Option::as_mut) {
+            b.ports.retain(|&x| x != id);
+            macs = Some(b.macs.clone());
+        }
+        drop(t);
+        self.publish();
+        if let Some(m) = macs {
+            m.flush_port(id);
+        }
+    }
+
+    /// Gives a connected port's queues to the workers.
+    pub fn attach_queues(&self, id: PortId, q: PortQueues) {
+        let mut t = self.table();
+        if let Some(p) = t.ports.get_mut(id as usize).and_then(Option::as_mut) {
+            p.rx = q
+                .rx
+                .into_iter()
+                .map(|q| {
+                    let irq_fd = q.interrupt_fd();
+                    Arc::new(RxSlot {
+                        queue: Mutex::new(q),
+                        irq_fd,
+                    })
+                })
+                .collect();
+            p.tx = q.tx.into_iter().map(|q| Arc::new(TxSlot::new(q))).collect();
+            p.shared.link_up.store(true, Ordering::Relaxed);
+        }
+        drop(t);
+        self.publish();
+    }
+
+    /// Takes a port's queues back (link down); its MAC entries are flushed.
+    pub fn detach_queues(&self, id: PortId) {
+        let mut t = self.table();
+        let mut macs = None;
+        if let Some(p) = t.ports.get_mut(id as usize).and_then(Option::as_mut) {
+            p.rx.clear();
+            p.tx.clear();
+            p.shared.link_up.store(false, Ordering::Relaxed);
+            p.shared.fault_flag.store(false, Ordering::Relaxed);
+            if let Some(b) = p.bridge {
+                macs = t.bridges.get(b as usize).and_then(Option::as_ref).map(|b| b.macs.clone());
+            }
+        }
+        drop(t);
+        self.publish();
+        if let Some(m) = macs {
+            m.flush_port(id);
+        }
+    }
+
+    /// Reports a protocol fault seen by a worker on port `id`. The worker stops
+    /// polling the port; the control thread disconnects it.
+    pub fn report_fault(&self, shared: &PortShared, reason: String) {
+        if !shared.fault_flag.swap(true, Ordering::AcqRel) {
+            *shared.fault.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason);
+            self.inner.fault_waker.wake();
+        }
+    }
+
+    /// Ports with a pending fault report, with the reason (control thread).
+    pub fn take_faults(&self) -> Vec<(PortId, String)> {
+        self.inner.fault_waker.drain();
+        let t = self.table();
+        let mut out = Vec::new();
+        for (i, p) in t.ports.iter().enumerate() {
+            if let Some(p) = p {
+                if p.shared.fault_flag.load(Ordering::Acquire) {
+                    if let Some(r) = p.shared.fault.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                        out.push((i as PortId, r));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// True when worker code must skip port `shared` (fault pending).
+    #[inline]
+    pub fn faulted(shared: &PortShared) -> bool {
+        shared.fault_flag.load(Ordering::Relaxed)
+    }
+
+    /// Builds worker `w`'s private view of the current table.
+    pub fn build_view(&self, w: usize, view: &mut WorkerView) -> u64 {
+        let t = self.table();
+        let generation = self.generation();
+        let workers = self.inner.workers.max(1);
+        view.rx.clear();
+        view.ports.clear();
+        view.bridges.clear();
+        for (i, p) in t.ports.iter().enumerate() {
+            let Some(p) = p else {
+                view.ports.push(None);
+                continue;
+            };
+            for (q, slot) in p.rx.iter().enumerate() {
+                // Spread queues: consecutive queues of a port go to different workers.
+                if (i + q) % workers == w {
+                    view.rx.push(ViewRx {
+                        port: i as PortId,
+                        slot: slot.clone(),
+                    });
+                }
+            }
+            let tx = if p.tx.is_empty() {
+                None
+            } else {
+                Some(p.tx[w % p.tx.len()].clone())
+            };
+            view.ports.push(Some(ViewPort {
+                generation: p.generation,
+                bridge: p.bridge,
+                vlan: p.vlan,
+                tx,
+                shared: p.shared.clone(),
+            }));
+        }
+        for b in t.bridges.iter() {
+            view.bridges.push(b.as_ref().map(|b| ViewBridge {
+                macs: b.macs.clone(),
+                ports: b.ports.clone(),
+            }));
+        }
+        generation
+    }
+}

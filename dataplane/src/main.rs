@@ -1,0 +1,311 @@
+//! The `switchyard` command: the daemon and its CLI client.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+
+use switchyard::config::{Config, PortSpec, DEFAULT_CONTROL_SOCKET};
+use switchyard::control::api::{BridgeInfo, MacInfo, PortInfo, PortStats};
+use switchyard::control::{Client, Daemon, Request};
+use switchyard::port::PortKind;
+
+/// Switchyard: a userspace L2 switch for pods (memif and vhost-user ports).
+#[derive(Parser)]
+#[command(version, about)]
+struct Cli {
+    /// Control socket (also SWITCHYARD_CONTROL).
+    #[arg(long, global = true, env = "SWITCHYARD_CONTROL")]
+    control: Option<PathBuf>,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Runs the switch in the foreground.
+    Run {
+        /// Configuration file (default: the embedded configuration).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Directory for persisted state (overrides the config).
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+    },
+    /// Manages ports.
+    #[command(subcommand)]
+    Port(PortCmd),
+    /// Shows port counters.
+    Stats {
+        /// Only this port.
+        name: Option<String>,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Manages bridges.
+    #[command(subcommand)]
+    Bridge(BridgeCmd),
+    /// Shows learned MAC addresses.
+    #[command(subcommand)]
+    Mac(MacCmd),
+}
+
+#[derive(Subcommand)]
+enum PortCmd {
+    /// Adds a port (roles are the switch's own).
+    Add(PortAdd),
+    /// Deletes a port.
+    Del {
+        /// Port name.
+        name: String,
+    },
+    /// Lists ports.
+    List {
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Args)]
+struct PortAdd {
+    /// Port name.
+    name: String,
+    /// memif or vhost-user.
+    #[arg(long, value_parser = parse_kind)]
+    kind: PortKind,
+    /// memif: master|slave; vhost-user: server|client (the switch's role).
+    #[arg(long)]
+    role: String,
+    /// Socket path (`@name` or `abstract:name` for abstract memif sockets).
+    #[arg(long)]
+    socket: String,
+    /// memif interface id.
+    #[arg(long)]
+    id: Option<u32>,
+    /// memif secret.
+    #[arg(long)]
+    secret: Option<String>,
+    /// memif mode: ethernet or ip.
+    #[arg(long)]
+    mode: Option<String>,
+    /// Queue pairs.
+    #[arg(long)]
+    queues: Option<u16>,
+    /// Descriptors per ring (power of two).
+    #[arg(long)]
+    ring_size: Option<u32>,
+    /// Buffer size in bytes.
+    #[arg(long)]
+    buffer_size: Option<u32>,
+    /// Bridge to join.
+    #[arg(long)]
+    bridge: Option<String>,
+    /// Access VLAN.
+    #[arg(long)]
+    vlan: Option<u16>,
+}
+
+#[derive(Subcommand)]
+enum BridgeCmd {
+    /// Adds a bridge.
+    Add {
+        /// Name.
+        name: String,
+    },
+    /// Deletes an empty bridge.
+    Del {
+        /// Name.
+        name: String,
+    },
+    /// Lists bridges.
+    List {
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum MacCmd {
+    /// Lists a bridge's MAC table.
+    List {
+        /// Bridge.
+        bridge: String,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn parse_kind(s: &str) -> Result<PortKind, String> {
+    match s {
+        "memif" => Ok(PortKind::Memif),
+        "vhost-user" | "vhostuser" => Ok(PortKind::VhostUser),
+        _ => Err(format!("{s:?}: expected memif or vhost-user")),
+    }
+}
+
+fn main() {
+    let cli = Cli::parse();
+    if let Err(e) = real_main(cli) {
+        eprintln!("switchyard: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn real_main(cli: Cli) -> anyhow::Result<()> {
+    let control = cli.control.clone();
+    let client = || -> anyhow::Result<Client> {
+        let path = control.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_CONTROL_SOCKET));
+        Ok(Client::connect(&path)?)
+    };
+    match cli.cmd {
+        Cmd::Run { config, state_dir } => {
+            tracing_subscriber::fmt()
+                .with_env_filter(
+                    tracing_subscriber::EnvFilter::try_from_default_env()
+                        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                )
+                .with_writer(std::io::stderr)
+                .init();
+            let mut cfg = match &config {
+                Some(p) => Config::load(p)?,
+                None => Config::embedded(),
+            };
+            if let Some(c) = control {
+                cfg.control_socket = c;
+            }
+            if let Some(s) = state_dir {
+                cfg.state_dir = s;
+            }
+            Daemon::start(cfg).context("cannot start")?.run()
+        }
+        Cmd::Port(PortCmd::Add(a)) => {
+            let spec = PortSpec {
+                name: a.name,
+                kind: a.kind,
+                role: a.role,
+                socket: a.socket,
+                id: a.id,
+                secret: a.secret,
+                mode: a.mode,
+                queues: a.queues,
+                ring_size: a.ring_size,
+                buffer_size: a.buffer_size,
+                bridge: a.bridge,
+                vlan: a.vlan,
+            };
+            let info: PortInfo = client()?.call_as(&Request::PortAdd { port: spec })?;
+            println!("port {} added", info.name);
+            Ok(())
+        }
+        Cmd::Port(PortCmd::Del { name }) => {
+            client()?.call(&Request::PortDel { name: name.clone() })?;
+            println!("port {name} deleted");
+            Ok(())
+        }
+        Cmd::Port(PortCmd::List { json }) => {
+            let v = client()?.call(&Request::PortList)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&v)?);
+                return Ok(());
+            }
+            let ports: Vec<PortInfo> = serde_json::from_value(v)?;
+            println!(
+                "{:<20} {:<10} {:<7} {:<5} {:<12} {:<5} {:<40} PEER",
+                "NAME", "KIND", "ROLE", "LINK", "BRIDGE", "VLAN", "SOCKET"
+            );
+            for p in ports {
+                println!(
+                    "{:<20} {:<10} {:<7} {:<5} {:<12} {:<5} {:<40} {}",
+                    p.name,
+                    kind_name(p.kind),
+                    p.role,
+                    if p.status.link_up { "up" } else { "down" },
+                    p.bridge.unwrap_or_else(|| "-".into()),
+                    p.vlan.map(|v| v.to_string()).unwrap_or_else(|| "-".into()),
+                    p.socket,
+                    p.status.peer.or(p.status.last_error).unwrap_or_default()
+                );
+            }
+            Ok(())
+        }
+        Cmd::Stats { name, json } => {
+            let v = client()?.call(&Request::Stats { name })?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&v)?);
+                return Ok(());
+            }
+            let stats: Vec<PortStats> = serde_json::from_value(v)?;
+            println!(
+                "{:<20} {:<5} {:>12} {:>14} {:>12} {:>14}  DROPS",
+                "NAME", "LINK", "RX_PACKETS", "RX_BYTES", "TX_PACKETS", "TX_BYTES"
+            );
+            for s in stats {
+                let drops: Vec<String> = s
+                    .totals
+                    .drops
+                    .iter()
+                    .filter(|(_, &n)| n > 0)
+                    .map(|(k, n)| format!("{k}={n}"))
+                    .collect();
+                println!(
+                    "{:<20} {:<5} {:>12} {:>14} {:>12} {:>14}  {}",
+                    s.name,
+                    if s.link_up { "up" } else { "down" },
+                    s.totals.rx_packets,
+                    s.totals.rx_bytes,
+                    s.totals.tx_packets,
+                    s.totals.tx_bytes,
+                    if drops.is_empty() { "-".into() } else { drops.join(" ") }
+                );
+            }
+            Ok(())
+        }
+        Cmd::Bridge(BridgeCmd::Add { name }) => {
+            client()?.call(&Request::BridgeAdd { name: name.clone() })?;
+            println!("bridge {name} added");
+            Ok(())
+        }
+        Cmd::Bridge(BridgeCmd::Del { name }) => {
+            client()?.call(&Request::BridgeDel { name: name.clone() })?;
+            println!("bridge {name} deleted");
+            Ok(())
+        }
+        Cmd::Bridge(BridgeCmd::List { json }) => {
+            let v = client()?.call(&Request::BridgeList)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&v)?);
+                return Ok(());
+            }
+            let bridges: Vec<BridgeInfo> = serde_json::from_value(v)?;
+            println!("{:<20} {:>6}  PORTS", "NAME", "MACS");
+            for b in bridges {
+                println!("{:<20} {:>6}  {}", b.name, b.macs, b.ports.join(","));
+            }
+            Ok(())
+        }
+        Cmd::Mac(MacCmd::List { bridge, json }) => {
+            let v = client()?.call(&Request::MacList { bridge })?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&v)?);
+                return Ok(());
+            }
+            let macs: Vec<MacInfo> = serde_json::from_value(v)?;
+            println!("{:<18} {:>5} {:<20} {:>6}", "MAC", "VLAN", "PORT", "AGE");
+            for m in macs {
+                println!("{:<18} {:>5} {:<20} {:>6}", m.mac, m.vlan, m.port, m.age_secs);
+            }
+            Ok(())
+        }
+    }
+}
+
+fn kind_name(k: PortKind) -> &'static str {
+    match k {
+        PortKind::Memif => "memif",
+        PortKind::VhostUser => "vhost-user",
+    }
+}

@@ -1,0 +1,341 @@
+//! Frames as the data plane sees them: byte ranges in a peer's shared memory.
+
+use std::ptr;
+
+/// Frames moved per burst.
+pub const BURST_SIZE: usize = 32;
+/// Most buffers one frame may span (9000-byte frames in 1024-byte buffers fit).
+pub const MAX_SEGS: usize = 16;
+
+/// A byte range in memory mapped from a peer.
+///
+/// The memory may be written by the peer at any time, so it is never turned
+/// into a `&[u8]`; bytes are only copied out with [`std::ptr::copy_nonoverlapping`].
+#[derive(Clone, Copy, Debug)]
+pub struct Segment {
+    /// Start of the range.
+    pub ptr: *const u8,
+    /// Length in bytes.
+    pub len: u32,
+}
+
+impl Segment {
+    const EMPTY: Segment = Segment {
+        ptr: ptr::null(),
+        len: 0,
+    };
+}
+
+/// One received frame: up to [`MAX_SEGS`] segments.
+#[derive(Clone, Copy, Debug)]
+pub struct RxFrame {
+    /// Total length.
+    pub len: u32,
+    nsegs: u8,
+    segs: [Segment; MAX_SEGS],
+}
+
+impl Default for RxFrame {
+    fn default() -> Self {
+        RxFrame {
+            len: 0,
+            nsegs: 0,
+            segs: [Segment::EMPTY; MAX_SEGS],
+        }
+    }
+}
+
+impl RxFrame {
+    /// Empties the frame.
+    #[inline]
+    pub fn clear(&mut self) {
+        self.len = 0;
+        self.nsegs = 0;
+    }
+
+    /// Appends a segment. Returns false when the frame already has [`MAX_SEGS`].
+    ///
+    /// The caller has checked that `ptr..ptr+len` lies inside memory that stays
+    /// mapped until the burst is released.
+    #[inline]
+    pub fn push(&mut self, ptr: *const u8, len: u32) -> bool {
+        let n = self.nsegs as usize;
+        if n == MAX_SEGS {
+            return false;
+        }
+        self.segs[n] = Segment { ptr, len };
+        self.nsegs += 1;
+        self.len = self.len.saturating_add(len);
+        true
+    }
+
+    /// The frame's segments.
+    #[inline]
+    pub fn segments(&self) -> &[Segment] {
+        &self.segs[..self.nsegs as usize]
+    }
+
+    /// Copies the first `out.len()` bytes (or fewer, if the frame is shorter)
+    /// into `out`, across segments. Returns how many were copied.
+    #[inline]
+    pub fn read_prefix(&self, out: &mut [u8]) -> usize {
+        let mut done = 0;
+        for s in self.segments() {
+            if done == out.len() {
+                break;
+            }
+            let n = (s.len as usize).min(out.len() - done);
+            // SAFETY: `s.ptr..s.ptr+s.len` was bounds-checked against a live
+            // mapping when the segment was pushed, and `out[done..done+n]` is
+            // in bounds. The source may change under us (shared with the peer):
+            // we copy bytes, never form a reference to them.
+            unsafe { ptr::copy_nonoverlapping(s.ptr, out.as_mut_ptr().add(done), n) };
+            done += n;
+        }
+        done
+    }
+}
+
+/// A burst of received frames, allocated once per worker.
+pub struct RxBurst {
+    frames: Box<[RxFrame; BURST_SIZE]>,
+    len: usize,
+    /// Frames the queue had to discard (more than [`MAX_SEGS`] buffers).
+    pub dropped: u32,
+}
+
+impl Default for RxBurst {
+    fn default() -> Self {
+        RxBurst {
+            frames: Box::new([RxFrame::default(); BURST_SIZE]),
+            len: 0,
+            dropped: 0,
+        }
+    }
+}
+
+impl RxBurst {
+    /// Starts a new burst.
+    #[inline]
+    pub fn clear(&mut self) {
+        self.len = 0;
+        self.dropped = 0;
+    }
+    /// Frames held.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// True when empty.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// True when no more frames fit.
+    #[inline]
+    pub fn is_full(&self) -> bool {
+        self.len == BURST_SIZE
+    }
+    /// The next free frame, cleared; call [`RxBurst::commit`] to keep it.
+    #[inline]
+    pub fn next_slot(&mut self) -> &mut RxFrame {
+        let f = &mut self.frames[self.len];
+        f.clear();
+        f
+    }
+    /// Keeps the frame filled through [`RxBurst::next_slot`].
+    #[inline]
+    pub fn commit(&mut self) {
+        debug_assert!(self.len < BURST_SIZE);
+        self.len += 1;
+    }
+    /// The frames.
+    #[inline]
+    pub fn frames(&self) -> &[RxFrame] {
+        &self.frames[..self.len]
+    }
+}
+
+/// A frame to transmit: a rewritten header `prefix`, then the source frame's
+/// bytes from offset `skip`. This is how VLAN tags are pushed or popped while
+/// the payload is copied once.
+#[derive(Clone, Copy)]
+pub struct TxFrame<'a> {
+    /// The source frame.
+    pub frame: &'a RxFrame,
+    /// Bytes emitted first.
+    pub prefix: &'a [u8],
+    /// Bytes of `frame` left out at its start.
+    pub skip: u32,
+}
+
+impl<'a> TxFrame<'a> {
+    /// The frame unchanged.
+    pub fn plain(frame: &'a RxFrame) -> Self {
+        TxFrame {
+            frame,
+            prefix: &[],
+            skip: 0,
+        }
+    }
+    /// Length on the wire.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.prefix.len() + (self.frame.len.saturating_sub(self.skip)) as usize
+    }
+    /// True for a zero-length frame.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// A cursor that copies the frame out piece by piece.
+    #[inline]
+    pub fn reader(&self) -> FrameReader<'a> {
+        FrameReader::new(*self)
+    }
+}
+
+/// Copies a [`TxFrame`] into destination buffers of any size.
+pub struct FrameReader<'a> {
+    prefix: &'a [u8],
+    segs: &'a [Segment],
+    seg: usize,
+    seg_off: usize,
+    remaining: usize,
+}
+
+impl<'a> FrameReader<'a> {
+    fn new(f: TxFrame<'a>) -> Self {
+        let segs = f.frame.segments();
+        let mut skip = f.skip as usize;
+        let mut seg = 0;
+        while seg < segs.len() && skip >= segs[seg].len as usize {
+            skip -= segs[seg].len as usize;
+            seg += 1;
+        }
+        FrameReader {
+            prefix: f.prefix,
+            segs,
+            seg,
+            seg_off: skip,
+            remaining: f.len(),
+        }
+    }
+
+    /// Bytes not yet copied.
+    #[inline]
+    pub fn remaining(&self) -> usize {
+        self.remaining
+    }
+
+    /// Copies up to `cap` bytes to `dst`; returns how many.
+    ///
+    /// # Safety
+    /// `dst..dst+cap` must be valid for writes and must not overlap the source
+    /// segments.
+    #[inline]
+    pub unsafe fn copy_to(&mut self, dst: *mut u8, cap: usize) -> usize {
+        let mut done = 0;
+        if !self.prefix.is_empty() && cap > 0 {
+            let n = self.prefix.len().min(cap);
+            // SAFETY: caller guarantees dst..dst+cap is writable; n <= cap.
+            unsafe { ptr::copy_nonoverlapping(self.prefix.as_ptr(), dst, n) };
+            self.prefix = &self.prefix[n..];
+            done = n;
+        }
+        while done < cap && self.seg < self.segs.len() {
+            let s = self.segs[self.seg];
+            let avail = s.len as usize - self.seg_off;
+            let n = avail.min(cap - done);
+            // SAFETY: the segment range was bounds-checked against a live
+            // mapping on receive (seg_off + n <= s.len), and dst+done..+n is
+            // within the caller's writable range.
+            unsafe { ptr::copy_nonoverlapping(s.ptr.add(self.seg_off), dst.add(done), n) };
+            done += n;
+            self.seg_off += n;
+            if self.seg_off == s.len as usize {
+                self.seg += 1;
+                self.seg_off = 0;
+            }
+        }
+        self.remaining -= done;
+        done
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame_from(parts: &[&[u8]]) -> RxFrame {
+        let mut f = RxFrame::default();
+        for p in parts {
+            assert!(f.push(p.as_ptr(), p.len() as u32));
+        }
+        f
+    }
+
+    fn collect(tx: TxFrame<'_>, chunk: usize) -> Vec<u8> {
+        let mut r = tx.reader();
+        let mut out = Vec::new();
+        while r.remaining() > 0 {
+            let mut buf = vec![0u8; chunk];
+            // SAFETY: buf is a fresh, writable allocation of `chunk` bytes.
+            let n = unsafe { r.copy_to(buf.as_mut_ptr(), chunk) };
+            assert!(n > 0);
+            out.extend_from_slice(&buf[..n]);
+        }
+        out
+    }
+
+    #[test]
+    fn copies_across_segments_with_prefix_and_skip() {
+        let a: Vec<u8> = (0..20).collect();
+        let b: Vec<u8> = (20..50).collect();
+        let f = frame_from(&[&a, &b]);
+        assert_eq!(f.len, 50);
+        let all: Vec<u8> = (0..50).collect();
+        for chunk in [1, 3, 7, 64] {
+            assert_eq!(collect(TxFrame::plain(&f), chunk), all);
+        }
+        // Pop a 4-byte tag at offset 12: prefix = bytes 0..12, skip 16.
+        let tx = TxFrame {
+            frame: &f,
+            prefix: &all[..12],
+            skip: 16,
+        };
+        let mut want = all[..12].to_vec();
+        want.extend_from_slice(&all[16..]);
+        assert_eq!(tx.len(), 46);
+        assert_eq!(collect(tx, 5), want);
+        // Skip exactly the first segment.
+        let tx = TxFrame {
+            frame: &f,
+            prefix: &[],
+            skip: 20,
+        };
+        assert_eq!(collect(tx, 8), b);
+    }
+
+    #[test]
+    fn read_prefix_spans_segments() {
+        let a = [1u8, 2, 3];
+        let b = [4u8, 5, 6, 7];
+        let f = frame_from(&[&a, &b]);
+        let mut out = [0u8; 5];
+        assert_eq!(f.read_prefix(&mut out), 5);
+        assert_eq!(out, [1, 2, 3, 4, 5]);
+        let mut big = [0u8; 18];
+        assert_eq!(f.read_prefix(&mut big), 7);
+    }
+
+    #[test]
+    fn push_stops_at_max_segments() {
+        let b = [0u8; 1];
+        let mut f = RxFrame::default();
+        for _ in 0..MAX_SEGS {
+            assert!(f.push(b.as_ptr(), 1));
+        }
+        assert!(!f.push(b.as_ptr(), 1));
+    }
+}

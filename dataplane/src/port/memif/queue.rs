@@ -1,0 +1,331 @@
+//! memif data path: receive and transmit queues for both roles.
+//!
+//! Counters are free-running `u16`s. The slave writes only `head`, the master
+//! only `tail`:
+//! - master receives on S2M (reads head, writes tail) and transmits on M2S
+//!   into buffers the slave posted (reads head, writes tail);
+//! - slave transmits on S2M from its own buffers (writes head, reads tail)
+//!   and receives on M2S after posting empty buffers (writes head, reads tail).
+//!
+//! Every descriptor is re-read and checked against the mapped regions before
+//! its buffer is touched; a peer that breaks the rules gets a [`QueueFault`].
+
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{fence, Ordering};
+use std::sync::Arc;
+
+use super::region::Regions;
+use super::ring::{Desc, Ring};
+use crate::port::{QueueFault, RxBurst, RxQueue, TxError, TxFrame, TxQueue};
+use crate::reactor::kick_eventfd;
+use crate::wire::memif::{DESC_FLAG_NEXT, RING_FLAG_MASK_INT};
+
+/// Longest descriptor chain we write for one frame.
+pub const MAX_TX_CHAIN: u16 = 64;
+
+/// Which end of the connection we are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// We listen; the peer owns the memory.
+    Master,
+    /// We connect and own the memory.
+    Slave,
+}
+
+/// Where a slave's own buffers for one ring are: buffer for slot `i` is at
+/// `first + (i & mask) * size` in region 0.
+#[derive(Debug, Clone, Copy)]
+pub struct OwnBuffers {
+    /// Offset of the buffer of slot 0.
+    pub first: u32,
+    /// Buffer size.
+    pub size: u32,
+}
+
+impl OwnBuffers {
+    #[inline]
+    fn desc(&self, ring: &Ring, slot: u16, length: u32, flags: u16) -> Desc {
+        let i = u32::from(slot) & (ring.size() - 1);
+        Desc {
+            flags,
+            region: 0,
+            length,
+            offset: self.first + i * self.size,
+        }
+    }
+}
+
+/// A receive queue.
+pub struct MemifRx {
+    side: Side,
+    ring: Ring,
+    regions: Arc<Regions>,
+    irq: OwnedFd,
+    cursor: u16,
+    consumed: u16,
+    /// Slave only: our posting counter and buffers.
+    posted: u16,
+    own: Option<OwnBuffers>,
+}
+
+impl MemifRx {
+    /// Wraps a ring we receive on. The slave side posts every buffer now.
+    pub fn new(side: Side, ring: Ring, regions: Arc<Regions>, irq: OwnedFd, own: Option<OwnBuffers>) -> MemifRx {
+        let mut q = MemifRx {
+            side,
+            ring,
+            regions,
+            irq,
+            cursor: 0,
+            consumed: 0,
+            posted: 0,
+            own,
+        };
+        match side {
+            Side::Master => q.ring.set_tail(0),
+            Side::Slave => {
+                q.ring.set_head(0);
+                q.refill();
+            }
+        }
+        // Start in polling mode; the worker unmasks before it sleeps.
+        q.ring.set_flags(RING_FLAG_MASK_INT);
+        q
+    }
+
+    fn refill(&mut self) {
+        let Some(own) = self.own else { return };
+        let target = self.cursor.wrapping_add(self.ring.size() as u16);
+        let mut h = self.posted;
+        while h != target {
+            self.ring.set_desc(h, own.desc(&self.ring, h, own.size, 0));
+            h = h.wrapping_add(1);
+        }
+        self.posted = h;
+        self.ring.set_head(h);
+    }
+
+    #[inline]
+    fn peer_counter(&self) -> u16 {
+        match self.side {
+            Side::Master => self.ring.head(),
+            Side::Slave => self.ring.tail(),
+        }
+    }
+}
+
+impl RxQueue for MemifRx {
+    fn rx_burst(&mut self, burst: &mut RxBurst) -> Result<usize, QueueFault> {
+        let limit = self.peer_counter();
+        let avail = limit.wrapping_sub(self.cursor);
+        let allowed = match self.side {
+            Side::Master => self.ring.size(),
+            Side::Slave => u32::from(self.posted.wrapping_sub(self.cursor)),
+        };
+        if u32::from(avail) > allowed {
+            return Err(QueueFault::BadRingIndex {
+                what: if self.side == Side::Master { "s2m head" } else { "m2s tail" },
+                cursor: self.cursor,
+                peer: limit,
+                size: self.ring.size(),
+            });
+        }
+        let mut slot = self.cursor;
+        while slot != limit && !burst.is_full() {
+            let start = slot;
+            let frame = burst.next_slot();
+            let mut fits = true;
+            loop {
+                let d = self.ring.desc(slot);
+                let ptr = self
+                    .regions
+                    .resolve(d.region, d.offset, d.length)
+                    .ok_or(QueueFault::BadDescriptor {
+                        slot,
+                        region: d.region,
+                        offset: d.offset,
+                        length: d.length,
+                    })?;
+                fits &= frame.push(ptr, d.length);
+                slot = slot.wrapping_add(1);
+                if d.flags & DESC_FLAG_NEXT == 0 {
+                    break;
+                }
+                if slot == limit {
+                    return Err(QueueFault::UnterminatedChain { slot: start });
+                }
+            }
+            if fits {
+                burst.commit();
+            } else {
+                burst.dropped += 1;
+            }
+        }
+        self.consumed = slot.wrapping_sub(self.cursor);
+        Ok(burst.len())
+    }
+
+    fn release(&mut self) {
+        if self.consumed == 0 {
+            return;
+        }
+        self.cursor = self.cursor.wrapping_add(self.consumed);
+        self.consumed = 0;
+        match self.side {
+            Side::Master => self.ring.set_tail(self.cursor),
+            Side::Slave => self.refill(),
+        }
+    }
+
+    fn interrupt_fd(&self) -> Option<RawFd> {
+        Some(self.irq.as_raw_fd())
+    }
+
+    fn set_interrupt(&mut self, enabled: bool) {
+        self.ring.set_flags(if enabled { 0 } else { RING_FLAG_MASK_INT });
+    }
+
+    fn has_pending(&self) -> bool {
+        // Order our flag store before reading the peer's counter, so a frame
+        // enqueued just before we unmasked is seen here.
+        fence(Ordering::SeqCst);
+        self.peer_counter() != self.cursor
+    }
+}
+
+/// A transmit queue.
+pub struct MemifTx {
+    side: Side,
+    ring: Ring,
+    regions: Arc<Regions>,
+    irq: OwnedFd,
+    cursor: u16,
+    published: u16,
+    limit: u16,
+    own: Option<OwnBuffers>,
+}
+
+impl MemifTx {
+    /// Wraps a ring we transmit on.
+    pub fn new(side: Side, ring: Ring, regions: Arc<Regions>, irq: OwnedFd, own: Option<OwnBuffers>) -> MemifTx {
+        match side {
+            Side::Master => ring.set_tail(0),
+            Side::Slave => ring.set_head(0),
+        }
+        MemifTx {
+            side,
+            ring,
+            regions,
+            irq,
+            cursor: 0,
+            published: 0,
+            limit: 0,
+            own,
+        }
+    }
+
+    /// Re-reads the peer's counter; returns the new limit of fillable slots.
+    fn refresh(&mut self) -> Result<(), QueueFault> {
+        let size = self.ring.size();
+        match self.side {
+            Side::Master => {
+                let head = self.ring.head();
+                if u32::from(head.wrapping_sub(self.cursor)) > size {
+                    return Err(QueueFault::BadRingIndex {
+                        what: "m2s head",
+                        cursor: self.cursor,
+                        peer: head,
+                        size,
+                    });
+                }
+                self.limit = head;
+            }
+            Side::Slave => {
+                let tail = self.ring.tail();
+                if u32::from(self.published.wrapping_sub(tail)) > size {
+                    return Err(QueueFault::BadRingIndex {
+                        what: "s2m tail",
+                        cursor: self.published,
+                        peer: tail,
+                        size,
+                    });
+                }
+                self.limit = tail.wrapping_add(size as u16);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl TxQueue for MemifTx {
+    fn tx(&mut self, frame: &TxFrame<'_>) -> Result<(), TxError> {
+        let mut reader = frame.reader();
+        let start = self.cursor;
+        let mut slot = start;
+        loop {
+            if slot == self.limit {
+                self.refresh().map_err(TxError::Fault)?;
+                if slot == self.limit {
+                    return Err(TxError::Full);
+                }
+            }
+            let (ptr, cap) = match (self.side, self.own) {
+                (Side::Slave, Some(own)) => {
+                    let d = own.desc(&self.ring, slot, own.size, 0);
+                    let p = self
+                        .regions
+                        .resolve(0, d.offset, own.size)
+                        .ok_or(TxError::Fault(QueueFault::Other("own buffer outside region".into())))?;
+                    (p, own.size)
+                }
+                _ => {
+                    let d = self.ring.desc(slot);
+                    let p = self.regions.resolve(d.region, d.offset, d.length).ok_or(TxError::Fault(
+                        QueueFault::BadDescriptor {
+                            slot,
+                            region: d.region,
+                            offset: d.offset,
+                            length: d.length,
+                        },
+                    ))?;
+                    (p, d.length)
+                }
+            };
+            // SAFETY: `ptr..ptr+cap` was checked to lie in a mapped region; the
+            // source frame is in another port's memory (or another buffer).
+            let n = unsafe { reader.copy_to(ptr, cap as usize) } as u32;
+            let more = reader.remaining() > 0;
+            let flags = if more { DESC_FLAG_NEXT } else { 0 };
+            match self.own {
+                Some(own) if self.side == Side::Slave => self.ring.set_desc(slot, own.desc(&self.ring, slot, n, flags)),
+                _ => self.ring.set_len_flags(slot, n, flags),
+            }
+            slot = slot.wrapping_add(1);
+            if !more {
+                break;
+            }
+            if slot.wrapping_sub(start) >= MAX_TX_CHAIN {
+                return Err(TxError::TooLong);
+            }
+        }
+        self.cursor = slot;
+        Ok(())
+    }
+
+    fn flush(&mut self) {
+        if self.cursor == self.published {
+            return;
+        }
+        match self.side {
+            Side::Master => self.ring.set_tail(self.cursor),
+            Side::Slave => self.ring.set_head(self.cursor),
+        }
+        self.published = self.cursor;
+        // Our counter store must be visible before we read whether the peer
+        // sleeps, or a peer unmasking at this instant could miss the frames.
+        fence(Ordering::SeqCst);
+        if self.ring.flags() & RING_FLAG_MASK_INT == 0 {
+            kick_eventfd(self.irq.as_raw_fd());
+        }
+    }
+}

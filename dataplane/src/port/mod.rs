@@ -1,0 +1,199 @@
+//! Ports: the switch's attachments to peers.
+//!
+//! Two seams separate port kinds from the switch core:
+//! - [`Port`] is the control-plane side (sockets, handshakes, link state), driven
+//!   by the control thread's reactor.
+//! - [`RxQueue`] / [`TxQueue`] are the data-plane side, polled by workers in
+//!   bursts. A received frame is a list of [`Segment`]s that point into the
+//!   peer's shared memory; transmit copies straight from them into the
+//!   destination's buffers, so a frame is copied exactly once.
+
+pub mod frame;
+pub mod memif;
+
+use std::os::fd::RawFd;
+use std::time::Instant;
+
+pub use frame::{FrameReader, RxBurst, RxFrame, Segment, TxFrame, BURST_SIZE, MAX_SEGS};
+
+use crate::dataplane::{Dataplane, PortId};
+use crate::reactor::Reactor;
+
+/// A peer broke the shared-memory protocol; its port must be reset.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QueueFault {
+    /// A descriptor points outside the peer's regions.
+    #[error("descriptor {slot}: region {region} offset {offset} length {length} outside the shared memory")]
+    BadDescriptor {
+        /// Ring slot.
+        slot: u16,
+        /// Region index.
+        region: u16,
+        /// Offset.
+        offset: u32,
+        /// Length.
+        length: u32,
+    },
+    /// A ring counter moved outside what the protocol allows.
+    #[error("ring counter out of range: {what} (cursor {cursor}, peer {peer}, size {size})")]
+    BadRingIndex {
+        /// Which counter.
+        what: &'static str,
+        /// Our position.
+        cursor: u16,
+        /// The peer's value.
+        peer: u16,
+        /// Ring size.
+        size: u32,
+    },
+    /// A descriptor chain never ends inside the published part of the ring.
+    #[error("descriptor chain at slot {slot} runs past the published descriptors")]
+    UnterminatedChain {
+        /// First slot of the chain.
+        slot: u16,
+    },
+    /// Descriptor chain or guest-memory fault described by text (other port kinds).
+    #[error("{0}")]
+    Other(String),
+}
+
+/// Why a transmit did not take a frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TxError {
+    /// No free descriptor or buffer: the peer is not draining.
+    Full,
+    /// The frame does not fit what the peer offered.
+    TooLong,
+    /// The peer broke the ring.
+    Fault(QueueFault),
+}
+
+/// Receive side of one queue, owned by one worker at a time.
+pub trait RxQueue: Send {
+    /// Fills `burst` with up to its capacity of frames. The frames' memory
+    /// stays valid until [`RxQueue::release`].
+    fn rx_burst(&mut self, burst: &mut RxBurst) -> Result<usize, QueueFault>;
+    /// Returns the buffers of the last burst to the peer.
+    fn release(&mut self);
+    /// The eventfd the peer signals when it enqueues while we sleep.
+    fn interrupt_fd(&self) -> Option<RawFd>;
+    /// Asks the peer to signal (`true`) or not (`false`) on enqueue.
+    fn set_interrupt(&mut self, enabled: bool);
+    /// True when frames are waiting (checked after enabling interrupts).
+    fn has_pending(&self) -> bool;
+}
+
+/// Transmit side of one queue. May be shared by workers (see `TxSlot`).
+pub trait TxQueue: Send {
+    /// Copies one frame into the peer's buffers (published at [`TxQueue::flush`]).
+    fn tx(&mut self, frame: &TxFrame<'_>) -> Result<(), TxError>;
+    /// Publishes what was queued since the last flush and signals the peer if
+    /// it asked for interrupts.
+    fn flush(&mut self);
+}
+
+/// Queues a connected port hands to the data plane.
+#[derive(Default)]
+pub struct PortQueues {
+    /// Receive queues.
+    pub rx: Vec<Box<dyn RxQueue>>,
+    /// Transmit queues.
+    pub tx: Vec<Box<dyn TxQueue>>,
+}
+
+/// Port kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PortKind {
+    /// memif (VPP/DPDK/libmemif shared-memory interface).
+    Memif,
+    /// vhost-user (virtio backend).
+    VhostUser,
+}
+
+/// What `port list` shows about a port's connection.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct PortStatus {
+    /// True while a peer is connected and frames can pass.
+    pub link_up: bool,
+    /// The peer's self-reported name, if any.
+    pub peer: Option<String>,
+    /// Receive queues in use.
+    pub rx_queues: usize,
+    /// Transmit queues in use.
+    pub tx_queues: usize,
+    /// Why the link last went down.
+    pub last_error: Option<String>,
+    /// Times the link came up.
+    pub connects: u64,
+    /// Times the peer was disconnected for breaking the protocol.
+    pub faults: u64,
+}
+
+/// Error starting a port.
+#[derive(Debug, thiserror::Error)]
+pub enum PortError {
+    /// The socket path is unusable.
+    #[error("socket {path}: {source}")]
+    Socket {
+        /// Path.
+        path: String,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// Another port or process owns the socket.
+    #[error("socket {0} is in use by a running process")]
+    SocketInUse(String),
+    /// Anything else.
+    #[error("{0}")]
+    Other(String),
+}
+
+/// What a port may do to the rest of the switch while handling an event.
+pub struct PortCtx<'a> {
+    /// This port's slot.
+    pub id: PortId,
+    /// The control thread's reactor (register fds with sub-tokens).
+    pub reactor: &'a Reactor,
+    /// The data plane (attach and detach queues).
+    pub dp: &'a Dataplane,
+}
+
+impl PortCtx<'_> {
+    /// Watches `fd` for readability; events arrive as [`Port::on_ready`] with `sub`.
+    pub fn watch(&self, fd: RawFd, sub: u32) -> std::io::Result<()> {
+        self.reactor.add(fd, crate::reactor::Token::port(self.id, sub))
+    }
+    /// Stops watching `fd`.
+    pub fn unwatch(&self, fd: RawFd) {
+        self.reactor.remove(fd);
+    }
+    /// Hands connected queues to the workers and marks the link up.
+    pub fn attach(&self, queues: PortQueues) {
+        self.dp.attach_queues(self.id, queues);
+    }
+    /// Takes the queues back from the workers and marks the link down.
+    pub fn detach(&self) {
+        self.dp.detach_queues(self.id);
+    }
+}
+
+/// The control-plane side of a port kind.
+pub trait Port: Send {
+    /// Kind.
+    fn kind(&self) -> PortKind;
+    /// Opens sockets (listen or first connect attempt).
+    fn start(&mut self, cx: &PortCtx<'_>) -> Result<(), PortError>;
+    /// An fd registered with sub-token `sub` is readable (or hung up).
+    fn on_ready(&mut self, cx: &PortCtx<'_>, sub: u32);
+    /// When the port next wants [`Port::on_timer`].
+    fn deadline(&self) -> Option<Instant>;
+    /// The deadline passed.
+    fn on_timer(&mut self, cx: &PortCtx<'_>, now: Instant);
+    /// A worker found the peer breaking the protocol: drop the connection.
+    fn on_fault(&mut self, cx: &PortCtx<'_>, reason: &str);
+    /// Connection state.
+    fn status(&self) -> PortStatus;
+    /// Disconnects the peer and removes sockets this port created.
+    fn stop(&mut self, cx: &PortCtx<'_>);
+}

@@ -1,0 +1,268 @@
+//! The L2 switching core: bridge domains, learning, flooding and VLANs.
+//!
+//! It knows frames and queues, not protocols: frames come in as [`RxFrame`]s
+//! from any port kind and leave through any [`crate::port::TxQueue`].
+//!
+//! VLAN model (as Open vSwitch's access and trunk ports):
+//! - an access port (`vlan = Some(v)`) carries untagged frames of VLAN `v`;
+//!   tagged frames arriving on it are dropped (priority tags, VID 0, are
+//!   accepted and stripped);
+//! - a trunk port (`vlan = None`) carries every VLAN: tagged frames keep their
+//!   tag, untagged frames belong to VLAN 0 and leave untagged.
+
+pub mod mac_table;
+
+use crate::dataplane::{bump, Dataplane, PortId, ViewPort, WorkerView};
+use crate::port::{RxFrame, TxError, TxFrame};
+use crate::wire::ethernet::{ETHERTYPE_VLAN, HEADER_LEN, VLAN_TAG_LEN};
+use crate::wire::MacAddr;
+use mac_table::MacEntry;
+
+/// Why a frame was dropped; each has a counter per port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(usize)]
+pub enum DropReason {
+    /// Shorter than an Ethernet header.
+    Runt = 0,
+    /// Tagged frame on an access port.
+    VlanFiltered = 1,
+    /// The destination MAC was learned on the ingress port (no hairpin).
+    Hairpin = 2,
+    /// The destination ring had no free buffer.
+    NoBuffer = 3,
+    /// The destination is not connected.
+    LinkDown = 4,
+    /// The frame does not fit the destination's buffers.
+    TooLong = 5,
+    /// The ingress port is in no bridge.
+    NoBridge = 6,
+    /// More buffers in one frame than the switch follows.
+    TooManySegments = 7,
+}
+
+impl DropReason {
+    /// Number of reasons.
+    pub const COUNT: usize = 8;
+    /// Every reason, in counter order.
+    pub const ALL: [DropReason; DropReason::COUNT] = [
+        DropReason::Runt,
+        DropReason::VlanFiltered,
+        DropReason::Hairpin,
+        DropReason::NoBuffer,
+        DropReason::LinkDown,
+        DropReason::TooLong,
+        DropReason::NoBridge,
+        DropReason::TooManySegments,
+    ];
+    /// Stable name used in stats output.
+    pub fn name(self) -> &'static str {
+        match self {
+            DropReason::Runt => "runt",
+            DropReason::VlanFiltered => "vlan_filtered",
+            DropReason::Hairpin => "hairpin",
+            DropReason::NoBuffer => "no_buffer",
+            DropReason::LinkDown => "link_down",
+            DropReason::TooLong => "too_long",
+            DropReason::NoBridge => "no_bridge",
+            DropReason::TooManySegments => "too_many_segments",
+        }
+    }
+}
+
+/// Per-worker scratch state for forwarding, sized when the view changes so
+/// that forwarding itself never allocates.
+#[derive(Default)]
+pub struct Forwarder {
+    touched: Vec<bool>,
+    touched_list: Vec<PortId>,
+}
+
+/// A frame's L2 facts, parsed from a private copy of its first bytes.
+struct L2 {
+    hdr: [u8; HEADER_LEN + VLAN_TAG_LEN],
+    dst: MacAddr,
+    src: MacAddr,
+    tagged: bool,
+    vid: u16,
+}
+
+fn parse_l2(frame: &RxFrame) -> Result<L2, DropReason> {
+    let mut hdr = [0u8; HEADER_LEN + VLAN_TAG_LEN];
+    let n = frame.read_prefix(&mut hdr);
+    if n < HEADER_LEN {
+        return Err(DropReason::Runt);
+    }
+    let ethertype = u16::from_be_bytes([hdr[12], hdr[13]]);
+    let tagged = ethertype == ETHERTYPE_VLAN;
+    if tagged && n < HEADER_LEN + VLAN_TAG_LEN {
+        return Err(DropReason::Runt);
+    }
+    let vid = if tagged {
+        u16::from_be_bytes([hdr[14], hdr[15]]) & 0x0fff
+    } else {
+        0
+    };
+    Ok(L2 {
+        dst: MacAddr::from_bytes(&hdr[0..6]),
+        src: MacAddr::from_bytes(&hdr[6..12]),
+        hdr,
+        tagged,
+        vid,
+    })
+}
+
+impl Forwarder {
+    /// Resizes scratch state for a new view.
+    pub fn resize(&mut self, view: &WorkerView) {
+        self.touched = vec![false; view.ports.len()];
+        self.touched_list = Vec::with_capacity(view.ports.len());
+    }
+
+    /// Switches one received burst from `in_port`. `w` is the worker index.
+    pub fn forward_burst(&mut self, dp: &Dataplane, view: &WorkerView, w: usize, in_port: PortId, frames: &[RxFrame]) {
+        let Some(inp) = view.ports.get(in_port as usize).and_then(Option::as_ref) else {
+            return;
+        };
+        let in_counters = inp.shared.counters(w);
+        let bytes: u64 = frames.iter().map(|f| u64::from(f.len)).sum();
+        bump(&in_counters.rx_packets, frames.len() as u64);
+        bump(&in_counters.rx_bytes, bytes);
+
+        let Some(bridge_id) = inp.bridge else {
+            bump(&in_counters.drops[DropReason::NoBridge as usize], frames.len() as u64);
+            return;
+        };
+        let Some(bridge) = view.bridges.get(bridge_id as usize).and_then(Option::as_ref) else {
+            bump(&in_counters.drops[DropReason::NoBridge as usize], frames.len() as u64);
+            return;
+        };
+        let now = dp.now_secs();
+
+        for frame in frames {
+            let l2 = match parse_l2(frame) {
+                Ok(l2) => l2,
+                Err(r) => {
+                    bump(&in_counters.drops[r as usize], 1);
+                    continue;
+                }
+            };
+            // The VLAN this frame belongs to inside the bridge.
+            let domain = match inp.vlan {
+                Some(v) => {
+                    if l2.tagged && l2.vid != 0 {
+                        bump(&in_counters.drops[DropReason::VlanFiltered as usize], 1);
+                        continue;
+                    }
+                    v
+                }
+                None => l2.vid,
+            };
+            if !l2.src.is_multicast() {
+                bridge.macs.learn(
+                    l2.src,
+                    domain,
+                    MacEntry {
+                        port: in_port,
+                        port_gen: inp.generation,
+                        last_seen: now,
+                    },
+                );
+            }
+            let mut unicast = None;
+            if !l2.dst.is_multicast() {
+                if let Some(e) = bridge.macs.lookup(l2.dst, domain) {
+                    if e.port == in_port {
+                        bump(&in_counters.drops[DropReason::Hairpin as usize], 1);
+                        continue;
+                    }
+                    if let Some(p) = view.ports.get(e.port as usize).and_then(Option::as_ref) {
+                        if p.generation == e.port_gen && p.bridge == Some(bridge_id) {
+                            unicast = Some((e.port, p));
+                        }
+                    }
+                }
+            }
+            match unicast {
+                Some((id, p)) => {
+                    self.send(dp, w, id, p, frame, &l2, domain, true);
+                }
+                None => {
+                    for &id in &bridge.ports {
+                        if id == in_port {
+                            continue;
+                        }
+                        if let Some(p) = view.ports.get(id as usize).and_then(Option::as_ref) {
+                            self.send(dp, w, id, p, frame, &l2, domain, false);
+                        }
+                    }
+                }
+            }
+        }
+        self.flush(view);
+    }
+
+    /// Sends one frame to one port of the bridge, rewriting its VLAN tag.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn send(&mut self, dp: &Dataplane, w: usize, id: PortId, p: &ViewPort, frame: &RxFrame, l2: &L2, domain: u16, unicast: bool) {
+        let out_tagged = match p.vlan {
+            Some(v) if v != domain => return, // other VLAN: not a member
+            Some(_) => false,
+            None => domain != 0,
+        };
+        let counters = p.shared.counters(w);
+        let Some(tx) = &p.tx else {
+            if unicast {
+                bump(&counters.drops[DropReason::LinkDown as usize], 1);
+            }
+            return;
+        };
+        if Dataplane::faulted(&p.shared) {
+            return;
+        }
+        let mut push = [0u8; HEADER_LEN + VLAN_TAG_LEN - 2];
+        let txf = match (l2.tagged, out_tagged) {
+            (true, true) | (false, false) => TxFrame::plain(frame),
+            (true, false) => TxFrame {
+                frame,
+                prefix: &l2.hdr[..12],
+                skip: (HEADER_LEN + VLAN_TAG_LEN - 2) as u32,
+            },
+            (false, true) => {
+                push[..12].copy_from_slice(&l2.hdr[..12]);
+                push[12..14].copy_from_slice(&ETHERTYPE_VLAN.to_be_bytes());
+                push[14..16].copy_from_slice(&(domain & 0x0fff).to_be_bytes());
+                TxFrame {
+                    frame,
+                    prefix: &push,
+                    skip: 12,
+                }
+            }
+        };
+        let len = txf.len() as u64;
+        match tx.with(|q| q.tx(&txf)) {
+            Ok(()) => {
+                bump(&counters.tx_packets, 1);
+                bump(&counters.tx_bytes, len);
+            }
+            Err(TxError::Full) => bump(&counters.drops[DropReason::NoBuffer as usize], 1),
+            Err(TxError::TooLong) => bump(&counters.drops[DropReason::TooLong as usize], 1),
+            Err(TxError::Fault(f)) => dp.report_fault(&p.shared, f.to_string()),
+        }
+        if !self.touched[id as usize] {
+            self.touched[id as usize] = true;
+            self.touched_list.push(id);
+        }
+    }
+
+    fn flush(&mut self, view: &WorkerView) {
+        for &id in &self.touched_list {
+            self.touched[id as usize] = false;
+            if let Some(tx) = view.ports[id as usize].as_ref().and_then(|p| p.tx.as_ref()) {
+                tx.with(|q| q.flush());
+            }
+        }
+        self.touched_list.clear();
+    }
+}
+

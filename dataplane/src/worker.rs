@@ -1,0 +1,182 @@
+//! Poll-mode workers.
+//!
+//! Each worker owns a private [`WorkerView`] and polls its receive queues in
+//! bursts. In adaptive mode a worker that has found nothing to do for
+//! `idle_threshold` unmasks its queues' interrupts, checks once more for
+//! frames that raced in, and sleeps in `epoll_wait` on the queues' eventfds
+//! and its own wakeup fd. An idle switch thus costs no CPU.
+
+use std::os::fd::BorrowedFd;
+use std::time::{Duration, Instant};
+
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
+use tracing::{debug, warn};
+
+use crate::dataplane::{bump, Dataplane, WorkerView};
+use crate::port::RxBurst;
+use crate::reactor::drain_eventfd;
+use crate::switch::{DropReason, Forwarder};
+
+/// How workers wait for frames.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PollMode {
+    /// Busy-poll always (lowest latency, one full CPU per worker).
+    Poll,
+    /// Sleep whenever a poll finds nothing.
+    Interrupt,
+    /// Busy-poll while traffic flows, sleep after a quiet spell.
+    #[default]
+    Adaptive,
+}
+
+/// One worker's settings.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// Worker index (0-based).
+    pub index: usize,
+    /// CPU to pin to.
+    pub cpu: Option<usize>,
+    /// Waiting strategy.
+    pub mode: PollMode,
+    /// Quiet time before an adaptive worker sleeps.
+    pub idle_threshold: Duration,
+}
+
+const WAKER_TOKEN: u64 = u64::MAX;
+
+fn pin(cpu: usize) -> nix::Result<()> {
+    let mut set = nix::sched::CpuSet::new();
+    set.set(cpu)?;
+    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set)
+}
+
+fn build_epoll(dp: &Dataplane, w: usize, view: &WorkerView) -> std::io::Result<Epoll> {
+    let ep = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
+    let add = |fd, tok| {
+        // SAFETY: the fd stays open while registered: the waker lives in the
+        // data plane, queue fds in the queues this view holds until the epoll
+        // is dropped and rebuilt.
+        let b = unsafe { BorrowedFd::borrow_raw(fd) };
+        ep.add(b, EpollEvent::new(EpollFlags::EPOLLIN, tok))
+    };
+    add(dp.worker_waker(w).fd(), WAKER_TOKEN)?;
+    for (i, rx) in view.rx.iter().enumerate() {
+        if let Some(fd) = rx.slot.irq_fd {
+            add(fd, i as u64)?;
+        }
+    }
+    Ok(ep)
+}
+
+/// Runs worker `cfg.index` until the data plane stops.
+pub fn run(dp: Dataplane, cfg: WorkerConfig) {
+    let w = cfg.index;
+    if let Some(cpu) = cfg.cpu {
+        match pin(cpu) {
+            Ok(()) => debug!(worker = w, cpu, "pinned"),
+            Err(e) => warn!(worker = w, cpu, "cannot pin worker: {e}"),
+        }
+    }
+    let mut view = WorkerView::default();
+    let mut generation = 0u64;
+    let mut fwd = Forwarder::default();
+    let mut burst = RxBurst::default();
+    let mut epoll: Option<Epoll> = None;
+    let mut idle_since: Option<Instant> = None;
+
+    loop {
+        if dp.stopping() {
+            break;
+        }
+        if dp.generation() != generation {
+            generation = dp.build_view(w, &mut view);
+            fwd.resize(&view);
+            epoll = match build_epoll(&dp, w, &view) {
+                Ok(e) => Some(e),
+                Err(e) => {
+                    warn!(worker = w, "cannot build interrupt set, polling only: {e}");
+                    None
+                }
+            };
+        }
+
+        let mut work = 0usize;
+        for rx in &view.rx {
+            let Some(port) = view.ports.get(rx.port as usize).and_then(Option::as_ref) else {
+                continue;
+            };
+            if Dataplane::faulted(&port.shared) {
+                continue;
+            }
+            let mut q = rx.slot.lock();
+            burst.clear();
+            match q.rx_burst(&mut burst) {
+                Ok(n) => {
+                    if n > 0 {
+                        fwd.forward_burst(&dp, &view, w, rx.port, burst.frames());
+                        work += n;
+                    }
+                    if burst.dropped > 0 {
+                        let c = port.shared.counters(w);
+                        bump(&c.drops[DropReason::TooManySegments as usize], u64::from(burst.dropped));
+                        work += 1;
+                    }
+                    q.release();
+                }
+                Err(fault) => dp.report_fault(&port.shared, fault.to_string()),
+            }
+        }
+
+        if work > 0 {
+            idle_since = None;
+            continue;
+        }
+        let sleep = match cfg.mode {
+            PollMode::Poll => false,
+            PollMode::Interrupt => true,
+            PollMode::Adaptive => {
+                let now = Instant::now();
+                let since = *idle_since.get_or_insert(now);
+                now.duration_since(since) >= cfg.idle_threshold
+            }
+        };
+        if !sleep {
+            std::hint::spin_loop();
+            continue;
+        }
+        match &epoll {
+            Some(ep) => sleep_until_kicked(&dp, w, &view, ep, generation),
+            None => std::thread::sleep(Duration::from_millis(1)),
+        }
+        idle_since = None;
+    }
+}
+
+fn sleep_until_kicked(dp: &Dataplane, w: usize, view: &WorkerView, ep: &Epoll, generation: u64) {
+    let mut pending = false;
+    for rx in &view.rx {
+        let mut q = rx.slot.lock();
+        q.set_interrupt(true);
+        pending |= q.has_pending();
+    }
+    if !pending && dp.generation() == generation && !dp.stopping() {
+        let mut events = [EpollEvent::empty(); 32];
+        // A bounded sleep keeps the worker robust against a lost kick.
+        if let Ok(n) = ep.wait(&mut events, EpollTimeout::from(1000u16)) {
+            for e in &events[..n] {
+                let fd = if e.data() == WAKER_TOKEN {
+                    Some(dp.worker_waker(w).fd())
+                } else {
+                    view.rx.get(e.data() as usize).and_then(|r| r.slot.irq_fd)
+                };
+                if let Some(fd) = fd {
+                    drain_eventfd(fd);
+                }
+            }
+        }
+    }
+    for rx in &view.rx {
+        rx.slot.lock().set_interrupt(false);
+    }
+}
