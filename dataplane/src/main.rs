@@ -169,6 +169,7 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
                         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
                 )
                 .with_writer(std::io::stderr)
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
                 .init();
             let mut cfg = match &config {
                 Some(p) => Config::load(p)?,
@@ -227,7 +228,7 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
                     p.bridge.unwrap_or_else(|| "-".into()),
                     p.vlan.map(|v| v.to_string()).unwrap_or_else(|| "-".into()),
                     p.socket,
-                    p.status.peer.or(p.status.last_error).unwrap_or_default()
+                    if p.status.link_up { p.status.peer } else { p.status.last_error }.unwrap_or_default()
                 );
             }
             Ok(())

@@ -1,0 +1,345 @@
+//! Test harness: the real `switchyard` binary and real `dpdk-testpmd`
+//! processes, each killed by PID and cleaned up on drop.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use switchyard::control::api::{PortInfo, PortStats};
+use switchyard::control::{Client, Request};
+
+/// Tests that start testpmd run one at a time: the machine has two cores.
+pub fn serial() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Polls `f` every 50 ms until it returns `Some`, for at most `limit`.
+pub fn wait_for<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let end = Instant::now() + limit;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        if Instant::now() > end {
+            panic!("timed out after {limit:?} waiting for {what}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn terminate(child: &mut Child, grace: Duration) {
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+    let end = Instant::now() + grace;
+    while Instant::now() < end {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// A running switch daemon with its own temp dir, control socket and state.
+pub struct Switch {
+    pub dir: tempfile::TempDir,
+    pub child: Option<Child>,
+    pub config: PathBuf,
+    log: PathBuf,
+}
+
+impl Switch {
+    /// Starts the daemon with `extra` TOML appended to a base config.
+    pub fn start(extra: &str) -> Switch {
+        let dir = tempfile::Builder::new().prefix("sy-test").tempdir().unwrap();
+        let config = dir.path().join("switchyard.toml");
+        let text = format!(
+            "control_socket = \"{}\"\nstate_dir = \"{}\"\n{}\n",
+            dir.path().join("control.sock").display(),
+            dir.path().join("state").display(),
+            extra
+        );
+        std::fs::write(&config, text).unwrap();
+        let mut s = Switch {
+            log: dir.path().join("switchyard.log"),
+            dir,
+            child: None,
+            config,
+        };
+        s.spawn();
+        s
+    }
+
+    /// (Re)starts the daemon process on the same config and state.
+    pub fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+            .args(["run", "--config"])
+            .arg(&self.config)
+            .env("RUST_LOG", "info")
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("start switchyard");
+        self.child = Some(child);
+        wait_for(Duration::from_secs(10), "the control socket", || {
+            self.client_opt().and_then(|mut c| c.call(&Request::Ping).ok())
+        });
+    }
+
+    /// Stops the daemon with SIGTERM (waits for a clean exit).
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            terminate(&mut c, Duration::from_secs(10));
+        }
+    }
+
+    /// Kills the daemon with SIGKILL.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn control(&self) -> PathBuf {
+        self.dir.path().join("control.sock")
+    }
+
+    pub fn path(&self, name: &str) -> String {
+        self.dir.path().join(name).to_string_lossy().into_owned()
+    }
+
+    fn client_opt(&self) -> Option<Client> {
+        Client::connect(&self.control()).ok()
+    }
+
+    pub fn client(&self) -> Client {
+        Client::connect(&self.control()).expect("connect to control socket")
+    }
+
+    /// Runs the CLI against this daemon.
+    pub fn cli(&self, args: &[&str]) -> std::process::Output {
+        Command::new(env!("CARGO_BIN_EXE_switchyard"))
+            .args(args)
+            .env("SWITCHYARD_CONTROL", self.control())
+            .output()
+            .unwrap()
+    }
+
+    /// Runs the CLI and asserts success; returns stdout.
+    pub fn cli_ok(&self, args: &[&str]) -> String {
+        let o = self.cli(args);
+        assert!(
+            o.status.success(),
+            "switchyard {args:?} failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    pub fn stats(&self, port: &str) -> PortStats {
+        let v: Vec<PortStats> = self
+            .client()
+            .call_as(&Request::Stats {
+                name: Some(port.to_string()),
+            })
+            .unwrap();
+        v.into_iter().next().unwrap()
+    }
+
+    pub fn port(&self, name: &str) -> PortInfo {
+        let v: Vec<PortInfo> = self.client().call_as(&Request::PortList).unwrap();
+        v.into_iter().find(|p| p.name == name).expect("port listed")
+    }
+
+    pub fn wait_link(&self, port: &str, up: bool) {
+        wait_for(Duration::from_secs(15), &format!("link of {port} {}", if up { "up" } else { "down" }), || {
+            (self.stats(port).link_up == up).then_some(())
+        });
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Switch {
+    fn drop(&mut self) {
+        self.stop();
+        if std::thread::panicking() {
+            eprintln!("---- switchyard log ----\n{}", self.log());
+        }
+    }
+}
+
+static PREFIX: AtomicUsize = AtomicUsize::new(0);
+
+/// The testpmd binary; tests fail loudly without it (the test script installs it).
+pub fn testpmd_bin() -> &'static str {
+    let p = "/usr/bin/dpdk-testpmd";
+    assert!(
+        Path::new(p).exists(),
+        "dpdk-testpmd is missing: install dpdk, dpdk-dev and librte-net-memif23 (./scripts/test.sh does)"
+    );
+    p
+}
+
+/// A running `dpdk-testpmd -i`, driven through its stdin.
+pub struct Testpmd {
+    child: Child,
+    stdin: ChildStdin,
+    out: Arc<Mutex<String>>,
+    prefix: String,
+}
+
+impl Testpmd {
+    /// Starts testpmd with the given `--vdev` arguments and testpmd options.
+    pub fn start(vdevs: &[String], opts: &[&str]) -> Testpmd {
+        let prefix = format!("sytest-{}-{}", std::process::id(), PREFIX.fetch_add(1, Ordering::Relaxed));
+        let mut cmd = Command::new("stdbuf");
+        cmd.args(["-oL", "-eL", testpmd_bin()])
+            .args(["--no-huge", "-m", "256", "--no-pci", "--file-prefix", &prefix, "--lcores", "0@0,1@1", "--log-level", "pmd.net.memif:info"]);
+        for v in vdevs {
+            cmd.arg(format!("--vdev={v}"));
+        }
+        cmd.args(["--", "-i", "--total-num-mbufs=8192"]).args(opts);
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start testpmd");
+        let out = Arc::new(Mutex::new(String::new()));
+        for stream in [
+            Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+            Box::new(child.stderr.take().unwrap()),
+        ] {
+            let out = out.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stream).lines() {
+                    let Ok(line) = line else { break };
+                    let mut o = out.lock().unwrap();
+                    o.push_str(&line);
+                    o.push('\n');
+                }
+            });
+        }
+        let stdin = child.stdin.take().unwrap();
+        let t = Testpmd {
+            child,
+            stdin,
+            out,
+            prefix,
+        };
+        t.wait_output(Duration::from_secs(30), "testpmd> ");
+        t
+    }
+
+    pub fn output(&self) -> String {
+        self.out.lock().unwrap().clone()
+    }
+
+    /// Waits until the output contains `needle` (after byte `from`).
+    pub fn wait_output_from(&self, from: usize, limit: Duration, needle: &str) -> String {
+        wait_for(limit, &format!("testpmd to print {needle:?}"), || {
+            let o = self.output();
+            o.get(from..).filter(|s| s.contains(needle)).map(str::to_string)
+        })
+    }
+
+    pub fn wait_output(&self, limit: Duration, needle: &str) -> String {
+        self.wait_output_from(0, limit, needle)
+    }
+
+    /// Sends one command line.
+    pub fn cmd(&mut self, line: &str) {
+        writeln!(self.stdin, "{line}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    /// RX and TX packet counters of `port` ("show port stats").
+    pub fn port_stats(&mut self, port: u16) -> (u64, u64) {
+        let from = self.output().len();
+        self.cmd(&format!("show port stats {port}"));
+        let o = self.wait_output_from(from, Duration::from_secs(10), "Tx-pps");
+        let num = |key: &str| -> u64 {
+            let at = o.find(key).unwrap_or_else(|| panic!("{key} in {o}")) + key.len();
+            o[at..].split_whitespace().next().unwrap().parse().unwrap()
+        };
+        (num("RX-packets:"), num("TX-packets:"))
+    }
+
+    /// RX and TX bytes of `port`.
+    pub fn port_bytes(&mut self, port: u16) -> (u64, u64) {
+        let from = self.output().len();
+        self.cmd(&format!("show port stats {port}"));
+        let o = self.wait_output_from(from, Duration::from_secs(10), "Tx-pps");
+        let num = |key: &str| -> u64 {
+            let at = o.find(key).unwrap() + key.len();
+            o[at..].split_whitespace().next().unwrap().parse().unwrap()
+        };
+        (num("RX-bytes:"), num("TX-bytes:"))
+    }
+
+    /// Waits until `port`'s RX counter reaches `n`; returns the final value
+    /// after a short settle time (so extra frames would be seen too).
+    pub fn wait_rx(&mut self, port: u16, n: u64) -> u64 {
+        let end = Instant::now() + Duration::from_secs(15);
+        loop {
+            let (rx, _) = self.port_stats(port);
+            if rx >= n {
+                std::thread::sleep(Duration::from_millis(300));
+                return self.port_stats(port).0;
+            }
+            if Instant::now() > end {
+                panic!("port {port} received {rx} of {n} frames\n{}", self.output());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Sends `bursts` bursts of 32 frames from every port ("start tx_first").
+    pub fn send_bursts(&mut self, bursts: u32) {
+        self.cmd(&format!("start tx_first {bursts}"));
+        std::thread::sleep(Duration::from_millis(500));
+        let from = self.output().len();
+        self.cmd("stop");
+        self.wait_output_from(from, Duration::from_secs(10), "Done.");
+    }
+
+    /// SIGKILLs testpmd (a crashing peer).
+    pub fn kill9(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Testpmd {
+    fn drop(&mut self) {
+        let _ = writeln!(self.stdin, "quit");
+        let _ = self.stdin.flush();
+        terminate(&mut self.child, Duration::from_secs(5));
+        let _ = std::fs::remove_dir_all(format!("/var/run/dpdk/{}", self.prefix));
+    }
+}
+
+/// A memif vdev argument string.
+pub fn memif_vdev(index: u32, role: &str, socket: &str, extra: &str) -> String {
+    let mut s = format!("net_memif{index},role={role},socket={socket},socket-abstract=no");
+    if !extra.is_empty() {
+        s.push(',');
+        s.push_str(extra);
+    }
+    s
+}

@@ -1,0 +1,264 @@
+//! End-to-end: the real switch binary with real DPDK testpmd memif peers.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{memif_vdev, serial, wait_for, Switch, Testpmd};
+use switchyard::control::api::MacInfo;
+use switchyard::control::Request;
+
+const BRIDGE: &str = "[[bridge]]\nname = \"default\"\n";
+
+fn mac(last: u8) -> String {
+    format!("02:00:00:00:00:{last:02x}")
+}
+
+fn add_port(sw: &Switch, name: &str, role: &str, extra: &[&str]) -> String {
+    let sock = sw.path(&format!("{name}.sock"));
+    let mut args = vec!["port", "add", name, "--kind", "memif", "--role", role, "--socket", &sock];
+    args.extend_from_slice(extra);
+    sw.cli_ok(&args);
+    sock
+}
+
+/// A testpmd memif client (the switch is master) in rxonly mode.
+fn client(sock: &str, m: u8, opts: &[&str]) -> Testpmd {
+    Testpmd::start(
+        &[memif_vdev(0, "client", sock, &format!("mac={}", mac(m)))],
+        &[&["--forward-mode=rxonly"], opts].concat(),
+    )
+}
+
+#[test]
+fn master_role_switches_counted_frames_both_ways_and_learns() {
+    let _g = serial();
+    let sw = Switch::start(BRIDGE);
+    let (sa, sb, sc) = (
+        add_port(&sw, "a", "master", &["--bridge", "default"]),
+        add_port(&sw, "b", "master", &["--bridge", "default"]),
+        add_port(&sw, "c", "master", &["--bridge", "default"]),
+    );
+    let mut a = client(&sa, 0x0a, &[]);
+    let peer_a = format!("--eth-peer=0,{}", mac(0x0a));
+    let mut b = client(&sb, 0x0b, &[&peer_a]);
+    let mut c = client(&sc, 0x0c, &[]);
+    for p in ["a", "b", "c"] {
+        sw.wait_link(p, true);
+    }
+
+    // Unknown destination: flooded to every other port, exactly once each.
+    a.send_bursts(2);
+    assert_eq!(b.wait_rx(0, 64), 64);
+    assert_eq!(c.wait_rx(0, 64), 64);
+    assert_eq!(a.port_stats(0).0, 0, "no hairpin back to the sender");
+
+    // a's MAC was learned on port a.
+    let macs: Vec<MacInfo> = sw
+        .client()
+        .call_as(&Request::MacList {
+            bridge: "default".into(),
+        })
+        .unwrap();
+    assert!(
+        macs.iter().any(|m| m.mac == mac(0x0a) && m.port == "a" && m.vlan == 0),
+        "{macs:?}"
+    );
+    let text = sw.cli_ok(&["mac", "list", "default"]);
+    assert!(text.contains(&mac(0x0a)), "{text}");
+
+    // b sends to a's MAC: unicast to a only, c sees nothing new.
+    b.send_bursts(1);
+    assert_eq!(a.wait_rx(0, 32), 32);
+    assert_eq!(c.port_stats(0).0, 64, "learned unicast must not flood");
+
+    let st = sw.stats("a");
+    assert_eq!((st.totals.rx_packets, st.totals.tx_packets), (64, 32));
+    assert!(st.totals.drops.values().all(|&d| d == 0), "{:?}", st.totals.drops);
+    let st = sw.stats("c");
+    assert_eq!(st.totals.tx_packets, 64);
+    let text = sw.cli_ok(&["stats"]);
+    assert!(text.contains("a ") && text.contains("up"), "{text}");
+}
+
+#[test]
+fn slave_role_reconnects_to_testpmd_servers_and_passes_jumbo_chains() {
+    let _g = serial();
+    let sw = Switch::start(BRIDGE);
+    // The switch is slave: it retries until the servers exist.
+    let sa = add_port(&sw, "sa", "slave", &["--bridge", "default"]);
+    let sb = add_port(&sw, "sb", "slave", &["--bridge", "default", "--ring-size", "512"]);
+    assert!(!sw.stats("sa").link_up);
+    let server = |sock: &str, m: u8| {
+        Testpmd::start(
+            &[memif_vdev(0, "server", sock, &format!("mac={}", mac(m)))],
+            &["--forward-mode=rxonly"],
+        )
+    };
+    let mut a = server(&sa, 0x1a);
+    let mut b = server(&sb, 0x1b);
+    sw.wait_link("sa", true);
+    sw.wait_link("sb", true);
+
+    // 9000-byte frames in 2048-byte buffers: 5-descriptor chains each way.
+    a.cmd("set txpkts 2000,2000,2000,2000,1000");
+    a.send_bursts(1);
+    assert_eq!(b.wait_rx(0, 32), 32);
+    assert_eq!(b.port_bytes(0).0, 32 * 9000);
+    b.send_bursts(2);
+    assert_eq!(a.wait_rx(0, 64), 64);
+    assert_eq!(sw.stats("sb").totals.tx_bytes, 32 * 9000);
+
+    // The server goes away (kill -9) and comes back: the slave reconnects.
+    a.kill9();
+    sw.wait_link("sa", false);
+    let mut a = server(&sa, 0x1a);
+    sw.wait_link("sa", true);
+    b.send_bursts(1);
+    assert_eq!(a.wait_rx(0, 32), 32);
+    let info = sw.port("sa");
+    assert!(info.status.connects >= 2, "{:?}", info.status);
+}
+
+#[test]
+fn vlan_access_ports_are_isolated_and_trunks_carry_tags() {
+    let _g = serial();
+    let sw = Switch::start(BRIDGE);
+    let sa = add_port(&sw, "a", "master", &["--bridge", "default", "--vlan", "10"]);
+    let sb = add_port(&sw, "b", "master", &["--bridge", "default", "--vlan", "10"]);
+    let sc = add_port(&sw, "c", "master", &["--bridge", "default", "--vlan", "20"]);
+    let st = add_port(&sw, "t", "master", &["--bridge", "default"]);
+    let mut a = client(&sa, 0x2a, &[]);
+    let mut b = client(&sb, 0x2b, &[]);
+    let mut c = client(&sc, 0x2c, &[]);
+    // The trunk peer reflects every frame (io forwarding), so tagged frames
+    // come back into the switch through the trunk.
+    let mut t = Testpmd::start(
+        &[memif_vdev(0, "client", &st, &format!("mac={}", mac(0x2d)))],
+        &["--forward-mode=io"],
+    );
+    for p in ["a", "b", "c", "t"] {
+        sw.wait_link(p, true);
+    }
+    for p in [&mut a, &mut b, &mut c, &mut t] {
+        p.cmd("set verbose 1");
+    }
+    t.cmd("start");
+
+    // a (VLAN 10) floods: b gets it directly, t gets it tagged and reflects
+    // it, the switch pops the tag and floods it to a and b. c never sees it.
+    a.send_bursts(1);
+    assert_eq!(b.wait_rx(0, 64), 64);
+    assert_eq!(a.wait_rx(0, 32), 32);
+    assert_eq!(c.port_stats(0).0, 0, "VLAN 20 must not see VLAN 10");
+    assert!(t.output().contains("type=0x8100"), "trunk frames are tagged");
+    assert!(!a.output().contains("type=0x8100"), "access frames are untagged");
+    assert!(!b.output().contains("type=0x8100"), "access frames are untagged");
+
+    // c (VLAN 20): only the trunk and, reflected, c itself.
+    c.send_bursts(1);
+    assert_eq!(c.wait_rx(0, 32), 32);
+    assert_eq!(a.port_stats(0).0, 32);
+    assert_eq!(b.port_stats(0).0, 64);
+    let macs: Vec<MacInfo> = sw
+        .client()
+        .call_as(&Request::MacList {
+            bridge: "default".into(),
+        })
+        .unwrap();
+    assert!(macs.iter().any(|m| m.mac == mac(0x2c) && m.vlan == 20), "{macs:?}");
+}
+
+#[test]
+fn io_forwarding_loop_and_master_peer_restart() {
+    let _g = serial();
+    let sw = Switch::start(BRIDGE);
+    let sa = add_port(&sw, "a", "master", &["--bridge", "default"]);
+    let sb = add_port(&sw, "b", "master", &["--bridge", "default"]);
+    // One testpmd with two memif ports forwarding into each other through the switch.
+    let mut t = Testpmd::start(
+        &[
+            memif_vdev(0, "client", &sa, &format!("mac={}", mac(0x3a))),
+            memif_vdev(1, "client", &sb, &format!("mac={}", mac(0x3b))),
+        ],
+        &["--forward-mode=io"],
+    );
+    sw.wait_link("a", true);
+    sw.wait_link("b", true);
+    t.cmd("start tx_first");
+    wait_for(Duration::from_secs(15), "frames to loop", || {
+        (sw.stats("a").totals.rx_packets > 10_000 && sw.stats("b").totals.rx_packets > 10_000).then_some(())
+    });
+    t.cmd("stop");
+
+    // kill -9 the peer mid-traffic; the port goes down, counters stay.
+    let before = sw.stats("a").totals.rx_packets;
+    t.kill9();
+    sw.wait_link("a", false);
+    sw.wait_link("b", false);
+    assert!(sw.stats("a").totals.rx_packets >= before);
+    assert!(sw.log().contains("link down"), "{}", sw.log());
+
+    // The peer returns: links come back and frames pass.
+    let mut a = client(&sa, 0x3a, &[]);
+    let mut b = client(&sb, 0x3b, &[]);
+    sw.wait_link("a", true);
+    sw.wait_link("b", true);
+    a.send_bursts(1);
+    assert_eq!(b.wait_rx(0, 32), 32);
+    assert_eq!(sw.port("a").status.connects, 2);
+}
+
+#[test]
+fn ports_persist_across_daemon_restarts() {
+    let _g = serial();
+    let mut sw = Switch::start(BRIDGE);
+    sw.cli_ok(&["bridge", "add", "blue"]);
+    let sa = add_port(&sw, "a", "master", &["--bridge", "blue", "--secret", "s3cret", "--id", "7"]);
+    let sb = add_port(&sw, "b", "master", &["--bridge", "blue", "--id", "7"]);
+
+    // Clean stop removes the sockets; restart recreates them from state.
+    sw.stop();
+    assert!(!std::path::Path::new(&sa).exists(), "socket removed on SIGTERM");
+    sw.spawn();
+    assert!(std::path::Path::new(&sa).exists());
+    assert_eq!(sw.port("a").spec.secret.as_deref(), Some("s3cret"));
+
+    // kill -9: the stale sockets are replaced on restart.
+    sw.kill9();
+    sw.spawn();
+    let text = sw.cli_ok(&["port", "list"]);
+    assert!(text.contains("blue"), "{text}");
+
+    let mut a = Testpmd::start(
+        &[memif_vdev(0, "client", &sa, "id=7,secret=s3cret,mac=02:00:00:00:00:4a")],
+        &["--forward-mode=rxonly"],
+    );
+    let mut b = Testpmd::start(
+        &[memif_vdev(0, "client", &sb, "id=7,mac=02:00:00:00:00:4b")],
+        &["--forward-mode=rxonly"],
+    );
+    sw.wait_link("a", true);
+    sw.wait_link("b", true);
+    a.send_bursts(1);
+    assert_eq!(b.wait_rx(0, 32), 32);
+
+    // Deleting a port is persisted too.
+    sw.cli_ok(&["port", "del", "b"]);
+    sw.stop();
+    sw.spawn();
+    let text = sw.cli_ok(&["port", "list"]);
+    assert!(!text.contains("\nb "), "{text}");
+}
+
+#[test]
+fn wrong_secret_keeps_the_link_down() {
+    let _g = serial();
+    let sw = Switch::start(BRIDGE);
+    let sa = add_port(&sw, "a", "master", &["--bridge", "default", "--secret", "right"]);
+    let _a = Testpmd::start(&[memif_vdev(0, "client", &sa, "secret=wrong")], &["--forward-mode=rxonly"]);
+    wait_for(Duration::from_secs(10), "the refusal to be logged", || {
+        sw.log().contains("incorrect secret").then_some(())
+    });
+    assert!(!sw.stats("a").link_up);
+}
