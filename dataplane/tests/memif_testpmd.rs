@@ -112,6 +112,9 @@ fn slave_role_reconnects_to_testpmd_servers_and_passes_jumbo_chains() {
     // The server goes away (kill -9) and comes back: the slave reconnects.
     a.kill9();
     sw.wait_link("sa", false);
+    // DPDK does not replace a stale socket file when it binds: clear it as a
+    // restarted pod would have a fresh directory.
+    std::fs::remove_file(&sa).unwrap();
     let mut a = server(&sa, 0x1a);
     sw.wait_link("sa", true);
     b.send_bursts(1);
@@ -143,7 +146,6 @@ fn vlan_access_ports_are_isolated_and_trunks_carry_tags() {
     for p in [&mut a, &mut b, &mut c, &mut t] {
         p.cmd("set verbose 1");
     }
-    t.cmd("start");
 
     // a (VLAN 10) floods: b gets it directly, t gets it tagged and reflects
     // it, the switch pops the tag and floods it to a and b. c never sees it.
@@ -185,7 +187,7 @@ fn io_forwarding_loop_and_master_peer_restart() {
     );
     sw.wait_link("a", true);
     sw.wait_link("b", true);
-    t.cmd("start tx_first");
+    t.send_bursts(1);
     wait_for(Duration::from_secs(15), "frames to loop", || {
         (sw.stats("a").totals.rx_packets > 10_000 && sw.stats("b").totals.rx_packets > 10_000).then_some(())
     });

@@ -2,7 +2,7 @@
 //! processes, each killed by PID and cleaned up on drop.
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -223,11 +223,14 @@ impl Testpmd {
         ] {
             let out = out.clone();
             std::thread::spawn(move || {
-                for line in BufReader::new(stream).lines() {
-                    let Ok(line) = line else { break };
-                    let mut o = out.lock().unwrap();
-                    o.push_str(&line);
-                    o.push('\n');
+                // Raw chunks, not lines: the "testpmd> " prompt has no newline.
+                let mut stream = stream;
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = stream.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    out.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
                 }
             });
         }
@@ -238,7 +241,11 @@ impl Testpmd {
             out,
             prefix,
         };
+        let mut t = t;
         t.wait_output(Duration::from_secs(30), "testpmd> ");
+        // Forward from the start: testpmd only polls its rx queues while started.
+        t.cmd("start");
+        t.wait_output(Duration::from_secs(10), "forwarding packets");
         t
     }
 
@@ -305,13 +312,15 @@ impl Testpmd {
         }
     }
 
-    /// Sends `bursts` bursts of 32 frames from every port ("start tx_first").
+    /// Sends `bursts` bursts of 32 frames from every port ("start tx_first"),
+    /// then keeps forwarding in the configured mode.
     pub fn send_bursts(&mut self, bursts: u32) {
-        self.cmd(&format!("start tx_first {bursts}"));
-        std::thread::sleep(Duration::from_millis(500));
         let from = self.output().len();
         self.cmd("stop");
         self.wait_output_from(from, Duration::from_secs(10), "Done.");
+        let from = self.output().len();
+        self.cmd(&format!("start tx_first {bursts}"));
+        self.wait_output_from(from, Duration::from_secs(10), "forwarding packets");
     }
 
     /// SIGKILLs testpmd (a crashing peer).

@@ -10,7 +10,7 @@ pub mod socket;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::port::{Port, PortCtx, PortError, PortKind, PortQueues, PortStatus, RxQueue, TxQueue};
 use crate::wire::memif::{Message, MsgType};
@@ -91,7 +91,11 @@ impl MemifPort {
                     started: Instant::now(),
                 });
             }
-            Err(_) => self.retry_at = Some(Instant::now() + RECONNECT_INTERVAL),
+            Err(e) => {
+                debug!(port = %self.name, socket = %self.cfg.socket, "connect failed, retrying: {e}");
+                self.status.last_error = Some(format!("connect: {e}"));
+                self.retry_at = Some(Instant::now() + RECONNECT_INTERVAL);
+            }
         }
     }
 
