@@ -182,8 +182,15 @@ pub fn validate_name(field: &str, name: &str) -> Result<(), ConfigError> {
     if name.is_empty() || name.len() > 64 {
         return Err(invalid(field, "must be 1 to 64 characters"));
     }
-    if !name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')) || name.starts_with('.') {
-        return Err(invalid(field, format!("{name:?} may only hold letters, digits, '-', '_' and '.'")));
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        || name.starts_with('.')
+    {
+        return Err(invalid(
+            field,
+            format!("{name:?} may only hold letters, digits, '-', '_' and '.'"),
+        ));
     }
     Ok(())
 }
@@ -197,11 +204,17 @@ impl PortSpec {
             return Err(invalid(f("socket"), "must not be empty"));
         }
         if self.socket.len() > 107 {
-            return Err(invalid(f("socket"), "longer than a Unix socket path allows (107 bytes)"));
+            return Err(invalid(
+                f("socket"),
+                "longer than a Unix socket path allows (107 bytes)",
+            ));
         }
         if let Some(v) = self.vlan {
             if v == 0 || v > crate::wire::ethernet::VLAN_ID_MAX {
-                return Err(invalid(f("vlan"), format!("{v} is not a VLAN id (1..=4094)")));
+                return Err(invalid(
+                    f("vlan"),
+                    format!("{v} is not a VLAN id (1..=4094)"),
+                ));
             }
         }
         if let Some(b) = &self.bridge {
@@ -209,19 +222,32 @@ impl PortSpec {
         }
         let queues = self.queues.unwrap_or(1);
         if queues == 0 || queues > 255 {
-            return Err(invalid(f("queues"), format!("{queues} is out of range 1..=255")));
+            return Err(invalid(
+                f("queues"),
+                format!("{queues} is out of range 1..=255"),
+            ));
         }
         match self.kind {
             PortKind::Memif => {
                 let side = match self.role.as_str() {
                     "master" | "server" => Side::Master,
                     "slave" | "client" => Side::Slave,
-                    r => return Err(invalid(f("role"), format!("{r:?}: memif roles are master or slave"))),
+                    r => {
+                        return Err(invalid(
+                            f("role"),
+                            format!("{r:?}: memif roles are master or slave"),
+                        ))
+                    }
                 };
                 let mode = match self.mode.as_deref().unwrap_or("ethernet") {
                     "ethernet" => Mode::Ethernet,
                     "ip" => Mode::Ip,
-                    m => return Err(invalid(f("mode"), format!("{m:?}: expected ethernet or ip"))),
+                    m => {
+                        return Err(invalid(
+                            f("mode"),
+                            format!("{m:?}: expected ethernet or ip"),
+                        ))
+                    }
                 };
                 if mode == Mode::Ip {
                     return Err(invalid(
@@ -231,11 +257,17 @@ impl PortSpec {
                 }
                 let ring = self.ring_size.unwrap_or(1024);
                 if !ring.is_power_of_two() || !(2..=16384).contains(&ring) {
-                    return Err(invalid(f("ring_size"), format!("{ring} is not a power of two in 2..=16384")));
+                    return Err(invalid(
+                        f("ring_size"),
+                        format!("{ring} is not a power of two in 2..=16384"),
+                    ));
                 }
                 let bs = self.buffer_size.unwrap_or(2048);
                 if !(128..=65535).contains(&bs) {
-                    return Err(invalid(f("buffer_size"), format!("{bs} is out of range 128..=65535")));
+                    return Err(invalid(
+                        f("buffer_size"),
+                        format!("{bs} is out of range 128..=65535"),
+                    ));
                 }
                 if let Some(s) = &self.secret {
                     if s.len() > 23 || s.contains('\0') {
@@ -256,7 +288,10 @@ impl PortSpec {
                     },
                 }))
             }
-            PortKind::VhostUser => Err(invalid(f("kind"), "vhost-user ports are not available in this build")),
+            PortKind::VhostUser => Err(invalid(
+                f("kind"),
+                "vhost-user ports are not available in this build",
+            )),
         }
     }
 }
@@ -287,7 +322,10 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let d = &self.dataplane;
         if d.workers == 0 || d.workers > 64 {
-            return Err(invalid("dataplane.workers", format!("{} is out of range 1..=64", d.workers)));
+            return Err(invalid(
+                "dataplane.workers",
+                format!("{} is out of range 1..=64", d.workers),
+            ));
         }
         if d.cpus.len() > d.workers {
             return Err(invalid("dataplane.cpus", "more CPUs than workers"));
@@ -302,7 +340,10 @@ impl Config {
         for (i, b) in self.bridges.iter().enumerate() {
             validate_name(&format!("bridge[{i}].name"), &b.name)?;
             if !names.insert(b.name.as_str()) {
-                return Err(invalid(format!("bridge[{i}].name"), format!("duplicate bridge {:?}", b.name)));
+                return Err(invalid(
+                    format!("bridge[{i}].name"),
+                    format!("duplicate bridge {:?}", b.name),
+                ));
             }
         }
         let mut pnames = std::collections::HashSet::new();
@@ -310,11 +351,17 @@ impl Config {
             let at = format!("port[{i}].");
             p.validate(&at)?;
             if !pnames.insert(p.name.as_str()) {
-                return Err(invalid(format!("{at}name"), format!("duplicate port {:?}", p.name)));
+                return Err(invalid(
+                    format!("{at}name"),
+                    format!("duplicate port {:?}", p.name),
+                ));
             }
             if let Some(b) = &p.bridge {
                 if !names.contains(b.as_str()) {
-                    return Err(invalid(format!("{at}bridge"), format!("no bridge named {b:?}")));
+                    return Err(invalid(
+                        format!("{at}bridge"),
+                        format!("no bridge named {b:?}"),
+                    ));
                 }
             }
         }
@@ -348,17 +395,23 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.starts_with("port[0].ring_size:"), "{e}");
-        let e = Config::parse("[[port]]\nname='p'\nkind='memif'\nrole='boss'\nsocket='/x'\n").unwrap_err().to_string();
-        assert!(e.starts_with("port[0].role:"), "{e}");
-        let e = Config::parse("[[port]]\nname='p'\nkind='memif'\nrole='master'\nsocket='/x'\nbridge='nope'\n")
+        let e = Config::parse("[[port]]\nname='p'\nkind='memif'\nrole='boss'\nsocket='/x'\n")
             .unwrap_err()
             .to_string();
+        assert!(e.starts_with("port[0].role:"), "{e}");
+        let e = Config::parse(
+            "[[port]]\nname='p'\nkind='memif'\nrole='master'\nsocket='/x'\nbridge='nope'\n",
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.starts_with("port[0].bridge:"), "{e}");
         let e = Config::parse("wrkers = 3\n").unwrap_err().to_string();
         assert!(e.contains("wrkers"), "{e}");
-        let e = Config::parse("[[port]]\nname='p'\nkind='memif'\nrole='master'\nsocket='/x'\nvlan=4095\n")
-            .unwrap_err()
-            .to_string();
+        let e = Config::parse(
+            "[[port]]\nname='p'\nkind='memif'\nrole='master'\nsocket='/x'\nvlan=4095\n",
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.starts_with("port[0].vlan:"), "{e}");
         assert!(validate_name("name", "../x").is_err());
         assert!(validate_name("name", "eth0.100").is_ok());

@@ -255,7 +255,9 @@ impl Dataplane {
                 generation: AtomicU64::new(1),
                 table: Mutex::new(DpTable::default()),
                 workers,
-                worker_wakers: (0..workers).map(|_| Waker::new()).collect::<Result<_, _>>()?,
+                worker_wakers: (0..workers)
+                    .map(|_| Waker::new())
+                    .collect::<Result<_, _>>()?,
                 fault_waker: Waker::new()?,
                 clock: AtomicU32::new(0),
                 epoch: Instant::now(),
@@ -363,7 +365,12 @@ impl Dataplane {
     }
 
     /// Adds a port (no queues until it connects).
-    pub fn add_port(&self, name: &str, bridge: Option<BridgeId>, vlan: Option<u16>) -> (PortId, Arc<PortShared>) {
+    pub fn add_port(
+        &self,
+        name: &str,
+        bridge: Option<BridgeId>,
+        vlan: Option<u16>,
+    ) -> (PortId, Arc<PortShared>) {
         let shared = Arc::new(PortShared::new(name, self.inner.workers));
         let mut t = self.table();
         let id = match t.ports.iter().position(Option::is_none) {
@@ -384,7 +391,10 @@ impl Dataplane {
             rx: Vec::new(),
             tx: Vec::new(),
         });
-        if let Some(b) = bridge.and_then(|b| t.bridges.get_mut(b as usize)).and_then(Option::as_mut) {
+        if let Some(b) = bridge
+            .and_then(|b| t.bridges.get_mut(b as usize))
+            .and_then(Option::as_mut)
+        {
             b.ports.push(id as PortId);
         }
         drop(t);
@@ -399,7 +409,11 @@ impl Dataplane {
             return;
         };
         let mut macs = None;
-        if let Some(b) = p.bridge.and_then(|b| t.bridges.get_mut(b as usize)).and_then(Option::as_mut) {
+        if let Some(b) = p
+            .bridge
+            .and_then(|b| t.bridges.get_mut(b as usize))
+            .and_then(Option::as_mut)
+        {
             b.ports.retain(|&x| x != id);
             macs = Some(b.macs.clone());
         }
@@ -414,17 +428,16 @@ impl Dataplane {
     pub fn attach_queues(&self, id: PortId, q: PortQueues) {
         let mut t = self.table();
         if let Some(p) = t.ports.get_mut(id as usize).and_then(Option::as_mut) {
-            p.rx = q
-                .rx
-                .into_iter()
-                .map(|q| {
-                    let irq_fd = q.interrupt_fd();
-                    Arc::new(RxSlot {
-                        queue: Mutex::new(q),
-                        irq_fd,
+            p.rx =
+                q.rx.into_iter()
+                    .map(|q| {
+                        let irq_fd = q.interrupt_fd();
+                        Arc::new(RxSlot {
+                            queue: Mutex::new(q),
+                            irq_fd,
+                        })
                     })
-                })
-                .collect();
+                    .collect();
             p.tx = q.tx.into_iter().map(|q| Arc::new(TxSlot::new(q))).collect();
             p.shared.link_up.store(true, Ordering::Relaxed);
         }
@@ -442,7 +455,11 @@ impl Dataplane {
             p.shared.link_up.store(false, Ordering::Relaxed);
             p.shared.fault_flag.store(false, Ordering::Relaxed);
             if let Some(b) = p.bridge {
-                macs = t.bridges.get(b as usize).and_then(Option::as_ref).map(|b| b.macs.clone());
+                macs = t
+                    .bridges
+                    .get(b as usize)
+                    .and_then(Option::as_ref)
+                    .map(|b| b.macs.clone());
             }
         }
         drop(t);
@@ -469,7 +486,13 @@ impl Dataplane {
         for (i, p) in t.ports.iter().enumerate() {
             if let Some(p) = p {
                 if p.shared.fault_flag.load(Ordering::Acquire) {
-                    if let Some(r) = p.shared.fault.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                    if let Some(r) = p
+                        .shared
+                        .fault
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .take()
+                    {
                         out.push((i as PortId, r));
                     }
                 }

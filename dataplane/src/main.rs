@@ -158,7 +158,9 @@ fn main() {
 fn real_main(cli: Cli) -> anyhow::Result<()> {
     let control = cli.control.clone();
     let client = || -> anyhow::Result<Client> {
-        let path = control.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_CONTROL_SOCKET));
+        let path = control
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_CONTROL_SOCKET));
         Ok(Client::connect(&path)?)
     };
     match cli.cmd {
@@ -228,7 +230,12 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
                     p.bridge.unwrap_or_else(|| "-".into()),
                     p.vlan.map(|v| v.to_string()).unwrap_or_else(|| "-".into()),
                     p.socket,
-                    if p.status.link_up { p.status.peer } else { p.status.last_error }.unwrap_or_default()
+                    if p.status.link_up {
+                        p.status.peer
+                    } else {
+                        p.status.last_error
+                    }
+                    .unwrap_or_default()
                 );
             }
             Ok(())
@@ -260,7 +267,11 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
                     s.totals.rx_bytes,
                     s.totals.tx_packets,
                     s.totals.tx_bytes,
-                    if drops.is_empty() { "-".into() } else { drops.join(" ") }
+                    if drops.is_empty() {
+                        "-".into()
+                    } else {
+                        drops.join(" ")
+                    }
                 );
             }
             Ok(())
@@ -297,7 +308,10 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
             let macs: Vec<MacInfo> = serde_json::from_value(v)?;
             println!("{:<18} {:>5} {:<20} {:>6}", "MAC", "VLAN", "PORT", "AGE");
             for m in macs {
-                println!("{:<18} {:>5} {:<20} {:>6}", m.mac, m.vlan, m.port, m.age_secs);
+                println!(
+                    "{:<18} {:>5} {:<20} {:>6}",
+                    m.mac, m.vlan, m.port, m.age_secs
+                );
             }
             Ok(())
         }

@@ -79,7 +79,11 @@ impl Reactor {
             Some(d) => {
                 let ms = d.as_millis().min(60_000) as u16;
                 // Round up so a deadline 0.4 ms away does not spin.
-                let ms = if d > Duration::from_millis(u64::from(ms)) { ms + 1 } else { ms };
+                let ms = if d > Duration::from_millis(u64::from(ms)) {
+                    ms + 1
+                } else {
+                    ms
+                };
                 EpollTimeout::from(ms)
             }
         };

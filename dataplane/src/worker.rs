@@ -119,7 +119,10 @@ pub fn run(dp: Dataplane, cfg: WorkerConfig) {
                     }
                     if burst.dropped > 0 {
                         let c = port.shared.counters(w);
-                        bump(&c.drops[DropReason::TooManySegments as usize], u64::from(burst.dropped));
+                        bump(
+                            &c.drops[DropReason::TooManySegments as usize],
+                            u64::from(burst.dropped),
+                        );
                         work += 1;
                     }
                     q.release();

@@ -8,21 +8,53 @@ use common::Switch;
 fn bad_requests_get_errors_naming_the_field() {
     let sw = Switch::start("[[bridge]]\nname = \"default\"\n");
     let sock = sw.path("x.sock");
-    let o = sw.cli(&["port", "add", "p", "--kind", "memif", "--role", "master", "--socket", &sock, "--ring-size", "1000"]);
+    let o = sw.cli(&[
+        "port",
+        "add",
+        "p",
+        "--kind",
+        "memif",
+        "--role",
+        "master",
+        "--socket",
+        &sock,
+        "--ring-size",
+        "1000",
+    ]);
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("ring_size"), "{err}");
 
-    let o = sw.cli(&["port", "add", "p", "--kind", "memif", "--role", "boss", "--socket", &sock]);
+    let o = sw.cli(&[
+        "port", "add", "p", "--kind", "memif", "--role", "boss", "--socket", &sock,
+    ]);
     assert!(String::from_utf8_lossy(&o.stderr).contains("role"));
 
-    let o = sw.cli(&["port", "add", "p", "--kind", "memif", "--role", "master", "--socket", &sock, "--bridge", "nope"]);
+    let o = sw.cli(&[
+        "port", "add", "p", "--kind", "memif", "--role", "master", "--socket", &sock, "--bridge",
+        "nope",
+    ]);
     assert!(String::from_utf8_lossy(&o.stderr).contains("no bridge named"));
 
-    sw.cli_ok(&["port", "add", "p", "--kind", "memif", "--role", "master", "--socket", &sock, "--bridge", "default"]);
-    let o = sw.cli(&["port", "add", "p", "--kind", "memif", "--role", "master", "--socket", &sw.path("y.sock")]);
+    sw.cli_ok(&[
+        "port", "add", "p", "--kind", "memif", "--role", "master", "--socket", &sock, "--bridge",
+        "default",
+    ]);
+    let o = sw.cli(&[
+        "port",
+        "add",
+        "p",
+        "--kind",
+        "memif",
+        "--role",
+        "master",
+        "--socket",
+        &sw.path("y.sock"),
+    ]);
     assert!(String::from_utf8_lossy(&o.stderr).contains("exists"));
-    let o = sw.cli(&["port", "add", "q", "--kind", "memif", "--role", "master", "--socket", &sock]);
+    let o = sw.cli(&[
+        "port", "add", "q", "--kind", "memif", "--role", "master", "--socket", &sock,
+    ]);
     assert!(String::from_utf8_lossy(&o.stderr).contains("used by port"));
 
     let o = sw.cli(&["bridge", "del", "default"]);
@@ -35,7 +67,10 @@ fn bad_requests_get_errors_naming_the_field() {
     assert_eq!(v[0]["name"], "p");
     assert_eq!(v[0]["status"]["link_up"], false);
     sw.cli_ok(&["port", "del", "p"]);
-    assert!(!std::path::Path::new(&sock).exists(), "socket removed with the port");
+    assert!(
+        !std::path::Path::new(&sock).exists(),
+        "socket removed with the port"
+    );
     sw.cli_ok(&["bridge", "del", "default"]);
     assert!(sw.cli_ok(&["bridge", "list"]).lines().count() == 1);
 }

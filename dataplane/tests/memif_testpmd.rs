@@ -16,7 +16,9 @@ fn mac(last: u8) -> String {
 
 fn add_port(sw: &Switch, name: &str, role: &str, extra: &[&str]) -> String {
     let sock = sw.path(&format!("{name}.sock"));
-    let mut args = vec!["port", "add", name, "--kind", "memif", "--role", role, "--socket", &sock];
+    let mut args = vec![
+        "port", "add", name, "--kind", "memif", "--role", role, "--socket", &sock,
+    ];
     args.extend_from_slice(extra);
     sw.cli_ok(&args);
     sock
@@ -61,7 +63,8 @@ fn master_role_switches_counted_frames_both_ways_and_learns() {
         })
         .unwrap();
     assert!(
-        macs.iter().any(|m| m.mac == mac(0x0a) && m.port == "a" && m.vlan == 0),
+        macs.iter()
+            .any(|m| m.mac == mac(0x0a) && m.port == "a" && m.vlan == 0),
         "{macs:?}"
     );
     let text = sw.cli_ok(&["mac", "list", "default"]);
@@ -74,7 +77,11 @@ fn master_role_switches_counted_frames_both_ways_and_learns() {
 
     let st = sw.stats("a");
     assert_eq!((st.totals.rx_packets, st.totals.tx_packets), (64, 32));
-    assert!(st.totals.drops.values().all(|&d| d == 0), "{:?}", st.totals.drops);
+    assert!(
+        st.totals.drops.values().all(|&d| d == 0),
+        "{:?}",
+        st.totals.drops
+    );
     let st = sw.stats("c");
     assert_eq!(st.totals.tx_packets, 64);
     let text = sw.cli_ok(&["stats"]);
@@ -87,7 +94,12 @@ fn slave_role_reconnects_to_testpmd_servers_and_passes_jumbo_chains() {
     let sw = Switch::start(BRIDGE);
     // The switch is slave: it retries until the servers exist.
     let sa = add_port(&sw, "sa", "slave", &["--bridge", "default"]);
-    let sb = add_port(&sw, "sb", "slave", &["--bridge", "default", "--ring-size", "512"]);
+    let sb = add_port(
+        &sw,
+        "sb",
+        "slave",
+        &["--bridge", "default", "--ring-size", "512"],
+    );
     assert!(!sw.stats("sa").link_up);
     let server = |sock: &str, m: u8| {
         Testpmd::start(
@@ -153,9 +165,18 @@ fn vlan_access_ports_are_isolated_and_trunks_carry_tags() {
     assert_eq!(b.wait_rx(0, 64), 64);
     assert_eq!(a.wait_rx(0, 32), 32);
     assert_eq!(c.port_stats(0).0, 0, "VLAN 20 must not see VLAN 10");
-    assert!(t.output().contains("type=0x8100"), "trunk frames are tagged");
-    assert!(!a.output().contains("type=0x8100"), "access frames are untagged");
-    assert!(!b.output().contains("type=0x8100"), "access frames are untagged");
+    assert!(
+        t.output().contains("type=0x8100"),
+        "trunk frames are tagged"
+    );
+    assert!(
+        !a.output().contains("type=0x8100"),
+        "access frames are untagged"
+    );
+    assert!(
+        !b.output().contains("type=0x8100"),
+        "access frames are untagged"
+    );
 
     // c (VLAN 20): only the trunk and, reflected, c itself.
     c.send_bursts(1);
@@ -168,7 +189,10 @@ fn vlan_access_ports_are_isolated_and_trunks_carry_tags() {
             bridge: "default".into(),
         })
         .unwrap();
-    assert!(macs.iter().any(|m| m.mac == mac(0x2c) && m.vlan == 20), "{macs:?}");
+    assert!(
+        macs.iter().any(|m| m.mac == mac(0x2c) && m.vlan == 20),
+        "{macs:?}"
+    );
 }
 
 #[test]
@@ -189,7 +213,8 @@ fn io_forwarding_loop_and_master_peer_restart() {
     sw.wait_link("b", true);
     t.send_bursts(1);
     wait_for(Duration::from_secs(15), "frames to loop", || {
-        (sw.stats("a").totals.rx_packets > 10_000 && sw.stats("b").totals.rx_packets > 10_000).then_some(())
+        (sw.stats("a").totals.rx_packets > 10_000 && sw.stats("b").totals.rx_packets > 10_000)
+            .then_some(())
     });
     t.cmd("stop");
 
@@ -216,12 +241,20 @@ fn ports_persist_across_daemon_restarts() {
     let _g = serial();
     let mut sw = Switch::start(BRIDGE);
     sw.cli_ok(&["bridge", "add", "blue"]);
-    let sa = add_port(&sw, "a", "master", &["--bridge", "blue", "--secret", "s3cret", "--id", "7"]);
+    let sa = add_port(
+        &sw,
+        "a",
+        "master",
+        &["--bridge", "blue", "--secret", "s3cret", "--id", "7"],
+    );
     let sb = add_port(&sw, "b", "master", &["--bridge", "blue", "--id", "7"]);
 
     // Clean stop removes the sockets; restart recreates them from state.
     sw.stop();
-    assert!(!std::path::Path::new(&sa).exists(), "socket removed on SIGTERM");
+    assert!(
+        !std::path::Path::new(&sa).exists(),
+        "socket removed on SIGTERM"
+    );
     sw.spawn();
     assert!(std::path::Path::new(&sa).exists());
     assert_eq!(sw.port("a").spec.secret.as_deref(), Some("s3cret"));
@@ -233,7 +266,12 @@ fn ports_persist_across_daemon_restarts() {
     assert!(text.contains("blue"), "{text}");
 
     let mut a = Testpmd::start(
-        &[memif_vdev(0, "client", &sa, "id=7,secret=s3cret,mac=02:00:00:00:00:4a")],
+        &[memif_vdev(
+            0,
+            "client",
+            &sa,
+            "id=7,secret=s3cret,mac=02:00:00:00:00:4a",
+        )],
         &["--forward-mode=rxonly"],
     );
     let mut b = Testpmd::start(
@@ -257,8 +295,16 @@ fn ports_persist_across_daemon_restarts() {
 fn wrong_secret_keeps_the_link_down() {
     let _g = serial();
     let sw = Switch::start(BRIDGE);
-    let sa = add_port(&sw, "a", "master", &["--bridge", "default", "--secret", "right"]);
-    let _a = Testpmd::start(&[memif_vdev(0, "client", &sa, "secret=wrong")], &["--forward-mode=rxonly"]);
+    let sa = add_port(
+        &sw,
+        "a",
+        "master",
+        &["--bridge", "default", "--secret", "right"],
+    );
+    let _a = Testpmd::start(
+        &[memif_vdev(0, "client", &sa, "secret=wrong")],
+        &["--forward-mode=rxonly"],
+    );
     wait_for(Duration::from_secs(10), "the refusal to be logged", || {
         sw.log().contains("incorrect secret").then_some(())
     });

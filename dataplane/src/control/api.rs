@@ -216,6 +216,9 @@ mod tests {
         .unwrap();
         assert!(matches!(r, Request::PortAdd { .. }));
         assert!(serde_json::from_str::<Request>(r#"{"op":"explode"}"#).is_err());
-        assert_eq!(serde_json::to_string(&Request::Ping).unwrap(), r#"{"op":"ping"}"#);
+        assert_eq!(
+            serde_json::to_string(&Request::Ping).unwrap(),
+            r#"{"op":"ping"}"#
+        );
     }
 }

@@ -51,26 +51,30 @@ impl Client {
 
     /// Sends a request and returns the `result` value.
     pub fn call(&mut self, req: &Request) -> Result<serde_json::Value, ClientError> {
-        let mut line = serde_json::to_vec(req).map_err(|e| ClientError::BadAnswer(e.to_string()))?;
+        let mut line =
+            serde_json::to_vec(req).map_err(|e| ClientError::BadAnswer(e.to_string()))?;
         line.push(b'\n');
         self.writer.write_all(&line)?;
         let mut answer = String::new();
         if self.reader.read_line(&mut answer)? == 0 {
             return Err(ClientError::BadAnswer("connection closed".into()));
         }
-        let r: Response = serde_json::from_str(&answer).map_err(|e| ClientError::BadAnswer(e.to_string()))?;
+        let r: Response =
+            serde_json::from_str(&answer).map_err(|e| ClientError::BadAnswer(e.to_string()))?;
         if r.ok {
             Ok(r.result.unwrap_or(serde_json::Value::Null))
         } else {
-            Err(ClientError::Api(
-                r.error
-                    .unwrap_or_else(|| ApiError::new(ErrorCode::Internal, "error without details")),
-            ))
+            Err(ClientError::Api(r.error.unwrap_or_else(|| {
+                ApiError::new(ErrorCode::Internal, "error without details")
+            })))
         }
     }
 
     /// Sends a request and decodes the result.
-    pub fn call_as<T: serde::de::DeserializeOwned>(&mut self, req: &Request) -> Result<T, ClientError> {
+    pub fn call_as<T: serde::de::DeserializeOwned>(
+        &mut self,
+        req: &Request,
+    ) -> Result<T, ClientError> {
         let v = self.call(req)?;
         serde_json::from_value(v).map_err(|e| ClientError::BadAnswer(e.to_string()))
     }

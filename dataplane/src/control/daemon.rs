@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 use crossbeam::channel::{unbounded, Receiver};
 use tracing::{error, info, warn};
 
-use super::api::{ApiError, BridgeInfo, ErrorCode, MacInfo, PortInfo, PortStats, Request, Response};
+use super::api::{
+    ApiError, BridgeInfo, ErrorCode, MacInfo, PortInfo, PortStats, Request, Response,
+};
 use super::server::{self, Call};
 use super::state::{State, StateStore};
 use crate::config::{validate_name, BridgeSpec, Config, PortSetup, PortSpec};
@@ -190,12 +192,15 @@ impl Daemon {
                 .flatten()
                 .filter_map(|e| e.port.deadline())
                 .fold(next_tick, Instant::min);
-            self.reactor
-                .wait(Some(deadline.saturating_duration_since(Instant::now())), &mut ready)?;
+            self.reactor.wait(
+                Some(deadline.saturating_duration_since(Instant::now())),
+                &mut ready,
+            )?;
             for t in ready.clone() {
                 match t {
                     Token::Port(id, sub) => {
-                        if let Some(mut e) = self.ports.get_mut(id as usize).and_then(Option::take) {
+                        if let Some(mut e) = self.ports.get_mut(id as usize).and_then(Option::take)
+                        {
                             e.port.on_ready(&self.ctx(id), sub);
                             self.ports[id as usize] = Some(e);
                         }
@@ -209,7 +214,9 @@ impl Daemon {
                     }
                     Token::Control(TOKEN_FAULT) => {
                         for (id, reason) in self.dp.take_faults() {
-                            if let Some(mut e) = self.ports.get_mut(id as usize).and_then(Option::take) {
+                            if let Some(mut e) =
+                                self.ports.get_mut(id as usize).and_then(Option::take)
+                            {
                                 e.port.on_fault(&self.ctx(id), &reason);
                                 self.ports[id as usize] = Some(e);
                             }
@@ -244,7 +251,8 @@ impl Daemon {
 
     fn create_bridge(&mut self, name: &str, from_config: bool) {
         let id = self.dp.add_bridge(self.cfg.mac_table_size);
-        self.bridges.insert(name.to_string(), BridgeEntry { id, from_config });
+        self.bridges
+            .insert(name.to_string(), BridgeEntry { id, from_config });
     }
 
     fn create_port(&mut self, spec: PortSpec, from_config: bool) -> Result<(), ApiError> {
@@ -257,10 +265,18 @@ impl Daemon {
                 format!("port.name: a port named {:?} exists", spec.name),
             ));
         }
-        if let Some(other) = self.ports.iter().flatten().find(|e| e.spec.socket == spec.socket) {
+        if let Some(other) = self
+            .ports
+            .iter()
+            .flatten()
+            .find(|e| e.spec.socket == spec.socket)
+        {
             return Err(ApiError::new(
                 ErrorCode::Busy,
-                format!("port.socket: {} is used by port {:?}", spec.socket, other.spec.name),
+                format!(
+                    "port.socket: {} is used by port {:?}",
+                    spec.socket, other.spec.name
+                ),
             ));
         }
         let bridge = match &spec.bridge {
@@ -268,7 +284,12 @@ impl Daemon {
             Some(b) => Some(
                 self.bridges
                     .get(b)
-                    .ok_or_else(|| ApiError::new(ErrorCode::NotFound, format!("port.bridge: no bridge named {b:?}")))?
+                    .ok_or_else(|| {
+                        ApiError::new(
+                            ErrorCode::NotFound,
+                            format!("port.bridge: no bridge named {b:?}"),
+                        )
+                    })?
                     .id,
             ),
         };
@@ -318,7 +339,10 @@ impl Daemon {
         self.store.save(&state).map_err(|e| {
             ApiError::new(
                 ErrorCode::Internal,
-                format!("cannot persist state to {}: {e}", self.store.path().display()),
+                format!(
+                    "cannot persist state to {}: {e}",
+                    self.store.path().display()
+                ),
             )
         })
     }
@@ -370,7 +394,10 @@ impl Daemon {
             Request::Stats { name } => {
                 if let Some(n) = &name {
                     if !self.port_names.contains_key(n) {
-                        return Err(ApiError::new(ErrorCode::NotFound, format!("name: no port named {n:?}")));
+                        return Err(ApiError::new(
+                            ErrorCode::NotFound,
+                            format!("name: no port named {n:?}"),
+                        ));
                     }
                 }
                 let v: Vec<PortStats> = self
@@ -385,7 +412,8 @@ impl Daemon {
                 Ok(to_json(&v))
             }
             Request::BridgeAdd { name } => {
-                validate_name("name", &name).map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.to_string()))?;
+                validate_name("name", &name)
+                    .map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.to_string()))?;
                 if self.bridges.contains_key(&name) {
                     return Err(ApiError::new(
                         ErrorCode::AlreadyExists,
@@ -403,7 +431,10 @@ impl Daemon {
             }
             Request::BridgeDel { name } => {
                 let Some(b) = self.bridges.get(&name) else {
-                    return Err(ApiError::new(ErrorCode::NotFound, format!("name: no bridge named {name:?}")));
+                    return Err(ApiError::new(
+                        ErrorCode::NotFound,
+                        format!("name: no bridge named {name:?}"),
+                    ));
                 };
                 let members: Vec<&str> = self
                     .ports
@@ -443,7 +474,10 @@ impl Daemon {
             }
             Request::MacList { bridge } => {
                 let Some(b) = self.bridges.get(&bridge) else {
-                    return Err(ApiError::new(ErrorCode::NotFound, format!("bridge: no bridge named {bridge:?}")));
+                    return Err(ApiError::new(
+                        ErrorCode::NotFound,
+                        format!("bridge: no bridge named {bridge:?}"),
+                    ));
                 };
                 let now = self.dp.now_secs();
                 let mut v: Vec<MacInfo> = self
@@ -476,7 +510,10 @@ impl Daemon {
 
     fn delete_port(&mut self, name: &str) -> Result<(), ApiError> {
         let Some(id) = self.port_names.remove(name) else {
-            return Err(ApiError::new(ErrorCode::NotFound, format!("name: no port named {name:?}")));
+            return Err(ApiError::new(
+                ErrorCode::NotFound,
+                format!("name: no port named {name:?}"),
+            ));
         };
         if let Some(mut e) = self.ports[id as usize].take() {
             e.port.stop(&self.ctx(id));

@@ -32,7 +32,10 @@ pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
         if UnixStream::connect(path).is_ok() {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::AddrInUse,
-                format!("{} is in use: is another switchyard running?", path.display()),
+                format!(
+                    "{} is in use: is another switchyard running?",
+                    path.display()
+                ),
             ));
         }
         std::fs::remove_file(path)?;
@@ -69,12 +72,18 @@ fn handle(conn: UnixStream, calls: Sender<Call>, waker: Arc<Waker>) {
             Ok(_) => {}
         }
         if !line.ends_with('\n') && line.len() >= MAX_REQUEST {
-            let _ = send(&mut writer, &Response::err(ApiError::new(ErrorCode::BadRequest, "request too long")));
+            let _ = send(
+                &mut writer,
+                &Response::err(ApiError::new(ErrorCode::BadRequest, "request too long")),
+            );
             return;
         }
         reader.set_limit(MAX_REQUEST as u64);
         let resp = match serde_json::from_str::<Request>(line.trim()) {
-            Err(e) => Response::err(ApiError::new(ErrorCode::BadRequest, format!("bad request: {e}"))),
+            Err(e) => Response::err(ApiError::new(
+                ErrorCode::BadRequest,
+                format!("bad request: {e}"),
+            )),
             Ok(request) => {
                 debug!(?request, "api call");
                 let (tx, rx) = bounded(1);

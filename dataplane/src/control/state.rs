@@ -39,7 +39,9 @@ pub struct StateStore {
 impl StateStore {
     /// A store in `dir` (created on first save).
     pub fn new(dir: &Path) -> StateStore {
-        StateStore { dir: dir.to_path_buf() }
+        StateStore {
+            dir: dir.to_path_buf(),
+        }
     }
 
     /// The state file's path.
@@ -51,7 +53,10 @@ impl StateStore {
     pub fn load(&self) -> std::io::Result<State> {
         match std::fs::read(self.path()) {
             Ok(b) => serde_json::from_slice(&b).map_err(|e| {
-                std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{}: {e}", self.path().display()))
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("{}: {e}", self.path().display()),
+                )
             }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(State {
                 version: 1,
@@ -64,7 +69,10 @@ impl StateStore {
     /// Replaces the state atomically.
     pub fn save(&self, state: &State) -> std::io::Result<()> {
         use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&self.dir)?;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&self.dir)?;
         let tmp = self.dir.join(format!(".{STATE_FILE}.tmp"));
         let mut f = std::fs::OpenOptions::new()
             .write(true)

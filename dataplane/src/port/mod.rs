@@ -162,7 +162,8 @@ pub struct PortCtx<'a> {
 impl PortCtx<'_> {
     /// Watches `fd` for readability; events arrive as [`Port::on_ready`] with `sub`.
     pub fn watch(&self, fd: RawFd, sub: u32) -> std::io::Result<()> {
-        self.reactor.add(fd, crate::reactor::Token::port(self.id, sub))
+        self.reactor
+            .add(fd, crate::reactor::Token::port(self.id, sub))
     }
     /// Stops watching `fd`.
     pub fn unwatch(&self, fd: RawFd) {

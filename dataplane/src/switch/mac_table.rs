@@ -40,7 +40,12 @@ impl Bucket {
             if s & 1 == 0
                 && self
                     .seq
-                    .compare_exchange_weak(s, s.wrapping_add(1), Ordering::Acquire, Ordering::Relaxed)
+                    .compare_exchange_weak(
+                        s,
+                        s.wrapping_add(1),
+                        Ordering::Acquire,
+                        Ordering::Relaxed,
+                    )
                     .is_ok()
             {
                 fence(Ordering::Release);
@@ -169,7 +174,10 @@ impl MacTable {
     #[inline]
     pub fn learn(&self, mac: MacAddr, vlan: u16, entry: MacEntry) -> Learned {
         if let Some(e) = self.lookup(mac, vlan) {
-            if e.port == entry.port && e.port_gen == entry.port_gen && e.last_seen == entry.last_seen {
+            if e.port == entry.port
+                && e.port_gen == entry.port_gen
+                && e.last_seen == entry.last_seen
+            {
                 return Learned::Unchanged;
             }
         }
@@ -187,11 +195,13 @@ impl MacTable {
             if k == key {
                 let old = MacEntry::unpack(b.vals[i].load(Ordering::Relaxed));
                 b.vals[i].store(entry.pack(), Ordering::Relaxed);
-                outcome = Some(if old.port == entry.port && old.port_gen == entry.port_gen {
-                    Learned::Refreshed
-                } else {
-                    Learned::Moved
-                });
+                outcome = Some(
+                    if old.port == entry.port && old.port_gen == entry.port_gen {
+                        Learned::Refreshed
+                    } else {
+                        Learned::Moved
+                    },
+                );
                 break;
             }
             if k == 0 {

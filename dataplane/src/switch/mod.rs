@@ -119,7 +119,14 @@ impl Forwarder {
     }
 
     /// Switches one received burst from `in_port`. `w` is the worker index.
-    pub fn forward_burst(&mut self, dp: &Dataplane, view: &WorkerView, w: usize, in_port: PortId, frames: &[RxFrame]) {
+    pub fn forward_burst(
+        &mut self,
+        dp: &Dataplane,
+        view: &WorkerView,
+        w: usize,
+        in_port: PortId,
+        frames: &[RxFrame],
+    ) {
         let Some(inp) = view.ports.get(in_port as usize).and_then(Option::as_ref) else {
             return;
         };
@@ -129,11 +136,21 @@ impl Forwarder {
         bump(&in_counters.rx_bytes, bytes);
 
         let Some(bridge_id) = inp.bridge else {
-            bump(&in_counters.drops[DropReason::NoBridge as usize], frames.len() as u64);
+            bump(
+                &in_counters.drops[DropReason::NoBridge as usize],
+                frames.len() as u64,
+            );
             return;
         };
-        let Some(bridge) = view.bridges.get(bridge_id as usize).and_then(Option::as_ref) else {
-            bump(&in_counters.drops[DropReason::NoBridge as usize], frames.len() as u64);
+        let Some(bridge) = view
+            .bridges
+            .get(bridge_id as usize)
+            .and_then(Option::as_ref)
+        else {
+            bump(
+                &in_counters.drops[DropReason::NoBridge as usize],
+                frames.len() as u64,
+            );
             return;
         };
         let now = dp.now_secs();
@@ -204,7 +221,17 @@ impl Forwarder {
     /// Sends one frame to one port of the bridge, rewriting its VLAN tag.
     #[allow(clippy::too_many_arguments)]
     #[inline]
-    fn send(&mut self, dp: &Dataplane, w: usize, id: PortId, p: &ViewPort, frame: &RxFrame, l2: &L2, domain: u16, unicast: bool) {
+    fn send(
+        &mut self,
+        dp: &Dataplane,
+        w: usize,
+        id: PortId,
+        p: &ViewPort,
+        frame: &RxFrame,
+        l2: &L2,
+        domain: u16,
+        unicast: bool,
+    ) {
         let out_tagged = match p.vlan {
             Some(v) if v != domain => return, // other VLAN: not a member
             Some(_) => false,
@@ -265,4 +292,3 @@ impl Forwarder {
         self.touched_list.clear();
     }
 }
-

@@ -9,7 +9,7 @@ pub const MSG_SIZE: usize = 128;
 /// Protocol version 2.0: `(major << 8) | minor`.
 pub const VERSION: u16 = 0x0200;
 /// Ring cookie that both sides check.
-pub const COOKIE: u32 = 0x3E31_F20;
+pub const COOKIE: u32 = 0x03E3_1F20;
 /// Length of the name fields.
 pub const NAME_LEN: usize = 32;
 /// Length of the secret field (NUL-terminated).

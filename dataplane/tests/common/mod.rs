@@ -57,7 +57,10 @@ pub struct Switch {
 impl Switch {
     /// Starts the daemon with `extra` TOML appended to a base config.
     pub fn start(extra: &str) -> Switch {
-        let dir = tempfile::Builder::new().prefix("sy-test").tempdir().unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix("sy-test")
+            .tempdir()
+            .unwrap();
         let config = dir.path().join("switchyard.toml");
         let text = format!(
             "control_socket = \"{}\"\nstate_dir = \"{}\"\n{}\n",
@@ -78,7 +81,11 @@ impl Switch {
 
     /// (Re)starts the daemon process on the same config and state.
     pub fn spawn(&mut self) {
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_switchyard"))
             .args(["run", "--config"])
             .arg(&self.config)
@@ -89,7 +96,8 @@ impl Switch {
             .expect("start switchyard");
         self.child = Some(child);
         wait_for(Duration::from_secs(10), "the control socket", || {
-            self.client_opt().and_then(|mut c| c.call(&Request::Ping).ok())
+            self.client_opt()
+                .and_then(|mut c| c.call(&Request::Ping).ok())
         });
     }
 
@@ -160,9 +168,11 @@ impl Switch {
     }
 
     pub fn wait_link(&self, port: &str, up: bool) {
-        wait_for(Duration::from_secs(15), &format!("link of {port} {}", if up { "up" } else { "down" }), || {
-            (self.stats(port).link_up == up).then_some(())
-        });
+        wait_for(
+            Duration::from_secs(15),
+            &format!("link of {port} {}", if up { "up" } else { "down" }),
+            || (self.stats(port).link_up == up).then_some(()),
+        );
     }
 
     pub fn log(&self) -> String {
@@ -202,10 +212,24 @@ pub struct Testpmd {
 impl Testpmd {
     /// Starts testpmd with the given `--vdev` arguments and testpmd options.
     pub fn start(vdevs: &[String], opts: &[&str]) -> Testpmd {
-        let prefix = format!("sytest-{}-{}", std::process::id(), PREFIX.fetch_add(1, Ordering::Relaxed));
+        let prefix = format!(
+            "sytest-{}-{}",
+            std::process::id(),
+            PREFIX.fetch_add(1, Ordering::Relaxed)
+        );
         let mut cmd = Command::new("stdbuf");
-        cmd.args(["-oL", "-eL", testpmd_bin()])
-            .args(["--no-huge", "-m", "256", "--no-pci", "--file-prefix", &prefix, "--lcores", "0@0,1@1", "--log-level", "pmd.net.memif:info"]);
+        cmd.args(["-oL", "-eL", testpmd_bin()]).args([
+            "--no-huge",
+            "-m",
+            "256",
+            "--no-pci",
+            "--file-prefix",
+            &prefix,
+            "--lcores",
+            "0@0,1@1",
+            "--log-level",
+            "pmd.net.memif:info",
+        ]);
         for v in vdevs {
             cmd.arg(format!("--vdev={v}"));
         }
@@ -230,7 +254,9 @@ impl Testpmd {
                     if n == 0 {
                         break;
                     }
-                    out.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+                    out.lock()
+                        .unwrap()
+                        .push_str(&String::from_utf8_lossy(&buf[..n]));
                 }
             });
         }
@@ -257,7 +283,9 @@ impl Testpmd {
     pub fn wait_output_from(&self, from: usize, limit: Duration, needle: &str) -> String {
         wait_for(limit, &format!("testpmd to print {needle:?}"), || {
             let o = self.output();
-            o.get(from..).filter(|s| s.contains(needle)).map(str::to_string)
+            o.get(from..)
+                .filter(|s| s.contains(needle))
+                .map(str::to_string)
         })
     }
 

@@ -154,13 +154,16 @@ impl MasterHandshake {
     pub fn on_message(&mut self, msg: Message, fd: Option<OwnedFd>) -> Result<MasterStep, HsError> {
         match (self.state, msg) {
             (_, Message::Disconnect { reason, .. }) => peer_disconnected(&reason),
-            (MasterState::AwaitInit, Message::Init {
-                version,
-                id,
-                mode,
-                secret,
-                name,
-            }) => {
+            (
+                MasterState::AwaitInit,
+                Message::Init {
+                    version,
+                    id,
+                    mode,
+                    secret,
+                    name,
+                },
+            ) => {
                 if version != VERSION {
                     return fail(format!("incompatible memif version {version:#06x}"));
                 }
@@ -190,18 +193,22 @@ impl MasterHandshake {
                 if index as usize != self.regions.len() || self.regions.len() >= MAX_REGIONS {
                     return fail("invalid region index");
                 }
-                let r = Region::from_peer(fd, size).or_else(|e| fail(format!("region {index}: {e}")))?;
+                let r = Region::from_peer(fd, size)
+                    .or_else(|e| fail(format!("region {index}: {e}")))?;
                 self.regions.push(r);
                 Ok(MasterStep::Reply(Message::Ack))
             }
-            (MasterState::AwaitSetup, Message::AddRing {
-                flags,
-                index,
-                region,
-                offset,
-                log2_ring_size,
-                private_hdr_size,
-            }) => {
+            (
+                MasterState::AwaitSetup,
+                Message::AddRing {
+                    flags,
+                    index,
+                    region,
+                    offset,
+                    log2_ring_size,
+                    private_hdr_size,
+                },
+            ) => {
                 let Some(irq) = fd else {
                     return fail("missing interrupt fd");
                 };
@@ -217,7 +224,11 @@ impl MasterHandshake {
                 if offset % 8 != 0 || u64::from(offset) + ring_bytes(log2_ring_size) > r.size() {
                     return fail("ring outside its region");
                 }
-                let list = if flags & ADD_RING_FLAG_S2M != 0 { &mut self.s2m } else { &mut self.m2s };
+                let list = if flags & ADD_RING_FLAG_S2M != 0 {
+                    &mut self.s2m
+                } else {
+                    &mut self.m2s
+                };
                 match list.get_mut(index as usize) {
                     Some(slot @ None) => {
                         *slot = Some(PendingRing {
@@ -250,14 +261,20 @@ impl MasterHandshake {
                     },
                 ))
             }
-            (state, m) => fail(format!("unexpected {:?} message in state {state:?}", m.msg_type())),
+            (state, m) => fail(format!(
+                "unexpected {:?} message in state {state:?}",
+                m.msg_type()
+            )),
         }
     }
 }
 
 /// Turns the rings a slave announced into [`RingSetup`]s: indices must run
 /// 0..n without gaps, n >= 1, and each ring must carry the cookie.
-fn take_rings(list: &mut [Option<PendingRing>], regions: &Arc<Regions>) -> Result<Vec<RingSetup>, HsError> {
+fn take_rings(
+    list: &mut [Option<PendingRing>],
+    regions: &Arc<Regions>,
+) -> Result<Vec<RingSetup>, HsError> {
     let n = list.iter().take_while(|r| r.is_some()).count();
     if n == 0 || list[n..].iter().any(Option::is_some) {
         return fail("rings missing");
@@ -316,20 +333,27 @@ impl SlaveHandshake {
     pub fn on_message(&mut self, msg: Message) -> Result<SlaveStep, HsError> {
         match (self.state, msg) {
             (_, Message::Disconnect { reason, .. }) => peer_disconnected(&reason),
-            (SlaveState::AwaitHello, Message::Hello {
-                name,
-                min_version,
-                max_version,
-                max_s2m_ring,
-                max_m2s_ring,
-                max_log2_ring_size,
-                ..
-            }) => {
+            (
+                SlaveState::AwaitHello,
+                Message::Hello {
+                    name,
+                    min_version,
+                    max_version,
+                    max_s2m_ring,
+                    max_m2s_ring,
+                    max_log2_ring_size,
+                    ..
+                },
+            ) => {
                 if min_version > VERSION || max_version < VERSION {
                     return fail("incompatible memif version");
                 }
-                let n_s2m = u32::from(max_s2m_ring).saturating_add(1).min(u32::from(self.p.queues)) as u16;
-                let n_m2s = u32::from(max_m2s_ring).saturating_add(1).min(u32::from(self.p.queues)) as u16;
+                let n_s2m = u32::from(max_s2m_ring)
+                    .saturating_add(1)
+                    .min(u32::from(self.p.queues)) as u16;
+                let n_m2s = u32::from(max_m2s_ring)
+                    .saturating_add(1)
+                    .min(u32::from(self.p.queues)) as u16;
                 let log2 = self.p.log2_ring_size.min(max_log2_ring_size);
                 if log2 == 0 || n_s2m == 0 || n_m2s == 0 {
                     return fail("master limits leave no usable ring");
@@ -350,7 +374,13 @@ impl SlaveHandshake {
                     },
                     None,
                 ));
-                self.outbox.push_back((Message::AddRegion { index: 0, size: rsize }, Some(rfd)));
+                self.outbox.push_back((
+                    Message::AddRegion {
+                        index: 0,
+                        size: rsize,
+                    },
+                    Some(rfd),
+                ));
                 let r0base = est.regions.get(0).map(|r| r.base() as usize).unwrap_or(0);
                 for (flags, list) in [(ADD_RING_FLAG_S2M, &est.s2m), (0, &est.m2s)] {
                     for (i, rs) in list.iter().enumerate() {
@@ -387,7 +417,10 @@ impl SlaveHandshake {
                 est.peer_if_name = if_name.to_string_lossy();
                 Ok(SlaveStep::Connected(est))
             }
-            (state, m) => fail(format!("unexpected {:?} message in state {state:?}", m.msg_type())),
+            (state, m) => fail(format!(
+                "unexpected {:?} message in state {state:?}",
+                m.msg_type()
+            )),
         }
     }
 
@@ -429,9 +462,12 @@ fn build_slave_memory(p: &Params, n_s2m: u16, n_m2s: u16, log2: u8) -> Result<Es
     let buffers_at = nrings * rb;
     let size = buffers_at + nrings * slots * u64::from(p.buffer_size);
     if size > u64::from(u32::MAX) {
-        return Err(format!("shared memory of {size} bytes exceeds the 4 GiB memif offsets allow"));
+        return Err(format!(
+            "shared memory of {size} bytes exceeds the 4 GiB memif offsets allow"
+        ));
     }
-    let region = Region::create(&format!("switchyard-memif-{}", p.if_name), size).map_err(|e| e.to_string())?;
+    let region = Region::create(&format!("switchyard-memif-{}", p.if_name), size)
+        .map_err(|e| e.to_string())?;
     let base = region.base();
     let regions = Arc::new(Regions::new(vec![region]));
     let mut s2m = Vec::new();
@@ -506,7 +542,9 @@ mod tests {
                 SlaveStep::Send(msg, fd) => {
                     let owned = fd.map(|f| {
                         // SAFETY: `f` is open (held by the slave's prepared state).
-                        unsafe { std::os::fd::BorrowedFd::borrow_raw(f) }.try_clone_to_owned().unwrap()
+                        unsafe { std::os::fd::BorrowedFd::borrow_raw(f) }
+                            .try_clone_to_owned()
+                            .unwrap()
                     });
                     match m.on_message(msg, owned)? {
                         MasterStep::Reply(r) => to_slave = r,
@@ -531,17 +569,26 @@ mod tests {
         assert_eq!(m.peer_if_name, "p0");
         assert_eq!(s.peer_name, SELF_NAME);
         assert_eq!(m.regions.len(), 1);
-        assert_eq!(m.regions.get(0).unwrap().size(), s.regions.get(0).unwrap().size());
+        assert_eq!(
+            m.regions.get(0).unwrap().size(),
+            s.regions.get(0).unwrap().size()
+        );
     }
 
     #[test]
     fn wrong_secret_or_id_is_refused() {
         let mut sp = params(1);
         sp.secret = Some("nope".into());
-        assert_eq!(run_pair(params(1), sp).err().unwrap().reason, "incorrect secret");
+        assert_eq!(
+            run_pair(params(1), sp).err().unwrap().reason,
+            "incorrect secret"
+        );
         let mut sp = params(1);
         sp.secret = None;
-        assert_eq!(run_pair(params(1), sp).err().unwrap().reason, "secret required");
+        assert_eq!(
+            run_pair(params(1), sp).err().unwrap().reason,
+            "secret required"
+        );
         let mut sp = params(1);
         sp.id = 9;
         assert_eq!(run_pair(params(1), sp).err().unwrap().reason, "ID mismatch");
@@ -550,7 +597,14 @@ mod tests {
     #[test]
     fn master_rejects_out_of_order_and_bad_rings() {
         let mut m = MasterHandshake::new(params(1));
-        assert!(m.on_message(Message::Connect { if_name: FixedStr::new("x") }, None).is_err());
+        assert!(m
+            .on_message(
+                Message::Connect {
+                    if_name: FixedStr::new("x")
+                },
+                None
+            )
+            .is_err());
         let mut m = MasterHandshake::new(params(1));
         let init = Message::Init {
             version: VERSION,
@@ -559,14 +613,33 @@ mod tests {
             secret: FixedStr::new("s"),
             name: FixedStr::new("t"),
         };
-        assert!(matches!(m.on_message(init, None), Ok(MasterStep::Reply(Message::Ack))));
+        assert!(matches!(
+            m.on_message(init, None),
+            Ok(MasterStep::Reply(Message::Ack))
+        ));
         let r = Region::create("t", 4096).unwrap();
         let fd = r.fd().try_clone_to_owned().unwrap();
-        assert!(m.on_message(Message::AddRegion { index: 1, size: 4096 }, Some(fd)).is_err());
+        assert!(m
+            .on_message(
+                Message::AddRegion {
+                    index: 1,
+                    size: 4096
+                },
+                Some(fd)
+            )
+            .is_err());
         let mut m2 = MasterHandshake::new(params(1));
         m2.state = MasterState::AwaitSetup;
         let fd = r.fd().try_clone_to_owned().unwrap();
-        assert!(m2.on_message(Message::AddRegion { index: 0, size: 4096 }, Some(fd)).is_ok());
+        assert!(m2
+            .on_message(
+                Message::AddRegion {
+                    index: 0,
+                    size: 4096
+                },
+                Some(fd)
+            )
+            .is_ok());
         let efd = crate::reactor::new_eventfd().unwrap();
         let bad = Message::AddRing {
             flags: 1,
@@ -576,7 +649,10 @@ mod tests {
             log2_ring_size: 1,
             private_hdr_size: 0,
         };
-        assert_eq!(m2.on_message(bad, Some(efd)).err().unwrap().reason, "ring outside its region");
+        assert_eq!(
+            m2.on_message(bad, Some(efd)).err().unwrap().reason,
+            "ring outside its region"
+        );
         let efd = crate::reactor::new_eventfd().unwrap();
         let bad_index = Message::AddRing {
             flags: 1,
@@ -586,6 +662,9 @@ mod tests {
             log2_ring_size: 1,
             private_hdr_size: 0,
         };
-        assert_eq!(m2.on_message(bad_index, Some(efd)).err().unwrap().reason, "invalid ring index");
+        assert_eq!(
+            m2.on_message(bad_index, Some(efd)).err().unwrap().reason,
+            "invalid ring index"
+        );
     }
 }

@@ -14,7 +14,9 @@ use tracing::{debug, info, warn};
 
 use crate::port::{Port, PortCtx, PortError, PortKind, PortQueues, PortStatus, RxQueue, TxQueue};
 use crate::wire::memif::{Message, MsgType};
-use handshake::{Established, HsError, MasterHandshake, MasterStep, Params, SlaveHandshake, SlaveStep};
+use handshake::{
+    Established, HsError, MasterHandshake, MasterStep, Params, SlaveHandshake, SlaveStep,
+};
 use queue::{MemifRx, MemifTx, OwnBuffers, Side};
 use socket::SocketAddr;
 
@@ -113,11 +115,17 @@ impl MemifPort {
             };
             if self.conn.is_some() {
                 // One peer per interface, as VPP and DPDK do.
-                let _ = socket::send(fd.as_raw_fd(), &Message::disconnect("Already connected").to_bytes(), None);
+                let _ = socket::send(
+                    fd.as_raw_fd(),
+                    &Message::disconnect("Already connected").to_bytes(),
+                    None,
+                );
                 continue;
             }
             let hs = MasterHandshake::new(self.cfg.params.clone());
-            if socket::send(fd.as_raw_fd(), &hs.hello().to_bytes(), None).is_err() || cx.watch(fd.as_raw_fd(), SUB_CONN).is_err() {
+            if socket::send(fd.as_raw_fd(), &hs.hello().to_bytes(), None).is_err()
+                || cx.watch(fd.as_raw_fd(), SUB_CONN).is_err()
+            {
                 continue;
             }
             self.conn = Some(Conn {
@@ -136,7 +144,11 @@ impl MemifPort {
             cx.detach();
         }
         if say {
-            let _ = socket::send(conn.fd.as_raw_fd(), &Message::disconnect(reason).to_bytes(), None);
+            let _ = socket::send(
+                conn.fd.as_raw_fd(),
+                &Message::disconnect(reason).to_bytes(),
+                None,
+            );
         }
         cx.unwatch(conn.fd.as_raw_fd());
         drop(conn);
@@ -156,7 +168,9 @@ impl MemifPort {
 
     fn on_conn_ready(&mut self, cx: &PortCtx<'_>) {
         loop {
-            let Some(conn) = self.conn.as_mut() else { return };
+            let Some(conn) = self.conn.as_mut() else {
+                return;
+            };
             let fd = conn.fd.as_raw_fd();
             let rx = match socket::recv(fd) {
                 Ok(Some(rx)) => rx,
@@ -224,15 +238,32 @@ impl MemifPort {
                 size: est.buffer_size,
             })
         };
-        let mut q = PortQueues::default();
-        q.rx = rx_rings
-            .into_iter()
-            .map(|r| Box::new(MemifRx::new(side, r.ring, est.regions.clone(), r.irq, own(r.buffers))) as Box<dyn RxQueue>)
-            .collect();
-        q.tx = tx_rings
-            .into_iter()
-            .map(|r| Box::new(MemifTx::new(side, r.ring, est.regions.clone(), r.irq, own(r.buffers))) as Box<dyn TxQueue>)
-            .collect();
+        let q = PortQueues {
+            rx: rx_rings
+                .into_iter()
+                .map(|r| {
+                    Box::new(MemifRx::new(
+                        side,
+                        r.ring,
+                        est.regions.clone(),
+                        r.irq,
+                        own(r.buffers),
+                    )) as Box<dyn RxQueue>
+                })
+                .collect(),
+            tx: tx_rings
+                .into_iter()
+                .map(|r| {
+                    Box::new(MemifTx::new(
+                        side,
+                        r.ring,
+                        est.regions.clone(),
+                        r.irq,
+                        own(r.buffers),
+                    )) as Box<dyn TxQueue>
+                })
+                .collect(),
+        };
         self.status.link_up = true;
         self.status.rx_queues = q.rx.len();
         self.status.tx_queues = q.tx.len();
@@ -271,10 +302,11 @@ impl Port for MemifPort {
                         }
                     }
                 })?;
-                cx.watch(l.as_raw_fd(), SUB_LISTENER).map_err(|e| PortError::Socket {
-                    path: self.cfg.socket.clone(),
-                    source: e,
-                })?;
+                cx.watch(l.as_raw_fd(), SUB_LISTENER)
+                    .map_err(|e| PortError::Socket {
+                        path: self.cfg.socket.clone(),
+                        source: e,
+                    })?;
                 self.listener = Some(l);
             }
             Side::Slave => self.try_connect(cx),

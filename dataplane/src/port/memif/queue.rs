@@ -70,7 +70,13 @@ pub struct MemifRx {
 
 impl MemifRx {
     /// Wraps a ring we receive on. The slave side posts every buffer now.
-    pub fn new(side: Side, ring: Ring, regions: Arc<Regions>, irq: OwnedFd, own: Option<OwnBuffers>) -> MemifRx {
+    pub fn new(
+        side: Side,
+        ring: Ring,
+        regions: Arc<Regions>,
+        irq: OwnedFd,
+        own: Option<OwnBuffers>,
+    ) -> MemifRx {
         let mut q = MemifRx {
             side,
             ring,
@@ -124,7 +130,11 @@ impl RxQueue for MemifRx {
         };
         if u32::from(avail) > allowed {
             return Err(QueueFault::BadRingIndex {
-                what: if self.side == Side::Master { "s2m head" } else { "m2s tail" },
+                what: if self.side == Side::Master {
+                    "s2m head"
+                } else {
+                    "m2s tail"
+                },
                 cursor: self.cursor,
                 peer: limit,
                 size: self.ring.size(),
@@ -137,15 +147,14 @@ impl RxQueue for MemifRx {
             let mut fits = true;
             loop {
                 let d = self.ring.desc(slot);
-                let ptr = self
-                    .regions
-                    .resolve(d.region, d.offset, d.length)
-                    .ok_or(QueueFault::BadDescriptor {
+                let ptr = self.regions.resolve(d.region, d.offset, d.length).ok_or(
+                    QueueFault::BadDescriptor {
                         slot,
                         region: d.region,
                         offset: d.offset,
                         length: d.length,
-                    })?;
+                    },
+                )?;
                 fits &= frame.push(ptr, d.length);
                 slot = slot.wrapping_add(1);
                 if d.flags & DESC_FLAG_NEXT == 0 {
@@ -182,7 +191,8 @@ impl RxQueue for MemifRx {
     }
 
     fn set_interrupt(&mut self, enabled: bool) {
-        self.ring.set_flags(if enabled { 0 } else { RING_FLAG_MASK_INT });
+        self.ring
+            .set_flags(if enabled { 0 } else { RING_FLAG_MASK_INT });
     }
 
     fn has_pending(&self) -> bool {
@@ -207,7 +217,13 @@ pub struct MemifTx {
 
 impl MemifTx {
     /// Wraps a ring we transmit on.
-    pub fn new(side: Side, ring: Ring, regions: Arc<Regions>, irq: OwnedFd, own: Option<OwnBuffers>) -> MemifTx {
+    pub fn new(
+        side: Side,
+        ring: Ring,
+        regions: Arc<Regions>,
+        irq: OwnedFd,
+        own: Option<OwnBuffers>,
+    ) -> MemifTx {
         match side {
             Side::Master => ring.set_tail(0),
             Side::Slave => ring.set_head(0),
@@ -275,19 +291,21 @@ impl TxQueue for MemifTx {
                     let p = self
                         .regions
                         .resolve(0, d.offset, own.size)
-                        .ok_or(TxError::Fault(QueueFault::Other("own buffer outside region".into())))?;
+                        .ok_or(TxError::Fault(QueueFault::Other(
+                            "own buffer outside region".into(),
+                        )))?;
                     (p, own.size)
                 }
                 _ => {
                     let d = self.ring.desc(slot);
-                    let p = self.regions.resolve(d.region, d.offset, d.length).ok_or(TxError::Fault(
-                        QueueFault::BadDescriptor {
+                    let p = self.regions.resolve(d.region, d.offset, d.length).ok_or(
+                        TxError::Fault(QueueFault::BadDescriptor {
                             slot,
                             region: d.region,
                             offset: d.offset,
                             length: d.length,
-                        },
-                    ))?;
+                        }),
+                    )?;
                     (p, d.length)
                 }
             };
@@ -297,7 +315,9 @@ impl TxQueue for MemifTx {
             let more = reader.remaining() > 0;
             let flags = if more { DESC_FLAG_NEXT } else { 0 };
             match self.own {
-                Some(own) if self.side == Side::Slave => self.ring.set_desc(slot, own.desc(&self.ring, slot, n, flags)),
+                Some(own) if self.side == Side::Slave => self
+                    .ring
+                    .set_desc(slot, own.desc(&self.ring, slot, n, flags)),
                 _ => self.ring.set_len_flags(slot, n, flags),
             }
             slot = slot.wrapping_add(1);

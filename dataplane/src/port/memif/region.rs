@@ -49,8 +49,10 @@ impl Region {
         if size == 0 || size > MAX_REGION_SIZE {
             return Err(RegionError::BadSize(size));
         }
-        let seals = fcntl(fd.as_raw_fd(), FcntlArg::F_GET_SEALS).map_err(|_| RegionError::NotSealed)?;
-        if SealFlag::from_bits_truncate(seals) & SealFlag::F_SEAL_SHRINK != SealFlag::F_SEAL_SHRINK {
+        let seals =
+            fcntl(fd.as_raw_fd(), FcntlArg::F_GET_SEALS).map_err(|_| RegionError::NotSealed)?;
+        if SealFlag::from_bits_truncate(seals) & SealFlag::F_SEAL_SHRINK != SealFlag::F_SEAL_SHRINK
+        {
             return Err(RegionError::NotSealed);
         }
         let st = nix::sys::stat::fstat(fd.as_raw_fd()).map_err(std::io::Error::from)?;
@@ -61,7 +63,9 @@ impl Region {
                 actual,
             });
         }
-        let map = MmapOptions::new().len(size as usize).map_raw(fd.as_raw_fd())?;
+        let map = MmapOptions::new()
+            .len(size as usize)
+            .map_raw(fd.as_raw_fd())?;
         Ok(Region { map, size, fd })
     }
 
@@ -71,15 +75,20 @@ impl Region {
             return Err(RegionError::BadSize(size));
         }
         let cname = std::ffi::CString::new(name.replace('\0', "")).unwrap_or_default();
-        let fd = memfd_create(&cname, MemFdCreateFlag::MFD_CLOEXEC | MemFdCreateFlag::MFD_ALLOW_SEALING)
-            .map_err(std::io::Error::from)?;
+        let fd = memfd_create(
+            &cname,
+            MemFdCreateFlag::MFD_CLOEXEC | MemFdCreateFlag::MFD_ALLOW_SEALING,
+        )
+        .map_err(std::io::Error::from)?;
         nix::unistd::ftruncate(&fd, size as i64).map_err(std::io::Error::from)?;
         fcntl(
             fd.as_raw_fd(),
             FcntlArg::F_ADD_SEALS(SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_SEAL),
         )
         .map_err(std::io::Error::from)?;
-        let map = MmapOptions::new().len(size as usize).map_raw(fd.as_raw_fd())?;
+        let map = MmapOptions::new()
+            .len(size as usize)
+            .map_raw(fd.as_raw_fd())?;
         Ok(Region { map, size, fd })
     }
 
@@ -156,16 +165,25 @@ mod tests {
         // SAFETY: reading inside the peer's 8192-byte mapping of the same memfd.
         assert_eq!(unsafe { *peer.base().add(100) }, 42);
         let dup = r.fd().try_clone_to_owned().unwrap();
-        assert!(matches!(Region::from_peer(dup, 8193), Err(RegionError::TooSmall { .. })));
+        assert!(matches!(
+            Region::from_peer(dup, 8193),
+            Err(RegionError::TooSmall { .. })
+        ));
         let dup = r.fd().try_clone_to_owned().unwrap();
-        assert!(matches!(Region::from_peer(dup, 0), Err(RegionError::BadSize(0))));
+        assert!(matches!(
+            Region::from_peer(dup, 0),
+            Err(RegionError::BadSize(0))
+        ));
     }
 
     #[test]
     fn unsealed_fds_are_refused() {
         let fd = memfd_create(c"x", MemFdCreateFlag::MFD_CLOEXEC).unwrap();
         nix::unistd::ftruncate(&fd, 4096).unwrap();
-        assert!(matches!(Region::from_peer(fd, 4096), Err(RegionError::NotSealed)));
+        assert!(matches!(
+            Region::from_peer(fd, 4096),
+            Err(RegionError::NotSealed)
+        ));
     }
 
     #[test]

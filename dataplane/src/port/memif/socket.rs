@@ -7,8 +7,8 @@ use std::path::Path;
 
 use nix::errno::Errno;
 use nix::sys::socket::{
-    accept4, bind, connect, listen, recvmsg, sendmsg, socket, AddressFamily, Backlog, ControlMessage,
-    ControlMessageOwned, MsgFlags, SockFlag, SockType, UnixAddr,
+    accept4, bind, connect, listen, recvmsg, sendmsg, socket, AddressFamily, Backlog,
+    ControlMessage, ControlMessageOwned, MsgFlags, SockFlag, SockType, UnixAddr,
 };
 
 use crate::wire::memif::MSG_SIZE;
@@ -132,7 +132,10 @@ pub fn send(fd: RawFd, msg: &[u8; MSG_SIZE], attach: Option<RawFd>) -> io::Resul
     };
     let n = sendmsg::<()>(fd, &iov, cmsgs, MsgFlags::MSG_NOSIGNAL, None)?;
     if n != MSG_SIZE {
-        return Err(io::Error::new(io::ErrorKind::WriteZero, "short control message send"));
+        return Err(io::Error::new(
+            io::ErrorKind::WriteZero,
+            "short control message send",
+        ));
     }
     Ok(())
 }
@@ -173,10 +176,16 @@ pub fn recv(fd: RawFd) -> io::Result<Option<Received>> {
         (r.bytes, fds, r.flags.contains(MsgFlags::MSG_CTRUNC))
     };
     if len == 0 {
-        return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "peer closed the control socket"));
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "peer closed the control socket",
+        ));
     }
     if truncated {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, "control message carried too many fds"));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "control message carried too many fds",
+        ));
     }
     let mut out = [0u8; MSG_SIZE];
     let n = len.min(MSG_SIZE);
@@ -203,9 +212,18 @@ mod tests {
 
     #[test]
     fn parses_addresses() {
-        assert_eq!(SocketAddr::parse("/run/a.sock"), SocketAddr::Path("/run/a.sock".into()));
-        assert_eq!(SocketAddr::parse("@memif"), SocketAddr::Abstract("memif".into()));
-        assert_eq!(SocketAddr::parse("abstract:vpp"), SocketAddr::Abstract("vpp".into()));
+        assert_eq!(
+            SocketAddr::parse("/run/a.sock"),
+            SocketAddr::Path("/run/a.sock".into())
+        );
+        assert_eq!(
+            SocketAddr::parse("@memif"),
+            SocketAddr::Abstract("memif".into())
+        );
+        assert_eq!(
+            SocketAddr::parse("abstract:vpp"),
+            SocketAddr::Abstract("vpp".into())
+        );
     }
 
     #[test]
@@ -216,7 +234,12 @@ mod tests {
         let c = connect_to(&addr).unwrap();
         let s = accept(l.as_raw_fd()).unwrap().expect("pending connection");
         let efd = crate::reactor::new_eventfd().unwrap();
-        send(c.as_raw_fd(), &Message::Ack.to_bytes(), Some(efd.as_raw_fd())).unwrap();
+        send(
+            c.as_raw_fd(),
+            &Message::Ack.to_bytes(),
+            Some(efd.as_raw_fd()),
+        )
+        .unwrap();
         let r = recv(s.as_raw_fd()).unwrap().unwrap();
         assert_eq!(r.len, MSG_SIZE);
         assert_eq!(Message::parse(&r.buf).unwrap(), Message::Ack);

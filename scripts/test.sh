@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Runs the whole test suite on a fresh Debian 12 machine: installs the real
+# peers the end-to-end tests use (DPDK testpmd with the memif driver), then
+# `cargo test` over the workspace.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_pkgs=()
+[ -x /usr/bin/dpdk-testpmd ] || need_pkgs+=(dpdk dpdk-dev)
+ls /usr/lib/x86_64-linux-gnu/dpdk/pmds-*/librte_net_memif.so* >/dev/null 2>&1 \
+  || ls /usr/lib/*/librte_net_memif.so* >/dev/null 2>&1 \
+  || need_pkgs+=(librte-net-memif23)
+command -v stdbuf >/dev/null || need_pkgs+=(coreutils)
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+  echo "installing ${need_pkgs[*]}" >&2
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -q </dev/null
+  $SUDO apt-get install -y -q "${need_pkgs[@]}" </dev/null
+fi
+
+cargo test --workspace --locked "$@" </dev/null
