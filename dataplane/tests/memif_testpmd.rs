@@ -310,3 +310,32 @@ fn wrong_secret_keeps_the_link_down() {
     });
     assert!(!sw.stats("a").link_up);
 }
+
+#[test]
+fn multiqueue_ports_are_spread_over_two_workers() {
+    let _g = serial();
+    let sw = Switch::start(&format!("[dataplane]\nworkers = 2\n{BRIDGE}"));
+    let sa = add_port(
+        &sw,
+        "a",
+        "master",
+        &["--bridge", "default", "--queues", "2"],
+    );
+    let sb = add_port(
+        &sw,
+        "b",
+        "master",
+        &["--bridge", "default", "--queues", "2"],
+    );
+    let mut a = client(&sa, 0x5a, &["--rxq=2", "--txq=2"]);
+    let mut b = client(&sb, 0x5b, &["--rxq=2", "--txq=2"]);
+    sw.wait_link("a", true);
+    sw.wait_link("b", true);
+    let st = sw.port("a").status;
+    assert_eq!((st.rx_queues, st.tx_queues), (2, 2));
+    // tx_first sends one burst per queue: 2 x 32 frames.
+    a.send_bursts(1);
+    assert_eq!(b.wait_rx(0, 64), 64);
+    b.send_bursts(2);
+    assert_eq!(a.wait_rx(0, 128), 128);
+}
