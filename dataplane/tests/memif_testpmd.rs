@@ -5,8 +5,6 @@ mod common;
 use std::time::Duration;
 
 use common::{memif_vdev, serial, wait_for, Switch, Testpmd};
-use switchyard::control::api::MacInfo;
-use switchyard::control::Request;
 
 const BRIDGE: &str = "[[bridge]]\nname = \"default\"\n";
 
@@ -56,12 +54,7 @@ fn master_role_switches_counted_frames_both_ways_and_learns() {
     assert_eq!(a.port_stats(0).0, 0, "no hairpin back to the sender");
 
     // a's MAC was learned on port a.
-    let macs: Vec<MacInfo> = sw
-        .client()
-        .call_as(&Request::MacList {
-            bridge: "default".into(),
-        })
-        .unwrap();
+    let macs = sw.macs("default");
     assert!(
         macs.iter()
             .any(|m| m.mac == mac(0x0a) && m.port == "a" && m.vlan == 0),
@@ -183,12 +176,7 @@ fn vlan_access_ports_are_isolated_and_trunks_carry_tags() {
     assert_eq!(c.wait_rx(0, 32), 32);
     assert_eq!(a.port_stats(0).0, 32);
     assert_eq!(b.port_stats(0).0, 64);
-    let macs: Vec<MacInfo> = sw
-        .client()
-        .call_as(&Request::MacList {
-            bridge: "default".into(),
-        })
-        .unwrap();
+    let macs = sw.macs("default");
     assert!(
         macs.iter().any(|m| m.mac == mac(0x2c) && m.vlan == 20),
         "{macs:?}"

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use switchyard::control::api::{PortInfo, PortStats};
+use switchyard::control::api::{MacInfo, PortInfo, PortStats};
 use switchyard::control::{Client, Request};
 
 /// Tests that start testpmd run one at a time: the machine has two cores.
@@ -162,6 +162,14 @@ impl Switch {
         v.into_iter().next().unwrap()
     }
 
+    pub fn macs(&self, bridge: &str) -> Vec<MacInfo> {
+        self.client()
+            .call_as(&Request::MacList {
+                bridge: bridge.into(),
+            })
+            .unwrap()
+    }
+
     pub fn port(&self, name: &str) -> PortInfo {
         let v: Vec<PortInfo> = self.client().call_as(&Request::PortList).unwrap();
         v.into_iter().find(|p| p.name == name).expect("port listed")
@@ -299,8 +307,8 @@ impl Testpmd {
         self.stdin.flush().unwrap();
     }
 
-    /// RX and TX packet counters of `port` ("show port stats").
-    pub fn port_stats(&mut self, port: u16) -> (u64, u64) {
+    /// Counters of `port` from "show port stats": (RX, TX) packets and bytes.
+    pub fn counters(&mut self, port: u16) -> ((u64, u64), (u64, u64)) {
         let from = self.output().len();
         self.cmd(&format!("show port stats {port}"));
         let o = self.wait_output_from(from, Duration::from_secs(10), "Tx-pps");
@@ -308,19 +316,20 @@ impl Testpmd {
             let at = o.find(key).unwrap_or_else(|| panic!("{key} in {o}")) + key.len();
             o[at..].split_whitespace().next().unwrap().parse().unwrap()
         };
-        (num("RX-packets:"), num("TX-packets:"))
+        (
+            (num("RX-packets:"), num("TX-packets:")),
+            (num("RX-bytes:"), num("TX-bytes:")),
+        )
+    }
+
+    /// RX and TX packet counters of `port`.
+    pub fn port_stats(&mut self, port: u16) -> (u64, u64) {
+        self.counters(port).0
     }
 
     /// RX and TX bytes of `port`.
     pub fn port_bytes(&mut self, port: u16) -> (u64, u64) {
-        let from = self.output().len();
-        self.cmd(&format!("show port stats {port}"));
-        let o = self.wait_output_from(from, Duration::from_secs(10), "Tx-pps");
-        let num = |key: &str| -> u64 {
-            let at = o.find(key).unwrap() + key.len();
-            o[at..].split_whitespace().next().unwrap().parse().unwrap()
-        };
-        (num("RX-bytes:"), num("TX-bytes:"))
+        self.counters(port).1
     }
 
     /// Waits until `port`'s RX counter reaches `n`; returns the final value
