@@ -285,7 +285,9 @@ impl TxQueue for MemifTx {
                     return Err(TxError::Full);
                 }
             }
-            let (ptr, cap) = match (self.side, self.own) {
+            // A slave writes whole descriptors pointing at its own buffers; a
+            // master fills the buffer the slave posted and sets length/flags.
+            let (ptr, cap, own_desc) = match (self.side, self.own) {
                 (Side::Slave, Some(own)) => {
                     let d = own.desc(&self.ring, slot, own.size, 0);
                     let p = self
@@ -294,7 +296,7 @@ impl TxQueue for MemifTx {
                         .ok_or(TxError::Fault(QueueFault::Other(
                             "own buffer outside region".into(),
                         )))?;
-                    (p, own.size)
+                    (p, own.size, Some(d))
                 }
                 _ => {
                     let d = self.ring.desc(slot);
@@ -306,7 +308,7 @@ impl TxQueue for MemifTx {
                             length: d.length,
                         }),
                     )?;
-                    (p, d.length)
+                    (p, d.length, None)
                 }
             };
             // SAFETY: `ptr..ptr+cap` was checked to lie in a mapped region; the
@@ -314,11 +316,16 @@ impl TxQueue for MemifTx {
             let n = unsafe { reader.copy_to(ptr, cap as usize) } as u32;
             let more = reader.remaining() > 0;
             let flags = if more { DESC_FLAG_NEXT } else { 0 };
-            match self.own {
-                Some(own) if self.side == Side::Slave => self
-                    .ring
-                    .set_desc(slot, own.desc(&self.ring, slot, n, flags)),
-                _ => self.ring.set_len_flags(slot, n, flags),
+            match own_desc {
+                Some(d) => self.ring.set_desc(
+                    slot,
+                    Desc {
+                        length: n,
+                        flags,
+                        ..d
+                    },
+                ),
+                None => self.ring.set_len_flags(slot, n, flags),
             }
             slot = slot.wrapping_add(1);
             if !more {
