@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::port::memif::handshake::Params;
 use crate::port::memif::queue::Side;
 use crate::port::memif::{MemifConfig, Mode};
+use crate::port::vhost_user::{SocketRole, VhostUserConfig};
 use crate::port::PortKind;
 use crate::worker::PollMode;
 
@@ -175,6 +176,8 @@ pub struct PortSpec {
 pub enum PortSetup {
     /// memif.
     Memif(MemifConfig),
+    /// vhost-user.
+    VhostUser(VhostUserConfig),
 }
 
 /// Checks a name used for ports and bridges.
@@ -288,10 +291,42 @@ impl PortSpec {
                     },
                 }))
             }
-            PortKind::VhostUser => Err(invalid(
-                f("kind"),
-                "vhost-user ports are not available in this build",
-            )),
+            PortKind::VhostUser => {
+                let role = match self.role.as_str() {
+                    "server" => SocketRole::Server,
+                    "client" => SocketRole::Client,
+                    r => {
+                        return Err(invalid(
+                            f("role"),
+                            format!("{r:?}: vhost-user roles are server (the switch creates the socket) or client (the switch connects)"),
+                        ))
+                    }
+                };
+                let memif_only = [
+                    ("id", self.id.is_some()),
+                    ("secret", self.secret.is_some()),
+                    ("mode", self.mode.is_some()),
+                    ("ring_size", self.ring_size.is_some()),
+                    ("buffer_size", self.buffer_size.is_some()),
+                ];
+                if let Some((field, _)) = memif_only.iter().find(|(_, set)| *set) {
+                    return Err(invalid(
+                        f(field),
+                        "applies to memif ports only (a vhost-user frontend sizes its own rings and buffers)",
+                    ));
+                }
+                if self.socket.starts_with('@') || self.socket.starts_with("abstract:") {
+                    return Err(invalid(
+                        f("socket"),
+                        "vhost-user sockets are filesystem paths (no abstract names)",
+                    ));
+                }
+                Ok(PortSetup::VhostUser(VhostUserConfig {
+                    role,
+                    socket: PathBuf::from(&self.socket),
+                    queues,
+                }))
+            }
         }
     }
 }

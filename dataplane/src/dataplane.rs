@@ -239,6 +239,9 @@ struct DpInner {
     clock: AtomicU32,
     epoch: Instant,
     stop: AtomicBool,
+    /// Per worker: the table generation its view was last built from
+    /// (`u64::MAX` while the worker is not running).
+    acks: Box<[AtomicU64]>,
 }
 
 /// Handle to the shared data-plane state (cheap to clone).
@@ -262,6 +265,7 @@ impl Dataplane {
                 clock: AtomicU32::new(0),
                 epoch: Instant::now(),
                 stop: AtomicBool::new(false),
+                acks: (0..workers).map(|_| AtomicU64::new(u64::MAX)).collect(),
             }),
         })
     }
@@ -309,6 +313,36 @@ impl Dataplane {
         let s = self.inner.epoch.elapsed().as_secs() as u32;
         self.inner.clock.store(s, Ordering::Relaxed);
         s
+    }
+
+    /// Worker `w` has rebuilt its view from `generation` (0: starting,
+    /// `u64::MAX`: exited). Everything the old view held is released.
+    #[inline]
+    pub fn ack_generation(&self, w: usize, generation: u64) {
+        self.inner.acks[w].store(generation, Ordering::Release);
+    }
+
+    /// Waits until every running worker has dropped the views older than the
+    /// current generation, so queues detached before this call are no longer
+    /// touched by any worker. Returns false if a worker did not answer within
+    /// `timeout` (it is then still inside one burst of the old view).
+    pub fn quiesce(&self, timeout: std::time::Duration) -> bool {
+        let target = self.generation();
+        let deadline = Instant::now() + timeout;
+        for (w, ack) in self.inner.acks.iter().enumerate() {
+            loop {
+                let seen = ack.load(Ordering::Acquire);
+                if seen == u64::MAX || seen >= target || self.stopping() {
+                    break;
+                }
+                if Instant::now() >= deadline {
+                    return false;
+                }
+                self.inner.worker_wakers[w].wake();
+                std::thread::sleep(std::time::Duration::from_micros(20));
+            }
+        }
+        true
     }
 
     /// Asks workers to exit.

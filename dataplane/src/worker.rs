@@ -84,6 +84,7 @@ pub fn run(dp: Dataplane, cfg: WorkerConfig) {
     let mut burst = RxBurst::default();
     let mut epoll: Option<Epoll> = None;
     let mut idle_since: Option<Instant> = None;
+    dp.ack_generation(w, 0);
 
     loop {
         if dp.stopping() {
@@ -91,6 +92,7 @@ pub fn run(dp: Dataplane, cfg: WorkerConfig) {
         }
         if dp.generation() != generation {
             generation = dp.build_view(w, &mut view);
+            dp.ack_generation(w, generation);
             fwd.resize(&view);
             epoll = match build_epoll(&dp, w, &view) {
                 Ok(e) => Some(e),
@@ -117,11 +119,15 @@ pub fn run(dp: Dataplane, cfg: WorkerConfig) {
                         fwd.forward_burst(&dp, &view, w, rx.port, burst.frames());
                         work += n;
                     }
-                    if burst.dropped > 0 {
+                    if burst.dropped > 0 || burst.bad > 0 {
                         let c = port.shared.counters(w);
                         bump(
                             &c.drops[DropReason::TooManySegments as usize],
                             u64::from(burst.dropped),
+                        );
+                        bump(
+                            &c.drops[DropReason::BadDescriptor as usize],
+                            u64::from(burst.bad),
                         );
                         work += 1;
                     }
@@ -154,6 +160,7 @@ pub fn run(dp: Dataplane, cfg: WorkerConfig) {
         }
         idle_since = None;
     }
+    dp.ack_generation(w, u64::MAX);
 }
 
 fn sleep_until_kicked(dp: &Dataplane, w: usize, view: &WorkerView, ep: &Epoll, generation: u64) {

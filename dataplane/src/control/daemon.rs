@@ -20,6 +20,7 @@ use super::state::{State, StateStore};
 use crate::config::{validate_name, BridgeSpec, Config, PortSetup, PortSpec};
 use crate::dataplane::{BridgeId, Dataplane, PortId, PortShared};
 use crate::port::memif::MemifPort;
+use crate::port::vhost_user::VhostUserPort;
 use crate::port::{Port, PortCtx};
 use crate::reactor::{Reactor, Token, Waker};
 use crate::worker::{self, WorkerConfig};
@@ -295,6 +296,13 @@ impl Daemon {
         };
         let mut port: Box<dyn Port> = match setup {
             PortSetup::Memif(m) => Box::new(MemifPort::new(&spec.name, m)),
+            PortSetup::VhostUser(mut v) => {
+                // As OVS-DPDK: offer one queue pair per worker unless told.
+                if spec.queues.is_none() {
+                    v.queues = u16::try_from(self.dp.workers().max(1)).unwrap_or(1);
+                }
+                Box::new(VhostUserPort::new(&spec.name, v))
+            }
         };
         let (id, shared) = self.dp.add_port(&spec.name, bridge, spec.vlan);
         if let Err(e) = port.start(&self.ctx(id)) {

@@ -7,5 +7,6 @@
 
 pub mod ethernet;
 pub mod memif;
+pub mod virtio_net;
 
 pub use ethernet::{EthernetFrame, MacAddr, VlanTag};

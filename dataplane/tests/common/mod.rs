@@ -289,12 +289,17 @@ impl Testpmd {
 
     /// Waits until the output contains `needle` (after byte `from`).
     pub fn wait_output_from(&self, from: usize, limit: Duration, needle: &str) -> String {
-        wait_for(limit, &format!("testpmd to print {needle:?}"), || {
+        let end = Instant::now() + limit;
+        loop {
             let o = self.output();
-            o.get(from..)
-                .filter(|s| s.contains(needle))
-                .map(str::to_string)
-        })
+            if let Some(s) = o.get(from..).filter(|s| s.contains(needle)) {
+                return s.to_string();
+            }
+            if Instant::now() > end {
+                panic!("timed out after {limit:?} waiting for testpmd to print {needle:?}; it printed:\n{o}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     pub fn wait_output(&self, limit: Duration, needle: &str) -> String {

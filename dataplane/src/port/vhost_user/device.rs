@@ -1,0 +1,611 @@
+//! The virtio-net device behind one vhost-user connection.
+//!
+//! [`NetDevice`] answers the frontend's vhost-user requests (the `vhost`
+//! crate parses them and calls [`VhostUserBackendReqHandlerMut`]) and keeps
+//! each virtqueue's configuration in a `vhost-user-backend`
+//! [`VringRwLock`]. It does not run the queues itself: when a queue pair is
+//! complete it builds worker-owned [`VirtioRx`] / [`VirtioTx`] queues from
+//! that configuration and hands them to the data plane.
+//!
+//! Any request that changes a ring or the memory table first *parks* the
+//! device: the queues are taken back from the workers, the call waits until
+//! no worker is inside a burst on them, and their ring positions are copied
+//! back into the vrings. The request is then applied to a quiet device, and
+//! [`NetDevice::activate`] hands fresh queues out again once it is complete.
+
+use std::fs::File;
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::{debug, warn};
+use vhost::vhost_user::message::{VhostTransferStateDirection, VhostTransferStatePhase};
+use vhost::vhost_user::message::{
+    VhostUserConfigFlags, VhostUserInflight, VhostUserLog, VhostUserMemoryRegion,
+    VhostUserProtocolFeatures, VhostUserShMemConfig, VhostUserSharedMsg,
+    VhostUserSingleMemoryRegion, VhostUserVirtioFeatures, VhostUserVringAddrFlags,
+    VhostUserVringState,
+};
+use vhost::vhost_user::VhostUserBackendReqHandlerMut;
+use vhost::vhost_user::{Error as VuError, GpuBackend, Result as VuResult};
+use vhost::VhostUserMemoryRegionBase;
+use vhost_user_backend::{VringRwLock, VringT};
+use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
+use virtio_bindings::virtio_net::{VIRTIO_NET_F_MQ, VIRTIO_NET_F_MRG_RXBUF, VIRTIO_NET_S_LINK_UP};
+use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
+use virtio_queue::{Queue, QueueT};
+use vm_memory::{
+    GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap, GuestRegionMmap,
+};
+
+use super::queue::{RingProgress, VirtioRx, VirtioTx, Vq};
+use crate::dataplane::{Dataplane, PortId};
+use crate::port::{PortQueues, RxQueue, TxQueue};
+
+/// Largest virtqueue the device accepts (the virtio maximum for split rings).
+pub const MAX_QUEUE_SIZE: u16 = 32768;
+/// How long parking waits for workers to leave a burst.
+const PARK_TIMEOUT: Duration = Duration::from_secs(2);
+/// Memory regions a frontend may announce (QEMU and DPDK send at most 8).
+const MAX_REGIONS: usize = 8;
+
+/// Virtio features the device offers.
+pub fn device_features(max_pairs: u16) -> u64 {
+    let mut f = 1u64 << VIRTIO_F_VERSION_1
+        | 1 << VIRTIO_NET_F_MRG_RXBUF
+        | 1 << VIRTIO_RING_F_EVENT_IDX
+        | 1 << VIRTIO_RING_F_INDIRECT_DESC
+        | VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits();
+    if max_pairs > 1 {
+        f |= 1 << VIRTIO_NET_F_MQ;
+    }
+    f
+}
+
+/// Protocol features the device offers (the `vhost` crate adds REPLY_ACK).
+pub fn protocol_features() -> VhostUserProtocolFeatures {
+    VhostUserProtocolFeatures::MQ | VhostUserProtocolFeatures::CONFIG
+}
+
+/// A frontend virtual address range and where it lies in guest memory.
+#[derive(Debug, Clone, Copy)]
+struct Mapping {
+    user_addr: u64,
+    size: u64,
+    gpa: u64,
+}
+
+/// A ring handed to the workers, and where its final position will appear.
+struct LiveRing {
+    index: usize,
+    progress: Arc<RingProgress>,
+}
+
+/// What [`NetDevice::activate`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Activation {
+    /// Queues were already with the workers, or the device is not ready.
+    Unchanged,
+    /// Queue pairs handed to the workers.
+    Up {
+        /// Number of queue pairs.
+        pairs: usize,
+    },
+}
+
+/// One vhost-user virtio-net device (one frontend connection).
+pub struct NetDevice {
+    name: String,
+    id: PortId,
+    dp: Dataplane,
+    max_pairs: u16,
+    mac: [u8; 6],
+    acked_features: Option<u64>,
+    acked_protocol: u64,
+    mem: GuestMemoryAtomic<GuestMemoryMmap>,
+    mem_set: bool,
+    mappings: Vec<Mapping>,
+    vrings: Vec<VringRwLock>,
+    live: Vec<LiveRing>,
+    /// Set when the queues were taken back from the workers.
+    parked_since_activate: bool,
+}
+
+fn invalid(why: &'static str) -> VuError {
+    VuError::InvalidOperation(why)
+}
+
+fn new_vrings(
+    mem: &GuestMemoryAtomic<GuestMemoryMmap>,
+    n: usize,
+) -> Result<Vec<VringRwLock>, VuError> {
+    (0..n)
+        .map(|_| VringRwLock::new(mem.clone(), MAX_QUEUE_SIZE).map_err(|_| VuError::InvalidParam))
+        .collect()
+}
+
+/// A locally administered MAC derived from the port name, stable across
+/// restarts, reported in the device config space.
+fn port_mac(name: &str) -> [u8; 6] {
+    // FNV-1a: stable across releases, unlike std's hasher.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in name.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    let b = h.to_be_bytes();
+    [0x02, 0x53, b[4], b[5], b[6], b[7]]
+}
+
+impl NetDevice {
+    /// A device for port `id` offering up to `max_pairs` queue pairs.
+    pub fn new(name: &str, id: PortId, dp: Dataplane, max_pairs: u16) -> Result<Self, VuError> {
+        let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
+        let vrings = new_vrings(&mem, 2 * usize::from(max_pairs))?;
+        Ok(NetDevice {
+            name: name.to_string(),
+            id,
+            dp,
+            max_pairs,
+            mac: port_mac(name),
+            acked_features: None,
+            acked_protocol: 0,
+            mem,
+            mem_set: false,
+            mappings: Vec::new(),
+            vrings,
+            live: Vec::new(),
+            parked_since_activate: false,
+        })
+    }
+
+    /// Queue pairs currently with the workers.
+    pub fn live_pairs(&self) -> usize {
+        self.live.len() / 2
+    }
+
+    /// True if the frontend asked for REPLY_ACK.
+    pub fn reply_ack(&self) -> bool {
+        self.acked_protocol & VhostUserProtocolFeatures::REPLY_ACK.bits() != 0
+    }
+
+    /// Negotiated virtio features, once the frontend set them.
+    pub fn acked_features(&self) -> Option<u64> {
+        self.acked_features
+    }
+
+    /// Takes the queues back from the workers and records where each ring
+    /// stopped. Returns true if queues were live.
+    pub fn park(&mut self) -> bool {
+        if self.live.is_empty() {
+            return false;
+        }
+        self.dp.detach_queues(self.id);
+        if !self.dp.quiesce(PARK_TIMEOUT) {
+            warn!(port = %self.name, "a worker did not leave its burst in time");
+        }
+        for r in self.live.drain(..) {
+            let (avail, used) = r.progress.load();
+            let v = &self.vrings[r.index];
+            v.set_queue_next_avail(avail);
+            v.set_queue_next_used(used);
+        }
+        self.parked_since_activate = true;
+        true
+    }
+
+    /// True if a ring stopped since the last [`NetDevice::activate`].
+    pub fn take_parked(&mut self) -> bool {
+        std::mem::take(&mut self.parked_since_activate)
+    }
+
+    fn vring(&self, index: u32) -> VuResult<&VringRwLock> {
+        self.vrings.get(index as usize).ok_or(VuError::InvalidParam)
+    }
+
+    fn pair_ready(&self, pair: usize) -> bool {
+        (2 * pair..2 * pair + 2).all(|i| {
+            let v = self.vrings[i].get_ref();
+            v.get_queue().ready() && v.is_enabled()
+        })
+    }
+
+    /// Hands every complete queue pair to the workers if none are live.
+    /// An error names a ring the frontend placed outside its memory.
+    pub fn activate(&mut self) -> Result<Activation, String> {
+        if !self.live.is_empty() || !self.mem_set || self.acked_features.is_none() {
+            return Ok(Activation::Unchanged);
+        }
+        let pairs: Vec<usize> = (0..usize::from(self.max_pairs))
+            .filter(|&p| self.pair_ready(p))
+            .collect();
+        if pairs.is_empty() {
+            return Ok(Activation::Unchanged);
+        }
+        let mem = self.mem.memory().into_inner();
+        let mrg = self
+            .acked_features
+            .is_some_and(|f| f & (1 << VIRTIO_NET_F_MRG_RXBUF) != 0);
+        let mut q = PortQueues::default();
+        let mut live = Vec::new();
+        for &p in &pairs {
+            self.resync(2 * p);
+            self.resync(2 * p + 1);
+            // virtio-net: queue 2p is the driver's receive queue (we write),
+            // queue 2p+1 its transmit queue (we read).
+            let tx = self.build_vq(2 * p, &mem)?;
+            let rx = self.build_vq(2 * p + 1, &mem)?;
+            live.push(LiveRing {
+                index: 2 * p,
+                progress: tx.progress(),
+            });
+            live.push(LiveRing {
+                index: 2 * p + 1,
+                progress: rx.progress(),
+            });
+            q.tx.push(Box::new(VirtioTx::new(tx, mrg)) as Box<dyn TxQueue>);
+            q.rx.push(Box::new(VirtioRx::new(rx)) as Box<dyn RxQueue>);
+        }
+        self.live = live;
+        self.dp.attach_queues(self.id, q);
+        Ok(Activation::Up { pairs: pairs.len() })
+    }
+
+    /// Aligns a ring's position with the used index in guest memory, as
+    /// DPDK's vhost library does: a frontend that reconnects to a restarted
+    /// switch (or a switch that reconnects to it) sends `SET_VRING_BASE 0`
+    /// on rings that already carried traffic. Descriptors that were in
+    /// flight are lost, as with DPDK.
+    fn resync(&self, index: usize) {
+        let v = &self.vrings[index];
+        let next = v.queue_next_avail();
+        if let Ok(used) = v.queue_used_idx() {
+            if used != next {
+                debug!(port = %self.name, index, next, used, "ring position taken from the used index");
+                v.set_queue_next_avail(used);
+                v.set_queue_next_used(used);
+            }
+        }
+    }
+
+    fn build_vq(&self, index: usize, mem: &Arc<GuestMemoryMmap>) -> Result<Vq, String> {
+        let v = self.vrings[index].get_ref();
+        let queue =
+            Queue::try_from(v.get_queue().state()).map_err(|e| format!("vring {index}: {e}"))?;
+        if !queue.is_valid(&**mem) {
+            return Err(format!(
+                "vring {index}: rings (desc {:#x}, avail {:#x}, used {:#x}, size {}) lie outside guest memory",
+                queue.desc_table(),
+                queue.avail_ring(),
+                queue.used_ring(),
+                queue.size()
+            ));
+        }
+        let dup = |fd: Option<std::os::fd::RawFd>| -> Result<Option<OwnedFd>, String> {
+            fd.map(|fd| {
+                // SAFETY: `fd` belongs to the vring's event object, which
+                // `v` keeps alive for the duration of this call.
+                unsafe { BorrowedFd::borrow_raw(fd) }
+                    .try_clone_to_owned()
+                    .map_err(|e| format!("vring {index}: cannot duplicate eventfd: {e}"))
+            })
+            .transpose()
+        };
+        let kick = dup(v.get_kick().as_ref().map(|k| k.as_raw_fd()))?;
+        let call = dup(v.get_call().as_ref().map(|c| c.as_raw_fd()))?;
+        Ok(Vq::new(queue, mem.clone(), kick, call))
+    }
+
+    /// Forgets all ring and feature state (frontend reset or restart).
+    fn reset(&mut self) -> VuResult<()> {
+        self.park();
+        self.acked_features = None;
+        self.vrings = new_vrings(&self.mem, self.vrings.len())?;
+        Ok(())
+    }
+
+    fn config_space(&self) -> [u8; 12] {
+        // struct virtio_net_config: mac[6], status, max_virtqueue_pairs, mtu.
+        let mut c = [0u8; 12];
+        c[..6].copy_from_slice(&self.mac);
+        c[6..8].copy_from_slice(&(VIRTIO_NET_S_LINK_UP as u16).to_le_bytes());
+        c[8..10].copy_from_slice(&self.max_pairs.to_le_bytes());
+        c[10..12].copy_from_slice(&1500u16.to_le_bytes());
+        c
+    }
+
+    fn vmm_to_gpa(&self, va: u64, len: u64) -> VuResult<u64> {
+        self.mappings
+            .iter()
+            .find(|m| va >= m.user_addr && va - m.user_addr < m.size)
+            .filter(|m| len <= m.size - (va - m.user_addr))
+            .map(|m| va - m.user_addr + m.gpa)
+            .ok_or(VuError::InvalidParam)
+    }
+}
+
+impl Drop for NetDevice {
+    fn drop(&mut self) {
+        self.park();
+    }
+}
+
+impl VhostUserBackendReqHandlerMut for NetDevice {
+    fn set_owner(&mut self) -> VuResult<()> {
+        // DPDK's virtio_user sends SET_OWNER again on every start; accept it.
+        Ok(())
+    }
+
+    fn reset_owner(&mut self) -> VuResult<()> {
+        debug!(port = %self.name, "RESET_OWNER");
+        self.reset()
+    }
+
+    fn reset_device(&mut self) -> VuResult<()> {
+        debug!(port = %self.name, "RESET_DEVICE");
+        self.reset()
+    }
+
+    fn get_features(&mut self) -> VuResult<u64> {
+        Ok(device_features(self.max_pairs))
+    }
+
+    fn set_features(&mut self, features: u64) -> VuResult<()> {
+        let offered = device_features(self.max_pairs);
+        if features & !offered != 0 {
+            warn!(port = %self.name, features = format!("{:#x}", features & !offered), "frontend acked features we did not offer");
+            return Err(VuError::InvalidParam);
+        }
+        self.park();
+        let event_idx = features & (1 << VIRTIO_RING_F_EVENT_IDX) != 0;
+        let protocol = features & VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits() != 0;
+        for v in &self.vrings {
+            v.set_queue_event_idx(event_idx);
+            if !protocol {
+                // Without protocol features every ring is enabled at once.
+                v.set_enabled(true);
+            }
+        }
+        debug!(port = %self.name, features = format!("{features:#x}"), "features acked");
+        self.acked_features = Some(features);
+        Ok(())
+    }
+
+    fn set_mem_table(
+        &mut self,
+        ctx: &[VhostUserMemoryRegion],
+        files: Vec<File>,
+        postcopy_listening: Option<bool>,
+    ) -> VuResult<Option<Vec<VhostUserMemoryRegionBase>>> {
+        if postcopy_listening.is_some() {
+            return Err(invalid("postcopy is not supported"));
+        }
+        if ctx.len() > MAX_REGIONS || ctx.len() != files.len() {
+            return Err(VuError::InvalidParam);
+        }
+        self.park();
+        let mut regions = Vec::with_capacity(ctx.len());
+        let mut mappings = Vec::with_capacity(ctx.len());
+        for (r, file) in ctx.iter().zip(files) {
+            // Copies: the message struct is packed.
+            let (offset, size, user_addr, gpa) =
+                (r.mmap_offset, r.memory_size, r.user_addr, r.guest_phys_addr);
+            // A mapping past the end of the file would fault on access
+            // (SIGBUS): check the file really holds the announced range.
+            let end = offset.checked_add(size).ok_or(VuError::InvalidParam)?;
+            let len = file.metadata().map_err(VuError::ReqHandlerError)?.len();
+            if size == 0 || end > len || user_addr.checked_add(size).is_none() {
+                warn!(port = %self.name, offset, size, file_len = len, "memory region does not fit its file");
+                return Err(VuError::InvalidParam);
+            }
+            let region = GuestRegionMmap::new(r.mmap_region::<()>(file)?, GuestAddress(gpa))
+                .ok_or(VuError::InvalidParam)?;
+            regions.push(Arc::new(region));
+            mappings.push(Mapping {
+                user_addr,
+                size,
+                gpa,
+            });
+        }
+        let mem = GuestMemoryMmap::from_arc_regions(regions)
+            .map_err(|e| VuError::ReqHandlerError(std::io::Error::other(e)))?;
+        self.mem
+            .lock()
+            .map_err(|_| VuError::BackendInternalError)?
+            .replace(mem);
+        debug!(port = %self.name, regions = mappings.len(), "memory table set");
+        self.mappings = mappings;
+        self.mem_set = true;
+        Ok(None)
+    }
+
+    fn set_vring_num(&mut self, index: u32, num: u32) -> VuResult<()> {
+        debug!(port = %self.name, index, num, "SET_VRING_NUM");
+        let ok = num.is_power_of_two() && num <= u32::from(MAX_QUEUE_SIZE);
+        self.vring(index)?;
+        if !ok {
+            return Err(VuError::InvalidParam);
+        }
+        self.park();
+        self.vring(index)?.set_queue_size(num as u16);
+        Ok(())
+    }
+
+    fn set_vring_addr(
+        &mut self,
+        index: u32,
+        _flags: VhostUserVringAddrFlags,
+        descriptor: u64,
+        used: u64,
+        available: u64,
+        _log: u64,
+    ) -> VuResult<()> {
+        self.vring(index)?;
+        self.park();
+        let size = u64::from(self.vring(index)?.get_ref().get_queue().size());
+        // Split ring sizes (virtio 1.2, 2.7): 16 bytes per descriptor,
+        // avail 6 + 2n, used 6 + 8n.
+        let desc = self.vmm_to_gpa(descriptor, 16 * size)?;
+        let avail = self.vmm_to_gpa(available, 6 + 2 * size)?;
+        let used_gpa = self.vmm_to_gpa(used, 6 + 8 * size)?;
+        let v = self.vring(index)?;
+        v.set_queue_info(desc, avail, used_gpa)
+            .map_err(|_| VuError::InvalidParam)
+    }
+
+    fn set_vring_base(&mut self, index: u32, base: u32) -> VuResult<()> {
+        debug!(port = %self.name, index, base, "SET_VRING_BASE");
+        self.vring(index)?;
+        self.park();
+        self.vring(index)?.set_queue_next_avail(base as u16);
+        Ok(())
+    }
+
+    fn get_vring_base(&mut self, index: u32) -> VuResult<VhostUserVringState> {
+        debug!(port = %self.name, index, "GET_VRING_BASE");
+        self.vring(index)?;
+        // The ring stops here: no worker may touch it after we answer.
+        self.park();
+        let v = self.vring(index)?;
+        v.set_queue_ready(false);
+        let next = v.queue_next_avail();
+        v.set_kick(None);
+        v.set_call(None);
+        Ok(VhostUserVringState::new(index, u32::from(next)))
+    }
+
+    fn set_vring_kick(&mut self, index: u8, fd: Option<File>) -> VuResult<()> {
+        debug!(port = %self.name, index, fd = fd.is_some(), "SET_VRING_KICK");
+        self.vring(u32::from(index))?;
+        self.park();
+        let v = self.vring(u32::from(index))?;
+        v.set_kick(fd);
+        // The ring starts when its kick fd arrives (vhost-user spec, "Starting
+        // and stopping rings"); without one the frontend wants us to poll.
+        v.set_queue_ready(true);
+        Ok(())
+    }
+
+    fn set_vring_call(&mut self, index: u8, fd: Option<File>) -> VuResult<()> {
+        debug!(port = %self.name, index, fd = fd.is_some(), "SET_VRING_CALL");
+        self.vring(u32::from(index))?;
+        self.park();
+        self.vring(u32::from(index))?.set_call(fd);
+        Ok(())
+    }
+
+    fn set_vring_err(&mut self, index: u8, fd: Option<File>) -> VuResult<()> {
+        self.vring(u32::from(index))?.set_err(fd);
+        Ok(())
+    }
+
+    fn get_protocol_features(&mut self) -> VuResult<VhostUserProtocolFeatures> {
+        Ok(protocol_features())
+    }
+
+    fn set_protocol_features(&mut self, features: u64) -> VuResult<()> {
+        debug!(port = %self.name, features = format!("{features:#x}"), "SET_PROTOCOL_FEATURES");
+        self.acked_protocol = features;
+        Ok(())
+    }
+
+    fn get_queue_num(&mut self) -> VuResult<u64> {
+        // For virtio-net, QEMU and DPDK read this as queue pairs.
+        Ok(u64::from(self.max_pairs))
+    }
+
+    fn set_vring_enable(&mut self, index: u32, enable: bool) -> VuResult<()> {
+        debug!(port = %self.name, index, enable, "SET_VRING_ENABLE");
+        let v = self.vring(index)?;
+        if v.get_ref().is_enabled() == enable {
+            return Ok(());
+        }
+        self.park();
+        self.vring(index)?.set_enabled(enable);
+        Ok(())
+    }
+
+    fn get_config(
+        &mut self,
+        offset: u32,
+        size: u32,
+        _flags: VhostUserConfigFlags,
+    ) -> VuResult<Vec<u8>> {
+        let space = self.config_space();
+        let (offset, size) = (offset as usize, size as usize);
+        if size > 256 || offset > 256 {
+            return Err(VuError::InvalidParam);
+        }
+        // Fields past the ones we implement read as zero.
+        Ok((offset..offset + size)
+            .map(|i| space.get(i).copied().unwrap_or(0))
+            .collect())
+    }
+
+    fn set_config(
+        &mut self,
+        _offset: u32,
+        _buf: &[u8],
+        _flags: VhostUserConfigFlags,
+    ) -> VuResult<()> {
+        // The virtio-net config space is read-only for the driver.
+        Ok(())
+    }
+
+    fn set_gpu_socket(&mut self, _gpu_backend: GpuBackend) -> VuResult<()> {
+        Err(invalid("not a GPU device"))
+    }
+
+    fn get_shared_object(&mut self, _uuid: VhostUserSharedMsg) -> VuResult<File> {
+        Err(invalid("shared objects are not supported"))
+    }
+
+    fn get_inflight_fd(
+        &mut self,
+        _inflight: &VhostUserInflight,
+    ) -> VuResult<(VhostUserInflight, File)> {
+        Err(invalid("inflight tracking is not supported"))
+    }
+
+    fn set_inflight_fd(&mut self, _inflight: &VhostUserInflight, _file: File) -> VuResult<()> {
+        Err(invalid("inflight tracking is not supported"))
+    }
+
+    fn get_max_mem_slots(&mut self) -> VuResult<u64> {
+        Ok(MAX_REGIONS as u64)
+    }
+
+    fn add_mem_region(
+        &mut self,
+        _region: &VhostUserSingleMemoryRegion,
+        _fd: File,
+        _postcopy_listening: Option<bool>,
+    ) -> VuResult<Option<VhostUserMemoryRegionBase>> {
+        Err(invalid("memory slots are not supported"))
+    }
+
+    fn remove_mem_region(&mut self, _region: &VhostUserSingleMemoryRegion) -> VuResult<()> {
+        Err(invalid("memory slots are not supported"))
+    }
+
+    fn set_device_state_fd(
+        &mut self,
+        _direction: VhostTransferStateDirection,
+        _phase: VhostTransferStatePhase,
+        _fd: File,
+    ) -> VuResult<Option<File>> {
+        Err(invalid("device state transfer is not supported"))
+    }
+
+    fn check_device_state(&mut self) -> VuResult<()> {
+        Err(invalid("device state transfer is not supported"))
+    }
+
+    fn get_shmem_config(&mut self) -> VuResult<VhostUserShMemConfig> {
+        Err(invalid("shared memory regions are not supported"))
+    }
+
+    fn set_log_base(&mut self, _log: &VhostUserLog, _file: File) -> VuResult<()> {
+        Err(invalid("dirty logging is not supported"))
+    }
+}

@@ -1,0 +1,365 @@
+//! vhost-user ports: the switch is the virtio-net device (backend), the pod's
+//! application (DPDK `virtio_user`, QEMU) the driver (frontend).
+//!
+//! As socket *server* the switch listens and the frontend connects (OVS
+//! `dpdkvhostuser`); as *client* the frontend listens and the switch
+//! connects, retrying until the socket appears and again after the frontend
+//! restarts (OVS `dpdkvhostuserclient`).
+//!
+//! The `vhost` crate's [`BackendReqHandler`] reads and answers the protocol
+//! messages, driven by the control thread's reactor: a port costs no thread.
+//! (`vhost-user-backend`'s daemon would spend a thread per connection and an
+//! epoll thread per queue set; we use its vring state type instead and let
+//! the poll-mode workers run the queues.)
+
+pub mod device;
+pub mod queue;
+
+use std::io::ErrorKind;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileTypeExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use tracing::{debug, info, warn};
+use vhost::vhost_user::{BackendReqHandler, Error as VuError};
+
+use crate::port::{Port, PortCtx, PortError, PortKind, PortStatus};
+use device::{Activation, NetDevice};
+
+/// How long a client waits between connection attempts.
+pub const RECONNECT_INTERVAL: Duration = Duration::from_secs(2);
+/// How long one protocol message may take to arrive in full.
+const MESSAGE_TIMEOUT: Duration = Duration::from_secs(1);
+
+const SUB_LISTENER: u32 = 0;
+const SUB_CONN: u32 = 1;
+
+/// Which end of the Unix socket the switch is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SocketRole {
+    /// The switch creates the socket; the frontend connects.
+    Server,
+    /// The frontend creates the socket; the switch connects.
+    Client,
+}
+
+/// A vhost-user port's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VhostUserConfig {
+    /// The switch's socket role.
+    pub role: SocketRole,
+    /// Socket path.
+    pub socket: PathBuf,
+    /// Queue pairs offered to the frontend.
+    pub queues: u16,
+}
+
+struct Conn {
+    handler: BackendReqHandler<Mutex<NetDevice>>,
+    device: Arc<Mutex<NetDevice>>,
+}
+
+/// A vhost-user port.
+pub struct VhostUserPort {
+    cfg: VhostUserConfig,
+    name: String,
+    listener: Option<UnixListener>,
+    conn: Option<Conn>,
+    retry_at: Option<Instant>,
+    status: PortStatus,
+}
+
+fn lock(d: &Mutex<NetDevice>) -> MutexGuard<'_, NetDevice> {
+    d.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Binds a listening socket at `path`, replacing a stale socket file that
+/// nobody listens on. A live socket is an error (another switch or port).
+fn listen(path: &Path) -> Result<UnixListener, PortError> {
+    let err = |source| PortError::Socket {
+        path: path.display().to_string(),
+        source,
+    };
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if !meta.file_type().is_socket() {
+            return Err(err(std::io::Error::new(
+                ErrorKind::AlreadyExists,
+                "exists and is not a socket",
+            )));
+        }
+        if UnixStream::connect(path).is_ok() {
+            return Err(PortError::SocketInUse(path.display().to_string()));
+        }
+        std::fs::remove_file(path).map_err(err)?;
+    }
+    let l = UnixListener::bind(path).map_err(err)?;
+    l.set_nonblocking(true).map_err(err)?;
+    Ok(l)
+}
+
+impl VhostUserPort {
+    /// A port that is not started yet.
+    pub fn new(name: &str, cfg: VhostUserConfig) -> VhostUserPort {
+        VhostUserPort {
+            cfg,
+            name: name.to_string(),
+            listener: None,
+            conn: None,
+            retry_at: None,
+            status: PortStatus::default(),
+        }
+    }
+
+    fn open(&mut self, cx: &PortCtx<'_>, stream: UnixStream) -> Result<(), String> {
+        // Messages are read blocking on the control thread; a frontend that
+        // sends half a message loses its connection instead of stalling us.
+        stream
+            .set_read_timeout(Some(MESSAGE_TIMEOUT))
+            .and_then(|_| stream.set_write_timeout(Some(MESSAGE_TIMEOUT)))
+            .map_err(|e| format!("socket options: {e}"))?;
+        let device = NetDevice::new(&self.name, cx.id, cx.dp.clone(), self.cfg.queues)
+            .map_err(|e| format!("device: {e}"))?;
+        let device = Arc::new(Mutex::new(device));
+        let handler = BackendReqHandler::from_stream(stream, device.clone());
+        cx.watch(handler.as_raw_fd(), SUB_CONN)
+            .map_err(|e| format!("cannot watch socket: {e}"))?;
+        self.conn = Some(Conn { handler, device });
+        info!(port = %self.name, "frontend connected");
+        Ok(())
+    }
+
+    fn try_connect(&mut self, cx: &PortCtx<'_>) {
+        self.retry_at = None;
+        let res = UnixStream::connect(&self.cfg.socket)
+            .map_err(|e| format!("connect: {e}"))
+            .and_then(|s| self.open(cx, s));
+        if let Err(e) = res {
+            debug!(port = %self.name, socket = %self.cfg.socket.display(), "{e}; retrying");
+            self.status.last_error = Some(e);
+            self.retry_at = Some(Instant::now() + RECONNECT_INTERVAL);
+        }
+    }
+
+    fn accept_all(&mut self, cx: &PortCtx<'_>) {
+        loop {
+            let Some(l) = &self.listener else { return };
+            let stream = match l.accept() {
+                Ok((s, _)) => s,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) => {
+                    warn!(port = %self.name, "accept failed: {e}");
+                    return;
+                }
+            };
+            if self.conn.is_some() {
+                // One frontend per socket, as DPDK's vhost library does.
+                warn!(port = %self.name, "refusing a second frontend connection");
+                continue;
+            }
+            if let Err(e) = stream.set_nonblocking(false).map_err(|e| e.to_string()) {
+                warn!(port = %self.name, "{e}");
+                continue;
+            }
+            if let Err(e) = self.open(cx, stream) {
+                warn!(port = %self.name, "{e}");
+            }
+        }
+    }
+
+    /// Drops the connection. `fault`: the frontend broke the protocol.
+    fn disconnect(&mut self, cx: &PortCtx<'_>, reason: &str, fault: bool) {
+        let Some(conn) = self.conn.take() else { return };
+        cx.unwatch(conn.handler.as_raw_fd());
+        let was_up = lock(&conn.device).park();
+        drop(conn);
+        if fault {
+            self.status.faults += 1;
+            warn!(port = %self.name, "frontend broke the vhost-user protocol, disconnecting: {reason}");
+        } else if was_up {
+            info!(port = %self.name, "link down: {reason}");
+        } else {
+            info!(port = %self.name, "frontend disconnected: {reason}");
+        }
+        self.status.link_up = false;
+        self.status.rx_queues = 0;
+        self.status.tx_queues = 0;
+        self.status.peer = None;
+        self.status.last_error = Some(reason.to_string());
+        if self.cfg.role == SocketRole::Client {
+            self.retry_at = Some(Instant::now() + RECONNECT_INTERVAL);
+        }
+    }
+
+    fn on_message(&mut self, cx: &PortCtx<'_>) {
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
+        let res = match early_vring_enable(conn) {
+            Some(r) => r,
+            None => conn.handler.handle_request(),
+        };
+        if let Err(e) = res {
+            let (reason, fault) = match e {
+                VuError::Disconnected | VuError::PartialMessage => {
+                    ("frontend closed the connection".to_string(), false)
+                }
+                VuError::SocketBroken(ref io) | VuError::SocketError(ref io)
+                    if matches!(
+                        io.kind(),
+                        ErrorKind::ConnectionReset | ErrorKind::BrokenPipe
+                    ) =>
+                {
+                    ("frontend closed the connection".to_string(), false)
+                }
+                e => (format!("vhost-user request failed: {e}"), true),
+            };
+            return self.disconnect(cx, &reason, fault);
+        }
+        let mut dev = lock(&conn.device);
+        let parked = dev.take_parked();
+        let res = dev.activate();
+        let features = dev.acked_features();
+        drop(dev);
+        match res {
+            Ok(Activation::Up { pairs }) => {
+                if !self.status.link_up {
+                    self.status.connects += 1;
+                    info!(port = %self.name, queue_pairs = pairs, "link up");
+                }
+                self.status.link_up = true;
+                self.status.rx_queues = pairs;
+                self.status.tx_queues = pairs;
+                self.status.last_error = None;
+                self.status.peer = Some(format!(
+                    "virtio-net driver, features {:#x}",
+                    features.unwrap_or(0)
+                ));
+            }
+            Ok(Activation::Unchanged) => {
+                if parked {
+                    // Rings stopped and not (yet) restarted.
+                    if self.status.link_up {
+                        info!(port = %self.name, "link down: frontend stopped its queues");
+                    }
+                    self.status.link_up = false;
+                    self.status.rx_queues = 0;
+                    self.status.tx_queues = 0;
+                }
+            }
+            Err(reason) => self.disconnect(cx, &reason, true),
+        }
+    }
+}
+
+/// vhost-user message header: `u32` request, `u32` flags, `u32` size.
+const MSG_HEADER_LEN: usize = 12;
+const REQ_SET_VRING_ENABLE: u32 = 18;
+const FLAG_VERSION_1: u32 = 0x1;
+const FLAG_REPLY: u32 = 0x4;
+const FLAG_NEED_REPLY: u32 = 0x8;
+
+/// DPDK's `virtio_user` in server mode re-enables its rings on a new
+/// connection before it sends `SET_FEATURES`. The `vhost` crate rejects
+/// `SET_VRING_ENABLE` until `VHOST_USER_F_PROTOCOL_FEATURES` is acked on the
+/// connection (as the spec says); DPDK's own vhost library accepts it. So
+/// that a restarted switch can reattach to such a frontend, this one message
+/// is taken off the socket and applied here when it arrives that early.
+/// Returns `None` when the next message is anything else.
+fn early_vring_enable(conn: &mut Conn) -> Option<Result<(), VuError>> {
+    use nix::sys::socket::{recv, MsgFlags};
+    let fd = conn.handler.as_raw_fd();
+    let mut msg = [0u8; MSG_HEADER_LEN + 8];
+    let n = recv(fd, &mut msg, MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT).ok()?;
+    let word = |m: &[u8], i: usize| u32::from_le_bytes([m[i], m[i + 1], m[i + 2], m[i + 3]]);
+    if n < msg.len() || word(&msg, 0) != REQ_SET_VRING_ENABLE || word(&msg, 8) != 8 {
+        return None;
+    }
+    let mut dev = lock(&conn.device);
+    if dev.acked_features().is_some() {
+        return None;
+    }
+    // Consume exactly this message (the peek showed all of it is queued).
+    if recv(fd, &mut msg, MsgFlags::MSG_DONTWAIT) != Ok(msg.len()) {
+        return Some(Err(VuError::PartialMessage));
+    }
+    let (flags, index, num) = (word(&msg, 4), word(&msg, 12), word(&msg, 16));
+    debug!(index, num, "SET_VRING_ENABLE before SET_FEATURES");
+    let res = match num {
+        0 | 1 => {
+            use vhost::vhost_user::VhostUserBackendReqHandlerMut;
+            dev.set_vring_enable(index, num == 1)
+        }
+        _ => Err(VuError::InvalidParam),
+    };
+    if flags & FLAG_NEED_REPLY != 0 && dev.reply_ack() {
+        let mut reply = [0u8; MSG_HEADER_LEN + 8];
+        reply[0..4].copy_from_slice(&REQ_SET_VRING_ENABLE.to_le_bytes());
+        reply[4..8].copy_from_slice(&(FLAG_VERSION_1 | FLAG_REPLY).to_le_bytes());
+        reply[8..12].copy_from_slice(&8u32.to_le_bytes());
+        reply[12..20].copy_from_slice(&u64::from(res.is_err()).to_le_bytes());
+        if let Err(e) = nix::sys::socket::send(fd, &reply, MsgFlags::MSG_NOSIGNAL) {
+            return Some(Err(VuError::SocketError(e.into())));
+        }
+    }
+    Some(res)
+}
+
+impl Port for VhostUserPort {
+    fn kind(&self) -> PortKind {
+        PortKind::VhostUser
+    }
+
+    fn start(&mut self, cx: &PortCtx<'_>) -> Result<(), PortError> {
+        match self.cfg.role {
+            SocketRole::Server => {
+                let l = listen(&self.cfg.socket)?;
+                cx.watch(l.as_raw_fd(), SUB_LISTENER)
+                    .map_err(|source| PortError::Socket {
+                        path: self.cfg.socket.display().to_string(),
+                        source,
+                    })?;
+                self.listener = Some(l);
+            }
+            SocketRole::Client => self.try_connect(cx),
+        }
+        Ok(())
+    }
+
+    fn on_ready(&mut self, cx: &PortCtx<'_>, sub: u32) {
+        match sub {
+            SUB_LISTENER => self.accept_all(cx),
+            _ => self.on_message(cx),
+        }
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        self.retry_at
+    }
+
+    fn on_timer(&mut self, cx: &PortCtx<'_>, now: Instant) {
+        if self.conn.is_none() && self.retry_at.is_some_and(|t| now >= t) {
+            self.try_connect(cx);
+        }
+    }
+
+    fn on_fault(&mut self, cx: &PortCtx<'_>, reason: &str) {
+        self.disconnect(cx, reason, true);
+    }
+
+    fn status(&self) -> PortStatus {
+        self.status.clone()
+    }
+
+    fn stop(&mut self, cx: &PortCtx<'_>) {
+        self.disconnect(cx, "interface deleted", false);
+        self.retry_at = None;
+        if let Some(l) = self.listener.take() {
+            cx.unwatch(l.as_raw_fd());
+            let _ = std::fs::remove_file(&self.cfg.socket);
+        }
+    }
+}

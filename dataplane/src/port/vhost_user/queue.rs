@@ -1,0 +1,730 @@
+//! The data path of a vhost-user port: split virtqueues polled by workers.
+//!
+//! Descriptor parsing is `virtio-queue`'s: it bounds the avail index against
+//! the ring size, follows indirect tables, refuses nested indirection and
+//! stops chains that loop (a chain yields at most `size` descriptors). On top
+//! of it every buffer is resolved against the frontend's memory table before
+//! use; a frame with a buffer outside it is dropped and counted, and its
+//! chain is still returned so the driver does not leak it.
+//!
+//! Receive (the driver's transmit queue) is zero-copy: a frame's segments
+//! point into guest memory until the burst is released. Transmit (the
+//! driver's receive queue) copies each frame once, straight from the source
+//! port's memory into guest buffers, merging buffers when the frame does not
+//! fit one (`VIRTIO_NET_F_MRG_RXBUF`).
+
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use virtio_bindings::virtio_ring::VRING_AVAIL_F_NO_INTERRUPT;
+use virtio_queue::desc::split::Descriptor;
+use virtio_queue::{Queue, QueueOwnedT, QueueT};
+use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
+
+use crate::port::{QueueFault, RxBurst, RxFrame, RxQueue, TxError, TxFrame, TxQueue, BURST_SIZE};
+use crate::reactor::kick_eventfd;
+use crate::wire::virtio_net::{header_bytes, HEADER_LEN};
+
+/// Most guest buffers one transmitted frame may be spread over.
+const MAX_MERGED: usize = 64;
+/// Most memory pieces one guest receive chain may consist of.
+const MAX_PIECES: usize = 16;
+
+/// Where a ring stopped, written when a worker lets go of its queue.
+#[derive(Debug, Default)]
+pub struct RingProgress(AtomicU32);
+
+impl RingProgress {
+    /// `(next_avail, next_used)`.
+    pub fn load(&self) -> (u16, u16) {
+        let v = self.0.load(Ordering::Acquire);
+        (v as u16, (v >> 16) as u16)
+    }
+
+    fn store(&self, next_avail: u16, next_used: u16) {
+        self.0.store(
+            u32::from(next_avail) | u32::from(next_used) << 16,
+            Ordering::Release,
+        );
+    }
+}
+
+/// One virtqueue as a worker owns it.
+pub struct Vq {
+    queue: Queue,
+    mem: Arc<GuestMemoryMmap>,
+    kick: Option<OwnedFd>,
+    call: Option<OwnedFd>,
+    progress: Arc<RingProgress>,
+    fault: Option<QueueFault>,
+}
+
+impl Vq {
+    /// A queue over `mem` (already checked: the rings lie inside it).
+    pub fn new(
+        queue: Queue,
+        mem: Arc<GuestMemoryMmap>,
+        kick: Option<OwnedFd>,
+        call: Option<OwnedFd>,
+    ) -> Vq {
+        let progress = Arc::new(RingProgress::default());
+        progress.store(queue.next_avail(), queue.next_used());
+        let mut vq = Vq {
+            queue,
+            mem,
+            kick,
+            call,
+            progress,
+            fault: None,
+        };
+        // Workers poll: ask the driver not to kick (re-enabled before sleep).
+        let _ = vq.queue.disable_notification(&*vq.mem);
+        vq
+    }
+
+    /// The shared record of this ring's position.
+    pub fn progress(&self) -> Arc<RingProgress> {
+        self.progress.clone()
+    }
+
+    /// Signals the driver after used entries were added, unless it asked
+    /// not to be (`used_event` with EVENT_IDX, else `VRING_AVAIL_F_NO_INTERRUPT`).
+    fn notify_driver(&mut self) {
+        let Some(call) = &self.call else { return };
+        let wanted = if self.queue.event_idx_enabled() {
+            self.queue.needs_notification(&*self.mem).unwrap_or(true)
+        } else {
+            std::sync::atomic::fence(Ordering::SeqCst);
+            let flags: u16 = self
+                .mem
+                .load(GuestAddress(self.queue.avail_ring()), Ordering::Relaxed)
+                .unwrap_or(0);
+            u16::from_le(flags) & VRING_AVAIL_F_NO_INTERRUPT as u16 == 0
+        };
+        if wanted {
+            kick_eventfd(call.as_raw_fd());
+        }
+    }
+
+    fn ring_fault(&self, e: virtio_queue::Error) -> QueueFault {
+        QueueFault::Other(format!("virtqueue: {e}"))
+    }
+}
+
+impl Drop for Vq {
+    fn drop(&mut self) {
+        self.progress
+            .store(self.queue.next_avail(), self.queue.next_used());
+    }
+}
+
+/// Why a chain could not be used.
+enum ChainError {
+    /// A buffer lies outside guest memory, has the wrong direction, or the
+    /// chain is broken (loop, bad index, bad indirect table).
+    Bad,
+    /// More pieces than we follow.
+    TooManyPieces,
+}
+
+/// Walks a chain's descriptors, checking that the chain ends properly.
+fn for_each_desc<M, F>(chain: virtio_queue::DescriptorChain<M>, mut f: F) -> Result<(), ChainError>
+where
+    M: std::ops::Deref,
+    M::Target: vm_memory::GuestMemory,
+    F: FnMut(Descriptor) -> Result<(), ChainError>,
+{
+    let mut seen = 0u32;
+    let mut more = false;
+    for d in chain {
+        seen += 1;
+        more = d.has_next();
+        f(d)?;
+    }
+    // virtio-queue ends iteration silently on a loop, an index past the
+    // table, an unreadable descriptor or a bad indirect table; the last
+    // descriptor it gave us then still says NEXT.
+    if seen == 0 || more {
+        return Err(ChainError::Bad);
+    }
+    Ok(())
+}
+
+/// Calls `f(ptr, len)` for each host piece of guest range `addr..addr+len`.
+fn for_each_piece(
+    mem: &GuestMemoryMmap,
+    addr: u64,
+    len: u32,
+    mut f: impl FnMut(*mut u8, usize) -> Result<(), ChainError>,
+) -> Result<(), ChainError> {
+    if len == 0 {
+        return Ok(());
+    }
+    for s in mem.get_slices(GuestAddress(addr), len as usize) {
+        let s = s.map_err(|_| ChainError::Bad)?;
+        f(s.ptr_guard_mut().as_ptr(), s.len())?;
+    }
+    Ok(())
+}
+
+/// Receive side: the driver's transmit queue.
+pub struct VirtioRx {
+    vq: Vq,
+    heads: [u16; BURST_SIZE],
+    nheads: usize,
+}
+
+impl VirtioRx {
+    /// Wraps a transmit virtqueue.
+    pub fn new(vq: Vq) -> VirtioRx {
+        VirtioRx {
+            vq,
+            heads: [0; BURST_SIZE],
+            nheads: 0,
+        }
+    }
+
+    /// Fills `frame` with the chain's buffers, minus the virtio-net header.
+    fn gather<M>(
+        mem: &GuestMemoryMmap,
+        chain: virtio_queue::DescriptorChain<M>,
+        frame: &mut RxFrame,
+    ) -> Result<(), ChainError>
+    where
+        M: std::ops::Deref,
+        M::Target: vm_memory::GuestMemory,
+    {
+        let mut skip = HEADER_LEN as u32;
+        for_each_desc(chain, |d| {
+            if d.is_write_only() {
+                return Err(ChainError::Bad);
+            }
+            let cut = skip.min(d.len());
+            skip -= cut;
+            let addr = d
+                .addr()
+                .0
+                .checked_add(u64::from(cut))
+                .ok_or(ChainError::Bad)?;
+            for_each_piece(mem, addr, d.len() - cut, |p, n| {
+                if frame.push(p, n as u32) {
+                    Ok(())
+                } else {
+                    Err(ChainError::TooManyPieces)
+                }
+            })
+        })?;
+        if skip > 0 {
+            return Err(ChainError::Bad);
+        }
+        Ok(())
+    }
+}
+
+impl RxQueue for VirtioRx {
+    fn rx_burst(&mut self, burst: &mut RxBurst) -> Result<usize, QueueFault> {
+        if let Some(f) = self.vq.fault.take() {
+            return Err(f);
+        }
+        let Vq { queue, mem, .. } = &mut self.vq;
+        let mem: &GuestMemoryMmap = mem;
+        let size = queue.size();
+        let mut iter = match queue.iter(mem) {
+            Ok(it) => it,
+            Err(e) => return Err(QueueFault::Other(format!("virtqueue: {e}"))),
+        };
+        while self.nheads < BURST_SIZE && !burst.is_full() {
+            let Some(chain) = iter.next() else { break };
+            if chain.head_index() >= size {
+                // Such a chain cannot even be returned through the used ring.
+                return Err(QueueFault::Other(format!(
+                    "avail ring names descriptor {} of a {size}-entry table",
+                    chain.head_index()
+                )));
+            }
+            self.heads[self.nheads] = chain.head_index();
+            self.nheads += 1;
+            let slot = burst.next_slot();
+            match Self::gather(mem, chain, slot) {
+                Ok(()) => burst.commit(),
+                Err(ChainError::TooManyPieces) => burst.dropped += 1,
+                Err(ChainError::Bad) => burst.bad += 1,
+            }
+        }
+        Ok(burst.len())
+    }
+
+    fn release(&mut self) {
+        if self.nheads == 0 {
+            return;
+        }
+        for &h in &self.heads[..self.nheads] {
+            if let Err(e) = self.vq.queue.add_used(&*self.vq.mem, h, 0) {
+                self.vq.fault = Some(self.vq.ring_fault(e));
+                break;
+            }
+        }
+        self.nheads = 0;
+        self.vq.notify_driver();
+    }
+
+    fn interrupt_fd(&self) -> Option<RawFd> {
+        self.vq.kick.as_ref().map(|k| k.as_raw_fd())
+    }
+
+    fn set_interrupt(&mut self, enabled: bool) {
+        let mem = &*self.vq.mem;
+        let _ = if enabled {
+            self.vq.queue.enable_notification(mem).map(|_| ())
+        } else {
+            self.vq.queue.disable_notification(mem)
+        };
+    }
+
+    fn has_pending(&self) -> bool {
+        self.vq
+            .queue
+            .avail_idx(&*self.vq.mem, Ordering::Acquire)
+            .map(|i| i.0 != self.vq.queue.next_avail())
+            .unwrap_or(false)
+    }
+}
+
+/// One guest receive chain being filled.
+struct Sink {
+    head: u16,
+    pieces: [(*mut u8, usize); MAX_PIECES],
+    n: usize,
+    cap: usize,
+}
+
+impl Sink {
+    fn load<M>(
+        mem: &GuestMemoryMmap,
+        chain: virtio_queue::DescriptorChain<M>,
+    ) -> Result<Sink, ChainError>
+    where
+        M: std::ops::Deref,
+        M::Target: vm_memory::GuestMemory,
+    {
+        let mut s = Sink {
+            head: chain.head_index(),
+            pieces: [(std::ptr::null_mut(), 0); MAX_PIECES],
+            n: 0,
+            cap: 0,
+        };
+        for_each_desc(chain, |d| {
+            if !d.is_write_only() {
+                return Err(ChainError::Bad);
+            }
+            for_each_piece(mem, d.addr().0, d.len(), |p, n| {
+                if s.n == MAX_PIECES {
+                    return Err(ChainError::TooManyPieces);
+                }
+                s.pieces[s.n] = (p, n);
+                s.n += 1;
+                s.cap += n;
+                Ok(())
+            })
+        })?;
+        Ok(s)
+    }
+
+    /// Writes `bytes` at byte offset `at` of the chain.
+    fn poke(&self, mut at: usize, bytes: &[u8]) {
+        let mut src = bytes;
+        for &(p, n) in &self.pieces[..self.n] {
+            if src.is_empty() {
+                break;
+            }
+            if at >= n {
+                at -= n;
+                continue;
+            }
+            let k = (n - at).min(src.len());
+            // SAFETY: `p..p+n` is a live guest mapping resolved by `load`
+            // (the queue holds the memory map); `at + k <= n`.
+            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), p.add(at), k) };
+            src = &src[k..];
+            at = 0;
+        }
+    }
+}
+
+/// Transmit side: the driver's receive queue.
+pub struct VirtioTx {
+    vq: Vq,
+    mergeable: bool,
+    added: u32,
+    used: Box<[(u16, u32); MAX_MERGED]>,
+}
+
+impl VirtioTx {
+    /// Wraps a receive virtqueue; `mergeable`: MRG_RXBUF was negotiated.
+    pub fn new(vq: Vq, mergeable: bool) -> VirtioTx {
+        VirtioTx {
+            vq,
+            mergeable,
+            added: 0,
+            used: Box::new([(0, 0); MAX_MERGED]),
+        }
+    }
+
+    /// Copies the frame into as many chains as it needs; returns how many,
+    /// with `(head, bytes)` of each in `self.used`.
+    fn fill(&mut self, frame: &TxFrame<'_>) -> Result<usize, TxError> {
+        let total = HEADER_LEN + frame.len();
+        let Vq { queue, mem, .. } = &mut self.vq;
+        let mem: &GuestMemoryMmap = mem;
+        let mut iter = queue
+            .iter(mem)
+            .map_err(|e| TxError::Fault(QueueFault::Other(format!("virtqueue: {e}"))))?;
+        let mut reader = frame.reader();
+        let mut first: Option<Sink> = None;
+        let mut header_left = HEADER_LEN;
+        let mut chains = 0usize;
+        while header_left > 0 || reader.remaining() > 0 {
+            if chains == MAX_MERGED || (chains == 1 && !self.mergeable) {
+                return Err(TxError::TooLong);
+            }
+            let Some(chain) = iter.next() else {
+                return Err(TxError::Full);
+            };
+            let sink = match Sink::load(mem, chain) {
+                Ok(s) => s,
+                Err(_) => {
+                    return Err(TxError::Fault(QueueFault::Other(
+                        "receive buffer outside guest memory or not writable".into(),
+                    )))
+                }
+            };
+            let mut written = 0usize;
+            for &(p, n) in &sink.pieces[..sink.n] {
+                let mut off = 0;
+                if header_left > 0 {
+                    // The header's bytes are written (with the final
+                    // num_buffers) once the chain count is known.
+                    let k = header_left.min(n);
+                    header_left -= k;
+                    off = k;
+                }
+                // SAFETY: `p+off..p+n` is a live guest mapping resolved by
+                // `Sink::load`; the reader writes at most `n - off` bytes.
+                off += unsafe { reader.copy_to(p.add(off), n - off) };
+                written += off;
+                if header_left == 0 && reader.remaining() == 0 {
+                    break;
+                }
+            }
+            self.used[chains] = (sink.head, written as u32);
+            chains += 1;
+            if first.is_none() {
+                first = Some(sink);
+            }
+        }
+        debug_assert_eq!(
+            self.used[..chains]
+                .iter()
+                .map(|u| u.1 as usize)
+                .sum::<usize>(),
+            total
+        );
+        if let Some(s) = first {
+            s.poke(0, &header_bytes(chains as u16));
+        }
+        Ok(chains)
+    }
+}
+
+impl TxQueue for VirtioTx {
+    fn tx(&mut self, frame: &TxFrame<'_>) -> Result<(), TxError> {
+        if let Some(f) = self.vq.fault.take() {
+            return Err(TxError::Fault(f));
+        }
+        let start = self.vq.queue.next_avail();
+        match self.fill(frame) {
+            Ok(chains) => {
+                for &(head, len) in &self.used[..chains] {
+                    if let Err(e) = self.vq.queue.add_used(&*self.vq.mem, head, len) {
+                        return Err(TxError::Fault(self.vq.ring_fault(e)));
+                    }
+                }
+                self.added += 1;
+                Ok(())
+            }
+            Err(e) => {
+                // Give back the chains taken for this frame: nothing was
+                // published, so the driver never sees them used.
+                self.vq.queue.set_next_avail(start);
+                Err(e)
+            }
+        }
+    }
+
+    fn flush(&mut self) {
+        if self.added > 0 {
+            self.added = 0;
+            self.vq.notify_driver();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SIZE: u16 = 16;
+    const DESC: u64 = 0x0;
+    const AVAIL: u64 = 0x1000;
+    const USED: u64 = 0x2000;
+    const BUFS: u64 = 0x4000;
+    const MEM: usize = 0x10000;
+    const F_NEXT: u16 = 1;
+    const F_WRITE: u16 = 2;
+    const F_INDIRECT: u16 = 4;
+
+    struct Ring {
+        mem: Arc<GuestMemoryMmap>,
+        avail: u16,
+    }
+
+    impl Ring {
+        fn new() -> Ring {
+            let mem = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), MEM)]).unwrap();
+            Ring {
+                mem: Arc::new(mem),
+                avail: 0,
+            }
+        }
+
+        fn desc(&self, table: u64, i: u16, addr: u64, len: u32, flags: u16, next: u16) {
+            let mut b = [0u8; 16];
+            b[0..8].copy_from_slice(&addr.to_le_bytes());
+            b[8..12].copy_from_slice(&len.to_le_bytes());
+            b[12..14].copy_from_slice(&flags.to_le_bytes());
+            b[14..16].copy_from_slice(&next.to_le_bytes());
+            self.mem
+                .write_slice(&b, GuestAddress(table + 16 * u64::from(i)))
+                .unwrap();
+        }
+
+        /// Publishes the chain starting at descriptor `head`.
+        fn publish(&mut self, head: u16) {
+            let slot = u64::from(self.avail % SIZE);
+            self.mem
+                .write_obj(head, GuestAddress(AVAIL + 4 + 2 * slot))
+                .unwrap();
+            self.avail = self.avail.wrapping_add(1);
+            self.mem
+                .write_obj(self.avail, GuestAddress(AVAIL + 2))
+                .unwrap();
+        }
+
+        fn used_idx(&self) -> u16 {
+            self.mem.read_obj(GuestAddress(USED + 2)).unwrap()
+        }
+
+        fn used_len(&self, slot: u64) -> u32 {
+            self.mem
+                .read_obj(GuestAddress(USED + 4 + 8 * slot + 4))
+                .unwrap()
+        }
+
+        fn vq(&self) -> Vq {
+            let mut q = Queue::new(SIZE).unwrap();
+            q.set_size(SIZE);
+            q.set_ready(true);
+            q.set_desc_table_address(Some(DESC as u32), Some(0));
+            q.set_avail_ring_address(Some(AVAIL as u32), Some(0));
+            q.set_used_ring_address(Some(USED as u32), Some(0));
+            assert!(q.is_valid(&*self.mem));
+            Vq::new(q, self.mem.clone(), None, None)
+        }
+    }
+
+    fn rx_once(q: &mut VirtioRx) -> (Vec<Vec<u8>>, u32, u32) {
+        let mut burst = RxBurst::default();
+        q.rx_burst(&mut burst).unwrap();
+        let frames = burst
+            .frames()
+            .iter()
+            .map(|f| {
+                let mut v = vec![0u8; f.len as usize];
+                f.read_prefix(&mut v);
+                v
+            })
+            .collect();
+        q.release();
+        (frames, burst.bad, burst.dropped)
+    }
+
+    #[test]
+    fn receive_strips_the_header_across_descriptors() {
+        let mut r = Ring::new();
+        let payload: Vec<u8> = (0..64).collect();
+        r.mem
+            .write_slice(&payload, GuestAddress(BUFS + 12))
+            .unwrap();
+        // Header and data in one buffer.
+        r.desc(DESC, 0, BUFS, 12 + 64, 0, 0);
+        r.publish(0);
+        // Header alone, then data in two pieces.
+        r.mem
+            .write_slice(&payload, GuestAddress(BUFS + 0x100))
+            .unwrap();
+        r.desc(DESC, 1, BUFS + 0x200, 12, F_NEXT, 2);
+        r.desc(DESC, 2, BUFS + 0x100, 30, F_NEXT, 3);
+        r.desc(DESC, 3, BUFS + 0x100 + 30, 34, 0, 0);
+        r.publish(1);
+        let mut q = VirtioRx::new(r.vq());
+        let (frames, bad, dropped) = rx_once(&mut q);
+        assert_eq!((bad, dropped), (0, 0));
+        assert_eq!(frames, vec![payload.clone(), payload]);
+        assert_eq!(r.used_idx(), 2, "both chains returned");
+    }
+
+    #[test]
+    fn indirect_chains_are_followed() {
+        let mut r = Ring::new();
+        let table = BUFS + 0x800;
+        r.desc(table, 0, BUFS, 12, F_NEXT, 1);
+        r.desc(table, 1, BUFS + 12, 50, 0, 0);
+        r.desc(DESC, 0, table, 32, F_INDIRECT, 0);
+        r.publish(0);
+        let mut q = VirtioRx::new(r.vq());
+        let (frames, bad, _) = rx_once(&mut q);
+        assert_eq!(bad, 0);
+        assert_eq!(frames[0].len(), 50);
+    }
+
+    #[test]
+    fn hostile_receive_chains_are_dropped_counted_and_returned() {
+        let mut r = Ring::new();
+        // Address outside guest memory.
+        r.desc(DESC, 0, 0xffff_0000, 100, 0, 0);
+        // Length running past the end of memory (u32 near max).
+        r.desc(DESC, 1, BUFS, u32::MAX - 8, 0, 0);
+        // A loop: 2 -> 3 -> 2.
+        r.desc(DESC, 2, BUFS, 12, F_NEXT, 3);
+        r.desc(DESC, 3, BUFS, 64, F_NEXT, 2);
+        // Next index past the table.
+        r.desc(DESC, 4, BUFS, 12, F_NEXT, 999);
+        // A device-writable buffer on the driver's transmit queue.
+        r.desc(DESC, 5, BUFS, 76, F_WRITE, 0);
+        // Shorter than the virtio-net header.
+        r.desc(DESC, 6, BUFS, 8, 0, 0);
+        // Nested indirect table.
+        let table = BUFS + 0x800;
+        r.desc(table, 0, table, 16, F_INDIRECT, 0);
+        r.desc(DESC, 7, table, 16, F_INDIRECT, 0);
+        for head in 0..8 {
+            r.publish(head);
+        }
+        // And one good frame after all that.
+        r.desc(DESC, 8, BUFS, 12 + 60, 0, 0);
+        r.publish(8);
+        let mut q = VirtioRx::new(r.vq());
+        let (frames, bad, _) = rx_once(&mut q);
+        assert_eq!(bad, 8);
+        assert_eq!(frames.len(), 1);
+        assert_eq!(frames[0].len(), 60);
+        assert_eq!(r.used_idx(), 9, "every chain was returned to the driver");
+    }
+
+    #[test]
+    fn a_head_index_past_the_table_is_a_fault() {
+        let mut r = Ring::new();
+        r.publish(200);
+        let mut q = VirtioRx::new(r.vq());
+        let mut burst = RxBurst::default();
+        assert!(q.rx_burst(&mut burst).is_err());
+    }
+
+    #[test]
+    fn an_avail_index_beyond_the_ring_is_a_fault() {
+        let r = Ring::new();
+        r.mem.write_obj(SIZE + 1, GuestAddress(AVAIL + 2)).unwrap();
+        let mut q = VirtioRx::new(r.vq());
+        let mut burst = RxBurst::default();
+        assert!(q.rx_burst(&mut burst).is_err());
+    }
+
+    fn frame_of(bytes: &[u8]) -> RxFrame {
+        let mut f = RxFrame::default();
+        assert!(f.push(bytes.as_ptr(), bytes.len() as u32));
+        f
+    }
+
+    #[test]
+    fn transmit_merges_buffers_and_sets_num_buffers() {
+        let mut r = Ring::new();
+        for i in 0..3u16 {
+            r.desc(DESC, i, BUFS + 0x100 * u64::from(i), 64, F_WRITE, 0);
+            r.publish(i);
+        }
+        let data: Vec<u8> = (0..150u8).collect();
+        let f = frame_of(&data);
+        let mut q = VirtioTx::new(r.vq(), true);
+        q.tx(&TxFrame::plain(&f)).unwrap();
+        q.flush();
+        assert_eq!(r.used_idx(), 3);
+        assert_eq!(
+            (r.used_len(0), r.used_len(1), r.used_len(2)),
+            (64, 64, 12 + 150 - 128)
+        );
+        let mut got = [0u8; 64 * 3];
+        for i in 0..3u64 {
+            r.mem
+                .read_slice(
+                    &mut got[64 * i as usize..64 * (i as usize + 1)],
+                    GuestAddress(BUFS + 0x100 * i),
+                )
+                .unwrap();
+        }
+        assert_eq!(&got[..12], &header_bytes(3));
+        assert_eq!(&got[12..12 + 150], &data[..]);
+    }
+
+    #[test]
+    fn transmit_without_room_or_mergeable_buffers_takes_nothing() {
+        let mut r = Ring::new();
+        let data = [7u8; 100];
+        let f = frame_of(&data);
+        let mut q = VirtioTx::new(r.vq(), false);
+        assert_eq!(q.tx(&TxFrame::plain(&f)), Err(TxError::Full));
+        r.desc(DESC, 0, BUFS, 64, F_WRITE, 0);
+        r.publish(0);
+        // Too long for one buffer and no merging: refused, buffer kept.
+        assert_eq!(q.tx(&TxFrame::plain(&f)), Err(TxError::TooLong));
+        let small = frame_of(&data[..40]);
+        q.tx(&TxFrame::plain(&small)).unwrap();
+        assert_eq!(r.used_idx(), 1);
+        assert_eq!(r.used_len(0), 52);
+    }
+
+    #[test]
+    fn a_receive_buffer_outside_memory_is_a_fault() {
+        let mut r = Ring::new();
+        r.desc(DESC, 0, MEM as u64 - 10, 64, F_WRITE, 0);
+        r.publish(0);
+        let data = [1u8; 60];
+        let f = frame_of(&data);
+        let mut q = VirtioTx::new(r.vq(), true);
+        assert!(matches!(q.tx(&TxFrame::plain(&f)), Err(TxError::Fault(_))));
+        assert_eq!(r.used_idx(), 0);
+    }
+
+    #[test]
+    fn dropping_a_queue_records_its_position() {
+        let mut r = Ring::new();
+        r.desc(DESC, 0, BUFS, 12 + 60, 0, 0);
+        r.publish(0);
+        let vq = r.vq();
+        let progress = vq.progress();
+        let mut q = VirtioRx::new(vq);
+        rx_once(&mut q);
+        drop(q);
+        assert_eq!(progress.load(), (1, 1));
+    }
+}
