@@ -296,59 +296,42 @@ struct Sink {
     head: u16,
     pieces: [(*mut u8, usize); MAX_PIECES],
     n: usize,
-    cap: usize,
 }
 
 impl Sink {
+    fn new() -> Sink {
+        Sink {
+            head: 0,
+            pieces: [(std::ptr::null_mut(), 0); MAX_PIECES],
+            n: 0,
+        }
+    }
+
+    /// Resolves `chain`'s buffers (all must be device-writable) in place.
     fn load<M>(
+        &mut self,
         mem: &GuestMemoryMmap,
         chain: virtio_queue::DescriptorChain<M>,
-    ) -> Result<Sink, ChainError>
+    ) -> Result<(), ChainError>
     where
         M: std::ops::Deref,
         M::Target: vm_memory::GuestMemory,
     {
-        let mut s = Sink {
-            head: chain.head_index(),
-            pieces: [(std::ptr::null_mut(), 0); MAX_PIECES],
-            n: 0,
-            cap: 0,
-        };
+        self.head = chain.head_index();
+        self.n = 0;
         for_each_desc(chain, |d| {
             if !d.is_write_only() {
                 return Err(ChainError::Bad);
             }
             for_each_piece(mem, d.addr().0, d.len(), |p, n| {
-                if s.n == MAX_PIECES {
+                if self.n == MAX_PIECES {
                     return Err(ChainError::TooManyPieces);
                 }
-                s.pieces[s.n] = (p, n);
-                s.n += 1;
-                s.cap += n;
+                self.pieces[self.n] = (p, n);
+                self.n += 1;
                 Ok(())
             })
-        })?;
-        Ok(s)
-    }
-
-    /// Writes `bytes` at byte offset `at` of the chain.
-    fn poke(&self, mut at: usize, bytes: &[u8]) {
-        let mut src = bytes;
-        for &(p, n) in &self.pieces[..self.n] {
-            if src.is_empty() {
-                break;
-            }
-            if at >= n {
-                at -= n;
-                continue;
-            }
-            let k = (n - at).min(src.len());
-            // SAFETY: `p..p+n` is a live guest mapping resolved by `load`
-            // (the queue holds the memory map); `at + k <= n`.
-            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), p.add(at), k) };
-            src = &src[k..];
-            at = 0;
-        }
+        })
     }
 }
 
@@ -357,7 +340,10 @@ pub struct VirtioTx {
     vq: Vq,
     mergeable: bool,
     added: u32,
-    used: Box<[(u16, u32); MAX_MERGED]>,
+    sink: Sink,
+    /// Where the current frame's header goes (pieces of the first chain).
+    header: [(*mut u8, usize); HEADER_LEN],
+    used: [(u16, u32); MAX_MERGED],
 }
 
 impl VirtioTx {
@@ -367,45 +353,52 @@ impl VirtioTx {
             vq,
             mergeable,
             added: 0,
-            used: Box::new([(0, 0); MAX_MERGED]),
+            sink: Sink::new(),
+            header: [(std::ptr::null_mut(), 0); HEADER_LEN],
+            used: [(0, 0); MAX_MERGED],
         }
     }
 
     /// Copies the frame into as many chains as it needs; returns how many,
     /// with `(head, bytes)` of each in `self.used`.
     fn fill(&mut self, frame: &TxFrame<'_>) -> Result<usize, TxError> {
-        let total = HEADER_LEN + frame.len();
-        let Vq { queue, mem, .. } = &mut self.vq;
-        let mem: &GuestMemoryMmap = mem;
-        let mut iter = queue
+        let VirtioTx {
+            vq,
+            mergeable,
+            sink,
+            header,
+            used,
+            ..
+        } = self;
+        let mem: &GuestMemoryMmap = &vq.mem;
+        let mut iter = vq
+            .queue
             .iter(mem)
             .map_err(|e| TxError::Fault(QueueFault::Other(format!("virtqueue: {e}"))))?;
         let mut reader = frame.reader();
-        let mut first: Option<Sink> = None;
         let mut header_left = HEADER_LEN;
+        let mut header_pieces = 0;
         let mut chains = 0usize;
         while header_left > 0 || reader.remaining() > 0 {
-            if chains == MAX_MERGED || (chains == 1 && !self.mergeable) {
+            if chains == MAX_MERGED || (chains == 1 && !*mergeable) {
                 return Err(TxError::TooLong);
             }
             let Some(chain) = iter.next() else {
                 return Err(TxError::Full);
             };
-            let sink = match Sink::load(mem, chain) {
-                Ok(s) => s,
-                Err(_) => {
-                    return Err(TxError::Fault(QueueFault::Other(
-                        "receive buffer outside guest memory or not writable".into(),
-                    )))
-                }
-            };
+            if sink.load(mem, chain).is_err() {
+                return Err(TxError::Fault(QueueFault::Other(
+                    "receive buffer outside guest memory or not writable".into(),
+                )));
+            }
             let mut written = 0usize;
             for &(p, n) in &sink.pieces[..sink.n] {
                 let mut off = 0;
                 if header_left > 0 {
-                    // The header's bytes are written (with the final
-                    // num_buffers) once the chain count is known.
+                    // The header is written once the chain count is known.
                     let k = header_left.min(n);
+                    header[header_pieces] = (p, k);
+                    header_pieces += 1;
                     header_left -= k;
                     off = k;
                 }
@@ -417,25 +410,24 @@ impl VirtioTx {
                     break;
                 }
             }
-            self.used[chains] = (sink.head, written as u32);
+            used[chains] = (sink.head, written as u32);
             chains += 1;
-            if first.is_none() {
-                first = Some(sink);
-            }
         }
-        debug_assert_eq!(
-            self.used[..chains]
-                .iter()
-                .map(|u| u.1 as usize)
-                .sum::<usize>(),
-            total
-        );
-        if let Some(s) = first {
-            s.poke(0, &header_bytes(chains as u16));
+        let mut bytes = &header_bytes(chains as u16)[..];
+        for &(p, k) in &header[..header_pieces] {
+            // SAFETY: each piece is a live, writable guest range of `k`
+            // bytes resolved by `Sink::load` for this frame.
+            unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), p, k) };
+            bytes = &bytes[k..];
         }
         Ok(chains)
     }
 }
+
+// SAFETY: the raw pointers in `sink` and `header` are scratch space, valid
+// only within one `fill` call and never dereferenced after it returns; the
+// memory they point into is owned through `vq.mem`, which is `Send`.
+unsafe impl Send for VirtioTx {}
 
 impl TxQueue for VirtioTx {
     fn tx(&mut self, frame: &TxFrame<'_>) -> Result<(), TxError> {
