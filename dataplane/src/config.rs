@@ -448,6 +448,21 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.starts_with("port[0].vlan:"), "{e}");
+        let e = Config::parse(
+            "[[port]]\nname='v'\nkind='vhost-user'\nrole='server'\nsocket='/x'\nring_size=256\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.starts_with("port[0].ring_size:"), "{e}");
+        let e =
+            Config::parse("[[port]]\nname='v'\nkind='vhost-user'\nrole='master'\nsocket='/x'\n")
+                .unwrap_err()
+                .to_string();
+        assert!(e.starts_with("port[0].role:"), "{e}");
+        assert!(Config::parse(
+            "[[port]]\nname='v'\nkind='vhost-user'\nrole='client'\nsocket='/x'\nqueues=2\n"
+        )
+        .is_ok());
         assert!(validate_name("name", "../x").is_err());
         assert!(validate_name("name", "eth0.100").is_ok());
     }
