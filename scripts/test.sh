@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole test suite on a fresh Debian 12 machine: installs the real
-# peers the end-to-end tests use (DPDK testpmd with the memif driver), then
+# peers the end-to-end tests use (DPDK testpmd with the memif driver, the
+# host-local IPAM plugin), then
 # `cargo test` over the workspace.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +12,8 @@ ls /usr/lib/x86_64-linux-gnu/dpdk/pmds-*/librte_net_memif.so* >/dev/null 2>&1 \
   || ls /usr/lib/*/librte_net_memif.so* >/dev/null 2>&1 \
   || need_pkgs+=(librte-net-memif23)
 command -v stdbuf >/dev/null || need_pkgs+=(coreutils)
+# The CNI tests delegate IPAM to the real host-local plugin.
+[ -x /usr/lib/cni/host-local ] || need_pkgs+=(containernetworking-plugins)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   echo "installing ${need_pkgs[*]}" >&2
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"

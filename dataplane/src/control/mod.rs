@@ -8,5 +8,5 @@ pub mod server;
 pub mod state;
 
 pub use api::{ApiError, ErrorCode, Request, Response};
-pub use client::Client;
+pub use client::{Client, ClientError};
 pub use daemon::Daemon;

@@ -1,0 +1,133 @@
+//! Device Information Specification 1.1.0 (Network Plumbing WG): the file
+//! that tells a pod which socket is its interface. Roles and modes are the
+//! **pod's**: memif `slave` and vhost-user `client` mean the host (the
+//! switch) created the socket.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{io, CniError, DECODE_FAILURE};
+
+/// The spec version written.
+pub const VERSION: &str = "1.1.0";
+
+/// memif details.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemifInfo {
+    /// The pod's role: `master` or `slave`.
+    pub role: String,
+    /// `ethernet`, `ip` or `inject-punt`.
+    pub mode: String,
+    /// Socket path.
+    pub path: String,
+}
+
+/// vhost-user details.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VhostUserInfo {
+    /// The pod's mode: `client` (the host made the socket) or `server`.
+    pub mode: String,
+    /// Socket path.
+    pub path: String,
+}
+
+/// A device information document.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceInfo {
+    /// `memif`, `vhost-user` (or another type we do not use).
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Spec version.
+    pub version: String,
+    /// memif details.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memif: Option<MemifInfo>,
+    /// vhost-user details.
+    #[serde(
+        default,
+        rename = "vhost-user",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub vhost_user: Option<VhostUserInfo>,
+}
+
+impl DeviceInfo {
+    /// Parses a document, checking the part its type requires.
+    pub fn parse(bytes: &[u8]) -> Result<DeviceInfo, CniError> {
+        let d: DeviceInfo = serde_json::from_slice(bytes)
+            .map_err(|e| CniError::new(DECODE_FAILURE, format!("device-info: {e}")))?;
+        let ok = match d.kind.as_str() {
+            "memif" => d.memif.is_some(),
+            "vhost-user" => d.vhost_user.is_some(),
+            _ => true,
+        };
+        if !ok {
+            return Err(CniError::new(
+                DECODE_FAILURE,
+                format!(
+                    "device-info: type {:?} without its {:?} section",
+                    d.kind, d.kind
+                ),
+            ));
+        }
+        Ok(d)
+    }
+
+    /// The socket path, for the types we know.
+    pub fn socket_path(&self) -> Option<&str> {
+        self.memif
+            .as_ref()
+            .map(|m| m.path.as_str())
+            .or(self.vhost_user.as_ref().map(|v| v.path.as_str()))
+    }
+
+    /// Reads `path`; `Ok(None)` when it does not exist or is empty.
+    pub fn read(path: &Path) -> Result<Option<DeviceInfo>, CniError> {
+        match std::fs::read(path) {
+            Ok(b) if b.iter().all(u8::is_ascii_whitespace) => Ok(None),
+            Ok(b) => DeviceInfo::parse(&b).map(Some),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io(path.display(), e)),
+        }
+    }
+
+    /// Writes `path` atomically, creating its directory.
+    pub fn write(&self, path: &Path) -> Result<(), CniError> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| io(dir.display(), e))?;
+        }
+        let tmp = path.with_extension("tmp-switchyard");
+        let body = serde_json::to_vec_pretty(self).unwrap_or_default();
+        std::fs::write(&tmp, body).map_err(|e| io(tmp.display(), e))?;
+        std::fs::rename(&tmp, path).map_err(|e| io(path.display(), e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vhost_user_matches_the_spec_example() {
+        let d = DeviceInfo::parse(
+            br#"{"type":"vhost-user","version":"1.1.0","vhost-user":{"mode":"server","path":"/var/run/vhost.sock"}}"#,
+        )
+        .unwrap();
+        assert_eq!(d.socket_path(), Some("/var/run/vhost.sock"));
+        let back = serde_json::to_value(&d).unwrap();
+        assert_eq!(back["vhost-user"]["mode"], "server");
+        assert!(back.get("memif").is_none());
+    }
+
+    #[test]
+    fn type_without_section_is_refused() {
+        assert!(DeviceInfo::parse(br#"{"type":"memif","version":"1.1.0"}"#).is_err());
+        assert!(DeviceInfo::parse(b"{").is_err());
+        let d = DeviceInfo::parse(
+            br#"{"type":"pci","version":"1.1.0","pci":{"pci-address":"0000:01:02.2"}}"#,
+        )
+        .unwrap();
+        assert_eq!(d.socket_path(), None);
+    }
+}

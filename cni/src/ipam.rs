@@ -1,0 +1,91 @@
+//! IPAM delegation: run the plugin named by `ipam.type` from `CNI_PATH`
+//! with the same environment and the network configuration on stdin.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use crate::error::{io, CniError, IPAM_FAILURE};
+use crate::result::CniResult;
+
+/// The CNI version to speak to the IPAM plugin: ours, capped at 1.0.0
+/// (common IPAM plugins, e.g. Debian 12's host-local, stop there; the IPAM
+/// part of a result is the same in 1.0.0 and 1.1.0).
+fn delegate_version(v: &str) -> &str {
+    if v == "1.1.0" {
+        "1.0.0"
+    } else {
+        v
+    }
+}
+
+/// Finds `plugin` in the `:`-separated `cni_path`.
+pub fn find(plugin: &str, cni_path: &str) -> Result<PathBuf, CniError> {
+    cni_path
+        .split(':')
+        .filter(|d| !d.is_empty())
+        .map(|d| Path::new(d).join(plugin))
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            CniError::new(
+                IPAM_FAILURE,
+                format!("ipam.type: plugin {plugin:?} not found in CNI_PATH {cni_path:?}"),
+            )
+        })
+}
+
+/// Runs the IPAM plugin for `command` (ADD, DEL, CHECK, GC). Returns the
+/// result for ADD.
+pub fn exec(
+    command: &str,
+    netconf: &serde_json::Value,
+    env: &[(&str, String)],
+    cni_path: &str,
+) -> Result<Option<CniResult>, CniError> {
+    let plugin = netconf["ipam"]["type"].as_str().unwrap_or_default();
+    let bin = find(plugin, cni_path)?;
+    let mut conf = netconf.clone();
+    let version = delegate_version(conf["cniVersion"].as_str().unwrap_or("1.0.0")).to_string();
+    conf["cniVersion"] = version.into();
+    // Our own fields mean nothing to the IPAM plugin; `prevResult` is kept
+    // for CHECK as the spec asks.
+    let mut child = Command::new(&bin)
+        .env("CNI_COMMAND", command)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .env("CNI_PATH", cni_path)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| io(bin.display(), e))?;
+    let body = serde_json::to_vec(&conf).unwrap_or_default();
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin.write_all(&body).map_err(|e| io(bin.display(), e))?;
+    }
+    let out = child.wait_with_output().map_err(|e| io(bin.display(), e))?;
+    if !out.status.success() {
+        // Pass the delegate's CNI error through when it printed one.
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        let code = v["code"].as_u64().map(|c| c as u32).unwrap_or(IPAM_FAILURE);
+        let msg = v["msg"].as_str().map(str::to_string).unwrap_or_else(|| {
+            format!(
+                "{plugin} {command} failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            )
+        });
+        return Err(CniError::new(code, format!("ipam: {msg}"))
+            .details(v["details"].as_str().unwrap_or_default()));
+    }
+    if command != "ADD" {
+        return Ok(None);
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|e| {
+        CniError::new(
+            IPAM_FAILURE,
+            format!("ipam: {plugin} printed no result: {e}"),
+        )
+    })?;
+    CniResult::from_value(&v)
+        .map(Some)
+        .map_err(|e| CniError::new(IPAM_FAILURE, format!("ipam: {plugin} result: {e}")))
+}

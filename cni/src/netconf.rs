@@ -1,0 +1,429 @@
+//! The network configuration (`"type": "switchyard"`) read from stdin.
+//!
+//! Roles here are the **pod's**: `memif.role: slave` means the pod is the
+//! memif slave, so the switch is master and creates the socket;
+//! `vhostUser.mode: client` means the pod connects, so the switch is the
+//! socket server.
+
+use std::path::{Component, Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::error::{CniError, DECODE_FAILURE, INVALID_CONFIG, UNSUPPORTED_FIELD};
+
+/// Default directory of per-pod socket directories.
+pub const DEFAULT_SOCKET_DIR: &str = "/var/run/switchyard/pods";
+/// Default control socket of the switch.
+pub const DEFAULT_CONTROL_SOCKET: &str = switchyard::config::DEFAULT_CONTROL_SOCKET;
+
+/// memif options (pod's point of view).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct MemifOptions {
+    /// The pod's role: `slave` (default: the switch creates the socket) or `master`.
+    pub role: Option<String>,
+    /// `ethernet` (default).
+    pub mode: Option<String>,
+    /// Queue pairs.
+    pub queues: Option<u16>,
+    /// Descriptors per ring.
+    pub ring_size: Option<u32>,
+    /// Buffer size.
+    pub buffer_size: Option<u32>,
+    /// Shared secret.
+    pub secret: Option<String>,
+}
+
+/// vhost-user options (pod's point of view).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct VhostUserOptions {
+    /// The pod's mode: `client` (default: the switch creates the socket) or `server`.
+    pub mode: Option<String>,
+    /// Queue pairs.
+    pub queues: Option<u16>,
+}
+
+/// Runtime-provided values (from declared capabilities).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct RuntimeConfig {
+    /// Where to read/write device information.
+    #[serde(rename = "CNIDeviceInfoFile")]
+    pub device_info_file: Option<String>,
+    /// Requested MAC address.
+    pub mac: Option<String>,
+    /// Other capabilities we do not use.
+    #[serde(flatten)]
+    pub other: serde_json::Map<String, serde_json::Value>,
+}
+
+/// The raw netconf.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawNetConf {
+    /// CNI version of the config.
+    pub cni_version: String,
+    /// Network name.
+    pub name: String,
+    /// Plugin type.
+    #[serde(rename = "type")]
+    pub plugin: String,
+    /// Bridge (default `default`).
+    pub bridge: Option<String>,
+    /// Access VLAN.
+    pub vlan: Option<u16>,
+    /// `memif` or `vhost-user`.
+    pub interface_type: Option<String>,
+    /// memif options.
+    pub memif: Option<MemifOptions>,
+    /// vhost-user options.
+    pub vhost_user: Option<VhostUserOptions>,
+    /// Base of the per-pod directories.
+    pub socket_dir: Option<String>,
+    /// Group given read/write access to pod directories (numeric gid).
+    pub socket_group: Option<u32>,
+    /// Control socket of the switch.
+    pub control_socket: Option<String>,
+    /// IPAM delegation.
+    pub ipam: Option<serde_json::Value>,
+    /// DNS (passed through to the result).
+    pub dns: Option<serde_json::Value>,
+    /// Declared capabilities.
+    pub capabilities: Option<serde_json::Value>,
+    /// Runtime values.
+    #[serde(rename = "runtimeConfig")]
+    pub runtime_config: Option<RuntimeConfig>,
+    /// Previous plugin's result (chaining).
+    pub prev_result: Option<serde_json::Value>,
+    /// Opaque args.
+    pub args: Option<serde_json::Value>,
+    /// Standard field, unused.
+    pub ip_masq: Option<bool>,
+    /// CNI 1.1: CHECK disabled.
+    pub disable_check: Option<bool>,
+    /// CNI 1.1: GC disabled.
+    pub disable_gc: Option<bool>,
+    /// GC: attachments still in use.
+    #[serde(rename = "cni.dev/valid-attachments")]
+    pub valid_attachments: Option<Vec<ValidAttachment>>,
+    /// GC (older spelling used by libcni).
+    #[serde(rename = "cni.dev/attachments")]
+    pub attachments: Option<Vec<ValidAttachment>>,
+}
+
+/// An attachment named by GC as still valid.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ValidAttachment {
+    /// Container id.
+    #[serde(rename = "containerID")]
+    pub container_id: String,
+    /// Interface name.
+    pub ifname: String,
+}
+
+/// The switch's side of the port to create.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InterfaceKind {
+    /// memif; `pod_role` is `master` or `slave`.
+    Memif {
+        /// Pod's role.
+        pod_role: String,
+        /// Mode.
+        mode: String,
+        /// Options.
+        opts: MemifOptions,
+    },
+    /// vhost-user; `pod_mode` is `client` or `server`.
+    VhostUser {
+        /// Pod's mode.
+        pod_mode: String,
+        /// Queue pairs.
+        queues: Option<u16>,
+    },
+}
+
+impl InterfaceKind {
+    /// `memif` or `vhost-user`.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            InterfaceKind::Memif { .. } => "memif",
+            InterfaceKind::VhostUser { .. } => "vhost-user",
+        }
+    }
+
+    /// The switch's role: the opposite of the pod's.
+    pub fn switch_role(&self) -> &'static str {
+        match self {
+            InterfaceKind::Memif { pod_role, .. } if pod_role == "master" => "slave",
+            InterfaceKind::Memif { .. } => "master",
+            InterfaceKind::VhostUser { pod_mode, .. } if pod_mode == "server" => "client",
+            InterfaceKind::VhostUser { .. } => "server",
+        }
+    }
+}
+
+/// A validated netconf.
+#[derive(Debug, Clone)]
+pub struct NetConf {
+    /// The raw fields.
+    pub raw: RawNetConf,
+    /// CNI version requested.
+    pub cni_version: String,
+    /// Bridge.
+    pub bridge: String,
+    /// Access VLAN.
+    pub vlan: Option<u16>,
+    /// Interface kind and options.
+    pub kind: InterfaceKind,
+    /// Base of the per-pod directories.
+    pub socket_dir: PathBuf,
+    /// Control socket.
+    pub control_socket: PathBuf,
+    /// Device-info file, when the runtime passed one.
+    pub device_info_file: Option<PathBuf>,
+    /// Requested MAC.
+    pub mac: Option<String>,
+}
+
+fn invalid(field: &str, msg: impl std::fmt::Display) -> CniError {
+    CniError::new(INVALID_CONFIG, format!("{field}: {msg}"))
+}
+
+/// An absolute path without `..` components.
+pub fn clean_absolute(field: &str, p: &str) -> Result<PathBuf, CniError> {
+    let path = Path::new(p);
+    if !path.is_absolute() {
+        return Err(invalid(field, format!("{p:?} is not an absolute path")));
+    }
+    if path
+        .components()
+        .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
+    {
+        return Err(invalid(
+            field,
+            format!("{p:?} must not contain '.' or '..'"),
+        ));
+    }
+    if p.len() > 4096 || p.contains('\0') {
+        return Err(invalid(field, "not a usable path"));
+    }
+    Ok(path.to_path_buf())
+}
+
+/// Supported CNI versions.
+pub const SUPPORTED_VERSIONS: [&str; 5] = ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
+
+impl NetConf {
+    /// Parses and validates stdin bytes.
+    pub fn parse(bytes: &[u8]) -> Result<NetConf, CniError> {
+        let raw: RawNetConf = serde_json::from_slice(bytes).map_err(|e| {
+            let msg = e.to_string();
+            if msg.contains("unknown field") {
+                CniError::new(UNSUPPORTED_FIELD, format!("netconf: {msg}"))
+            } else {
+                CniError::new(DECODE_FAILURE, format!("netconf: {msg}"))
+            }
+        })?;
+        NetConf::validate(raw)
+    }
+
+    fn validate(raw: RawNetConf) -> Result<NetConf, CniError> {
+        if !SUPPORTED_VERSIONS.contains(&raw.cni_version.as_str()) {
+            return Err(CniError::new(
+                crate::error::INCOMPATIBLE_VERSION,
+                format!(
+                    "cniVersion: {:?} is not supported (supported: {})",
+                    raw.cni_version,
+                    SUPPORTED_VERSIONS.join(", ")
+                ),
+            ));
+        }
+        if raw.plugin != "switchyard" {
+            return Err(invalid(
+                "type",
+                format!("{:?}: this plugin is \"switchyard\"", raw.plugin),
+            ));
+        }
+        if raw.name.is_empty() {
+            return Err(invalid("name", "must not be empty"));
+        }
+        let bridge = raw.bridge.clone().unwrap_or_else(|| "default".into());
+        switchyard::config::validate_name("bridge", &bridge)
+            .map_err(|e| CniError::new(INVALID_CONFIG, e.to_string()))?;
+        if let Some(v) = raw.vlan {
+            if v == 0 || v > 4094 {
+                return Err(invalid("vlan", format!("{v} is not a VLAN id (1..=4094)")));
+            }
+        }
+        let itype = raw.interface_type.as_deref().unwrap_or("memif");
+        let kind = match itype {
+            "memif" => {
+                if raw.vhost_user.is_some() {
+                    return Err(invalid("vhostUser", "given with interfaceType memif"));
+                }
+                let opts = raw.memif.clone().unwrap_or_default();
+                let pod_role = opts.role.clone().unwrap_or_else(|| "slave".into());
+                if pod_role != "master" && pod_role != "slave" {
+                    return Err(invalid(
+                        "memif.role",
+                        format!("{pod_role:?}: the pod's memif role is master or slave"),
+                    ));
+                }
+                let mode = opts.mode.clone().unwrap_or_else(|| "ethernet".into());
+                if !matches!(mode.as_str(), "ethernet" | "ip" | "inject-punt") {
+                    return Err(invalid(
+                        "memif.mode",
+                        format!("{mode:?}: expected ethernet, ip or inject-punt"),
+                    ));
+                }
+                InterfaceKind::Memif {
+                    pod_role,
+                    mode,
+                    opts,
+                }
+            }
+            "vhost-user" => {
+                if raw.memif.is_some() {
+                    return Err(invalid("memif", "given with interfaceType vhost-user"));
+                }
+                let opts = raw.vhost_user.clone().unwrap_or_default();
+                let pod_mode = opts.mode.clone().unwrap_or_else(|| "client".into());
+                if pod_mode != "client" && pod_mode != "server" {
+                    return Err(invalid(
+                        "vhostUser.mode",
+                        format!("{pod_mode:?}: the pod's vhost-user mode is client or server"),
+                    ));
+                }
+                InterfaceKind::VhostUser {
+                    pod_mode,
+                    queues: opts.queues,
+                }
+            }
+            other => {
+                return Err(invalid(
+                    "interfaceType",
+                    format!("{other:?} is not supported (memif or vhost-user)"),
+                ))
+            }
+        };
+        let socket_dir = clean_absolute(
+            "socketDir",
+            raw.socket_dir.as_deref().unwrap_or(DEFAULT_SOCKET_DIR),
+        )?;
+        if socket_dir.parent().is_none() {
+            return Err(invalid("socketDir", "must not be /"));
+        }
+        let control_socket = clean_absolute(
+            "controlSocket",
+            raw.control_socket
+                .as_deref()
+                .unwrap_or(DEFAULT_CONTROL_SOCKET),
+        )?;
+        let rc = raw.runtime_config.clone().unwrap_or_default();
+        let device_info_file = rc
+            .device_info_file
+            .as_deref()
+            .filter(|s| !s.is_empty())
+            .map(|p| clean_absolute("runtimeConfig.CNIDeviceInfoFile", p))
+            .transpose()?;
+        let mac = rc.mac.clone().filter(|m| !m.is_empty());
+        if let Some(m) = &mac {
+            parse_mac(m).ok_or_else(|| {
+                invalid("runtimeConfig.mac", format!("{m:?} is not a MAC address"))
+            })?;
+        }
+        if let Some(ipam) = &raw.ipam {
+            let t = ipam.get("type").and_then(|t| t.as_str()).unwrap_or("");
+            if t.is_empty() || t.contains('/') || t.starts_with('.') {
+                return Err(invalid("ipam.type", format!("{t:?} is not a plugin name")));
+            }
+        }
+        Ok(NetConf {
+            cni_version: raw.cni_version.clone(),
+            bridge,
+            vlan: raw.vlan,
+            kind,
+            socket_dir,
+            control_socket,
+            device_info_file,
+            mac,
+            raw,
+        })
+    }
+}
+
+/// Parses `aa:bb:cc:dd:ee:ff`.
+pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
+    let mut out = [0u8; 6];
+    let mut parts = s.split(':');
+    for b in out.iter_mut() {
+        let p = parts.next()?;
+        if p.len() != 2 {
+            return None;
+        }
+        *b = u8::from_str_radix(p, 16).ok()?;
+    }
+    parts.next().is_none().then_some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Result<NetConf, CniError> {
+        NetConf::parse(s.as_bytes())
+    }
+
+    #[test]
+    fn defaults_and_role_mapping() {
+        let n = parse(r#"{"cniVersion":"1.1.0","name":"n","type":"switchyard"}"#).unwrap();
+        assert_eq!(n.kind.switch_role(), "master");
+        assert_eq!(n.bridge, "default");
+        assert_eq!(n.socket_dir, PathBuf::from(DEFAULT_SOCKET_DIR));
+        let n = parse(r#"{"cniVersion":"1.0.0","name":"n","type":"switchyard","interfaceType":"vhost-user","vhostUser":{"mode":"server"}}"#).unwrap();
+        assert_eq!(n.kind.switch_role(), "client");
+        let n = parse(
+            r#"{"cniVersion":"1.0.0","name":"n","type":"switchyard","memif":{"role":"master"}}"#,
+        )
+        .unwrap();
+        assert_eq!(n.kind.switch_role(), "slave");
+    }
+
+    #[test]
+    fn errors_name_the_field_and_carry_cni_codes() {
+        let e =
+            parse(r#"{"cniVersion":"1.1.0","name":"n","type":"switchyard","interfaceType":"tap"}"#)
+                .unwrap_err();
+        assert_eq!(e.code, INVALID_CONFIG);
+        assert!(e.msg.starts_with("interfaceType:"), "{e}");
+        let e = parse(r#"{"cniVersion":"1.1.0","name":"n","type":"switchyard","bogus":1}"#)
+            .unwrap_err();
+        assert_eq!(e.code, UNSUPPORTED_FIELD);
+        assert!(e.msg.contains("bogus"));
+        let e = parse(r#"{"cniVersion":"9.9.9","name":"n","type":"switchyard"}"#).unwrap_err();
+        assert_eq!(e.code, crate::error::INCOMPATIBLE_VERSION);
+        let e = parse(r#"{"cniVersion":"1.1.0","name":"n","type":"switchyard","socketDir":"/var/run/../etc"}"#).unwrap_err();
+        assert!(e.msg.starts_with("socketDir:"), "{e}");
+        let e =
+            parse(r#"{"cniVersion":"1.1.0","name":"n","type":"switchyard","socketDir":"pods"}"#)
+                .unwrap_err();
+        assert!(e.msg.starts_with("socketDir:"), "{e}");
+        let e = parse(
+            r#"{"cniVersion":"1.1.0","name":"n","type":"switchyard","memif":{"role":"boss"}}"#,
+        )
+        .unwrap_err();
+        assert!(e.msg.starts_with("memif.role:"), "{e}");
+        let e = parse(r#"{"cniVersion":"1.1.0","name":"n","type":"switchyard","ipam":{"type":"../../bin/sh"}}"#).unwrap_err();
+        assert!(e.msg.starts_with("ipam.type:"), "{e}");
+        assert_eq!(parse("{").unwrap_err().code, DECODE_FAILURE);
+    }
+
+    #[test]
+    fn macs() {
+        assert_eq!(parse_mac("02:00:00:00:00:0a"), Some([2, 0, 0, 0, 0, 10]));
+        assert_eq!(parse_mac("02:00:00:00:00"), None);
+        assert_eq!(parse_mac("02:00:00:00:00:0a:01"), None);
+        assert_eq!(parse_mac("zz:00:00:00:00:0a"), None);
+    }
+}

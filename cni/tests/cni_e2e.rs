@@ -1,0 +1,663 @@
+//! End-to-end: the real `switchyard-cni` binary, with CNI environment and
+//! stdin as a runtime passes them, against a real `switchyard` daemon, with
+//! IPAM delegated to the real `host-local` plugin and real DPDK testpmd
+//! "pods" on the sockets named by the device-info files.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use switchyard::control::api::PortInfo;
+use switchyard::control::{Client, Request};
+
+const HOST_LOCAL_DIR: &str = "/usr/lib/cni";
+
+fn cni_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_switchyard-cni")
+}
+
+/// The daemon binary, built next to the plugin.
+fn switchyard_bin() -> PathBuf {
+    let p = Path::new(cni_bin()).with_file_name("switchyard");
+    if !p.exists() {
+        let st = Command::new(env!("CARGO"))
+            .args(["build", "-p", "switchyard", "--bin", "switchyard"])
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+    p
+}
+
+fn wait_for<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let end = Instant::now() + limit;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < end, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn terminate(child: &mut Child) {
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+    let end = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < end {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// A node: a switch daemon plus the directories a runtime would use.
+struct Node {
+    dir: tempfile::TempDir,
+    daemon: Option<Child>,
+}
+
+impl Node {
+    fn start() -> Node {
+        let dir = tempfile::Builder::new().prefix("sy-cni").tempdir().unwrap();
+        let cfg = dir.path().join("switchyard.toml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "control_socket = \"{}\"\nstate_dir = \"{}\"\n",
+                dir.path().join("control.sock").display(),
+                dir.path().join("state").display()
+            ),
+        )
+        .unwrap();
+        let log = std::fs::File::create(dir.path().join("switchyard.log")).unwrap();
+        let daemon = Command::new(switchyard_bin())
+            .args(["run", "--config"])
+            .arg(&cfg)
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let n = Node {
+            dir,
+            daemon: Some(daemon),
+        };
+        wait_for(Duration::from_secs(10), "the daemon", || {
+            Client::connect(&n.control())
+                .ok()
+                .and_then(|mut c| c.call(&Request::Ping).ok())
+        });
+        n
+    }
+
+    fn control(&self) -> PathBuf {
+        self.dir.path().join("control.sock")
+    }
+    fn socket_dir(&self) -> PathBuf {
+        self.dir.path().join("pods")
+    }
+    fn ipam_dir(&self) -> PathBuf {
+        self.dir.path().join("ipam")
+    }
+    fn devinfo(&self, name: &str) -> PathBuf {
+        self.dir.path().join("devinfo").join(name)
+    }
+
+    fn ports(&self) -> Vec<PortInfo> {
+        let mut c = Client::connect(&self.control()).unwrap();
+        serde_json::from_value(c.call(&Request::PortList).unwrap()).unwrap()
+    }
+
+    /// A netconf for network `name`.
+    fn netconf(&self, name: &str, extra: Value) -> Value {
+        let mut v = json!({
+            "cniVersion": "1.1.0",
+            "name": name,
+            "type": "switchyard",
+            "socketDir": self.socket_dir(),
+            "controlSocket": self.control(),
+            "capabilities": {"CNIDeviceInfoFile": true, "mac": true},
+        });
+        for (k, x) in extra.as_object().unwrap() {
+            v[k] = x.clone();
+        }
+        v
+    }
+
+    fn ipam(&self, subnet: &str) -> Value {
+        json!({"type": "host-local", "subnet": subnet, "dataDir": self.ipam_dir()})
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut d) = self.daemon.take() {
+            terminate(&mut d);
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Runs the plugin: (exit success, stdout JSON).
+fn cni(command: &str, container: &str, ifname: &str, args: &str, conf: &Value) -> (bool, Value) {
+    let mut child = Command::new(cni_bin())
+        .env_clear()
+        .env("CNI_COMMAND", command)
+        .env("CNI_CONTAINERID", container)
+        .env("CNI_NETNS", format!("/var/run/netns/{container}"))
+        .env("CNI_IFNAME", ifname)
+        .env("CNI_ARGS", args)
+        .env("CNI_PATH", format!("/nonexistent:{HOST_LOCAL_DIR}"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(&serde_json::to_vec(conf).unwrap())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let v = if out.stdout.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+    };
+    (out.status.success(), v)
+}
+
+fn ok(command: &str, container: &str, ifname: &str, args: &str, conf: &Value) -> Value {
+    let (good, v) = cni(command, container, ifname, args, conf);
+    assert!(good, "{command} {container} {ifname} failed: {v}");
+    v
+}
+
+fn with_devinfo(conf: &Value, file: &Path) -> Value {
+    let mut c = conf.clone();
+    c["runtimeConfig"] = json!({"CNIDeviceInfoFile": file});
+    c
+}
+
+/// A DPDK testpmd "pod" in rxonly mode.
+struct Testpmd {
+    child: Child,
+    stdin: ChildStdin,
+    out: Arc<Mutex<String>>,
+    prefix: String,
+}
+
+impl Testpmd {
+    fn start(vdev: &str, extra: &[&str]) -> Testpmd {
+        assert!(
+            Path::new("/usr/bin/dpdk-testpmd").exists(),
+            "dpdk-testpmd is missing (./scripts/test.sh installs it)"
+        );
+        let prefix = format!("sycni-{}-{}", std::process::id(), rand_suffix());
+        let mut child = Command::new("stdbuf")
+            .args([
+                "-oL",
+                "-eL",
+                "/usr/bin/dpdk-testpmd",
+                "--no-huge",
+                "-m",
+                "256",
+                "--no-pci",
+            ])
+            .args(["--file-prefix", &prefix, "--lcores", "0@0,1@1"])
+            .arg(format!("--vdev={vdev}"))
+            .args([
+                "--",
+                "-i",
+                "--total-num-mbufs=8192",
+                "--forward-mode=rxonly",
+            ])
+            .args(extra)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let out = Arc::new(Mutex::new(String::new()));
+        let o = out.clone();
+        let mut so = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = so.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                o.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        let stdin = child.stdin.take().unwrap();
+        let mut t = Testpmd {
+            child,
+            stdin,
+            out,
+            prefix,
+        };
+        t.wait(0, "testpmd> ");
+        t.cmd("start");
+        t
+    }
+
+    fn wait(&self, from: usize, needle: &str) -> String {
+        wait_for(Duration::from_secs(30), needle, || {
+            let o = self.out.lock().unwrap().clone();
+            o.get(from..)
+                .filter(|s| s.contains(needle))
+                .map(str::to_string)
+        })
+    }
+
+    fn cmd(&mut self, line: &str) {
+        writeln!(self.stdin, "{line}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    fn rx(&mut self) -> u64 {
+        let from = self.out.lock().unwrap().len();
+        self.cmd("show port stats 0");
+        let o = self.wait(from, "Tx-pps");
+        let at = o.find("RX-packets:").unwrap() + "RX-packets:".len();
+        o[at..].split_whitespace().next().unwrap().parse().unwrap()
+    }
+
+    fn send(&mut self) {
+        let from = self.out.lock().unwrap().len();
+        self.cmd("stop");
+        self.wait(from, "Done.");
+        self.cmd("start tx_first 1");
+    }
+}
+
+fn rand_suffix() -> u32 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
+}
+
+impl Drop for Testpmd {
+    fn drop(&mut self) {
+        let _ = writeln!(self.stdin, "quit");
+        terminate(&mut self.child);
+        let _ = std::fs::remove_dir_all(format!("/var/run/dpdk/{}", self.prefix));
+    }
+}
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static L: Mutex<()> = Mutex::new(());
+    L.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn pod_args(uid: &str) -> String {
+    format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={uid};K8S_POD_UID={uid}")
+}
+
+/// Files left under the socket dir, ignoring the plugin's own bookkeeping
+/// directory (which must be empty of records).
+fn leftovers(node: &Node) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in walk(&node.socket_dir()) {
+        let s = e.display().to_string();
+        if s.ends_with(".switchyard-cni/lock") || s.ends_with(".switchyard-cni") {
+            continue;
+        }
+        out.push(s);
+    }
+    out
+}
+
+fn walk(p: &Path) -> Vec<PathBuf> {
+    let mut v = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(p) {
+        for e in rd.flatten() {
+            v.push(e.path());
+            if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                v.extend(walk(&e.path()));
+            }
+        }
+    }
+    v
+}
+
+/// Addresses host-local still holds for `network`.
+fn reserved_ips(node: &Node, network: &str) -> Vec<String> {
+    std::fs::read_dir(node.ipam_dir().join(network))
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.contains('.') || n.contains(':'))
+                .filter(|n| !n.starts_with("last_reserved_ip"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn two_pods_on_two_networks_pass_traffic_and_leave_nothing_behind() {
+    let _g = serial();
+    let mut node = Node::start();
+    let memif_net = node.netconf(
+        "memif-net",
+        json!({"bridge": "br-memif", "interfaceType": "memif", "memif": {"role": "slave"},
+               "ipam": node.ipam("10.77.0.0/24")}),
+    );
+    let vhost_net = node.netconf(
+        "vhost-net",
+        json!({"bridge": "br-vhost", "vlan": 100, "interfaceType": "vhost-user",
+               "vhostUser": {"mode": "client"}}),
+    );
+    let (ca, cb) = ("a".repeat(64), "b".repeat(64));
+    let (ua, ub) = (pod_args("uid-a"), pod_args("uid-b"));
+
+    // Pod A and B, one memif and one vhost-user interface each.
+    let mut results = Vec::new();
+    for (c, u, pod) in [(&ca, &ua, "a"), (&cb, &ub, "b")] {
+        let r1 = ok(
+            "ADD",
+            c,
+            "net1",
+            u,
+            &with_devinfo(&memif_net, &node.devinfo(&format!("{pod}-net1.json"))),
+        );
+        let r2 = ok(
+            "ADD",
+            c,
+            "net2",
+            u,
+            &with_devinfo(&vhost_net, &node.devinfo(&format!("{pod}-net2.json"))),
+        );
+        results.push((r1, r2));
+    }
+    let (ra1, _) = &results[0];
+    assert_eq!(ra1["cniVersion"], "1.1.0");
+    let iface = &ra1["interfaces"][0];
+    assert_eq!(iface["name"], "net1");
+    assert!(iface["mac"].as_str().unwrap().starts_with("02:"));
+    let sock_a1 = iface["socketPath"].as_str().unwrap().to_string();
+    assert_eq!(
+        sock_a1,
+        node.socket_dir()
+            .join("uid-a")
+            .join("net1.sock")
+            .display()
+            .to_string()
+    );
+    assert!(
+        ra1["ips"][0]["address"]
+            .as_str()
+            .unwrap()
+            .starts_with("10.77.0."),
+        "{ra1}"
+    );
+    assert_eq!(ra1["ips"][0]["interface"], 0);
+    let mode = std::fs::metadata(node.socket_dir().join("uid-a")).unwrap();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777,
+        0o700
+    );
+
+    // Device-info files speak of the pod's role.
+    let d: Value =
+        serde_json::from_slice(&std::fs::read(node.devinfo("a-net1.json")).unwrap()).unwrap();
+    assert_eq!(d["type"], "memif");
+    assert_eq!(d["version"], "1.1.0");
+    assert_eq!(d["memif"]["role"], "slave");
+    assert_eq!(d["memif"]["mode"], "ethernet");
+    assert_eq!(d["memif"]["path"], sock_a1.as_str());
+    let dv: Value =
+        serde_json::from_slice(&std::fs::read(node.devinfo("b-net2.json")).unwrap()).unwrap();
+    assert_eq!(dv["type"], "vhost-user");
+    assert_eq!(dv["vhost-user"]["mode"], "client");
+
+    // The switch ports: opposite roles, right bridges and VLAN.
+    let ports = node.ports();
+    assert_eq!(ports.len(), 4);
+    let p = ports.iter().find(|p| p.socket == sock_a1).unwrap();
+    assert_eq!(
+        (p.role.as_str(), p.bridge.as_deref()),
+        ("master", Some("br-memif"))
+    );
+    let pv = ports
+        .iter()
+        .find(|p| p.socket.ends_with("uid-b/net2.sock"))
+        .unwrap();
+    assert_eq!((pv.role.as_str(), pv.vlan), ("server", Some(100)));
+
+    // The pods' applications use the sockets named in their device-info.
+    let path_of = |f: &str, sect: &str| -> String {
+        let d: Value = serde_json::from_slice(&std::fs::read(node.devinfo(f)).unwrap()).unwrap();
+        d[sect]["path"].as_str().unwrap().to_string()
+    };
+    let memif = |f: &str| {
+        Testpmd::start(
+            &format!(
+                "net_memif0,role=client,socket={},socket-abstract=no",
+                path_of(f, "memif")
+            ),
+            &[],
+        )
+    };
+    let mut a1 = memif("a-net1.json");
+    let mut b1 = memif("b-net1.json");
+    let virtio = |f: &str| {
+        Testpmd::start(
+            &format!("net_virtio_user0,path={}", path_of(f, "vhost-user")),
+            &[],
+        )
+    };
+    let mut a2 = virtio("a-net2.json");
+    let mut b2 = virtio("b-net2.json");
+    wait_for(Duration::from_secs(20), "all links up", || {
+        node.ports().iter().all(|p| p.status.link_up).then_some(())
+    });
+    a1.send();
+    wait_for(Duration::from_secs(15), "memif frames at B", || {
+        (b1.rx() >= 32).then_some(())
+    });
+    b2.send();
+    wait_for(Duration::from_secs(15), "vhost-user frames at A", || {
+        (a2.rx() >= 32).then_some(())
+    });
+    assert_eq!(b1.rx(), 32);
+    assert_eq!(a2.rx(), 32);
+    assert_eq!(a1.rx(), 0, "networks are separate bridges");
+
+    // CHECK and STATUS.
+    let mut prev = with_devinfo(&memif_net, &node.devinfo("a-net1.json"));
+    prev["prevResult"] = ra1.clone();
+    ok("CHECK", &ca, "net1", &ua, &prev);
+    ok("STATUS", "", "", "", &memif_net);
+
+    // GC of the memif network keeping only B: A's memif attachment goes,
+    // with its address; A's vhost-user one (another network) stays.
+    drop((a1, a2, b1, b2));
+    let mut gc = memif_net.clone();
+    gc["cni.dev/valid-attachments"] = json!([{"containerID": cb, "ifname": "net1"}]);
+    ok("GC", "", "", "", &gc);
+    assert_eq!(node.ports().len(), 3);
+    assert!(!Path::new(&sock_a1).exists());
+    assert!(!node.devinfo("a-net1.json").exists());
+    assert_eq!(reserved_ips(&node, "memif-net").len(), 1);
+
+    // DEL everything, twice: the second time finds nothing and succeeds.
+    for _ in 0..2 {
+        for (c, u, pod) in [(&ca, &ua, "a"), (&cb, &ub, "b")] {
+            ok(
+                "DEL",
+                c,
+                "net1",
+                u,
+                &with_devinfo(&memif_net, &node.devinfo(&format!("{pod}-net1.json"))),
+            );
+            ok(
+                "DEL",
+                c,
+                "net2",
+                u,
+                &with_devinfo(&vhost_net, &node.devinfo(&format!("{pod}-net2.json"))),
+            );
+        }
+    }
+    assert!(node.ports().is_empty());
+    assert_eq!(leftovers(&node), Vec::<String>::new());
+    assert!(reserved_ips(&node, "memif-net").is_empty());
+    assert!(walk(&node.dir.path().join("devinfo")).is_empty());
+
+    // The daemon gone: STATUS says so; DEL still succeeds once its socket is gone.
+    node.stop();
+    let (good, v) = cni("STATUS", "", "", "", &memif_net);
+    assert!(!good);
+    assert_eq!(v["code"], 50);
+    ok("DEL", &ca, "net1", &ua, &memif_net);
+}
+
+#[test]
+fn device_plugin_socket_and_role_are_used() {
+    let _g = serial();
+    let node = Node::start();
+    let dp_dir = node.socket_dir().join("dp").join("dev0");
+    std::fs::create_dir_all(&dp_dir).unwrap();
+    let sock = dp_dir.join("socket");
+    let info = node.devinfo("dp.json");
+    std::fs::create_dir_all(info.parent().unwrap()).unwrap();
+    std::fs::write(
+        &info,
+        json!({"type": "vhost-user", "version": "1.1.0",
+               "vhost-user": {"mode": "server", "path": sock}})
+        .to_string(),
+    )
+    .unwrap();
+    let conf = with_devinfo(
+        &node.netconf("dp-net", json!({"interfaceType": "vhost-user"})),
+        &info,
+    );
+    let c = "d".repeat(64);
+    let r = ok("ADD", &c, "net1", "", &conf);
+    assert_eq!(
+        r["interfaces"][0]["socketPath"],
+        sock.display().to_string().as_str()
+    );
+    let p = &node.ports()[0];
+    assert_eq!(
+        p.role, "client",
+        "the pod serves the socket: the switch connects"
+    );
+    ok("DEL", &c, "net1", "", &conf);
+    assert!(node.ports().is_empty());
+
+    // A device-info path outside socketDir is refused.
+    std::fs::write(
+        &info,
+        json!({"type": "vhost-user", "version": "1.1.0",
+               "vhost-user": {"mode": "server", "path": "/tmp/elsewhere.sock"}})
+        .to_string(),
+    )
+    .unwrap();
+    let (good, v) = cni("ADD", &c, "net1", "", &conf);
+    assert!(!good);
+    assert_eq!(v["code"], 7, "{v}");
+    assert!(node.ports().is_empty());
+}
+
+#[test]
+fn bad_input_gets_cni_errors() {
+    let _g = serial();
+    let node = Node::start();
+    let c = "e".repeat(64);
+    let base = node.netconf("n", json!({}));
+    let err = |conf: &Value, ifname: &str| {
+        let (good, v) = cni("ADD", &c, ifname, "", conf);
+        assert!(!good, "{v}");
+        assert_eq!(v["cniVersion"], "1.1.0");
+        (
+            v["code"].as_u64().unwrap(),
+            v["msg"].as_str().unwrap().to_string(),
+        )
+    };
+    let (code, msg) = err(&node.netconf("n", json!({"interfaceType": "tap"})), "net1");
+    assert_eq!(code, 7);
+    assert!(msg.starts_with("interfaceType:"), "{msg}");
+    let (code, msg) = err(&node.netconf("n", json!({"colour": "red"})), "net1");
+    assert_eq!(code, 2);
+    assert!(msg.contains("colour"), "{msg}");
+    assert_eq!(err(&base, "../etc").0, 4);
+    assert_eq!(err(&base, "/abs").0, 4);
+    assert_eq!(
+        err(
+            &node.netconf("n", json!({"socketDir": "/tmp/../etc"})),
+            "net1"
+        )
+        .0,
+        7
+    );
+    let (code, _) = err(&node.netconf("n", json!({"cniVersion": "2.0.0"})), "net1");
+    assert_eq!(code, 1);
+    // A symlink planted as a pod directory is not followed.
+    std::fs::create_dir_all(node.socket_dir()).unwrap();
+    std::os::unix::fs::symlink("/tmp", node.socket_dir().join(&c)).unwrap();
+    assert_eq!(err(&base, "net1").0, 5);
+    assert!(node.ports().is_empty());
+    let (good, v) = cni("VERSION", "", "", "", &json!({"cniVersion": "1.1.0"}));
+    assert!(good);
+    assert!(v["supportedVersions"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("0.4.0")));
+    // Older result versions.
+    let conf = node.netconf(
+        "old",
+        json!({"cniVersion": "0.4.0", "ipam": node.ipam("10.78.0.0/24")}),
+    );
+    let r = ok("ADD", &"f".repeat(64), "net1", "", &conf);
+    assert_eq!(r["cniVersion"], "0.4.0");
+    assert_eq!(r["ips"][0]["version"], "4");
+    assert!(r["interfaces"][0].get("socketPath").is_none());
+    ok("DEL", &"f".repeat(64), "net1", "", &conf);
+}
+
+#[test]
+fn concurrent_adds_and_dels_leave_nothing_behind() {
+    let _g = serial();
+    let node = Node::start();
+    let conf = node.netconf("load", json!({"ipam": node.ipam("10.79.0.0/16")}));
+    let n = 40;
+    let run = |cmd: &'static str| {
+        std::thread::scope(|s| {
+            for i in 0..n {
+                let conf = conf.clone();
+                s.spawn(move || {
+                    ok(
+                        cmd,
+                        &format!("{i:064x}"),
+                        "net1",
+                        &pod_args(&format!("pod-{i}")),
+                        &conf,
+                    );
+                });
+            }
+        });
+    };
+    run("ADD");
+    assert_eq!(node.ports().len(), n);
+    assert_eq!(reserved_ips(&node, "load").len(), n);
+    run("DEL");
+    assert!(node.ports().is_empty());
+    assert!(reserved_ips(&node, "load").is_empty());
+    assert_eq!(leftovers(&node), Vec::<String>::new());
+}
