@@ -512,7 +512,8 @@ fn teardown(
         conf["ipam"] = ipam;
         ipam::exec("DEL", &conf, ipam_env, &env.path)?;
     }
-    let key = pod_key.or(rec.as_ref().map(|r| r.pod_key.clone()));
+    // ADD's record knows the directory even if DEL's CNI_ARGS lack the pod UID.
+    let key = rec.as_ref().map(|r| r.pod_key.clone()).or(pod_key);
     if let Some(r) = &rec {
         let _ = fs::remove_file(&r.socket);
     }

@@ -624,11 +624,24 @@ fn bad_input_gets_cni_errors() {
         "old",
         json!({"cniVersion": "0.4.0", "ipam": node.ipam("10.78.0.0/24")}),
     );
-    let r = ok("ADD", &"f".repeat(64), "net1", "", &conf);
+    let r = ok("ADD", &"f".repeat(64), "net1", &pod_args("old-pod"), &conf);
     assert_eq!(r["cniVersion"], "0.4.0");
     assert_eq!(r["ips"][0]["version"], "4");
     assert!(r["interfaces"][0].get("socketPath").is_none());
+    assert!(node.socket_dir().join("old-pod").is_dir());
+    // DEL without the pod UID in CNI_ARGS still finds the pod directory.
     ok("DEL", &"f".repeat(64), "net1", "", &conf);
+    assert!(!node.socket_dir().join("old-pod").exists());
+    // A configured group gets access to the pod directory.
+    let conf = node.netconf("grp", json!({"socketGroup": 0}));
+    let g = "9".repeat(64);
+    ok("ADD", &g, "net1", "", &conf);
+    let m = std::fs::metadata(node.socket_dir().join(&g)).unwrap();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777,
+        0o770
+    );
+    ok("DEL", &g, "net1", "", &conf);
 }
 
 #[test]
