@@ -3,15 +3,18 @@
 //! IPAM delegated to the real `host-local` plugin and real DPDK testpmd
 //! "pods" on the sockets named by the device-info files.
 
-use std::io::{Read, Write};
+#[path = "../../dataplane/tests/common/testpmd.rs"]
+mod testpmd;
+
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 use switchyard::control::api::PortInfo;
 use switchyard::control::{Client, Request};
+use testpmd::{serial, terminate, wait_for, Testpmd};
 
 const HOST_LOCAL_DIR: &str = "/usr/lib/cni";
 
@@ -30,31 +33,6 @@ fn switchyard_bin() -> PathBuf {
         assert!(st.success());
     }
     p
-}
-
-fn wait_for<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let end = Instant::now() + limit;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < end, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn terminate(child: &mut Child) {
-    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-    let end = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < end {
-        if let Ok(Some(_)) = child.try_wait() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 /// A node: a switch daemon plus the directories a runtime would use.
@@ -136,7 +114,7 @@ impl Node {
 
     fn stop(&mut self) {
         if let Some(mut d) = self.daemon.take() {
-            terminate(&mut d);
+            terminate(&mut d, Duration::from_secs(5));
         }
     }
 }
@@ -188,120 +166,6 @@ fn with_devinfo(conf: &Value, file: &Path) -> Value {
     let mut c = conf.clone();
     c["runtimeConfig"] = json!({"CNIDeviceInfoFile": file});
     c
-}
-
-/// A DPDK testpmd "pod" in rxonly mode.
-struct Testpmd {
-    child: Child,
-    stdin: ChildStdin,
-    out: Arc<Mutex<String>>,
-    prefix: String,
-}
-
-impl Testpmd {
-    fn start(vdev: &str, extra: &[&str]) -> Testpmd {
-        assert!(
-            Path::new("/usr/bin/dpdk-testpmd").exists(),
-            "dpdk-testpmd is missing (./scripts/test.sh installs it)"
-        );
-        let prefix = format!("sycni-{}-{}", std::process::id(), rand_suffix());
-        let mut child = Command::new("stdbuf")
-            .args([
-                "-oL",
-                "-eL",
-                "/usr/bin/dpdk-testpmd",
-                "--no-huge",
-                "-m",
-                "256",
-                "--no-pci",
-            ])
-            .args(["--file-prefix", &prefix, "--lcores", "0@0,1@1"])
-            .arg(format!("--vdev={vdev}"))
-            .args([
-                "--",
-                "-i",
-                "--total-num-mbufs=8192",
-                "--forward-mode=rxonly",
-            ])
-            .args(extra)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let out = Arc::new(Mutex::new(String::new()));
-        let o = out.clone();
-        let mut so = child.stdout.take().unwrap();
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = so.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                o.lock()
-                    .unwrap()
-                    .push_str(&String::from_utf8_lossy(&buf[..n]));
-            }
-        });
-        let stdin = child.stdin.take().unwrap();
-        let mut t = Testpmd {
-            child,
-            stdin,
-            out,
-            prefix,
-        };
-        t.wait(0, "testpmd> ");
-        t.cmd("start");
-        t
-    }
-
-    fn wait(&self, from: usize, needle: &str) -> String {
-        wait_for(Duration::from_secs(30), needle, || {
-            let o = self.out.lock().unwrap().clone();
-            o.get(from..)
-                .filter(|s| s.contains(needle))
-                .map(str::to_string)
-        })
-    }
-
-    fn cmd(&mut self, line: &str) {
-        writeln!(self.stdin, "{line}").unwrap();
-        self.stdin.flush().unwrap();
-    }
-
-    fn rx(&mut self) -> u64 {
-        let from = self.out.lock().unwrap().len();
-        self.cmd("show port stats 0");
-        let o = self.wait(from, "Tx-pps");
-        let at = o.find("RX-packets:").unwrap() + "RX-packets:".len();
-        o[at..].split_whitespace().next().unwrap().parse().unwrap()
-    }
-
-    fn send(&mut self) {
-        let from = self.out.lock().unwrap().len();
-        self.cmd("stop");
-        self.wait(from, "Done.");
-        self.cmd("start tx_first 1");
-    }
-}
-
-fn rand_suffix() -> u32 {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static N: AtomicU32 = AtomicU32::new(0);
-    N.fetch_add(1, Ordering::Relaxed)
-}
-
-impl Drop for Testpmd {
-    fn drop(&mut self) {
-        let _ = writeln!(self.stdin, "quit");
-        terminate(&mut self.child);
-        let _ = std::fs::remove_dir_all(format!("/var/run/dpdk/{}", self.prefix));
-    }
-}
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static L: Mutex<()> = Mutex::new(());
-    L.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn pod_args(uid: &str) -> String {
@@ -444,21 +308,25 @@ fn two_pods_on_two_networks_pass_traffic_and_leave_nothing_behind() {
         let d: Value = serde_json::from_slice(&std::fs::read(node.devinfo(f)).unwrap()).unwrap();
         d[sect]["path"].as_str().unwrap().to_string()
     };
+    let rxonly = ["--forward-mode=rxonly"];
     let memif = |f: &str| {
         Testpmd::start(
-            &format!(
+            &[format!(
                 "net_memif0,role=client,socket={},socket-abstract=no",
                 path_of(f, "memif")
-            ),
-            &[],
+            )],
+            &rxonly,
         )
     };
     let mut a1 = memif("a-net1.json");
     let mut b1 = memif("b-net1.json");
     let virtio = |f: &str| {
         Testpmd::start(
-            &format!("net_virtio_user0,path={}", path_of(f, "vhost-user")),
-            &[],
+            &[format!(
+                "net_virtio_user0,path={}",
+                path_of(f, "vhost-user")
+            )],
+            &rxonly,
         )
     };
     let mut a2 = virtio("a-net2.json");
@@ -466,17 +334,17 @@ fn two_pods_on_two_networks_pass_traffic_and_leave_nothing_behind() {
     wait_for(Duration::from_secs(20), "all links up", || {
         node.ports().iter().all(|p| p.status.link_up).then_some(())
     });
-    a1.send();
+    a1.send_bursts(1);
     wait_for(Duration::from_secs(15), "memif frames at B", || {
-        (b1.rx() >= 32).then_some(())
+        (b1.port_stats(0).0 >= 32).then_some(())
     });
-    b2.send();
+    b2.send_bursts(1);
     wait_for(Duration::from_secs(15), "vhost-user frames at A", || {
-        (a2.rx() >= 32).then_some(())
+        (a2.port_stats(0).0 >= 32).then_some(())
     });
-    assert_eq!(b1.rx(), 32);
-    assert_eq!(a2.rx(), 32);
-    assert_eq!(a1.rx(), 0, "networks are separate bridges");
+    assert_eq!(b1.port_stats(0).0, 32);
+    assert_eq!(a2.port_stats(0).0, 32);
+    assert_eq!(a1.port_stats(0).0, 0, "networks are separate bridges");
 
     // CHECK and STATUS.
     let mut prev = with_devinfo(&memif_net, &node.devinfo("a-net1.json"));

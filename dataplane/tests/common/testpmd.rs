@@ -1,0 +1,243 @@
+//! Test harness shared by the dataplane and CNI end-to-end tests: real
+//! `dpdk-testpmd` processes driven through stdin, killed by PID and cleaned
+//! up on drop. (The CNI tests include this file with `#[path]`.)
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// Tests that start testpmd run one at a time: the machine has two cores.
+pub fn serial() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Polls `f` every 50 ms until it returns `Some`, for at most `limit`.
+pub fn wait_for<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let end = Instant::now() + limit;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        if Instant::now() > end {
+            panic!("timed out after {limit:?} waiting for {what}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+pub fn terminate(child: &mut Child, grace: Duration) {
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+    let end = Instant::now() + grace;
+    while Instant::now() < end {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+static PREFIX: AtomicUsize = AtomicUsize::new(0);
+
+/// The testpmd binary; tests fail loudly without it (the test script installs it).
+pub fn testpmd_bin() -> &'static str {
+    let p = "/usr/bin/dpdk-testpmd";
+    assert!(
+        Path::new(p).exists(),
+        "dpdk-testpmd is missing: install dpdk, dpdk-dev and librte-net-memif23 (./scripts/test.sh does)"
+    );
+    p
+}
+
+/// A running `dpdk-testpmd -i`, driven through its stdin.
+pub struct Testpmd {
+    child: Child,
+    stdin: ChildStdin,
+    out: Arc<Mutex<String>>,
+    prefix: String,
+}
+
+impl Testpmd {
+    /// Starts testpmd with the given `--vdev` arguments and testpmd options.
+    pub fn start(vdevs: &[String], opts: &[&str]) -> Testpmd {
+        let prefix = format!(
+            "sytest-{}-{}",
+            std::process::id(),
+            PREFIX.fetch_add(1, Ordering::Relaxed)
+        );
+        let mut cmd = Command::new("stdbuf");
+        cmd.args(["-oL", "-eL", testpmd_bin()]).args([
+            "--no-huge",
+            "-m",
+            "256",
+            "--no-pci",
+            "--file-prefix",
+            &prefix,
+            "--lcores",
+            "0@0,1@1",
+            "--log-level",
+            "pmd.net.memif:info",
+        ]);
+        for v in vdevs {
+            cmd.arg(format!("--vdev={v}"));
+        }
+        cmd.args(["--", "-i", "--total-num-mbufs=8192"]).args(opts);
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start testpmd");
+        let out = Arc::new(Mutex::new(String::new()));
+        for stream in [
+            Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+            Box::new(child.stderr.take().unwrap()),
+        ] {
+            let out = out.clone();
+            std::thread::spawn(move || {
+                // Raw chunks, not lines: the "testpmd> " prompt has no newline.
+                let mut stream = stream;
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = stream.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    out.lock()
+                        .unwrap()
+                        .push_str(&String::from_utf8_lossy(&buf[..n]));
+                }
+            });
+        }
+        let stdin = child.stdin.take().unwrap();
+        let t = Testpmd {
+            child,
+            stdin,
+            out,
+            prefix,
+        };
+        let mut t = t;
+        t.wait_output(Duration::from_secs(30), "testpmd> ");
+        // Forward from the start: testpmd only polls its rx queues while started.
+        t.cmd("start");
+        t.wait_output(Duration::from_secs(10), "forwarding packets");
+        t
+    }
+
+    pub fn output(&self) -> String {
+        self.out.lock().unwrap().clone()
+    }
+
+    /// Waits until the output contains `needle` (after byte `from`).
+    pub fn wait_output_from(&self, from: usize, limit: Duration, needle: &str) -> String {
+        let end = Instant::now() + limit;
+        loop {
+            let o = self.output();
+            if let Some(s) = o.get(from..).filter(|s| s.contains(needle)) {
+                return s.to_string();
+            }
+            if Instant::now() > end {
+                panic!("timed out after {limit:?} waiting for testpmd to print {needle:?}; it printed:\n{o}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn wait_output(&self, limit: Duration, needle: &str) -> String {
+        self.wait_output_from(0, limit, needle)
+    }
+
+    /// Sends one command line.
+    pub fn cmd(&mut self, line: &str) {
+        writeln!(self.stdin, "{line}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    /// Counters of `port` from "show port stats": (RX, TX) packets and bytes.
+    pub fn counters(&mut self, port: u16) -> ((u64, u64), (u64, u64)) {
+        let from = self.output().len();
+        self.cmd(&format!("show port stats {port}"));
+        let o = self.wait_output_from(from, Duration::from_secs(10), "Tx-pps");
+        let num = |key: &str| -> u64 {
+            let at = o.find(key).unwrap_or_else(|| panic!("{key} in {o}")) + key.len();
+            o[at..].split_whitespace().next().unwrap().parse().unwrap()
+        };
+        (
+            (num("RX-packets:"), num("TX-packets:")),
+            (num("RX-bytes:"), num("TX-bytes:")),
+        )
+    }
+
+    /// RX and TX packet counters of `port`.
+    pub fn port_stats(&mut self, port: u16) -> (u64, u64) {
+        self.counters(port).0
+    }
+
+    /// RX and TX bytes of `port`.
+    pub fn port_bytes(&mut self, port: u16) -> (u64, u64) {
+        self.counters(port).1
+    }
+
+    /// Waits until `port`'s RX counter reaches `n`; returns the final value
+    /// after a short settle time (so extra frames would be seen too).
+    pub fn wait_rx(&mut self, port: u16, n: u64) -> u64 {
+        let end = Instant::now() + Duration::from_secs(15);
+        loop {
+            let (rx, _) = self.port_stats(port);
+            if rx >= n {
+                std::thread::sleep(Duration::from_millis(300));
+                return self.port_stats(port).0;
+            }
+            if Instant::now() > end {
+                panic!("port {port} received {rx} of {n} frames\n{}", self.output());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Sends `bursts` bursts of 32 frames from every port ("start tx_first"),
+    /// then keeps forwarding in the configured mode.
+    pub fn send_bursts(&mut self, bursts: u32) {
+        let from = self.output().len();
+        self.cmd("stop");
+        self.wait_output_from(from, Duration::from_secs(10), "Done.");
+        let from = self.output().len();
+        self.cmd(&format!("start tx_first {bursts}"));
+        self.wait_output_from(from, Duration::from_secs(10), "forwarding packets");
+    }
+
+    /// SIGKILLs testpmd (a crashing peer).
+    pub fn kill9(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Testpmd {
+    fn drop(&mut self) {
+        let _ = writeln!(self.stdin, "quit");
+        let _ = self.stdin.flush();
+        terminate(&mut self.child, Duration::from_secs(5));
+        let _ = std::fs::remove_dir_all(format!("/var/run/dpdk/{}", self.prefix));
+    }
+}
+
+/// A memif vdev argument string.
+pub fn memif_vdev(index: u32, role: &str, socket: &str, extra: &str) -> String {
+    let mut s = format!("net_memif{index},role={role},socket={socket},socket-abstract=no");
+    if !extra.is_empty() {
+        s.push(',');
+        s.push_str(extra);
+    }
+    s
+}
