@@ -5,7 +5,7 @@ use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use switchyard::config::PortSpec;
+use switchyard::config::{stable_hash, PortSpec};
 use switchyard::control::api::{ErrorCode, PortInfo};
 use switchyard::control::{Client, ClientError, Request};
 use switchyard::port::PortKind;
@@ -76,24 +76,14 @@ fn safe_component(what: &str, s: &str, max: usize) -> Result<(), CniError> {
     }
 }
 
-/// FNV-1a, stable across releases.
-fn fnv(s: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in s.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
-}
-
 /// The switch port name of an attachment.
 pub fn port_name(container_id: &str, ifname: &str) -> String {
-    format!("cni-{:016x}-{ifname}", fnv(container_id))
+    format!("cni-{:016x}-{ifname}", stable_hash(container_id))
 }
 
 /// A locally administered MAC derived from the attachment.
 fn derived_mac(container_id: &str, ifname: &str) -> String {
-    let h = fnv(&format!("{container_id}/{ifname}")).to_be_bytes();
+    let h = stable_hash(&format!("{container_id}/{ifname}")).to_be_bytes();
     format!(
         "02:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
         h[0], h[1], h[2], h[3], h[4]
@@ -130,7 +120,7 @@ fn state_dir(nc: &NetConf) -> PathBuf {
 }
 
 fn record_path(nc: &NetConf, container_id: &str, ifname: &str) -> PathBuf {
-    state_dir(nc).join(format!("{:016x}-{ifname}.json", fnv(container_id)))
+    state_dir(nc).join(format!("{:016x}-{ifname}.json", stable_hash(container_id)))
 }
 
 fn mkdir(p: &Path, mode: u32) -> Result<(), CniError> {

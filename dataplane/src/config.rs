@@ -180,6 +180,17 @@ pub enum PortSetup {
     VhostUser(VhostUserConfig),
 }
 
+/// FNV-1a of `name`: a hash that stays the same across releases (unlike
+/// std's), for identifiers and MAC addresses derived from names.
+pub fn stable_hash(name: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in name.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
 /// Checks a name used for ports and bridges.
 pub fn validate_name(field: &str, name: &str) -> Result<(), ConfigError> {
     if name.is_empty() || name.len() > 64 {

@@ -127,13 +127,7 @@ fn new_vrings(
 /// A locally administered MAC derived from the port name, stable across
 /// restarts, reported in the device config space.
 fn port_mac(name: &str) -> [u8; 6] {
-    // FNV-1a: stable across releases, unlike std's hasher.
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in name.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    let b = h.to_be_bytes();
+    let b = crate::config::stable_hash(name).to_be_bytes();
     [0x02, 0x53, b[4], b[5], b[6], b[7]]
 }
 

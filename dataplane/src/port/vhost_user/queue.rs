@@ -106,10 +106,11 @@ impl Vq {
             kick_eventfd(call.as_raw_fd());
         }
     }
+}
 
-    fn ring_fault(&self, e: virtio_queue::Error) -> QueueFault {
-        QueueFault::Other(format!("virtqueue: {e}"))
-    }
+/// A ring the driver broke (or placed where we cannot reach it).
+fn ring_fault(e: virtio_queue::Error) -> QueueFault {
+    QueueFault::Other(format!("virtqueue: {e}"))
 }
 
 impl Drop for Vq {
@@ -232,7 +233,7 @@ impl RxQueue for VirtioRx {
         let size = queue.size();
         let mut iter = match queue.iter(mem) {
             Ok(it) => it,
-            Err(e) => return Err(QueueFault::Other(format!("virtqueue: {e}"))),
+            Err(e) => return Err(ring_fault(e)),
         };
         while self.nheads < BURST_SIZE && !burst.is_full() {
             let Some(chain) = iter.next() else { break };
@@ -261,7 +262,7 @@ impl RxQueue for VirtioRx {
         }
         for &h in &self.heads[..self.nheads] {
             if let Err(e) = self.vq.queue.add_used(&*self.vq.mem, h, 0) {
-                self.vq.fault = Some(self.vq.ring_fault(e));
+                self.vq.fault = Some(ring_fault(e));
                 break;
             }
         }
@@ -374,7 +375,7 @@ impl VirtioTx {
         let mut iter = vq
             .queue
             .iter(mem)
-            .map_err(|e| TxError::Fault(QueueFault::Other(format!("virtqueue: {e}"))))?;
+            .map_err(|e| TxError::Fault(ring_fault(e)))?;
         let mut reader = frame.reader();
         let mut header_left = HEADER_LEN;
         let mut header_pieces = 0;
@@ -439,7 +440,7 @@ impl TxQueue for VirtioTx {
             Ok(chains) => {
                 for &(head, len) in &self.used[..chains] {
                     if let Err(e) = self.vq.queue.add_used(&*self.vq.mem, head, len) {
-                        return Err(TxError::Fault(self.vq.ring_fault(e)));
+                        return Err(TxError::Fault(ring_fault(e)));
                     }
                 }
                 self.added += 1;
