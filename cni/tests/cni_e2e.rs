@@ -24,15 +24,7 @@ fn cni_bin() -> &'static str {
 
 /// The daemon binary, built next to the plugin.
 fn switchyard_bin() -> PathBuf {
-    let p = Path::new(cni_bin()).with_file_name("switchyard");
-    if !p.exists() {
-        let st = Command::new(env!("CARGO"))
-            .args(["build", "-p", "switchyard", "--bin", "switchyard"])
-            .status()
-            .unwrap();
-        assert!(st.success());
-    }
-    p
+    testpmd::workspace_bin("switchyard", "switchyard")
 }
 
 /// A node: a switch daemon plus the directories a runtime would use.

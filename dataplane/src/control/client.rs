@@ -49,6 +49,14 @@ impl Client {
         })
     }
 
+    /// Bounds how long one call waits for the daemon's answer (60 s by
+    /// default); health probes use a short one.
+    pub fn set_timeout(&self, limit: Duration) -> Result<(), ClientError> {
+        self.writer.set_read_timeout(Some(limit))?;
+        self.writer.set_write_timeout(Some(limit))?;
+        Ok(())
+    }
+
     /// Sends a request and returns the `result` value.
     pub fn call(&mut self, req: &Request) -> Result<serde_json::Value, ClientError> {
         let mut line =

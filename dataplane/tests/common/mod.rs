@@ -13,6 +13,14 @@ use switchyard::control::{Client, Request};
 
 pub use testpmd::*;
 
+/// The daemon binary (this file is also included by other crates' tests).
+pub fn switchyard_bin() -> PathBuf {
+    match option_env!("CARGO_BIN_EXE_switchyard") {
+        Some(p) => PathBuf::from(p),
+        None => workspace_bin("switchyard", "switchyard"),
+    }
+}
+
 /// A running switch daemon with its own temp dir, control socket and state.
 pub struct Switch {
     pub dir: tempfile::TempDir,
@@ -53,7 +61,7 @@ impl Switch {
             .append(true)
             .open(&self.log)
             .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        let child = Command::new(switchyard_bin())
             .args(["run", "--config"])
             .arg(&self.config)
             .env("RUST_LOG", "info")
@@ -101,7 +109,7 @@ impl Switch {
 
     /// Runs the CLI against this daemon.
     pub fn cli(&self, args: &[&str]) -> std::process::Output {
-        Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        Command::new(switchyard_bin())
             .args(args)
             .env("SWITCHYARD_CONTROL", self.control())
             .output()

@@ -1,6 +1,7 @@
 //! Test harness shared by the dataplane and CNI end-to-end tests: real
 //! `dpdk-testpmd` processes driven through stdin, killed by PID and cleaned
-//! up on drop. (The CNI tests include this file with `#[path]`.)
+//! up on drop. (The CNI and device plugin tests include this file with
+//! `#[path]`.)
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
@@ -42,6 +43,22 @@ pub fn terminate(child: &mut Child, grace: Duration) {
     }
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// A binary of this workspace, from the target directory this test runs
+/// from (built first if this test was built alone).
+pub fn workspace_bin(package: &str, name: &str) -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    // target/<profile>/deps/<test> -> target/<profile>/<name>
+    let p = exe.parent().unwrap().parent().unwrap().join(name);
+    if !p.exists() {
+        let st = Command::new(env!("CARGO"))
+            .args(["build", "-p", package, "--bin", name])
+            .status()
+            .unwrap();
+        assert!(st.success(), "cargo build -p {package} --bin {name}");
+    }
+    p
 }
 
 static PREFIX: AtomicUsize = AtomicUsize::new(0);

@@ -1,0 +1,13 @@
+//! Compiles the kubelet device plugin .proto with protox (no `protoc`
+//! needed) and generates the tonic client and server.
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let proto = "proto/deviceplugin_v1beta1.proto";
+    println!("cargo:rerun-if-changed={proto}");
+    let fds = protox::compile([proto], ["proto"])?;
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .compile_fds(fds)?;
+    Ok(())
+}

@@ -1,0 +1,259 @@
+//! The plugin's life: serve each pool on its endpoint socket, register it
+//! with the kubelet, follow the switch daemon's health, serve and register
+//! again when the kubelet restarts, and clean up on the way out.
+
+use std::future::Future;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper_util::rt::TokioIo;
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::watch;
+use tokio::task::{JoinHandle, JoinSet};
+use tokio_stream::wrappers::UnixListenerStream;
+use tonic::transport::{Channel, Endpoint, Server, Uri};
+
+use crate::api::device_plugin_server::DevicePluginServer;
+use crate::api::registration_client::RegistrationClient;
+use crate::api::{DevicePluginOptions, RegisterRequest};
+use crate::config::Config;
+use crate::plugin::{devinfo_files, PoolPlugin};
+use crate::{cdi, API_VERSION};
+
+/// A failure that stops the plugin.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// A file or socket could not be made.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+}
+
+fn io(what: impl std::fmt::Display) -> impl FnOnce(std::io::Error) -> RunError {
+    let what = what.to_string();
+    move |source| RunError::Io { what, source }
+}
+
+/// A gRPC channel over a Unix socket (the kubelet's or a plugin's).
+pub async fn uds_channel(path: &Path) -> Result<Channel, tonic::transport::Error> {
+    let path = path.to_path_buf();
+    // The URI is required by the API but unused: the connector dials `path`.
+    Endpoint::from_static("http://[::1]:0")
+        .connect_timeout(Duration::from_secs(5))
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let path = path.clone();
+            async move { UnixStream::connect(path).await.map(TokioIo::new) }
+        }))
+        .await
+}
+
+/// Whether the switch daemon answers a ping (blocking, bounded).
+fn daemon_healthy(control: &Path, limit: Duration) -> bool {
+    use switchyard::control::{Client, Request};
+    Client::connect(control)
+        .and_then(|mut c| {
+            c.set_timeout(limit)?;
+            c.call(&Request::Ping)
+        })
+        .is_ok()
+}
+
+/// Follows the daemon's health into a watch channel.
+fn spawn_health(cfg: &Config) -> (watch::Receiver<bool>, JoinHandle<()>) {
+    let control = cfg.control_socket.clone();
+    let every = Duration::from_millis(cfg.health_interval_ms);
+    let (tx, rx) = watch::channel(false);
+    let task = tokio::spawn(async move {
+        loop {
+            let c = control.clone();
+            let up = tokio::task::spawn_blocking(move || daemon_healthy(&c, every))
+                .await
+                .unwrap_or(false);
+            tx.send_if_modified(|h| {
+                if *h != up {
+                    tracing::info!(healthy = up, "switch daemon health changed");
+                    *h = up;
+                    true
+                } else {
+                    false
+                }
+            });
+            tokio::time::sleep(every).await;
+        }
+    });
+    (rx, task)
+}
+
+/// The identity of a socket file, to notice it being replaced.
+fn inode(p: &Path) -> Option<(u64, u64)> {
+    std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// One pool's endpoint: a gRPC server on its socket.
+struct Serving {
+    socket: PathBuf,
+    inode: Option<(u64, u64)>,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl Serving {
+    fn start(
+        socket: PathBuf,
+        cfg: Arc<Config>,
+        pool: usize,
+        health: watch::Receiver<bool>,
+    ) -> Result<Serving, RunError> {
+        match std::fs::remove_file(&socket) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io(socket.display())(e)),
+        }
+        let listener = UnixListener::bind(&socket).map_err(io(socket.display()))?;
+        let (stop, mut stopped) = watch::channel(false);
+        let service = PoolPlugin::new(cfg, pool, health, stopped.clone());
+        let task = tokio::spawn(async move {
+            let r = Server::builder()
+                .add_service(DevicePluginServer::new(service))
+                .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async {
+                    let _ = stopped.wait_for(|s| *s).await;
+                })
+                .await;
+            if let Err(e) = r {
+                tracing::error!("device plugin server: {e}");
+            }
+        });
+        Ok(Serving {
+            inode: inode(&socket),
+            socket,
+            stop,
+            task,
+        })
+    }
+
+    /// Still ours: the file the kubelet dials is the one we bound.
+    fn intact(&self) -> bool {
+        self.inode.is_some() && inode(&self.socket) == self.inode
+    }
+
+    async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let mut task = self.task;
+        // Streams end at once; a stuck connection is not waited for long.
+        if tokio::time::timeout(Duration::from_secs(2), &mut task)
+            .await
+            .is_err()
+        {
+            task.abort();
+        }
+        if inode(&self.socket) == self.inode {
+            let _ = std::fs::remove_file(&self.socket);
+        }
+    }
+}
+
+async fn register(cfg: &Config, pool: usize) -> Result<(), String> {
+    let p = &cfg.pools[pool];
+    let channel = uds_channel(&cfg.kubelet_socket())
+        .await
+        .map_err(|e| format!("{}: {e}", cfg.kubelet_socket().display()))?;
+    RegistrationClient::new(channel)
+        .register(RegisterRequest {
+            version: API_VERSION.into(),
+            endpoint: p.endpoint(),
+            resource_name: p.resource.clone(),
+            options: Some(DevicePluginOptions::default()),
+        })
+        .await
+        .map(|_| ())
+        .map_err(|s| format!("kubelet refused the registration: {}", s.message()))
+}
+
+/// One pool: serve, register, and start over whenever the kubelet restarts
+/// (it wipes the plugin dir, so our socket disappears, and it makes a new
+/// `kubelet.sock`).
+async fn pool_loop(
+    cfg: Arc<Config>,
+    pool: usize,
+    health: watch::Receiver<bool>,
+    mut quit: watch::Receiver<bool>,
+) -> Result<(), RunError> {
+    let every = Duration::from_millis(cfg.health_interval_ms);
+    let socket = cfg.plugin_dir.join(cfg.pools[pool].endpoint());
+    let resource = cfg.pools[pool].resource.clone();
+    loop {
+        let serving = Serving::start(socket.clone(), cfg.clone(), pool, health.clone())?;
+        // Register (the kubelet may not be up yet).
+        let mut kubelet = None;
+        while kubelet.is_none() && serving.intact() && !*quit.borrow() {
+            let seen = inode(&cfg.kubelet_socket());
+            match register(&cfg, pool).await {
+                Ok(()) => {
+                    tracing::info!(%resource, endpoint = %socket.display(), "registered with the kubelet");
+                    kubelet = seen;
+                }
+                Err(e) => {
+                    tracing::warn!(%resource, "registration: {e}; retrying");
+                    let _ = tokio::time::timeout(every, quit.changed()).await;
+                }
+            }
+        }
+        // Registered: watch for a kubelet restart.
+        while serving.intact() && inode(&cfg.kubelet_socket()) == kubelet && !*quit.borrow() {
+            let _ = tokio::time::timeout(every, quit.changed()).await;
+        }
+        serving.shutdown().await;
+        if *quit.borrow() {
+            return Ok(());
+        }
+        tracing::info!(%resource, "kubelet restarted; serving and registering again");
+    }
+}
+
+/// Runs the plugin until `shutdown` completes, then removes its sockets,
+/// its device-info files and its CDI spec.
+pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), RunError> {
+    let cfg = Arc::new(cfg);
+    std::fs::create_dir_all(&cfg.plugin_dir).map_err(io(cfg.plugin_dir.display()))?;
+    std::fs::create_dir_all(&cfg.socket_dir).map_err(io(cfg.socket_dir.display()))?;
+    if cfg.cdi {
+        let path = cdi::write(&cfg).map_err(io(cdi::spec_path(&cfg).display()))?;
+        tracing::info!(spec = %path.display(), "wrote the CDI spec");
+    }
+    let (health, health_task) = spawn_health(&cfg);
+    let (quit_tx, quit) = watch::channel(false);
+    let mut pools = JoinSet::new();
+    for i in 0..cfg.pools.len() {
+        pools.spawn(pool_loop(cfg.clone(), i, health.clone(), quit.clone()));
+    }
+    let mut result = Ok(());
+    let mut keep = |r: Option<Result<Result<(), RunError>, tokio::task::JoinError>>| {
+        if let Some(Ok(Err(e))) = r {
+            if result.is_ok() {
+                result = Err(e);
+            }
+        }
+    };
+    tokio::select! {
+        _ = shutdown => tracing::info!("stopping"),
+        r = pools.join_next() => keep(r),
+    }
+    let _ = quit_tx.send(true);
+    while let Some(r) = pools.join_next().await {
+        keep(Some(r));
+    }
+    health_task.abort();
+    for f in devinfo_files(&cfg) {
+        let _ = std::fs::remove_file(f);
+    }
+    if cfg.cdi {
+        let _ = std::fs::remove_file(cdi::spec_path(&cfg));
+    }
+    result
+}

@@ -1,0 +1,533 @@
+//! End-to-end: the real `switchyard-device-plugin` binary driven over its
+//! real gRPC sockets by a test playing the kubelet (registration server
+//! from the same .proto), then the whole device plugin → device-info →
+//! `switchyard-cni` → switch → DPDK testpmd path on this machine.
+
+#[path = "../../dataplane/tests/common/mod.rs"]
+mod common;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{serial, terminate, wait_for, workspace_bin, Switch, Testpmd};
+use serde_json::{json, Value};
+use switchyard::control::api::PortInfo;
+use switchyard::control::Request as CtlRequest;
+use switchyard_device_plugin::api::device_plugin_client::DevicePluginClient;
+use switchyard_device_plugin::api::registration_server::{Registration, RegistrationServer};
+use switchyard_device_plugin::api::{
+    AllocateRequest, AllocateResponse, ContainerAllocateRequest, Empty, ListAndWatchResponse,
+    RegisterRequest,
+};
+use switchyard_device_plugin::run::uds_channel;
+use tokio::runtime::Runtime;
+use tokio::sync::oneshot;
+use tonic::transport::Channel;
+use tonic::{Request, Response, Status, Streaming};
+
+const LIMIT: Duration = Duration::from_secs(15);
+
+/// The kubelet's registration service, as the kubelet behaves: it dials the
+/// plugin's endpoint inside Register and asks for its options.
+#[derive(Clone)]
+struct Recorder {
+    plugin_dir: PathBuf,
+    seen: Arc<Mutex<Vec<RegisterRequest>>>,
+}
+
+#[tonic::async_trait]
+impl Registration for Recorder {
+    async fn register(&self, req: Request<RegisterRequest>) -> Result<Response<Empty>, Status> {
+        let req = req.into_inner();
+        let ch = uds_channel(&self.plugin_dir.join(&req.endpoint))
+            .await
+            .map_err(|e| Status::failed_precondition(format!("dial plugin: {e}")))?;
+        DevicePluginClient::new(ch)
+            .get_device_plugin_options(Empty {})
+            .await?;
+        self.seen.lock().unwrap().push(req);
+        Ok(Response::new(Empty {}))
+    }
+}
+
+/// A fake kubelet serving `kubelet.sock`.
+struct Kubelet {
+    seen: Arc<Mutex<Vec<RegisterRequest>>>,
+    stop: Option<oneshot::Sender<()>>,
+}
+
+impl Kubelet {
+    fn start(rt: &Runtime, plugin_dir: &Path) -> Kubelet {
+        std::fs::create_dir_all(plugin_dir).unwrap();
+        let sock = plugin_dir.join("kubelet.sock");
+        let _ = std::fs::remove_file(&sock);
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let svc = Recorder {
+            plugin_dir: plugin_dir.to_path_buf(),
+            seen: seen.clone(),
+        };
+        let (stop, stopped) = oneshot::channel::<()>();
+        let listener = {
+            let _g = rt.enter();
+            tokio::net::UnixListener::bind(&sock).unwrap()
+        };
+        rt.spawn(async move {
+            tonic::transport::Server::builder()
+                .add_service(RegistrationServer::new(svc))
+                .serve_with_incoming_shutdown(
+                    tokio_stream::wrappers::UnixListenerStream::new(listener),
+                    async {
+                        let _ = stopped.await;
+                    },
+                )
+                .await
+                .unwrap();
+        });
+        Kubelet {
+            seen,
+            stop: Some(stop),
+        }
+    }
+
+    /// Waits for `n` registrations in all; returns them sorted by resource.
+    fn registrations(&self, n: usize) -> Vec<RegisterRequest> {
+        let mut v = wait_for(LIMIT, "registrations", || {
+            let s = self.seen.lock().unwrap();
+            (s.len() >= n).then(|| s.clone())
+        });
+        v.sort_by(|a, b| a.resource_name.cmp(&b.resource_name));
+        v
+    }
+}
+
+impl Drop for Kubelet {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+    }
+}
+
+/// A node's directories and the running plugin.
+struct Node {
+    dir: tempfile::TempDir,
+    rt: Runtime,
+    plugin: Option<Child>,
+}
+
+impl Node {
+    fn new(control: &Path, memif: u32, vhost: u32) -> Node {
+        let dir = tempfile::Builder::new().prefix("sy-dp").tempdir().unwrap();
+        let d = dir.path();
+        let cfg = format!(
+            r#"plugin_dir = "{p}/plugins"
+devinfo_dir = "{p}/devinfo/dp"
+cdi_dir = "{p}/cdi"
+socket_dir = "{p}/pods/devices"
+control_socket = "{c}"
+health_interval_ms = 200
+
+[[pool]]
+resource = "switchyard.io/memif"
+interface_type = "memif"
+count = {memif}
+pod_role = "slave"
+
+[[pool]]
+resource = "switchyard.io/vhost-user"
+interface_type = "vhost-user"
+count = {vhost}
+pod_role = "client"
+"#,
+            p = d.display(),
+            c = control.display()
+        );
+        std::fs::write(d.join("dp.toml"), cfg).unwrap();
+        Node {
+            dir,
+            rt: Runtime::new().unwrap(),
+            plugin: None,
+        }
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    fn start_plugin(&mut self) {
+        let log = std::fs::File::create(self.path("dp.log")).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_switchyard-device-plugin"))
+            .arg("--config")
+            .arg(self.path("dp.toml"))
+            .env("RUST_LOG", "info")
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.plugin = Some(child);
+    }
+
+    fn plugin_client(&self, endpoint: &str) -> DevicePluginClient<Channel> {
+        let path = self.path("plugins").join(endpoint);
+        let ch = self.rt.block_on(uds_channel(&path)).unwrap();
+        DevicePluginClient::new(ch)
+    }
+
+    fn allocate(&self, endpoint: &str, ids: &[&str]) -> Result<AllocateResponse, Status> {
+        let mut c = self.plugin_client(endpoint);
+        self.rt
+            .block_on(c.allocate(AllocateRequest {
+                container_requests: vec![ContainerAllocateRequest {
+                    devices_ids: ids.iter().map(|s| s.to_string()).collect(),
+                }],
+            }))
+            .map(Response::into_inner)
+    }
+
+    fn watch(&self, endpoint: &str) -> Streaming<ListAndWatchResponse> {
+        let mut c = self.plugin_client(endpoint);
+        self.rt
+            .block_on(c.list_and_watch(Empty {}))
+            .unwrap()
+            .into_inner()
+    }
+
+    /// The next ListAndWatch message, as (id, health) pairs.
+    fn next_list(&self, s: &mut Streaming<ListAndWatchResponse>) -> Vec<(String, String)> {
+        let m = self
+            .rt
+            .block_on(async { tokio::time::timeout(LIMIT, s.message()).await })
+            .expect("a ListAndWatch update in time")
+            .unwrap()
+            .expect("stream open");
+        m.devices.into_iter().map(|d| (d.id, d.health)).collect()
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.path("dp.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.plugin.take() {
+            terminate(&mut c, Duration::from_secs(5));
+        }
+        if std::thread::panicking() {
+            eprintln!("---- device plugin log ----\n{}", self.log());
+        }
+    }
+}
+
+fn files_under(p: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(p)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+fn json_file(p: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
+}
+
+#[test]
+fn registers_lists_allocates_follows_health_and_kubelet_restarts_then_cleans_up() {
+    let mut switch = Switch::start("");
+    let mut node = Node::new(&switch.control(), 3, 2);
+    let kubelet = Kubelet::start(&node.rt, &node.path("plugins"));
+    node.start_plugin();
+
+    // Registration: one per pool, v1beta1, endpoint relative to the dir.
+    let regs = kubelet.registrations(2);
+    assert_eq!(regs.len(), 2);
+    assert_eq!(regs[0].version, "v1beta1");
+    assert_eq!(regs[0].resource_name, "switchyard.io/memif");
+    assert_eq!(regs[0].endpoint, "switchyard-memif.sock");
+    assert_eq!(regs[1].resource_name, "switchyard.io/vhost-user");
+    assert_eq!(regs[1].endpoint, "switchyard-vhost-user.sock");
+
+    // Options and the device list, healthy while the switch answers.
+    let mut c = node.plugin_client("switchyard-memif.sock");
+    let opts = node
+        .rt
+        .block_on(c.get_device_plugin_options(Empty {}))
+        .unwrap()
+        .into_inner();
+    assert!(!opts.pre_start_required && !opts.get_preferred_allocation_available);
+    let mut watch = node.watch("switchyard-memif.sock");
+    let healthy = |n: &str| (n.to_string(), "Healthy".to_string());
+    let mut list = node.next_list(&mut watch);
+    if list.iter().any(|(_, h)| h != "Healthy") {
+        // The first health probe may not have answered yet.
+        list = node.next_list(&mut watch);
+    }
+    assert_eq!(
+        list,
+        vec![healthy("memif-0"), healthy("memif-1"), healthy("memif-2")]
+    );
+
+    // Allocate two memif devices to one container.
+    let r = node
+        .allocate("switchyard-memif.sock", &["memif-2", "memif-0"])
+        .unwrap();
+    let c0 = &r.container_responses[0];
+    let dev = |id: &str| node.path("pods/devices").join(id);
+    let sock = |id: &str| dev(id).join("memif.sock").display().to_string();
+    assert_eq!(c0.mounts.len(), 2);
+    assert_eq!(c0.mounts[0].host_path, dev("memif-2").display().to_string());
+    assert_eq!(c0.mounts[0].container_path, c0.mounts[0].host_path);
+    assert!(!c0.mounts[0].read_only);
+    assert_eq!(c0.envs["SWITCHYARD_SOCKET_MEMIF_2"], sock("memif-2"));
+    assert_eq!(
+        c0.envs["SWITCHYARD_MEMIF_SOCKETS"],
+        format!("{},{}", sock("memif-2"), sock("memif-0"))
+    );
+    let cdi_names: Vec<&str> = c0.cdi_devices.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(
+        cdi_names,
+        [
+            "switchyard.io/socket=memif-2",
+            "switchyard.io/socket=memif-0"
+        ]
+    );
+    assert!(dev("memif-2").is_dir());
+    let mode = std::fs::metadata(dev("memif-2")).unwrap();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777,
+        0o700
+    );
+    // The device-info file Multus reads, named as the spec says.
+    let info = json_file(&node.path("devinfo/dp/switchyard.io-memif-memif-2-device.json"));
+    assert_eq!(
+        info,
+        json!({"type": "memif", "version": "1.1.0",
+               "memif": {"role": "slave", "mode": "ethernet", "path": sock("memif-2")}})
+    );
+    let vinfo = {
+        node.allocate("switchyard-vhost-user.sock", &["vhost-user-1"])
+            .unwrap();
+        json_file(&node.path("devinfo/dp/switchyard.io-vhost-user-vhost-user-1-device.json"))
+    };
+    assert_eq!(vinfo["vhost-user"]["mode"], "client");
+
+    // Unknown devices are refused.
+    for bad in ["memif-3", "memif-01", "vhost-user-0", "../x"] {
+        let e = node.allocate("switchyard-memif.sock", &[bad]).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{bad}");
+    }
+
+    // The CDI spec: one device per socket directory, valid by the spec's
+    // own rules, at the lowest version its fields need.
+    let spec_path = node.path("cdi/switchyard.io-socket.json");
+    let spec = container_device_interface::spec::read_spec(&spec_path, 0)
+        .unwrap_or_else(|e| panic!("CDI spec invalid: {e:#}"));
+    let raw = json_file(&spec_path);
+    assert_eq!(raw["kind"], "switchyard.io/socket");
+    assert_eq!(raw["devices"].as_array().unwrap().len(), 5);
+    let min = container_device_interface::version::minimum_required_version(
+        &container_device_interface::spec::parse_spec(&spec_path).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        min.to_string().trim_start_matches('v'),
+        raw["cdiVersion"].as_str().unwrap()
+    );
+    assert!(spec.get_device("vhost-user-1").is_some());
+    assert_eq!(
+        raw["devices"][2]["containerEdits"],
+        json!({"env": [format!("SWITCHYARD_SOCKET_MEMIF_2={}", sock("memif-2"))],
+               "mounts": [{"hostPath": dev("memif-2"), "containerPath": dev("memif-2"),
+                           "options": ["rbind", "rw"]}]})
+    );
+
+    // Health follows the switch daemon.
+    switch.stop();
+    let down = node.next_list(&mut watch);
+    assert!(down.iter().all(|(_, h)| h == "Unhealthy"), "{down:?}");
+    switch.spawn();
+    let up = node.next_list(&mut watch);
+    assert!(up.iter().all(|(_, h)| h == "Healthy"), "{up:?}");
+
+    // A kubelet restart wipes the plugin dir and makes a new kubelet.sock:
+    // the plugin serves and registers again.
+    drop(kubelet);
+    for f in files_under(&node.path("plugins")) {
+        std::fs::remove_file(node.path("plugins").join(f)).unwrap();
+    }
+    let kubelet = Kubelet::start(&node.rt, &node.path("plugins"));
+    let regs = kubelet.registrations(2);
+    assert_eq!(regs[0].endpoint, "switchyard-memif.sock");
+    let mut watch = node.watch("switchyard-vhost-user.sock");
+    assert_eq!(node.next_list(&mut watch).len(), 2);
+
+    // SIGTERM: sockets, device-info files and the CDI spec are removed.
+    let mut p = node.plugin.take().unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(p.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = wait_for(LIMIT, "the plugin to exit", || p.try_wait().unwrap());
+    assert!(status.success(), "{}", node.log());
+    assert_eq!(files_under(&node.path("plugins")), ["kubelet.sock"]);
+    assert!(files_under(&node.path("devinfo/dp")).is_empty());
+    assert!(files_under(&node.path("cdi")).is_empty());
+}
+
+#[test]
+fn bad_config_is_refused_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("bad.toml");
+    std::fs::write(
+        &cfg,
+        "[[pool]]\nresource = \"switchyard.io/memif\"\ninterface_type = \"memif\"\ncount = 4\npod_role = \"client\"\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_switchyard-device-plugin"))
+        .arg("--config")
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("pool[0].pod_role"), "{err}");
+}
+
+/// Runs `switchyard-cni` as a runtime (via Multus) would.
+fn cni(command: &str, container: &str, ifname: &str, uid: &str, conf: &Value) -> Value {
+    let mut child = Command::new(workspace_bin("switchyard-cni", "switchyard-cni"))
+        .env_clear()
+        .env("CNI_COMMAND", command)
+        .env("CNI_CONTAINERID", container)
+        .env("CNI_NETNS", format!("/var/run/netns/{container}"))
+        .env("CNI_IFNAME", ifname)
+        .env(
+            "CNI_ARGS",
+            format!(
+                "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={uid};K8S_POD_UID={uid}"
+            ),
+        )
+        .env("CNI_PATH", "/usr/lib/cni")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(&serde_json::to_vec(conf).unwrap())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    assert!(out.status.success(), "CNI {command} {ifname}: {v}");
+    v
+}
+
+#[test]
+fn device_plugin_to_cni_to_switch_to_testpmd() {
+    let _g = serial();
+    let switch = Switch::start("");
+    let mut node = Node::new(&switch.control(), 2, 2);
+    let kubelet = Kubelet::start(&node.rt, &node.path("plugins"));
+    node.start_plugin();
+    kubelet.registrations(2);
+
+    // The kubelet allocates one device per pod: pod A gets a memif socket,
+    // pod B a vhost-user one.
+    let a = node
+        .allocate("switchyard-memif.sock", &["memif-1"])
+        .unwrap();
+    let b = node
+        .allocate("switchyard-vhost-user.sock", &["vhost-user-0"])
+        .unwrap();
+    let a_sock = a.container_responses[0].envs["SWITCHYARD_SOCKET_MEMIF_1"].clone();
+    let b_sock = b.container_responses[0].envs["SWITCHYARD_SOCKET_VHOST_USER_0"].clone();
+
+    // Multus copies the plugin's device-info file to the path it names in
+    // runtimeConfig.CNIDeviceInfoFile, then calls the CNI.
+    let net = |name: &str, kind: &str, extra: Value| {
+        let mut v = json!({
+            "cniVersion": "1.1.0", "name": name, "type": "switchyard",
+            "bridge": "br-dp", "interfaceType": kind,
+            "socketDir": node.path("pods"), "controlSocket": switch.control(),
+            "capabilities": {"CNIDeviceInfoFile": true},
+        });
+        for (k, x) in extra.as_object().unwrap() {
+            v[k] = x.clone();
+        }
+        v
+    };
+    let attach = |dp_file: &str, cni_file: &str, conf: Value, pod: &str| {
+        let src = node.path("devinfo/dp").join(dp_file);
+        let dst = node.path("devinfo/cni").join(cni_file);
+        std::fs::create_dir_all(dst.parent().unwrap()).unwrap();
+        std::fs::copy(&src, &dst).unwrap();
+        let mut conf = conf;
+        conf["runtimeConfig"] = json!({"CNIDeviceInfoFile": dst});
+        let r = cni("ADD", &pod.repeat(64), "net1", pod, &conf);
+        (r, conf)
+    };
+    let (ra, conf_a) = attach(
+        "switchyard.io-memif-memif-1-device.json",
+        "a-net1.json",
+        net("memif-net", "memif", json!({})),
+        "a",
+    );
+    let (rb, conf_b) = attach(
+        "switchyard.io-vhost-user-vhost-user-0-device.json",
+        "b-net1.json",
+        net("vhost-net", "vhost-user", json!({})),
+        "b",
+    );
+    assert_eq!(ra["interfaces"][0]["socketPath"], a_sock.as_str());
+    assert_eq!(rb["interfaces"][0]["socketPath"], b_sock.as_str());
+
+    // The switch made the ports on the plugin's sockets, in the roles the
+    // device-info files imply.
+    let ports: Vec<PortInfo> = switch.client().call_as(&CtlRequest::PortList).unwrap();
+    let by_sock = |s: &str| ports.iter().find(|p| p.socket == s).unwrap();
+    assert_eq!(by_sock(&a_sock).role, "master");
+    assert_eq!(by_sock(&b_sock).role, "server");
+    assert!(Path::new(&a_sock).exists() && Path::new(&b_sock).exists());
+
+    // The pods' applications open the sockets their environment names.
+    let mut pa = Testpmd::start(
+        &[format!(
+            "net_memif0,role=client,socket={a_sock},socket-abstract=no"
+        )],
+        &["--forward-mode=rxonly"],
+    );
+    let mut pb = Testpmd::start(
+        &[format!("net_virtio_user0,path={b_sock}")],
+        &["--forward-mode=rxonly"],
+    );
+    wait_for(LIMIT, "both links up", || {
+        let p: Vec<PortInfo> = switch.client().call_as(&CtlRequest::PortList).ok()?;
+        (p.len() == 2 && p.iter().all(|p| p.status.link_up)).then_some(())
+    });
+    pa.send_bursts(2);
+    assert_eq!(pb.wait_rx(0, 64), 64);
+    pb.send_bursts(1);
+    assert_eq!(pa.wait_rx(0, 32), 32);
+    drop((pa, pb));
+
+    // Pods deleted: the CNI's DEL removes ports, sockets and its files; the
+    // plugin's device directories stay for the next allocation.
+    cni("DEL", &"a".repeat(64), "net1", "a", &conf_a);
+    cni("DEL", &"b".repeat(64), "net1", "b", &conf_b);
+    let ports: Vec<PortInfo> = switch.client().call_as(&CtlRequest::PortList).unwrap();
+    assert!(ports.is_empty());
+    assert!(!Path::new(&a_sock).exists() && !Path::new(&b_sock).exists());
+    assert!(files_under(&node.path("devinfo/cni")).is_empty());
+    assert!(Path::new(&a_sock).parent().unwrap().is_dir());
+}
