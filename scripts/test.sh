@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole test suite on a fresh Debian 12 machine: installs the real
 # peers the end-to-end tests use (DPDK testpmd with the memif driver, the
-# host-local IPAM plugin), then
+# host-local IPAM plugin, kubernetes-validate), then
 # `cargo test` over the workspace.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,6 +20,18 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -q </dev/null
   $SUDO apt-get install -y -q "${need_pkgs[@]}" </dev/null
+fi
+
+# The manifest test validates config/kubernetes/ against the Kubernetes
+# schemas with the kubernetes-validate package (PyPI).
+if ! python3 -c 'import kubernetes_validate' 2>/dev/null; then
+  echo "installing kubernetes-validate" >&2
+  python3 -m pip --version >/dev/null 2>&1 || {
+    SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q python3-pip </dev/null
+  }
+  python3 -m pip install -q kubernetes-validate </dev/null \
+    || python3 -m pip install -q --break-system-packages kubernetes-validate </dev/null
 fi
 
 cargo test --workspace --locked "$@" </dev/null

@@ -105,6 +105,12 @@ pub struct DataplaneConfig {
     /// CPU of each worker, in order (missing entries: not pinned).
     #[serde(default)]
     pub cpus: Vec<usize>,
+    /// With no `cpus`, pin the workers to the last CPUs the process may run
+    /// on (its affinity mask, e.g. the exclusive cpuset Kubernetes' static
+    /// CPU manager gives a Guaranteed pod), leaving the first to the control
+    /// thread when there are more CPUs than workers.
+    #[serde(default)]
+    pub auto_pin: bool,
     /// poll, interrupt or adaptive.
     #[serde(default)]
     pub poll_mode: PollMode,
@@ -118,6 +124,7 @@ impl Default for DataplaneConfig {
         DataplaneConfig {
             workers: default_workers(),
             cpus: Vec::new(),
+            auto_pin: false,
             poll_mode: PollMode::default(),
             adaptive_idle_us: default_idle_us(),
         }
@@ -375,6 +382,12 @@ impl Config {
         }
         if d.cpus.len() > d.workers {
             return Err(invalid("dataplane.cpus", "more CPUs than workers"));
+        }
+        if d.auto_pin && !d.cpus.is_empty() {
+            return Err(invalid(
+                "dataplane.auto_pin",
+                "set either cpus or auto_pin, not both",
+            ));
         }
         if self.mac_table_size == 0 || self.mac_table_size > 1 << 24 {
             return Err(invalid("mac_table_size", "out of range 1..=16777216"));

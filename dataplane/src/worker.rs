@@ -10,7 +10,7 @@ use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
 
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
-use tracing::{debug, warn};
+use tracing::{info, warn};
 
 use crate::dataplane::{bump, Dataplane, WorkerView};
 use crate::port::RxBurst;
@@ -45,6 +45,39 @@ pub struct WorkerConfig {
 
 const WAKER_TOKEN: u64 = u64::MAX;
 
+/// The CPU of each of `workers` workers: `explicit` entries first; with
+/// `auto`, the last CPUs of `allowed` (the process's affinity), so that the
+/// first allowed CPU stays with the control thread when there are more
+/// CPUs than workers.
+pub fn worker_cpus(
+    workers: usize,
+    explicit: &[usize],
+    auto: bool,
+    allowed: &[usize],
+) -> Vec<Option<usize>> {
+    (0..workers)
+        .map(|i| match explicit.get(i) {
+            Some(c) => Some(*c),
+            None if auto && !allowed.is_empty() => {
+                let skip = allowed.len().saturating_sub(workers);
+                Some(allowed[(skip + i) % allowed.len()])
+            }
+            None => None,
+        })
+        .collect()
+}
+
+/// The CPUs this process may run on.
+pub fn allowed_cpus() -> Vec<usize> {
+    nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0))
+        .map(|set| {
+            (0..nix::sched::CpuSet::count())
+                .filter(|&c| set.is_set(c).unwrap_or(false))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 fn pin(cpu: usize) -> nix::Result<()> {
     let mut set = nix::sched::CpuSet::new();
     set.set(cpu)?;
@@ -74,7 +107,7 @@ pub fn run(dp: Dataplane, cfg: WorkerConfig) {
     let w = cfg.index;
     if let Some(cpu) = cfg.cpu {
         match pin(cpu) {
-            Ok(()) => debug!(worker = w, cpu, "pinned"),
+            Ok(()) => info!(worker = w, cpu, "pinned"),
             Err(e) => warn!(worker = w, cpu, "cannot pin worker: {e}"),
         }
     }
@@ -188,5 +221,25 @@ fn sleep_until_kicked(dp: &Dataplane, w: usize, view: &WorkerView, ep: &Epoll, g
     }
     for rx in &view.rx {
         rx.slot.lock().set_interrupt(false);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::worker_cpus;
+
+    #[test]
+    fn explicit_cpus_win_and_auto_takes_the_last_allowed() {
+        assert_eq!(worker_cpus(2, &[5], false, &[0, 1]), [Some(5), None]);
+        // A Guaranteed pod with cpuset {2,3,4}: two workers on 3 and 4,
+        // the control thread keeps 2.
+        assert_eq!(worker_cpus(2, &[], true, &[2, 3, 4]), [Some(3), Some(4)]);
+        // Fewer CPUs than workers: they share.
+        assert_eq!(
+            worker_cpus(3, &[], true, &[6, 7]),
+            [Some(6), Some(7), Some(6)]
+        );
+        assert_eq!(worker_cpus(1, &[], true, &[]), [None]);
+        assert_eq!(worker_cpus(1, &[], false, &[1]), [None]);
     }
 }

@@ -78,10 +78,16 @@ impl Daemon {
         reactor.add(sig_rx.as_raw_fd(), Token::Control(TOKEN_SIGNAL))?;
 
         let mut workers = Vec::new();
-        for i in 0..cfg.dataplane.workers {
+        let cpus = worker::worker_cpus(
+            cfg.dataplane.workers,
+            &cfg.dataplane.cpus,
+            cfg.dataplane.auto_pin,
+            &worker::allowed_cpus(),
+        );
+        for (i, cpu) in cpus.into_iter().enumerate() {
             let wc = WorkerConfig {
                 index: i,
-                cpu: cfg.dataplane.cpus.get(i).copied(),
+                cpu,
                 mode: cfg.dataplane.poll_mode,
                 idle_threshold: Duration::from_micros(cfg.dataplane.adaptive_idle_us),
             };

@@ -1,0 +1,214 @@
+//! The Kubernetes manifests in `config/kubernetes/` (and the CNI-only
+//! NetworkAttachmentDefinitions in `config/cni/`): every built-in kind
+//! validated strictly against the Kubernetes schemas (the `kubernetes-validate`
+//! package, which `scripts/test.sh` installs), and the parts Kubernetes
+//! does not check (NetworkAttachmentDefinitions, the embedded configs)
+//! parsed by our own parsers and checked against each other.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde::Deserialize;
+use serde_yaml::Value;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn manifests() -> Vec<PathBuf> {
+    let mut v = Vec::new();
+    for dir in ["config/kubernetes", "config/cni"] {
+        for e in std::fs::read_dir(repo().join(dir)).unwrap().flatten() {
+            let p = e.path();
+            if p.extension().is_some_and(|x| x == "yaml") {
+                v.push(p);
+            }
+        }
+    }
+    v.sort();
+    assert!(v.len() >= 4, "{v:?}");
+    v
+}
+
+fn documents(p: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(p).unwrap();
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|d| Value::deserialize(d).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+fn all_documents() -> Vec<Value> {
+    manifests().iter().flat_map(|p| documents(p)).collect()
+}
+
+#[test]
+fn builtin_kinds_pass_the_kubernetes_schemas_strictly() {
+    let out = Command::new("python3")
+        .args(["-m", "kubernetes_validate", "--strict", "--quiet"])
+        .args(manifests())
+        .output()
+        .expect("python3");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !text.contains("No module named kubernetes_validate"),
+        "kubernetes-validate is missing: pip install kubernetes-validate (./scripts/test.sh does)"
+    );
+    assert!(out.status.success(), "{text}");
+    assert!(!text.contains("ERROR"), "{text}");
+}
+
+/// The NetworkAttachmentDefinition CRD (k8s.cni.cncf.io/v1), which the
+/// Kubernetes schemas do not know: the fields of its published schema only.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct Nad {
+    api_version: String,
+    kind: String,
+    metadata: Meta,
+    spec: NadSpec,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Meta {
+    name: String,
+    #[serde(default)]
+    namespace: Option<String>,
+    #[serde(default)]
+    annotations: std::collections::BTreeMap<String, String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NadSpec {
+    config: String,
+}
+
+fn of_kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    docs.iter()
+        .filter(|d| d["kind"].as_str() == Some(kind))
+        .collect()
+}
+
+fn device_plugin_config(docs: &[Value]) -> switchyard_device_plugin::config::Config {
+    let cm = of_kind(docs, "ConfigMap")[0];
+    switchyard_device_plugin::config::Config::parse(
+        cm["data"]["device-plugin.toml"].as_str().unwrap(),
+    )
+    .unwrap()
+}
+
+#[test]
+fn network_attachments_are_valid_netconfs_naming_real_resources() {
+    let docs = all_documents();
+    let dp = device_plugin_config(&docs);
+    let nads = of_kind(&docs, "NetworkAttachmentDefinition");
+    assert!(nads.len() >= 4);
+    let mut with_resource = 0;
+    for v in nads {
+        let nad: Nad = serde_yaml::from_value(v.clone()).unwrap();
+        assert_eq!(nad.api_version, "k8s.cni.cncf.io/v1");
+        assert_eq!(nad.kind, "NetworkAttachmentDefinition");
+        let nc = switchyard_cni::netconf::NetConf::parse(nad.spec.config.as_bytes())
+            .unwrap_or_else(|e| panic!("{}: {}", nad.metadata.name, e.msg));
+        let raw: serde_json::Value = serde_json::from_str(&nad.spec.config).unwrap();
+        // Multus takes the network name from the NAD.
+        assert_eq!(raw["name"], nad.metadata.name.as_str());
+        assert_eq!(raw["capabilities"]["CNIDeviceInfoFile"], true);
+        if let Some(res) = nad
+            .metadata
+            .annotations
+            .get("k8s.v1.cni.cncf.io/resourceName")
+        {
+            with_resource += 1;
+            let pool = dp
+                .pools
+                .iter()
+                .find(|p| &p.resource == res)
+                .unwrap_or_else(|| panic!("{res} is not a device plugin pool"));
+            assert_eq!(nc.kind.type_name(), pool.kind.name(), "{res}");
+            // The CNI accepts the plugin's sockets only inside its socketDir.
+            assert!(dp.socket_dir.starts_with(&nc.socket_dir), "{res}");
+            assert!(nad.metadata.namespace.is_some());
+        }
+    }
+    assert_eq!(with_resource, 2);
+}
+
+#[test]
+fn daemonset_configs_parse_and_its_mounts_cover_their_paths() {
+    let docs = all_documents();
+    let dp = device_plugin_config(&docs);
+    let cm = of_kind(&docs, "ConfigMap")[0];
+    let sw =
+        switchyard::config::Config::parse(cm["data"]["switchyard.toml"].as_str().unwrap()).unwrap();
+    assert!(sw.dataplane.auto_pin);
+    assert_eq!(dp.control_socket, sw.control_socket);
+
+    let ds = of_kind(&docs, "DaemonSet")[0];
+    let spec = &ds["spec"]["template"]["spec"];
+    let volumes = spec["volumes"].as_sequence().unwrap();
+    let host_path = |name: &str| -> PathBuf {
+        let v = volumes
+            .iter()
+            .find(|v| v["name"].as_str() == Some(name))
+            .unwrap();
+        PathBuf::from(v["hostPath"]["path"].as_str().unwrap())
+    };
+    // Every path a container uses lies under one of its mounts, and the
+    // mount's host path is the same path (so socket paths mean the same on
+    // the host, for the CNI, and in the containers).
+    let covered = |container: &str, path: &Path| {
+        let c = spec["containers"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"].as_str() == Some(container))
+            .unwrap();
+        let path = Path::new("/run").join(path.strip_prefix("/var/run").unwrap_or(path));
+        let ok = c["volumeMounts"].as_sequence().unwrap().iter().any(|m| {
+            let at = PathBuf::from(m["mountPath"].as_str().unwrap());
+            let at = Path::new("/run").join(at.strip_prefix("/var/run").unwrap_or(&at));
+            let name = m["name"].as_str().unwrap();
+            name != "config" && path.starts_with(&at) && {
+                let hp = host_path(name);
+                Path::new("/run").join(hp.strip_prefix("/var/run").unwrap_or(&hp)) == at
+            }
+        });
+        assert!(ok, "{container}: {} is not mounted", path.display());
+    };
+    covered("switch", &sw.control_socket);
+    covered("switch", &sw.state_dir);
+    for p in [
+        &dp.plugin_dir,
+        &dp.devinfo_dir,
+        &dp.cdi_dir,
+        &dp.socket_dir,
+        &dp.control_socket,
+    ] {
+        covered("device-plugin", p);
+    }
+    // The CNI binary lands in /opt/cni/bin.
+    assert_eq!(host_path("cni-bin"), PathBuf::from("/opt/cni/bin"));
+}
+
+#[test]
+fn example_pod_asks_for_a_pool_and_a_network() {
+    let docs = all_documents();
+    let dp = device_plugin_config(&docs);
+    let pod = of_kind(&docs, "Pod")[0];
+    let limits = &pod["spec"]["containers"][0]["resources"]["limits"];
+    let res = &dp.pools[0].resource;
+    assert_eq!(limits[res.as_str()].as_str(), Some("1"));
+    assert_eq!(
+        pod["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"].as_str(),
+        Some("switchyard-memif")
+    );
+    let cmd = pod["spec"]["containers"][0]["command"][2].as_str().unwrap();
+    assert!(cmd.contains(&dp.pools[0].list_env()), "{cmd}");
+}
