@@ -58,6 +58,10 @@ pub struct Vq {
     call: Option<OwnedFd>,
     progress: Arc<RingProgress>,
     fault: Option<QueueFault>,
+    /// Used elements written after `next_used` but not yet published.
+    pending: u16,
+    /// `next_used` when the driver was last considered for a signal.
+    signalled: u16,
 }
 
 impl Vq {
@@ -77,7 +81,10 @@ impl Vq {
             call,
             progress,
             fault: None,
+            pending: 0,
+            signalled: 0,
         };
+        vq.signalled = vq.queue.next_used();
         // Workers poll: ask the driver not to kick (re-enabled before sleep).
         let _ = vq.queue.disable_notification(&*vq.mem);
         vq
@@ -88,24 +95,92 @@ impl Vq {
         self.progress.clone()
     }
 
-    /// Signals the driver after used entries were added, unless it asked
-    /// not to be (`used_event` with EVENT_IDX, else `VRING_AVAIL_F_NO_INTERRUPT`).
+    /// Writes a used element after the ones already pending, without
+    /// publishing it: the driver sees nothing until [`Vq::publish_used`].
+    fn write_used(&mut self, head: u16, len: u32) -> Result<(), virtio_queue::Error> {
+        let size = self.queue.size();
+        if head >= size {
+            return Err(virtio_queue::Error::InvalidDescriptorIndex);
+        }
+        let slot = self.queue.next_used().wrapping_add(self.pending) % size;
+        // used ring: flags u16, idx u16, then 8-byte elements.
+        let addr = self
+            .queue
+            .used_ring()
+            .checked_add(4 + 8 * u64::from(slot))
+            .ok_or(virtio_queue::Error::AddressOverflow)?;
+        let mut elem = [0u8; 8];
+        elem[..4].copy_from_slice(&u32::from(head).to_le_bytes());
+        elem[4..].copy_from_slice(&len.to_le_bytes());
+        self.mem
+            .write_slice(&elem, GuestAddress(addr))
+            .map_err(virtio_queue::Error::GuestMemory)?;
+        self.pending += 1;
+        Ok(())
+    }
+
+    /// Publishes every pending used element with one store of the used
+    /// index (release: the elements and the buffers' contents are visible
+    /// first). A frame spread over several buffers is thus never seen in
+    /// part, and the index line the driver polls is written once a burst.
+    fn publish_used(&mut self) {
+        if self.pending == 0 {
+            return;
+        }
+        let next = self.queue.next_used().wrapping_add(self.pending);
+        self.pending = 0;
+        self.queue.set_next_used(next);
+        let r = self
+            .queue
+            .used_ring()
+            .checked_add(2)
+            .ok_or(virtio_queue::Error::AddressOverflow)
+            .and_then(|a| {
+                self.mem
+                    .store(next.to_le(), GuestAddress(a), Ordering::Release)
+                    .map_err(virtio_queue::Error::GuestMemory)
+            });
+        if let Err(e) = r {
+            self.fault = Some(ring_fault(e));
+        }
+    }
+
+    /// Publishes pending used elements and signals the driver, unless it
+    /// asked not to be (`used_event` with EVENT_IDX, else
+    /// `VRING_AVAIL_F_NO_INTERRUPT`).
     fn notify_driver(&mut self) {
+        self.publish_used();
+        let new = self.queue.next_used();
+        let old = std::mem::replace(&mut self.signalled, new);
         let Some(call) = &self.call else { return };
+        if new == old {
+            return;
+        }
+        // The used index store must be visible before the driver's flag or
+        // event index is read (the driver does the mirror image).
+        std::sync::atomic::fence(Ordering::SeqCst);
+        let avail = GuestAddress(self.queue.avail_ring());
         let wanted = if self.queue.event_idx_enabled() {
-            self.queue.needs_notification(&*self.mem).unwrap_or(true)
+            // used_event sits after the avail ring's entries.
+            let at = avail.0 + 4 + 2 * u64::from(self.queue.size());
+            match self.mem.load::<u16>(GuestAddress(at), Ordering::Relaxed) {
+                Ok(ev) => need_event(u16::from_le(ev), new, old),
+                Err(_) => true,
+            }
         } else {
-            std::sync::atomic::fence(Ordering::SeqCst);
-            let flags: u16 = self
-                .mem
-                .load(GuestAddress(self.queue.avail_ring()), Ordering::Relaxed)
-                .unwrap_or(0);
+            let flags: u16 = self.mem.load(avail, Ordering::Relaxed).unwrap_or(0);
             u16::from_le(flags) & VRING_AVAIL_F_NO_INTERRUPT as u16 == 0
         };
         if wanted {
             kick_eventfd(call.as_raw_fd());
         }
     }
+}
+
+/// The virtio rule for EVENT_IDX: signal when the driver's `event` index
+/// lies in `[old, new)`, the used entries added since the last decision.
+fn need_event(event: u16, new: u16, old: u16) -> bool {
+    new.wrapping_sub(event).wrapping_sub(1) < new.wrapping_sub(old)
 }
 
 /// A ring the driver broke (or placed where we cannot reach it).
@@ -115,6 +190,8 @@ fn ring_fault(e: virtio_queue::Error) -> QueueFault {
 
 impl Drop for Vq {
     fn drop(&mut self) {
+        // Chains taken from the avail ring are always given back.
+        self.publish_used();
         self.progress
             .store(self.queue.next_avail(), self.queue.next_used());
     }
@@ -260,8 +337,8 @@ impl RxQueue for VirtioRx {
         if self.nheads == 0 {
             return;
         }
-        for &h in &self.heads[..self.nheads] {
-            if let Err(e) = self.vq.queue.add_used(&*self.vq.mem, h, 0) {
+        for i in 0..self.nheads {
+            if let Err(e) = self.vq.write_used(self.heads[i], 0) {
                 self.vq.fault = Some(ring_fault(e));
                 break;
             }
@@ -438,8 +515,9 @@ impl TxQueue for VirtioTx {
         let start = self.vq.queue.next_avail();
         match self.fill(frame) {
             Ok(chains) => {
-                for &(head, len) in &self.used[..chains] {
-                    if let Err(e) = self.vq.queue.add_used(&*self.vq.mem, head, len) {
+                for i in 0..chains {
+                    let (head, len) = self.used[i];
+                    if let Err(e) = self.vq.write_used(head, len) {
                         return Err(TxError::Fault(ring_fault(e)));
                     }
                 }
@@ -692,8 +770,23 @@ mod tests {
         assert_eq!(q.tx(&TxFrame::plain(&f)), Err(TxError::TooLong));
         let small = frame_of(&data[..40]);
         q.tx(&TxFrame::plain(&small)).unwrap();
+        // Published once per burst, at flush.
+        assert_eq!(r.used_idx(), 0);
+        q.flush();
         assert_eq!(r.used_idx(), 1);
         assert_eq!(r.used_len(0), 52);
+    }
+
+    #[test]
+    fn event_idx_signals_once_the_driver_event_is_passed() {
+        // Entries 10..13 added since the last signal.
+        assert!(need_event(10, 13, 10));
+        assert!(need_event(12, 13, 10));
+        assert!(!need_event(13, 13, 10));
+        assert!(!need_event(9, 13, 10));
+        // Across the u16 wrap.
+        assert!(need_event(u16::MAX, 2, 65534));
+        assert!(!need_event(2, 2, 65534));
     }
 
     #[test]
