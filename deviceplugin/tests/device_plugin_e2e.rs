@@ -367,6 +367,10 @@ fn registers_lists_allocates_follows_health_and_kubelet_restarts_then_cleans_up(
     assert_eq!(regs[0].endpoint, "switchyard-memif.sock");
     let mut watch = node.watch("switchyard-vhost-user.sock");
     assert_eq!(node.next_list(&mut watch).len(), 2);
+    // A kubelet restart that keeps the plugin dir: only kubelet.sock is new.
+    drop(kubelet);
+    let kubelet = Kubelet::start(&node.rt, &node.path("plugins"));
+    assert_eq!(kubelet.registrations(2).len(), 2);
 
     // SIGTERM: sockets, device-info files and the CDI spec are removed.
     let mut p = node.plugin.take().unwrap();
