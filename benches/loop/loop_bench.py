@@ -1,0 +1,422 @@
+#!/usr/bin/env python3
+"""End-to-end loop benchmark: one DPDK testpmd (io forwarding, `tx_first`)
+with two ports, and a device under test (DUT) between them that carries
+every frame from one port to the other and back:
+
+  testpmd port 0 -> DUT -> testpmd port 1 -> (io fwd) -> DUT -> port 0 ...
+
+DUTs, each on CPU 0 (testpmd's forwarding lcore is on CPU 1):
+  switchyard   the switch, one poll-mode worker, both ports in one bridge
+  testpmd-io   a second testpmd in io mode: forwarding without switching,
+               the cost floor
+  ovs-dpdk     Open vSwitch with DPDK (netdev bridge, NORMAL action, one PMD)
+
+Port kinds: memif (DUT is memif server/master), vhost-server (DUT is the
+vhost-user socket server), vhost-client (DUT connects to testpmd's
+virtio_user in server mode). Frame sizes 64 and 1518 bytes.
+
+Frame sizes count the CRC, as RFC 2544 does: a "64-byte" frame carries 60
+bytes in the buffer. Throughput is the sum of both testpmd ports' Rx-pps over
+a measuring window after a warm-up: the frames the DUT delivered, both
+directions together. Gbit/s is pps * size * 8 (no preamble or gap). Each cell is the
+median of --repeat runs.
+
+Run as root on an otherwise idle machine (see README, "Benchmarks"):
+  cargo build --release -p switchyard
+  benches/loop/loop_bench.py [--dut switchyard,testpmd-io,ovs-dpdk]
+                             [--kinds memif,vhost-server,vhost-client]
+                             [--sizes 64,1518] [--repeat 3] [--seconds 5]
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TESTPMD = "/usr/bin/dpdk-testpmd"
+DUT_CPU = 0
+GEN_LCORES = "0@0,1@1"  # main lcore (idle) on CPU 0, forwarding on CPU 1
+QUEUE = 1024
+
+
+class Proc:
+    """A child process with its output collected; killed by PID."""
+
+    def __init__(self, argv, stdin=False, env=None, cwd=None):
+        self.argv = argv
+        self.out = []
+        self.lock = threading.Lock()
+        self.p = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+        )
+        self.t = threading.Thread(target=self._read, daemon=True)
+        self.t.start()
+
+    def _read(self):
+        # Raw chunks, not lines: testpmd's prompt has no newline.
+        fd = self.p.stdout.fileno()
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return
+            with self.lock:
+                self.out.append(chunk.decode(errors="replace"))
+
+    def text(self, start=0):
+        with self.lock:
+            return "".join(self.out[start:])
+
+    def mark(self):
+        with self.lock:
+            return len(self.out)
+
+    def wait_for(self, needle, timeout, start=0):
+        end = time.time() + timeout
+        while time.time() < end:
+            if needle in self.text(start):
+                return True
+            if self.p.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise RuntimeError(
+            f"{self.argv[0]}: no {needle!r} within {timeout}s:\n{self.text()[-3000:]}"
+        )
+
+    def send(self, line):
+        self.p.stdin.write((line + "\n").encode())
+        self.p.stdin.flush()
+
+    def stop(self, grace=5):
+        if self.p.poll() is None:
+            try:
+                os.kill(self.p.pid, signal.SIGTERM)
+                self.p.wait(grace)
+            except (subprocess.TimeoutExpired, ProcessLookupError):
+                try:
+                    os.kill(self.p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                self.p.wait()
+
+
+def testpmd(prefix, lcores, vdevs, extra, mbufs=16384):
+    # Unbuffered: testpmd's stdout is not a terminal here.
+    argv = ["stdbuf", "-o0", TESTPMD, "--no-huge", "-m", "512", "--no-pci", "--file-prefix", prefix,
+            "--lcores", lcores]
+    argv += [f"--vdev={v}" for v in vdevs]
+    argv += ["--", "-i", f"--total-num-mbufs={mbufs}", "--forward-mode=io",
+             f"--rxd={QUEUE}", f"--txd={QUEUE}"] + extra
+    p = Proc(argv, stdin=True)
+    p.wait_for("testpmd> ", 60)
+    return p
+
+
+def stop_testpmd(p):
+    if p.p.poll() is None:
+        try:
+            p.send("quit")
+            p.p.wait(10)
+        except Exception:
+            pass
+    p.stop()
+
+
+class Dut:
+    """Base: sockets in a temp dir; start() before the generator, ready()
+    after it (links up)."""
+
+    name = "?"
+    # Queue pairs the generator's ports need for this DUT to deliver.
+    gen_queues = 1
+
+    def __init__(self, kind, tmp):
+        self.kind = kind
+        self.tmp = tmp
+        self.procs = []
+
+    def sockets(self):
+        return [os.path.join(self.tmp, "a.sock"), os.path.join(self.tmp, "b.sock")]
+
+    def start(self):
+        pass
+
+    def ready(self, gen):
+        pass
+
+    def stop(self):
+        for p in reversed(self.procs):
+            if TESTPMD in p.argv:
+                stop_testpmd(p)
+            else:
+                p.stop()
+
+
+class Switchyard(Dut):
+    name = "switchyard"
+
+    def start(self):
+        binary = os.path.join(REPO, "target", "release", "switchyard")
+        if not os.path.exists(binary):
+            sys.exit(f"{binary} is missing: cargo build --release -p switchyard")
+        ports = []
+        role = {"memif": "master", "vhost-server": "server", "vhost-client": "client"}[self.kind]
+        kind = "memif" if self.kind == "memif" else "vhost-user"
+        for name, sock in zip(["a", "b"], self.sockets()):
+            extra = 'ring_size = 1024\nbuffer_size = 2048\n' if kind == "memif" else "queues = 1\n"
+            ports.append(f'[[port]]\nname = "{name}"\nkind = "{kind}"\nrole = "{role}"\n'
+                         f'socket = "{sock}"\nbridge = "default"\n{extra}')
+        cfg = os.path.join(self.tmp, "switchyard.toml")
+        with open(cfg, "w") as f:
+            f.write(f'control_socket = "{self.tmp}/control.sock"\n'
+                    f'state_dir = "{self.tmp}/state"\n'
+                    f'[dataplane]\nworkers = 1\ncpus = [{DUT_CPU}]\npoll_mode = "poll"\n'
+                    '[[bridge]]\nname = "default"\n' + "\n".join(ports))
+        self.ctl = os.path.join(self.tmp, "control.sock")
+        env = dict(os.environ, RUST_LOG="warn")
+        self.procs.append(Proc([binary, "run", "--config", cfg], env=env))
+        end = time.time() + 10
+        while not os.path.exists(self.ctl) and time.time() < end:
+            time.sleep(0.05)
+
+    def ready(self, gen):
+        binary = os.path.join(REPO, "target", "release", "switchyard")
+        env = dict(os.environ, SWITCHYARD_CONTROL=self.ctl)
+        end = time.time() + 20
+        while time.time() < end:
+            out = subprocess.run([binary, "port", "list", "--json"], env=env,
+                                 capture_output=True, text=True).stdout
+            try:
+                ports = json.loads(out)
+            except ValueError:
+                ports = []
+            if len(ports) == 2 and all(p["status"]["link_up"] for p in ports):
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"switchyard links not up: {out}")
+
+
+class TestpmdIo(Dut):
+    name = "testpmd-io"
+
+    def start(self):
+        a, b = self.sockets()
+        if self.kind == "memif":
+            vdevs = [f"net_memif0,role=server,id=0,socket={a},socket-abstract=no",
+                     f"net_memif1,role=server,id=0,socket={b},socket-abstract=no"]
+        else:
+            client = 1 if self.kind == "vhost-client" else 0
+            vdevs = [f"net_vhost0,iface={a},client={client},queues=1",
+                     f"net_vhost1,iface={b},client={client},queues=1"]
+        prefix = f"lb-dut-{os.getpid()}"
+        # Main lcore and forwarding lcore both on the DUT's CPU (main idles).
+        self.procs.append(testpmd(prefix, f"0@{DUT_CPU},1@{DUT_CPU}", vdevs, []))
+        self.procs[-1].send("start")
+
+    def ready(self, gen):
+        time.sleep(1.0)
+
+
+class OvsDpdk(Dut):
+    name = "ovs-dpdk"
+
+    def __init__(self, kind, tmp):
+        super().__init__(kind, tmp)
+        # OVS transmits on the PMD's own tx queue (queue 1 with one PMD), and
+        # a DPDK memif server only has the queues its client connected.
+        if kind == "memif":
+            self.gen_queues = 2
+
+    def start(self):
+        for tool in ["ovsdb-tool", "ovsdb-server", "ovs-vsctl"]:
+            if not shutil.which(tool):
+                raise RuntimeError("openvswitch-switch-dpdk is not installed")
+        vswitchd = "/usr/lib/openvswitch-switch-dpdk/ovs-vswitchd-dpdk"
+        if not os.path.exists(vswitchd):
+            raise RuntimeError(f"{vswitchd} is missing (openvswitch-switch-dpdk)")
+        t = self.tmp
+        self.env = dict(os.environ, OVS_RUNDIR=t, OVS_DBDIR=t, OVS_LOGDIR=t, OVS_SYSCONFDIR=t)
+        db = os.path.join(t, "conf.db")
+        subprocess.run(["ovsdb-tool", "create", db,
+                        "/usr/share/openvswitch/vswitch.ovsschema"], check=True, env=self.env)
+        self.sock = os.path.join(t, "db.sock")
+        self.procs.append(Proc(["ovsdb-server", db, f"--remote=punix:{self.sock}",
+                                "--remote=db:Open_vSwitch,Open_vSwitch,manager_options",
+                                f"--pidfile={t}/ovsdb-server.pid", "--unixctl",
+                                f"{t}/ovsdb-server.ctl"], env=self.env))
+        end = time.time() + 10
+        while not os.path.exists(self.sock) and time.time() < end:
+            time.sleep(0.05)
+        self.vsctl("--no-wait", "init")
+        self.vsctl("--no-wait", "set", "Open_vSwitch", ".",
+                   "other_config:dpdk-init=true",
+                   f"other_config:dpdk-lcore-mask={1 << DUT_CPU:#x}",
+                   f"other_config:pmd-cpu-mask={1 << DUT_CPU:#x}",
+                   f'other_config:dpdk-extra="--no-huge --legacy-mem -m 3072 --no-pci --file-prefix lb-ovs-{os.getpid()}"')
+        # dpdkvhostuser sockets go to vhost-sock-dir, by default OVS_RUNDIR.
+        self.procs.append(Proc([vswitchd, f"unix:{self.sock}",
+                                f"--pidfile={t}/ovs-vswitchd.pid", "--unixctl",
+                                f"{t}/ovs-vswitchd.ctl", f"--log-file={t}/ovs-vswitchd.log"],
+                               env=self.env))
+        self.vsctl("add-br", "br0", "--", "set", "bridge", "br0", "datapath_type=netdev")
+        a, b = self.sockets()
+        for i, (name, sock) in enumerate(zip(["pa", "pb"], [a, b])):
+            if self.kind == "memif":
+                dev = f"net_memif{i},role=server,id=0,socket={sock},socket-abstract=no"
+                # Two queue pairs, matching the generator (see gen_queues).
+                opts = ["type=dpdk", f"options:dpdk-devargs={dev}", "options:n_rxq=2"]
+            elif self.kind == "vhost-server":
+                # dpdkvhostuser sockets live in vhost-sock-dir, named after the port.
+                opts = ["type=dpdkvhostuser"]
+            else:
+                opts = ["type=dpdkvhostuserclient", f"options:vhost-server-path={sock}"]
+            self.vsctl("add-port", "br0", name, "--", "set", "Interface", name, *opts)
+        # A new bridge's only flow is the NORMAL action (MAC learning switch).
+
+    def sockets(self):
+        if self.kind == "vhost-server":
+            return [os.path.join(self.tmp, "pa"), os.path.join(self.tmp, "pb")]
+        return super().sockets()
+
+    def vsctl(self, *args):
+        r = subprocess.run(["ovs-vsctl", f"--db=unix:{self.sock}", "--timeout=30", *args],
+                           env=self.env, capture_output=True, text=True)
+        if r.returncode != 0:
+            log = ""
+            try:
+                log = open(os.path.join(self.tmp, "ovs-vswitchd.log")).read()[-3000:]
+            except OSError:
+                pass
+            raise RuntimeError(f"ovs-vsctl {' '.join(args)}: {r.stderr}\n{log}")
+        return r.stdout
+
+    def ready(self, gen):
+        time.sleep(2.0)
+
+    def stop(self):
+        if self.procs:
+            subprocess.run(["ovs-appctl", "-t", f"{self.tmp}/ovs-vswitchd.ctl", "exit"],
+                           capture_output=True, timeout=20)
+        super().stop()
+
+
+DUTS = {"switchyard": Switchyard, "testpmd-io": TestpmdIo, "ovs-dpdk": OvsDpdk}
+
+
+def gen_vdevs(kind, sockets):
+    a, b = sockets
+    if kind == "memif":
+        return [f"net_memif0,role=client,id=0,socket={a},socket-abstract=no",
+                f"net_memif1,role=client,id=0,socket={b},socket-abstract=no"]
+    server = ",server=1" if kind == "vhost-client" else ""
+    return [f"net_virtio_user0,path={a},queue_size={QUEUE},mac=02:00:00:00:00:0a{server}",
+            f"net_virtio_user1,path={b},queue_size={QUEUE},mac=02:00:00:00:00:0b{server}"]
+
+
+RX_PPS = re.compile(r"Rx-pps:\s+(\d+)")
+
+
+def port_pps(gen):
+    m = gen.mark()
+    gen.send("show port stats all")
+    gen.wait_for("Tx-bps", 10, m)
+    time.sleep(0.1)
+    text = gen.text(m)
+    if os.environ.get("LOOP_BENCH_DEBUG"):
+        print(text, file=sys.stderr)
+    return sum(int(x) for x in RX_PPS.findall(text))
+
+
+def run_once(dut_name, kind, size, seconds, bursts):
+    tmp = tempfile.mkdtemp(prefix="sy-loop-")
+    dut = DUTS[dut_name](kind, tmp)
+    gen = None
+    try:
+        dut.start()
+        q = dut.gen_queues
+        gen = testpmd(f"lb-gen-{os.getpid()}", GEN_LCORES, gen_vdevs(kind, dut.sockets()),
+                      [f"--rxq={q}", f"--txq={q}"])
+        dut.ready(gen)
+        gen.send(f"set txpkts {size - 4}")  # sizes count the 4-byte CRC
+        gen.send(f"start tx_first {bursts}")
+        time.sleep(2.0)  # warm-up
+        port_pps(gen)  # testpmd's pps is over the time between two calls
+        time.sleep(seconds)
+        return port_pps(gen)
+    finally:
+        if gen:
+            stop_testpmd(gen)
+        dut.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+        for d in os.listdir("/var/run/dpdk") if os.path.isdir("/var/run/dpdk") else []:
+            if d.endswith(str(os.getpid())):
+                shutil.rmtree(os.path.join("/var/run/dpdk", d), ignore_errors=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dut", default="switchyard,testpmd-io,ovs-dpdk")
+    ap.add_argument("--kinds", default="memif,vhost-server,vhost-client")
+    ap.add_argument("--sizes", default="64,1518")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=5)
+    ap.add_argument("--bursts", type=int, default=32, help="tx_first bursts in the loop")
+    args = ap.parse_args()
+    if not os.path.exists(TESTPMD):
+        sys.exit("dpdk-testpmd is missing: apt-get install dpdk dpdk-dev librte-net-memif23")
+    duts = args.dut.split(",")
+    results = {}
+    for kind in args.kinds.split(","):
+        for size in [int(s) for s in args.sizes.split(",")]:
+            for dut in duts:
+                runs = []
+                for r in range(args.repeat):
+                    try:
+                        runs.append(run_once(dut, kind, size, args.seconds, args.bursts))
+                    except Exception as e:  # noqa: BLE001 - report and go on
+                        print(f"# {dut} {kind} {size}: {str(e).splitlines()[0]}",
+                              file=sys.stderr, flush=True)
+                        break
+                    print(f"# {dut:10} {kind:12} {size:5} run {r + 1}: "
+                          f"{runs[-1] / 1e6:.3f} Mpps", file=sys.stderr, flush=True)
+                results[(dut, kind, size)] = statistics.median(runs) if runs else None
+    print_table(results, duts, args)
+
+
+def print_table(results, duts, args):
+    def cell(v, size):
+        return "-" if v is None else f"{v / 1e6:6.2f} Mpps {v * size * 8 / 1e9:6.2f} Gb/s"
+
+    print(f"\nloop benchmark: median of {args.repeat} runs of {args.seconds}s, "
+          f"both directions summed, DUT on CPU {DUT_CPU}, testpmd forwarding on CPU 1\n")
+    head = f"| {'kind':12} | {'size':>5} | " + " | ".join(f"{d:^22}" for d in duts)
+    others = [d for d in duts if d != "switchyard"]
+    head += "".join(f" | sy/{d:<10}" for d in others) + " |"
+    print(head)
+    print("|" + "|".join("-" * len(c) for c in head.split("|")[1:-1]) + "|")
+    for (kind, size) in sorted({(k, s) for (_, k, s) in results}):
+        row = f"| {kind:12} | {size:5} | " + " | ".join(
+            f"{cell(results.get((d, kind, size)), size):>22}" for d in duts)
+        sy = results.get(("switchyard", kind, size))
+        for d in others:
+            o = results.get((d, kind, size))
+            row += f" | {(f'{sy / o:.2f}x' if sy and o else '-'):<13}"
+        print(row + " |")
+
+
+if __name__ == "__main__":
+    main()
