@@ -1,0 +1,492 @@
+//! The hot path, per packet, with the real queue types over real shared
+//! memory and a simulated peer:
+//!
+//! - `memif_copy`: a burst received on a memif ring (switch as master) and
+//!   copied into another memif ring's peer buffers, at 64 and 1518 bytes,
+//!   against a plain `memcpy` of the same bytes;
+//! - `virtqueue`: a burst popped from a virtio transmit queue and returned
+//!   (used), and a burst filled into a virtio receive queue;
+//! - `forward`: one worker iteration (rx burst, L2 lookup, copy, tx, used
+//!   and ring updates) from one memif port to another; flooding to N ports;
+//!   VLAN push (access -> trunk) and pop (trunk -> access) against untagged.
+
+use std::hint::black_box;
+use std::sync::Arc;
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use switchyard::dataplane::{Dataplane, WorkerView};
+use switchyard::port::memif::queue::{MemifRx, MemifTx, Side};
+use switchyard::port::memif::region::{Region, Regions};
+use switchyard::port::memif::ring::{Desc, Ring};
+use switchyard::port::vhost_user::queue::{VirtioRx, VirtioTx, Vq};
+use switchyard::port::{
+    PortQueues, QueueFault, RxBurst, RxQueue, TxError, TxFrame, TxQueue, BURST_SIZE,
+};
+use switchyard::reactor::new_eventfd;
+use switchyard::switch::mac_table::MacEntry;
+use switchyard::switch::Forwarder;
+use switchyard::wire::memif::{ring_bytes, COOKIE};
+use switchyard::wire::MacAddr;
+use virtio_queue::{Queue, QueueT};
+use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+
+const BURST: usize = BURST_SIZE;
+const LOG2: u8 = 10;
+const BUF: u32 = 2048;
+const MAC_A: u64 = 0x02_00_00_00_00_0a;
+const MAC_B: u64 = 0x02_00_00_00_00_0b;
+
+/// An Ethernet frame of `size` bytes (without CRC) from `src` to `dst`.
+fn frame(size: usize, dst: u64, src: u64, vlan: Option<u16>) -> Vec<u8> {
+    let mut f = vec![0u8; size];
+    f[0..6].copy_from_slice(&MacAddr::from_u64(dst).0);
+    f[6..12].copy_from_slice(&MacAddr::from_u64(src).0);
+    match vlan {
+        Some(v) => {
+            f[12..14].copy_from_slice(&0x8100u16.to_be_bytes());
+            f[14..16].copy_from_slice(&v.to_be_bytes());
+            f[16..18].copy_from_slice(&0x0800u16.to_be_bytes());
+        }
+        None => f[12..14].copy_from_slice(&0x0800u16.to_be_bytes()),
+    }
+    f
+}
+
+/// One memif ring with 1024 buffers in one region, as a slave lays it out;
+/// the bench plays the slave.
+struct MemifRing {
+    regions: Arc<Regions>,
+    ring: Ring,
+    first: u32,
+}
+
+impl MemifRing {
+    fn new(name: &str) -> MemifRing {
+        let first = ring_bytes(LOG2) as u32;
+        let size = u64::from(first) + (1u64 << LOG2) * u64::from(BUF);
+        let r = Region::create(name, size).unwrap();
+        // SAFETY: the ring fits at offset 0 of the fresh, page-aligned
+        // mapping, which `regions` keeps alive as long as the ring is used.
+        let ring = unsafe { Ring::new(r.base(), LOG2) };
+        ring.set_cookie(COOKIE);
+        MemifRing {
+            regions: Arc::new(Regions::new(vec![r])),
+            ring,
+            first,
+        }
+    }
+
+    /// Another view of the same ring (the queue owns one, the peer the other).
+    fn ring(&self) -> Ring {
+        // SAFETY: same mapping and layout as `self.ring`, kept alive by
+        // `self.regions` (held by the bench and the queue).
+        unsafe { Ring::new(self.regions.get(0).unwrap().base(), LOG2) }
+    }
+
+    fn desc(&self, slot: u16, len: u32) -> Desc {
+        Desc {
+            flags: 0,
+            region: 0,
+            length: len,
+            offset: self.first + u32::from(slot) * BUF,
+        }
+    }
+
+    /// The peer's transmit side: every slot holds `data`.
+    fn fill_all(&self, data: &[u8]) {
+        for slot in 0..(1u16 << LOG2) {
+            let d = self.desc(slot, data.len() as u32);
+            let p = self.regions.resolve(0, d.offset, d.length).unwrap();
+            // SAFETY: the range was just resolved inside the mapping.
+            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) };
+            self.ring.set_desc(slot, d);
+        }
+    }
+
+    /// The peer's receive side: every slot is an empty buffer.
+    fn post_all(&self) {
+        for slot in 0..(1u16 << LOG2) {
+            self.ring.set_desc(slot, self.desc(slot, BUF));
+        }
+    }
+}
+
+/// The two peers of a switch-side memif pair: A sends into the switch's
+/// receive ring, B posts buffers on the switch's transmit ring.
+struct Peers {
+    a: MemifRing,
+    b: MemifRing,
+}
+
+impl Peers {
+    /// The peers and the switch's queues (master side) on their rings.
+    fn new(data: &[u8]) -> (Peers, MemifRx, MemifTx) {
+        let a = MemifRing::new("bench-a");
+        let b = MemifRing::new("bench-b");
+        a.fill_all(data);
+        b.post_all();
+        b.ring.set_head(1 << LOG2);
+        let rx = MemifRx::new(
+            Side::Master,
+            a.ring(),
+            a.regions.clone(),
+            new_eventfd().unwrap(),
+            None,
+        );
+        let tx = MemifTx::new(
+            Side::Master,
+            b.ring(),
+            b.regions.clone(),
+            new_eventfd().unwrap(),
+            None,
+        );
+        (Peers { a, b }, rx, tx)
+    }
+
+    /// A sends a burst; B takes what it received and posts the buffers again.
+    fn step(&self) {
+        let h = self.a.ring.head().wrapping_add(BURST as u16);
+        self.a.ring.set_head(h);
+        let t = self.b.ring.tail();
+        for s in t.wrapping_sub(BURST as u16)..t {
+            self.b.ring.set_len_flags(s, BUF, 0);
+        }
+        self.b.ring.set_head(t.wrapping_add(1 << LOG2));
+    }
+}
+
+fn memif_copy(c: &mut Criterion) {
+    let mut g = c.benchmark_group("memif_copy");
+    for size in [60usize, 1514] {
+        let data = frame(size, MAC_B, MAC_A, None);
+        g.throughput(Throughput::Elements(BURST as u64));
+        let (peers, mut rx, mut tx) = Peers::new(&data);
+        let mut burst = RxBurst::default();
+        g.bench_function(BenchmarkId::new("rx_tx_burst", size + 4), |bench| {
+            bench.iter(|| {
+                peers.step();
+                burst.clear();
+                let n = rx.rx_burst(&mut burst).unwrap();
+                for f in burst.frames() {
+                    let _ = tx.tx(&TxFrame::plain(f));
+                }
+                tx.flush();
+                rx.release();
+                black_box(n)
+            })
+        });
+        // Baseline: the same bytes copied between two buffer pools.
+        let src = vec![data.clone(); BURST];
+        let mut dst = vec![vec![0u8; BUF as usize]; BURST];
+        g.bench_function(BenchmarkId::new("memcpy_baseline", size + 4), |bench| {
+            bench.iter(|| {
+                for (s, d) in src.iter().zip(dst.iter_mut()) {
+                    d[..s.len()].copy_from_slice(black_box(s));
+                }
+                black_box(&dst);
+            })
+        });
+    }
+    g.finish();
+}
+
+/// A virtio driver's split ring in guest memory: descriptor `i` always
+/// points at buffer `i`.
+struct Driver {
+    mem: Arc<GuestMemoryMmap>,
+    avail: u16,
+    used_seen: u16,
+}
+
+const QSIZE: u16 = 256;
+const DESC: u64 = 0x0;
+const AVAIL: u64 = 0x1000;
+const USED: u64 = 0x2000;
+const BUFS: u64 = 0x10000;
+const VBUF: u64 = 2048;
+
+impl Driver {
+    /// `write`: buffers the device writes (the driver's receive queue).
+    fn new(write: bool, data: &[u8]) -> Driver {
+        let size = BUFS as usize + QSIZE as usize * VBUF as usize;
+        let mem = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), size)]).unwrap();
+        for i in 0..QSIZE {
+            let addr = BUFS + u64::from(i) * VBUF;
+            let (len, flags) = if write {
+                (VBUF as u32, 2u16)
+            } else {
+                // 12-byte virtio-net header, then the frame.
+                mem.write_slice(data, GuestAddress(addr + 12)).unwrap();
+                (12 + data.len() as u32, 0)
+            };
+            let mut d = [0u8; 16];
+            d[0..8].copy_from_slice(&addr.to_le_bytes());
+            d[8..12].copy_from_slice(&len.to_le_bytes());
+            d[12..14].copy_from_slice(&flags.to_le_bytes());
+            mem.write_slice(&d, GuestAddress(DESC + 16 * u64::from(i)))
+                .unwrap();
+        }
+        Driver {
+            mem: Arc::new(mem),
+            avail: 0,
+            used_seen: 0,
+        }
+    }
+
+    fn vq(&self) -> Vq {
+        let mut q = Queue::new(QSIZE).unwrap();
+        q.set_size(QSIZE);
+        q.set_ready(true);
+        q.set_desc_table_address(Some(DESC as u32), Some(0));
+        q.set_avail_ring_address(Some(AVAIL as u32), Some(0));
+        q.set_used_ring_address(Some(USED as u32), Some(0));
+        Vq::new(q, self.mem.clone(), None, None)
+    }
+
+    /// Publishes `n` chains and takes back what the device used.
+    fn step(&mut self, n: u16) {
+        let used: u16 = self.mem.read_obj(GuestAddress(USED + 2)).unwrap();
+        self.used_seen = used;
+        for _ in 0..n {
+            let slot = u64::from(self.avail % QSIZE);
+            self.mem
+                .write_obj(self.avail % QSIZE, GuestAddress(AVAIL + 4 + 2 * slot))
+                .unwrap();
+            self.avail = self.avail.wrapping_add(1);
+        }
+        self.mem
+            .write_obj(self.avail, GuestAddress(AVAIL + 2))
+            .unwrap();
+    }
+}
+
+fn virtqueue(c: &mut Criterion) {
+    let mut g = c.benchmark_group("virtqueue");
+    g.throughput(Throughput::Elements(BURST as u64));
+    for size in [60usize, 1514] {
+        let data = frame(size, MAC_B, MAC_A, None);
+        // Pop a burst from the driver's transmit queue and return it.
+        let mut d = Driver::new(false, &data);
+        let mut rx = VirtioRx::new(d.vq());
+        let mut burst = RxBurst::default();
+        g.bench_function(BenchmarkId::new("pop_used", size + 4), |b| {
+            b.iter(|| {
+                d.step(BURST as u16);
+                burst.clear();
+                let n = rx.rx_burst(&mut burst).unwrap();
+                rx.release();
+                black_box(n)
+            })
+        });
+        // Fill a burst into the driver's receive queue.
+        let (src, mut src_rx, _) = Peers::new(&data);
+        let mut frames = RxBurst::default();
+        src.step();
+        src_rx.rx_burst(&mut frames).unwrap();
+        let mut drv = Driver::new(true, &data);
+        let mut tx = VirtioTx::new(drv.vq(), true);
+        g.bench_function(BenchmarkId::new("fill_used", size + 4), |b| {
+            b.iter(|| {
+                drv.step(BURST as u16);
+                for f in frames.frames() {
+                    let _ = tx.tx(&TxFrame::plain(f));
+                }
+                tx.flush();
+            })
+        });
+        src_rx.release();
+    }
+    g.finish();
+}
+
+/// A transmit queue that copies each frame into a private buffer: the
+/// switching cost without a peer ring.
+struct SinkTx {
+    buf: Vec<u8>,
+}
+
+impl TxQueue for SinkTx {
+    fn tx(&mut self, frame: &TxFrame<'_>) -> Result<(), TxError> {
+        let mut r = frame.reader();
+        // SAFETY: `buf` has room for `buf.len()` bytes; the reader writes at
+        // most that many.
+        unsafe { r.copy_to(self.buf.as_mut_ptr(), self.buf.len()) };
+        black_box(&self.buf);
+        Ok(())
+    }
+
+    fn flush(&mut self) {}
+}
+
+/// A receive queue that hands out the same burst of frames every time.
+struct ReplayRx {
+    frames: Vec<Vec<u8>>,
+}
+
+impl RxQueue for ReplayRx {
+    fn rx_burst(&mut self, burst: &mut RxBurst) -> Result<usize, QueueFault> {
+        for f in &self.frames {
+            let slot = burst.next_slot();
+            slot.push(f.as_ptr(), f.len() as u32);
+            burst.commit();
+        }
+        Ok(burst.len())
+    }
+
+    fn release(&mut self) {}
+
+    fn interrupt_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
+
+    fn set_interrupt(&mut self, _: bool) {}
+
+    fn has_pending(&self) -> bool {
+        true
+    }
+}
+
+/// A data plane with one bridge: port 0 receives `rx`, ports 1.. get
+/// `others` (access VLAN or none) and sink queues. MAC B is learned on
+/// port 1.
+fn plane(
+    rx: Box<dyn RxQueue>,
+    in_vlan: Option<u16>,
+    others: &[Option<u16>],
+) -> (Dataplane, WorkerView) {
+    let dp = Dataplane::new(1).unwrap();
+    let br = dp.add_bridge(4096);
+    let (a, _) = dp.add_port("in", Some(br), in_vlan);
+    dp.attach_queues(
+        a,
+        PortQueues {
+            rx: vec![rx],
+            tx: vec![Box::new(SinkTx { buf: vec![0; 2048] })],
+        },
+    );
+    for (i, v) in others.iter().enumerate() {
+        let (p, _) = dp.add_port(&format!("out{i}"), Some(br), *v);
+        dp.attach_queues(
+            p,
+            PortQueues {
+                rx: vec![],
+                tx: vec![Box::new(SinkTx { buf: vec![0; 2048] })],
+            },
+        );
+    }
+    let vid = others.first().copied().flatten().or(in_vlan).unwrap_or(0);
+    dp.mac_table(br).unwrap().learn(
+        MacAddr::from_u64(MAC_B),
+        vid,
+        MacEntry {
+            port: 1,
+            port_gen: 1,
+            last_seen: dp.now_secs(),
+        },
+    );
+    let mut view = WorkerView::default();
+    dp.build_view(0, &mut view);
+    (dp, view)
+}
+
+/// One worker iteration over the view's receive queues.
+fn iterate(dp: &Dataplane, view: &WorkerView, fwd: &mut Forwarder, burst: &mut RxBurst) -> usize {
+    let mut n = 0;
+    for rx in &view.rx {
+        let mut q = rx.slot.lock();
+        burst.clear();
+        n += q.rx_burst(burst).unwrap();
+        fwd.forward_burst(dp, view, 0, rx.port, burst.frames());
+        q.release();
+    }
+    n
+}
+
+fn forward(c: &mut Criterion) {
+    let mut g = c.benchmark_group("forward");
+    g.throughput(Throughput::Elements(BURST as u64));
+    let mut burst = RxBurst::default();
+
+    // Whole worker iteration, memif to memif, learned unicast.
+    for size in [60usize, 1514] {
+        let data = frame(size, MAC_B, MAC_A, None);
+        let (peers, rx, tx) = Peers::new(&data);
+        let dp = Dataplane::new(1).unwrap();
+        let br = dp.add_bridge(4096);
+        let (pa, _) = dp.add_port("a", Some(br), None);
+        let (pb, _) = dp.add_port("b", Some(br), None);
+        dp.attach_queues(
+            pa,
+            PortQueues {
+                rx: vec![Box::new(rx)],
+                tx: vec![],
+            },
+        );
+        dp.attach_queues(
+            pb,
+            PortQueues {
+                rx: vec![],
+                tx: vec![Box::new(tx)],
+            },
+        );
+        dp.mac_table(br).unwrap().learn(
+            MacAddr::from_u64(MAC_B),
+            0,
+            MacEntry {
+                port: pb,
+                port_gen: 1,
+                last_seen: dp.now_secs(),
+            },
+        );
+        let mut view = WorkerView::default();
+        dp.build_view(0, &mut view);
+        let mut fwd = Forwarder::default();
+        fwd.resize(&view);
+        g.bench_function(
+            BenchmarkId::new("worker_memif_to_memif", size + 4),
+            |bench| {
+                bench.iter(|| {
+                    peers.step();
+                    black_box(iterate(&dp, &view, &mut fwd, &mut burst))
+                })
+            },
+        );
+    }
+
+    // Flooding (broadcast) to N ports.
+    let bcast = frame(60, 0xffff_ffff_ffff, MAC_A, None);
+    for n in [1usize, 4, 16] {
+        let rx = ReplayRx {
+            frames: vec![bcast.clone(); BURST],
+        };
+        let (dp, view) = plane(Box::new(rx), None, &vec![None; n]);
+        let mut fwd = Forwarder::default();
+        fwd.resize(&view);
+        g.bench_function(BenchmarkId::new("flood_to_ports", n), |bench| {
+            bench.iter(|| black_box(iterate(&dp, &view, &mut fwd, &mut burst)))
+        });
+    }
+
+    // VLAN: untagged baseline, push (access 100 -> trunk), pop (trunk ->
+    // access 100). (frame tag, ingress port VLAN, egress port VLAN)
+    let cases: [(&str, Option<u16>, Option<u16>, Option<u16>); 3] = [
+        ("untagged", None, None, None),
+        ("vlan_push", None, Some(100), None),
+        ("vlan_pop", Some(100), None, Some(100)),
+    ];
+    for (name, tag, in_vlan, out_vlan) in cases {
+        let rx = ReplayRx {
+            frames: vec![frame(60, MAC_B, MAC_A, tag); BURST],
+        };
+        let (dp, view) = plane(Box::new(rx), in_vlan, &[out_vlan]);
+        let mut fwd = Forwarder::default();
+        fwd.resize(&view);
+        g.bench_function(BenchmarkId::new(name, 64), |bench| {
+            bench.iter(|| black_box(iterate(&dp, &view, &mut fwd, &mut burst)))
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, memif_copy, virtqueue, forward);
+criterion_main!(benches);
