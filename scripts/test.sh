@@ -34,4 +34,7 @@ if ! python3 -c 'import kubernetes_validate' 2>/dev/null; then
     || python3 -m pip install -q --break-system-packages kubernetes-validate </dev/null
 fi
 
+# Every fuzz target for a bounded time on the corpus kept in fuzz/corpus.
+./scripts/fuzz.sh "${FUZZ_SECONDS:-20}"
+
 cargo test --workspace --locked "$@" </dev/null

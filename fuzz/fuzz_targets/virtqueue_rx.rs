@@ -1,0 +1,55 @@
+//! A virtio transmit queue (descriptor table, avail ring, buffers) written
+//! by a hostile vhost-user frontend, polled by the switch.
+//!
+//! Input: 64 KiB of guest memory (descriptors at 0, avail ring at 0x1000,
+//! used ring at 0x2000); the queue size is 16.
+#![no_main]
+use std::sync::Arc;
+
+use libfuzzer_sys::fuzz_target;
+use switchyard::port::vhost_user::queue::{VirtioRx, VirtioTx, Vq};
+use switchyard::port::{RxBurst, RxQueue, TxFrame, TxQueue};
+use virtio_queue::{Queue, QueueT};
+use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+
+const MEM: usize = 0x10000;
+
+fn vq(mem: &Arc<GuestMemoryMmap>) -> Vq {
+    let mut q = Queue::new(16).unwrap();
+    q.set_size(16);
+    q.set_ready(true);
+    q.set_desc_table_address(Some(0), Some(0));
+    q.set_avail_ring_address(Some(0x1000), Some(0));
+    q.set_used_ring_address(Some(0x2000), Some(0));
+    Vq::new(q, mem.clone(), None, None)
+}
+
+fuzz_target!(|data: &[u8]| {
+    let mem = Arc::new(GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), MEM)]).unwrap());
+    let n = data.len().min(MEM);
+    mem.write_slice(&data[..n], GuestAddress(0)).unwrap();
+    let mut rx = VirtioRx::new(vq(&mem));
+    let mut burst = RxBurst::default();
+    for _ in 0..2 {
+        burst.clear();
+        if rx.rx_burst(&mut burst).is_err() {
+            break;
+        }
+        let mut sink = [0u8; 2048];
+        for f in burst.frames() {
+            let _ = f.read_prefix(&mut sink);
+        }
+        rx.release();
+    }
+    // The same memory as the driver's receive queue: the switch writes.
+    let bytes = [0x11u8; 300];
+    let mut one = RxBurst::default();
+    let slot = one.next_slot();
+    slot.push(bytes.as_ptr(), bytes.len() as u32);
+    one.commit();
+    let mut tx = VirtioTx::new(vq(&mem), true);
+    for _ in 0..3 {
+        let _ = tx.tx(&TxFrame::plain(&one.frames()[0]));
+    }
+    tx.flush();
+});
