@@ -469,7 +469,8 @@ fn forward(c: &mut Criterion) {
 
     // VLAN: untagged baseline, push (access 100 -> trunk), pop (trunk ->
     // access 100). (frame tag, ingress port VLAN, egress port VLAN)
-    let cases: [(&str, Option<u16>, Option<u16>, Option<u16>); 3] = [
+    type Case = (&'static str, Option<u16>, Option<u16>, Option<u16>);
+    let cases: [Case; 3] = [
         ("untagged", None, None, None),
         ("vlan_push", None, Some(100), None),
         ("vlan_pop", Some(100), None, Some(100)),

@@ -3,12 +3,13 @@
 //! IPAM delegated to the real `host-local` plugin and real DPDK testpmd
 //! "pods" on the sockets named by the device-info files.
 
+#[path = "support/exec.rs"]
+mod exec;
 #[path = "../../dataplane/tests/common/testpmd.rs"]
 mod testpmd;
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -119,33 +120,15 @@ impl Drop for Node {
 
 /// Runs the plugin: (exit success, stdout JSON).
 fn cni(command: &str, container: &str, ifname: &str, args: &str, conf: &Value) -> (bool, Value) {
-    let mut child = Command::new(cni_bin())
-        .env_clear()
-        .env("CNI_COMMAND", command)
-        .env("CNI_CONTAINERID", container)
-        .env("CNI_NETNS", format!("/var/run/netns/{container}"))
-        .env("CNI_IFNAME", ifname)
-        .env("CNI_ARGS", args)
-        .env("CNI_PATH", format!("/nonexistent:{HOST_LOCAL_DIR}"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(&serde_json::to_vec(conf).unwrap())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let v = if out.stdout.is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
-    };
-    (out.status.success(), v)
+    exec::exec_cni(
+        Path::new(cni_bin()),
+        command,
+        container,
+        ifname,
+        args,
+        &format!("/nonexistent:{HOST_LOCAL_DIR}"),
+        conf,
+    )
 }
 
 fn ok(command: &str, container: &str, ifname: &str, args: &str, conf: &Value) -> Value {

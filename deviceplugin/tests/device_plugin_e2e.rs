@@ -3,15 +3,17 @@
 //! from the same .proto), then the whole device plugin → device-info →
 //! `switchyard-cni` → switch → DPDK testpmd path on this machine.
 
+#[path = "../../cni/tests/support/exec.rs"]
+mod cni_exec;
 #[path = "../../dataplane/tests/common/mod.rs"]
 mod common;
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use cni_exec::exec_cni;
 use common::{serial, terminate, wait_for, workspace_bin, Switch, Testpmd};
 use serde_json::{json, Value};
 use switchyard::control::api::PortInfo;
@@ -405,35 +407,18 @@ fn bad_config_is_refused_naming_the_field() {
     assert!(err.contains("pool[0].pod_role"), "{err}");
 }
 
-/// Runs `switchyard-cni` as a runtime (via Multus) would.
+/// Runs `switchyard-cni` as a runtime (via Multus) would; must succeed.
 fn cni(command: &str, container: &str, ifname: &str, uid: &str, conf: &Value) -> Value {
-    let mut child = Command::new(workspace_bin("switchyard-cni", "switchyard-cni"))
-        .env_clear()
-        .env("CNI_COMMAND", command)
-        .env("CNI_CONTAINERID", container)
-        .env("CNI_NETNS", format!("/var/run/netns/{container}"))
-        .env("CNI_IFNAME", ifname)
-        .env(
-            "CNI_ARGS",
-            format!(
-                "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={uid};K8S_POD_UID={uid}"
-            ),
-        )
-        .env("CNI_PATH", "/usr/lib/cni")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(&serde_json::to_vec(conf).unwrap())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
-    assert!(out.status.success(), "CNI {command} {ifname}: {v}");
+    let (ok, v) = exec_cni(
+        &workspace_bin("switchyard-cni", "switchyard-cni"),
+        command,
+        container,
+        ifname,
+        &format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={uid};K8S_POD_UID={uid}"),
+        "/usr/lib/cni",
+        conf,
+    );
+    assert!(ok, "CNI {command} {ifname}: {v}");
     v
 }
 

@@ -5,7 +5,13 @@ use switchyard::wire::ethernet::EthernetFrame;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(f) = EthernetFrame::new_checked(data) {
-        let _ = (f.dst(), f.src(), f.ethertype(), f.vlan(), f.inner_ethertype());
+        let _ = (
+            f.dst(),
+            f.src(),
+            f.ethertype(),
+            f.vlan(),
+            f.inner_ethertype(),
+        );
         assert!(f.header_len() <= data.len());
     }
 });

@@ -52,7 +52,8 @@ fuzz_target!(|data: &[u8]| {
             Ok(MasterStep::Connected(_, est)) => {
                 let mut burst = RxBurst::default();
                 for r in est.s2m {
-                    let mut q = MemifRx::new(Side::Master, r.ring, est.regions.clone(), r.irq, None);
+                    let mut q =
+                        MemifRx::new(Side::Master, r.ring, est.regions.clone(), r.irq, None);
                     for _ in 0..2 {
                         burst.clear();
                         if q.rx_burst(&mut burst).is_err() {
@@ -65,7 +66,8 @@ fuzz_target!(|data: &[u8]| {
                                 // Touch every byte the queue handed out.
                                 // SAFETY: segments lie in the mapped regions
                                 // (what this target checks, under ASan).
-                                let b = unsafe { std::slice::from_raw_parts(s.ptr, s.len as usize) };
+                                let b =
+                                    unsafe { std::slice::from_raw_parts(s.ptr, s.len as usize) };
                                 std::hint::black_box(b.iter().fold(0u8, |a, x| a ^ x));
                             }
                         }
@@ -78,7 +80,8 @@ fuzz_target!(|data: &[u8]| {
                 slot.push(frame_bytes.as_ptr(), frame_bytes.len() as u32);
                 one.commit();
                 for r in est.m2s {
-                    let mut q = MemifTx::new(Side::Master, r.ring, est.regions.clone(), r.irq, None);
+                    let mut q =
+                        MemifTx::new(Side::Master, r.ring, est.regions.clone(), r.irq, None);
                     let _ = q.tx(&TxFrame::plain(&one.frames()[0]));
                     q.flush();
                 }

@@ -15,7 +15,9 @@ fuzz_target!(|data: &[u8]| {
         buffer_size: 256,
     });
     for chunk in data.chunks(MSG_SIZE) {
-        let Ok(msg) = Message::parse(chunk) else { return };
+        let Ok(msg) = Message::parse(chunk) else {
+            return;
+        };
         match hs.on_message(msg) {
             Err(_) | Ok(SlaveStep::Connected(_)) => return,
             Ok(_) => {}
