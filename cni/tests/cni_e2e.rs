@@ -492,28 +492,35 @@ fn concurrent_adds_and_dels_leave_nothing_behind() {
     let _g = serial();
     let node = Node::start();
     let conf = node.netconf("load", json!({"ipam": node.ipam("10.79.0.0/16")}));
-    let n = 40;
+    // As many pods as a busy node starts at once (issue 6: 200).
+    let n = 200;
+    let node_ref = &node;
     let run = |cmd: &'static str| {
         std::thread::scope(|s| {
             for i in 0..n {
                 let conf = conf.clone();
                 s.spawn(move || {
+                    let file = node_ref.devinfo(&format!("load-{i}.json"));
                     ok(
                         cmd,
                         &format!("{i:064x}"),
                         "net1",
                         &pod_args(&format!("pod-{i}")),
-                        &conf,
+                        &with_devinfo(&conf, &file),
                     );
                 });
             }
         });
     };
     run("ADD");
-    assert_eq!(node.ports().len(), n);
+    let ports = node.ports();
+    assert_eq!(ports.len(), n);
+    assert!(ports.iter().all(|p| Path::new(&p.socket).exists()));
     assert_eq!(reserved_ips(&node, "load").len(), n);
+    assert_eq!(walk(&node.dir.path().join("devinfo")).len(), n);
     run("DEL");
     assert!(node.ports().is_empty());
     assert!(reserved_ips(&node, "load").is_empty());
     assert_eq!(leftovers(&node), Vec::<String>::new());
+    assert!(walk(&node.dir.path().join("devinfo")).is_empty());
 }
