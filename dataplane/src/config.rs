@@ -75,6 +75,10 @@ pub struct Config {
     /// Control API socket.
     #[serde(default = "default_control")]
     pub control_socket: PathBuf,
+    /// Numeric group allowed to use the control socket (mode 0660 instead
+    /// of the default 0600, root only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_group: Option<u32>,
     /// Where ports added at run time are persisted.
     #[serde(default = "default_state_dir")]
     pub state_dir: PathBuf,

@@ -64,7 +64,7 @@ impl Daemon {
         let reactor = Reactor::new()?;
         let dp = Dataplane::new(cfg.dataplane.workers)?;
 
-        let listener = server::bind(&cfg.control_socket)?;
+        let listener = server::bind(&cfg.control_socket, cfg.control_group)?;
         let (tx, calls) = unbounded();
         let api_waker = Arc::new(Waker::new()?);
         reactor.add(api_waker.fd(), Token::Control(TOKEN_API))?;

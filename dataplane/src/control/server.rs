@@ -27,7 +27,7 @@ pub const MAX_REQUEST: usize = 64 * 1024;
 
 /// Binds the control socket (replacing a stale one; refusing a live one),
 /// readable and writable by its owner only.
-pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
+pub fn bind(path: &Path, group: Option<u32>) -> std::io::Result<UnixListener> {
     if path.exists() {
         if UnixStream::connect(path).is_ok() {
             return Err(std::io::Error::new(
@@ -44,7 +44,15 @@ pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
         std::fs::create_dir_all(dir)?;
     }
     let l = UnixListener::bind(path)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    // Connecting needs write permission: root only, or root and `group`.
+    let mode = match group {
+        Some(gid) => {
+            nix::unistd::chown(path, None, Some(nix::unistd::Gid::from_raw(gid)))?;
+            0o660
+        }
+        None => 0o600,
+    };
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
     Ok(l)
 }
 
@@ -110,4 +118,27 @@ fn send(w: &mut UnixStream, r: &Response) -> std::io::Result<()> {
     let mut b = serde_json::to_vec(r).map_err(std::io::Error::other)?;
     b.push(b'\n');
     w.write_all(&b)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+    use super::bind;
+
+    #[test]
+    fn the_socket_is_root_only_or_root_and_the_configured_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("c.sock");
+        let l = bind(&p, None).unwrap();
+        let m = std::fs::metadata(&p).unwrap();
+        assert_eq!(m.permissions().mode() & 0o777, 0o600);
+        drop(l);
+        let _l = bind(&p, Some(4242)).unwrap();
+        let m = std::fs::metadata(&p).unwrap();
+        assert_eq!(m.permissions().mode() & 0o777, 0o660);
+        if nix::unistd::geteuid().is_root() {
+            assert_eq!(m.gid(), 4242);
+        }
+    }
 }
