@@ -27,7 +27,6 @@ use switchyard::switch::mac_table::MacEntry;
 use switchyard::switch::Forwarder;
 use switchyard::wire::memif::{ring_bytes, COOKIE};
 use switchyard::wire::MacAddr;
-use virtio_queue::{Queue, QueueT};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 const BURST: usize = BURST_SIZE;
@@ -234,13 +233,7 @@ impl Driver {
     }
 
     fn vq(&self) -> Vq {
-        let mut q = Queue::new(QSIZE).unwrap();
-        q.set_size(QSIZE);
-        q.set_ready(true);
-        q.set_desc_table_address(Some(DESC as u32), Some(0));
-        q.set_avail_ring_address(Some(AVAIL as u32), Some(0));
-        q.set_used_ring_address(Some(USED as u32), Some(0));
-        Vq::new(q, self.mem.clone(), None, None)
+        Vq::with_rings(self.mem.clone(), QSIZE, DESC, AVAIL, USED).unwrap()
     }
 
     /// Publishes `n` chains and takes back what the device used.

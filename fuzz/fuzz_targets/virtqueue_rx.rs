@@ -9,19 +9,12 @@ use std::sync::Arc;
 use libfuzzer_sys::fuzz_target;
 use switchyard::port::vhost_user::queue::{VirtioRx, VirtioTx, Vq};
 use switchyard::port::{RxBurst, RxQueue, TxFrame, TxQueue};
-use virtio_queue::{Queue, QueueT};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 const MEM: usize = 0x10000;
 
 fn vq(mem: &Arc<GuestMemoryMmap>) -> Vq {
-    let mut q = Queue::new(16).unwrap();
-    q.set_size(16);
-    q.set_ready(true);
-    q.set_desc_table_address(Some(0), Some(0));
-    q.set_avail_ring_address(Some(0x1000), Some(0));
-    q.set_used_ring_address(Some(0x2000), Some(0));
-    Vq::new(q, mem.clone(), None, None)
+    Vq::with_rings(mem.clone(), 16, 0, 0x1000, 0x2000).unwrap()
 }
 
 fuzz_target!(|data: &[u8]| {

@@ -90,6 +90,30 @@ impl Vq {
         vq
     }
 
+    /// A ready queue of `size` entries whose rings lie at the given guest
+    /// addresses, without eventfds: how benchmarks, fuzz targets and tests
+    /// drive a queue as a simulated driver. `None` when the layout is not
+    /// a valid split ring inside `mem`.
+    pub fn with_rings(
+        mem: Arc<GuestMemoryMmap>,
+        size: u16,
+        desc: u64,
+        avail: u64,
+        used: u64,
+    ) -> Option<Vq> {
+        let mut q = Queue::new(size).ok()?;
+        q.set_size(size);
+        q.set_ready(true);
+        let split = |a: u64| (Some(a as u32), Some((a >> 32) as u32));
+        let (lo, hi) = split(desc);
+        q.set_desc_table_address(lo, hi);
+        let (lo, hi) = split(avail);
+        q.set_avail_ring_address(lo, hi);
+        let (lo, hi) = split(used);
+        q.set_used_ring_address(lo, hi);
+        q.is_valid(&*mem).then(|| Vq::new(q, mem, None, None))
+    }
+
     /// The shared record of this ring's position.
     pub fn progress(&self) -> Arc<RingProgress> {
         self.progress.clone()
@@ -603,14 +627,7 @@ mod tests {
         }
 
         fn vq(&self) -> Vq {
-            let mut q = Queue::new(SIZE).unwrap();
-            q.set_size(SIZE);
-            q.set_ready(true);
-            q.set_desc_table_address(Some(DESC as u32), Some(0));
-            q.set_avail_ring_address(Some(AVAIL as u32), Some(0));
-            q.set_used_ring_address(Some(USED as u32), Some(0));
-            assert!(q.is_valid(&*self.mem));
-            Vq::new(q, self.mem.clone(), None, None)
+            Vq::with_rings(self.mem.clone(), SIZE, DESC, AVAIL, USED).unwrap()
         }
     }
 
