@@ -113,9 +113,15 @@ impl Testpmd {
             .spawn()
             .expect("start testpmd");
         let out = Arc::new(Mutex::new(String::new()));
-        for stream in [
-            Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
-            Box::new(child.stderr.take().unwrap()),
+        // stdout alone too: stderr chunks (EAL and PMD logs) can land in the
+        // middle of the prompt in the merged text.
+        let stdout_only = Arc::new(Mutex::new(String::new()));
+        for (stream, own) in [
+            (
+                Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+                Some(stdout_only.clone()),
+            ),
+            (Box::new(child.stderr.take().unwrap()), None),
         ] {
             let out = out.clone();
             std::thread::spawn(move || {
@@ -126,9 +132,11 @@ impl Testpmd {
                     if n == 0 {
                         break;
                     }
-                    out.lock()
-                        .unwrap()
-                        .push_str(&String::from_utf8_lossy(&buf[..n]));
+                    let text = String::from_utf8_lossy(&buf[..n]);
+                    out.lock().unwrap().push_str(&text);
+                    if let Some(o) = &own {
+                        o.lock().unwrap().push_str(&text);
+                    }
                 }
             });
         }
@@ -140,7 +148,13 @@ impl Testpmd {
             prefix,
         };
         let mut t = t;
-        t.wait_output(Duration::from_secs(30), "testpmd> ");
+        let end = Instant::now() + Duration::from_secs(30);
+        while !stdout_only.lock().unwrap().contains("testpmd> ") {
+            if Instant::now() > end {
+                panic!("testpmd printed no prompt in 30 s:\n{}", t.output());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
         // Forward from the start: testpmd only polls its rx queues while started.
         t.cmd("start");
         t.wait_output(Duration::from_secs(10), "forwarding packets");
