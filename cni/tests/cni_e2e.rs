@@ -47,24 +47,39 @@ impl Node {
             ),
         )
         .unwrap();
-        let log = std::fs::File::create(dir.path().join("switchyard.log")).unwrap();
+        let mut n = Node { dir, daemon: None };
+        n.spawn();
+        n
+    }
+
+    /// (Re)starts the daemon on the node's config and state.
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("switchyard.log"))
+            .unwrap();
         let daemon = Command::new(switchyard_bin())
             .args(["run", "--config"])
-            .arg(&cfg)
+            .arg(self.dir.path().join("switchyard.toml"))
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
             .unwrap();
-        let n = Node {
-            dir,
-            daemon: Some(daemon),
-        };
+        self.daemon = Some(daemon);
         wait_for(Duration::from_secs(10), "the daemon", || {
-            Client::connect(&n.control())
+            Client::connect(&self.control())
                 .ok()
                 .and_then(|mut c| c.call(&Request::Ping).ok())
         });
-        n
+    }
+
+    /// Kills the daemon with SIGKILL (a crash).
+    fn kill9(&mut self) {
+        if let Some(mut d) = self.daemon.take() {
+            let _ = d.kill();
+            let _ = d.wait();
+        }
     }
 
     fn control(&self) -> PathBuf {
@@ -523,4 +538,56 @@ fn concurrent_adds_and_dels_leave_nothing_behind() {
     assert!(reserved_ips(&node, "load").is_empty());
     assert_eq!(leftovers(&node), Vec::<String>::new());
     assert!(walk(&node.dir.path().join("devinfo")).is_empty());
+}
+
+#[test]
+fn del_after_a_daemon_restart_still_cleans_up() {
+    let _g = serial();
+    let mut node = Node::start();
+    let conf = node.netconf(
+        "restart-net",
+        json!({"interfaceType": "memif", "ipam": node.ipam("10.80.0.0/24")}),
+    );
+    let (ca, cb) = ("e".repeat(64), "f".repeat(64));
+    let ra = ok("ADD", &ca, "net1", &pod_args("uid-e"), &conf);
+    ok("ADD", &cb, "net1", &pod_args("uid-f"), &conf);
+    let sock_a = ra["interfaces"][0]["socketPath"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let before: Vec<String> = node.ports().iter().map(|p| p.name.clone()).collect();
+    assert_eq!(before.len(), 2);
+
+    // A crash, then a clean stop: each time the ports come back from the
+    // state dir with their sockets, and the CNI's view still holds.
+    for crash in [true, false] {
+        if crash {
+            node.kill9();
+        } else {
+            node.stop();
+        }
+        node.spawn();
+        let mut after: Vec<String> = node.ports().iter().map(|p| p.name.clone()).collect();
+        after.sort();
+        let mut want = before.clone();
+        want.sort();
+        assert_eq!(after, want, "crash={crash}");
+        wait_for(Duration::from_secs(10), "the socket again", || {
+            Path::new(&sock_a).exists().then_some(())
+        });
+        let mut check = conf.clone();
+        check["prevResult"] = ra.clone();
+        ok("CHECK", &ca, "net1", &pod_args("uid-e"), &check);
+    }
+
+    // DEL after the restarts removes everything.
+    ok("DEL", &ca, "net1", &pod_args("uid-e"), &conf);
+    ok("DEL", &cb, "net1", &pod_args("uid-f"), &conf);
+    assert!(node.ports().is_empty());
+    assert!(reserved_ips(&node, "restart-net").is_empty());
+    assert_eq!(leftovers(&node), Vec::<String>::new());
+    // And a restart now brings nothing back.
+    node.stop();
+    node.spawn();
+    assert!(node.ports().is_empty());
 }
