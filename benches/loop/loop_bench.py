@@ -54,28 +54,31 @@ class Proc:
     def __init__(self, argv, stdin=False, env=None, cwd=None):
         self.argv = argv
         self.out = []
+        self.err = []
         self.lock = threading.Lock()
+        # stdout and stderr apart: a log line on stderr may otherwise land in
+        # the middle of testpmd's prompt.
         self.p = subprocess.Popen(
             argv,
             stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
+            stderr=subprocess.PIPE,
             env=env,
             cwd=cwd,
             start_new_session=True,
         )
-        self.t = threading.Thread(target=self._read, daemon=True)
-        self.t.start()
+        for stream, sink in [(self.p.stdout, self.out), (self.p.stderr, self.err)]:
+            threading.Thread(target=self._read, args=(stream, sink), daemon=True).start()
 
-    def _read(self):
+    def _read(self, stream, sink):
         # Raw chunks, not lines: testpmd's prompt has no newline.
-        fd = self.p.stdout.fileno()
+        fd = stream.fileno()
         while True:
             chunk = os.read(fd, 65536)
             if not chunk:
                 return
             with self.lock:
-                self.out.append(chunk.decode(errors="replace"))
+                sink.append(chunk.decode(errors="replace"))
 
     def text(self, start=0):
         with self.lock:
@@ -93,9 +96,10 @@ class Proc:
             if self.p.poll() is not None:
                 break
             time.sleep(0.05)
-        raise RuntimeError(
-            f"{self.argv[0]}: no {needle!r} within {timeout}s:\n{self.text()[-3000:]}"
-        )
+        with self.lock:
+            err = "".join(self.err)
+        raise RuntimeError(f"{self.argv[0]}: no {needle!r} within {timeout}s:\n"
+                           f"{self.text()[-3000:]}\n{err[-2000:]}")
 
     def send(self, line):
         self.p.stdin.write((line + "\n").encode())
