@@ -97,10 +97,9 @@ impl DeviceInfo {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|e| io(dir.display(), e))?;
         }
-        let tmp = path.with_extension("tmp-switchyard");
         let body = serde_json::to_vec_pretty(self).unwrap_or_default();
-        std::fs::write(&tmp, body).map_err(|e| io(tmp.display(), e))?;
-        std::fs::rename(&tmp, path).map_err(|e| io(path.display(), e))
+        switchyard::control::state::write_atomic(path, &body, 0o644)
+            .map_err(|e| io(path.display(), e))
     }
 }
 

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use switchyard::config::{stable_hash, PortSpec};
 use switchyard::control::api::{ErrorCode, PortInfo};
+use switchyard::control::state::write_atomic;
 use switchyard::control::{Client, ClientError, Request};
 use switchyard::port::PortKind;
 
@@ -327,9 +328,8 @@ fn read_record(path: &Path) -> Option<Record> {
 }
 
 fn write_record(path: &Path, r: &Record) -> Result<(), CniError> {
-    let tmp = path.with_extension("tmp");
-    fs::write(&tmp, serde_json::to_vec(r).unwrap_or_default()).map_err(|e| io(tmp.display(), e))?;
-    fs::rename(&tmp, path).map_err(|e| io(path.display(), e))
+    let body = serde_json::to_vec(r).unwrap_or_default();
+    write_atomic(path, &body, 0o600).map_err(|e| io(path.display(), e))
 }
 
 /// ADD.

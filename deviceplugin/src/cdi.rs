@@ -3,7 +3,7 @@
 //! directory (at the same path) plus an environment variable naming the
 //! socket.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::Serialize;
 
@@ -95,21 +95,14 @@ pub fn spec_path(cfg: &Config) -> PathBuf {
     cfg.cdi_dir.join(format!("{}.json", KIND.replace('/', "-")))
 }
 
-/// Writes the spec atomically (the runtime may read it at any time).
+/// Writes the spec atomically.
 pub fn write(cfg: &Config) -> std::io::Result<PathBuf> {
     let path = spec_path(cfg);
     std::fs::create_dir_all(&cfg.cdi_dir)?;
     let body = serde_json::to_vec_pretty(&spec(cfg)).map_err(std::io::Error::other)?;
-    write_atomic(&path, &body)?;
+    // The runtime may read it at any time.
+    switchyard::control::state::write_atomic(&path, &body, 0o644)?;
     Ok(path)
-}
-
-/// Writes `body` to a temp file beside `path`, then renames it over `path`.
-pub fn write_atomic(path: &Path, body: &[u8]) -> std::io::Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    std::fs::write(&tmp, body)?;
-    std::fs::rename(&tmp, path)
 }
 
 #[cfg(test)]

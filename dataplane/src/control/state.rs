@@ -68,25 +68,35 @@ impl StateStore {
 
     /// Replaces the state atomically.
     pub fn save(&self, state: &State) -> std::io::Result<()> {
-        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        use std::os::unix::fs::DirBuilderExt;
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(&self.dir)?;
-        let tmp = self.dir.join(format!(".{STATE_FILE}.tmp"));
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(&serde_json::to_vec_pretty(state).map_err(std::io::Error::other)?)?;
-        f.sync_all()?;
-        drop(f);
-        std::fs::rename(&tmp, self.path())?;
-        std::fs::File::open(&self.dir)?.sync_all()?;
-        Ok(())
+        let body = serde_json::to_vec_pretty(state).map_err(std::io::Error::other)?;
+        write_atomic(&self.path(), &body, 0o600)
     }
+}
+
+/// Replaces `path` with `body` so that a reader or a crash sees the old or
+/// the new content, never a torn one: a temp file beside it (mode `mode`),
+/// fsync, rename, fsync of the directory. The directory must exist.
+pub fn write_atomic(path: &Path, body: &[u8], mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let tmp = dir.join(format!(".{name}.tmp"));
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .open(&tmp)?;
+    f.write_all(body)?;
+    f.sync_all()?;
+    drop(f);
+    std::fs::rename(&tmp, path)?;
+    std::fs::File::open(dir)?.sync_all()
 }
 
 #[cfg(test)]

@@ -75,6 +75,7 @@ impl Vq {
         let progress = Arc::new(RingProgress::default());
         progress.store(queue.next_avail(), queue.next_used());
         let mut vq = Vq {
+            signalled: queue.next_used(),
             queue,
             mem,
             kick,
@@ -82,9 +83,7 @@ impl Vq {
             progress,
             fault: None,
             pending: 0,
-            signalled: 0,
         };
-        vq.signalled = vq.queue.next_used();
         // Workers poll: ask the driver not to kick (re-enabled before sleep).
         let _ = vq.queue.disable_notification(&*vq.mem);
         vq
