@@ -23,6 +23,9 @@ pub type PortId = u16;
 /// A bridge slot number.
 pub type BridgeId = u16;
 
+/// How long taking a port's queues back waits for workers to leave a burst.
+pub const DETACH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Per-worker counters of one port. Each worker writes only its own copy, so
 /// updates are plain load+store, never a locked instruction.
 #[repr(align(64))]
@@ -479,15 +482,19 @@ impl Dataplane {
         self.publish();
     }
 
-    /// Takes a port's queues back (link down); its MAC entries are flushed.
-    pub fn detach_queues(&self, id: PortId) {
+    /// Takes a port's queues back (link down) and waits until no worker
+    /// polls them any more (at most `DETACH_TIMEOUT`; false if one did not
+    /// answer in time). Its MAC entries are flushed and a pending fault
+    /// report is cleared: it was about the queues just taken back.
+    pub fn detach_queues(&self, id: PortId) -> bool {
         let mut t = self.table();
         let mut macs = None;
+        let mut shared = None;
         if let Some(p) = t.ports.get_mut(id as usize).and_then(Option::as_mut) {
             p.rx.clear();
             p.tx.clear();
             p.shared.link_up.store(false, Ordering::Relaxed);
-            p.shared.fault_flag.store(false, Ordering::Relaxed);
+            shared = Some(p.shared.clone());
             if let Some(b) = p.bridge {
                 macs = t
                     .bridges
@@ -498,9 +505,18 @@ impl Dataplane {
         }
         drop(t);
         self.publish();
+        // Clearing the fault flag any earlier would let a worker still on
+        // the old view report the same fault again: counted twice, and left
+        // standing against the port's next connection.
+        let quiet = self.quiesce(DETACH_TIMEOUT);
+        if let Some(s) = shared {
+            *s.fault.lock().unwrap_or_else(|e| e.into_inner()) = None;
+            s.fault_flag.store(false, Ordering::Release);
+        }
         if let Some(m) = macs {
             m.flush_port(id);
         }
+        quiet
     }
 
     /// Reports a protocol fault seen by a worker on port `id`. The worker stops

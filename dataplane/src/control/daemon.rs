@@ -125,7 +125,14 @@ impl Daemon {
             }
         }
         let saved = d.store.load().unwrap_or_else(|e| {
-            error!("cannot read persisted state, starting without it: {e}");
+            // Keep the damaged file: the next save must not overwrite it.
+            match d.store.set_aside() {
+                Ok(to) => error!(
+                    "cannot read persisted state, starting without it (kept as {}): {e}",
+                    to.display()
+                ),
+                Err(e2) => error!("cannot read persisted state, starting without it: {e} ({e2})"),
+            }
             State::default()
         });
         for b in saved.bridges {

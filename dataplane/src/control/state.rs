@@ -66,6 +66,19 @@ impl StateStore {
         }
     }
 
+    /// Moves an unreadable state file aside (`state.json.corrupt-<secs>`)
+    /// so that the next save cannot overwrite what an operator may still
+    /// want to recover. Returns the new name.
+    pub fn set_aside(&self) -> std::io::Result<PathBuf> {
+        let secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let to = self.dir.join(format!("{STATE_FILE}.corrupt-{secs}"));
+        std::fs::rename(self.path(), &to)?;
+        Ok(to)
+    }
+
     /// Replaces the state atomically.
     pub fn save(&self, state: &State) -> std::io::Result<()> {
         use std::os::unix::fs::DirBuilderExt;
@@ -132,5 +145,13 @@ mod tests {
         // A leftover temp file from a crash does not disturb the real state.
         std::fs::write(d.path().join("sub").join(".state.json.tmp"), b"{garbage").unwrap();
         assert_eq!(s.load().unwrap(), st);
+
+        // A damaged state file is an error, and can be set aside intact.
+        std::fs::write(s.path(), b"{\"ports\": [").unwrap();
+        let e = s.load().unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
+        let aside = s.set_aside().unwrap();
+        assert_eq!(std::fs::read(&aside).unwrap(), b"{\"ports\": [");
+        assert_eq!(s.load().unwrap().ports.len(), 0);
     }
 }

@@ -127,7 +127,9 @@ pub struct PortStatus {
     pub last_error: Option<String>,
     /// Times the link came up.
     pub connects: u64,
-    /// Times the peer was disconnected for breaking the protocol.
+    /// Times a peer was disconnected for breaking the protocol: a malformed
+    /// or out-of-order message, a refused handshake (wrong version, secret,
+    /// memory or rings), a handshake timeout, or a bad ring or descriptor.
     pub faults: u64,
 }
 
@@ -176,7 +178,9 @@ impl PortCtx<'_> {
     }
     /// Takes the queues back from the workers and marks the link down.
     pub fn detach(&self) {
-        self.dp.detach_queues(self.id);
+        if !self.dp.detach_queues(self.id) {
+            tracing::warn!(port = self.id, "a worker did not leave its burst in time");
+        }
     }
 }
 

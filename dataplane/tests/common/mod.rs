@@ -2,6 +2,7 @@
 //! processes, each killed by PID and cleaned up on drop.
 #![allow(dead_code)]
 
+pub mod memif_peer;
 mod testpmd;
 
 use std::path::PathBuf;
@@ -156,6 +157,17 @@ impl Switch {
             &format!("link of {port} {}", if up { "up" } else { "down" }),
             || (self.stats(port).link_up == up).then_some(()),
         );
+    }
+
+    /// Asserts the daemon process is still running and answers its API.
+    pub fn assert_alive(&mut self) {
+        let child = self.child.as_mut().expect("daemon started");
+        assert!(
+            matches!(child.try_wait(), Ok(None)),
+            "the switch exited:\n{}",
+            self.log()
+        );
+        self.client().call(&Request::Ping).expect("ping");
     }
 
     pub fn log(&self) -> String {

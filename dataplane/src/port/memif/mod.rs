@@ -166,6 +166,17 @@ impl MemifPort {
         }
     }
 
+    /// Drops a peer that broke the protocol (in the handshake or on the
+    /// rings): counted in `faults`, logged, and told why.
+    fn refuse(&mut self, cx: &PortCtx<'_>, reason: &str) {
+        if self.conn.is_none() {
+            return; // a late report about a connection already dropped
+        }
+        warn!(port = %self.name, "peer broke the memif protocol, disconnecting: {reason}");
+        self.status.faults += 1;
+        self.disconnect(cx, reason, true);
+    }
+
     fn on_conn_ready(&mut self, cx: &PortCtx<'_>) {
         loop {
             let Some(conn) = self.conn.as_mut() else {
@@ -186,8 +197,8 @@ impl MemifPort {
             };
             let msg = match Message::parse(&rx.buf[..rx.len.min(rx.buf.len())]) {
                 Ok(m) if rx.len == rx.buf.len() => m,
-                Ok(_) => return self.disconnect(cx, "invalid message size", true),
-                Err(e) => return self.disconnect(cx, &e.to_string(), true),
+                Ok(_) => return self.refuse(cx, "invalid message size"),
+                Err(e) => return self.refuse(cx, &e.to_string()),
             };
             let step = match &mut conn.hs {
                 Handshake::Master(m) => m.on_message(msg, rx.fd).map(|s| match s {
@@ -211,7 +222,9 @@ impl MemifPort {
                 },
             };
             match step {
-                Err(e) => return self.disconnect(cx, &e.reason, e.reply),
+                // `reply` is false when the peer itself said DISCONNECT.
+                Err(e) if e.reply => return self.refuse(cx, &e.reason),
+                Err(e) => return self.disconnect(cx, &e.reason, false),
                 Ok((send, est)) => {
                     if let Some((m, afd)) = send {
                         if let Err(e) = socket::send(fd, &m.to_bytes(), afd) {
@@ -335,7 +348,7 @@ impl Port for MemifPort {
     fn on_timer(&mut self, cx: &PortCtx<'_>, now: Instant) {
         if let Some(c) = &self.conn {
             if !matches!(c.hs, Handshake::Up) && now >= c.started + HANDSHAKE_TIMEOUT {
-                self.disconnect(cx, "handshake timed out", true);
+                self.refuse(cx, "handshake timed out");
             }
         }
         if self.conn.is_none() && self.retry_at.is_some_and(|t| now >= t) {
@@ -344,9 +357,7 @@ impl Port for MemifPort {
     }
 
     fn on_fault(&mut self, cx: &PortCtx<'_>, reason: &str) {
-        warn!(port = %self.name, "peer broke the memif protocol, disconnecting: {reason}");
-        self.status.faults += 1;
-        self.disconnect(cx, reason, true);
+        self.refuse(cx, reason);
     }
 
     fn status(&self) -> PortStatus {

@@ -16,7 +16,6 @@
 use std::fs::File;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
-use std::time::Duration;
 
 use tracing::{debug, warn};
 use vhost::vhost_user::message::{VhostTransferStateDirection, VhostTransferStatePhase};
@@ -44,8 +43,6 @@ use crate::port::{PortQueues, RxQueue, TxQueue};
 
 /// Largest virtqueue the device accepts (the virtio maximum for split rings).
 pub const MAX_QUEUE_SIZE: u16 = 32768;
-/// How long parking waits for workers to leave a burst.
-const PARK_TIMEOUT: Duration = Duration::from_secs(2);
 /// Memory regions a frontend may announce (QEMU and DPDK send at most 8).
 const MAX_REGIONS: usize = 8;
 
@@ -174,8 +171,7 @@ impl NetDevice {
         if self.live.is_empty() {
             return false;
         }
-        self.dp.detach_queues(self.id);
-        if !self.dp.quiesce(PARK_TIMEOUT) {
+        if !self.dp.detach_queues(self.id) {
             warn!(port = %self.name, "a worker did not leave its burst in time");
         }
         for r in self.live.drain(..) {

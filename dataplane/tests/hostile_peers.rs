@@ -1,0 +1,530 @@
+//! End-to-end: misbehaving peers written for the test attack one port of the
+//! real switch while a DPDK testpmd loops real frames through two other
+//! ports of the same bridge. After every attack only the attacked port has
+//! gone down, with a logged reason and a counted fault; the switch keeps
+//! running and the loop keeps forwarding. At the end the loop is checked
+//! frame by frame: nothing was lost.
+
+mod common;
+
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+use common::memif_peer::{self as peer, Conn, Listener, SlaveMem, SLOTS};
+use common::{memif_vdev, serial, wait_for, Switch, Testpmd};
+use switchyard::port::memif::ring::Desc;
+use switchyard::wire::memif::{Message, DESC_FLAG_NEXT, VERSION};
+
+const BRIDGE: &str = "[[bridge]]\nname = \"default\"\n";
+/// Frames `start tx_first` puts into the loop: one burst of 32 per port.
+const LOOP_FRAMES: u64 = 64;
+
+fn add_port(sw: &Switch, name: &str, args: &[&str]) -> String {
+    let sock = sw.path(&format!("{name}.sock"));
+    let mut all = vec![
+        "port", "add", name, "--socket", &sock, "--bridge", "default",
+    ];
+    all.extend_from_slice(args);
+    sw.cli_ok(&all);
+    sock
+}
+
+/// Two memif ports, `a` and `b`, with one testpmd forwarding each one's
+/// frames into the other (io mode): traffic that must survive every attack.
+struct GoodLoop {
+    t: Testpmd,
+}
+
+impl GoodLoop {
+    fn start(sw: &Switch) -> GoodLoop {
+        let memif = ["--kind", "memif", "--role", "master"];
+        let sa = add_port(sw, "a", &memif);
+        let sb = add_port(sw, "b", &memif);
+        let mut t = Testpmd::start(
+            &[
+                memif_vdev(0, "client", &sa, "mac=02:00:00:00:00:a0"),
+                memif_vdev(1, "client", &sb, "mac=02:00:00:00:00:b0"),
+            ],
+            &["--forward-mode=io"],
+        );
+        sw.wait_link("a", true);
+        sw.wait_link("b", true);
+        t.send_bursts(1);
+        let g = GoodLoop { t };
+        g.assert_flowing(sw);
+        g
+    }
+
+    /// Both good ports keep receiving.
+    fn assert_flowing(&self, sw: &Switch) {
+        let (a, b) = (
+            sw.stats("a").totals.rx_packets,
+            sw.stats("b").totals.rx_packets,
+        );
+        wait_for(
+            Duration::from_secs(10),
+            "the good loop to keep forwarding",
+            || {
+                (sw.stats("a").totals.rx_packets > a + 1000
+                    && sw.stats("b").totals.rx_packets > b + 1000)
+                    .then_some(())
+            },
+        );
+    }
+
+    /// Stops the loop and accounts for every frame: each one testpmd sent
+    /// reached the switch, each one the switch took from `a` went to `b` and
+    /// back, no drop anywhere, and all `LOOP_FRAMES` frames are still in
+    /// flight (sent by the switch, not yet taken by the stopped testpmd).
+    /// Returns the frames looped.
+    fn assert_nothing_lost(mut self, sw: &Switch) -> u64 {
+        self.t.cmd("stop");
+        self.t.wait_output(Duration::from_secs(10), "Done.");
+        std::thread::sleep(Duration::from_millis(500));
+        let (sa, sb) = (sw.stats("a"), sw.stats("b"));
+        for st in [&sa, &sb] {
+            assert!(
+                st.totals.drops.values().all(|&d| d == 0),
+                "{}: {:?}",
+                st.name,
+                st.totals.drops
+            );
+        }
+        assert_eq!(sa.totals.rx_packets, sb.totals.tx_packets, "a -> b");
+        assert_eq!(sb.totals.rx_packets, sa.totals.tx_packets, "b -> a");
+        let (rx0, tx0) = self.t.port_stats(0);
+        let (rx1, tx1) = self.t.port_stats(1);
+        assert_eq!(tx0, sa.totals.rx_packets, "testpmd port 0 -> switch");
+        assert_eq!(tx1, sb.totals.rx_packets, "testpmd port 1 -> switch");
+        let in_flight = (sa.totals.tx_packets - rx0) + (sb.totals.tx_packets - rx1);
+        assert_eq!(in_flight, LOOP_FRAMES, "frames lost in the loop");
+        sa.totals.rx_packets + sb.totals.rx_packets
+    }
+}
+
+/// The attacks made on one port, and the faults the switch counted for it.
+struct Tally<'a> {
+    port: &'a str,
+    faults: u64,
+    attacks: usize,
+    good: &'a GoodLoop,
+}
+
+impl Tally<'_> {
+    /// Waits for the port's fault counter to move and for `reason` in the
+    /// log; checks the switch still runs and the good loop still forwards.
+    fn check(&mut self, sw: &mut Switch, reason: &str) {
+        let before = self.faults;
+        self.faults = wait_for(
+            Duration::from_secs(15),
+            &format!("{} to be disconnected for {reason:?}", self.port),
+            || Some(sw.port(self.port).status.faults).filter(|&f| f > before),
+        );
+        wait_for(
+            Duration::from_secs(5),
+            &format!("{reason:?} in the log"),
+            || sw.log().contains(reason).then_some(()),
+        );
+        sw.assert_alive();
+        self.survived(sw);
+    }
+
+    /// An attack that is no fault of protocol (e.g. a connection flood):
+    /// the switch runs and the loop forwards.
+    fn survived(&mut self, sw: &mut Switch) {
+        sw.assert_alive();
+        self.good.assert_flowing(sw);
+        self.attacks += 1;
+    }
+}
+
+/// A slave handshake with one step bent by `bend`; the switch must refuse
+/// it with `reason`.
+fn bent_slave(
+    sock: &str,
+    reason: &str,
+    bend: impl FnOnce(&SlaveMem, &mut Vec<(Message, Option<i32>)>),
+) {
+    let mem = SlaveMem::new();
+    let mut steps = mem.script();
+    bend(&mem, &mut steps);
+    let conn = Conn::connect(sock);
+    let got = peer::run_slave(&conn, &steps).expect_err("the switch accepted a bent handshake");
+    assert!(
+        got.contains(reason),
+        "refused with {got:?}, expected {reason:?}"
+    );
+}
+
+/// A slave that completes the handshake (and posts no buffer yet).
+fn good_slave(sw: &Switch, sock: &str, port: &str) -> (Conn, SlaveMem) {
+    let mem = SlaveMem::new();
+    let conn = Conn::connect(sock);
+    peer::run_slave(&conn, &mem.script()).expect("handshake");
+    sw.wait_link(port, true);
+    (conn, mem)
+}
+
+fn set_init(steps: &mut [(Message, Option<i32>)], f: impl FnOnce(&mut u16, &mut u32)) {
+    if let Message::Init { version, id, .. } = &mut steps[0].0 {
+        f(version, id)
+    }
+}
+
+fn set_ring(
+    steps: &mut [(Message, Option<i32>)],
+    at: usize,
+    f: impl FnOnce(&mut u16, &mut u32, &mut u8),
+) {
+    if let Message::AddRing {
+        index,
+        offset,
+        log2_ring_size,
+        ..
+    } = &mut steps[at].0
+    {
+        f(index, offset, log2_ring_size)
+    }
+}
+
+/// The switch is master; a slave written for the test breaks the handshake
+/// and then the rings in every way the protocol forbids.
+fn attack_as_slave(sw: &mut Switch, good: &GoodLoop) -> usize {
+    let sock = add_port(sw, "hm", &["--kind", "memif", "--role", "master"]);
+    let mut t = Tally {
+        port: "hm",
+        faults: 0,
+        attacks: 0,
+        good,
+    };
+
+    // --- The handshake.
+    let version = |_: &SlaveMem, s: &mut Vec<_>| set_init(s, |v, _| *v = 0x0100);
+    bent_slave(&sock, "incompatible memif version", version);
+    t.check(sw, "incompatible memif version");
+
+    bent_slave(&sock, "ID mismatch", |_, s| set_init(s, |_, id| *id = 9));
+    t.check(sw, "ID mismatch");
+
+    bent_slave(&sock, "region 0: region fd holds", |m, s| {
+        s[1].0 = Message::AddRegion {
+            index: 0,
+            size: m.size() * 4,
+        }
+    });
+    t.check(sw, "region 0: region fd holds");
+
+    let unsealed =
+        nix::sys::memfd::memfd_create(c"unsealed", nix::sys::memfd::MemFdCreateFlag::empty())
+            .unwrap();
+    bent_slave(&sock, "not sealed", |m, s| {
+        nix::unistd::ftruncate(&unsealed, m.size() as i64).unwrap();
+        s[1].1 = Some(unsealed.as_raw_fd());
+    });
+    t.check(sw, "not sealed");
+
+    bent_slave(&sock, "invalid region index", |m, s| {
+        s[1].0 = Message::AddRegion {
+            index: 3,
+            size: m.size(),
+        }
+    });
+    t.check(sw, "invalid region index");
+
+    bent_slave(&sock, "missing region fd", |_, s| s[1].1 = None);
+    t.check(sw, "missing region fd");
+
+    bent_slave(&sock, "ring outside its region", |m, s| {
+        let end = m.size() as u32;
+        set_ring(s, 2, |_, off, _| *off = end - 64)
+    });
+    t.check(sw, "ring outside its region");
+
+    // offset + ring size overflows u32: must be summed in u64.
+    bent_slave(&sock, "ring outside its region", |_, s| {
+        set_ring(s, 3, |_, off, _| *off = u32::MAX - 7)
+    });
+    t.check(sw, "ring outside its region");
+
+    bent_slave(&sock, "invalid ring size", |_, s| {
+        set_ring(s, 2, |_, _, l| *l = 20)
+    });
+    t.check(sw, "invalid ring size");
+
+    bent_slave(&sock, "invalid ring index", |_, s| {
+        set_ring(s, 2, |i, _, _| *i = 7)
+    });
+    t.check(sw, "invalid ring index");
+
+    bent_slave(&sock, "missing interrupt fd", |_, s| s[3].1 = None);
+    t.check(sw, "missing interrupt fd");
+
+    bent_slave(&sock, "wrong ring cookie", |m, _| m.s2m.set_cookie(0xdead));
+    t.check(sw, "wrong ring cookie");
+
+    // Out of order: a ring before any region; CONNECT before any ring; INIT twice.
+    bent_slave(&sock, "invalid ring region", |_, s| {
+        s.remove(1);
+    });
+    t.check(sw, "invalid ring region");
+    bent_slave(&sock, "rings missing", |_, s| {
+        s.drain(2..4);
+    });
+    t.check(sw, "rings missing");
+    bent_slave(&sock, "unexpected Init message", |_, s| {
+        let init = s[0].clone();
+        s.insert(1, init);
+    });
+    t.check(sw, "unexpected Init message");
+
+    // Truncated, oversized and made-up messages.
+    for (bytes, reason) in [
+        (vec![3u8; 40], "control message is 40 bytes"),
+        (
+            [vec![1u8, 0], vec![0u8; 198]].concat(),
+            "invalid message size",
+        ),
+        (vec![77u8; 128], "unknown control message type"),
+    ] {
+        let c = Conn::connect(&sock);
+        assert!(matches!(c.recv(), Ok((Message::Hello { .. }, _))));
+        assert!(c.send_raw(&bytes));
+        assert!(c.refusal().contains(reason));
+        t.check(sw, reason);
+    }
+
+    // A peer that connects and says nothing is dropped after the timeout.
+    let silent = Conn::connect(&sock);
+    assert!(silent.refusal().contains("handshake timed out"));
+    t.check(sw, "handshake timed out");
+
+    // A flood of connections: one handshake at a time, the rest are told
+    // so and closed; afterwards a well-behaved slave gets in.
+    let flood: Vec<Conn> = (0..200).map(|_| Conn::connect(&sock)).collect();
+    for c in &flood[1..] {
+        assert_eq!(c.refusal(), "Already connected");
+    }
+    drop(flood);
+    t.survived(sw);
+
+    // --- The rings, after a complete handshake. Each frame the slave
+    // "sends" is a runt, so nothing it injects reaches the good loop.
+    let ring_attack = |sw: &mut Switch, t: &mut Tally, reason: &str, bend: &dyn Fn(&SlaveMem)| {
+        let (conn, mem) = good_slave(sw, &sock, "hm");
+        bend(&mem);
+        peer::kick(&mem.s2m_irq);
+        assert!(conn.refusal().contains(reason));
+        t.check(sw, reason);
+    };
+    let put = |m: &SlaveMem, slot: u16, d: Desc| m.s2m.set_desc(slot, d);
+    let runt = |m: &SlaveMem, i: u32| Desc {
+        flags: 0,
+        region: 0,
+        length: 10,
+        offset: m.buffer(i),
+    };
+    ring_attack(sw, &mut t, "outside the shared memory", &|m| {
+        put(
+            m,
+            0,
+            Desc {
+                region: 5,
+                ..runt(m, 0)
+            },
+        );
+        m.s2m.set_head(1);
+    });
+    ring_attack(sw, &mut t, "outside the shared memory", &|m| {
+        put(
+            m,
+            0,
+            Desc {
+                offset: u32::MAX - 0xff,
+                length: 0x200,
+                ..runt(m, 0)
+            },
+        );
+        m.s2m.set_head(1);
+    });
+    ring_attack(sw, &mut t, "outside the shared memory", &|m| {
+        put(
+            m,
+            0,
+            Desc {
+                offset: 0,
+                length: m.size() as u32 + 1,
+                ..runt(m, 0)
+            },
+        );
+        m.s2m.set_head(1);
+    });
+    ring_attack(sw, &mut t, "s2m head", &|m| m.s2m.set_head(SLOTS + 1));
+    ring_attack(sw, &mut t, "s2m head", &|m| {
+        // One good (runt) frame, consumed; then the head moves back.
+        put(m, 0, runt(m, 0));
+        m.s2m.set_head(1);
+        peer::kick(&m.s2m_irq);
+        wait_for(Duration::from_secs(5), "the runt to be consumed", || {
+            (m.s2m.tail() == 1).then_some(())
+        });
+        m.s2m.set_head(0);
+    });
+    ring_attack(sw, &mut t, "runs past the published descriptors", &|m| {
+        for i in 0..SLOTS {
+            put(
+                m,
+                i,
+                Desc {
+                    flags: DESC_FLAG_NEXT,
+                    ..runt(m, u32::from(i))
+                },
+            );
+        }
+        m.s2m.set_head(SLOTS);
+    });
+    // A posted M2S buffer outside the region: found when the switch floods
+    // the loop's frames to this port.
+    ring_attack(sw, &mut t, "outside the shared memory", &|m| {
+        m.post_m2s_buffers();
+        for i in 0..SLOTS {
+            m.m2s.set_desc(
+                i,
+                Desc {
+                    offset: m.size() as u32 - 16,
+                    ..m.m2s.desc(i)
+                },
+            );
+        }
+    });
+    assert!(
+        sw.stats("hm").totals.drops["runt"] >= 1,
+        "{:?}",
+        sw.stats("hm").totals.drops
+    );
+    sw.cli_ok(&["port", "del", "hm"]);
+    t.attacks
+}
+
+/// The switch is slave; a master written for the test breaks the handshake
+/// and the rings.
+fn attack_as_master(sw: &mut Switch, good: &GoodLoop) -> usize {
+    let sock = sw.path("hs.sock");
+    let l = Listener::bind(&sock);
+    sw.cli_ok(&[
+        "port", "add", "hs", "--kind", "memif", "--role", "slave", "--socket", &sock, "--bridge",
+        "default",
+    ]);
+    let mut t = Tally {
+        port: "hs",
+        faults: 0,
+        attacks: 0,
+        good,
+    };
+    let hello_with = |f: &dyn Fn(&mut u16, &mut u16, &mut u8)| {
+        let mut h = peer::hello();
+        if let Message::Hello {
+            min_version,
+            max_version,
+            max_log2_ring_size,
+            ..
+        } = &mut h
+        {
+            f(min_version, max_version, max_log2_ring_size);
+        }
+        h
+    };
+
+    for (hello, reason) in [
+        (
+            hello_with(&|min, max, _| (*min, *max) = (VERSION + 1, VERSION + 1)),
+            "incompatible memif version",
+        ),
+        (
+            hello_with(&|_, _, log2| *log2 = 0),
+            "master limits leave no usable ring",
+        ),
+        (
+            Message::Connected {
+                if_name: switchyard::wire::memif::FixedStr::new("early"),
+            },
+            "unexpected Connected message",
+        ),
+        (Message::Ack, "unexpected Ack message"),
+    ] {
+        let c = l.accept();
+        assert!(peer::run_master(&c, &hello).is_err());
+        t.check(sw, reason);
+    }
+    let c = l.accept();
+    assert!(c.send_raw(&[2u8; 64]));
+    assert!(c.refusal().contains("control message is 64 bytes"));
+    t.check(sw, "control message is 64 bytes");
+
+    // The rings: the master writes only tails (and lengths/flags of the
+    // buffers the slave posted); here it writes what it must not.
+    let ring_attack =
+        |sw: &mut Switch, t: &mut Tally, reason: &str, bend: &dyn Fn(&peer::MasterMem)| {
+            let c = l.accept();
+            let mem = peer::run_master(&c, &peer::hello()).expect("handshake");
+            sw.wait_link("hs", true);
+            wait_for(Duration::from_secs(5), "the switch to post buffers", || {
+                (mem.m2s.head() != 0).then_some(())
+            });
+            bend(&mem);
+            for irq in &mem.irqs {
+                peer::kick(irq);
+            }
+            assert!(c.refusal().contains(reason));
+            t.check(sw, reason);
+        };
+    ring_attack(sw, &mut t, "m2s tail", &|m| {
+        m.m2s.set_tail(m.m2s.head().wrapping_add(1))
+    });
+    ring_attack(sw, &mut t, "outside the shared memory", &|m| {
+        m.m2s.set_desc(
+            0,
+            Desc {
+                flags: 0,
+                region: 0,
+                length: 64,
+                offset: u32::MAX - 0x3f,
+            },
+        );
+        m.m2s.set_tail(1);
+    });
+    ring_attack(sw, &mut t, "outside the shared memory", &|m| {
+        m.m2s.set_desc(
+            0,
+            Desc {
+                region: 9,
+                length: 64,
+                ..m.m2s.desc(0)
+            },
+        );
+        m.m2s.set_tail(1);
+    });
+    // The S2M tail runs past what the switch published: found on its next
+    // transmit (the loop's flooded frames). Half the counter space ahead, so
+    // no head the switch may publish meanwhile makes it valid.
+    ring_attack(sw, &mut t, "s2m tail", &|m| {
+        m.s2m.set_tail(m.s2m.head().wrapping_add(0x8000))
+    });
+    sw.cli_ok(&["port", "del", "hs"]);
+    t.attacks
+}
+
+#[test]
+fn hostile_memif_peers_lose_only_their_own_port() {
+    let _g = serial();
+    let mut sw = Switch::start(BRIDGE);
+    let good = GoodLoop::start(&sw);
+    let as_slave = attack_as_slave(&mut sw, &good);
+    let as_master = attack_as_master(&mut sw, &good);
+    good.assert_flowing(&sw);
+    let looped = good.assert_nothing_lost(&sw);
+    sw.assert_alive();
+    eprintln!(
+        "memif attacks survived: {as_slave} by a slave, {as_master} by a master; \
+         {looped} frames looped meanwhile, 0 lost"
+    );
+}
