@@ -152,15 +152,11 @@ pub fn run(dp: Dataplane, cfg: WorkerConfig) {
                         fwd.forward_burst(&dp, &view, w, rx.port, burst.frames());
                         work += n;
                     }
-                    if burst.dropped > 0 || burst.bad > 0 {
+                    if burst.dropped > 0 {
                         let c = port.shared.counters(w);
                         bump(
                             &c.drops[DropReason::TooManySegments as usize],
                             u64::from(burst.dropped),
-                        );
-                        bump(
-                            &c.drops[DropReason::BadDescriptor as usize],
-                            u64::from(burst.bad),
                         );
                         work += 1;
                     }

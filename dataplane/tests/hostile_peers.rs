@@ -6,6 +6,8 @@
 //! frame by frame: nothing was lost.
 
 mod common;
+#[path = "common/vhost_peer.rs"]
+mod vhost_peer;
 
 use std::os::fd::AsRawFd;
 use std::time::Duration;
@@ -14,6 +16,9 @@ use common::memif_peer::{self as peer, Conn, Listener, SlaveMem, SLOTS};
 use common::{memif_vdev, serial, wait_for, Switch, Testpmd};
 use switchyard::port::memif::ring::Desc;
 use switchyard::wire::memif::{Message, DESC_FLAG_NEXT, VERSION};
+use vhost::vhost_user::VhostUserFrontend;
+use vhost::VhostBackend;
+use vhost_peer::{Guest, VhostFrontend, F_NEXT, F_WRITE, MEM, QSIZE};
 
 const BRIDGE: &str = "[[bridge]]\nname = \"default\"\n";
 /// Frames `start tx_first` puts into the loop: one burst of 32 per port.
@@ -513,18 +518,218 @@ fn attack_as_master(sw: &mut Switch, good: &GoodLoop) -> usize {
     t.attacks
 }
 
+/// Frames shorter than an Ethernet header: the switch reads them from the
+/// hostile ports' rings and drops them (`runt`), so nothing a hostile peer
+/// sends joins the good loop.
+const RUNT: [u8; 10] = [0xff; 10];
+
+/// The switch is the vhost-user backend; a frontend written for the test
+/// (rust-vmm's protocol side, our rings) breaks requests, memory and rings.
+fn attack_vhost_frontend(sw: &mut Switch, good: &GoodLoop) -> usize {
+    let sock = add_port(sw, "hv", &["--kind", "vhost-user", "--role", "server"]);
+    let mut t = Tally {
+        port: "hv",
+        faults: 0,
+        attacks: 0,
+        good,
+    };
+
+    // A well-behaved frontend first: its frames are read and returned.
+    let f = VhostFrontend::connect(&sock).expect("setup");
+    sw.wait_link("hv", true);
+    for slot in 0..8 {
+        vhost_peer::send_frame(&f.guest, slot, &RUNT);
+    }
+    f.kick(1);
+    wait_for(Duration::from_secs(5), "the frames to be used", || {
+        (f.guest.used_idx(1) == 8).then_some(())
+    });
+    drop(f);
+    sw.wait_link("hv", false);
+
+    // Requests the switch must refuse.
+    let raw = |bytes: &[u8]| {
+        use std::io::Write;
+        let mut s = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+        s.write_all(bytes).unwrap();
+        s
+    };
+    // An unknown request code.
+    let mut msg = [0u8; 12];
+    msg[..4].copy_from_slice(&0xffffu32.to_le_bytes());
+    msg[4..8].copy_from_slice(&1u32.to_le_bytes());
+    let _s = raw(&msg);
+    t.check(sw, "vhost-user request failed");
+    // A header announcing more payload than any request has.
+    msg[..4].copy_from_slice(&1u32.to_le_bytes());
+    msg[8..12].copy_from_slice(&0x10_0000u32.to_le_bytes());
+    let _s = raw(&msg);
+    t.check(sw, "vhost-user request failed");
+
+    let setup = |f: &VhostFrontend| -> vhost::Result<()> {
+        let mut fe = f.fe.clone();
+        fe.set_owner()?;
+        let feat = fe.get_features()?;
+        fe.set_features(feat & (1 << 32 | 1 << 30))?;
+        fe.set_protocol_features(vhost::vhost_user::message::VhostUserProtocolFeatures::empty())
+    };
+    let bare = || VhostFrontend {
+        fe: vhost::vhost_user::Frontend::connect(&sock, 2).unwrap(),
+        guest: std::sync::Arc::new(Guest::new()),
+        kicks: [
+            vmm_sys_util::eventfd::EventFd::new(0).unwrap(),
+            vmm_sys_util::eventfd::EventFd::new(0).unwrap(),
+        ],
+        calls: [
+            vmm_sys_util::eventfd::EventFd::new(0).unwrap(),
+            vmm_sys_util::eventfd::EventFd::new(0).unwrap(),
+        ],
+    };
+    // A memory region larger than its file.
+    let f = bare();
+    let _ = setup(&f).and_then(|_| f.set_mem_table(&[(0, 2 * MEM, 0)]));
+    t.check(sw, "memory region does not fit its file");
+    drop(f);
+    // Rings outside the memory table.
+    let f = bare();
+    let _ = setup(&f)
+        .and_then(|_| f.set_mem_table(&[(0, 0x4000, 0)]))
+        .and_then(|_| f.fe.set_vring_num(1, QSIZE))
+        .and_then(|_| f.set_vring_addr(1, f.guest.base()));
+    t.check(sw, "vhost-user request failed");
+    drop(f);
+
+    // The rings, after a complete set-up.
+    let ring_attack = |sw: &mut Switch, t: &mut Tally, reason: &str, bend: &dyn Fn(&Guest)| {
+        let f = VhostFrontend::connect(&sock).expect("setup");
+        sw.wait_link("hv", true);
+        bend(&f.guest);
+        f.kick(0);
+        f.kick(1);
+        t.check(sw, reason);
+        drop(f);
+        sw.wait_link("hv", false);
+    };
+    let buf = Guest::buffer(0);
+    let tx = |g: &Guest, addr: u64, len: u32, flags: u16, next: u16| {
+        g.desc(1, 0, addr, len, flags, next);
+        g.publish(1, 0);
+    };
+    ring_attack(sw, &mut t, "broken chain", &|g| {
+        g.desc(1, 1, buf, 64, F_NEXT, 0);
+        tx(g, buf, 12, F_NEXT, 1); // 0 -> 1 -> 0
+    });
+    ring_attack(sw, &mut t, "broken chain", &|g| tx(g, buf, 12, F_NEXT, 999));
+    ring_attack(sw, &mut t, "outside guest memory", &|g| {
+        tx(g, MEM + 0x1000, 100, 0, 0)
+    });
+    ring_attack(sw, &mut t, "outside guest memory", &|g| {
+        tx(g, buf, u32::MAX - 8, 0, 0)
+    });
+    ring_attack(sw, &mut t, "device-writable", &|g| {
+        tx(g, buf, 76, F_WRITE, 0)
+    });
+    ring_attack(sw, &mut t, "shorter than the virtio-net header", &|g| {
+        tx(g, buf, 8, 0, 0)
+    });
+    ring_attack(
+        sw,
+        &mut t,
+        "more descriptors to process than queue size",
+        &|g| g.set_avail_idx(1, QSIZE + 1),
+    );
+    ring_attack(sw, &mut t, "avail ring names descriptor 999", &|g| {
+        g.publish(1, 999)
+    });
+    // The driver's receive queue, found when the switch floods the loop's
+    // frames to this port: buffers the device may not write, and buffers
+    // outside memory.
+    let rx = |g: &Guest, addr: &dyn Fn(u16) -> u64, flags: u16| {
+        for i in 0..QSIZE {
+            g.desc(0, i, addr(i), 2048, flags, 0);
+            g.publish(0, i);
+        }
+    };
+    ring_attack(
+        sw,
+        &mut t,
+        "driver-readable buffer on a receive queue",
+        &|g| rx(g, &|i| Guest::buffer(QSIZE + i), 0),
+    );
+    ring_attack(sw, &mut t, "outside guest memory", &|g| {
+        rx(g, &|i| MEM + u64::from(i) * 2048, F_WRITE)
+    });
+
+    // The memory table changes while frames flow: the frontend keeps
+    // sending, the switch parks and remaps, no frame is lost; then a table
+    // that no longer holds the rings costs the frontend its port.
+    let f = VhostFrontend::connect(&sock).expect("setup");
+    sw.wait_link("hv", true);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sender = {
+        let (g, stop) = (f.guest.clone(), stop.clone());
+        let kick = f.kicks[1].try_clone().unwrap();
+        std::thread::spawn(move || {
+            let mut sent = 0u16;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if sent.wrapping_sub(g.used_idx(1)) < QSIZE {
+                    vhost_peer::send_frame(&g, sent % QSIZE, &RUNT);
+                    sent = sent.wrapping_add(1);
+                    let _ = kick.write(1);
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+            sent
+        })
+    };
+    let half = MEM / 2;
+    for i in 0..20 {
+        let table: &[(u64, u64, u64)] = if i % 2 == 0 {
+            &[(0, half, 0), (half, half, half)]
+        } else {
+            &[(0, MEM, 0)]
+        };
+        f.set_mem_table(table).expect("SET_MEM_TABLE");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let sent = sender.join().unwrap();
+    wait_for(
+        Duration::from_secs(5),
+        "every frame sent to be used",
+        || (f.guest.used_idx(1) == sent).then_some(()),
+    );
+    assert!(sw.stats("hv").link_up);
+    assert_eq!(
+        sw.port("hv").status.faults,
+        t.faults,
+        "no fault for a valid table"
+    );
+    eprintln!("vhost-user: {sent} frames sent and all used across 20 memory table changes");
+    t.survived(sw);
+    f.set_mem_table(&[(0x10_0000, 0x10_0000, 0x10_0000)])
+        .expect("SET_MEM_TABLE");
+    t.check(sw, "lie outside guest memory");
+    drop(f);
+    assert!(sw.stats("hv").totals.drops["runt"] >= 8);
+    sw.cli_ok(&["port", "del", "hv"]);
+    t.attacks
+}
+
 #[test]
-fn hostile_memif_peers_lose_only_their_own_port() {
+fn hostile_peers_lose_only_their_own_port() {
     let _g = serial();
     let mut sw = Switch::start(BRIDGE);
     let good = GoodLoop::start(&sw);
     let as_slave = attack_as_slave(&mut sw, &good);
     let as_master = attack_as_master(&mut sw, &good);
+    let as_frontend = attack_vhost_frontend(&mut sw, &good);
     good.assert_flowing(&sw);
     let looped = good.assert_nothing_lost(&sw);
     sw.assert_alive();
     eprintln!(
-        "memif attacks survived: {as_slave} by a slave, {as_master} by a master; \
-         {looped} frames looped meanwhile, 0 lost"
+        "attacks survived: {as_slave} by a memif slave, {as_master} by a memif master, \
+         {as_frontend} by a vhost-user frontend; {looped} frames looped meanwhile, 0 lost"
     );
 }

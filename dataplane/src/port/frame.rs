@@ -102,9 +102,6 @@ pub struct RxBurst {
     len: usize,
     /// Frames the queue had to discard (more than [`MAX_SEGS`] buffers).
     pub dropped: u32,
-    /// Frames the queue discarded because their descriptors pointed outside
-    /// the peer's memory (the buffers were still returned to the peer).
-    pub bad: u32,
 }
 
 impl Default for RxBurst {
@@ -113,7 +110,6 @@ impl Default for RxBurst {
             frames: Box::new([RxFrame::default(); BURST_SIZE]),
             len: 0,
             dropped: 0,
-            bad: 0,
         }
     }
 }
@@ -124,7 +120,6 @@ impl RxBurst {
     pub fn clear(&mut self) {
         self.len = 0;
         self.dropped = 0;
-        self.bad = 0;
     }
     /// Frames held.
     #[inline]

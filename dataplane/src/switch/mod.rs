@@ -38,13 +38,11 @@ pub enum DropReason {
     NoBridge = 6,
     /// More buffers in one frame than the switch follows.
     TooManySegments = 7,
-    /// The peer posted a frame whose descriptors point outside its memory.
-    BadDescriptor = 8,
 }
 
 impl DropReason {
     /// Number of reasons.
-    pub const COUNT: usize = 9;
+    pub const COUNT: usize = 8;
     /// Every reason, in counter order.
     pub const ALL: [DropReason; DropReason::COUNT] = [
         DropReason::Runt,
@@ -55,7 +53,6 @@ impl DropReason {
         DropReason::TooLong,
         DropReason::NoBridge,
         DropReason::TooManySegments,
-        DropReason::BadDescriptor,
     ];
     /// Stable name used in stats output.
     pub fn name(self) -> &'static str {
@@ -68,7 +65,6 @@ impl DropReason {
             DropReason::TooLong => "too_long",
             DropReason::NoBridge => "no_bridge",
             DropReason::TooManySegments => "too_many_segments",
-            DropReason::BadDescriptor => "bad_descriptor",
         }
     }
 }
