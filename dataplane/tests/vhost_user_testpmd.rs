@@ -31,17 +31,10 @@ fn add_vhost(sw: &Switch, name: &str, role: &str, extra: &[&str]) -> String {
     sock
 }
 
-/// A `virtio_user` vdev; `server`: testpmd owns the socket.
+/// A `virtio_user` vdev with MAC `mac(m)`; `server`: testpmd owns the socket.
 fn virtio_vdev(index: u32, sock: &str, m: u8, server: bool, extra: &str) -> String {
-    let mut s = format!("net_virtio_user{index},path={sock},mac={}", mac(m));
-    if server {
-        s.push_str(",server=1");
-    }
-    if !extra.is_empty() {
-        s.push(',');
-        s.push_str(extra);
-    }
-    s
+    let opts = [format!("mac={}", mac(m)), extra.to_string()];
+    common::virtio_vdev(index, sock, server, opts.join(",").trim_end_matches(','))
 }
 
 fn frontend(sock: &str, m: u8, server: bool, opts: &[&str]) -> Testpmd {

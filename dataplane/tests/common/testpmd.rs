@@ -256,6 +256,14 @@ impl Testpmd {
 
 impl Drop for Testpmd {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            let status = self.child.try_wait().ok().flatten();
+            eprintln!(
+                "---- testpmd {} (exit: {status:?}) ----\n{}",
+                self.prefix,
+                self.output()
+            );
+        }
         let _ = writeln!(self.stdin, "quit");
         let _ = self.stdin.flush();
         terminate(&mut self.child, Duration::from_secs(5));
@@ -266,6 +274,20 @@ impl Drop for Testpmd {
 /// A memif vdev argument string.
 pub fn memif_vdev(index: u32, role: &str, socket: &str, extra: &str) -> String {
     let mut s = format!("net_memif{index},role={role},socket={socket},socket-abstract=no");
+    if !extra.is_empty() {
+        s.push(',');
+        s.push_str(extra);
+    }
+    s
+}
+
+/// A `virtio_user` vdev argument string; `server`: testpmd owns the socket
+/// (`server=1`, the switch connects as vhost-user client).
+pub fn virtio_vdev(index: u32, socket: &str, server: bool, extra: &str) -> String {
+    let mut s = format!("net_virtio_user{index},path={socket}");
+    if server {
+        s.push_str(",server=1");
+    }
     if !extra.is_empty() {
         s.push(',');
         s.push_str(extra);
