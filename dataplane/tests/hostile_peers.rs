@@ -615,11 +615,13 @@ fn attack_vhost_frontend(sw: &mut Switch, good: &GoodLoop) -> usize {
         g.desc(1, 0, addr, len, flags, next);
         g.publish(1, 0);
     };
-    ring_attack(sw, &mut t, "broken chain", &|g| {
+    ring_attack(sw, &mut t, "a loop", &|g| {
         g.desc(1, 1, buf, 64, F_NEXT, 0);
         tx(g, buf, 12, F_NEXT, 1); // 0 -> 1 -> 0
     });
-    ring_attack(sw, &mut t, "broken chain", &|g| tx(g, buf, 12, F_NEXT, 999));
+    ring_attack(sw, &mut t, "a next index past the table", &|g| {
+        tx(g, buf, 12, F_NEXT, 999)
+    });
     ring_attack(sw, &mut t, "outside guest memory", &|g| {
         tx(g, MEM + 0x1000, 100, 0, 0)
     });

@@ -283,7 +283,7 @@ impl NetDevice {
         };
         let kick = dup(v.get_kick().as_ref().map(|k| k.as_raw_fd()))?;
         let call = dup(v.get_call().as_ref().map(|c| c.as_raw_fd()))?;
-        Ok(Vq::new(queue, mem.clone(), kick, call))
+        Vq::new(queue, mem.clone(), kick, call).map_err(|e| format!("vring {index}: {e}"))
     }
 
     /// Forgets all ring and feature state (frontend reset or restart).

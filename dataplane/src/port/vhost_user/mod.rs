@@ -14,6 +14,7 @@
 
 pub mod device;
 pub mod queue;
+pub mod split;
 
 use std::io::ErrorKind;
 use std::os::fd::AsRawFd;

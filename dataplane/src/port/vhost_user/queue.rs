@@ -1,11 +1,11 @@
 //! The data path of a vhost-user port: split virtqueues polled by workers.
 //!
-//! Descriptor parsing is `virtio-queue`'s: it bounds the avail index against
-//! the ring size, follows indirect tables, refuses nested indirection and
-//! stops chains that loop (a chain yields at most `size` descriptors). On top
-//! of it every buffer is resolved against the frontend's memory table before
-//! use; a frame with a buffer outside it is dropped and counted, and its
-//! chain is still returned so the driver does not leak it.
+//! `virtio-queue`'s `Queue` keeps each ring's configuration and position and
+//! sets notification suppression; the per-frame work (avail entries,
+//! descriptor chains, used elements) goes straight through host pointers
+//! ([`super::split`]), checked as it is read. A driver that breaks a ring
+//! (an avail index or head out of range, a loop, a buffer outside its
+//! memory or of the wrong direction) costs its port a reset.
 //!
 //! Receive (the driver's transmit queue) is zero-copy: a frame's segments
 //! point into guest memory until the burst is released. Transmit (the
@@ -18,9 +18,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use virtio_bindings::virtio_ring::VRING_AVAIL_F_NO_INTERRUPT;
-use virtio_queue::desc::split::Descriptor;
-use virtio_queue::{Queue, QueueOwnedT, QueueT};
-use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
+use virtio_queue::{Queue, QueueT};
+use vm_memory::GuestMemoryMmap;
+
+use super::split::{Broken, Desc, MemTable, SplitRing};
 
 use crate::port::{QueueFault, RxBurst, RxFrame, RxQueue, TxError, TxFrame, TxQueue, BURST_SIZE};
 use crate::reactor::kick_eventfd;
@@ -53,6 +54,9 @@ impl RingProgress {
 /// One virtqueue as a worker owns it.
 pub struct Vq {
     queue: Queue,
+    /// Host views of the rings and of the memory (valid while `mem` lives).
+    ring: SplitRing,
+    table: MemTable,
     mem: Arc<GuestMemoryMmap>,
     kick: Option<OwnedFd>,
     call: Option<OwnedFd>,
@@ -65,18 +69,38 @@ pub struct Vq {
 }
 
 impl Vq {
-    /// A queue over `mem` (already checked: the rings lie inside it).
+    /// A queue over `mem`; `Err` names the ring part that does not lie
+    /// inside one region of it.
     pub fn new(
         queue: Queue,
         mem: Arc<GuestMemoryMmap>,
         kick: Option<OwnedFd>,
         call: Option<OwnedFd>,
-    ) -> Vq {
+    ) -> Result<Vq, String> {
+        let table = MemTable::new(&mem).ok_or("guest memory without a host mapping")?;
+        let ring = SplitRing::new(
+            &table,
+            queue.desc_table(),
+            queue.avail_ring(),
+            queue.used_ring(),
+            queue.size(),
+        )
+        .ok_or_else(|| {
+            format!(
+                "rings (desc {:#x}, avail {:#x}, used {:#x}, size {}) do not each lie inside one memory region, aligned",
+                queue.desc_table(),
+                queue.avail_ring(),
+                queue.used_ring(),
+                queue.size()
+            )
+        })?;
         let progress = Arc::new(RingProgress::default());
         progress.store(queue.next_avail(), queue.next_used());
         let mut vq = Vq {
             signalled: queue.next_used(),
             queue,
+            ring,
+            table,
             mem,
             kick,
             call,
@@ -86,7 +110,7 @@ impl Vq {
         };
         // Workers poll: ask the driver not to kick (re-enabled before sleep).
         let _ = vq.queue.disable_notification(&*vq.mem);
-        vq
+        Ok(vq)
     }
 
     /// A ready queue of `size` entries whose rings lie at the given guest
@@ -110,7 +134,10 @@ impl Vq {
         q.set_avail_ring_address(lo, hi);
         let (lo, hi) = split(used);
         q.set_used_ring_address(lo, hi);
-        q.is_valid(&*mem).then(|| Vq::new(q, mem, None, None))
+        if !q.is_valid(&*mem) {
+            return None;
+        }
+        Vq::new(q, mem, None, None).ok()
     }
 
     /// The shared record of this ring's position.
@@ -120,26 +147,12 @@ impl Vq {
 
     /// Writes a used element after the ones already pending, without
     /// publishing it: the driver sees nothing until [`Vq::publish_used`].
-    fn write_used(&mut self, head: u16, len: u32) -> Result<(), virtio_queue::Error> {
-        let size = self.queue.size();
-        if head >= size {
-            return Err(virtio_queue::Error::InvalidDescriptorIndex);
-        }
-        let slot = self.queue.next_used().wrapping_add(self.pending) % size;
-        // used ring: flags u16, idx u16, then 8-byte elements.
-        let addr = self
-            .queue
-            .used_ring()
-            .checked_add(4 + 8 * u64::from(slot))
-            .ok_or(virtio_queue::Error::AddressOverflow)?;
-        let mut elem = [0u8; 8];
-        elem[..4].copy_from_slice(&u32::from(head).to_le_bytes());
-        elem[4..].copy_from_slice(&len.to_le_bytes());
-        self.mem
-            .write_slice(&elem, GuestAddress(addr))
-            .map_err(virtio_queue::Error::GuestMemory)?;
+    /// `head` was checked against the ring size when it was taken.
+    #[inline]
+    fn write_used(&mut self, head: u16, len: u32) {
+        let counter = self.queue.next_used().wrapping_add(self.pending);
+        self.ring.write_used(counter, head, len);
         self.pending += 1;
-        Ok(())
     }
 
     /// Publishes every pending used element with one store of the used
@@ -153,19 +166,7 @@ impl Vq {
         let next = self.queue.next_used().wrapping_add(self.pending);
         self.pending = 0;
         self.queue.set_next_used(next);
-        let r = self
-            .queue
-            .used_ring()
-            .checked_add(2)
-            .ok_or(virtio_queue::Error::AddressOverflow)
-            .and_then(|a| {
-                self.mem
-                    .store(next.to_le(), GuestAddress(a), Ordering::Release)
-                    .map_err(virtio_queue::Error::GuestMemory)
-            });
-        if let Err(e) = r {
-            self.fault = Some(ring_fault(e));
-        }
+        self.ring.publish_used(next);
     }
 
     /// Publishes pending used elements and signals the driver, unless it
@@ -182,17 +183,10 @@ impl Vq {
         // The used index store must be visible before the driver's flag or
         // event index is read (the driver does the mirror image).
         std::sync::atomic::fence(Ordering::SeqCst);
-        let avail = GuestAddress(self.queue.avail_ring());
         let wanted = if self.queue.event_idx_enabled() {
-            // used_event sits after the avail ring's entries.
-            let at = avail.0 + 4 + 2 * u64::from(self.queue.size());
-            match self.mem.load::<u16>(GuestAddress(at), Ordering::Relaxed) {
-                Ok(ev) => need_event(u16::from_le(ev), new, old),
-                Err(_) => true,
-            }
+            need_event(self.ring.used_event(), new, old)
         } else {
-            let flags: u16 = self.mem.load(avail, Ordering::Relaxed).unwrap_or(0);
-            u16::from_le(flags) & VRING_AVAIL_F_NO_INTERRUPT as u16 == 0
+            self.ring.avail_flags() & VRING_AVAIL_F_NO_INTERRUPT as u16 == 0
         };
         if wanted {
             kick_eventfd(call.as_raw_fd());
@@ -206,9 +200,9 @@ fn need_event(event: u16, new: u16, old: u16) -> bool {
     new.wrapping_sub(event).wrapping_sub(1) < new.wrapping_sub(old)
 }
 
-/// A ring the driver broke (or placed where we cannot reach it).
-fn ring_fault(e: virtio_queue::Error) -> QueueFault {
-    QueueFault::Other(format!("virtqueue: {e}"))
+/// A ring the driver broke.
+fn ring_fault(why: impl std::fmt::Display) -> QueueFault {
+    QueueFault::Other(format!("virtqueue: {why}"))
 }
 
 impl Drop for Vq {
@@ -220,56 +214,54 @@ impl Drop for Vq {
     }
 }
 
+impl Vq {
+    /// The next chain head offered by the driver, if `next != avail`;
+    /// `avail` is the driver's index read once for the burst. Checks the
+    /// head against the table.
+    #[inline]
+    fn head_at(&self, next: u16) -> Result<u16, QueueFault> {
+        let head = self.ring.avail_entry(next);
+        if head >= self.ring.size() {
+            return Err(QueueFault::Other(format!(
+                "avail ring names descriptor {head} of a {}-entry table",
+                self.ring.size()
+            )));
+        }
+        Ok(head)
+    }
+
+    /// The driver's avail index, checked: at most `size` chains ahead.
+    #[inline]
+    fn avail(&self) -> Result<u16, QueueFault> {
+        let avail = self.ring.avail_idx();
+        let next = self.queue.next_avail();
+        if avail.wrapping_sub(next) > self.ring.size() {
+            return Err(ring_fault(format!(
+                "avail index {avail} is more than {} entries past {next} \
+                 (more descriptors to process than queue size)",
+                self.ring.size()
+            )));
+        }
+        Ok(avail)
+    }
+}
+
 /// Why a chain could not be used.
 enum ChainError {
     /// The driver broke the ring: a buffer outside guest memory or of the
     /// wrong direction, or a broken chain. The port is reset.
-    Bad(&'static str),
+    Bad(Broken),
     /// More pieces than we follow (the frame alone is dropped).
     TooManyPieces,
 }
 
-/// Walks a chain's descriptors, checking that the chain ends properly.
-fn for_each_desc<M, F>(chain: virtio_queue::DescriptorChain<M>, mut f: F) -> Result<(), ChainError>
-where
-    M: std::ops::Deref,
-    M::Target: vm_memory::GuestMemory,
-    F: FnMut(Descriptor) -> Result<(), ChainError>,
-{
-    let mut seen = 0u32;
-    let mut more = false;
-    for d in chain {
-        seen += 1;
-        more = d.has_next();
-        f(d)?;
+impl From<Broken> for ChainError {
+    fn from(why: Broken) -> Self {
+        ChainError::Bad(why)
     }
-    // virtio-queue ends iteration silently on a loop, an index past the
-    // table, an unreadable descriptor or a bad indirect table; the last
-    // descriptor it gave us then still says NEXT.
-    if seen == 0 || more {
-        return Err(ChainError::Bad(
-            "broken chain (a loop, a next index past the table or a bad indirect table)",
-        ));
-    }
-    Ok(())
 }
 
-/// Calls `f(ptr, len)` for each host piece of guest range `addr..addr+len`.
-fn for_each_piece(
-    mem: &GuestMemoryMmap,
-    addr: u64,
-    len: u32,
-    mut f: impl FnMut(*mut u8, usize) -> Result<(), ChainError>,
-) -> Result<(), ChainError> {
-    if len == 0 {
-        return Ok(());
-    }
-    for s in mem.get_slices(GuestAddress(addr), len as usize) {
-        let s = s.map_err(|_| ChainError::Bad("buffer outside guest memory"))?;
-        f(s.ptr_guard_mut().as_ptr(), s.len())?;
-    }
-    Ok(())
-}
+const OUTSIDE: ChainError = ChainError::Bad("buffer outside guest memory");
 
 /// Receive side: the driver's transmit queue.
 pub struct VirtioRx {
@@ -288,38 +280,38 @@ impl VirtioRx {
         }
     }
 
-    /// Fills `frame` with the chain's buffers, minus the virtio-net header.
-    fn gather<M>(
-        mem: &GuestMemoryMmap,
-        chain: virtio_queue::DescriptorChain<M>,
+    /// Fills `frame` with the buffers of chain `head`, minus the virtio-net
+    /// header.
+    #[inline]
+    fn gather(
+        ring: &SplitRing,
+        table: &MemTable,
+        head: u16,
         frame: &mut RxFrame,
-    ) -> Result<(), ChainError>
-    where
-        M: std::ops::Deref,
-        M::Target: vm_memory::GuestMemory,
-    {
+    ) -> Result<(), ChainError> {
         let mut skip = HEADER_LEN as u32;
         // Past MAX_SEGS pieces the frame is dropped, but the chain is still
         // walked to its end (bounded by the queue size): only a chain that
         // ends is a frame too long; one that does not is a broken ring.
         let mut too_many = false;
-        for_each_desc(chain, |d| {
-            if d.is_write_only() {
+        ring.walk(table, head, |d: Desc| {
+            if d.write() {
                 return Err(ChainError::Bad(
                     "device-writable buffer on a transmit queue",
                 ));
             }
-            let cut = skip.min(d.len());
+            let cut = skip.min(d.len);
             skip -= cut;
-            let addr = d
-                .addr()
-                .0
-                .checked_add(u64::from(cut))
-                .ok_or(ChainError::Bad("buffer outside guest memory"))?;
-            for_each_piece(mem, addr, d.len() - cut, |p, n| {
-                too_many |= !frame.push(p, n as u32);
-                Ok(())
-            })
+            let addr = d.addr.checked_add(u64::from(cut)).ok_or(OUTSIDE)?;
+            table.for_each_piece(
+                addr,
+                d.len - cut,
+                |p, n| {
+                    too_many |= !frame.push(p, n as u32);
+                    Ok(())
+                },
+                OUTSIDE,
+            )
         })?;
         if skip > 0 {
             return Err(ChainError::Bad("frame shorter than the virtio-net header"));
@@ -336,27 +328,15 @@ impl RxQueue for VirtioRx {
         if let Some(f) = self.vq.fault.take() {
             return Err(f);
         }
-        let Vq { queue, mem, .. } = &mut self.vq;
-        let mem: &GuestMemoryMmap = mem;
-        let size = queue.size();
-        let mut iter = match queue.iter(mem) {
-            Ok(it) => it,
-            Err(e) => return Err(ring_fault(e)),
-        };
-        while self.nheads < BURST_SIZE && !burst.is_full() {
-            let Some(chain) = iter.next() else { break };
-            if chain.head_index() >= size {
-                // Such a chain cannot even be returned through the used ring.
-                return Err(QueueFault::Other(format!(
-                    "avail ring names descriptor {} of a {size}-entry table",
-                    chain.head_index()
-                )));
-            }
-            let head = chain.head_index();
+        let avail = self.vq.avail()?;
+        let mut next = self.vq.queue.next_avail();
+        while next != avail && self.nheads < BURST_SIZE && !burst.is_full() {
+            let head = self.vq.head_at(next)?;
+            next = next.wrapping_add(1);
             self.heads[self.nheads] = head;
             self.nheads += 1;
             let slot = burst.next_slot();
-            match Self::gather(mem, chain, slot) {
+            match Self::gather(&self.vq.ring, &self.vq.table, head, slot) {
                 Ok(()) => burst.commit(),
                 Err(ChainError::TooManyPieces) => burst.dropped += 1,
                 // As kernel vhost-net and QEMU stop a device whose driver
@@ -368,6 +348,7 @@ impl RxQueue for VirtioRx {
                 }
             }
         }
+        self.vq.queue.set_next_avail(next);
         Ok(burst.len())
     }
 
@@ -376,10 +357,7 @@ impl RxQueue for VirtioRx {
             return;
         }
         for i in 0..self.nheads {
-            if let Err(e) = self.vq.write_used(self.heads[i], 0) {
-                self.vq.fault = Some(ring_fault(e));
-                break;
-            }
+            self.vq.write_used(self.heads[i], 0);
         }
         self.nheads = 0;
         self.vq.notify_driver();
@@ -399,11 +377,7 @@ impl RxQueue for VirtioRx {
     }
 
     fn has_pending(&self) -> bool {
-        self.vq
-            .queue
-            .avail_idx(&*self.vq.mem, Ordering::Acquire)
-            .map(|i| i.0 != self.vq.queue.next_avail())
-            .unwrap_or(false)
+        self.vq.ring.avail_idx() != self.vq.queue.next_avail()
     }
 }
 
@@ -423,30 +397,28 @@ impl Sink {
         }
     }
 
-    /// Resolves `chain`'s buffers (all must be device-writable) in place.
-    fn load<M>(
-        &mut self,
-        mem: &GuestMemoryMmap,
-        chain: virtio_queue::DescriptorChain<M>,
-    ) -> Result<(), ChainError>
-    where
-        M: std::ops::Deref,
-        M::Target: vm_memory::GuestMemory,
-    {
-        self.head = chain.head_index();
+    /// Resolves chain `head`'s buffers (all must be device-writable).
+    #[inline]
+    fn load(&mut self, ring: &SplitRing, table: &MemTable, head: u16) -> Result<(), ChainError> {
+        self.head = head;
         self.n = 0;
-        for_each_desc(chain, |d| {
-            if !d.is_write_only() {
+        ring.walk(table, head, |d: Desc| {
+            if !d.write() {
                 return Err(ChainError::Bad("driver-readable buffer on a receive queue"));
             }
-            for_each_piece(mem, d.addr().0, d.len(), |p, n| {
-                if self.n == MAX_PIECES {
-                    return Err(ChainError::TooManyPieces);
-                }
-                self.pieces[self.n] = (p, n);
-                self.n += 1;
-                Ok(())
-            })
+            table.for_each_piece(
+                d.addr,
+                d.len,
+                |p, n| {
+                    if self.n == MAX_PIECES {
+                        return Err(ChainError::TooManyPieces);
+                    }
+                    self.pieces[self.n] = (p, n);
+                    self.n += 1;
+                    Ok(())
+                },
+                OUTSIDE,
+            )
         })
     }
 }
@@ -476,8 +448,11 @@ impl VirtioTx {
     }
 
     /// Copies the frame into as many chains as it needs; returns how many,
-    /// with `(head, bytes)` of each in `self.used`.
+    /// with `(head, bytes)` of each in `self.used`. The chains are taken
+    /// (next_avail moves) only when the whole frame fits.
     fn fill(&mut self, frame: &TxFrame<'_>) -> Result<usize, TxError> {
+        let avail = self.vq.avail().map_err(TxError::Fault)?;
+        let mut next = self.vq.queue.next_avail();
         let VirtioTx {
             vq,
             mergeable,
@@ -486,11 +461,6 @@ impl VirtioTx {
             used,
             ..
         } = self;
-        let mem: &GuestMemoryMmap = &vq.mem;
-        let mut iter = vq
-            .queue
-            .iter(mem)
-            .map_err(|e| TxError::Fault(ring_fault(e)))?;
         let mut reader = frame.reader();
         let mut header_left = HEADER_LEN;
         let mut header_pieces = 0;
@@ -499,17 +469,18 @@ impl VirtioTx {
             if chains == MAX_MERGED || (chains == 1 && !*mergeable) {
                 return Err(TxError::TooLong);
             }
-            let Some(chain) = iter.next() else {
+            if next == avail {
                 return Err(TxError::Full);
-            };
-            if let Err(e) = sink.load(mem, chain) {
+            }
+            let head = vq.head_at(next).map_err(TxError::Fault)?;
+            next = next.wrapping_add(1);
+            if let Err(e) = sink.load(&vq.ring, &vq.table, head) {
                 let why = match e {
                     ChainError::Bad(why) => why,
                     ChainError::TooManyPieces => "more buffers in one chain than followed",
                 };
                 return Err(TxError::Fault(QueueFault::Other(format!(
-                    "receive chain at descriptor {}: {why}",
-                    sink.head
+                    "receive chain at descriptor {head}: {why}"
                 ))));
             }
             let mut written = 0usize;
@@ -531,7 +502,7 @@ impl VirtioTx {
                     break;
                 }
             }
-            used[chains] = (sink.head, written as u32);
+            used[chains] = (head, written as u32);
             chains += 1;
         }
         let mut bytes = &header_bytes(chains as u16)[..];
@@ -541,6 +512,7 @@ impl VirtioTx {
             unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), p, k) };
             bytes = &bytes[k..];
         }
+        vq.queue.set_next_avail(next);
         Ok(chains)
     }
 }
@@ -555,25 +527,13 @@ impl TxQueue for VirtioTx {
         if let Some(f) = self.vq.fault.take() {
             return Err(TxError::Fault(f));
         }
-        let start = self.vq.queue.next_avail();
-        match self.fill(frame) {
-            Ok(chains) => {
-                for i in 0..chains {
-                    let (head, len) = self.used[i];
-                    if let Err(e) = self.vq.write_used(head, len) {
-                        return Err(TxError::Fault(ring_fault(e)));
-                    }
-                }
-                self.added += 1;
-                Ok(())
-            }
-            Err(e) => {
-                // Give back the chains taken for this frame: nothing was
-                // published, so the driver never sees them used.
-                self.vq.queue.set_next_avail(start);
-                Err(e)
-            }
+        let chains = self.fill(frame)?;
+        for i in 0..chains {
+            let (head, len) = self.used[i];
+            self.vq.write_used(head, len);
         }
+        self.added += 1;
+        Ok(())
     }
 
     fn flush(&mut self) {
@@ -587,6 +547,7 @@ impl TxQueue for VirtioTx {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use vm_memory::{Bytes, GuestAddress};
 
     const SIZE: u16 = 16;
     const DESC: u64 = 0x0;
@@ -724,9 +685,12 @@ mod tests {
                     r.desc(DESC, 0, BUFS, 12, F_NEXT, 1);
                     r.desc(DESC, 1, BUFS, 64, F_NEXT, 0);
                 },
-                "broken chain",
+                "a loop",
             ),
-            (&|r| r.desc(DESC, 0, BUFS, 12, F_NEXT, 999), "broken chain"),
+            (
+                &|r| r.desc(DESC, 0, BUFS, 12, F_NEXT, 999),
+                "past the table",
+            ),
             (
                 &|r| r.desc(DESC, 0, BUFS, 76, F_WRITE, 0),
                 "device-writable",
@@ -741,12 +705,12 @@ mod tests {
                     r.desc(table, 0, table, 16, F_INDIRECT, 0);
                     r.desc(DESC, 0, table, 16, F_INDIRECT, 0);
                 },
-                "broken chain",
+                "nested indirect",
             ),
             // Zero-length indirect table.
             (
                 &|r| r.desc(DESC, 0, table, 0, F_INDIRECT, 0),
-                "broken chain",
+                "malformed indirect",
             ),
         ];
         for (i, (bend, why)) in cases.iter().enumerate() {
