@@ -328,40 +328,42 @@ fn attack_as_slave(sw: &mut Switch, good: &GoodLoop) -> usize {
         length: 10,
         offset: m.buffer(i),
     };
+    // One frame of one bad descriptor.
+    let post = |m: &SlaveMem, d: Desc| {
+        put(m, 0, d);
+        m.s2m.set_head(1);
+    };
     ring_attack(sw, &mut t, "outside the shared memory", &|m| {
-        put(
+        post(
             m,
-            0,
             Desc {
                 region: 5,
                 ..runt(m, 0)
             },
-        );
-        m.s2m.set_head(1);
+        )
     });
+    // offset + length overflows u32.
     ring_attack(sw, &mut t, "outside the shared memory", &|m| {
-        put(
+        let (offset, length) = (u32::MAX - 0xff, 0x200);
+        post(
             m,
-            0,
             Desc {
-                offset: u32::MAX - 0xff,
-                length: 0x200,
+                offset,
+                length,
                 ..runt(m, 0)
             },
-        );
-        m.s2m.set_head(1);
+        )
     });
     ring_attack(sw, &mut t, "outside the shared memory", &|m| {
-        put(
+        let length = m.size() as u32 + 1;
+        post(
             m,
-            0,
             Desc {
                 offset: 0,
-                length: m.size() as u32 + 1,
+                length,
                 ..runt(m, 0)
             },
-        );
-        m.s2m.set_head(1);
+        )
     });
     ring_attack(sw, &mut t, "s2m head", &|m| m.s2m.set_head(SLOTS + 1));
     ring_attack(sw, &mut t, "s2m head", &|m| {
