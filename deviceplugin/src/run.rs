@@ -90,15 +90,24 @@ fn spawn_health(cfg: &Config) -> (watch::Receiver<bool>, JoinHandle<()>) {
     (rx, task)
 }
 
-/// The identity of a socket file, to notice it being replaced.
-fn inode(p: &Path) -> Option<(u64, u64)> {
-    std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()))
+/// The identity of a socket file, to notice it being replaced: device,
+/// inode and change time. The inode alone is not enough: ext4 gives a
+/// socket bound right after an unlink the same inode number (every time, in
+/// a check on the development VM), so a restarted kubelet's new
+/// `kubelet.sock` looked like the old one and the plugin never registered
+/// again.
+type FileId = (u64, u64, i64, i64);
+
+fn file_id(p: &Path) -> Option<FileId> {
+    std::fs::metadata(p)
+        .ok()
+        .map(|m| (m.dev(), m.ino(), m.ctime(), m.ctime_nsec()))
 }
 
 /// One pool's endpoint: a gRPC server on its socket.
 struct Serving {
     socket: PathBuf,
-    inode: Option<(u64, u64)>,
+    id: Option<FileId>,
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
 }
@@ -130,7 +139,7 @@ impl Serving {
             }
         });
         Ok(Serving {
-            inode: inode(&socket),
+            id: file_id(&socket),
             socket,
             stop,
             task,
@@ -139,7 +148,7 @@ impl Serving {
 
     /// Still ours: the file the kubelet dials is the one we bound.
     fn intact(&self) -> bool {
-        self.inode.is_some() && inode(&self.socket) == self.inode
+        self.id.is_some() && file_id(&self.socket) == self.id
     }
 
     async fn shutdown(self) {
@@ -152,7 +161,7 @@ impl Serving {
         {
             task.abort();
         }
-        if inode(&self.socket) == self.inode {
+        if file_id(&self.socket) == self.id {
             let _ = std::fs::remove_file(&self.socket);
         }
     }
@@ -192,7 +201,7 @@ async fn pool_loop(
         // Register (the kubelet may not be up yet).
         let mut kubelet = None;
         while kubelet.is_none() && serving.intact() && !*quit.borrow() {
-            let seen = inode(&cfg.kubelet_socket());
+            let seen = file_id(&cfg.kubelet_socket());
             match register(&cfg, pool).await {
                 Ok(()) => {
                     tracing::info!(%resource, endpoint = %socket.display(), "registered with the kubelet");
@@ -205,7 +214,7 @@ async fn pool_loop(
             }
         }
         // Registered: watch for a kubelet restart.
-        while serving.intact() && inode(&cfg.kubelet_socket()) == kubelet && !*quit.borrow() {
+        while serving.intact() && file_id(&cfg.kubelet_socket()) == kubelet && !*quit.borrow() {
             let _ = tokio::time::timeout(every, quit.changed()).await;
         }
         serving.shutdown().await;
