@@ -115,7 +115,16 @@ struct Tally<'a> {
     good: &'a GoodLoop,
 }
 
-impl Tally<'_> {
+impl<'a> Tally<'a> {
+    fn new(port: &'a str, good: &'a GoodLoop) -> Self {
+        Tally {
+            port,
+            faults: 0,
+            attacks: 0,
+            good,
+        }
+    }
+
     /// Waits for the port's fault counter to move and for `reason` in the
     /// log; checks the switch still runs and the good loop still forwards.
     fn check(&mut self, sw: &mut Switch, reason: &str) {
@@ -196,12 +205,7 @@ fn set_ring(
 /// and then the rings in every way the protocol forbids.
 fn attack_as_slave(sw: &mut Switch, good: &GoodLoop) -> usize {
     let sock = add_port(sw, "hm", &["--kind", "memif", "--role", "master"]);
-    let mut t = Tally {
-        port: "hm",
-        faults: 0,
-        attacks: 0,
-        good,
-    };
+    let mut t = Tally::new("hm", good);
 
     // --- The handshake.
     let version = |_: &SlaveMem, s: &mut Vec<_>| set_init(s, |v, _| *v = 0x0100);
@@ -421,12 +425,7 @@ fn attack_as_master(sw: &mut Switch, good: &GoodLoop) -> usize {
         "port", "add", "hs", "--kind", "memif", "--role", "slave", "--socket", &sock, "--bridge",
         "default",
     ]);
-    let mut t = Tally {
-        port: "hs",
-        faults: 0,
-        attacks: 0,
-        good,
-    };
+    let mut t = Tally::new("hs", good);
     let hello_with = |f: &dyn Fn(&mut u16, &mut u16, &mut u8)| {
         let mut h = peer::hello();
         if let Message::Hello {
@@ -529,12 +528,7 @@ const RUNT: [u8; 10] = [0xff; 10];
 /// (rust-vmm's protocol side, our rings) breaks requests, memory and rings.
 fn attack_vhost_frontend(sw: &mut Switch, good: &GoodLoop) -> usize {
     let sock = add_port(sw, "hv", &["--kind", "vhost-user", "--role", "server"]);
-    let mut t = Tally {
-        port: "hv",
-        faults: 0,
-        attacks: 0,
-        good,
-    };
+    let mut t = Tally::new("hv", good);
 
     // A well-behaved frontend first: its frames are read and returned.
     let f = VhostFrontend::connect(&sock).expect("setup");
