@@ -61,7 +61,6 @@ pub struct Vq {
     kick: Option<OwnedFd>,
     call: Option<OwnedFd>,
     progress: Arc<RingProgress>,
-    fault: Option<QueueFault>,
     /// Used elements written after `next_used` but not yet published.
     pending: u16,
     /// `next_used` when the driver was last considered for a signal.
@@ -105,7 +104,6 @@ impl Vq {
             kick,
             call,
             progress,
-            fault: None,
             pending: 0,
         };
         // Workers poll: ask the driver not to kick (re-enabled before sleep).
@@ -200,11 +198,6 @@ fn need_event(event: u16, new: u16, old: u16) -> bool {
     new.wrapping_sub(event).wrapping_sub(1) < new.wrapping_sub(old)
 }
 
-/// A ring the driver broke.
-fn ring_fault(why: impl std::fmt::Display) -> QueueFault {
-    QueueFault::Other(format!("virtqueue: {why}"))
-}
-
 impl Drop for Vq {
     fn drop(&mut self) {
         // Chains taken from the avail ring are always given back.
@@ -215,9 +208,8 @@ impl Drop for Vq {
 }
 
 impl Vq {
-    /// The next chain head offered by the driver, if `next != avail`;
-    /// `avail` is the driver's index read once for the burst. Checks the
-    /// head against the table.
+    /// The chain head in avail slot `next` (the caller keeps `next` short
+    /// of the driver's avail index), checked against the table.
     #[inline]
     fn head_at(&self, next: u16) -> Result<u16, QueueFault> {
         let head = self.ring.avail_entry(next);
@@ -236,8 +228,8 @@ impl Vq {
         let avail = self.ring.avail_idx();
         let next = self.queue.next_avail();
         if avail.wrapping_sub(next) > self.ring.size() {
-            return Err(ring_fault(format!(
-                "avail index {avail} is more than {} entries past {next} \
+            return Err(QueueFault::Other(format!(
+                "virtqueue: avail index {avail} is more than {} entries past {next} \
                  (more descriptors to process than queue size)",
                 self.ring.size()
             )));
@@ -325,9 +317,6 @@ impl VirtioRx {
 
 impl RxQueue for VirtioRx {
     fn rx_burst(&mut self, burst: &mut RxBurst) -> Result<usize, QueueFault> {
-        if let Some(f) = self.vq.fault.take() {
-            return Err(f);
-        }
         let avail = self.vq.avail()?;
         let mut next = self.vq.queue.next_avail();
         while next != avail && self.nheads < BURST_SIZE && !burst.is_full() {
@@ -524,9 +513,6 @@ unsafe impl Send for VirtioTx {}
 
 impl TxQueue for VirtioTx {
     fn tx(&mut self, frame: &TxFrame<'_>) -> Result<(), TxError> {
-        if let Some(f) = self.vq.fault.take() {
-            return Err(TxError::Fault(f));
-        }
         let chains = self.fill(frame)?;
         for i in 0..chains {
             let (head, len) = self.used[i];
