@@ -249,6 +249,11 @@ impl Testpmd {
         let _ = self.child.wait();
     }
 
+    /// testpmd's exit status if it has exited (a crash), without waiting.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
