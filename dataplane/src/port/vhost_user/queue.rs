@@ -417,6 +417,10 @@ pub struct VirtioTx {
     vq: Vq,
     mergeable: bool,
     added: u32,
+    /// The driver's avail index as last read: chains up to it are known to
+    /// be published, so the shared index (a line the driver keeps writing)
+    /// is read again only once they are used up, not once per frame.
+    avail: u16,
     sink: Sink,
     /// Where the current frame's header goes (pieces of the first chain).
     header: [(*mut u8, usize); HEADER_LEN],
@@ -427,6 +431,7 @@ impl VirtioTx {
     /// Wraps a receive virtqueue; `mergeable`: MRG_RXBUF was negotiated.
     pub fn new(vq: Vq, mergeable: bool) -> VirtioTx {
         VirtioTx {
+            avail: vq.queue.next_avail(),
             vq,
             mergeable,
             added: 0,
@@ -440,11 +445,11 @@ impl VirtioTx {
     /// with `(head, bytes)` of each in `self.used`. The chains are taken
     /// (next_avail moves) only when the whole frame fits.
     fn fill(&mut self, frame: &TxFrame<'_>) -> Result<usize, TxError> {
-        let avail = self.vq.avail().map_err(TxError::Fault)?;
         let mut next = self.vq.queue.next_avail();
         let VirtioTx {
             vq,
             mergeable,
+            avail,
             sink,
             header,
             used,
@@ -458,8 +463,11 @@ impl VirtioTx {
             if chains == MAX_MERGED || (chains == 1 && !*mergeable) {
                 return Err(TxError::TooLong);
             }
-            if next == avail {
-                return Err(TxError::Full);
+            if next == *avail {
+                *avail = vq.avail().map_err(TxError::Fault)?;
+                if next == *avail {
+                    return Err(TxError::Full);
+                }
             }
             let head = vq.head_at(next).map_err(TxError::Fault)?;
             next = next.wrapping_add(1);
