@@ -13,7 +13,7 @@
 pub mod mac_table;
 
 use crate::dataplane::{bump, Dataplane, PortId, ViewPort, WorkerView};
-use crate::port::{RxFrame, TxError, TxFrame};
+use crate::port::{RxFrame, TxError, TxFrame, BURST_SIZE};
 use crate::wire::ethernet::{ETHERTYPE_VLAN, HEADER_LEN, VLAN_TAG_LEN};
 use crate::wire::MacAddr;
 use mac_table::MacEntry;
@@ -71,10 +71,40 @@ impl DropReason {
 
 /// Per-worker scratch state for forwarding, sized when the view changes so
 /// that forwarding itself never allocates.
+///
+/// A burst is switched in two passes: every frame is first decided (parsed,
+/// learned, looked up) and queued on its destinations, then each destination
+/// takes its frames in one go, under one acquisition of its queue, and is
+/// flushed. That is one lock and one ring update per destination and burst
+/// instead of per frame.
 #[derive(Default)]
 pub struct Forwarder {
-    touched: Vec<bool>,
-    touched_list: Vec<PortId>,
+    /// Frames queued per destination port slot (at most one burst each).
+    pending: Vec<Vec<Pending>>,
+    /// Destinations with frames queued, in first-use order.
+    touched: Vec<PortId>,
+    /// The first bytes of each frame of the burst (for VLAN rewrites).
+    hdrs: Vec<[u8; HEADER_LEN + VLAN_TAG_LEN]>,
+}
+
+/// One frame queued on one destination.
+#[derive(Clone, Copy)]
+struct Pending {
+    /// Index of the frame in the burst.
+    frame: u8,
+    /// Its VLAN rewrite.
+    tag: Retag,
+}
+
+/// How a frame's VLAN tag changes on its way out.
+#[derive(Clone, Copy)]
+enum Retag {
+    /// Leaves as it came.
+    Keep,
+    /// Its tag is removed.
+    Pop,
+    /// A tag of this VLAN is pushed.
+    Push(u16),
 }
 
 /// A frame's L2 facts, parsed from a private copy of its first bytes.
@@ -114,11 +144,15 @@ fn parse_l2(frame: &RxFrame) -> Result<L2, DropReason> {
 impl Forwarder {
     /// Resizes scratch state for a new view.
     pub fn resize(&mut self, view: &WorkerView) {
-        self.touched = vec![false; view.ports.len()];
-        self.touched_list = Vec::with_capacity(view.ports.len());
+        self.pending = (0..view.ports.len())
+            .map(|_| Vec::with_capacity(BURST_SIZE))
+            .collect();
+        self.touched = Vec::with_capacity(view.ports.len());
+        self.hdrs = vec![[0; HEADER_LEN + VLAN_TAG_LEN]; BURST_SIZE];
     }
 
-    /// Switches one received burst from `in_port`. `w` is the worker index.
+    /// Switches one received burst from `in_port` (in chunks of
+    /// [`BURST_SIZE`] frames). `w` is the worker index.
     pub fn forward_burst(
         &mut self,
         dp: &Dataplane,
@@ -155,79 +189,80 @@ impl Forwarder {
         };
         let now = dp.now_secs();
 
-        for frame in frames {
-            let l2 = match parse_l2(frame) {
-                Ok(l2) => l2,
-                Err(r) => {
-                    bump(&in_counters.drops[r as usize], 1);
-                    continue;
-                }
-            };
-            // The VLAN this frame belongs to inside the bridge.
-            let domain = match inp.vlan {
-                Some(v) => {
-                    if l2.tagged && l2.vid != 0 {
-                        bump(&in_counters.drops[DropReason::VlanFiltered as usize], 1);
+        for chunk in frames.chunks(BURST_SIZE) {
+            for (i, frame) in chunk.iter().enumerate() {
+                let l2 = match parse_l2(frame) {
+                    Ok(l2) => l2,
+                    Err(r) => {
+                        bump(&in_counters.drops[r as usize], 1);
                         continue;
                     }
-                    v
-                }
-                None => l2.vid,
-            };
-            if !l2.src.is_multicast() {
-                bridge.macs.learn(
-                    l2.src,
-                    domain,
-                    MacEntry {
-                        port: in_port,
-                        port_gen: inp.generation,
-                        last_seen: now,
-                    },
-                );
-            }
-            let mut unicast = None;
-            if !l2.dst.is_multicast() {
-                if let Some(e) = bridge.macs.lookup(l2.dst, domain) {
-                    if e.port == in_port {
-                        bump(&in_counters.drops[DropReason::Hairpin as usize], 1);
-                        continue;
-                    }
-                    if let Some(p) = view.ports.get(e.port as usize).and_then(Option::as_ref) {
-                        if p.generation == e.port_gen && p.bridge == Some(bridge_id) {
-                            unicast = Some((e.port, p));
-                        }
-                    }
-                }
-            }
-            match unicast {
-                Some((id, p)) => {
-                    self.send(dp, w, id, p, frame, &l2, domain, true);
-                }
-                None => {
-                    for &id in &bridge.ports {
-                        if id == in_port {
+                };
+                // The VLAN this frame belongs to inside the bridge.
+                let domain = match inp.vlan {
+                    Some(v) => {
+                        if l2.tagged && l2.vid != 0 {
+                            bump(&in_counters.drops[DropReason::VlanFiltered as usize], 1);
                             continue;
                         }
-                        if let Some(p) = view.ports.get(id as usize).and_then(Option::as_ref) {
-                            self.send(dp, w, id, p, frame, &l2, domain, false);
+                        v
+                    }
+                    None => l2.vid,
+                };
+                if !l2.src.is_multicast() {
+                    bridge.macs.learn(
+                        l2.src,
+                        domain,
+                        MacEntry {
+                            port: in_port,
+                            port_gen: inp.generation,
+                            last_seen: now,
+                        },
+                    );
+                }
+                let mut unicast = None;
+                if !l2.dst.is_multicast() {
+                    if let Some(e) = bridge.macs.lookup(l2.dst, domain) {
+                        if e.port == in_port {
+                            bump(&in_counters.drops[DropReason::Hairpin as usize], 1);
+                            continue;
+                        }
+                        if let Some(p) = view.ports.get(e.port as usize).and_then(Option::as_ref) {
+                            if p.generation == e.port_gen && p.bridge == Some(bridge_id) {
+                                unicast = Some((e.port, p));
+                            }
+                        }
+                    }
+                }
+                self.hdrs[i] = l2.hdr;
+                match unicast {
+                    Some((id, p)) => self.queue(w, id, p, i, &l2, domain, true),
+                    None => {
+                        for &id in &bridge.ports {
+                            if id == in_port {
+                                continue;
+                            }
+                            if let Some(p) = view.ports.get(id as usize).and_then(Option::as_ref) {
+                                self.queue(w, id, p, i, &l2, domain, false);
+                            }
                         }
                     }
                 }
             }
+            self.send_queued(dp, view, w, chunk);
         }
-        self.flush(view);
     }
 
-    /// Sends one frame to one port of the bridge, rewriting its VLAN tag.
+    /// Queues frame `i` on port `id` of the bridge, with the VLAN rewrite
+    /// it needs there.
     #[allow(clippy::too_many_arguments)]
     #[inline]
-    fn send(
+    fn queue(
         &mut self,
-        dp: &Dataplane,
         w: usize,
         id: PortId,
         p: &ViewPort,
-        frame: &RxFrame,
+        i: usize,
         l2: &L2,
         domain: u16,
         unicast: bool,
@@ -237,58 +272,111 @@ impl Forwarder {
             Some(_) => false,
             None => domain != 0,
         };
-        let counters = p.shared.counters(w);
-        let Some(tx) = &p.tx else {
+        if p.tx.is_none() {
             if unicast {
+                let counters = p.shared.counters(w);
                 bump(&counters.drops[DropReason::LinkDown as usize], 1);
             }
             return;
+        }
+        let tag = match (l2.tagged, out_tagged) {
+            (true, true) | (false, false) => Retag::Keep,
+            (true, false) => Retag::Pop,
+            (false, true) => Retag::Push(domain),
         };
-        if Dataplane::faulted(&p.shared) {
+        let Some(q) = self.pending.get_mut(id as usize) else {
             return;
-        }
-        let mut push = [0u8; HEADER_LEN + VLAN_TAG_LEN - 2];
-        let txf = match (l2.tagged, out_tagged) {
-            (true, true) | (false, false) => TxFrame::plain(frame),
-            (true, false) => TxFrame {
-                frame,
-                prefix: &l2.hdr[..12],
-                skip: (HEADER_LEN + VLAN_TAG_LEN - 2) as u32,
-            },
-            (false, true) => {
-                push[..12].copy_from_slice(&l2.hdr[..12]);
-                push[12..14].copy_from_slice(&ETHERTYPE_VLAN.to_be_bytes());
-                push[14..16].copy_from_slice(&(domain & 0x0fff).to_be_bytes());
-                TxFrame {
-                    frame,
-                    prefix: &push,
-                    skip: 12,
-                }
-            }
         };
-        let len = txf.len() as u64;
-        match tx.with(|q| q.tx(&txf)) {
-            Ok(()) => {
-                bump(&counters.tx_packets, 1);
-                bump(&counters.tx_bytes, len);
-            }
-            Err(TxError::Full) => bump(&counters.drops[DropReason::NoBuffer as usize], 1),
-            Err(TxError::TooLong) => bump(&counters.drops[DropReason::TooLong as usize], 1),
-            Err(TxError::Fault(f)) => dp.report_fault(&p.shared, f.to_string()),
+        if q.is_empty() {
+            self.touched.push(id);
         }
-        if !self.touched[id as usize] {
-            self.touched[id as usize] = true;
-            self.touched_list.push(id);
-        }
+        debug_assert!(q.len() < q.capacity(), "one entry per frame and burst");
+        q.push(Pending {
+            frame: i as u8,
+            tag,
+        });
     }
 
-    fn flush(&mut self, view: &WorkerView) {
-        for &id in &self.touched_list {
-            self.touched[id as usize] = false;
-            if let Some(tx) = view.ports[id as usize].as_ref().and_then(|p| p.tx.as_ref()) {
-                tx.with(|q| q.flush());
+    /// Hands each destination its queued frames under one acquisition of
+    /// its transmit queue, then flushes it.
+    fn send_queued(&mut self, dp: &Dataplane, view: &WorkerView, w: usize, frames: &[RxFrame]) {
+        let Forwarder {
+            pending,
+            touched,
+            hdrs,
+        } = self;
+        for &id in touched.iter() {
+            let q = &mut pending[id as usize];
+            let Some(p) = view.ports.get(id as usize).and_then(Option::as_ref) else {
+                q.clear();
+                continue;
+            };
+            let Some(tx) = &p.tx else {
+                q.clear();
+                continue;
+            };
+            if Dataplane::faulted(&p.shared) {
+                q.clear();
+                continue;
+            }
+            let counters = p.shared.counters(w);
+            let (mut packets, mut bytes) = (0u64, 0u64);
+            let mut drops = [0u64; DropReason::COUNT];
+            let mut fault = None;
+            tx.with(|txq| {
+                for e in q.iter() {
+                    let frame = &frames[usize::from(e.frame)];
+                    let hdr = &hdrs[usize::from(e.frame)];
+                    let mut push = [0u8; HEADER_LEN + VLAN_TAG_LEN - 2];
+                    let txf = match e.tag {
+                        Retag::Keep => TxFrame::plain(frame),
+                        Retag::Pop => TxFrame {
+                            frame,
+                            prefix: &hdr[..12],
+                            skip: (HEADER_LEN + VLAN_TAG_LEN - 2) as u32,
+                        },
+                        Retag::Push(domain) => {
+                            push[..12].copy_from_slice(&hdr[..12]);
+                            push[12..14].copy_from_slice(&ETHERTYPE_VLAN.to_be_bytes());
+                            push[14..16].copy_from_slice(&(domain & 0x0fff).to_be_bytes());
+                            TxFrame {
+                                frame,
+                                prefix: &push,
+                                skip: 12,
+                            }
+                        }
+                    };
+                    match txq.tx(&txf) {
+                        Ok(()) => {
+                            packets += 1;
+                            bytes += txf.len() as u64;
+                        }
+                        Err(TxError::Full) => drops[DropReason::NoBuffer as usize] += 1,
+                        Err(TxError::TooLong) => drops[DropReason::TooLong as usize] += 1,
+                        Err(TxError::Fault(f)) => {
+                            // The port is reset; the rest of its frames
+                            // go nowhere.
+                            fault = Some(f);
+                            break;
+                        }
+                    }
+                }
+                txq.flush();
+            });
+            q.clear();
+            if packets > 0 {
+                bump(&counters.tx_packets, packets);
+                bump(&counters.tx_bytes, bytes);
+            }
+            for (r, n) in drops.iter().enumerate() {
+                if *n > 0 {
+                    bump(&counters.drops[r], *n);
+                }
+            }
+            if let Some(f) = fault {
+                dp.report_fault(&p.shared, f.to_string());
             }
         }
-        self.touched_list.clear();
+        touched.clear();
     }
 }
