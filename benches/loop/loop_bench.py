@@ -170,11 +170,16 @@ class Dut:
                 p.stop()
 
 
+def switchyard_bin():
+    """The release build, or $SWITCHYARD_BIN (to compare two builds)."""
+    return os.environ.get("SWITCHYARD_BIN") or os.path.join(REPO, "target", "release", "switchyard")
+
+
 class Switchyard(Dut):
     name = "switchyard"
 
     def start(self):
-        binary = os.path.join(REPO, "target", "release", "switchyard")
+        binary = switchyard_bin()
         if not os.path.exists(binary):
             sys.exit(f"{binary} is missing: cargo build --release -p switchyard")
         ports = []
@@ -198,7 +203,7 @@ class Switchyard(Dut):
             time.sleep(0.05)
 
     def ready(self, gen):
-        binary = os.path.join(REPO, "target", "release", "switchyard")
+        binary = switchyard_bin()
         env = dict(os.environ, SWITCHYARD_CONTROL=self.ctl)
         end = time.time() + 20
         while time.time() < end:
