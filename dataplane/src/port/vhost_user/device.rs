@@ -29,7 +29,7 @@ use vhost::vhost_user::VhostUserBackendReqHandlerMut;
 use vhost::vhost_user::{Error as VuError, GpuBackend, Result as VuResult};
 use vhost::VhostUserMemoryRegionBase;
 use vhost_user_backend::{VringRwLock, VringT};
-use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
+use virtio_bindings::virtio_config::{VIRTIO_F_IN_ORDER, VIRTIO_F_VERSION_1};
 use virtio_bindings::virtio_net::{VIRTIO_NET_F_MQ, VIRTIO_NET_F_MRG_RXBUF, VIRTIO_NET_S_LINK_UP};
 use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
 use virtio_queue::{Queue, QueueT};
@@ -47,8 +47,15 @@ pub const MAX_QUEUE_SIZE: u16 = 32768;
 const MAX_REGIONS: usize = 8;
 
 /// Virtio features the device offers.
+///
+/// `VIRTIO_F_IN_ORDER`: the device uses every queue's chains in the order
+/// they were made available (receive chains are returned in burst order,
+/// transmit chains are taken and used one frame after the other), which
+/// lets a driver free and refill its buffers without reading used ids, as
+/// with DPDK's vhost library.
 pub fn device_features(max_pairs: u16) -> u64 {
     let mut f = 1u64 << VIRTIO_F_VERSION_1
+        | 1 << VIRTIO_F_IN_ORDER
         | 1 << VIRTIO_NET_F_MRG_RXBUF
         | 1 << VIRTIO_RING_F_EVENT_IDX
         | 1 << VIRTIO_RING_F_INDIRECT_DESC
