@@ -10,6 +10,7 @@
 
 pub mod frame;
 pub mod memif;
+pub mod prefetch;
 pub mod vhost_user;
 
 use std::os::fd::RawFd;

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use super::region::Regions;
 use super::ring::{Desc, Ring};
-use crate::port::{QueueFault, RxBurst, RxQueue, TxError, TxFrame, TxQueue};
+use crate::port::{prefetch, QueueFault, RxBurst, RxQueue, TxError, TxFrame, TxQueue};
 use crate::reactor::kick_eventfd;
 use crate::wire::memif::{DESC_FLAG_NEXT, RING_FLAG_MASK_INT};
 
@@ -155,6 +155,13 @@ impl RxQueue for MemifRx {
                         length: d.length,
                     },
                 )?;
+                if slot == start {
+                    // The peer has just written this frame, so its first
+                    // line is in the peer's cache: the switch reads it next
+                    // (the Ethernet header). Hinting the whole burst's
+                    // headers here lets those misses overlap.
+                    prefetch::read(ptr);
+                }
                 fits &= frame.push(ptr, d.length);
                 slot = slot.wrapping_add(1);
                 if d.flags & DESC_FLAG_NEXT == 0 {
