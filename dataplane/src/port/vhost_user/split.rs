@@ -136,8 +136,25 @@ impl Desc {
 
 #[inline]
 fn read_desc(p: *const u8) -> Desc {
-    // SAFETY: callers pass a pointer to 16 bytes inside a checked mapping;
-    // volatile (the driver may write concurrently), byte-aligned read.
+    if p as usize % 8 == 0 {
+        // SAFETY: callers pass a pointer to 16 bytes inside a checked
+        // mapping, here 8-aligned: two volatile (the driver may write
+        // concurrently) aligned loads, not sixteen byte loads.
+        let (a, b) = unsafe {
+            (
+                std::ptr::read_volatile(p as *const u64),
+                std::ptr::read_volatile(p.add(8) as *const u64),
+            )
+        };
+        let b = u64::from_le(b);
+        return Desc {
+            addr: u64::from_le(a),
+            len: b as u32,
+            flags: (b >> 32) as u16,
+            next: (b >> 48) as u16,
+        };
+    }
+    // SAFETY: as above, byte-aligned (an indirect table may lie anywhere).
     let b = unsafe { std::ptr::read_volatile(p as *const [u8; 16]) };
     Desc {
         addr: u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]),
@@ -173,7 +190,9 @@ impl SplitRing {
         // ring[size] of 8 bytes, avail_event.
         let avail = mem.translate(avail, 6 + 2 * n)?;
         let used = mem.translate(used, 6 + 8 * n)?;
-        if size == 0 || avail as usize % 2 != 0 || used as usize % 4 != 0 {
+        // Split rings have a power-of-two size (virtio 1.2, 2.7), so a
+        // slot is a mask away from its counter.
+        if !size.is_power_of_two() || avail as usize % 2 != 0 || used as usize % 4 != 0 {
             return None;
         }
         Some(SplitRing {
@@ -222,14 +241,14 @@ impl SplitRing {
     /// The head index in avail slot `counter % size` (not yet checked).
     #[inline]
     pub fn avail_entry(&self, counter: u16) -> u16 {
-        let slot = usize::from(counter % self.size);
+        let slot = usize::from(counter & (self.size - 1));
         u16::from_le(self.field(self.avail, 4 + 2 * slot).load(Ordering::Relaxed))
     }
 
     /// Writes used element `counter % size` (published later).
     #[inline]
     pub fn write_used(&self, counter: u16, id: u16, len: u32) {
-        let slot = usize::from(counter % self.size);
+        let slot = usize::from(counter & (self.size - 1));
         let mut e = [0u8; 8];
         e[..4].copy_from_slice(&u32::from(id).to_le_bytes());
         e[4..].copy_from_slice(&len.to_le_bytes());
