@@ -391,18 +391,26 @@ def main():
     results = {}
     for kind in args.kinds.split(","):
         for size in [int(s) for s in args.sizes.split(",")]:
-            for dut in duts:
-                runs = []
-                for r in range(args.repeat):
+            # The DUTs take turns, round after round: this VM's speed drifts
+            # over minutes, and a DUT measured in one slow stretch would
+            # otherwise be compared with others measured in a fast one.
+            runs = {dut: [] for dut in duts}
+            failed = set()
+            for r in range(args.repeat):
+                for dut in duts:
+                    if dut in failed:
+                        continue
                     try:
-                        runs.append(run_once(dut, kind, size, args.seconds, args.bursts))
+                        runs[dut].append(run_once(dut, kind, size, args.seconds, args.bursts))
                     except Exception as e:  # noqa: BLE001 - report and go on
                         print(f"# {dut} {kind} {size}: {str(e).splitlines()[0]}",
                               file=sys.stderr, flush=True)
-                        break
+                        failed.add(dut)
+                        continue
                     print(f"# {dut:10} {kind:12} {size:5} run {r + 1}: "
-                          f"{runs[-1] / 1e6:.3f} Mpps", file=sys.stderr, flush=True)
-                results[(dut, kind, size)] = statistics.median(runs) if runs else None
+                          f"{runs[dut][-1] / 1e6:.3f} Mpps", file=sys.stderr, flush=True)
+            for dut in duts:
+                results[(dut, kind, size)] = statistics.median(runs[dut]) if runs[dut] else None
     print_table(results, duts, args)
 
 
