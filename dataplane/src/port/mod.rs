@@ -11,6 +11,7 @@
 pub mod frame;
 pub mod memif;
 pub mod prefetch;
+pub mod sigbus;
 pub mod vhost_user;
 
 use std::os::fd::RawFd;
@@ -54,6 +55,12 @@ pub enum QueueFault {
         /// First slot of the chain.
         slot: u16,
     },
+    /// The peer shrank the file behind memory it shares: an access raised
+    /// `SIGBUS`, which [`sigbus`] caught.
+    #[error(
+        "the peer truncated the memory it shares (SIGBUS caught; its pages now read as zeros)"
+    )]
+    PeerMemoryTruncated,
     /// Descriptor chain or guest-memory fault described by text (other port kinds).
     #[error("{0}")]
     Other(String),

@@ -39,6 +39,7 @@ use vm_memory::{
 
 use super::queue::{RingProgress, VirtioRx, VirtioTx, Vq};
 use crate::dataplane::{Dataplane, PortId};
+use crate::port::sigbus::Tripwire;
 use crate::port::{PortQueues, RxQueue, TxQueue};
 
 /// Largest virtqueue the device accepts (the virtio maximum for split rings).
@@ -110,6 +111,9 @@ pub struct NetDevice {
     mem_set: bool,
     mappings: Vec<Mapping>,
     vrings: Vec<VringRwLock>,
+    /// Watches the mappings in `mem` for truncation (declared after `mem`
+    /// and `vrings`: dropped after the mappings are).
+    wire: Arc<Tripwire>,
     live: Vec<LiveRing>,
     /// Set when the queues were taken back from the workers.
     parked_since_activate: bool,
@@ -152,6 +156,7 @@ impl NetDevice {
             mem_set: false,
             mappings: Vec::new(),
             vrings,
+            wire: Arc::new(Tripwire::new()),
             live: Vec::new(),
             parked_since_activate: false,
         })
@@ -290,7 +295,9 @@ impl NetDevice {
         };
         let kick = dup(v.get_kick().as_ref().map(|k| k.as_raw_fd()))?;
         let call = dup(v.get_call().as_ref().map(|c| c.as_raw_fd()))?;
-        Vq::new(queue, mem.clone(), kick, call).map_err(|e| format!("vring {index}: {e}"))
+        Vq::new(queue, mem.clone(), kick, call)
+            .map(|vq| vq.watched_by(self.wire.clone()))
+            .map_err(|e| format!("vring {index}: {e}"))
     }
 
     /// Forgets all ring and feature state (frontend reset or restart).
@@ -381,6 +388,7 @@ impl VhostUserBackendReqHandlerMut for NetDevice {
             return Err(VuError::InvalidParam);
         }
         self.park();
+        let mut wire = Tripwire::new();
         let mut regions = Vec::with_capacity(ctx.len());
         let mut mappings = Vec::with_capacity(ctx.len());
         for (r, file) in ctx.iter().zip(files) {
@@ -395,8 +403,17 @@ impl VhostUserBackendReqHandlerMut for NetDevice {
                 warn!(port = %self.name, offset, size, file_len = len, "memory region does not fit its file");
                 return Err(VuError::InvalidParam);
             }
-            let region = GuestRegionMmap::new(r.mmap_region::<()>(file)?, GuestAddress(gpa))
-                .ok_or(VuError::InvalidParam)?;
+            let map = r.mmap_region::<()>(file)?;
+            // The frontend may still shrink the file (its fds cannot be
+            // required to be sealed): a SIGBUS there costs it its port, not
+            // the switch its life.
+            // SAFETY: `map` is a mapping of the frontend's file that the
+            // switch only reads and writes through raw pointers as untrusted
+            // bytes; `self.wire` (or `wire`, on error) outlives it.
+            unsafe { wire.watch(map.as_ptr(), map.size()) }
+                .map_err(|e| VuError::ReqHandlerError(std::io::Error::other(e)))?;
+            let region =
+                GuestRegionMmap::new(map, GuestAddress(gpa)).ok_or(VuError::InvalidParam)?;
             regions.push(Arc::new(region));
             mappings.push(Mapping {
                 user_addr,
@@ -410,6 +427,7 @@ impl VhostUserBackendReqHandlerMut for NetDevice {
             .lock()
             .map_err(|_| VuError::BackendInternalError)?
             .replace(mem);
+        self.wire = Arc::new(wire);
         debug!(port = %self.name, regions = mappings.len(), "memory table set");
         self.mappings = mappings;
         self.mem_set = true;

@@ -23,6 +23,7 @@ use vm_memory::GuestMemoryMmap;
 
 use super::split::{Broken, Desc, MemTable, SplitRing};
 
+use crate::port::sigbus::Tripwire;
 use crate::port::{
     prefetch, QueueFault, RxBurst, RxFrame, RxQueue, TxError, TxFrame, TxQueue, BURST_SIZE,
 };
@@ -63,6 +64,9 @@ pub struct Vq {
     kick: Option<OwnedFd>,
     call: Option<OwnedFd>,
     progress: Arc<RingProgress>,
+    /// Trips when the driver truncates the memory behind `mem`. Declared
+    /// after `mem`, so it is dropped after the mapping is.
+    wire: Option<Arc<Tripwire>>,
     /// Used elements written after `next_used` but not yet published.
     pending: u16,
     /// `next_used` when the driver was last considered for a signal.
@@ -106,11 +110,25 @@ impl Vq {
             kick,
             call,
             progress,
+            wire: None,
             pending: 0,
         };
         // Workers poll: ask the driver not to kick (re-enabled before sleep).
         let _ = vq.queue.disable_notification(&*vq.mem);
         Ok(vq)
+    }
+
+    /// The queue, watching `wire`: once it trips, every call fails with
+    /// [`QueueFault::PeerMemoryTruncated`].
+    pub fn watched_by(mut self, wire: Arc<Tripwire>) -> Vq {
+        self.wire = Some(wire);
+        self
+    }
+
+    /// True once the driver truncated the memory the queue works in.
+    #[inline]
+    fn memory_gone(&self) -> bool {
+        self.wire.as_ref().is_some_and(|w| w.tripped())
     }
 
     /// A ready queue of `size` entries whose rings lie at the given guest
@@ -315,10 +333,9 @@ impl VirtioRx {
         }
         Ok(())
     }
-}
 
-impl RxQueue for VirtioRx {
-    fn rx_burst(&mut self, burst: &mut RxBurst) -> Result<usize, QueueFault> {
+    /// Gathers up to a burst of the driver's frames.
+    fn take_burst(&mut self, burst: &mut RxBurst) -> Result<usize, QueueFault> {
         let avail = self.vq.avail()?;
         let mut next = self.vq.queue.next_avail();
         while next != avail && self.nheads < BURST_SIZE && !burst.is_full() {
@@ -350,6 +367,18 @@ impl RxQueue for VirtioRx {
         }
         self.vq.queue.set_next_avail(next);
         Ok(burst.len())
+    }
+}
+
+impl RxQueue for VirtioRx {
+    fn rx_burst(&mut self, burst: &mut RxBurst) -> Result<usize, QueueFault> {
+        let got = self.take_burst(burst);
+        // Checked after the reads, so that what zero pages made of the
+        // rings is not reported as a broken ring.
+        if self.vq.memory_gone() {
+            return Err(QueueFault::PeerMemoryTruncated);
+        }
+        got
     }
 
     fn release(&mut self) {
@@ -612,7 +641,12 @@ unsafe impl Send for VirtioTx {}
 
 impl TxQueue for VirtioTx {
     fn tx(&mut self, frame: &TxFrame<'_>) -> Result<(), TxError> {
-        let chains = self.fill(frame)?;
+        let chains = match self.fill(frame) {
+            Err(TxError::Fault(_)) if self.vq.memory_gone() => {
+                return Err(TxError::Fault(QueueFault::PeerMemoryTruncated))
+            }
+            r => r?,
+        };
         for i in 0..chains {
             let (head, len) = self.used[i];
             self.vq.write_used(head, len);
