@@ -146,9 +146,10 @@ fn main() {
     std::fs::write(
         &config,
         format!(
-            "control_socket = \"{}\"\nstate_dir = \"{}\"\n[dataplane]\nworkers = 1\ncpus = [0]\npoll_mode = \"{mode}\"\n[[bridge]]\nname = \"b\"\n",
+            "control_socket = \"{}\"\nstate_dir = \"{}\"\nsocket_dir = \"{}\"\n[dataplane]\nworkers = 1\ncpus = [0]\npoll_mode = \"{mode}\"\n[[bridge]]\nname = \"b\"\n",
             control.display(),
-            dir.join("state").display()
+            dir.join("state").display(),
+            dir.display()
         ),
     )
     .unwrap();

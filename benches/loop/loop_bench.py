@@ -193,6 +193,7 @@ class Switchyard(Dut):
         with open(cfg, "w") as f:
             f.write(f'control_socket = "{self.tmp}/control.sock"\n'
                     f'state_dir = "{self.tmp}/state"\n'
+                    f'socket_dir = "{self.tmp}"\n'
                     f'[dataplane]\nworkers = 1\ncpus = [{DUT_CPU}]\npoll_mode = "poll"\n'
                     '[[bridge]]\nname = "default"\n' + "\n".join(ports))
         self.ctl = os.path.join(self.tmp, "control.sock")

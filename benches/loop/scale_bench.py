@@ -73,7 +73,7 @@ def main():
     ctl = os.path.join(tmp, "control.sock")
     cfg = os.path.join(tmp, "switchyard.toml")
     with open(cfg, "w") as f:
-        f.write(f'control_socket = "{ctl}"\nstate_dir = "{tmp}/state"\n'
+        f.write(f'control_socket = "{ctl}"\nstate_dir = "{tmp}/state"\nsocket_dir = "{tmp}"\n'
                 '[dataplane]\nworkers = 1\ncpus = [0]\npoll_mode = "adaptive"\n'
                 '[[bridge]]\nname = "default"\n')
     p = subprocess.Popen([binary, "run", "--config", cfg], stdout=subprocess.DEVNULL,

@@ -41,9 +41,10 @@ impl Node {
         std::fs::write(
             &cfg,
             format!(
-                "control_socket = \"{}\"\nstate_dir = \"{}\"\n",
+                "control_socket = \"{}\"\nstate_dir = \"{}\"\nsocket_dir = \"{}\"\n",
                 dir.path().join("control.sock").display(),
-                dir.path().join("state").display()
+                dir.path().join("state").display(),
+                dir.path().display()
             ),
         )
         .unwrap();

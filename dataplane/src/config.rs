@@ -17,6 +17,8 @@ pub const DEFAULT_CONFIG: &str = include_str!("default.toml");
 
 /// Default control socket.
 pub const DEFAULT_CONTROL_SOCKET: &str = "/run/switchyard/control.sock";
+/// Default `socket_dir`: port sockets lie below it.
+pub const DEFAULT_SOCKET_DIR: &str = "/run/switchyard";
 
 /// A configuration problem, naming the field at fault.
 #[derive(Debug, thiserror::Error)]
@@ -55,6 +57,9 @@ fn default_control() -> PathBuf {
 fn default_state_dir() -> PathBuf {
     PathBuf::from("/var/lib/switchyard")
 }
+fn default_socket_dir() -> PathBuf {
+    PathBuf::from(DEFAULT_SOCKET_DIR)
+}
 fn default_aging() -> u32 {
     300
 }
@@ -82,6 +87,11 @@ pub struct Config {
     /// Where ports added at run time are persisted.
     #[serde(default = "default_state_dir")]
     pub state_dir: PathBuf,
+    /// The directory every port socket lies in (as OVS keeps its vhost-user
+    /// sockets in its run directory): a relative `socket` is taken from
+    /// here, and one that resolves outside it is refused.
+    #[serde(default = "default_socket_dir")]
+    pub socket_dir: PathBuf,
     /// Seconds a learned MAC lives without traffic.
     #[serde(default = "default_aging")]
     pub mac_aging_secs: u32,
@@ -218,6 +228,74 @@ pub fn validate_name(field: &str, name: &str) -> Result<(), ConfigError> {
         ));
     }
     Ok(())
+}
+
+/// Where a port's socket lies: `socket` resolved against `base`, the
+/// configured `socket_dir`. A relative path is taken from `base`; `..` is
+/// refused; the deepest directory of the path that exists must resolve
+/// (symbolic links followed) inside `base`, and the socket itself may not be
+/// a symbolic link. memif abstract names (`@name`, `abstract:name`) have no
+/// path and are returned as they are. `field` names the field in errors.
+pub fn confine_socket(
+    field: &str,
+    base: &Path,
+    kind: PortKind,
+    socket: &str,
+) -> Result<String, ConfigError> {
+    if kind == PortKind::Memif && (socket.starts_with('@') || socket.starts_with("abstract:")) {
+        return Ok(socket.to_string());
+    }
+    let given = Path::new(socket);
+    if given
+        .components()
+        .any(|c| matches!(c, std::path::Component::ParentDir))
+    {
+        return Err(invalid(field, format!("{socket:?}: '..' is not allowed")));
+    }
+    let path: PathBuf = base
+        .join(given)
+        .components()
+        .filter(|c| !matches!(c, std::path::Component::CurDir))
+        .collect();
+    let outside = || {
+        invalid(
+            field,
+            format!(
+                "{} is outside the socket directory {} (socket_dir)",
+                path.display(),
+                base.display()
+            ),
+        )
+    };
+    let root = base.canonicalize().map_err(|e| {
+        invalid(
+            field,
+            format!("socket directory {} (socket_dir): {e}", base.display()),
+        )
+    })?;
+    if path.file_name().is_none() {
+        return Err(outside());
+    }
+    let mut dir = path.parent();
+    while let Some(d) = dir {
+        match d.canonicalize() {
+            Ok(real) if real.starts_with(&root) => break,
+            Ok(_) => return Err(outside()),
+            Err(_) => dir = d.parent(),
+        }
+    }
+    if dir.is_none() {
+        return Err(outside());
+    }
+    if std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err(invalid(
+            field,
+            format!("{} is a symbolic link", path.display()),
+        ));
+    }
+    path.to_str()
+        .map(str::to_string)
+        .ok_or_else(|| invalid(field, "not valid UTF-8"))
 }
 
 impl PortSpec {
@@ -396,6 +474,9 @@ impl Config {
         if self.mac_table_size == 0 || self.mac_table_size > 1 << 24 {
             return Err(invalid("mac_table_size", "out of range 1..=16777216"));
         }
+        if !self.socket_dir.is_absolute() {
+            return Err(invalid("socket_dir", "must be an absolute path"));
+        }
         if self.mac_aging_secs == 0 {
             return Err(invalid("mac_aging_secs", "must be at least 1"));
         }
@@ -435,6 +516,53 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sockets_stay_inside_the_socket_dir() {
+        let base = tempfile::tempdir().unwrap();
+        let b = base.path();
+        std::fs::create_dir(b.join("pod")).unwrap();
+        let ok = |s: &str, k: PortKind| confine_socket("port.socket", b, k, s);
+        let inside = |rel: &str| b.join(rel).to_str().unwrap().to_string();
+        // Relative paths are taken from the socket dir; absolute ones inside
+        // it are kept; directories that do not exist yet are fine.
+        assert_eq!(ok("a.sock", PortKind::Memif).unwrap(), inside("a.sock"));
+        assert_eq!(
+            ok("./pod/./v.sock", PortKind::VhostUser).unwrap(),
+            inside("pod/v.sock")
+        );
+        assert_eq!(
+            ok(&inside("pod/m.sock"), PortKind::Memif).unwrap(),
+            inside("pod/m.sock")
+        );
+        assert_eq!(
+            ok(&inside("new/dir/m.sock"), PortKind::Memif).unwrap(),
+            inside("new/dir/m.sock")
+        );
+        // memif abstract names have no path.
+        assert_eq!(ok("@sw", PortKind::Memif).unwrap(), "@sw");
+        assert_eq!(ok("abstract:sw", PortKind::Memif).unwrap(), "abstract:sw");
+        // Escapes: elsewhere, '..', a symlinked directory, a symlinked socket.
+        let refused = |s: &str, why: &str| {
+            let e = ok(s, PortKind::VhostUser).unwrap_err().to_string();
+            assert!(
+                e.starts_with("port.socket: ") && e.contains(why),
+                "{s}: {e}"
+            );
+        };
+        refused("/etc/evil.sock", "outside the socket directory");
+        refused("/evil.sock", "outside the socket directory");
+        refused("../evil.sock", "'..' is not allowed");
+        refused(&inside("pod/../../evil.sock"), "'..' is not allowed");
+        std::os::unix::fs::symlink("/etc", b.join("pod/etc")).unwrap();
+        refused(&inside("pod/etc/evil.sock"), "outside the socket directory");
+        refused("pod/etc/deeper/evil.sock", "outside the socket directory");
+        std::os::unix::fs::symlink("/run/other.sock", b.join("pod/link.sock")).unwrap();
+        refused("pod/link.sock", "is a symbolic link");
+        // A socket directory that does not exist is named.
+        let e = confine_socket("port.socket", &b.join("none"), PortKind::Memif, "a.sock");
+        assert!(e.unwrap_err().to_string().contains("(socket_dir)"));
+    }
 
     #[test]
     fn embedded_default_parses() {

@@ -86,3 +86,53 @@ fn a_second_daemon_on_the_same_control_socket_is_refused() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("in use"));
 }
+
+#[test]
+fn sockets_outside_the_socket_dir_are_refused() {
+    // The harness's socket_dir is the temp root, which holds `sw.dir`.
+    let sw = Switch::start("");
+    let refused = |socket: &str, why: &str| {
+        let o = sw.cli(&[
+            "port",
+            "add",
+            "p",
+            "--kind",
+            "vhost-user",
+            "--role",
+            "server",
+            "--socket",
+            socket,
+        ]);
+        assert!(!o.status.success(), "{socket} accepted");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains("port.socket") && err.contains(why),
+            "{socket}: {err}"
+        );
+    };
+    refused("/etc/switchyard-evil.sock", "outside the socket directory");
+    refused(
+        &format!("{}/../../etc/switchyard-evil.sock", sw.dir.path().display()),
+        "'..' is not allowed",
+    );
+    std::os::unix::fs::symlink("/etc", sw.dir.path().join("etc")).unwrap();
+    refused(
+        &sw.path("etc/switchyard-evil.sock"),
+        "outside the socket directory",
+    );
+    assert!(!std::path::Path::new("/etc/switchyard-evil.sock").exists());
+    assert!(sw.cli_ok(&["port", "list"]).lines().count() <= 1);
+
+    // A relative socket is taken from socket_dir, and listed resolved.
+    let rel = format!(
+        "{}/r.sock",
+        sw.dir.path().file_name().unwrap().to_str().unwrap()
+    );
+    sw.cli_ok(&[
+        "port", "add", "r", "--kind", "memif", "--role", "master", "--socket", &rel,
+    ]);
+    assert!(std::path::Path::new(&sw.path("r.sock")).exists());
+    let json = sw.cli_ok(&["port", "list", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v[0]["socket"], sw.path("r.sock"));
+}

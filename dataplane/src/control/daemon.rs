@@ -17,7 +17,7 @@ use super::api::{
 };
 use super::server::{self, Call};
 use super::state::{State, StateStore};
-use crate::config::{validate_name, BridgeSpec, Config, PortSetup, PortSpec};
+use crate::config::{confine_socket, validate_name, BridgeSpec, Config, PortSetup, PortSpec};
 use crate::dataplane::{BridgeId, Dataplane, PortId, PortShared};
 use crate::port::memif::MemifPort;
 use crate::port::vhost_user::VhostUserPort;
@@ -99,6 +99,8 @@ impl Daemon {
             );
         }
 
+        std::fs::create_dir_all(&cfg.socket_dir)
+            .map_err(|e| anyhow::anyhow!("socket_dir {}: {e}", cfg.socket_dir.display()))?;
         let store = StateStore::new(&cfg.state_dir);
         let control_socket = cfg.control_socket.clone();
         let mut d = Daemon {
@@ -269,7 +271,9 @@ impl Daemon {
             .insert(name.to_string(), BridgeEntry { id, from_config });
     }
 
-    fn create_port(&mut self, spec: PortSpec, from_config: bool) -> Result<(), ApiError> {
+    fn create_port(&mut self, mut spec: PortSpec, from_config: bool) -> Result<(), ApiError> {
+        spec.socket = confine_socket("port.socket", &self.cfg.socket_dir, spec.kind, &spec.socket)
+            .map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.to_string()))?;
         let setup = spec
             .validate("port.")
             .map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.to_string()))?;

@@ -39,9 +39,12 @@ impl Switch {
             .unwrap();
         let config = dir.path().join("switchyard.toml");
         let text = format!(
-            "control_socket = \"{}\"\nstate_dir = \"{}\"\n{}\n",
+            "control_socket = \"{}\"\nstate_dir = \"{}\"\nsocket_dir = \"{}\"\n{}\n",
             dir.path().join("control.sock").display(),
             dir.path().join("state").display(),
+            // Tests keep sockets in their own temp dirs (the device plugin
+            // and CNI tests' too): all of them lie in the temp root.
+            std::env::temp_dir().display(),
             extra
         );
         std::fs::write(&config, text).unwrap();
