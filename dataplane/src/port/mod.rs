@@ -20,6 +20,21 @@ use std::time::Instant;
 pub use frame::{FrameReader, RxBurst, RxFrame, Segment, TxFrame, BURST_SIZE, MAX_SEGS};
 
 use crate::dataplane::{Dataplane, PortId};
+
+/// Refuses a socket path that is a symbolic link, before the switch connects
+/// to it: a pod may write in its own socket directory, and a link there
+/// could send the switch to any socket on the host. (Where the socket was
+/// first named, `config::confine_socket` checked the same; a peer could
+/// have swapped it since.)
+pub fn refuse_symlink(path: &std::path::Path) -> std::io::Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            "the socket is a symbolic link",
+        )),
+        _ => Ok(()),
+    }
+}
 use crate::reactor::Reactor;
 
 /// A peer broke the shared-memory protocol; its port must be reset.

@@ -91,6 +91,9 @@ pub fn listen_at(addr: &SocketAddr) -> io::Result<OwnedFd> {
 /// Connects (blocking only for the instant a Unix connect takes), then
 /// returns a non-blocking socket.
 pub fn connect_to(addr: &SocketAddr) -> io::Result<OwnedFd> {
+    if let SocketAddr::Path(p) = addr {
+        crate::port::refuse_symlink(Path::new(p))?;
+    }
     let fd = socket(
         AddressFamily::Unix,
         SockType::SeqPacket,
@@ -253,6 +256,11 @@ mod tests {
         drop(l);
         drop(s);
         let _l2 = listen_at(&addr).unwrap();
+        // A link to a live socket is not followed.
+        let link = dir.path().join("link.sock");
+        std::os::unix::fs::symlink(dir.path().join("s.sock"), &link).unwrap();
+        let e = connect_to(&SocketAddr::Path(link.to_string_lossy().into_owned())).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::PermissionDenied);
     }
 
     #[test]

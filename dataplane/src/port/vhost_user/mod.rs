@@ -135,7 +135,8 @@ impl VhostUserPort {
 
     fn try_connect(&mut self, cx: &PortCtx<'_>) {
         self.retry_at = None;
-        let res = UnixStream::connect(&self.cfg.socket)
+        let res = crate::port::refuse_symlink(&self.cfg.socket)
+            .and_then(|()| UnixStream::connect(&self.cfg.socket))
             .map_err(|e| format!("connect: {e}"))
             .and_then(|s| self.open(cx, s));
         if let Err(e) = res {
