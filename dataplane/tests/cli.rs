@@ -136,3 +136,65 @@ fn sockets_outside_the_socket_dir_are_refused() {
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(v[0]["socket"], sw.path("r.sock"));
 }
+
+#[test]
+fn a_port_that_cannot_be_restored_stays_in_the_state() {
+    let mut sw = Switch::start("");
+    sw.cli_ok(&[
+        "port",
+        "add",
+        "p",
+        "--kind",
+        "memif",
+        "--role",
+        "master",
+        "--socket",
+        &sw.path("p.sock"),
+    ]);
+    sw.cli_ok(&[
+        "port",
+        "add",
+        "q",
+        "--kind",
+        "memif",
+        "--role",
+        "master",
+        "--socket",
+        &sw.path("q.sock"),
+    ]);
+    let names = |sw: &Switch| -> Vec<String> {
+        let v: serde_json::Value =
+            serde_json::from_str(&sw.cli_ok(&["port", "list", "--json"])).unwrap();
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    // The socket directory moves: the ports are outside it now.
+    let original = std::fs::read_to_string(&sw.config).unwrap();
+    let elsewhere = sw.dir.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    let moved: String = original
+        .lines()
+        .map(|l| {
+            if l.starts_with("socket_dir") {
+                format!("socket_dir = \"{}\"\n", elsewhere.display())
+            } else {
+                format!("{l}\n")
+            }
+        })
+        .collect();
+    std::fs::write(&sw.config, moved).unwrap();
+    sw.stop();
+    sw.spawn();
+    assert!(names(&sw).is_empty());
+    assert!(sw.log().contains("cannot restore port"));
+    // Another change to the state keeps them; deleting one drops it.
+    sw.cli_ok(&["port", "del", "q"]);
+    // Put back, they return, except the deleted one.
+    std::fs::write(&sw.config, original).unwrap();
+    sw.stop();
+    sw.spawn();
+    assert_eq!(names(&sw), ["p"]);
+}

@@ -55,6 +55,10 @@ pub struct Daemon {
     signals: UnixStream,
     workers: Vec<JoinHandle<()>>,
     control_socket: PathBuf,
+    /// Persisted ports that could not be created at start (e.g. their
+    /// socket is outside a changed `socket_dir`): kept in the state, so a
+    /// fixable cause loses nothing, until deleted or added again.
+    unrestored: Vec<PortSpec>,
 }
 
 impl Daemon {
@@ -116,6 +120,7 @@ impl Daemon {
             workers,
             control_socket,
             cfg,
+            unrestored: Vec::new(),
         };
 
         for b in d.cfg.bridges.clone() {
@@ -151,7 +156,10 @@ impl Daemon {
             }
             match d.create_port(p.clone(), false) {
                 Ok(()) => info!(port = %p.name, "restored port"),
-                Err(e) => error!(port = %p.name, "cannot restore port: {}", e.message),
+                Err(e) => {
+                    error!(port = %p.name, "cannot restore port (kept in the state until deleted or added again): {}", e.message);
+                    d.unrestored.push(p);
+                }
             }
         }
 
@@ -335,6 +343,7 @@ impl Daemon {
             self.ports.resize_with(id as usize + 1, || None);
         }
         self.port_names.insert(spec.name.clone(), id);
+        self.unrestored.retain(|s| s.name != spec.name);
         self.ports[id as usize] = Some(PortEntry {
             spec,
             port,
@@ -359,6 +368,7 @@ impl Daemon {
                 .flatten()
                 .filter(|e| !e.from_config)
                 .map(|e| e.spec.clone())
+                .chain(self.unrestored.iter().cloned())
                 .collect(),
         };
         self.store.save(&state).map_err(|e| {
@@ -534,6 +544,11 @@ impl Daemon {
     }
 
     fn delete_port(&mut self, name: &str) -> Result<(), ApiError> {
+        if let Some(i) = self.unrestored.iter().position(|s| s.name == name) {
+            self.unrestored.remove(i);
+            info!(port = %name, "unrestored port deleted");
+            return Ok(());
+        }
         let Some(id) = self.port_names.remove(name) else {
             return Err(ApiError::new(
                 ErrorCode::NotFound,
