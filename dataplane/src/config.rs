@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::port::memif::handshake::Params;
 use crate::port::memif::queue::Side;
+use crate::port::memif::socket::SocketAddr;
 use crate::port::memif::{MemifConfig, Mode};
 use crate::port::vhost_user::{SocketRole, VhostUserConfig};
 use crate::port::PortKind;
@@ -242,7 +243,7 @@ pub fn confine_socket(
     kind: PortKind,
     socket: &str,
 ) -> Result<String, ConfigError> {
-    if kind == PortKind::Memif && (socket.starts_with('@') || socket.starts_with("abstract:")) {
+    if kind == PortKind::Memif && matches!(SocketAddr::parse(socket), SocketAddr::Abstract(_)) {
         return Ok(socket.to_string());
     }
     let given = Path::new(socket);
@@ -287,12 +288,8 @@ pub fn confine_socket(
     if dir.is_none() {
         return Err(outside());
     }
-    if std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) {
-        return Err(invalid(
-            field,
-            format!("{} is a symbolic link", path.display()),
-        ));
-    }
+    crate::port::refuse_symlink(&path)
+        .map_err(|_| invalid(field, format!("{} is a symbolic link", path.display())))?;
     path.to_str()
         .map(str::to_string)
         .ok_or_else(|| invalid(field, "not valid UTF-8"))
