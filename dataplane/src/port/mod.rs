@@ -20,12 +20,13 @@ use std::time::Instant;
 pub use frame::{FrameReader, RxBurst, RxFrame, Segment, TxFrame, BURST_SIZE, MAX_SEGS};
 
 use crate::dataplane::{Dataplane, PortId};
+use crate::reactor::Reactor;
 
-/// Refuses a socket path that is a symbolic link, before the switch connects
-/// to it: a pod may write in its own socket directory, and a link there
-/// could send the switch to any socket on the host. (Where the socket was
-/// first named, `config::confine_socket` checked the same; a peer could
-/// have swapped it since.)
+/// Refuses a socket path that is a symbolic link: a pod may write in its
+/// own socket directory, and a link there could send the switch to any
+/// socket on the host. `config::confine_socket` calls it where a socket is
+/// named, and client ports again before each connect (a peer could have
+/// swapped the socket since).
 pub fn refuse_symlink(path: &std::path::Path) -> std::io::Result<()> {
     match std::fs::symlink_metadata(path) {
         Ok(m) if m.file_type().is_symlink() => Err(std::io::Error::new(
@@ -35,7 +36,6 @@ pub fn refuse_symlink(path: &std::path::Path) -> std::io::Result<()> {
         _ => Ok(()),
     }
 }
-use crate::reactor::Reactor;
 
 /// A peer broke the shared-memory protocol; its port must be reset.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
