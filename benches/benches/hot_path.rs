@@ -25,6 +25,7 @@ use switchyard::port::{
 use switchyard::reactor::new_eventfd;
 use switchyard::switch::mac_table::MacEntry;
 use switchyard::switch::Forwarder;
+use switchyard::vlan::{VlanMode, VlanSet};
 use switchyard::wire::memif::{ring_bytes, COOKIE};
 use switchyard::wire::MacAddr;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
@@ -339,9 +340,17 @@ impl RxQueue for ReplayRx {
     }
 }
 
+/// An access port of `v`, or a trunk of every VLAN.
+fn mode(v: Option<u16>) -> VlanMode {
+    match v {
+        Some(v) => VlanMode::Access(v),
+        None => VlanMode::from_spec(None, Some(&VlanSet::all())),
+    }
+}
+
 /// A data plane with one bridge: port 0 receives `rx`, ports 1.. get
-/// `others` (access VLAN or none) and sink queues. MAC B is learned on
-/// port 1.
+/// `others` (access VLAN, or none for a trunk of every VLAN) and sink
+/// queues. MAC B is learned on port 1.
 fn plane(
     rx: Box<dyn RxQueue>,
     in_vlan: Option<u16>,
@@ -349,7 +358,7 @@ fn plane(
 ) -> (Dataplane, WorkerView) {
     let dp = Dataplane::new(1).unwrap();
     let br = dp.add_bridge(4096);
-    let (a, _) = dp.add_port("in", Some(br), in_vlan);
+    let (a, _) = dp.add_port("in", Some(br), mode(in_vlan));
     dp.attach_queues(
         a,
         PortQueues {
@@ -358,7 +367,7 @@ fn plane(
         },
     );
     for (i, v) in others.iter().enumerate() {
-        let (p, _) = dp.add_port(&format!("out{i}"), Some(br), *v);
+        let (p, _) = dp.add_port(&format!("out{i}"), Some(br), mode(*v));
         dp.attach_queues(
             p,
             PortQueues {
@@ -406,8 +415,8 @@ fn forward(c: &mut Criterion) {
         let (peers, rx, tx) = Peers::new(&data);
         let dp = Dataplane::new(1).unwrap();
         let br = dp.add_bridge(4096);
-        let (pa, _) = dp.add_port("a", Some(br), None);
-        let (pb, _) = dp.add_port("b", Some(br), None);
+        let (pa, _) = dp.add_port("a", Some(br), VlanMode::default());
+        let (pb, _) = dp.add_port("b", Some(br), VlanMode::default());
         dp.attach_queues(
             pa,
             PortQueues {

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{io, CniError, DECODE_FAILURE};
+use crate::error::{io, CniError, DECODE_FAILURE, INVALID_CONFIG};
 
 /// The spec version written.
 pub const VERSION: &str = "1.1.0";
@@ -103,6 +103,46 @@ impl DeviceInfo {
     }
 }
 
+/// The file a device plugin wrote for `device_id` in `dir`: the NPWG name
+/// is `<resource with '/' as '-'>-<device ID with '/' as '-'>-device.json`,
+/// and the CNI is not told the resource, so the name is matched by its end
+/// (as Multus's `LoadDeviceInfo` does by the device ID). `Ok(None)` when no
+/// file matches; two matches are an error naming both.
+pub fn find_device_plugin_file(
+    dir: &Path,
+    device_id: &str,
+) -> Result<Option<std::path::PathBuf>, CniError> {
+    let suffix = format!("-{}-device.json", device_id.replace('/', "-"));
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io(dir.display(), e)),
+    };
+    let mut found: Vec<std::path::PathBuf> = entries
+        .flatten()
+        .filter(|e| e.file_name().to_str().is_some_and(|n| n.ends_with(&suffix)))
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .map(|e| e.path())
+        .collect();
+    found.sort();
+    match found.len() {
+        0 => Ok(None),
+        1 => Ok(found.pop()),
+        _ => Err(CniError::new(
+            INVALID_CONFIG,
+            format!(
+                "deviceID: {device_id:?} matches several device-info files in {}: {}",
+                dir.display(),
+                found
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -117,6 +157,27 @@ mod tests {
         let back = serde_json::to_value(&d).unwrap();
         assert_eq!(back["vhost-user"]["mode"], "server");
         assert!(back.get("memif").is_none());
+    }
+
+    #[test]
+    fn device_plugin_files_are_found_by_device_id() {
+        let d = tempfile::tempdir().unwrap();
+        let w = |n: &str| std::fs::write(d.path().join(n), b"{}").unwrap();
+        w("switchyard.io-memif-memif-1-device.json");
+        w("switchyard.io-memif-memif-11-device.json");
+        w("example.com-fast-fast-1-device.json");
+        let f = find_device_plugin_file(d.path(), "memif-1")
+            .unwrap()
+            .unwrap();
+        assert!(f.ends_with("switchyard.io-memif-memif-1-device.json"));
+        assert_eq!(find_device_plugin_file(d.path(), "memif-2").unwrap(), None);
+        assert_eq!(
+            find_device_plugin_file(&d.path().join("none"), "memif-1").unwrap(),
+            None
+        );
+        w("other.io-memif-memif-1-device.json");
+        let e = find_device_plugin_file(d.path(), "memif-1").unwrap_err();
+        assert!(e.msg.starts_with("deviceID:"), "{e}");
     }
 
     #[test]

@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use crate::error::{io, CniError, IPAM_FAILURE};
-use crate::result::CniResult;
 
 /// The CNI version to speak to the IPAM plugin: ours, capped at 1.0.0
 /// (common IPAM plugins, e.g. Debian 12's host-local, stop there; the IPAM
@@ -34,19 +33,47 @@ pub fn find(plugin: &str, cni_path: &str) -> Result<PathBuf, CniError> {
         })
 }
 
-/// Runs the IPAM plugin for `command` (ADD, DEL, CHECK, GC). Returns the
-/// result for ADD.
+/// Whether the IPAM plugin of `netconf` speaks CNI 1.1.0 (and so has
+/// STATUS and GC), by its answer to VERSION.
+pub fn speaks_1_1(netconf: &serde_json::Value, cni_path: &str) -> Result<bool, CniError> {
+    let plugin = netconf["ipam"]["type"].as_str().unwrap_or_default();
+    let bin = find(plugin, cni_path)?;
+    let out = Command::new(&bin)
+        .env("CNI_COMMAND", "VERSION")
+        .env("CNI_PATH", cni_path)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .and_then(|mut c| {
+            if let Some(mut i) = c.stdin.take() {
+                let _ = i.write_all(br#"{"cniVersion":"1.1.0"}"#);
+            }
+            c.wait_with_output()
+        })
+        .map_err(|e| io(bin.display(), e))?;
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    Ok(v["supportedVersions"]
+        .as_array()
+        .is_some_and(|a| a.iter().any(|x| x == "1.1.0")))
+}
+
+/// Runs the IPAM plugin for `command` (ADD, DEL, CHECK, STATUS, GC).
+/// Returns the result for ADD, as the plugin printed it.
 pub fn exec(
     command: &str,
     netconf: &serde_json::Value,
     env: &[(&str, String)],
     cni_path: &str,
-) -> Result<Option<CniResult>, CniError> {
+) -> Result<Option<serde_json::Value>, CniError> {
     let plugin = netconf["ipam"]["type"].as_str().unwrap_or_default();
     let bin = find(plugin, cni_path)?;
     let mut conf = netconf.clone();
-    let version = delegate_version(conf["cniVersion"].as_str().unwrap_or("1.0.0")).to_string();
-    conf["cniVersion"] = version.into();
+    // STATUS and GC exist from 1.1.0 on: only sent to plugins that speak it.
+    if !matches!(command, "STATUS" | "GC") {
+        let version = delegate_version(conf["cniVersion"].as_str().unwrap_or("1.0.0")).to_string();
+        conf["cniVersion"] = version.into();
+    }
     // Our own fields mean nothing to the IPAM plugin; `prevResult` is kept
     // for CHECK as the spec asks.
     let mut child = Command::new(&bin)
@@ -85,7 +112,11 @@ pub fn exec(
             format!("ipam: {plugin} printed no result: {e}"),
         )
     })?;
-    CniResult::from_value(&v)
-        .map(Some)
-        .map_err(|e| CniError::new(IPAM_FAILURE, format!("ipam: {plugin} result: {e}")))
+    if !v.is_object() || !(v["ips"].is_null() || v["ips"].is_array()) {
+        return Err(CniError::new(
+            IPAM_FAILURE,
+            format!("ipam: {plugin} printed {v} as its result"),
+        ));
+    }
+    Ok(Some(v))
 }

@@ -20,7 +20,7 @@ pub mod result;
 
 use std::io::Read;
 
-use error::{CniError, DECODE_FAILURE, INVALID_ENV};
+use error::{CniError, DECODE_FAILURE, INCOMPATIBLE_VERSION, INVALID_ENV};
 
 /// Runs one invocation: returns what to print on stdout and whether it
 /// succeeded.
@@ -43,12 +43,31 @@ fn dispatch(env: &plugin::Env, stdin: &[u8]) -> Result<Option<serde_json::Value>
     let raw: serde_json::Value = serde_json::from_slice(stdin)
         .map_err(|e| CniError::new(DECODE_FAILURE, format!("netconf: {e}")))?;
     let nc = netconf::NetConf::parse(stdin)?;
+    for key in &nc.ignored {
+        // The runtime logs a plugin's stderr: a typo in a key of ours shows.
+        eprintln!(
+            "switchyard-cni: warning: netconf key {key:?} is not one of this plugin's; ignored"
+        );
+    }
+    let since = |first: &str| {
+        if netconf::version_at_least(&nc.cni_version, first) {
+            Ok(())
+        } else {
+            Err(CniError::new(
+                INCOMPATIBLE_VERSION,
+                format!(
+                    "{} is defined from CNI {first} on, and the netconf's cniVersion is {}",
+                    env.command, nc.cni_version
+                ),
+            ))
+        }
+    };
     match env.command.as_str() {
         "ADD" => plugin::add(env, &nc, &raw).map(Some),
         "DEL" => plugin::del(env, &nc, &raw).map(|_| None),
-        "CHECK" => plugin::check(env, &nc, &raw).map(|_| None),
-        "STATUS" => plugin::status(&nc).map(|_| None),
-        "GC" => plugin::gc(env, &nc, &raw).map(|_| None),
+        "CHECK" => since("0.4.0").and_then(|_| plugin::check(env, &nc, &raw).map(|_| None)),
+        "STATUS" => since("1.1.0").and_then(|_| plugin::status(env, &nc, &raw).map(|_| None)),
+        "GC" => since("1.1.0").and_then(|_| plugin::gc(env, &nc, &raw).map(|_| None)),
         "" => Err(CniError::new(INVALID_ENV, "CNI_COMMAND is not set")),
         c => Err(CniError::new(
             INVALID_ENV,

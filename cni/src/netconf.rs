@@ -8,21 +8,26 @@
 use std::path::{Component, Path, PathBuf};
 
 use serde::Deserialize;
+use switchyard::vlan::VlanSet;
 
-use crate::error::{CniError, DECODE_FAILURE, INVALID_CONFIG, UNSUPPORTED_FIELD};
+use crate::error::{CniError, DECODE_FAILURE, INVALID_CONFIG};
 
 /// Default directory of per-pod socket directories.
 pub const DEFAULT_SOCKET_DIR: &str = "/var/run/switchyard/pods";
 /// Default control socket of the switch.
 pub const DEFAULT_CONTROL_SOCKET: &str = switchyard::config::DEFAULT_CONTROL_SOCKET;
+/// Where device plugins write device-info files (NPWG Device Information
+/// spec, the `dp` directory Multus reads).
+pub const DEFAULT_DEVICE_INFO_DIR: &str = "/var/run/k8s.cni.cncf.io/devinfo/dp";
 
 /// memif options (pod's point of view).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[serde(rename_all = "camelCase")]
 pub struct MemifOptions {
     /// The pod's role: `slave` (default: the switch creates the socket) or `master`.
     pub role: Option<String>,
-    /// `ethernet` (default).
+    /// `ethernet` (default; `ip` and `inject-punt` are refused: the bridge
+    /// switches Ethernet frames).
     pub mode: Option<String>,
     /// Queue pairs.
     pub queues: Option<u16>,
@@ -36,7 +41,7 @@ pub struct MemifOptions {
 
 /// vhost-user options (pod's point of view).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[serde(rename_all = "camelCase")]
 pub struct VhostUserOptions {
     /// The pod's mode: `client` (default: the switch creates the socket) or `server`.
     pub mode: Option<String>,
@@ -44,22 +49,58 @@ pub struct VhostUserOptions {
     pub queues: Option<u16>,
 }
 
-/// Runtime-provided values (from declared capabilities).
+/// Runtime-provided values (from declared capabilities: libcni passes a
+/// key only when the netconf's `capabilities` declares it).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 pub struct RuntimeConfig {
-    /// Where to read/write device information.
+    /// Where to read/write device information (Multus generates it when the
+    /// network has a device: `<devinfo>/cni/<ns>-<net>-<container>_<ifname>`).
     #[serde(rename = "CNIDeviceInfoFile")]
     pub device_info_file: Option<String>,
     /// Requested MAC address.
     pub mac: Option<String>,
-    /// Other capabilities we do not use.
+    /// The device Multus took from the pod's resources or its network
+    /// selection (informational: only the top-level `deviceID` names a
+    /// device plugin's device).
+    #[serde(rename = "deviceID")]
+    pub device_id: Option<String>,
+    /// Other capabilities (`ips`, `portMappings`, `bandwidth`, ...), which
+    /// concern other plugins of a chain.
     #[serde(flatten)]
     pub other: serde_json::Map<String, serde_json::Value>,
 }
 
-/// The raw netconf.
+/// One entry of a `trunk` list: a VLAN id, a range `"100-200"`, or the
+/// ovs-cni forms `{"id": 42}` and `{"minID": 100, "maxID": 200}`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum TrunkItem {
+    /// One VLAN id (0: untagged frames).
+    Id(u16),
+    /// A list in the switch's syntax (`"100-200"`, `"all"`).
+    Text(String),
+    /// `{"id": n}`.
+    Object {
+        /// The VLAN.
+        id: u16,
+    },
+    /// `{"minID": a, "maxID": b}`.
+    #[serde(rename_all = "camelCase")]
+    Range {
+        /// First VLAN.
+        #[serde(rename = "minID")]
+        min_id: u16,
+        /// Last VLAN.
+        #[serde(rename = "maxID")]
+        max_id: u16,
+    },
+}
+
+/// The raw netconf. Keys it does not name are ignored with a warning (a
+/// runtime or meta-plugin may add keys meant for others; a typo in ours is
+/// still reported).
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[serde(rename_all = "camelCase")]
 pub struct RawNetConf {
     /// CNI version of the config.
     pub cni_version: String,
@@ -72,6 +113,8 @@ pub struct RawNetConf {
     pub bridge: Option<String>,
     /// Access VLAN.
     pub vlan: Option<u16>,
+    /// Trunk: the VLANs the pod's port carries tagged (0: untagged too).
+    pub trunk: Option<Vec<TrunkItem>>,
     /// `memif` or `vhost-user`.
     pub interface_type: Option<String>,
     /// memif options.
@@ -80,8 +123,19 @@ pub struct RawNetConf {
     pub vhost_user: Option<VhostUserOptions>,
     /// Base of the per-pod directories.
     pub socket_dir: Option<String>,
-    /// Group given read/write access to pod directories (numeric gid).
+    /// Group given access to pod directories and the sockets the switch
+    /// creates (numeric gid): non-root pods in it can connect.
     pub socket_group: Option<u32>,
+    /// Where the device plugin writes its device-info files (searched for
+    /// `deviceID`).
+    pub device_info_dir: Option<String>,
+    /// The device the kubelet allocated to the pod for this network, added
+    /// by Multus when the network names a device-plugin resource.
+    #[serde(rename = "deviceID")]
+    pub device_id: Option<String>,
+    /// Multus adds the device here too (for SR-IOV plugins); unused.
+    #[serde(rename = "pciBusID")]
+    pub pci_bus_id: Option<String>,
     /// Control socket of the switch.
     pub control_socket: Option<String>,
     /// IPAM delegation.
@@ -99,6 +153,8 @@ pub struct RawNetConf {
     pub args: Option<serde_json::Value>,
     /// Standard field, unused.
     pub ip_masq: Option<bool>,
+    /// Conflist-level key some runtimes copy into each plugin; unused.
+    pub cni_versions: Option<serde_json::Value>,
     /// CNI 1.1: CHECK disabled.
     pub disable_check: Option<bool>,
     /// CNI 1.1: GC disabled.
@@ -174,6 +230,8 @@ pub struct NetConf {
     pub bridge: String,
     /// Access VLAN.
     pub vlan: Option<u16>,
+    /// Trunk VLANs (exclusive with `vlan`; neither: untagged only).
+    pub trunk: Option<VlanSet>,
     /// Interface kind and options.
     pub kind: InterfaceKind,
     /// Base of the per-pod directories.
@@ -184,6 +242,12 @@ pub struct NetConf {
     pub device_info_file: Option<PathBuf>,
     /// Requested MAC.
     pub mac: Option<String>,
+    /// The device-plugin device of this attachment (Multus's `deviceID`).
+    pub device_id: Option<String>,
+    /// The device plugin's device-info directory.
+    pub device_info_dir: PathBuf,
+    /// Keys that were ignored (logged as warnings).
+    pub ignored: Vec<String>,
 }
 
 fn invalid(field: &str, msg: impl std::fmt::Display) -> CniError {
@@ -211,21 +275,30 @@ pub fn clean_absolute(field: &str, p: &str) -> Result<PathBuf, CniError> {
     Ok(path.to_path_buf())
 }
 
+/// Whether `v` is `first` or later (both among [`SUPPORTED_VERSIONS`]).
+pub fn version_at_least(v: &str, first: &str) -> bool {
+    let pos = |x: &str| SUPPORTED_VERSIONS.iter().position(|s| *s == x);
+    matches!((pos(v), pos(first)), (Some(a), Some(b)) if a >= b)
+}
+
 /// Supported CNI versions.
 pub const SUPPORTED_VERSIONS: [&str; 5] = ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
 
 impl NetConf {
-    /// Parses and validates stdin bytes.
+    /// Parses and validates stdin bytes. Keys the plugin does not know are
+    /// ignored and listed in [`NetConf::ignored`].
     pub fn parse(bytes: &[u8]) -> Result<NetConf, CniError> {
-        let raw: RawNetConf = serde_json::from_slice(bytes).map_err(|e| {
-            let msg = e.to_string();
-            if msg.contains("unknown field") {
-                CniError::new(UNSUPPORTED_FIELD, format!("netconf: {msg}"))
-            } else {
-                CniError::new(DECODE_FAILURE, format!("netconf: {msg}"))
-            }
-        })?;
-        NetConf::validate(raw)
+        let mut ignored = Vec::new();
+        let mut de = serde_json::Deserializer::from_slice(bytes);
+        let raw: RawNetConf = serde_ignored::deserialize(&mut de, |path| {
+            // `?` marks an Option on the way: not part of the key's name.
+            ignored.push(path.to_string().replace(".?", "").replace("?.", ""));
+        })
+        .and_then(|r| de.end().map(|()| r))
+        .map_err(|e| CniError::new(DECODE_FAILURE, format!("netconf: {e}")))?;
+        let mut nc = NetConf::validate(raw)?;
+        nc.ignored = ignored;
+        Ok(nc)
     }
 
     fn validate(raw: RawNetConf) -> Result<NetConf, CniError> {
@@ -256,6 +329,13 @@ impl NetConf {
                 return Err(invalid("vlan", format!("{v} is not a VLAN id (1..=4094)")));
             }
         }
+        let trunk = raw.trunk.as_deref().map(trunk_set).transpose()?;
+        if raw.vlan.is_some() && trunk.is_some() {
+            return Err(invalid(
+                "trunk",
+                "a network is an access VLAN (vlan) or a trunk, not both",
+            ));
+        }
         let itype = raw.interface_type.as_deref().unwrap_or("memif");
         let kind = match itype {
             "memif" => {
@@ -271,11 +351,20 @@ impl NetConf {
                     ));
                 }
                 let mode = opts.mode.clone().unwrap_or_else(|| "ethernet".into());
-                if !matches!(mode.as_str(), "ethernet" | "ip" | "inject-punt") {
-                    return Err(invalid(
-                        "memif.mode",
-                        format!("{mode:?}: expected ethernet, ip or inject-punt"),
-                    ));
+                match mode.as_str() {
+                    "ethernet" => {}
+                    "ip" | "inject-punt" => {
+                        return Err(invalid(
+                            "memif.mode",
+                            format!("{mode:?} is not served: the switch's bridges carry Ethernet frames (use ethernet)"),
+                        ))
+                    }
+                    _ => {
+                        return Err(invalid(
+                            "memif.mode",
+                            format!("{mode:?}: the memif modes are ethernet, ip and inject-punt, and the switch serves ethernet"),
+                        ))
+                    }
                 }
                 InterfaceKind::Memif {
                     pod_role,
@@ -333,6 +422,26 @@ impl NetConf {
                 invalid("runtimeConfig.mac", format!("{m:?} is not a MAC address"))
             })?;
         }
+        let device_info_dir = clean_absolute(
+            "deviceInfoDir",
+            raw.device_info_dir
+                .as_deref()
+                .unwrap_or(DEFAULT_DEVICE_INFO_DIR),
+        )?;
+        let device_id = raw.device_id.clone().filter(|d| !d.is_empty());
+        if let Some(d) = &device_id {
+            let ok = d.len() <= 253
+                && !d.contains("..")
+                && d.bytes().all(|b| {
+                    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':' | b'/')
+                });
+            if !ok {
+                return Err(invalid(
+                    "deviceID",
+                    format!("{d:?} is not a device ID (letters, digits, '-', '_', '.', ':', '/')"),
+                ));
+            }
+        }
         if let Some(ipam) = &raw.ipam {
             let t = ipam.get("type").and_then(|t| t.as_str()).unwrap_or("");
             if t.is_empty() || t.contains('/') || t.starts_with('.') {
@@ -343,14 +452,36 @@ impl NetConf {
             cni_version: raw.cni_version.clone(),
             bridge,
             vlan: raw.vlan,
+            trunk,
             kind,
             socket_dir,
             control_socket,
             device_info_file,
             mac,
+            device_id,
+            device_info_dir,
+            ignored: Vec::new(),
             raw,
         })
     }
+}
+
+/// The VLAN set of a `trunk` list.
+fn trunk_set(items: &[TrunkItem]) -> Result<VlanSet, CniError> {
+    if items.is_empty() {
+        return Err(invalid("trunk", "lists no VLAN"));
+    }
+    let text: Vec<String> = items
+        .iter()
+        .map(|i| match i {
+            TrunkItem::Id(v) | TrunkItem::Object { id: v } => v.to_string(),
+            TrunkItem::Text(t) => t.clone(),
+            TrunkItem::Range { min_id, max_id } => format!("{min_id}-{max_id}"),
+        })
+        .collect();
+    text.join(",")
+        .parse()
+        .map_err(|e| invalid("trunk", format!("{e}")))
 }
 
 /// Parses `aa:bb:cc:dd:ee:ff`.
@@ -397,10 +528,24 @@ mod tests {
                 .unwrap_err();
         assert_eq!(e.code, INVALID_CONFIG);
         assert!(e.msg.starts_with("interfaceType:"), "{e}");
-        let e = parse(r#"{"cniVersion":"1.1.0","name":"n","type":"switchyard","bogus":1}"#)
+        let e =
+            parse(r#"{"cniVersion":"1.1.0","name":"n","type":"switchyard","memif":{"mode":"ip"}}"#)
+                .unwrap_err();
+        assert_eq!(e.code, INVALID_CONFIG);
+        assert!(e.msg.starts_with("memif.mode:"), "{e}");
+        let e = parse(r#"{"cniVersion":"1.1.0","name":"n","type":"switchyard","memif":{"mode":"inject-punt"}}"#).unwrap_err();
+        assert!(e.msg.starts_with("memif.mode:"), "{e}");
+        let e =
+            parse(r#"{"cniVersion":"1.1.0","name":"n","type":"switchyard","vlan":5,"trunk":[6]}"#)
+                .unwrap_err();
+        assert!(e.msg.starts_with("trunk:"), "{e}");
+        let e = parse(r#"{"cniVersion":"1.1.0","name":"n","type":"switchyard","trunk":[4095]}"#)
             .unwrap_err();
-        assert_eq!(e.code, UNSUPPORTED_FIELD);
-        assert!(e.msg.contains("bogus"));
+        assert!(e.msg.starts_with("trunk:"), "{e}");
+        let e =
+            parse(r#"{"cniVersion":"1.1.0","name":"n","type":"switchyard","deviceID":"../../x"}"#)
+                .unwrap_err();
+        assert!(e.msg.starts_with("deviceID:"), "{e}");
         let e = parse(r#"{"cniVersion":"9.9.9","name":"n","type":"switchyard"}"#).unwrap_err();
         assert_eq!(e.code, crate::error::INCOMPATIBLE_VERSION);
         let e = parse(r#"{"cniVersion":"1.1.0","name":"n","type":"switchyard","socketDir":"/var/run/../etc"}"#).unwrap_err();
@@ -417,6 +562,36 @@ mod tests {
         let e = parse(r#"{"cniVersion":"1.1.0","name":"n","type":"switchyard","ipam":{"type":"../../bin/sh"}}"#).unwrap_err();
         assert!(e.msg.starts_with("ipam.type:"), "{e}");
         assert_eq!(parse("{").unwrap_err().code, DECODE_FAILURE);
+    }
+
+    #[test]
+    fn keys_of_runtimes_and_multus_are_accepted_and_unknown_ones_listed() {
+        // What Multus hands a delegate whose network names a device-plugin
+        // resource, with libcni's runtimeConfig and a typo of ours.
+        let n = parse(
+            r#"{"cniVersion":"1.0.0","name":"n","type":"switchyard",
+                "deviceID":"memif-3","pciBusID":"memif-3",
+                "capabilities":{"CNIDeviceInfoFile":true,"deviceID":true,"mac":true,"ips":true},
+                "runtimeConfig":{"CNIDeviceInfoFile":"/var/run/k8s.cni.cncf.io/devinfo/cni/ns-net-abc_net1",
+                    "deviceID":"memif-3","mac":"02:00:00:00:00:01","ips":["10.1.1.1/24"],
+                    "portMappings":[],"bandwidth":{"ingressRate":1}},
+                "args":{"cni":{"foo":"bar"}},
+                "memif":{"role":"slave","ringsize":512},
+                "bridgee":"typo"}"#,
+        )
+        .unwrap();
+        assert_eq!(n.device_id.as_deref(), Some("memif-3"));
+        assert_eq!(n.mac.as_deref(), Some("02:00:00:00:00:01"));
+        assert_eq!(n.ignored, vec!["memif.ringsize", "bridgee"]);
+        assert_eq!(n.device_info_dir, PathBuf::from(DEFAULT_DEVICE_INFO_DIR));
+    }
+
+    #[test]
+    fn trunks_take_ids_ranges_and_ovs_cni_objects() {
+        let n = parse(r#"{"cniVersion":"1.1.0","name":"n","type":"switchyard","trunk":[100,"200-202",{"id":7},{"minID":300,"maxID":301}]}"#).unwrap();
+        assert_eq!(n.trunk.unwrap().to_string(), "7,100,200-202,300-301");
+        let n = parse(r#"{"cniVersion":"1.1.0","name":"n","type":"switchyard"}"#).unwrap();
+        assert_eq!((n.vlan, n.trunk), (None, None), "untagged only");
     }
 
     #[test]

@@ -16,7 +16,7 @@ use crate::devinfo::{DeviceInfo, MemifInfo, VhostUserInfo};
 use crate::error::*;
 use crate::ipam;
 use crate::netconf::{InterfaceKind, NetConf, SUPPORTED_VERSIONS};
-use crate::result::{CniResult, Interface, IpConfig};
+use crate::result::{add_result, Interface, ResultView};
 
 /// The `CNI_*` environment.
 #[derive(Debug, Clone, Default)]
@@ -218,6 +218,46 @@ fn choose_socket(
     Ok(parent.join(p.file_name().unwrap_or_default()))
 }
 
+/// The device plugin's device info for this attachment, if it has one.
+///
+/// With a `deviceID` (Multus adds it when the network names a device-plugin
+/// resource: the kubelet allocated that device to the pod), the device
+/// plugin's file for it must exist, in `deviceInfoDir` or as the copy Multus
+/// made at `CNIDeviceInfoFile`, and the two must agree. Without one, a
+/// `CNIDeviceInfoFile` that already holds device info is used as it is.
+fn device_plugin_info(nc: &NetConf) -> Result<Option<DeviceInfo>, CniError> {
+    let copy = match &nc.device_info_file {
+        Some(f) => DeviceInfo::read(f)?,
+        None => None,
+    };
+    let Some(id) = &nc.device_id else {
+        return Ok(copy);
+    };
+    let own = crate::devinfo::find_device_plugin_file(&nc.device_info_dir, id)?
+        .map(|f| DeviceInfo::read(&f))
+        .transpose()?
+        .flatten();
+    match (own, copy) {
+        (Some(d), Some(c)) if d.socket_path() != c.socket_path() => Err(CniError::new(
+            INVALID_CONFIG,
+            format!(
+                "deviceID {id:?}: the device plugin's device-info names socket {:?}, but runtimeConfig.CNIDeviceInfoFile names {:?}",
+                d.socket_path().unwrap_or_default(),
+                c.socket_path().unwrap_or_default()
+            ),
+        )),
+        (Some(d), _) => Ok(Some(d)),
+        (None, Some(c)) => Ok(Some(c)),
+        (None, None) => Err(CniError::new(
+            TRY_AGAIN_LATER,
+            format!(
+                "deviceID {id:?}: no device-info file for it in {} (deviceInfoDir) nor at CNIDeviceInfoFile; is switchyard-device-plugin running? Without it the pod's socket would be one nothing mounts into the pod",
+                nc.device_info_dir.display()
+            ),
+        )),
+    }
+}
+
 /// The interface kind after a device plugin's device info: its role/mode
 /// wins (it decided who creates the socket).
 fn kind_with_devinfo(nc: &NetConf, dp: Option<&DeviceInfo>) -> Result<InterfaceKind, CniError> {
@@ -295,6 +335,12 @@ fn port_spec(nc: &NetConf, kind: &InterfaceKind, name: &str, socket: &Path) -> P
         buffer_size: None,
         bridge: Some(nc.bridge.clone()),
         vlan: nc.vlan,
+        trunk: nc.trunk.clone(),
+        // The group reaches the socket only where the switch creates it.
+        socket_group: nc
+            .raw
+            .socket_group
+            .filter(|_| matches!(kind.switch_role(), "master" | "server")),
     };
     match kind {
         InterfaceKind::Memif { mode, opts, .. } => {
@@ -353,12 +399,7 @@ pub fn add(
         }
         None => derived_mac(container_id, ifname),
     };
-    let prev = stdin
-        .get("prevResult")
-        .filter(|v| !v.is_null())
-        .map(CniResult::from_value)
-        .transpose()
-        .map_err(|e| CniError::new(DECODE_FAILURE, format!("prevResult: {e}")))?;
+    let prev = stdin.get("prevResult").filter(|v| !v.is_null());
 
     let _lock = lock(nc)?;
     let pod_dir = nc.socket_dir.join(&key);
@@ -374,10 +415,7 @@ pub fn add(
         fs::set_permissions(&pod_dir, fs::Permissions::from_mode(0o770))
             .map_err(|e| io(pod_dir.display(), e))?;
     }
-    let dp = match &nc.device_info_file {
-        Some(f) => DeviceInfo::read(f)?,
-        None => None,
-    };
+    let dp = device_plugin_info(nc)?;
     let kind = kind_with_devinfo(nc, dp.as_ref())?;
     let socket = choose_socket(nc, &pod_dir, ifname, dp.as_ref())?;
     let name = port_name(container_id, ifname);
@@ -444,28 +482,24 @@ pub fn add(
         return Err(e);
     }
 
-    let mut result = prev.unwrap_or_default();
-    let index = result.interfaces.len();
-    result.interfaces.push(Interface {
+    let iface = Interface {
         name: ifname.to_string(),
         mac: Some(mac),
         sandbox: Some(netns.to_string()),
         socket_path: Some(socket.display().to_string()),
-    });
-    if let Some(r) = ipam_res {
-        result.ips.extend(r.ips.into_iter().map(|ip| IpConfig {
-            interface: Some(index),
-            ..ip
-        }));
-        result.routes.extend(r.routes);
-        if r.dns.is_some() {
-            result.dns = r.dns;
-        }
+    };
+    let result = add_result(
+        &nc.cni_version,
+        prev,
+        &iface,
+        ipam_res.as_ref(),
+        nc.raw.dns.as_ref(),
+    );
+    if result.is_err() {
+        let _ = call(&mut c, &Request::PortDel { name: name.clone() });
+        undo_ipam();
     }
-    if let Some(d) = &nc.raw.dns {
-        result.dns = Some(d.clone());
-    }
-    Ok(result.to_version(&nc.cni_version))
+    result
 }
 
 /// Removes everything of one attachment. `ipam_env` overrides the
@@ -587,7 +621,7 @@ pub fn check(env: &Env, nc: &NetConf, stdin: &serde_json::Value) -> Result<(), C
         }
     }
     if let Some(prev) = stdin.get("prevResult").filter(|v| !v.is_null()) {
-        let prev = CniResult::from_value(prev)
+        let prev = ResultView::from_value(prev)
             .map_err(|e| CniError::new(DECODE_FAILURE, format!("prevResult: {e}")))?;
         if !prev.interfaces.iter().any(|i| i.name == ifname) {
             return Err(fail(format!("prevResult has no interface {ifname}")));
@@ -599,13 +633,17 @@ pub fn check(env: &Env, nc: &NetConf, stdin: &serde_json::Value) -> Result<(), C
     Ok(())
 }
 
-/// STATUS: is the switch answering?
-pub fn status(nc: &NetConf) -> Result<(), CniError> {
+/// STATUS: is the switch answering, and, when the IPAM plugin speaks CNI
+/// 1.1, is it ready too?
+pub fn status(env: &Env, nc: &NetConf, stdin: &serde_json::Value) -> Result<(), CniError> {
     let mut c = Client::connect(&nc.control_socket)
         .map_err(|e| CniError::new(PLUGIN_NOT_AVAILABLE, format!("switchyard daemon: {e}")))?;
     c.call(&Request::Ping)
-        .map(|_| ())
-        .map_err(|e| CniError::new(PLUGIN_NOT_AVAILABLE, format!("switchyard daemon: {e}")))
+        .map_err(|e| CniError::new(PLUGIN_NOT_AVAILABLE, format!("switchyard daemon: {e}")))?;
+    if nc.raw.ipam.is_some() && ipam::speaks_1_1(stdin, &env.path)? {
+        ipam::exec("STATUS", stdin, &[], &env.path)?;
+    }
+    Ok(())
 }
 
 /// GC: removes this network's attachments not listed as valid.
@@ -655,6 +693,11 @@ pub fn gc(env: &Env, nc: &NetConf, stdin: &serde_json::Value) -> Result<(), CniE
         ) {
             first_err.get_or_insert(err);
         }
+    }
+    // An IPAM plugin that speaks 1.1 frees the leases of every attachment
+    // not listed, including ones this plugin holds no record of.
+    if nc.raw.ipam.is_some() && first_err.is_none() && ipam::speaks_1_1(stdin, &env.path)? {
+        ipam::exec("GC", stdin, &[], &env.path)?;
     }
     first_err.map_or(Ok(()), Err)
 }

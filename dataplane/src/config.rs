@@ -11,6 +11,7 @@ use crate::port::memif::socket::SocketAddr;
 use crate::port::memif::{MemifConfig, Mode};
 use crate::port::vhost_user::{SocketRole, VhostUserConfig};
 use crate::port::PortKind;
+use crate::vlan::VlanSet;
 use crate::worker::PollMode;
 
 /// The embedded default configuration.
@@ -188,9 +189,19 @@ pub struct PortSpec {
     /// Bridge to join.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bridge: Option<String>,
-    /// Access VLAN (1..=4094); none: trunk.
+    /// Access VLAN (1..=4094). Without it and without `trunk` the port is
+    /// untagged-only: it carries its bridge's untagged frames and no VLAN.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vlan: Option<u16>,
+    /// Trunk: the VLANs carried tagged (`100,200-210`; `0` adds untagged
+    /// frames; `all` is every VLAN and untagged frames).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trunk: Option<VlanSet>,
+    /// Numeric group given access to a socket the switch creates (memif
+    /// master, vhost-user server): the socket file becomes `root:<gid>`,
+    /// mode 0660, so a non-root pod in that group can connect.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket_group: Option<u32>,
 }
 
 /// A validated port, ready to build.
@@ -317,6 +328,12 @@ impl PortSpec {
                 ));
             }
         }
+        if self.vlan.is_some() && self.trunk.is_some() {
+            return Err(invalid(
+                f("trunk"),
+                "a port is an access port (vlan) or a trunk, not both",
+            ));
+        }
         if let Some(b) = &self.bridge {
             validate_name(&f("bridge"), b)?;
         }
@@ -374,8 +391,23 @@ impl PortSpec {
                         return Err(invalid(f("secret"), "at most 23 bytes, no NUL"));
                     }
                 }
+                if self.socket_group.is_some() {
+                    if side == Side::Slave {
+                        return Err(invalid(
+                            f("socket_group"),
+                            "applies where the switch creates the socket (role master)",
+                        ));
+                    }
+                    if matches!(SocketAddr::parse(&self.socket), SocketAddr::Abstract(_)) {
+                        return Err(invalid(
+                            f("socket_group"),
+                            "an abstract socket has no file to give a group",
+                        ));
+                    }
+                }
                 Ok(PortSetup::Memif(MemifConfig {
                     side,
+                    socket_group: self.socket_group,
                     socket: self.socket.clone(),
                     params: Params {
                         if_name: self.name.clone(),
@@ -418,8 +450,15 @@ impl PortSpec {
                         "vhost-user sockets are filesystem paths (no abstract names)",
                     ));
                 }
+                if self.socket_group.is_some() && role == SocketRole::Client {
+                    return Err(invalid(
+                        f("socket_group"),
+                        "applies where the switch creates the socket (role server)",
+                    ));
+                }
                 Ok(PortSetup::VhostUser(VhostUserConfig {
                     role,
+                    socket_group: self.socket_group,
                     socket: PathBuf::from(&self.socket),
                     queues,
                 }))

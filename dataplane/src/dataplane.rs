@@ -17,6 +17,7 @@ use crate::port::{PortQueues, RxQueue, TxQueue};
 use crate::reactor::Waker;
 use crate::switch::mac_table::MacTable;
 use crate::switch::DropReason;
+use crate::vlan::VlanMode;
 
 /// A port slot number (reused after the port is removed).
 pub type PortId = u16;
@@ -174,7 +175,7 @@ struct DpPort {
     shared: Arc<PortShared>,
     generation: u16,
     bridge: Option<BridgeId>,
-    vlan: Option<u16>,
+    vlan: VlanMode,
     rx: Vec<Arc<RxSlot>>,
     tx: Vec<Arc<TxSlot>>,
 }
@@ -198,8 +199,8 @@ pub struct ViewPort {
     pub generation: u16,
     /// Bridge, if the port is in one.
     pub bridge: Option<BridgeId>,
-    /// Access VLAN, or `None` for a trunk.
-    pub vlan: Option<u16>,
+    /// The VLANs it carries.
+    pub vlan: VlanMode,
     /// The transmit queue this worker uses, if connected.
     pub tx: Option<Arc<TxSlot>>,
     /// Counters and fault reporting.
@@ -406,7 +407,7 @@ impl Dataplane {
         &self,
         name: &str,
         bridge: Option<BridgeId>,
-        vlan: Option<u16>,
+        vlan: VlanMode,
     ) -> (PortId, Arc<PortShared>) {
         let shared = Arc::new(PortShared::new(name, self.inner.workers));
         let mut t = self.table();
@@ -587,7 +588,7 @@ impl Dataplane {
             view.ports.push(Some(ViewPort {
                 generation: p.generation,
                 bridge: p.bridge,
-                vlan: p.vlan,
+                vlan: p.vlan.clone(),
                 tx,
                 shared: p.shared.clone(),
             }));

@@ -2,6 +2,7 @@
 //!
 //! Layers, from the wire up:
 //! - [`wire`]: byte-level views of Ethernet headers and memif messages;
+//! - [`vlan`]: a port's VLAN membership (access, untagged-only, trunk);
 //! - [`port`]: the [`port::Port`] and queue traits, and the memif port kind;
 //! - [`switch`]: bridge domains, MAC learning, flooding and VLANs;
 //! - [`dataplane`] and [`worker`]: state shared with, and the loop of, the
@@ -18,5 +19,6 @@ pub mod dataplane;
 pub mod port;
 pub mod reactor;
 pub mod switch;
+pub mod vlan;
 pub mod wire;
 pub mod worker;

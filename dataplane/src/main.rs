@@ -9,6 +9,7 @@ use switchyard::config::{Config, PortSpec, DEFAULT_CONTROL_SOCKET};
 use switchyard::control::api::{BridgeInfo, MacInfo, PortInfo, PortStats};
 use switchyard::control::{Client, Daemon, Request};
 use switchyard::port::PortKind;
+use switchyard::vlan::VlanSet;
 
 /// Switchyard: a userspace L2 switch for pods (memif and vhost-user ports).
 #[derive(Parser)]
@@ -102,9 +103,18 @@ struct PortAdd {
     /// Bridge to join.
     #[arg(long)]
     bridge: Option<String>,
-    /// Access VLAN.
-    #[arg(long)]
+    /// Access VLAN (1..4094). Without --vlan and --trunk the port carries
+    /// untagged frames only.
+    #[arg(long, conflicts_with = "trunk")]
     vlan: Option<u16>,
+    /// Trunk: the VLANs carried tagged, e.g. `100,200-210`; `0` adds
+    /// untagged frames; `all` carries everything.
+    #[arg(long)]
+    trunk: Option<VlanSet>,
+    /// Numeric group given access to the socket the switch creates (socket
+    /// mode 0660), for non-root peers.
+    #[arg(long)]
+    socket_group: Option<u32>,
 }
 
 #[derive(Subcommand)]
@@ -199,6 +209,8 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
                 buffer_size: a.buffer_size,
                 bridge: a.bridge,
                 vlan: a.vlan,
+                trunk: a.trunk,
+                socket_group: a.socket_group,
             };
             let info: PortInfo = client()?.call_as(&Request::PortAdd { port: spec })?;
             println!("port {} added", info.name);
@@ -217,18 +229,22 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
             }
             let ports: Vec<PortInfo> = serde_json::from_value(v)?;
             println!(
-                "{:<20} {:<10} {:<7} {:<5} {:<12} {:<5} {:<40} PEER",
+                "{:<20} {:<10} {:<7} {:<5} {:<12} {:<9} {:<40} PEER",
                 "NAME", "KIND", "ROLE", "LINK", "BRIDGE", "VLAN", "SOCKET"
             );
             for p in ports {
                 println!(
-                    "{:<20} {:<10} {:<7} {:<5} {:<12} {:<5} {:<40} {}",
+                    "{:<20} {:<10} {:<7} {:<5} {:<12} {:<9} {:<40} {}",
                     p.name,
                     kind_name(p.kind),
                     p.role,
                     if p.status.link_up { "up" } else { "down" },
                     p.bridge.unwrap_or_else(|| "-".into()),
-                    p.vlan.map(|v| v.to_string()).unwrap_or_else(|| "-".into()),
+                    match (p.vlan, &p.trunk) {
+                        (Some(v), _) => v.to_string(),
+                        (None, Some(t)) => format!("trunk:{t}"),
+                        (None, None) => "untagged".into(),
+                    },
                     p.socket,
                     if p.status.link_up {
                         p.status.peer

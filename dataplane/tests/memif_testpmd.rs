@@ -135,17 +135,25 @@ fn vlan_access_ports_are_isolated_and_trunks_carry_tags() {
     let sa = add_port(&sw, "a", "master", &["--bridge", "default", "--vlan", "10"]);
     let sb = add_port(&sw, "b", "master", &["--bridge", "default", "--vlan", "10"]);
     let sc = add_port(&sw, "c", "master", &["--bridge", "default", "--vlan", "20"]);
-    let st = add_port(&sw, "t", "master", &["--bridge", "default"]);
+    let st = add_port(
+        &sw,
+        "t",
+        "master",
+        &["--bridge", "default", "--trunk", "all"],
+    );
     let mut a = client(&sa, 0x2a, &[]);
     let mut b = client(&sb, 0x2b, &[]);
     let mut c = client(&sc, 0x2c, &[]);
+    // A port with neither --vlan nor --trunk carries untagged frames only.
+    let su = add_port(&sw, "u", "master", &["--bridge", "default"]);
+    let mut u = client(&su, 0x2e, &[]);
     // The trunk peer reflects every frame (io forwarding), so tagged frames
     // come back into the switch through the trunk.
     let mut t = Testpmd::start(
         &[memif_vdev(0, "client", &st, &format!("mac={}", mac(0x2d)))],
         &["--forward-mode=io"],
     );
-    for p in ["a", "b", "c", "t"] {
+    for p in ["a", "b", "c", "t", "u"] {
         sw.wait_link(p, true);
     }
     for p in [&mut a, &mut b, &mut c, &mut t] {
@@ -181,6 +189,13 @@ fn vlan_access_ports_are_isolated_and_trunks_carry_tags() {
         macs.iter().any(|m| m.mac == mac(0x2c) && m.vlan == 20),
         "{macs:?}"
     );
+    // The untagged-only port saw none of it, and its own untagged frames
+    // reach only the trunk (which reflects them back to it).
+    assert_eq!(u.port_stats(0).0, 0, "an untagged port must not see VLANs");
+    u.send_bursts(1);
+    assert_eq!(u.wait_rx(0, 32), 32);
+    assert_eq!((a.port_stats(0).0, b.port_stats(0).0), (32, 64));
+    assert_eq!(c.port_stats(0).0, 32);
 }
 
 #[test]

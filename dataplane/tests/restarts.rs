@@ -267,6 +267,8 @@ fn memif_spec(sw: &Switch, name: &str) -> PortSpec {
         buffer_size: None,
         bridge: None,
         vlan: None,
+        trunk: None,
+        socket_group: None,
     }
 }
 

@@ -83,6 +83,7 @@ struct RawConfig {
     socket_dir: Option<PathBuf>,
     control_socket: Option<PathBuf>,
     health_interval_ms: Option<u64>,
+    socket_group: Option<u32>,
     #[serde(default, rename = "pool")]
     pools: Vec<RawPool>,
 }
@@ -121,6 +122,10 @@ pub struct Config {
     pub control_socket: PathBuf,
     /// How often health and the kubelet socket are checked.
     pub health_interval_ms: u64,
+    /// Numeric group given access to the device directories (mode 0770
+    /// instead of 0700), for pods that run as non-root members of it; the
+    /// CNI netconf's `socketGroup` gives the sockets in them the same group.
+    pub socket_group: Option<u32>,
     /// The pools.
     pub pools: Vec<Pool>,
 }
@@ -253,6 +258,7 @@ impl Config {
                 switchyard::config::DEFAULT_CONTROL_SOCKET,
             )?,
             health_interval_ms: interval,
+            socket_group: raw.socket_group,
             pools,
         })
     }

@@ -84,20 +84,11 @@ impl PoolPlugin {
         }
     }
 
-    /// Prepares one device for a container: its directory and the
-    /// device-info file Multus hands to the CNI.
+    /// Prepares one device for a container (again: the files are there
+    /// since the plugin started, unless someone removed them).
     fn prepare(&self, d: &Device) -> Result<(), Status> {
-        let fail = |what: &str, e: &dyn std::fmt::Display| {
-            Status::internal(format!("device {}: {what}: {e}", d.id))
-        };
-        std::fs::create_dir_all(&d.dir).map_err(|e| fail("socket directory", &e))?;
-        std::fs::set_permissions(&d.dir, std::fs::Permissions::from_mode(0o700))
-            .map_err(|e| fail("socket directory", &e))?;
-        let file = self.cfg.devinfo_file(self.pool(), &d.id);
-        self.pool()
-            .device_info(d)
-            .write(&file)
-            .map_err(|e| fail("device-info", &e))
+        prepare_device(&self.cfg, self.pool(), d)
+            .map_err(|e| Status::internal(format!("device {}: {e}", d.id)))
     }
 
     fn allocate_container(&self, ids: &[String]) -> Result<ContainerAllocateResponse, Status> {
@@ -226,6 +217,38 @@ impl DevicePlugin for PoolPlugin {
     ) -> Result<Response<PreStartContainerResponse>, Status> {
         Ok(Response::new(PreStartContainerResponse {}))
     }
+}
+
+/// Makes one device ready to be allocated: its socket directory (0700, or
+/// 0770 for `socket_group`) and the device-info file Multus copies for the
+/// CNI (NPWG Device Information spec 1.1.0, section 4.1.1: written for every
+/// device the plugin advertises, kept while it runs).
+pub fn prepare_device(cfg: &Config, pool: &Pool, d: &Device) -> Result<(), String> {
+    let dir_err = |e: std::io::Error| format!("socket directory {}: {e}", d.dir.display());
+    std::fs::create_dir_all(&d.dir).map_err(dir_err)?;
+    let mode = match cfg.socket_group {
+        Some(gid) => {
+            nix::unistd::chown(&d.dir, None, Some(nix::unistd::Gid::from_raw(gid)))
+                .map_err(|e| dir_err(e.into()))?;
+            0o770
+        }
+        None => 0o700,
+    };
+    std::fs::set_permissions(&d.dir, std::fs::Permissions::from_mode(mode)).map_err(dir_err)?;
+    let file = cfg.devinfo_file(pool, &d.id);
+    pool.device_info(d)
+        .write(&file)
+        .map_err(|e| format!("device-info: {e}"))
+}
+
+/// Prepares every device of every pool (at start).
+pub fn prepare_all(cfg: &Config) -> Result<(), String> {
+    for pool in &cfg.pools {
+        for d in cfg.devices(pool) {
+            prepare_device(cfg, pool, &d).map_err(|e| format!("device {}: {e}", d.id))?;
+        }
+    }
+    Ok(())
 }
 
 /// Every device-info file the plugin may have written (for cleanup).

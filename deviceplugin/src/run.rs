@@ -231,6 +231,19 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), 
     let cfg = Arc::new(cfg);
     std::fs::create_dir_all(&cfg.plugin_dir).map_err(io(cfg.plugin_dir.display()))?;
     std::fs::create_dir_all(&cfg.socket_dir).map_err(io(cfg.socket_dir.display()))?;
+    // Device-info files for every advertised device before the kubelet can
+    // allocate one: a pod whose sandbox is (re)created after a plugin
+    // restart finds its file without a new Allocate.
+    let all = cfg.clone();
+    tokio::task::spawn_blocking(move || crate::plugin::prepare_all(&all))
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r)
+        .map_err(|e| RunError::Io {
+            what: "preparing devices".into(),
+            source: std::io::Error::other(e),
+        })?;
+    tracing::info!(dir = %cfg.devinfo_dir.display(), "wrote a device-info file for every device");
     if cfg.cdi {
         let path = cdi::write(&cfg).map_err(io(cdi::spec_path(&cfg).display()))?;
         tracing::info!(spec = %path.display(), "wrote the CDI spec");

@@ -256,6 +256,18 @@ fn registers_lists_allocates_follows_health_and_kubelet_restarts_then_cleans_up(
     assert_eq!(regs[1].resource_name, "switchyard.io/vhost-user");
     assert_eq!(regs[1].endpoint, "switchyard-vhost-user.sock");
 
+    // Before any allocation, every advertised device has its device-info
+    // file (NPWG Device Information spec 1.1.0, 4.1.1) and its directory.
+    let all_files = [
+        "switchyard.io-memif-memif-0-device.json",
+        "switchyard.io-memif-memif-1-device.json",
+        "switchyard.io-memif-memif-2-device.json",
+        "switchyard.io-vhost-user-vhost-user-0-device.json",
+        "switchyard.io-vhost-user-vhost-user-1-device.json",
+    ];
+    assert_eq!(files_under(&node.path("devinfo/dp")), all_files);
+    assert!(node.path("pods/devices/vhost-user-1").is_dir());
+
     // Options and the device list, healthy while the switch answers.
     let mut c = node.plugin_client("switchyard-memif.sock");
     let opts = node
@@ -386,6 +398,12 @@ fn registers_lists_allocates_follows_health_and_kubelet_restarts_then_cleans_up(
     assert_eq!(files_under(&node.path("plugins")), ["kubelet.sock"]);
     assert!(files_under(&node.path("devinfo/dp")).is_empty());
     assert!(files_under(&node.path("cdi")).is_empty());
+
+    // Started again, the plugin writes every file again before the kubelet
+    // allocates anything: a pod re-created now finds its device's file.
+    node.start_plugin();
+    kubelet.registrations(4);
+    assert_eq!(files_under(&node.path("devinfo/dp")), all_files);
 }
 
 #[test]

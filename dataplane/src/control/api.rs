@@ -152,8 +152,11 @@ pub struct PortInfo {
     pub socket: String,
     /// Bridge.
     pub bridge: Option<String>,
-    /// Access VLAN.
+    /// Access VLAN (none and no `trunk`: untagged-only).
     pub vlan: Option<u16>,
+    /// Trunk VLANs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trunk: Option<crate::vlan::VlanSet>,
     /// True if it came from the config file (recreated at every start).
     pub from_config: bool,
     /// Connection state.

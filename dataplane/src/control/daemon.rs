@@ -23,6 +23,7 @@ use crate::port::memif::MemifPort;
 use crate::port::vhost_user::VhostUserPort;
 use crate::port::{Port, PortCtx};
 use crate::reactor::{Reactor, Token, Waker};
+use crate::vlan::VlanMode;
 use crate::worker::{self, WorkerConfig};
 
 const TOKEN_API: u32 = 1;
@@ -329,7 +330,8 @@ impl Daemon {
                 Box::new(VhostUserPort::new(&spec.name, v))
             }
         };
-        let (id, shared) = self.dp.add_port(&spec.name, bridge, spec.vlan);
+        let vlan = VlanMode::from_spec(spec.vlan, spec.trunk.as_ref());
+        let (id, shared) = self.dp.add_port(&spec.name, bridge, vlan);
         if let Err(e) = port.start(&self.ctx(id)) {
             self.dp.remove_port(id);
             let code = match e {
@@ -390,6 +392,7 @@ impl Daemon {
             socket: e.spec.socket.clone(),
             bridge: e.spec.bridge.clone(),
             vlan: e.spec.vlan,
+            trunk: e.spec.trunk.clone(),
             from_config: e.from_config,
             status: e.port.status(),
             spec: e.spec.clone(),

@@ -137,7 +137,9 @@ mod tests {
                 ring_size: None,
                 buffer_size: None,
                 bridge: Some("b".into()),
-                vlan: Some(10),
+                vlan: None,
+                trunk: Some("10,20-30".parse().unwrap()),
+                socket_group: Some(1234),
             }],
         };
         s.save(&st).unwrap();

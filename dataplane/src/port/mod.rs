@@ -37,6 +37,17 @@ pub fn refuse_symlink(path: &std::path::Path) -> std::io::Result<()> {
     }
 }
 
+/// Opens a socket the switch created to the members of group `gid`: the
+/// file becomes `<owner>:<gid>` with mode 0660, so that a non-root pod in
+/// that group can `connect()` (which needs write permission on the file).
+/// Without a group the file keeps the mode it was created with.
+pub fn share_socket(path: &std::path::Path, gid: Option<u32>) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(gid) = gid else { return Ok(()) };
+    nix::unistd::chown(path, None, Some(nix::unistd::Gid::from_raw(gid)))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
+}
+
 /// A peer broke the shared-memory protocol; its port must be reset.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum QueueFault {

@@ -3,12 +3,12 @@
 //! It knows frames and queues, not protocols: frames come in as [`RxFrame`]s
 //! from any port kind and leave through any [`crate::port::TxQueue`].
 //!
-//! VLAN model (as Open vSwitch's access and trunk ports):
-//! - an access port (`vlan = Some(v)`) carries untagged frames of VLAN `v`;
-//!   tagged frames arriving on it are dropped (priority tags, VID 0, are
-//!   accepted and stripped);
-//! - a trunk port (`vlan = None`) carries every VLAN: tagged frames keep their
-//!   tag, untagged frames belong to VLAN 0 and leave untagged.
+//! VLAN model (as Open vSwitch's access and trunk ports, see
+//! [`crate::vlan::VlanMode`]): an access port carries untagged frames of its
+//! VLAN (VLAN 0, untagged-only, by default); tagged frames arriving on it are
+//! dropped (priority tags, VID 0, are accepted and stripped); a trunk carries
+//! the VLANs of its list tagged, and untagged frames as VLAN 0 when the list
+//! holds 0.
 
 pub mod mac_table;
 
@@ -24,7 +24,8 @@ use mac_table::MacEntry;
 pub enum DropReason {
     /// Shorter than an Ethernet header.
     Runt = 0,
-    /// Tagged frame on an access port.
+    /// A frame of a VLAN its ingress port does not carry (a tagged frame on
+    /// an access or untagged-only port, or outside a trunk's list).
     VlanFiltered = 1,
     /// The destination MAC was learned on the ingress port (no hairpin).
     Hairpin = 2,
@@ -199,15 +200,9 @@ impl Forwarder {
                     }
                 };
                 // The VLAN this frame belongs to inside the bridge.
-                let domain = match inp.vlan {
-                    Some(v) => {
-                        if l2.tagged && l2.vid != 0 {
-                            bump(&in_counters.drops[DropReason::VlanFiltered as usize], 1);
-                            continue;
-                        }
-                        v
-                    }
-                    None => l2.vid,
+                let Some(domain) = inp.vlan.ingress(l2.vid) else {
+                    bump(&in_counters.drops[DropReason::VlanFiltered as usize], 1);
+                    continue;
                 };
                 if !l2.src.is_multicast() {
                     bridge.macs.learn(
@@ -267,10 +262,8 @@ impl Forwarder {
         domain: u16,
         unicast: bool,
     ) {
-        let out_tagged = match p.vlan {
-            Some(v) if v != domain => return, // other VLAN: not a member
-            Some(_) => false,
-            None => domain != 0,
+        let Some(out_tagged) = p.vlan.egress(domain) else {
+            return; // not a member of this VLAN
         };
         if p.tx.is_none() {
             if unicast {

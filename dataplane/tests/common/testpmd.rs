@@ -84,12 +84,36 @@ pub struct Testpmd {
 impl Testpmd {
     /// Starts testpmd with the given `--vdev` arguments and testpmd options.
     pub fn start(vdevs: &[String], opts: &[&str]) -> Testpmd {
+        Testpmd::start_as(None, vdevs, opts)
+    }
+
+    /// As [`Testpmd::start`], as user and group `ids` (a non-root pod)
+    /// when given: its runtime directory is then a temporary one it owns.
+    pub fn start_as(ids: Option<(u32, u32)>, vdevs: &[String], opts: &[&str]) -> Testpmd {
         let prefix = format!(
             "sytest-{}-{}",
             std::process::id(),
             PREFIX.fetch_add(1, Ordering::Relaxed)
         );
-        let mut cmd = Command::new("stdbuf");
+        let mut cmd = match ids {
+            None => Command::new("stdbuf"),
+            Some((uid, gid)) => {
+                let run = std::path::PathBuf::from(format!("/tmp/{prefix}"));
+                std::fs::create_dir_all(&run).unwrap();
+                nix::unistd::chown(
+                    &run,
+                    Some(nix::unistd::Uid::from_raw(uid)),
+                    Some(nix::unistd::Gid::from_raw(gid)),
+                )
+                .unwrap();
+                let mut c = Command::new("setpriv");
+                c.arg(format!("--reuid={uid}"))
+                    .arg(format!("--regid={gid}"))
+                    .args(["--clear-groups", "stdbuf"])
+                    .env("XDG_RUNTIME_DIR", &run);
+                c
+            }
+        };
         cmd.args(["-oL", "-eL", testpmd_bin()]).args([
             "--no-huge",
             "-m",
@@ -273,6 +297,7 @@ impl Drop for Testpmd {
         let _ = self.stdin.flush();
         terminate(&mut self.child, Duration::from_secs(5));
         let _ = std::fs::remove_dir_all(format!("/var/run/dpdk/{}", self.prefix));
+        let _ = std::fs::remove_dir_all(format!("/tmp/{}", self.prefix));
     }
 }
 

@@ -57,6 +57,8 @@ pub struct VhostUserConfig {
     pub socket: PathBuf,
     /// Queue pairs offered to the frontend.
     pub queues: u16,
+    /// Group given access to the socket when the switch is the server.
+    pub socket_group: Option<u32>,
 }
 
 struct Conn {
@@ -80,7 +82,7 @@ fn lock(d: &Mutex<NetDevice>) -> MutexGuard<'_, NetDevice> {
 
 /// Binds a listening socket at `path`, replacing a stale socket file that
 /// nobody listens on. A live socket is an error (another switch or port).
-fn listen(path: &Path) -> Result<UnixListener, PortError> {
+fn listen(path: &Path, group: Option<u32>) -> Result<UnixListener, PortError> {
     let err = |source| PortError::Socket {
         path: path.display().to_string(),
         source,
@@ -98,6 +100,7 @@ fn listen(path: &Path) -> Result<UnixListener, PortError> {
         std::fs::remove_file(path).map_err(err)?;
     }
     let l = UnixListener::bind(path).map_err(err)?;
+    crate::port::share_socket(path, group).map_err(err)?;
     l.set_nonblocking(true).map_err(err)?;
     Ok(l)
 }
@@ -318,7 +321,7 @@ impl Port for VhostUserPort {
     fn start(&mut self, cx: &PortCtx<'_>) -> Result<(), PortError> {
         match self.cfg.role {
             SocketRole::Server => {
-                let l = listen(&self.cfg.socket)?;
+                let l = listen(&self.cfg.socket, self.cfg.socket_group)?;
                 cx.watch(l.as_raw_fd(), SUB_LISTENER)
                     .map_err(|source| PortError::Socket {
                         path: self.cfg.socket.display().to_string(),

@@ -1,0 +1,537 @@
+//! End-to-end: the cluster path. `switchyard-cni` driven exactly as Multus
+//! drives a delegate (see `support/multus.rs`: the keys it adds, its
+//! device-info files, its cache replayed on DEL), VLAN isolation between
+//! networks on one bridge, non-root pods, and the CNI version rules; real
+//! daemon, real `host-local`, real DPDK testpmd pods.
+
+#[path = "support/exec.rs"]
+mod exec;
+#[path = "support/multus.rs"]
+mod multus;
+#[path = "support/node.rs"]
+mod node;
+#[path = "../../dataplane/tests/common/testpmd.rs"]
+mod testpmd;
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use multus::{Multus, Nad, Pod, Selection};
+use node::*;
+use serde_json::{json, Value};
+use testpmd::{memif_vdev, serial, virtio_vdev, wait_for, Testpmd};
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+fn multus(node: &Node) -> Multus {
+    Multus {
+        cni_dir: node.dir.path().join("multus"),
+        devinfo_base: node.dir.path().join("devinfo"),
+        cni_path: format!("/nonexistent:{HOST_LOCAL_DIR}"),
+    }
+}
+
+fn pod(name: &str) -> Pod {
+    Pod {
+        namespace: "default".into(),
+        name: name.into(),
+        uid: format!("uid-{name}"),
+        sandbox: format!("{name:0>64}"),
+        netns: format!("/var/run/netns/{name}"),
+    }
+}
+
+fn nad(name: &str, config: Value, resource: Option<&str>) -> Nad {
+    Nad {
+        namespace: "default".into(),
+        name: name.into(),
+        config,
+        resource_name: resource.map(str::to_string),
+    }
+}
+
+/// A network's config as a NAD carries it: no `name` (Multus adds it), the
+/// capabilities Multus's runtime config needs.
+fn nad_config(node: &Node, extra: Value) -> Value {
+    let mut c = node.netconf("unused", extra);
+    c.as_object_mut().unwrap().remove("name");
+    c["capabilities"] =
+        json!({"CNIDeviceInfoFile": true, "deviceID": true, "mac": true, "ips": true});
+    c["deviceInfoDir"] = node
+        .dir
+        .path()
+        .join("devinfo/dp")
+        .display()
+        .to_string()
+        .into();
+    c
+}
+
+fn leftovers(node: &Node) -> Vec<String> {
+    let mut out = Vec::new();
+    for d in ["pods", "devinfo/cni"] {
+        out.extend(
+            walk(&node.dir.path().join(d))
+                .into_iter()
+                .map(|p| p.display().to_string())
+                .filter(|s| !s.contains(".switchyard-cni")),
+        );
+    }
+    out
+}
+
+fn walk(p: &Path) -> Vec<PathBuf> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir(p).into_iter().flatten().flatten() {
+        v.push(e.path());
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            v.extend(walk(&e.path()));
+        }
+    }
+    v
+}
+
+#[test]
+fn multus_delegate_calls_cache_and_network_status() {
+    let _g = serial();
+    let node = Node::start();
+    let m = multus(&node);
+    let bin = Path::new(cni_bin());
+    // A typo'd key of ours and a key of another plugin's: warned, not fatal.
+    let memif = nad(
+        "memif-net",
+        nad_config(
+            &node,
+            json!({"bridge": "br-m", "ipam": node.ipam("10.90.0.0/24"),
+                   "memif": {"role": "slave", "ringsize": 512}, "ovs-bridge": "x"}),
+        ),
+        None,
+    );
+    let vhost = nad(
+        "vhost-net",
+        nad_config(
+            &node,
+            json!({"bridge": "br-m", "interfaceType": "vhost-user"}),
+        ),
+        None,
+    );
+    let p = pod("a");
+    // The first selection names a deviceID of its own (the JSON form of the
+    // annotation allows it): Multus then generates a CNIDeviceInfoFile.
+    let sel1 = Selection {
+        interface: Some("net1".into()),
+        mac: Some("02:00:00:00:aa:01".into()),
+        device_id: Some("attachment-1".into()),
+        cni_args: Some(json!({"foo": "bar"})),
+        ..Default::default()
+    };
+    let added = m
+        .add(
+            bin,
+            &p,
+            &[
+                (memif.clone(), sel1, None),
+                (vhost.clone(), Selection::default(), None),
+            ],
+        )
+        .unwrap_or_else(|e| panic!("ADD: {:?}", e.0));
+    let (a1, a2) = (&added[0], &added[1]);
+    assert_eq!(a1.netconf["name"], "memif-net", "name injected");
+    assert_eq!(a1.netconf["args"]["cni"]["foo"], "bar");
+    assert_eq!(a1.netconf["runtimeConfig"]["mac"], "02:00:00:00:aa:01");
+    assert_eq!(a1.netconf["runtimeConfig"]["deviceID"], "attachment-1");
+    assert!(
+        a1.netconf.get("deviceID").is_none(),
+        "no device plugin resource"
+    );
+    assert_eq!(
+        a1.cni_args,
+        format!(
+            "IgnoreUnknown=true;K8S_POD_NAMESPACE=default;K8S_POD_NAME=a;K8S_POD_INFRA_CONTAINER_ID={};K8S_POD_UID=uid-a",
+            p.sandbox
+        )
+    );
+    let f = a1.device_info_file.clone().unwrap();
+    assert_eq!(
+        f,
+        node.dir
+            .path()
+            .join(format!("devinfo/cni/default-memif-net-{}_net1", p.sandbox))
+    );
+
+    // The network-status entries, as Multus builds them.
+    let sock1 = node.socket_dir().join("uid-a/net1.sock");
+    let st = &a1.network_status;
+    assert_eq!(st["name"], "default/memif-net");
+    assert_eq!(st["interface"], "net1");
+    assert_eq!(st["mac"], "02:00:00:00:aa:01");
+    assert!(
+        st["ips"][0].as_str().unwrap().starts_with("10.90.0."),
+        "{st}"
+    );
+    assert_eq!(
+        st["device-info"],
+        json!({"type": "memif", "version": "1.1.0",
+               "memif": {"role": "slave", "mode": "ethernet", "path": sock1}})
+    );
+    // Without a deviceID Multus passes no CNIDeviceInfoFile, and its
+    // network-status has no device-info (its source reads only that file).
+    assert_eq!(a2.device_info_file, None);
+    assert!(a2.netconf.get("runtimeConfig").is_none());
+    assert_eq!(a2.network_status["interface"], "net2");
+    assert!(a2.network_status.get("device-info").is_none());
+    assert_eq!(
+        a2.result["interfaces"][0]["socketPath"],
+        node.socket_dir()
+            .join("uid-a/net2.sock")
+            .display()
+            .to_string()
+    );
+
+    // The two interfaces pass frames (one bridge).
+    let mut t1 = Testpmd::start(
+        &[memif_vdev(0, "client", sock1.to_str().unwrap(), "")],
+        &["--forward-mode=rxonly"],
+    );
+    let mut t2 = Testpmd::start(
+        &[virtio_vdev(
+            0,
+            node.socket_dir().join("uid-a/net2.sock").to_str().unwrap(),
+            false,
+            "",
+        )],
+        &["--forward-mode=rxonly"],
+    );
+    wait_for(LIMIT, "links up", || {
+        node.ports().iter().all(|p| p.status.link_up).then_some(())
+    });
+    t1.send_bursts(1);
+    assert_eq!(t2.wait_rx(0, 32), 32);
+    drop((t1, t2));
+
+    // DEL from Multus's cache (with the cached results as prevResult)
+    // removes everything, the device-info file included.
+    assert!(m.del(bin, &p).is_empty());
+    assert!(node.ports().is_empty());
+    assert_eq!(leftovers(&node), Vec::<String>::new());
+    assert!(std::fs::read_dir(node.ipam_dir().join("memif-net"))
+        .unwrap()
+        .flatten()
+        .all(|e| e
+            .file_name()
+            .to_string_lossy()
+            .starts_with("last_reserved_ip")
+            || e.file_name() == "lock"));
+}
+
+#[test]
+fn a_device_plugin_network_without_its_device_info_fails_add() {
+    let _g = serial();
+    let node = Node::start();
+    let m = multus(&node);
+    let bin = Path::new(cni_bin());
+    let net = nad(
+        "dp-net",
+        nad_config(&node, json!({"ipam": node.ipam("10.91.0.0/24")})),
+        Some("switchyard.io/memif"),
+    );
+    let p = pod("b");
+    // The kubelet allocated memif-9, but no device plugin wrote its file.
+    let e = m
+        .add(
+            bin,
+            &p,
+            &[(net.clone(), Selection::default(), Some("memif-9".into()))],
+        )
+        .unwrap_err()
+        .0;
+    assert_eq!(e["code"], 11, "{e}");
+    let msg = e["msg"].as_str().unwrap();
+    assert!(
+        msg.contains("memif-9") && msg.contains("deviceInfoDir"),
+        "{msg}"
+    );
+    assert!(node.ports().is_empty());
+    assert_eq!(leftovers(&node), Vec::<String>::new());
+
+    // Once the device plugin's file is there, the same ADD takes its socket
+    // and role.
+    let dev_dir = node.socket_dir().join("devices/memif-9");
+    std::fs::create_dir_all(&dev_dir).unwrap();
+    let sock = dev_dir.join("memif.sock");
+    let dp = node
+        .dir
+        .path()
+        .join("devinfo/dp/switchyard.io-memif-memif-9-device.json");
+    std::fs::create_dir_all(dp.parent().unwrap()).unwrap();
+    std::fs::write(
+        &dp,
+        json!({"type": "memif", "version": "1.1.0",
+               "memif": {"role": "master", "mode": "ethernet", "path": sock}})
+        .to_string(),
+    )
+    .unwrap();
+    let added = m
+        .add(
+            bin,
+            &p,
+            &[(net, Selection::default(), Some("memif-9".into()))],
+        )
+        .unwrap_or_else(|e| panic!("ADD: {:?}", e.0));
+    assert_eq!(added[0].netconf["deviceID"], "memif-9");
+    assert_eq!(added[0].netconf["pciBusID"], "memif-9");
+    assert_eq!(
+        added[0].result["interfaces"][0]["socketPath"],
+        sock.display().to_string()
+    );
+    let port = &node.ports()[0];
+    assert_eq!(port.role, "slave", "the pod is master: the switch connects");
+    assert_eq!(
+        added[0].network_status["device-info"]["memif"]["path"],
+        sock.display().to_string()
+    );
+    assert!(m.del(bin, &p).is_empty());
+    assert!(node.ports().is_empty());
+    assert!(
+        dp.exists(),
+        "the device plugin's file is the device plugin's"
+    );
+}
+
+/// Which of `pods` received how many frames.
+fn received(pods: &mut [&mut Testpmd]) -> Vec<u64> {
+    pods.iter_mut().map(|p| p.port_stats(0).0).collect()
+}
+
+#[test]
+fn networks_on_one_bridge_are_isolated_unless_a_trunk_asks() {
+    let _g = serial();
+    let node = Node::start();
+    let untagged = node.netconf("plain", json!({"bridge": "shared"}));
+    let vlan = node.netconf("v200", json!({"bridge": "shared", "vlan": 200}));
+    let trunk = node.netconf("t200", json!({"bridge": "shared", "trunk": [200]}));
+    let mut pods = Vec::new();
+    for (name, conf) in [
+        ("a1", &untagged),
+        ("a2", &untagged),
+        ("b", &vlan),
+        ("t", &trunk),
+    ] {
+        let r = ok(
+            "ADD",
+            &format!("{name:0>64}"),
+            "net1",
+            &pod_args(name),
+            conf,
+        );
+        let sock = r["interfaces"][0]["socketPath"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let mut t = Testpmd::start(
+            &[memif_vdev(0, "client", &sock, "")],
+            &["--forward-mode=rxonly"],
+        );
+        t.cmd("set verbose 1");
+        pods.push(t);
+    }
+    wait_for(LIMIT, "links up", || {
+        let p = node.ports();
+        (p.len() == 4 && p.iter().all(|p| p.status.link_up)).then_some(())
+    });
+    let [a1, a2, b, t] = &mut pods[..] else {
+        unreachable!()
+    };
+    // An untagged pod floods: only its own network hears it.
+    a1.send_bursts(1);
+    assert_eq!(a2.wait_rx(0, 32), 32);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(received(&mut [b, t]), [0, 0]);
+    // The VLAN pod: the trunk that lists 200 gets it tagged; the untagged
+    // network does not.
+    b.send_bursts(1);
+    assert_eq!(t.wait_rx(0, 32), 32);
+    assert!(t.output().contains("type=0x8100"), "tagged on the trunk");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(received(&mut [a1, a2]), [0, 32]);
+    // The switch dropped what the pods' networks do not carry.
+    let ports = node.ports();
+    let port = |pod: &str| {
+        ports
+            .iter()
+            .find(|p| p.socket.contains(&format!("/{pod}/")))
+            .unwrap()
+            .clone()
+    };
+    assert_eq!((port("b").vlan, port("b").trunk.clone()), (Some(200), None));
+    assert_eq!(port("a1").vlan, None);
+    assert_eq!(port("a1").trunk, None);
+    assert_eq!(port("t").trunk.as_ref().unwrap().to_string(), "200");
+    drop(pods);
+    for (name, conf) in [
+        ("a1", &untagged),
+        ("a2", &untagged),
+        ("b", &vlan),
+        ("t", &trunk),
+    ] {
+        ok(
+            "DEL",
+            &format!("{name:0>64}"),
+            "net1",
+            &pod_args(name),
+            conf,
+        );
+    }
+    assert!(node.ports().is_empty());
+}
+
+#[test]
+fn non_root_pods_use_sockets_of_their_group() {
+    let _g = serial();
+    let node = Node::start();
+    // The node's directories are traversable, as /var/run is.
+    std::fs::set_permissions(node.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let nobody = 65534;
+    let memif = node.netconf("nr-memif", json!({"bridge": "nr", "socketGroup": nobody}));
+    let vhost = node.netconf(
+        "nr-vhost",
+        json!({"bridge": "nr", "socketGroup": nobody, "interfaceType": "vhost-user"}),
+    );
+    let rm = ok("ADD", &"7".repeat(64), "net1", &pod_args("nr-a"), &memif);
+    let rv = ok("ADD", &"8".repeat(64), "net1", &pod_args("nr-b"), &vhost);
+    let sm = rm["interfaces"][0]["socketPath"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let sv = rv["interfaces"][0]["socketPath"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    for s in [&sm, &sv] {
+        let meta = std::fs::metadata(s).unwrap();
+        assert_eq!((meta.mode() & 0o777, meta.gid()), (0o660, nobody), "{s}");
+        let dir = std::fs::metadata(Path::new(s).parent().unwrap()).unwrap();
+        assert_eq!((dir.mode() & 0o777, dir.gid()), (0o770, nobody), "{s}");
+    }
+    // Both pods run as nobody:nogroup.
+    let ids = Some((nobody, nobody));
+    let mut a = Testpmd::start_as(
+        ids,
+        &[memif_vdev(0, "client", &sm, "")],
+        &["--forward-mode=rxonly"],
+    );
+    let mut b = Testpmd::start_as(
+        ids,
+        &[virtio_vdev(0, &sv, false, "")],
+        &["--forward-mode=rxonly"],
+    );
+    wait_for(LIMIT, "links up", || {
+        node.ports().iter().all(|p| p.status.link_up).then_some(())
+    });
+    a.send_bursts(1);
+    assert_eq!(b.wait_rx(0, 32), 32);
+    b.send_bursts(1);
+    assert_eq!(a.wait_rx(0, 32), 32);
+    drop((a, b));
+    ok("DEL", &"7".repeat(64), "net1", &pod_args("nr-a"), &memif);
+    ok("DEL", &"8".repeat(64), "net1", &pod_args("nr-b"), &vhost);
+    assert!(node.ports().is_empty());
+}
+
+/// A recording IPAM plugin that speaks CNI 1.1 (Debian 12's host-local
+/// stops at 1.0.0): it logs each command and its stdin.
+fn recording_ipam(dir: &Path) -> PathBuf {
+    let bin = dir.join("rec-ipam");
+    let log = dir.join("rec-ipam.log");
+    std::fs::write(
+        &bin,
+        format!(
+            r#"#!/bin/sh
+in=$(cat)
+echo "$CNI_COMMAND $in" >> {log}
+case "$CNI_COMMAND" in
+  VERSION) echo '{{"cniVersion":"1.1.0","supportedVersions":["1.0.0","1.1.0"]}}' ;;
+  ADD) echo '{{"cniVersion":"1.1.0","ips":[{{"address":"10.92.0.5/24"}}]}}' ;;
+esac
+"#,
+            log = log.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    bin
+}
+
+#[test]
+fn verbs_follow_the_netconf_version_and_reach_ipam() {
+    let _g = serial();
+    let node = Node::start();
+    let c = "c".repeat(64);
+    // CHECK is 0.4.0 on; STATUS and GC 1.1.0 on.
+    for (verb, version) in [("CHECK", "0.3.1"), ("STATUS", "1.0.0"), ("GC", "1.0.0")] {
+        let conf = node.netconf("v", json!({"cniVersion": version}));
+        let (good, v) = cni(verb, &c, "net1", "", &conf);
+        assert!(!good);
+        assert_eq!(v["code"], 1, "{verb} {version}: {v}");
+        assert!(v["msg"].as_str().unwrap().contains(verb), "{v}");
+    }
+
+    // An IPAM plugin that speaks 1.1 gets STATUS and GC (with the valid
+    // attachments, so it frees leases this plugin has no record of);
+    // host-local (1.0.0) does not, and STATUS still succeeds.
+    let dir = node.dir.path().join("ipam-bin");
+    std::fs::create_dir_all(&dir).unwrap();
+    recording_ipam(&dir);
+    let conf = node.netconf("rec", json!({"ipam": {"type": "rec-ipam"}}));
+    let run = |verb: &str, conf: &Value| {
+        exec::exec_cni(
+            Path::new(cni_bin()),
+            verb,
+            &c,
+            "net1",
+            "",
+            &dir.display().to_string(),
+            conf,
+        )
+    };
+    let (good, r) = run("ADD", &conf);
+    assert!(good, "{r}");
+    assert_eq!(r["ips"][0]["address"], "10.92.0.5/24");
+    assert!(run("STATUS", &conf).0);
+    let mut gc = conf.clone();
+    gc["cni.dev/valid-attachments"] = json!([{"containerID": c, "ifname": "net1"}]);
+    assert!(run("GC", &gc).0);
+    let log = std::fs::read_to_string(dir.join("rec-ipam.log")).unwrap();
+    let verbs: Vec<&str> = log.lines().map(|l| l.split(' ').next().unwrap()).collect();
+    assert_eq!(
+        verbs,
+        ["ADD", "VERSION", "STATUS", "VERSION", "GC"],
+        "{log}"
+    );
+    let gc_in: Value =
+        serde_json::from_str(log.lines().last().unwrap().split_once(' ').unwrap().1).unwrap();
+    assert_eq!(
+        gc_in["cni.dev/valid-attachments"][0]["containerID"],
+        c.as_str()
+    );
+    assert_eq!(gc_in["cniVersion"], "1.1.0");
+    let hl = node.netconf("hl", json!({"ipam": node.ipam("10.93.0.0/24")}));
+    assert!(cni("STATUS", "", "", "", &hl).0);
+    assert!(run("DEL", &conf).0);
+
+    // A previous plugin's result passes through whole.
+    let mut chained = node.netconf("chain", json!({}));
+    chained["prevResult"] = json!({
+        "cniVersion": "1.1.0",
+        "interfaces": [{"name": "eth0", "mac": "02:11:22:33:44:55", "mtu": 9000,
+                        "sandbox": "/var/run/netns/x", "pciID": "0000:01:00.1"}],
+        "ips": [{"address": "10.0.0.2/24", "interface": 0}],
+        "routes": [{"dst": "0.0.0.0/0", "gw": "10.0.0.1", "mtu": 1400}],
+    });
+    let r = ok("ADD", &c, "net2", "", &chained);
+    assert_eq!(r["interfaces"][0], chained["prevResult"]["interfaces"][0]);
+    assert_eq!(r["routes"][0]["mtu"], 1400);
+    assert_eq!(r["interfaces"][1]["name"], "net2");
+    ok("DEL", &c, "net2", "", &chained);
+}

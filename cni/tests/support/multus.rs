@@ -1,0 +1,442 @@
+//! What Multus does around a delegate plugin, step by step as its source
+//! does it (multus-cni `pkg/types/conf.go`, `pkg/multus/multus.go`, the
+//! network-attachment-definition-client's `pkg/utils`, and libcni), so that
+//! the plugin is driven with exactly the bytes and files Multus produces:
+//!
+//! - the NAD's config, with `name` injected when missing
+//!   (`GetCNIConfigFromSpec`);
+//! - for a network whose NAD names a device-plugin resource, the device the
+//!   kubelet allocated injected as top-level `deviceID` and `pciBusID`
+//!   (`delegateAddDeviceID`), the network selection's `cni-args` as
+//!   `args.cni`;
+//! - the runtime conf: `CNI_ARGS` `IgnoreUnknown=true;K8S_POD_NAMESPACE=..;
+//!   K8S_POD_NAME=..;K8S_POD_INFRA_CONTAINER_ID=..;K8S_POD_UID=..`, and the
+//!   capability args `mac`, `ips`, `deviceID` and, when there is a device,
+//!   `CNIDeviceInfoFile` = `<devinfo>/cni/<ns>-<net>-<container>_<ifname>`
+//!   (`delegateRuntimeConfig`, `GetCNIDeviceInfoPath`), of which libcni
+//!   passes in `runtimeConfig` only those the netconf's `capabilities`
+//!   declares (`injectRuntimeConfig`);
+//! - before ADD, the device plugin's file copied there
+//!   (`CopyDeviceInfoForCNIFromDP`: refused when the file exists, mode 0444);
+//! - the delegates cached per container, and DEL replayed from that cache
+//!   with libcni's cached result as `prevResult`, then the CNI device-info
+//!   file removed;
+//! - after ADD, the network-status entry built from the result and the
+//!   CNIDeviceInfoFile's content (`getDelegateDeviceInfo`,
+//!   `CreateNetworkStatus`).
+
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde_json::{json, Value};
+
+/// A NetworkAttachmentDefinition as the API server holds it.
+#[derive(Clone, Debug)]
+pub struct Nad {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// `spec.config`, parsed.
+    pub config: Value,
+    /// The `k8s.v1.cni.cncf.io/resourceName` annotation.
+    pub resource_name: Option<String>,
+}
+
+/// The pod being attached.
+#[derive(Clone, Debug)]
+pub struct Pod {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// UID.
+    pub uid: String,
+    /// Sandbox (infra) container id: `CNI_CONTAINERID`.
+    pub sandbox: String,
+    /// Network namespace path.
+    pub netns: String,
+}
+
+/// One element of the pod's `k8s.v1.cni.cncf.io/networks` annotation.
+#[derive(Clone, Debug, Default)]
+pub struct Selection {
+    /// `interface`.
+    pub interface: Option<String>,
+    /// `mac`.
+    pub mac: Option<String>,
+    /// `ips`.
+    pub ips: Option<Vec<String>>,
+    /// `deviceID`.
+    pub device_id: Option<String>,
+    /// `cni-args`.
+    pub cni_args: Option<Value>,
+}
+
+/// A node's Multus: where it keeps its cache and device-info files, and
+/// where the plugins are.
+pub struct Multus {
+    /// Multus's `cniDir` (`/var/lib/cni/multus`): delegate cache, and
+    /// libcni's result cache.
+    pub cni_dir: PathBuf,
+    /// The device-info base (`/var/run/k8s.cni.cncf.io/devinfo`): `dp/` is
+    /// the device plugins', `cni/` Multus's.
+    pub devinfo_base: PathBuf,
+    /// `CNI_PATH` (Multus puts its `binDir` first).
+    pub cni_path: String,
+}
+
+/// What ADD of one network gave.
+#[derive(Debug)]
+pub struct Added {
+    /// The plugin's result.
+    pub result: Value,
+    /// The network-status annotation entry Multus writes for it.
+    pub network_status: Value,
+    /// The netconf the plugin got on stdin.
+    pub netconf: Value,
+    /// `CNI_ARGS`.
+    pub cni_args: String,
+    /// The CNIDeviceInfoFile path, when Multus generated one.
+    pub device_info_file: Option<PathBuf>,
+}
+
+/// A failed plugin call: its CNI error JSON.
+#[derive(Debug)]
+pub struct Failed(pub Value);
+
+struct Delegate {
+    name: String,
+    ifname: String,
+    bytes: Value,
+    device_id: Option<String>,
+    resource_name: Option<String>,
+    selection: Selection,
+}
+
+impl Multus {
+    fn cni_device_info_path(&self, d: &Delegate, container: &str) -> Option<PathBuf> {
+        // delegateRuntimeConfig: only when the delegate has a device ID.
+        d.device_id.as_ref()?;
+        let file = format!("{}-{}_{}", d.name, container, d.ifname).replace('/', "-");
+        Some(self.devinfo_base.join("cni").join(file))
+    }
+
+    fn dp_device_info_path(&self, resource: &str, device_id: &str) -> PathBuf {
+        self.devinfo_base.join("dp").join(format!(
+            "{}-{}-device.json",
+            resource.replace('/', "-"),
+            device_id.replace('/', "-")
+        ))
+    }
+
+    fn delegate(
+        &self,
+        nad: &Nad,
+        sel: &Selection,
+        device_id: Option<&str>,
+        idx: usize,
+    ) -> Delegate {
+        let mut bytes = nad.config.clone();
+        if bytes.get("name").is_none_or(|n| n == "") {
+            bytes["name"] = nad.name.clone().into();
+        }
+        // The kubelet's device for the NAD's resource wins over the
+        // selection's deviceID.
+        let dp_device = device_id.filter(|_| nad.resource_name.is_some());
+        if let Some(id) = dp_device {
+            bytes["deviceID"] = id.into();
+            bytes["pciBusID"] = id.into();
+        }
+        if let Some(args) = &sel.cni_args {
+            let cni = &mut bytes["args"]["cni"];
+            if cni.is_null() {
+                *cni = json!({});
+            }
+            for (k, v) in args.as_object().into_iter().flatten() {
+                cni[k] = v.clone();
+            }
+        }
+        Delegate {
+            name: format!("{}/{}", nad.namespace, nad.name),
+            ifname: sel.interface.clone().unwrap_or(format!("net{}", idx + 1)),
+            bytes,
+            device_id: dp_device.map(str::to_string).or(sel.device_id.clone()),
+            resource_name: dp_device.and(nad.resource_name.clone()),
+            selection: sel.clone(),
+        }
+    }
+
+    /// The capability args of the runtime conf, and the CNIDeviceInfoFile.
+    fn capability_args(&self, d: &Delegate, container: &str) -> (Value, Option<PathBuf>) {
+        let mut caps = json!({});
+        if let Some(ips) = &d.selection.ips {
+            caps["ips"] = json!(ips);
+        }
+        if let Some(mac) = &d.selection.mac {
+            caps["mac"] = mac.clone().into();
+        }
+        if let Some(id) = &d.device_id {
+            caps["deviceID"] = id.clone().into();
+        }
+        let file = self.cni_device_info_path(d, container);
+        if let Some(f) = &file {
+            caps["CNIDeviceInfoFile"] = f.display().to_string().into();
+        }
+        (caps, file)
+    }
+
+    fn cni_args(pod: &Pod) -> String {
+        format!(
+            "IgnoreUnknown=true;K8S_POD_NAMESPACE={};K8S_POD_NAME={};K8S_POD_INFRA_CONTAINER_ID={};K8S_POD_UID={}",
+            pod.namespace, pod.name, pod.sandbox, pod.uid
+        )
+    }
+
+    /// libcni's `buildOneConfig`: name, cniVersion, prevResult and the
+    /// declared capabilities' runtime config.
+    fn netconf(d: &Delegate, caps: &Value, prev: Option<&Value>) -> Value {
+        let mut conf = d.bytes.clone();
+        let mut rc = json!({});
+        for (cap, on) in conf["capabilities"].as_object().into_iter().flatten() {
+            if on == &json!(true) {
+                if let Some(v) = caps.get(cap) {
+                    rc[cap] = v.clone();
+                }
+            }
+        }
+        if !rc.as_object().unwrap().is_empty() {
+            conf["runtimeConfig"] = rc;
+        }
+        if let Some(p) = prev {
+            conf["prevResult"] = p.clone();
+        }
+        conf
+    }
+
+    fn exec(
+        &self,
+        command: &str,
+        bin: &Path,
+        pod: &Pod,
+        d: &Delegate,
+        conf: &Value,
+    ) -> Result<Value, Failed> {
+        let mut child = Command::new(bin)
+            .env_clear()
+            .env("CNI_COMMAND", command)
+            .env("CNI_CONTAINERID", &pod.sandbox)
+            .env("CNI_NETNS", &pod.netns)
+            .env("CNI_IFNAME", &d.ifname)
+            .env("CNI_ARGS", Self::cni_args(pod))
+            .env("CNI_PATH", &self.cni_path)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(&serde_json::to_vec(conf).unwrap())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        let v = if out.stdout.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&out.stdout).unwrap()
+        };
+        if out.status.success() {
+            Ok(v)
+        } else {
+            Err(Failed(v))
+        }
+    }
+
+    fn result_cache(&self, d: &Delegate, pod: &Pod) -> PathBuf {
+        let net = d.bytes["name"].as_str().unwrap_or_default();
+        self.cni_dir
+            .join("results")
+            .join(format!("{net}-{}-{}", pod.sandbox, d.ifname))
+    }
+
+    fn delegate_cache(&self, pod: &Pod) -> PathBuf {
+        self.cni_dir.join(&pod.sandbox)
+    }
+
+    /// CmdAdd for the pod's networks: `nets` are (NAD, selection element,
+    /// the device the kubelet allocated for the NAD's resource). On a
+    /// failure, the networks added before are deleted, as Multus does.
+    pub fn add(
+        &self,
+        bin: &Path,
+        pod: &Pod,
+        nets: &[(Nad, Selection, Option<String>)],
+    ) -> Result<Vec<Added>, Failed> {
+        let delegates: Vec<Delegate> = nets
+            .iter()
+            .enumerate()
+            .map(|(i, (nad, sel, dev))| self.delegate(nad, sel, dev.as_deref(), i))
+            .collect();
+        // saveDelegates: the cache DEL replays.
+        std::fs::create_dir_all(&self.cni_dir).unwrap();
+        let cache: Vec<Value> = delegates
+            .iter()
+            .map(|d| {
+                json!({"name": d.name, "ifnameRequest": d.ifname, "bytes": d.bytes,
+                       "deviceID": d.device_id, "resourceName": d.resource_name,
+                       "macRequest": d.selection.mac, "ipRequest": d.selection.ips})
+            })
+            .collect();
+        std::fs::write(
+            self.delegate_cache(pod),
+            serde_json::to_vec(&cache).unwrap(),
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        for (i, d) in delegates.iter().enumerate() {
+            let (caps, file) = self.capability_args(d, &pod.sandbox);
+            if let (Some(f), Some(res), Some(id)) = (&file, &d.resource_name, &d.device_id) {
+                copy_device_info(&self.dp_device_info_path(res, id), f);
+            }
+            let conf = Self::netconf(d, &caps, None);
+            match self.exec("ADD", bin, pod, d, &conf) {
+                Ok(result) => {
+                    let cache = self.result_cache(d, pod);
+                    std::fs::create_dir_all(cache.parent().unwrap()).unwrap();
+                    std::fs::write(
+                        &cache,
+                        serde_json::to_vec(&json!({"kind": "cniCacheV1", "result": result}))
+                            .unwrap(),
+                    )
+                    .unwrap();
+                    // getDelegateDeviceInfo: whatever CNIDeviceInfoFile holds now.
+                    let devinfo = file
+                        .as_ref()
+                        .and_then(|f| std::fs::read(f).ok())
+                        .and_then(|b| serde_json::from_slice::<Value>(&b).ok());
+                    out.push(Added {
+                        network_status: network_status(&result, &d.name, devinfo),
+                        result,
+                        netconf: conf,
+                        cni_args: Self::cni_args(pod),
+                        device_info_file: file,
+                    });
+                }
+                Err(e) => {
+                    self.del_delegates(bin, pod, &delegates[..=i]);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// CmdDel: replays the cached delegates in reverse order, each with its
+    /// cached result as `prevResult`, then removes the CNI device-info file
+    /// and the cache. Errors are collected, not fatal, as in Multus; they
+    /// are returned.
+    pub fn del(&self, bin: &Path, pod: &Pod) -> Vec<Failed> {
+        let Ok(bytes) = std::fs::read(self.delegate_cache(pod)) else {
+            return Vec::new(); // Multus logs and succeeds
+        };
+        let cached: Vec<Value> = serde_json::from_slice(&bytes).unwrap();
+        let delegates: Vec<Delegate> = cached
+            .iter()
+            .map(|c| Delegate {
+                name: c["name"].as_str().unwrap().into(),
+                ifname: c["ifnameRequest"].as_str().unwrap().into(),
+                bytes: c["bytes"].clone(),
+                device_id: c["deviceID"].as_str().map(str::to_string),
+                resource_name: c["resourceName"].as_str().map(str::to_string),
+                selection: Selection {
+                    mac: c["macRequest"].as_str().map(str::to_string),
+                    ips: serde_json::from_value(c["ipRequest"].clone()).ok(),
+                    ..Default::default()
+                },
+            })
+            .collect();
+        let errs = self.del_delegates(bin, pod, &delegates);
+        let _ = std::fs::remove_file(self.delegate_cache(pod));
+        errs
+    }
+
+    fn del_delegates(&self, bin: &Path, pod: &Pod, delegates: &[Delegate]) -> Vec<Failed> {
+        let mut errs = Vec::new();
+        for d in delegates.iter().rev() {
+            let (caps, file) = self.capability_args(d, &pod.sandbox);
+            let cache = self.result_cache(d, pod);
+            let prev = std::fs::read(&cache)
+                .ok()
+                .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+                .map(|c| c["result"].clone());
+            let conf = Self::netconf(d, &caps, prev.as_ref());
+            if let Err(e) = self.exec("DEL", bin, pod, d, &conf) {
+                errs.push(e);
+            } else {
+                let _ = std::fs::remove_file(&cache);
+            }
+            if let Some(f) = file {
+                let _ = std::fs::remove_file(f);
+            }
+        }
+        errs
+    }
+}
+
+/// `CopyDeviceInfoForCNIFromDP` → `saveDeviceInfo`: the directory made if
+/// missing, an existing file is an error, the copy is written 0444. Multus
+/// ignores the errors.
+fn copy_device_info(dp: &Path, cni: &Path) {
+    let Ok(bytes) = std::fs::read(dp) else { return };
+    let Ok(info) = serde_json::from_slice::<Value>(&bytes) else {
+        return;
+    };
+    let dir = cni.parent().unwrap();
+    if !dir.exists() {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    if cni.exists() {
+        return;
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o444)
+        .open(cni)
+        .unwrap();
+    f.write_all(&serde_json::to_vec(&info).unwrap()).unwrap();
+    std::fs::set_permissions(cni, std::fs::Permissions::from_mode(0o444)).unwrap();
+}
+
+/// `CreateNetworkStatus`: the pod's interface (the one with a sandbox), its
+/// addresses, DNS and device info.
+pub fn network_status(result: &Value, name: &str, devinfo: Option<Value>) -> Value {
+    let mut st = json!({"name": name, "dns": {}});
+    for i in result["interfaces"].as_array().into_iter().flatten() {
+        if i["sandbox"].as_str().is_some_and(|s| !s.is_empty()) {
+            st["interface"] = i["name"].clone();
+            st["mac"] = i["mac"].clone();
+        }
+    }
+    let ips: Vec<Value> = result["ips"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|ip| ip["address"].as_str())
+        .map(|a| a.split('/').next().unwrap().into())
+        .collect();
+    if !ips.is_empty() {
+        st["ips"] = ips.into();
+    }
+    if let Some(d) = result.get("dns").filter(|d| d.is_object()) {
+        st["dns"] = d.clone();
+    }
+    if let Some(d) = devinfo {
+        st["device-info"] = d;
+    }
+    st
+}
