@@ -3,8 +3,8 @@
 //! from the same .proto), then the whole device plugin → device-info →
 //! `switchyard-cni` → switch → DPDK testpmd path on this machine.
 
-#[path = "../../cni/tests/support/exec.rs"]
-mod cni_exec;
+#[path = "../../cni/tests/support/multus.rs"]
+mod multus;
 #[path = "../../dataplane/tests/common/mod.rs"]
 mod common;
 
@@ -13,8 +13,8 @@ use std::process::{Child, Command};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use cni_exec::exec_cni;
 use common::{serial, terminate, wait_for, workspace_bin, Switch, Testpmd};
+use multus::{Multus, Nad, Pod as MultusPod, Selection};
 use serde_json::{json, Value};
 use switchyard::control::api::PortInfo;
 use switchyard::control::Request as CtlRequest;
@@ -425,21 +425,6 @@ fn bad_config_is_refused_naming_the_field() {
     assert!(err.contains("pool[0].pod_role"), "{err}");
 }
 
-/// Runs `switchyard-cni` as a runtime (via Multus) would; must succeed.
-fn cni(command: &str, container: &str, ifname: &str, uid: &str, conf: &Value) -> Value {
-    let (ok, v) = exec_cni(
-        &workspace_bin("switchyard-cni", "switchyard-cni"),
-        command,
-        container,
-        ifname,
-        &format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={uid};K8S_POD_UID={uid}"),
-        "/usr/lib/cni",
-        conf,
-    );
-    assert!(ok, "CNI {command} {ifname}: {v}");
-    v
-}
-
 #[test]
 fn device_plugin_to_cni_to_switch_to_testpmd() {
     let _g = serial();
@@ -460,44 +445,61 @@ fn device_plugin_to_cni_to_switch_to_testpmd() {
     let a_sock = a.container_responses[0].envs["SWITCHYARD_SOCKET_MEMIF_1"].clone();
     let b_sock = b.container_responses[0].envs["SWITCHYARD_SOCKET_VHOST_USER_0"].clone();
 
-    // Multus copies the plugin's device-info file to the path it names in
-    // runtimeConfig.CNIDeviceInfoFile, then calls the CNI.
-    let net = |name: &str, kind: &str, extra: Value| {
-        let mut v = json!({
-            "cniVersion": "1.1.0", "name": name, "type": "switchyard",
+    // Multus, for networks whose NADs name the pools' resources: it injects
+    // the allocated device as deviceID/pciBusID, copies the plugin's
+    // device-info file to the CNIDeviceInfoFile it generates, and calls the
+    // CNI (support/multus.rs follows its source).
+    let multus = Multus {
+        cni_dir: node.path("multus"),
+        devinfo_base: node.path("devinfo"),
+        cni_path: "/usr/lib/cni".into(),
+    };
+    let nad = |name: &str, kind: &str, resource: &str| Nad {
+        namespace: "default".into(),
+        name: name.into(),
+        config: json!({
+            "cniVersion": "1.1.0", "type": "switchyard",
             "bridge": "br-dp", "interfaceType": kind,
             "socketDir": node.path("pods"), "controlSocket": switch.control(),
-            "capabilities": {"CNIDeviceInfoFile": true},
-        });
-        for (k, x) in extra.as_object().unwrap() {
-            v[k] = x.clone();
-        }
-        v
+            "deviceInfoDir": node.path("devinfo/dp"),
+            "capabilities": {"CNIDeviceInfoFile": true, "deviceID": true},
+        }),
+        resource_name: Some(resource.into()),
     };
-    let attach = |dp_file: &str, cni_file: &str, conf: Value, pod: &str| {
-        let src = node.path("devinfo/dp").join(dp_file);
-        let dst = node.path("devinfo/cni").join(cni_file);
-        std::fs::create_dir_all(dst.parent().unwrap()).unwrap();
-        std::fs::copy(&src, &dst).unwrap();
-        let mut conf = conf;
-        conf["runtimeConfig"] = json!({"CNIDeviceInfoFile": dst});
-        let r = cni("ADD", &pod.repeat(64), "net1", pod, &conf);
-        (r, conf)
+    let pod = |name: &str| MultusPod {
+        namespace: "default".into(),
+        name: name.into(),
+        uid: format!("uid-{name}"),
+        sandbox: name.repeat(64),
+        netns: format!("/var/run/netns/{name}"),
     };
-    let (ra, conf_a) = attach(
-        "switchyard.io-memif-memif-1-device.json",
-        "a-net1.json",
-        net("memif-net", "memif", json!({})),
-        "a",
+    let cni_bin = workspace_bin("switchyard-cni", "switchyard-cni");
+    let attach = |p: &MultusPod, net: Nad, device: &str| {
+        multus
+            .add(&cni_bin, p, &[(net, Selection::default(), Some(device.into()))])
+            .unwrap_or_else(|e| panic!("ADD {}: {:?}", p.name, e.0))
+            .remove(0)
+    };
+    let (pod_a, pod_b) = (pod("a"), pod("b"));
+    let a_added = attach(&pod_a, nad("memif-net", "memif", "switchyard.io/memif"), "memif-1");
+    let b_added = attach(
+        &pod_b,
+        nad("vhost-net", "vhost-user", "switchyard.io/vhost-user"),
+        "vhost-user-0",
     );
-    let (rb, conf_b) = attach(
-        "switchyard.io-vhost-user-vhost-user-0-device.json",
-        "b-net1.json",
-        net("vhost-net", "vhost-user", json!({})),
-        "b",
-    );
+    let (ra, rb) = (&a_added.result, &b_added.result);
+    assert_eq!(a_added.netconf["deviceID"], "memif-1");
+    assert_eq!(a_added.netconf["pciBusID"], "memif-1");
     assert_eq!(ra["interfaces"][0]["socketPath"], a_sock.as_str());
     assert_eq!(rb["interfaces"][0]["socketPath"], b_sock.as_str());
+    // The pod's network-status carries the device info, as Multus fills it
+    // from the CNIDeviceInfoFile.
+    assert_eq!(
+        a_added.network_status["device-info"],
+        json!({"type": "memif", "version": "1.1.0",
+               "memif": {"role": "slave", "mode": "ethernet", "path": a_sock}})
+    );
+    assert_eq!(b_added.network_status["device-info"]["vhost-user"]["mode"], "client");
 
     // The switch made the ports on the plugin's sockets, in the roles the
     // device-info files imply.
@@ -528,13 +530,15 @@ fn device_plugin_to_cni_to_switch_to_testpmd() {
     assert_eq!(pa.wait_rx(0, 32), 32);
     drop((pa, pb));
 
-    // Pods deleted: the CNI's DEL removes ports, sockets and its files; the
-    // plugin's device directories stay for the next allocation.
-    cni("DEL", &"a".repeat(64), "net1", "a", &conf_a);
-    cni("DEL", &"b".repeat(64), "net1", "b", &conf_b);
+    // Pods deleted: Multus replays its cache; the CNI's DEL removes ports
+    // and sockets, Multus the CNI device-info files; the plugin's device
+    // directories and files stay for the next allocation.
+    assert!(multus.del(&cni_bin, &pod_a).is_empty());
+    assert!(multus.del(&cni_bin, &pod_b).is_empty());
     let ports: Vec<PortInfo> = switch.client().call_as(&CtlRequest::PortList).unwrap();
     assert!(ports.is_empty());
     assert!(!Path::new(&a_sock).exists() && !Path::new(&b_sock).exists());
     assert!(files_under(&node.path("devinfo/cni")).is_empty());
     assert!(Path::new(&a_sock).parent().unwrap().is_dir());
+    assert_eq!(files_under(&node.path("devinfo/dp")).len(), 4);
 }

@@ -24,6 +24,7 @@
 //! - after ADD, the network-status entry built from the result and the
 //!   CNIDeviceInfoFile's content (`getDelegateDeviceInfo`,
 //!   `CreateNetworkStatus`).
+#![allow(dead_code)]
 
 use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
