@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole test suite on a fresh Debian 12 machine: installs the real
 # peers the end-to-end tests use (DPDK testpmd with the memif driver, the
-# host-local IPAM plugin, kubernetes-validate), then
+# host-local IPAM plugin, podman and runc, kubernetes-validate), then
 # `cargo test` over the workspace.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +14,9 @@ ls /usr/lib/x86_64-linux-gnu/dpdk/pmds-*/librte_net_memif.so* >/dev/null 2>&1 \
 command -v stdbuf >/dev/null || need_pkgs+=(coreutils)
 # The CNI tests delegate IPAM to the real host-local plugin.
 [ -x /usr/lib/cni/host-local ] || need_pkgs+=(containernetworking-plugins)
+# A real container runtime runs the plugin (podman's CNI backend, runc).
+command -v podman >/dev/null || need_pkgs+=(podman)
+command -v runc >/dev/null || need_pkgs+=(runc)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   echo "installing ${need_pkgs[*]}" >&2
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"

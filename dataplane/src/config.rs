@@ -657,5 +657,34 @@ mod tests {
         .is_ok());
         assert!(validate_name("name", "../x").is_err());
         assert!(validate_name("name", "eth0.100").is_ok());
+        let port = |extra: &str| {
+            Config::parse(&format!(
+                "[[port]]\nname='p'\nkind='memif'\nsocket='/x'\n{extra}\n"
+            ))
+            .map_err(|e| e.to_string())
+        };
+        let e = port("role='master'\nvlan=5\ntrunk='6'").unwrap_err();
+        assert!(e.starts_with("port[0].trunk:"), "{e}");
+        let e = port("role='master'\ntrunk='1-4095'").unwrap_err();
+        assert!(
+            e.contains("trunk") && e.contains("4095 is not a VLAN id"),
+            "{e}"
+        );
+        assert!(port("role='master'\ntrunk='0,100-200'").is_ok());
+        assert!(port("role='master'\nsocket_group=1000").is_ok());
+        let e = port("role='slave'\nsocket_group=1000").unwrap_err();
+        assert!(e.starts_with("port[0].socket_group:"), "{e}");
+        let e = Config::parse(
+            "[[port]]\nname='p'\nkind='memif'\nrole='master'\nsocket='@abs'\nsocket_group=1\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.starts_with("port[0].socket_group:"), "{e}");
+        let e = Config::parse(
+            "[[port]]\nname='v'\nkind='vhost-user'\nrole='client'\nsocket='/x'\nsocket_group=1\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.starts_with("port[0].socket_group:"), "{e}");
     }
 }

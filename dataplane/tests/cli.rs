@@ -4,6 +4,8 @@ mod common;
 
 use common::Switch;
 
+use std::os::unix::fs::MetadataExt;
+
 #[test]
 fn bad_requests_get_errors_naming_the_field() {
     let sw = Switch::start("[[bridge]]\nname = \"default\"\n");
@@ -66,6 +68,81 @@ fn bad_requests_get_errors_naming_the_field() {
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(v[0]["name"], "p");
     assert_eq!(v[0]["status"]["link_up"], false);
+
+    // VLAN membership: access, trunk list, or untagged-only (the default),
+    // shown as such; a socket group opens the socket to that group.
+    let o = sw.cli(&[
+        "port",
+        "add",
+        "t",
+        "--kind",
+        "memif",
+        "--role",
+        "master",
+        "--socket",
+        &sw.path("t.sock"),
+        "--vlan",
+        "5",
+        "--trunk",
+        "6",
+    ]);
+    assert!(!o.status.success());
+    let o = sw.cli(&[
+        "port",
+        "add",
+        "t",
+        "--kind",
+        "memif",
+        "--role",
+        "master",
+        "--socket",
+        &sw.path("t.sock"),
+        "--trunk",
+        "7-4095",
+    ]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("4095 is not a VLAN id"));
+    sw.cli_ok(&[
+        "port",
+        "add",
+        "t",
+        "--kind",
+        "memif",
+        "--role",
+        "master",
+        "--socket",
+        &sw.path("t.sock"),
+        "--trunk",
+        "200,100-102,0",
+        "--socket-group",
+        "4242",
+    ]);
+    let meta = std::fs::metadata(sw.path("t.sock")).unwrap();
+    assert_eq!(
+        (meta.mode() & 0o777, meta.gid()),
+        (0o660, 4242),
+        "the socket is the group's"
+    );
+    let list = sw.cli_ok(&["port", "list"]);
+    let row = |name: &str| {
+        list.lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("{list}"))
+            .to_string()
+    };
+    assert!(row("t ").contains("trunk:0,100-102,200"), "{list}");
+    assert!(row("p ").contains("untagged"), "{list}");
+    let v: serde_json::Value =
+        serde_json::from_str(&sw.cli_ok(&["port", "list", "--json"])).unwrap();
+    let t = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "t")
+        .unwrap();
+    assert_eq!(t["trunk"], "0,100-102,200");
+    assert_eq!(t["spec"]["socket_group"], 4242);
+    sw.cli_ok(&["port", "del", "t"]);
     sw.cli_ok(&["port", "del", "p"]);
     assert!(
         !std::path::Path::new(&sock).exists(),

@@ -3,10 +3,10 @@
 //! from the same .proto), then the whole device plugin → device-info →
 //! `switchyard-cni` → switch → DPDK testpmd path on this machine.
 
-#[path = "../../cni/tests/support/multus.rs"]
-mod multus;
 #[path = "../../dataplane/tests/common/mod.rs"]
 mod common;
+#[path = "../../cni/tests/support/multus.rs"]
+mod multus;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -476,12 +476,20 @@ fn device_plugin_to_cni_to_switch_to_testpmd() {
     let cni_bin = workspace_bin("switchyard-cni", "switchyard-cni");
     let attach = |p: &MultusPod, net: Nad, device: &str| {
         multus
-            .add(&cni_bin, p, &[(net, Selection::default(), Some(device.into()))])
+            .add(
+                &cni_bin,
+                p,
+                &[(net, Selection::default(), Some(device.into()))],
+            )
             .unwrap_or_else(|e| panic!("ADD {}: {:?}", p.name, e.0))
             .remove(0)
     };
     let (pod_a, pod_b) = (pod("a"), pod("b"));
-    let a_added = attach(&pod_a, nad("memif-net", "memif", "switchyard.io/memif"), "memif-1");
+    let a_added = attach(
+        &pod_a,
+        nad("memif-net", "memif", "switchyard.io/memif"),
+        "memif-1",
+    );
     let b_added = attach(
         &pod_b,
         nad("vhost-net", "vhost-user", "switchyard.io/vhost-user"),
@@ -499,7 +507,10 @@ fn device_plugin_to_cni_to_switch_to_testpmd() {
         json!({"type": "memif", "version": "1.1.0",
                "memif": {"role": "slave", "mode": "ethernet", "path": a_sock}})
     );
-    assert_eq!(b_added.network_status["device-info"]["vhost-user"]["mode"], "client");
+    assert_eq!(
+        b_added.network_status["device-info"]["vhost-user"]["mode"],
+        "client"
+    );
 
     // The switch made the ports on the plugin's sockets, in the roles the
     // device-info files imply.

@@ -120,6 +120,12 @@ fn network_attachments_are_valid_netconfs_naming_real_resources() {
         // Multus takes the network name from the NAD.
         assert_eq!(raw["name"], nad.metadata.name.as_str());
         assert_eq!(raw["capabilities"]["CNIDeviceInfoFile"], true);
+        assert!(
+            nc.ignored.is_empty(),
+            "{}: unknown keys {:?}",
+            nad.metadata.name,
+            nc.ignored
+        );
         if let Some(res) = nad
             .metadata
             .annotations
@@ -132,8 +138,12 @@ fn network_attachments_are_valid_netconfs_naming_real_resources() {
                 .find(|p| &p.resource == res)
                 .unwrap_or_else(|| panic!("{res} is not a device plugin pool"));
             assert_eq!(nc.kind.type_name(), pool.kind.name(), "{res}");
-            // The CNI accepts the plugin's sockets only inside its socketDir.
+            // The CNI accepts the plugin's sockets only inside its socketDir,
+            // and finds the device's file where the plugin writes them.
             assert!(dp.socket_dir.starts_with(&nc.socket_dir), "{res}");
+            assert_eq!(dp.devinfo_dir, nc.device_info_dir, "{res}");
+            // Multus passes deviceID in runtimeConfig only when declared.
+            assert_eq!(raw["capabilities"]["deviceID"], true, "{res}");
             assert!(nad.metadata.namespace.is_some());
         }
     }
