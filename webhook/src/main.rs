@@ -1,0 +1,69 @@
+//! `switchyard-webhook`: the NetworkResource mutating admission webhook.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Parser;
+use switchyard_webhook::review::{FailurePolicy, Nads};
+use switchyard_webhook::serve::{serve, Settings};
+
+/// Adds the device resources of a pod's Switchyard networks to the pod.
+#[derive(Parser)]
+#[command(version)]
+struct Args {
+    /// Address and port to serve HTTPS on.
+    #[arg(long, default_value = "0.0.0.0:8443")]
+    listen: SocketAddr,
+    /// PEM certificate chain.
+    #[arg(long, default_value = "/etc/switchyard-webhook/tls/tls.crt")]
+    tls_cert: PathBuf,
+    /// PEM private key.
+    #[arg(long, default_value = "/etc/switchyard-webhook/tls/tls.key")]
+    tls_key: PathBuf,
+    /// When a NetworkAttachmentDefinition cannot be read: refuse the pod
+    /// (fail) or admit it unchanged (ignore); match the
+    /// MutatingWebhookConfiguration's failurePolicy.
+    #[arg(long, value_enum, default_value = "fail")]
+    failure_policy: FailurePolicy,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        // In a pod: the service account; elsewhere: $KUBECONFIG.
+        let client = kube::Client::try_default()
+            .await
+            .context("Kubernetes API client")?;
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        let stop = async move {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        };
+        serve(
+            Settings {
+                listen: args.listen,
+                cert: args.tls_cert,
+                key: args.tls_key,
+                failure_policy: args.failure_policy,
+            },
+            Nads::new(client),
+            stop,
+        )
+        .await
+    })
+}

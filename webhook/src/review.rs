@@ -1,0 +1,169 @@
+//! One admission review: a Pod CREATE whose networks name device-plugin
+//! resources gets them added; anything else passes unchanged.
+
+use kube::api::{Api, ApiResource, DynamicObject};
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+
+use crate::mutate::{self, Needs, RESOURCE_ANNOTATION};
+use crate::selection::{self, Selection, NETWORKS_ANNOTATION};
+
+/// What to do when the API server cannot be asked about a network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FailurePolicy {
+    /// Refuse the pod, saying why (as `failurePolicy: Fail`).
+    Fail,
+    /// Admit the pod unchanged, with a warning (as `failurePolicy: Ignore`).
+    Ignore,
+}
+
+/// Where NetworkAttachmentDefinitions are read: the API server, with the
+/// webhook's service account (which may only `get` them).
+#[derive(Clone)]
+pub struct Nads {
+    client: kube::Client,
+}
+
+/// What a NAD lookup found.
+pub enum Lookup {
+    /// No such NAD.
+    Missing,
+    /// The NAD and its resource, if it names one.
+    Found(Option<String>),
+}
+
+fn nad_resource() -> ApiResource {
+    ApiResource {
+        group: "k8s.cni.cncf.io".into(),
+        version: "v1".into(),
+        api_version: "k8s.cni.cncf.io/v1".into(),
+        kind: "NetworkAttachmentDefinition".into(),
+        plural: "network-attachment-definitions".into(),
+    }
+}
+
+impl Nads {
+    /// NADs through `client`.
+    pub fn new(client: kube::Client) -> Nads {
+        Nads { client }
+    }
+
+    /// The NAD `namespace/name`.
+    pub async fn lookup(&self, namespace: &str, name: &str) -> Result<Lookup, kube::Error> {
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), namespace, &nad_resource());
+        Ok(match api.get_opt(name).await? {
+            None => Lookup::Missing,
+            Some(nad) => Lookup::Found(
+                nad.metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(RESOURCE_ANNOTATION))
+                    .filter(|r| !r.is_empty())
+                    .cloned(),
+            ),
+        })
+    }
+}
+
+/// Answers one review.
+pub async fn review(
+    nads: &Nads,
+    policy: FailurePolicy,
+    review: AdmissionReview<DynamicObject>,
+) -> AdmissionReview<DynamicObject> {
+    let req: AdmissionRequest<DynamicObject> = match review.try_into() {
+        Ok(r) => r,
+        Err(e) => {
+            return AdmissionResponse::invalid(format!("not an admission request: {e}"))
+                .into_review()
+        }
+    };
+    let resp = AdmissionResponse::from(&req);
+    let pod = match (&req.operation, &req.object) {
+        (Operation::Create, Some(o)) if req.kind.kind == "Pod" && req.kind.group.is_empty() => o,
+        _ => return resp.into_review(),
+    };
+    let Some(text) = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(NETWORKS_ANNOTATION))
+    else {
+        return resp.into_review();
+    };
+    let namespace = pod
+        .metadata
+        .namespace
+        .clone()
+        .or(req.namespace.clone())
+        .unwrap_or_else(|| "default".into());
+    let who = pod
+        .metadata
+        .name
+        .clone()
+        .or(pod.metadata.generate_name.clone())
+        .unwrap_or_default();
+    let nets = match selection::parse(text, &namespace) {
+        Ok(n) => n,
+        Err(e) => return resp.deny(e).into_review(),
+    };
+    let needs = match needs(nads, &nets).await {
+        Ok(n) => n,
+        Err(Refusal::Missing(net)) => {
+            return resp
+                .deny(format!(
+                    "network {net} (annotation {NETWORKS_ANNOTATION}) does not exist: no NetworkAttachmentDefinition {net}"
+                ))
+                .into_review()
+        }
+        Err(Refusal::Api(net, e)) => {
+            let why = format!("cannot read NetworkAttachmentDefinition {net}: {e}");
+            tracing::warn!(pod = %format!("{namespace}/{who}"), "{why}");
+            return match policy {
+                FailurePolicy::Fail => resp.deny(why).into_review(),
+                FailurePolicy::Ignore => {
+                    let mut r = resp;
+                    r.warnings = Some(vec![format!("{why}; pod admitted unchanged (failure policy Ignore)")]);
+                    r.into_review()
+                }
+            };
+        }
+    };
+    if needs.is_empty() {
+        return resp.into_review();
+    }
+    let (patch, warnings) = mutate::patch(&pod.data, &needs);
+    tracing::info!(pod = %format!("{namespace}/{who}"), ?needs, operations = patch.0.len(), "network resources");
+    let mut resp = if patch.0.is_empty() {
+        resp
+    } else {
+        match resp.clone().with_patch(patch) {
+            Ok(r) => r,
+            Err(e) => return resp.deny(format!("patch: {e}")).into_review(),
+        }
+    };
+    if !warnings.is_empty() {
+        resp.warnings = Some(warnings);
+    }
+    resp.into_review()
+}
+
+enum Refusal {
+    Missing(String),
+    Api(String, kube::Error),
+}
+
+async fn needs(nads: &Nads, nets: &[Selection]) -> Result<Needs, Refusal> {
+    let mut needs = Needs::new();
+    for s in nets {
+        let ns = s.namespace.as_deref().unwrap_or("default");
+        let full = format!("{ns}/{}", s.name);
+        match nads.lookup(ns, &s.name).await {
+            Ok(Lookup::Missing) => return Err(Refusal::Missing(full)),
+            Ok(Lookup::Found(Some(res))) => *needs.entry(res).or_default() += 1,
+            Ok(Lookup::Found(None)) => {}
+            Err(e) => return Err(Refusal::Api(full, e)),
+        }
+    }
+    Ok(needs)
+}

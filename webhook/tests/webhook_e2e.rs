@@ -1,0 +1,532 @@
+//! End-to-end: the real `switchyard-webhook` binary over real HTTPS.
+//!
+//! - AdmissionReview v1 requests are shaped as the API server sends them
+//!   (the field names of k8s.io/api `admission/v1.AdmissionRequest`; the
+//!   pods are k8s-openapi `Pod`s) and posted by curl, a TLS client we did
+//!   not write, trusting the webhook's CA as a MutatingWebhookConfiguration's
+//!   `caBundle` does.
+//! - The NADs come from an HTTPS server answering the API server's paths
+//!   for them (`/apis/k8s.cni.cncf.io/v1/namespaces/NS/network-attachment-
+//!   definitions/NAME`) with the NAD objects of `config/` and a few more,
+//!   a `Status` 404 for missing ones, and only to the service account's
+//!   bearer token; the webhook finds it through a kubeconfig, as kube's
+//!   client does in and out of a cluster.
+//! - The JSON Patches are applied with the `json-patch` library and the
+//!   patched pods validated with `kubernetes-validate`.
+
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::extract::{Path as UrlPath, State};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::{Json, Router};
+use base64::Engine;
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::{json, Value};
+
+const TOKEN: &str = "sa-token-for-tests";
+
+struct Tls {
+    dir: tempfile::TempDir,
+}
+
+impl Tls {
+    /// A CA and a server certificate for localhost / 127.0.0.1.
+    fn new() -> Tls {
+        let dir = tempfile::tempdir().unwrap();
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca.distinguished_name
+            .push(rcgen::DnType::CommonName, "switchyard test CA");
+        let ca_cert = ca.self_signed(&ca_key).unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["localhost".into(), "127.0.0.1".into()])
+            .unwrap()
+            .signed_by(&key, &ca_cert, &ca_key)
+            .unwrap();
+        std::fs::write(dir.path().join("ca.crt"), ca_cert.pem()).unwrap();
+        std::fs::write(dir.path().join("tls.crt"), cert.pem()).unwrap();
+        std::fs::write(dir.path().join("tls.key"), key.serialize_pem()).unwrap();
+        Tls { dir }
+    }
+
+    fn path(&self, f: &str) -> PathBuf {
+        self.dir.path().join(f)
+    }
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// NADs by (namespace, name): the ones in config/ and the tests' own.
+fn nad_store() -> BTreeMap<(String, String), Value> {
+    let mut store = BTreeMap::new();
+    for f in [
+        "config/kubernetes/network-attachments.yaml",
+        "config/cni/network-attachments.yaml",
+    ] {
+        let text = std::fs::read_to_string(repo().join(f)).unwrap();
+        for doc in serde_yaml::Deserializer::from_str(&text) {
+            let v: Value = serde::Deserialize::deserialize(doc).unwrap();
+            if v["kind"] != "NetworkAttachmentDefinition" {
+                continue;
+            }
+            let ns = v["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or("default")
+                .to_string();
+            let name = v["metadata"]["name"].as_str().unwrap().to_string();
+            store.insert((ns, name), v);
+        }
+    }
+    let nad = |ns: &str, name: &str, resource: Option<&str>| {
+        let mut v = json!({
+            "apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+            "metadata": {"name": name, "namespace": ns, "uid": "00000000-0000-0000-0000-000000000001",
+                         "resourceVersion": "1"},
+            "spec": {"config": "{\"cniVersion\":\"1.1.0\",\"type\":\"switchyard\"}"}});
+        if let Some(r) = resource {
+            v["metadata"]["annotations"] = json!({"k8s.v1.cni.cncf.io/resourceName": r});
+        }
+        ((ns.to_string(), name.to_string()), v)
+    };
+    store.extend([
+        nad("team-b", "blue", Some("switchyard.io/memif")),
+        nad("team-b", "plain", None),
+    ]);
+    store
+}
+
+#[derive(Clone)]
+struct ApiServer {
+    nads: Arc<BTreeMap<(String, String), Value>>,
+    seen: Arc<Mutex<Vec<String>>>,
+}
+
+async fn get_nad(
+    State(api): State<ApiServer>,
+    UrlPath((ns, name)): UrlPath<(String, String)>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> impl IntoResponse {
+    api.seen.lock().unwrap().push(format!("{method} {uri}"));
+    let status = |code: u16, reason: &str, message: String| {
+        (
+            StatusCode::from_u16(code).unwrap(),
+            Json(json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
+                        "status": "Failure", "message": message, "reason": reason,
+                        "details": {"name": name, "group": "k8s.cni.cncf.io",
+                                    "kind": "network-attachment-definitions"},
+                        "code": code})),
+        )
+    };
+    if headers.get("authorization").and_then(|h| h.to_str().ok())
+        != Some(&format!("Bearer {TOKEN}"))
+    {
+        return status(401, "Unauthorized", "Unauthorized".into());
+    }
+    if name == "broken" {
+        return status(500, "InternalError", "etcd is having a bad day".into());
+    }
+    match api.nads.get(&(ns, name.clone())) {
+        Some(v) => (StatusCode::OK, Json(v.clone())),
+        None => status(
+            404,
+            "NotFound",
+            format!("network-attachment-definitions.k8s.cni.cncf.io \"{name}\" not found"),
+        ),
+    }
+}
+
+/// Starts the API server stand-in on a thread of its own; returns its
+/// address and the requests it saw.
+fn start_api(rt: &tokio::runtime::Runtime, tls: &Tls) -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
+    let api = ApiServer {
+        nads: Arc::new(nad_store()),
+        seen: Arc::new(Mutex::new(Vec::new())),
+    };
+    let seen = api.seen.clone();
+    let router = Router::new()
+        .route(
+            "/apis/k8s.cni.cncf.io/v1/namespaces/{ns}/network-attachment-definitions/{name}",
+            get(get_nad),
+        )
+        .with_state(api);
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let config = rt
+        .block_on(axum_server::tls_rustls::RustlsConfig::from_pem_file(
+            tls.path("tls.crt"),
+            tls.path("tls.key"),
+        ))
+        .unwrap();
+    let handle = axum_server::Handle::new();
+    let h = handle.clone();
+    rt.spawn(async move {
+        axum_server::bind_rustls("127.0.0.1:0".parse().unwrap(), config)
+            .handle(h)
+            .serve(router.into_make_service())
+            .await
+            .unwrap();
+    });
+    let addr = rt.block_on(handle.listening()).unwrap();
+    (addr, seen)
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Webhook {
+    child: Child,
+    port: u16,
+    log: PathBuf,
+}
+
+impl Webhook {
+    fn start(tls: &Tls, api: SocketAddr, policy: &str) -> Webhook {
+        let kubeconfig = tls.path(&format!("kubeconfig-{policy}"));
+        std::fs::write(
+            &kubeconfig,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: https://{api}\n    certificate-authority: {ca}\n\
+                 users:\n- name: webhook\n  user:\n    token: {TOKEN}\ncontexts:\n- name: test\n  context:\n    cluster: test\n    user: webhook\n\
+                 current-context: test\n",
+                ca = tls.path("ca.crt").display()
+            ),
+        )
+        .unwrap();
+        let port = free_port();
+        let log = tls.path(&format!("webhook-{policy}.log"));
+        let out = std::fs::File::create(&log).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_switchyard-webhook"))
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .arg("--tls-cert")
+            .arg(tls.path("tls.crt"))
+            .arg("--tls-key")
+            .arg(tls.path("tls.key"))
+            .args(["--failure-policy", policy])
+            .env("KUBECONFIG", &kubeconfig)
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .unwrap();
+        let w = Webhook { child, port, log };
+        let end = Instant::now() + Duration::from_secs(20);
+        while w.curl(tls, "/healthz", None).0 != "ok" {
+            assert!(Instant::now() < end, "webhook not up:\n{}", w.log());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        w
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// curl over HTTPS, trusting only the test CA: (body, HTTP status).
+    fn curl(&self, tls: &Tls, path: &str, body: Option<&Value>) -> (String, String) {
+        let mut c = Command::new("curl");
+        c.args([
+            "-sS",
+            "--max-time",
+            "10",
+            "-o",
+            "-",
+            "-w",
+            "\n%{http_code}",
+            "--cacert",
+        ])
+        .arg(tls.path("ca.crt"));
+        if let Some(b) = body {
+            let f = tls.path("review.json");
+            std::fs::write(&f, serde_json::to_vec(b).unwrap()).unwrap();
+            c.args(["-H", "Content-Type: application/json", "--data-binary"])
+                .arg(format!("@{}", f.display()));
+        }
+        let out = c
+            .arg(format!("https://127.0.0.1:{}{path}", self.port))
+            .output()
+            .expect("curl (./scripts/test.sh installs it)");
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let (body, code) = text.rsplit_once('\n').unwrap_or((&text, ""));
+        (body.to_string(), code.to_string())
+    }
+
+    /// Posts a review; returns its response.
+    fn admit(&self, tls: &Tls, review: &Value) -> Value {
+        let (body, code) = self.curl(tls, "/mutate", Some(review));
+        assert_eq!(code, "200", "{body}\n{}", self.log());
+        let v: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["apiVersion"], "admission.k8s.io/v1");
+        assert_eq!(v["kind"], "AdmissionReview");
+        assert_eq!(v["response"]["uid"], review["request"]["uid"]);
+        v["response"].clone()
+    }
+}
+
+impl Drop for Webhook {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let end = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < end {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A pod (typed, from the Kubernetes API types) with the networks
+/// annotation and the first container's resources.
+fn pod(name: &str, networks: Option<&str>, resources: Value) -> Pod {
+    let mut v = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "team-a", "labels": {"app": "dpdk"}},
+        "spec": {"containers": [
+            {"name": "app", "image": "registry.example/dpdk:1", "resources": resources},
+            {"name": "sidecar", "image": "registry.example/sidecar:1"}]}});
+    if resources.is_null() {
+        v["spec"]["containers"][0]
+            .as_object_mut()
+            .unwrap()
+            .remove("resources");
+    }
+    if let Some(n) = networks {
+        v["metadata"]["annotations"] = json!({"k8s.v1.cni.cncf.io/networks": n});
+    }
+    serde_json::from_value(v).unwrap()
+}
+
+/// The AdmissionReview the API server sends for a pod CREATE in `ns`.
+fn review(pod: &Pod, ns: &str, operation: &str) -> Value {
+    let uid = format!(
+        "{:032x}",
+        rand_u128(pod.metadata.name.as_deref().unwrap_or(""))
+    );
+    json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": format!("{}-{}-{}-{}-{}", &uid[0..8], &uid[8..12], &uid[12..16], &uid[16..20], &uid[20..32]),
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
+            "requestResource": {"group": "", "version": "v1", "resource": "pods"},
+            "name": pod.metadata.name,
+            "namespace": ns,
+            "operation": operation,
+            "userInfo": {"username": "system:serviceaccount:kube-system:replicaset-controller",
+                         "uid": "3f5b1b62-1a39-4b38-8ad8-0b5f8b4e6f1d",
+                         "groups": ["system:serviceaccounts", "system:serviceaccounts:kube-system",
+                                    "system:authenticated"]},
+            "object": pod,
+            "oldObject": null,
+            "dryRun": false,
+            "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1",
+                        "fieldManager": "kube-controller-manager"}
+        }
+    })
+}
+
+fn rand_u128(seed: &str) -> u128 {
+    seed.bytes().fold(0x9e37_79b9_7f4a_7c15_u128, |h, b| {
+        h.wrapping_mul(0x100_0000_01b3).wrapping_add(u128::from(b))
+    })
+}
+
+/// The pod after the response's patch, applied with the json-patch library.
+fn patched(pod: &Pod, resp: &Value) -> Value {
+    let mut v = serde_json::to_value(pod).unwrap();
+    if let Some(p) = resp["patch"].as_str() {
+        assert_eq!(resp["patchType"], "JSONPatch");
+        let bytes = base64::engine::general_purpose::STANDARD.decode(p).unwrap();
+        let patch: json_patch::Patch = serde_json::from_slice(&bytes).unwrap();
+        json_patch::patch(&mut v, &patch).unwrap();
+    }
+    v
+}
+
+/// Validates pods strictly against the Kubernetes schemas.
+fn validate(dir: &Path, pods: &[Value]) {
+    let mut files = Vec::new();
+    for (i, p) in pods.iter().enumerate() {
+        let f = dir.join(format!("pod-{i}.yaml"));
+        std::fs::write(&f, serde_json::to_string_pretty(p).unwrap()).unwrap();
+        files.push(f);
+    }
+    let out = Command::new("python3")
+        .args(["-m", "kubernetes_validate", "--strict", "--quiet"])
+        .args(&files)
+        .output()
+        .expect("python3");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !text.contains("No module named kubernetes_validate"),
+        "kubernetes-validate is missing (./scripts/test.sh installs it)"
+    );
+    assert!(out.status.success(), "{text}");
+}
+
+fn resources_of(pod: &Value) -> (Value, Value) {
+    let r = &pod["spec"]["containers"][0]["resources"];
+    (r["requests"].clone(), r["limits"].clone())
+}
+
+#[test]
+fn pods_get_the_resources_of_their_networks() {
+    let tls = Tls::new();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (api, seen) = start_api(&rt, &tls);
+    let hook = Webhook::start(&tls, api, "fail");
+    let mut valid = Vec::new();
+
+    // One network from config/kubernetes (namespace default, named
+    // explicitly from the pod's namespace team-a).
+    let p = pod("one", Some("default/switchyard-memif"), Value::Null);
+    let r = hook.admit(&tls, &review(&p, "team-a", "CREATE"));
+    assert_eq!(r["allowed"], true, "{r}");
+    let out = patched(&p, &r);
+    let memif = json!({"switchyard.io/memif": "1"});
+    assert_eq!(resources_of(&out), (memif.clone(), memif));
+    assert!(out["spec"]["containers"][1].get("resources").is_none());
+    valid.push(out);
+
+    // Several, in both forms, across namespaces; the pod's own namespace by
+    // default; a network without a resource adds nothing.
+    for (name, ann) in [
+        (
+            "comma",
+            "default/switchyard-memif, default/switchyard-vhost-user@vhu0,blue, plain, default/switchyard-memif@net9",
+        ),
+        (
+            "json",
+            r#"[{"name":"switchyard-memif","namespace":"default"},
+                {"name":"switchyard-vhost-user","namespace":"default","interface":"vhu0"},
+                {"name":"blue"},{"name":"plain","mac":"02:00:00:00:00:01"},
+                {"name":"switchyard-memif","namespace":"default"}]"#,
+        ),
+    ] {
+        let mut p = pod(name, Some(ann), Value::Null);
+        p.metadata.namespace = Some("team-b".into());
+        let r = hook.admit(&tls, &review(&p, "team-b", "CREATE"));
+        assert_eq!(r["allowed"], true, "{name}: {r}");
+        let out = patched(&p, &r);
+        let want = json!({"switchyard.io/memif": "3", "switchyard.io/vhost-user": "1"});
+        assert_eq!(resources_of(&out), (want.clone(), want), "{name}");
+        valid.push(out);
+    }
+
+    // A limit the user set is never lowered; requests follow it; other
+    // resources stay.
+    let p = pod(
+        "user-set",
+        Some("default/switchyard-memif"),
+        json!({"limits": {"switchyard.io/memif": "4", "memory": "1Gi"},
+               "requests": {"cpu": "1"}}),
+    );
+    let out = patched(&p, &hook.admit(&tls, &review(&p, "team-a", "CREATE")));
+    let (req, lim) = resources_of(&out);
+    assert_eq!(req, json!({"cpu": "1", "switchyard.io/memif": "4"}));
+    assert_eq!(lim, json!({"memory": "1Gi", "switchyard.io/memif": "4"}));
+    valid.push(out);
+
+    // No annotation, networks without resources, and updates pass as they
+    // are.
+    for (p, op) in [
+        (pod("none", None, Value::Null), "CREATE"),
+        (
+            pod(
+                "cni-only",
+                Some("default/memif-net,default/vhost-trunk"),
+                Value::Null,
+            ),
+            "CREATE",
+        ),
+        (
+            pod("update", Some("default/switchyard-memif"), Value::Null),
+            "UPDATE",
+        ),
+    ] {
+        let r = hook.admit(&tls, &review(&p, "team-a", op));
+        assert_eq!(r["allowed"], true, "{r}");
+        assert!(r.get("patch").is_none(), "{r}");
+        valid.push(serde_json::to_value(&p).unwrap());
+    }
+    validate(tls.dir.path(), &valid);
+
+    // A network that does not exist: refused, naming it.
+    let p = pod(
+        "missing",
+        Some("default/switchyard-memif,nope"),
+        Value::Null,
+    );
+    let r = hook.admit(&tls, &review(&p, "team-a", "CREATE"));
+    assert_eq!(r["allowed"], false);
+    let msg = r["status"]["message"].as_str().unwrap();
+    assert!(msg.contains("team-a/nope"), "{msg}");
+    // A malformed annotation: refused, naming it.
+    let p = pod("bad", Some("a/b/c"), Value::Null);
+    let r = hook.admit(&tls, &review(&p, "team-a", "CREATE"));
+    assert_eq!(r["allowed"], false);
+    assert!(r["status"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("k8s.v1.cni.cncf.io/networks"));
+
+    // The API server failing: refused under --failure-policy fail, admitted
+    // unchanged with a warning under ignore.
+    let p = pod("api-down", Some("default/broken"), Value::Null);
+    let r = hook.admit(&tls, &review(&p, "team-a", "CREATE"));
+    assert_eq!(r["allowed"], false);
+    assert!(
+        r["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("default/broken"),
+        "{r}"
+    );
+    let lenient = Webhook::start(&tls, api, "ignore");
+    let r = lenient.admit(&tls, &review(&p, "team-a", "CREATE"));
+    assert_eq!(r["allowed"], true);
+    assert!(r.get("patch").is_none());
+    assert!(
+        r["warnings"][0]
+            .as_str()
+            .unwrap()
+            .contains("default/broken"),
+        "{r}"
+    );
+
+    // The webhook only ever read NADs, one GET each, as its role allows.
+    let seen = seen.lock().unwrap();
+    assert!(!seen.is_empty());
+    assert!(
+        seen.iter()
+            .all(|s| s.starts_with("GET /apis/k8s.cni.cncf.io/v1/namespaces/")),
+        "{seen:?}"
+    );
+}
