@@ -17,6 +17,10 @@ command -v stdbuf >/dev/null || need_pkgs+=(coreutils)
 # A real container runtime runs the plugin (podman's CNI backend, runc).
 command -v podman >/dev/null || need_pkgs+=(podman)
 command -v runc >/dev/null || need_pkgs+=(runc)
+# The webhook tests post AdmissionReviews with curl and make certificates
+# with the set-up script (openssl).
+command -v curl >/dev/null || need_pkgs+=(curl)
+command -v openssl >/dev/null || need_pkgs+=(openssl)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   echo "installing ${need_pkgs[*]}" >&2
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"

@@ -208,17 +208,99 @@ fn daemonset_configs_parse_and_its_mounts_cover_their_paths() {
 }
 
 #[test]
-fn example_pod_asks_for_a_pool_and_a_network() {
+fn example_pod_asks_for_a_network_whose_nad_names_a_pool() {
     let docs = all_documents();
     let dp = device_plugin_config(&docs);
     let pod = of_kind(&docs, "Pod")[0];
+    // The pod asks only for the network (the admission webhook adds the
+    // resource: webhook/tests); the network's NAD names the pool.
     let limits = &pod["spec"]["containers"][0]["resources"]["limits"];
     let res = &dp.pools[0].resource;
-    assert_eq!(limits[res.as_str()].as_str(), Some("1"));
+    assert!(limits.get(res.as_str()).is_none());
+    let nad = of_kind(&docs, "NetworkAttachmentDefinition")
+        .into_iter()
+        .find(|n| n["metadata"]["name"].as_str() == Some("switchyard-memif"))
+        .unwrap();
+    assert_eq!(
+        nad["metadata"]["annotations"]["k8s.v1.cni.cncf.io/resourceName"].as_str(),
+        Some(res.as_str())
+    );
     assert_eq!(
         pod["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"].as_str(),
         Some("switchyard-memif")
     );
     let cmd = pod["spec"]["containers"][0]["command"][2].as_str().unwrap();
     assert!(cmd.contains(&dp.pools[0].list_env()), "{cmd}");
+}
+
+#[test]
+fn webhook_manifests_fit_together() {
+    let docs = all_documents();
+    let one = |kind: &str, name: &str| {
+        of_kind(&docs, kind)
+            .into_iter()
+            .find(|d| d["metadata"]["name"].as_str() == Some(name))
+            .unwrap_or_else(|| panic!("{kind} {name}"))
+            .clone()
+    };
+    let deploy = one("Deployment", "switchyard-webhook");
+    let ns = deploy["metadata"]["namespace"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let svc = one("Service", "switchyard-webhook");
+    assert_eq!(svc["metadata"]["namespace"].as_str(), Some(ns.as_str()));
+    let mwc = one(
+        "MutatingWebhookConfiguration",
+        "switchyard-network-resources",
+    );
+    let hook = &mwc["webhooks"][0];
+    let client = &hook["clientConfig"]["service"];
+    assert_eq!(client["name"], svc["metadata"]["name"]);
+    assert_eq!(client["namespace"].as_str(), Some(ns.as_str()));
+    assert_eq!(client["path"].as_str(), Some("/mutate"));
+    // Pods of the system and of the webhook itself are never sent to it.
+    let excluded = &hook["namespaceSelector"]["matchExpressions"][0];
+    assert_eq!(excluded["operator"].as_str(), Some("NotIn"));
+    let values: Vec<&str> = excluded["values"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v.as_str())
+        .collect();
+    assert!(
+        values.contains(&"kube-system") && values.contains(&ns.as_str()),
+        "{values:?}"
+    );
+    // The deployment's failure policy flag matches the configuration's.
+    let args: Vec<&str> = deploy["spec"]["template"]["spec"]["containers"][0]["command"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v.as_str())
+        .collect();
+    let policy = hook["failurePolicy"].as_str().unwrap().to_lowercase();
+    assert!(
+        args.contains(&format!("--failure-policy={policy}").as_str()),
+        "{args:?}"
+    );
+    // The TLS Secret mounted is the one cert-manager and the script write.
+    let secret = deploy["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"]
+        .as_str()
+        .unwrap();
+    let cert = one("Certificate", "switchyard-webhook");
+    assert_eq!(cert["spec"]["secretName"].as_str(), Some(secret));
+    let script = std::fs::read_to_string(repo().join("scripts/webhook-certs.sh")).unwrap();
+    assert!(script.contains("svc=switchyard-webhook") && script.contains("\"$svc-tls\""));
+    assert_eq!(secret, "switchyard-webhook-tls");
+    // Only `get` on NADs.
+    let role = one("ClusterRole", "switchyard-webhook");
+    let rules = role["rules"].as_sequence().unwrap();
+    assert_eq!(rules.len(), 1);
+    assert_eq!(
+        rules[0]["resources"][0].as_str(),
+        Some("network-attachment-definitions")
+    );
+    assert_eq!(rules[0]["verbs"].as_sequence().unwrap().len(), 1);
+    assert_eq!(rules[0]["verbs"][0].as_str(), Some("get"));
 }

@@ -193,10 +193,18 @@ struct Webhook {
     child: Child,
     port: u16,
     log: PathBuf,
+    /// The name its certificate is for (reached at 127.0.0.1).
+    host: String,
 }
 
 impl Webhook {
-    fn start(tls: &Tls, api: SocketAddr, policy: &str) -> Webhook {
+    /// The webhook serving with `tls`'s certificate, its API server at
+    /// `api` (whose CA `api_tls` holds).
+    fn start(tls: &Tls, api: SocketAddr, api_tls: &Tls, policy: &str) -> Webhook {
+        Webhook::start_for(tls, "127.0.0.1", api, api_tls, policy)
+    }
+
+    fn start_for(tls: &Tls, host: &str, api: SocketAddr, api_tls: &Tls, policy: &str) -> Webhook {
         let kubeconfig = tls.path(&format!("kubeconfig-{policy}"));
         std::fs::write(
             &kubeconfig,
@@ -204,7 +212,7 @@ impl Webhook {
                 "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: https://{api}\n    certificate-authority: {ca}\n\
                  users:\n- name: webhook\n  user:\n    token: {TOKEN}\ncontexts:\n- name: test\n  context:\n    cluster: test\n    user: webhook\n\
                  current-context: test\n",
-                ca = tls.path("ca.crt").display()
+                ca = api_tls.path("ca.crt").display()
             ),
         )
         .unwrap();
@@ -224,7 +232,12 @@ impl Webhook {
             .stderr(out)
             .spawn()
             .unwrap();
-        let w = Webhook { child, port, log };
+        let w = Webhook {
+            child,
+            port,
+            log,
+            host: host.to_string(),
+        };
         let end = Instant::now() + Duration::from_secs(20);
         while w.curl(tls, "/healthz", None).0 != "ok" {
             assert!(Instant::now() < end, "webhook not up:\n{}", w.log());
@@ -258,7 +271,9 @@ impl Webhook {
                 .arg(format!("@{}", f.display()));
         }
         let out = c
-            .arg(format!("https://127.0.0.1:{}{path}", self.port))
+            .arg("--resolve")
+            .arg(format!("{}:{}:127.0.0.1", self.host, self.port))
+            .arg(format!("https://{}:{}{path}", self.host, self.port))
             .output()
             .expect("curl (./scripts/test.sh installs it)");
         let text = String::from_utf8_lossy(&out.stdout).to_string();
@@ -401,7 +416,7 @@ fn pods_get_the_resources_of_their_networks() {
     let tls = Tls::new();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let (api, seen) = start_api(&rt, &tls);
-    let hook = Webhook::start(&tls, api, "fail");
+    let hook = Webhook::start(&tls, api, &tls, "fail");
     let mut valid = Vec::new();
 
     // One network from config/kubernetes (namespace default, named
@@ -509,7 +524,7 @@ fn pods_get_the_resources_of_their_networks() {
             .contains("default/broken"),
         "{r}"
     );
-    let lenient = Webhook::start(&tls, api, "ignore");
+    let lenient = Webhook::start(&tls, api, &tls, "ignore");
     let r = lenient.admit(&tls, &review(&p, "team-a", "CREATE"));
     assert_eq!(r["allowed"], true);
     assert!(r.get("patch").is_none());
@@ -529,4 +544,49 @@ fn pods_get_the_resources_of_their_networks() {
             .all(|s| s.starts_with("GET /apis/k8s.cni.cncf.io/v1/namespaces/")),
         "{seen:?}"
     );
+}
+
+#[test]
+fn the_certificate_script_and_the_example_pod() {
+    // The self-signed set-up a user without cert-manager follows: its
+    // certificate is for the Service's name, and the API server (curl here)
+    // trusts it through the CA the script puts in the caBundle.
+    let api_tls = Tls::new();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (api, _) = start_api(&rt, &api_tls);
+    let script = Tls {
+        dir: tempfile::tempdir().unwrap(),
+    };
+    let st = Command::new(repo().join("scripts/webhook-certs.sh"))
+        .arg("--out")
+        .arg(script.dir.path())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let hook = Webhook::start_for(
+        &script,
+        "switchyard-webhook.switchyard-system.svc",
+        api,
+        &api_tls,
+        "fail",
+    );
+
+    // The example pod asks only for its network; the webhook adds the
+    // device resource the network's NAD names.
+    let text = std::fs::read_to_string(repo().join("config/kubernetes/testpmd-pod.yaml")).unwrap();
+    let p: Pod = serde_yaml::from_str(&text).unwrap();
+    let ns = p.metadata.namespace.clone().unwrap();
+    assert!(
+        serde_json::to_value(&p).unwrap()["spec"]["containers"][0]["resources"]["limits"]
+            .get("switchyard.io/memif")
+            .is_none()
+    );
+    let r = hook.admit(&script, &review(&p, &ns, "CREATE"));
+    assert_eq!(r["allowed"], true, "{r}");
+    let out = patched(&p, &r);
+    let (req, lim) = resources_of(&out);
+    assert_eq!(req["switchyard.io/memif"], "1");
+    assert_eq!(lim["switchyard.io/memif"], "1");
+    assert_eq!(lim["cpu"], "2", "the pod's own limits stay");
+    validate(script.dir.path(), &[out]);
 }
