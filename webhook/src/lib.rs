@@ -9,10 +9,15 @@
 //! - [`mutate`]: the JSON Patch of the pod's resources;
 //! - [`review`]: one AdmissionReview, with the NADs read from the API server;
 //! - [`serve`]: the HTTPS endpoint.
+//!
+//! `review` and `serve` come with the `server` feature (on by default); the
+//! parser and the patch builder do without it.
 
 #![warn(missing_docs)]
 
 pub mod mutate;
+#[cfg(feature = "server")]
 pub mod review;
 pub mod selection;
+#[cfg(feature = "server")]
 pub mod serve;
