@@ -195,76 +195,70 @@ fn podman_containers_on_switchyard_networks_through_cni_and_cdi() {
         spec.exists().then_some(())
     });
 
-    let testpmd = |prefix: &str, socket: &str, mode: &str| {
-        format!(
-            "exec dpdk-testpmd --no-huge -m 256 --no-pci --file-prefix {prefix} --lcores 0@0,1@1 \
-             --vdev=net_memif0,role=client,socket={socket},socket-abstract=no \
-             -- --total-num-mbufs=8192 --forward-mode={mode} --stats-period 1"
-        )
-    };
     let id = std::process::id();
     let (a, b) = (format!("sy-a-{id}"), format!("sy-b-{id}"));
     pm.names = vec![a.clone(), b.clone()];
-    let user = format!("{NOBODY}:{NOBODY}");
+    // A container as nobody:nogroup on `network`, running testpmd on the
+    // memif `socket` in `mode`; `extra` are more `podman run` options and
+    // `cni_args` what podman passes on to the CNI.
+    let run =
+        |name: &str, network: &str, extra: &[&str], cni_args: &str, socket: &str, mode: &str| {
+            let user = format!("{NOBODY}:{NOBODY}");
+            let script = format!(
+            "exec dpdk-testpmd --no-huge -m 256 --no-pci --file-prefix {name} --lcores 0@0,1@1 \
+             --vdev=net_memif0,role=client,socket={socket},socket-abstract=no \
+             -- --total-num-mbufs=8192 --forward-mode={mode} --stats-period 1"
+        );
+            let mut args = vec![
+                "run",
+                "-d",
+                "--name",
+                name,
+                "--network",
+                network,
+                "--user",
+                &user,
+            ];
+            args.extend_from_slice(extra);
+            args.extend_from_slice(&["-v", "/usr:/usr:ro", "-e", "XDG_RUNTIME_DIR=/tmp"]);
+            args.extend_from_slice(&[
+                "--rootfs",
+                rootfs.to_str().unwrap(),
+                "/bin/sh",
+                "-c",
+                &script,
+            ]);
+            let out = pm.cmd(&args).env("CNI_ARGS", cni_args).output().unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
 
     // Container B: its socket from the CDI device (mount and environment),
     // on the network whose netconf names that device.
-    pm.run(&[
-        "run",
-        "-d",
-        "--name",
+    run(
         &b,
-        "--network",
         &net_b,
-        "--user",
-        &user,
-        "--device",
-        "switchyard.io/socket=memif-0",
-        "-v",
-        "/usr:/usr:ro",
-        "-e",
-        "XDG_RUNTIME_DIR=/tmp",
-        "--rootfs",
-        rootfs.to_str().unwrap(),
-        "/bin/sh",
-        "-c",
-        &testpmd("b", "$SWITCHYARD_SOCKET_MEMIF_0", "rxonly"),
-    ]);
+        &["--device", "switchyard.io/socket=memif-0"],
+        "",
+        "$SWITCHYARD_SOCKET_MEMIF_0",
+        "rxonly",
+    );
     // Container A: its pod directory, named after the pod UID that podman
     // passes to the CNI from CNI_ARGS, bind-mounted.
     let pod_dir = node.socket_dir().join(format!("pod-a-{id}"));
     std::fs::create_dir_all(&pod_dir).unwrap();
     let mount = format!("{0}:{0}", pod_dir.display());
     let sock_a = pod_dir.join("eth0.sock");
-    let out = pm
-        .cmd(&[
-            "run",
-            "-d",
-            "--name",
-            &a,
-            "--network",
-            &net_a,
-            "--user",
-            &user,
-            "-v",
-            &mount,
-            "-v",
-            "/usr:/usr:ro",
-            "-e",
-            "XDG_RUNTIME_DIR=/tmp",
-            "--rootfs",
-            rootfs.to_str().unwrap(),
-            "/bin/sh",
-            "-c",
-            &testpmd("a", sock_a.to_str().unwrap(), "txonly"),
-        ])
-        .env("CNI_ARGS", format!("K8S_POD_UID=pod-a-{id}"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    run(
+        &a,
+        &net_a,
+        &["-v", &mount],
+        &format!("K8S_POD_UID=pod-a-{id}"),
+        sock_a.to_str().unwrap(),
+        "txonly",
     );
 
     // The CNI made one port per container, each on the socket its

@@ -5,6 +5,8 @@
 
 #[path = "../../dataplane/tests/common/mod.rs"]
 mod common;
+#[path = "../../cni/tests/support/exec.rs"]
+mod exec;
 #[path = "../../cni/tests/support/multus.rs"]
 mod multus;
 

@@ -14,6 +14,9 @@
 //! - The JSON Patches are applied with the `json-patch` library and the
 //!   patched pods validated with `kubernetes-validate`.
 
+#[path = "../../deviceplugin/tests/support/kubernetes_validate.rs"]
+mod kubernetes_validate;
+
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
@@ -389,21 +392,7 @@ fn validate(dir: &Path, pods: &[Value]) {
         std::fs::write(&f, serde_json::to_string_pretty(p).unwrap()).unwrap();
         files.push(f);
     }
-    let out = Command::new("python3")
-        .args(["-m", "kubernetes_validate", "--strict", "--quiet"])
-        .args(&files)
-        .output()
-        .expect("python3");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        !text.contains("No module named kubernetes_validate"),
-        "kubernetes-validate is missing (./scripts/test.sh installs it)"
-    );
-    assert!(out.status.success(), "{text}");
+    kubernetes_validate::validate_strictly(&files);
 }
 
 fn resources_of(pod: &Value) -> (Value, Value) {

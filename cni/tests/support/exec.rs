@@ -1,6 +1,7 @@
 //! Runs `switchyard-cni` as a container runtime does: CNI_* environment
 //! (and nothing else), the netconf on stdin, the result on stdout.
 //! (The device plugin tests include this file with `#[path]`.)
+#![allow(dead_code)]
 
 use std::io::Write;
 use std::path::Path;
@@ -18,14 +19,27 @@ pub fn exec_cni(
     cni_path: &str,
     conf: &Value,
 ) -> (bool, Value) {
+    let netns = format!("/var/run/netns/{container}");
+    run_plugin(
+        bin,
+        &[
+            ("CNI_COMMAND", command),
+            ("CNI_CONTAINERID", container),
+            ("CNI_NETNS", &netns),
+            ("CNI_IFNAME", ifname),
+            ("CNI_ARGS", args),
+            ("CNI_PATH", cni_path),
+        ],
+        conf,
+    )
+}
+
+/// Runs a plugin with exactly the environment `env` and `conf` on stdin:
+/// (exit success, stdout JSON or null).
+pub fn run_plugin(bin: &Path, env: &[(&str, &str)], conf: &Value) -> (bool, Value) {
     let mut child = Command::new(bin)
         .env_clear()
-        .env("CNI_COMMAND", command)
-        .env("CNI_CONTAINERID", container)
-        .env("CNI_NETNS", format!("/var/run/netns/{container}"))
-        .env("CNI_IFNAME", ifname)
-        .env("CNI_ARGS", args)
-        .env("CNI_PATH", cni_path)
+        .envs(env.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -29,7 +29,6 @@
 use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use serde_json::{json, Value};
 
@@ -225,32 +224,20 @@ impl Multus {
         d: &Delegate,
         conf: &Value,
     ) -> Result<Value, Failed> {
-        let mut child = Command::new(bin)
-            .env_clear()
-            .env("CNI_COMMAND", command)
-            .env("CNI_CONTAINERID", &pod.sandbox)
-            .env("CNI_NETNS", &pod.netns)
-            .env("CNI_IFNAME", &d.ifname)
-            .env("CNI_ARGS", Self::cni_args(pod))
-            .env("CNI_PATH", &self.cni_path)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(&serde_json::to_vec(conf).unwrap())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
-        let v = if out.stdout.is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_slice(&out.stdout).unwrap()
-        };
-        if out.status.success() {
+        let args = Self::cni_args(pod);
+        let (ok, v) = super::exec::run_plugin(
+            bin,
+            &[
+                ("CNI_COMMAND", command),
+                ("CNI_CONTAINERID", &pod.sandbox),
+                ("CNI_NETNS", &pod.netns),
+                ("CNI_IFNAME", &d.ifname),
+                ("CNI_ARGS", &args),
+                ("CNI_PATH", &self.cni_path),
+            ],
+            conf,
+        );
+        if ok {
             Ok(v)
         } else {
             Err(Failed(v))
