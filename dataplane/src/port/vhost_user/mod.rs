@@ -6,14 +6,18 @@
 //! connects, retrying until the socket appears and again after the frontend
 //! restarts (OVS `dpdkvhostuserclient`).
 //!
-//! The `vhost` crate's [`BackendReqHandler`] reads and answers the protocol
-//! messages, driven by the control thread's reactor: a port costs no thread.
+//! The `vhost` crate's [`BackendReqHandler`] answers the protocol messages,
+//! driven by the control thread's reactor: a port costs no thread. It reads
+//! them from a [`relay::Relay`], which takes the frontend's bytes without
+//! blocking and hands on whole messages only, so no frontend can hold the
+//! control thread (and the API it serves).
 //! (`vhost-user-backend`'s daemon would spend a thread per connection and an
 //! epoll thread per queue set; we use its vring state type instead and let
 //! the poll-mode workers run the queues.)
 
 pub mod device;
 pub mod queue;
+pub mod relay;
 pub mod split;
 
 use std::io::ErrorKind;
@@ -29,11 +33,10 @@ use vhost::vhost_user::{BackendReqHandler, Error as VuError};
 
 use crate::port::{Port, PortCtx, PortError, PortKind, PortStatus};
 use device::{Activation, NetDevice};
+use relay::{Message, Relay, RelayError};
 
 /// How long a client waits between connection attempts.
 pub const RECONNECT_INTERVAL: Duration = Duration::from_secs(2);
-/// How long one protocol message may take to arrive in full.
-const MESSAGE_TIMEOUT: Duration = Duration::from_secs(1);
 
 const SUB_LISTENER: u32 = 0;
 const SUB_CONN: u32 = 1;
@@ -64,6 +67,7 @@ pub struct VhostUserConfig {
 struct Conn {
     handler: BackendReqHandler<Mutex<NetDevice>>,
     device: Arc<Mutex<NetDevice>>,
+    relay: Relay,
 }
 
 /// A vhost-user port.
@@ -119,19 +123,18 @@ impl VhostUserPort {
     }
 
     fn open(&mut self, cx: &PortCtx<'_>, stream: UnixStream) -> Result<(), String> {
-        // Messages are read blocking on the control thread; a frontend that
-        // sends half a message loses its connection instead of stalling us.
-        stream
-            .set_read_timeout(Some(MESSAGE_TIMEOUT))
-            .and_then(|_| stream.set_write_timeout(Some(MESSAGE_TIMEOUT)))
-            .map_err(|e| format!("socket options: {e}"))?;
+        let (relay, handler_side) = Relay::new(stream).map_err(|e| format!("socket: {e}"))?;
         let device = NetDevice::new(&self.name, cx.id, cx.dp.clone(), self.cfg.queues)
             .map_err(|e| format!("device: {e}"))?;
         let device = Arc::new(Mutex::new(device));
-        let handler = BackendReqHandler::from_stream(stream, device.clone());
-        cx.watch(handler.as_raw_fd(), SUB_CONN)
+        let handler = BackendReqHandler::from_stream(handler_side, device.clone());
+        cx.watch(relay.fd(), SUB_CONN)
             .map_err(|e| format!("cannot watch socket: {e}"))?;
-        self.conn = Some(Conn { handler, device });
+        self.conn = Some(Conn {
+            handler,
+            device,
+            relay,
+        });
         info!(port = %self.name, "frontend connected");
         Ok(())
     }
@@ -161,12 +164,10 @@ impl VhostUserPort {
                 }
             };
             if self.conn.is_some() {
-                // One frontend per socket, as DPDK's vhost library does.
-                warn!(port = %self.name, "refusing a second frontend connection");
-                continue;
-            }
-            if let Err(e) = stream.set_nonblocking(false).map_err(|e| e.to_string()) {
-                warn!(port = %self.name, "{e}");
+                // One frontend per socket, as DPDK's vhost library does:
+                // every other connection is closed at once, so a flood
+                // holds nothing.
+                debug!(port = %self.name, "refusing a second frontend connection");
                 continue;
             }
             if let Err(e) = self.open(cx, stream) {
@@ -178,7 +179,7 @@ impl VhostUserPort {
     /// Drops the connection. `fault`: the frontend broke the protocol.
     fn disconnect(&mut self, cx: &PortCtx<'_>, reason: &str, fault: bool) {
         let Some(conn) = self.conn.take() else { return };
-        cx.unwatch(conn.handler.as_raw_fd());
+        cx.unwatch(conn.relay.fd());
         let was_up = lock(&conn.device).park();
         drop(conn);
         if fault {
@@ -199,20 +200,22 @@ impl VhostUserPort {
         }
     }
 
+    /// The frontend sent bytes: every message they complete is handled,
+    /// in order, and the replies go back.
     fn on_message(&mut self, cx: &PortCtx<'_>) {
         let Some(conn) = self.conn.as_mut() else {
             return;
         };
-        let res = match early_vring_enable(conn) {
-            Some(r) => r,
-            None => conn.handler.handle_request(),
-        };
+        let res = conn.relay.receive().and_then(|msgs| {
+            for m in msgs {
+                handle(conn, &m)?;
+            }
+            conn.relay.flush()
+        });
         if let Err(e) = res {
             let (reason, fault) = match e {
-                VuError::Disconnected | VuError::PartialMessage => {
-                    ("frontend closed the connection".to_string(), false)
-                }
-                VuError::SocketBroken(ref io) | VuError::SocketError(ref io)
+                RelayError::Closed => ("frontend closed the connection".to_string(), false),
+                RelayError::Io(ref io)
                     if matches!(
                         io.kind(),
                         ErrorKind::ConnectionReset | ErrorKind::BrokenPipe
@@ -224,6 +227,14 @@ impl VhostUserPort {
             };
             return self.disconnect(cx, &reason, fault);
         }
+        self.after_messages(cx);
+    }
+
+    /// Link state after the frontend's messages.
+    fn after_messages(&mut self, cx: &PortCtx<'_>) {
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
         let mut dev = lock(&conn.device);
         let parked = dev.take_parked();
         let res = dev.activate();
@@ -260,38 +271,47 @@ impl VhostUserPort {
     }
 }
 
-/// vhost-user message header: `u32` request, `u32` flags, `u32` size.
-const MSG_HEADER_LEN: usize = 12;
 const REQ_SET_VRING_ENABLE: u32 = 18;
 const FLAG_VERSION_1: u32 = 0x1;
 const FLAG_REPLY: u32 = 0x4;
 const FLAG_NEED_REPLY: u32 = 0x8;
+
+/// Handles one whole message from the frontend.
+fn handle(conn: &mut Conn, msg: &Message) -> Result<(), RelayError> {
+    if let Some(reply) = early_vring_enable(conn, msg) {
+        let reply = reply.map_err(|e| RelayError::Protocol(e.to_string()))?;
+        return match reply {
+            Some(r) => conn.relay.reply(&r),
+            None => Ok(()),
+        };
+    }
+    conn.relay.forward(msg)?;
+    conn.handler.handle_request().map_err(|e| match e {
+        VuError::Disconnected | VuError::PartialMessage => RelayError::Closed,
+        e => RelayError::Protocol(e.to_string()),
+    })?;
+    // Its reply, if any, goes out before the next message is handled.
+    conn.relay.flush()
+}
 
 /// DPDK's `virtio_user` in server mode re-enables its rings on a new
 /// connection before it sends `SET_FEATURES`. The `vhost` crate rejects
 /// `SET_VRING_ENABLE` until `VHOST_USER_F_PROTOCOL_FEATURES` is acked on the
 /// connection (as the spec says); DPDK's own vhost library accepts it. So
 /// that a restarted switch can reattach to such a frontend, this one message
-/// is taken off the socket and applied here when it arrives that early.
-/// Returns `None` when the next message is anything else.
-fn early_vring_enable(conn: &mut Conn) -> Option<Result<(), VuError>> {
-    use nix::sys::socket::{recv, MsgFlags};
-    let fd = conn.handler.as_raw_fd();
-    let mut msg = [0u8; MSG_HEADER_LEN + 8];
-    let n = recv(fd, &mut msg, MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT).ok()?;
-    let word = |m: &[u8], i: usize| u32::from_le_bytes([m[i], m[i + 1], m[i + 2], m[i + 3]]);
-    if n < msg.len() || word(&msg, 0) != REQ_SET_VRING_ENABLE || word(&msg, 8) != 8 {
+/// is applied here when it arrives that early. Returns `None` when `msg` is
+/// anything else, else the reply to send, if one is asked for.
+fn early_vring_enable(conn: &mut Conn, msg: &Message) -> Option<Result<Option<Vec<u8>>, VuError>> {
+    use relay::{word, HEADER_LEN};
+    let b = &msg.bytes;
+    if b.len() != HEADER_LEN + 8 || msg.request() != REQ_SET_VRING_ENABLE || word(b, 8) != 8 {
         return None;
     }
     let mut dev = lock(&conn.device);
     if dev.acked_features().is_some() {
         return None;
     }
-    // Consume exactly this message (the peek showed all of it is queued).
-    if recv(fd, &mut msg, MsgFlags::MSG_DONTWAIT) != Ok(msg.len()) {
-        return Some(Err(VuError::PartialMessage));
-    }
-    let (flags, index, num) = (word(&msg, 4), word(&msg, 12), word(&msg, 16));
+    let (flags, index, num) = (word(b, 4), word(b, 12), word(b, 16));
     debug!(index, num, "SET_VRING_ENABLE before SET_FEATURES");
     let res = match num {
         0 | 1 => {
@@ -301,16 +321,14 @@ fn early_vring_enable(conn: &mut Conn) -> Option<Result<(), VuError>> {
         _ => Err(VuError::InvalidParam),
     };
     if flags & FLAG_NEED_REPLY != 0 && dev.reply_ack() {
-        let mut reply = [0u8; MSG_HEADER_LEN + 8];
+        let mut reply = vec![0u8; HEADER_LEN + 8];
         reply[0..4].copy_from_slice(&REQ_SET_VRING_ENABLE.to_le_bytes());
         reply[4..8].copy_from_slice(&(FLAG_VERSION_1 | FLAG_REPLY).to_le_bytes());
         reply[8..12].copy_from_slice(&8u32.to_le_bytes());
         reply[12..20].copy_from_slice(&u64::from(res.is_err()).to_le_bytes());
-        if let Err(e) = nix::sys::socket::send(fd, &reply, MsgFlags::MSG_NOSIGNAL) {
-            return Some(Err(VuError::SocketError(e.into())));
-        }
+        return Some(Ok(Some(reply)));
     }
-    Some(res)
+    Some(res.map(|()| None))
 }
 
 impl Port for VhostUserPort {
@@ -342,11 +360,20 @@ impl Port for VhostUserPort {
     }
 
     fn deadline(&self) -> Option<Instant> {
-        self.retry_at
+        match &self.conn {
+            Some(c) => c.relay.deadline(),
+            None => self.retry_at,
+        }
     }
 
     fn on_timer(&mut self, cx: &PortCtx<'_>, now: Instant) {
-        if self.conn.is_none() && self.retry_at.is_some_and(|t| now >= t) {
+        if let Some(conn) = self.conn.as_mut() {
+            if let Err(e) = conn.relay.check(now) {
+                self.disconnect(cx, &e.to_string(), true);
+            }
+            return;
+        }
+        if self.retry_at.is_some_and(|t| now >= t) {
             self.try_connect(cx);
         }
     }
