@@ -747,3 +747,295 @@ fn hostile_peers_lose_only_their_own_port() {
          {as_frontend} by a vhost-user frontend; {looped} frames looped meanwhile, 0 lost"
     );
 }
+
+/// The ways a hostile peer or local client holds a connection. One line
+/// each in [`SHAPES`].
+#[derive(Clone, Copy, Debug)]
+enum Shape {
+    /// Connects and says nothing.
+    Silent,
+    /// Sends the start of a message and nothing more.
+    PartialHeader,
+    /// Sends a whole header whose body never comes.
+    HeaderWithoutBody,
+    /// Sends a message one byte every half second.
+    Drip,
+    /// Opens this many connections and holds them.
+    Many(usize),
+    /// Sends requests that are answered, and never reads the answers.
+    NeverReads,
+}
+
+const SHAPES: &[Shape] = &[
+    Shape::Silent,
+    Shape::PartialHeader,
+    Shape::HeaderWithoutBody,
+    Shape::Drip,
+    Shape::Many(40),
+    Shape::NeverReads,
+];
+
+/// The sockets a pod or a local user can reach.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Target {
+    /// A vhost-user port's socket (the switch is server).
+    VhostUser,
+    /// A memif port's socket (the switch is master).
+    Memif,
+    /// The control socket.
+    Control,
+}
+
+impl Target {
+    /// A request that is answered, in this socket's protocol.
+    fn request(self) -> Vec<u8> {
+        match self {
+            // GET_FEATURES, version 1, no body.
+            Target::VhostUser => [1u32, 1, 0].iter().flat_map(|w| w.to_le_bytes()).collect(),
+            // A memif message is 128 bytes (HELLO is what the master sends).
+            Target::Memif => vec![0u8; 128],
+            Target::Control => b"{\"op\":\"port_list\"}\n".to_vec(),
+        }
+    }
+
+    /// A header announcing a body that never comes.
+    fn header_only(self) -> Vec<u8> {
+        match self {
+            // SET_OWNER-sized header claiming an 8-byte body.
+            Target::VhostUser => [3u32, 1, 8].iter().flat_map(|w| w.to_le_bytes()).collect(),
+            // Seqpacket messages come whole: a short one instead.
+            Target::Memif => vec![1u8; 16],
+            Target::Control => b"{\"op\":\"port_add\",\"port\":{\"name\":".to_vec(),
+        }
+    }
+
+    fn connect(self, path: &str) -> Option<std::os::fd::OwnedFd> {
+        use nix::sys::socket::{connect, socket, AddressFamily, SockFlag, SockType, UnixAddr};
+        let ty = match self {
+            Target::Memif => SockType::SeqPacket,
+            _ => SockType::Stream,
+        };
+        let fd = socket(AddressFamily::Unix, ty, SockFlag::SOCK_CLOEXEC, None).ok()?;
+        connect(fd.as_raw_fd(), &UnixAddr::new(path).ok()?).ok()?;
+        Some(fd)
+    }
+}
+
+/// Runs `shape` against `path` until `until`, on threads of its own.
+fn attack(
+    target: Target,
+    path: &str,
+    shape: Shape,
+    until: std::time::Instant,
+) -> Vec<std::thread::JoinHandle<()>> {
+    use nix::sys::socket::{send, MsgFlags};
+    let hold = move |fd: std::os::fd::OwnedFd| {
+        while std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        drop(fd);
+    };
+    let count = match shape {
+        Shape::Many(n) => n,
+        _ => 1,
+    };
+    (0..count)
+        .map(|_| {
+            let path = path.to_string();
+            std::thread::spawn(move || {
+                let Some(fd) = target.connect(&path) else {
+                    return;
+                };
+                let put = |b: &[u8]| {
+                    send(
+                        fd.as_raw_fd(),
+                        b,
+                        MsgFlags::MSG_NOSIGNAL | MsgFlags::MSG_DONTWAIT,
+                    )
+                    .is_ok()
+                };
+                match shape {
+                    Shape::Silent | Shape::Many(_) => {}
+                    Shape::PartialHeader => {
+                        let r = target.request();
+                        put(&r[..r.len().min(4)]);
+                    }
+                    Shape::HeaderWithoutBody => {
+                        put(&target.header_only());
+                    }
+                    Shape::Drip => {
+                        let r = target.request();
+                        for b in r.chunks(1) {
+                            if std::time::Instant::now() >= until || !put(b) {
+                                break;
+                            }
+                            std::thread::sleep(Duration::from_millis(500));
+                        }
+                    }
+                    Shape::NeverReads => {
+                        // As fast as the switch takes them.
+                        let r = target.request();
+                        while std::time::Instant::now() < until {
+                            match send(
+                                fd.as_raw_fd(),
+                                &r,
+                                MsgFlags::MSG_NOSIGNAL | MsgFlags::MSG_DONTWAIT,
+                            ) {
+                                Ok(_) => {}
+                                Err(nix::errno::Errno::EAGAIN) => {
+                                    std::thread::sleep(Duration::from_millis(1))
+                                }
+                                Err(_) => break,
+                            }
+                        }
+                    }
+                }
+                hold(fd);
+            })
+        })
+        .collect()
+}
+
+/// The slowest of a few rounds of `port list`, `port add` + `port del`
+/// (from the CLI) and a CNI ADD + DEL, taken while `until` has not passed.
+fn api_round_trips(sw: &Switch, until: std::time::Instant) -> Vec<(String, Duration)> {
+    let cni = common::workspace_bin("switchyard-cni", "switchyard-cni");
+    let pods = sw.path("pods");
+    let netconf = serde_json::json!({
+        "cniVersion": "1.1.0", "name": "live", "type": "switchyard",
+        "socketDir": pods, "controlSocket": sw.control(),
+    })
+    .to_string();
+    let run_cni = |cmd: &str| {
+        use std::io::Write;
+        let mut c = std::process::Command::new(&cni)
+            .env_clear()
+            .envs([
+                ("CNI_COMMAND", cmd),
+                ("CNI_CONTAINERID", "livecontainer"),
+                ("CNI_NETNS", "/var/run/netns/live"),
+                ("CNI_IFNAME", "net1"),
+                ("CNI_PATH", "/nonexistent"),
+            ])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        c.stdin
+            .take()
+            .unwrap()
+            .write_all(netconf.as_bytes())
+            .unwrap();
+        let out = c.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "CNI {cmd}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    };
+    let sock = sw.path("live.sock");
+    let mut worst: Vec<(String, Duration)> = Vec::new();
+    let mut note = |what: &str, d: Duration| match worst.iter_mut().find(|(w, _)| w == what) {
+        Some((_, m)) => *m = (*m).max(d),
+        None => worst.push((what.to_string(), d)),
+    };
+    while std::time::Instant::now() < until {
+        let t = std::time::Instant::now();
+        sw.cli_ok(&["port", "list"]);
+        note("port list", t.elapsed());
+        let t = std::time::Instant::now();
+        sw.cli_ok(&[
+            "port", "add", "live", "--kind", "memif", "--role", "master", "--socket", &sock,
+        ]);
+        note("port add", t.elapsed());
+        sw.cli_ok(&["port", "del", "live"]);
+        let t = std::time::Instant::now();
+        run_cni("ADD");
+        note("CNI ADD", t.elapsed());
+        let t = std::time::Instant::now();
+        run_cni("DEL");
+        note("CNI DEL", t.elapsed());
+    }
+    worst
+}
+
+#[test]
+fn no_peer_or_client_stalls_the_api() {
+    let _g = serial();
+    let sw = Switch::start(BRIDGE);
+    let good = GoodLoop::start(&sw);
+    // A port of each kind per shape: one connection is served per port, so
+    // every shape gets its own, all attacked at once.
+    let ports = |prefix: &str, args: &[&str]| -> Vec<String> {
+        (0..SHAPES.len())
+            .map(|i| add_port(&sw, &format!("{prefix}{i}"), args))
+            .collect()
+    };
+    let hv = ports("hv", &["--kind", "vhost-user", "--role", "server"]);
+    let hm = ports("hm", &["--kind", "memif", "--role", "master"]);
+    // Client roles: the pod made a socket it listens on and never accepts,
+    // with a backlog of one (the switch's connects must not wait for room).
+    let silent_listener = |name: &str, ty: nix::sys::socket::SockType| {
+        use nix::sys::socket::{bind, listen, socket, AddressFamily, Backlog, SockFlag, UnixAddr};
+        let p = sw.path(name);
+        let fd = socket(AddressFamily::Unix, ty, SockFlag::SOCK_CLOEXEC, None).unwrap();
+        bind(fd.as_raw_fd(), &UnixAddr::new(p.as_str()).unwrap()).unwrap();
+        listen(&fd, Backlog::new(1).unwrap()).unwrap();
+        (p, fd)
+    };
+    let (vc, _vc_fd) = silent_listener("vc.sock", nix::sys::socket::SockType::Stream);
+    let (ms, _ms_fd) = silent_listener("ms.sock", nix::sys::socket::SockType::SeqPacket);
+    sw.cli_ok(&[
+        "port",
+        "add",
+        "vc",
+        "--kind",
+        "vhost-user",
+        "--role",
+        "client",
+        "--socket",
+        &vc,
+    ]);
+    sw.cli_ok(&[
+        "port", "add", "ms", "--kind", "memif", "--role", "slave", "--socket", &ms,
+    ]);
+
+    let control = sw.control().display().to_string();
+    let on_control = vec![control; SHAPES.len()];
+    for (target, paths) in [
+        (Target::VhostUser, &hv),
+        (Target::Memif, &hm),
+        (Target::Control, &on_control),
+    ] {
+        let until = std::time::Instant::now() + Duration::from_secs(4);
+        let threads: Vec<_> = SHAPES
+            .iter()
+            .zip(paths)
+            .flat_map(|(s, path)| attack(target, path, *s, until))
+            .collect();
+        std::thread::sleep(Duration::from_millis(200));
+        for (what, worst) in api_round_trips(&sw, until) {
+            assert!(
+                worst < Duration::from_millis(250),
+                "{target:?} under attack: {what} took {worst:?}"
+            );
+        }
+        for t in threads {
+            t.join().unwrap();
+        }
+        good.assert_flowing(&sw);
+    }
+    // The client-role ports stayed down, retrying; the API never waited.
+    assert!(!sw.port("vc").status.link_up && !sw.port("ms").status.link_up);
+    // The vhost-user ports whose frontends left a message unfinished or
+    // their replies unread lost those connections, counted as faults.
+    for (i, shape) in SHAPES.iter().enumerate() {
+        let st = sw.port(&format!("hv{i}")).status;
+        let broke = matches!(
+            shape,
+            Shape::PartialHeader | Shape::HeaderWithoutBody | Shape::Drip | Shape::NeverReads
+        );
+        assert_eq!(st.faults > 0, broke, "{shape:?}: {st:?}");
+    }
+    good.assert_nothing_lost(&sw);
+}

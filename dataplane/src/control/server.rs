@@ -1,11 +1,14 @@
-//! The control socket listener: one short-lived thread per client connection
-//! hands each request to the daemon loop and writes back its answer.
+//! The control socket listener: one thread per client connection (at most
+//! [`MAX_CLIENTS`]) hands each request to the daemon loop and writes back its
+//! answer.
 
+use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
+use std::net::Shutdown;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crossbeam::channel::{bounded, Sender};
@@ -56,20 +59,44 @@ pub fn bind(path: &Path, group: Option<u32>) -> std::io::Result<UnixListener> {
     Ok(l)
 }
 
-/// Serves connections until the process exits.
+/// Client connections served at once: one more closes the oldest.
+pub const MAX_CLIENTS: usize = 64;
+
+/// Serves connections until the process exits. Each client has a thread of
+/// its own, so a slow or stalled client delays nobody else; their number is
+/// bounded by [`MAX_CLIENTS`].
 pub fn serve(listener: UnixListener, calls: Sender<Call>, waker: Arc<Waker>) {
-    for conn in listener.incoming() {
+    let live: Arc<Mutex<VecDeque<(u64, UnixStream)>>> = Arc::default();
+    for (id, conn) in (0u64..).zip(listener.incoming()) {
         let Ok(conn) = conn else { continue };
-        let calls = calls.clone();
-        let waker = waker.clone();
+        {
+            let mut l = live.lock().unwrap_or_else(|e| e.into_inner());
+            while l.len() >= MAX_CLIENTS {
+                if let Some((_, oldest)) = l.pop_front() {
+                    warn!("{MAX_CLIENTS} API clients connected: closing the oldest");
+                    let _ = oldest.shutdown(Shutdown::Both);
+                }
+            }
+            if let Ok(c) = conn.try_clone() {
+                l.push_back((id, c));
+            }
+        }
+        let (calls, waker, live) = (calls.clone(), waker.clone(), live.clone());
         let _ = std::thread::Builder::new()
             .name("sy-api-conn".into())
-            .spawn(move || handle(conn, calls, waker));
+            .spawn(move || {
+                handle(conn, calls, waker);
+                live.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .retain(|(i, _)| *i != id);
+            });
     }
 }
 
 fn handle(conn: UnixStream, calls: Sender<Call>, waker: Arc<Waker>) {
     let _ = conn.set_read_timeout(Some(Duration::from_secs(300)));
+    // A client that does not read its answers loses its connection.
+    let _ = conn.set_write_timeout(Some(Duration::from_secs(5)));
     let Ok(w) = conn.try_clone() else { return };
     let mut writer = w;
     let mut reader = BufReader::new(conn).take(MAX_REQUEST as u64);

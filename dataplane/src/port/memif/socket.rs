@@ -88,8 +88,9 @@ pub fn listen_at(addr: &SocketAddr) -> io::Result<OwnedFd> {
     Ok(fd)
 }
 
-/// Connects (blocking only for the instant a Unix connect takes), then
-/// returns a non-blocking socket.
+/// Connects without blocking: a Unix connect either completes at once or,
+/// when the listener's backlog is full (a peer that listens and never
+/// accepts), fails with `EAGAIN` instead of waiting for room.
 pub fn connect_to(addr: &SocketAddr) -> io::Result<OwnedFd> {
     if let SocketAddr::Path(p) = addr {
         crate::port::refuse_symlink(Path::new(p))?;
@@ -97,19 +98,11 @@ pub fn connect_to(addr: &SocketAddr) -> io::Result<OwnedFd> {
     let fd = socket(
         AddressFamily::Unix,
         SockType::SeqPacket,
-        SockFlag::SOCK_CLOEXEC,
+        SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
         None,
     )?;
     connect(fd.as_raw_fd(), &addr.unix_addr()?)?;
-    set_nonblocking(fd.as_raw_fd())?;
     Ok(fd)
-}
-
-fn set_nonblocking(fd: RawFd) -> io::Result<()> {
-    use nix::fcntl::{fcntl, FcntlArg, OFlag};
-    let flags = OFlag::from_bits_truncate(fcntl(fd, FcntlArg::F_GETFL)?);
-    fcntl(fd, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK))?;
-    Ok(())
 }
 
 /// Accepts one pending connection, if any.

@@ -109,6 +109,22 @@ fn listen(path: &Path, group: Option<u32>) -> Result<UnixListener, PortError> {
     Ok(l)
 }
 
+/// Connects to a frontend's socket without blocking: a Unix connect either
+/// completes at once or, when the frontend listens but never accepts and
+/// its backlog is full, fails with `EAGAIN` (and is retried later) instead
+/// of holding the control thread.
+fn connect(path: &Path) -> std::io::Result<UnixStream> {
+    use nix::sys::socket::{socket, AddressFamily, SockFlag, SockType, UnixAddr};
+    let fd = socket(
+        AddressFamily::Unix,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+        None,
+    )?;
+    nix::sys::socket::connect(fd.as_raw_fd(), &UnixAddr::new(path)?)?;
+    Ok(UnixStream::from(fd))
+}
+
 impl VhostUserPort {
     /// A port that is not started yet.
     pub fn new(name: &str, cfg: VhostUserConfig) -> VhostUserPort {
@@ -142,7 +158,7 @@ impl VhostUserPort {
     fn try_connect(&mut self, cx: &PortCtx<'_>) {
         self.retry_at = None;
         let res = crate::port::refuse_symlink(&self.cfg.socket)
-            .and_then(|()| UnixStream::connect(&self.cfg.socket))
+            .and_then(|()| connect(&self.cfg.socket))
             .map_err(|e| format!("connect: {e}"))
             .and_then(|s| self.open(cx, s));
         if let Err(e) = res {
