@@ -298,6 +298,7 @@ fn crashes_mid_write_and_damaged_state_never_lose_acknowledged_ports() {
         let specs: Vec<PortSpec> = (0..1000)
             .map(|i| memif_spec(&sw, &format!("r{round}p{i}")))
             .collect();
+        let (first, first_rx) = std::sync::mpsc::channel();
         let adder = std::thread::spawn(move || {
             let mut done = Vec::new();
             let Ok(mut c) = Client::connect(&control) else {
@@ -309,9 +310,18 @@ fn crashes_mid_write_and_damaged_state_never_lose_acknowledged_ports() {
                     Ok(_) => done.push(name),
                     Err(_) => break,
                 }
+                if done.len() == 1 {
+                    let _ = first.send(());
+                }
             }
             done
         });
+        // The kill comes a different time after the first acknowledged
+        // add each round (counting from then, not from the start, keeps a
+        // slow machine from killing the daemon before it added anything).
+        first_rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("the daemon added a port");
         std::thread::sleep(Duration::from_millis(15 + 11 * round));
         sw.kill9();
         let done = adder.join().unwrap();
