@@ -1014,7 +1014,9 @@ fn no_peer_or_client_stalls_the_api() {
             .flat_map(|(s, path)| attack(target, path, *s, until))
             .collect();
         std::thread::sleep(Duration::from_millis(200));
-        for (what, worst) in api_round_trips(&sw, until) {
+        let worst_times = api_round_trips(&sw, until);
+        eprintln!("{target:?} under attack, slowest round trips: {worst_times:?}");
+        for (what, worst) in worst_times {
             assert!(
                 worst < Duration::from_millis(250),
                 "{target:?} under attack: {what} took {worst:?}"

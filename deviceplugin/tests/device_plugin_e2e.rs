@@ -409,6 +409,60 @@ fn registers_lists_allocates_follows_health_and_kubelet_restarts_then_cleans_up(
 }
 
 #[test]
+fn hostile_clients_on_the_plugin_socket_do_not_stall_the_kubelet() {
+    let _g = serial();
+    let switch = Switch::start("");
+    let mut node = Node::new(&switch.control(), 2, 1);
+    let kubelet = Kubelet::start(&node.rt, &node.path("plugins"));
+    node.start_plugin();
+    kubelet.registrations(2);
+    // Connections that stay silent, stop in the HTTP/2 preface, send
+    // garbage, or drip the preface a byte at a time, all at once.
+    let sock = node.path("plugins").join("switchyard-memif.sock");
+    let until = std::time::Instant::now() + Duration::from_secs(3);
+    let preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    let shapes: Vec<&[u8]> = vec![b"", &preface[..10], b"\x00garbage\xff\xff", preface];
+    let threads: Vec<_> = (0..40)
+        .map(|i| {
+            let sock = sock.clone();
+            let bytes = shapes[i % shapes.len()].to_vec();
+            let drip = i % shapes.len() == 3;
+            std::thread::spawn(move || {
+                use std::io::Write;
+                let Ok(mut c) = std::os::unix::net::UnixStream::connect(&sock) else {
+                    return;
+                };
+                if drip {
+                    for b in bytes {
+                        if std::time::Instant::now() > until || c.write_all(&[b]).is_err() {
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_millis(300));
+                    }
+                } else {
+                    let _ = c.write_all(&bytes);
+                }
+                while std::time::Instant::now() < until {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    // Meanwhile the kubelet's calls answer at once.
+    while std::time::Instant::now() < until {
+        let t = std::time::Instant::now();
+        node.allocate("switchyard-memif.sock", &["memif-1"])
+            .unwrap();
+        let took = t.elapsed();
+        assert!(took < Duration::from_millis(250), "Allocate took {took:?}");
+    }
+    for t in threads {
+        t.join().unwrap();
+    }
+}
+
+#[test]
 fn bad_config_is_refused_naming_the_field() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("bad.toml");

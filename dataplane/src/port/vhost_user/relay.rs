@@ -36,6 +36,10 @@ pub const MAX_FDS: usize = 32;
 pub const MESSAGE_DEADLINE: Duration = Duration::from_secs(2);
 /// Replies the frontend has not read yet, at most.
 pub const MAX_UNREAD_REPLIES: usize = 64 * 1024;
+/// Messages taken per wake-up: a frontend that floods requests gets this
+/// many handled, then the control thread serves everything else (the
+/// reactor is level-triggered, so the rest is read on the next turn).
+pub const MESSAGES_PER_WAKE: usize = 16;
 
 /// Why the connection must go.
 #[derive(Debug, thiserror::Error)]
@@ -121,10 +125,10 @@ impl Relay {
     }
 
     /// Reads what the frontend has sent (never blocking) and returns the
-    /// messages it completed, in order.
+    /// messages it completed, in order: at most [`MESSAGES_PER_WAKE`].
     pub fn receive(&mut self) -> Result<Vec<Message>, RelayError> {
         let mut out = Vec::new();
-        loop {
+        while out.len() < MESSAGES_PER_WAKE {
             let want = self.missing();
             let start = self.pending.len();
             self.pending.resize(start + want, 0);
@@ -193,6 +197,7 @@ impl Relay {
                 self.started = None;
             }
         }
+        Ok(out)
     }
 
     /// Hands a whole message to the handler, with its descriptors.
@@ -365,6 +370,18 @@ mod tests {
         let mut r = [0u8; 5];
         peer.read_exact(&mut r).unwrap();
         assert_eq!(&r, b"reply");
+    }
+
+    #[test]
+    fn a_flood_is_taken_a_few_messages_per_wake() {
+        let (mut peer, ours) = UnixStream::pair().unwrap();
+        let (mut relay, _handler) = Relay::new(ours).unwrap();
+        for _ in 0..(MESSAGES_PER_WAKE * 2 + 1) {
+            peer.write_all(&header(1, 0)).unwrap();
+        }
+        assert_eq!(relay.receive().unwrap().len(), MESSAGES_PER_WAKE);
+        assert_eq!(relay.receive().unwrap().len(), MESSAGES_PER_WAKE);
+        assert_eq!(relay.receive().unwrap().len(), 1);
     }
 
     #[test]
