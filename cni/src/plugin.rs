@@ -440,6 +440,27 @@ pub fn add(
             let _ = ipam::exec("DEL", stdin, &[], &env.path);
         }
     };
+    // The result, before anything else is made: a prevResult it cannot
+    // extend fails the call with nothing to undo but the lease.
+    let iface = Interface {
+        name: ifname.to_string(),
+        mac: Some(mac),
+        sandbox: Some(netns.to_string()),
+        socket_path: Some(socket.display().to_string()),
+    };
+    let result = match add_result(
+        &nc.cni_version,
+        prev,
+        &iface,
+        ipam_res.as_ref(),
+        nc.raw.dns.as_ref(),
+    ) {
+        Ok(r) => r,
+        Err(e) => {
+            undo_ipam();
+            return Err(e);
+        }
+    };
     // A port with this name can only be a leftover of this attachment.
     match call(&mut c, &Request::PortDel { name: name.clone() }) {
         Ok(_) => {}
@@ -482,24 +503,7 @@ pub fn add(
         return Err(e);
     }
 
-    let iface = Interface {
-        name: ifname.to_string(),
-        mac: Some(mac),
-        sandbox: Some(netns.to_string()),
-        socket_path: Some(socket.display().to_string()),
-    };
-    let result = add_result(
-        &nc.cni_version,
-        prev,
-        &iface,
-        ipam_res.as_ref(),
-        nc.raw.dns.as_ref(),
-    );
-    if result.is_err() {
-        let _ = call(&mut c, &Request::PortDel { name: name.clone() });
-        undo_ipam();
-    }
-    result
+    Ok(result)
 }
 
 /// Removes everything of one attachment. `ipam_env` overrides the
