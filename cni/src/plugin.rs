@@ -1,7 +1,7 @@
 //! The CNI verbs.
 
 use std::fs::{self, File};
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -410,9 +410,7 @@ pub fn add(
     };
     mkdir(&pod_dir, mode)?;
     if let Some(gid) = nc.raw.socket_group {
-        nix::unistd::chown(&pod_dir, None, Some(nix::unistd::Gid::from_raw(gid)))
-            .map_err(|e| io(pod_dir.display(), e.into()))?;
-        fs::set_permissions(&pod_dir, fs::Permissions::from_mode(0o770))
+        switchyard::port::share_with_group(&pod_dir, gid, 0o770)
             .map_err(|e| io(pod_dir.display(), e))?;
     }
     let dp = device_plugin_info(nc)?;

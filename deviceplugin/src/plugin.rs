@@ -226,15 +226,11 @@ impl DevicePlugin for PoolPlugin {
 pub fn prepare_device(cfg: &Config, pool: &Pool, d: &Device) -> Result<(), String> {
     let dir_err = |e: std::io::Error| format!("socket directory {}: {e}", d.dir.display());
     std::fs::create_dir_all(&d.dir).map_err(dir_err)?;
-    let mode = match cfg.socket_group {
-        Some(gid) => {
-            nix::unistd::chown(&d.dir, None, Some(nix::unistd::Gid::from_raw(gid)))
-                .map_err(|e| dir_err(e.into()))?;
-            0o770
-        }
-        None => 0o700,
-    };
-    std::fs::set_permissions(&d.dir, std::fs::Permissions::from_mode(mode)).map_err(dir_err)?;
+    match cfg.socket_group {
+        Some(gid) => switchyard::port::share_with_group(&d.dir, gid, 0o770),
+        None => std::fs::set_permissions(&d.dir, std::fs::Permissions::from_mode(0o700)),
+    }
+    .map_err(dir_err)?;
     let file = cfg.devinfo_file(pool, &d.id);
     pool.device_info(d)
         .write(&file)

@@ -48,14 +48,8 @@ pub fn bind(path: &Path, group: Option<u32>) -> std::io::Result<UnixListener> {
     }
     let l = UnixListener::bind(path)?;
     // Connecting needs write permission: root only, or root and `group`.
-    let mode = match group {
-        Some(gid) => {
-            nix::unistd::chown(path, None, Some(nix::unistd::Gid::from_raw(gid)))?;
-            0o660
-        }
-        None => 0o600,
-    };
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    crate::port::share_socket(path, group)?;
     Ok(l)
 }
 

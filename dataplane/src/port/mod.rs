@@ -37,15 +37,25 @@ pub fn refuse_symlink(path: &std::path::Path) -> std::io::Result<()> {
     }
 }
 
+/// Gives `path` to group `gid` with `mode`: how sockets (0660) and the
+/// directories holding them (0770) are opened to non-root pods in a group.
+/// Every such grant (port sockets, the control socket, the CNI's pod
+/// directories, the device plugin's device directories) goes through here.
+pub fn share_with_group(path: &std::path::Path, gid: u32, mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    nix::unistd::chown(path, None, Some(nix::unistd::Gid::from_raw(gid)))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+}
+
 /// Opens a socket the switch created to the members of group `gid`: the
 /// file becomes `<owner>:<gid>` with mode 0660, so that a non-root pod in
 /// that group can `connect()` (which needs write permission on the file).
 /// Without a group the file keeps the mode it was created with.
 pub fn share_socket(path: &std::path::Path, gid: Option<u32>) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    let Some(gid) = gid else { return Ok(()) };
-    nix::unistd::chown(path, None, Some(nix::unistd::Gid::from_raw(gid)))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
+    match gid {
+        Some(gid) => share_with_group(path, gid, 0o660),
+        None => Ok(()),
+    }
 }
 
 /// A peer broke the shared-memory protocol; its port must be reset.

@@ -235,7 +235,7 @@ impl Listener {
     pub fn bind(path: &str) -> Listener {
         let addr = SocketAddr::parse(path);
         Listener {
-            fd: socket::listen_at(&addr).expect("listen"),
+            fd: socket::listen_at(&addr, None).expect("listen"),
             addr,
         }
     }

@@ -307,26 +307,16 @@ impl Port for MemifPort {
     fn start(&mut self, cx: &PortCtx<'_>) -> Result<(), PortError> {
         match self.cfg.side {
             Side::Master => {
-                let l = socket::listen_at(&self.addr)
-                    .and_then(|l| {
-                        if let SocketAddr::Path(p) = &self.addr {
-                            crate::port::share_socket(
-                                std::path::Path::new(p),
-                                self.cfg.socket_group,
-                            )?;
+                let l = socket::listen_at(&self.addr, self.cfg.socket_group).map_err(|e| {
+                    if e.kind() == std::io::ErrorKind::AddrInUse {
+                        PortError::SocketInUse(self.cfg.socket.clone())
+                    } else {
+                        PortError::Socket {
+                            path: self.cfg.socket.clone(),
+                            source: e,
                         }
-                        Ok(l)
-                    })
-                    .map_err(|e| {
-                        if e.kind() == std::io::ErrorKind::AddrInUse {
-                            PortError::SocketInUse(self.cfg.socket.clone())
-                        } else {
-                            PortError::Socket {
-                                path: self.cfg.socket.clone(),
-                                source: e,
-                            }
-                        }
-                    })?;
+                    }
+                })?;
                 cx.watch(l.as_raw_fd(), SUB_LISTENER)
                     .map_err(|e| PortError::Socket {
                         path: self.cfg.socket.clone(),

@@ -54,8 +54,9 @@ fn seqpacket() -> io::Result<OwnedFd> {
 }
 
 /// Binds and listens. A stale socket file (nobody listening) is replaced; a
-/// live one is an error.
-pub fn listen_at(addr: &SocketAddr) -> io::Result<OwnedFd> {
+/// live one is an error. With `group`, a path socket is opened to it
+/// ([`crate::port::share_socket`]).
+pub fn listen_at(addr: &SocketAddr, group: Option<u32>) -> io::Result<OwnedFd> {
     if let SocketAddr::Path(p) = addr {
         let path = Path::new(p);
         if let Ok(meta) = std::fs::symlink_metadata(path) {
@@ -84,6 +85,9 @@ pub fn listen_at(addr: &SocketAddr) -> io::Result<OwnedFd> {
     }
     let fd = seqpacket()?;
     bind(fd.as_raw_fd(), &addr.unix_addr()?)?;
+    if let SocketAddr::Path(p) = addr {
+        crate::port::share_socket(Path::new(p), group)?;
+    }
     listen(&fd, Backlog::new(16).map_err(io::Error::from)?)?;
     Ok(fd)
 }
@@ -226,7 +230,7 @@ mod tests {
     fn passes_messages_and_fds() {
         let dir = tempfile::tempdir().unwrap();
         let addr = SocketAddr::Path(dir.path().join("s.sock").to_string_lossy().into_owned());
-        let l = listen_at(&addr).unwrap();
+        let l = listen_at(&addr, None).unwrap();
         let c = connect_to(&addr).unwrap();
         let s = accept(l.as_raw_fd()).unwrap().expect("pending connection");
         let efd = crate::reactor::new_eventfd().unwrap();
@@ -245,10 +249,10 @@ mod tests {
         let e = recv(s.as_raw_fd()).err().expect("EOF");
         assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
         // A second listener on a live socket is refused; a stale one replaced.
-        assert!(listen_at(&addr).is_err());
+        assert!(listen_at(&addr, None).is_err());
         drop(l);
         drop(s);
-        let _l2 = listen_at(&addr).unwrap();
+        let _l2 = listen_at(&addr, None).unwrap();
         // A link to a live socket is not followed.
         let link = dir.path().join("link.sock");
         std::os::unix::fs::symlink(dir.path().join("s.sock"), &link).unwrap();
@@ -260,7 +264,7 @@ mod tests {
     fn abstract_sockets_work() {
         let name = format!("@switchyard-test-{}", std::process::id());
         let addr = SocketAddr::parse(&name);
-        let l = listen_at(&addr).unwrap();
+        let l = listen_at(&addr, None).unwrap();
         let _c = connect_to(&addr).unwrap();
         assert!(accept(l.as_raw_fd()).unwrap().is_some());
     }
