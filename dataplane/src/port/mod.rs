@@ -37,6 +37,38 @@ pub fn refuse_symlink(path: &std::path::Path) -> std::io::Result<()> {
     }
 }
 
+/// Connects a Unix socket of type `ty` to `addr` without blocking: a Unix
+/// connect either completes at once or, when the listener's backlog is full
+/// (a peer that listens and never accepts), fails with `EAGAIN` instead of
+/// waiting for room, which would hold the control thread. The socket is
+/// left non-blocking. memif (seqpacket) and vhost-user (stream) client
+/// ports both connect through here.
+pub fn connect_unix(
+    ty: nix::sys::socket::SockType,
+    addr: &nix::sys::socket::UnixAddr,
+) -> std::io::Result<std::os::fd::OwnedFd> {
+    use nix::sys::socket::{connect, socket, AddressFamily, SockFlag};
+    use std::os::fd::AsRawFd;
+    let fd = socket(
+        AddressFamily::Unix,
+        ty,
+        SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+        None,
+    )?;
+    connect(fd.as_raw_fd(), addr)?;
+    Ok(fd)
+}
+
+/// Whether a [`connect_unix`] attempt found someone listening: it
+/// connected, or the listener's backlog is full (`EAGAIN`). Anything else
+/// (`ECONNREFUSED` on a socket file nobody listens on) means a stale file.
+pub fn listener_alive<T>(attempt: std::io::Result<T>) -> bool {
+    match attempt {
+        Ok(_) => true,
+        Err(e) => e.kind() == std::io::ErrorKind::WouldBlock,
+    }
+}
+
 /// Gives `path` to group `gid` with `mode`: how sockets (0660) and the
 /// directories holding them (0770) are opened to non-root pods in a group.
 /// Every such grant (port sockets, the control socket, the CNI's pod

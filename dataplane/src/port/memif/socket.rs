@@ -7,8 +7,8 @@ use std::path::Path;
 
 use nix::errno::Errno;
 use nix::sys::socket::{
-    accept4, bind, connect, listen, recvmsg, sendmsg, socket, AddressFamily, Backlog,
-    ControlMessage, ControlMessageOwned, MsgFlags, SockFlag, SockType, UnixAddr,
+    accept4, bind, listen, recvmsg, sendmsg, socket, AddressFamily, Backlog, ControlMessage,
+    ControlMessageOwned, MsgFlags, SockFlag, SockType, UnixAddr,
 };
 
 use crate::wire::memif::MSG_SIZE;
@@ -67,15 +67,13 @@ pub fn listen_at(addr: &SocketAddr, group: Option<u32>) -> io::Result<OwnedFd> {
                     "path exists and is not a socket",
                 ));
             }
-            match connect_to(addr) {
-                Ok(_) => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::AddrInUse,
-                        "a process is already listening on this socket",
-                    ))
-                }
-                Err(_) => std::fs::remove_file(path)?,
+            if crate::port::listener_alive(connect_to(addr)) {
+                return Err(io::Error::new(
+                    io::ErrorKind::AddrInUse,
+                    "a process is already listening on this socket",
+                ));
             }
+            std::fs::remove_file(path)?;
         }
         if let Some(dir) = path.parent() {
             if !dir.as_os_str().is_empty() {
@@ -92,21 +90,12 @@ pub fn listen_at(addr: &SocketAddr, group: Option<u32>) -> io::Result<OwnedFd> {
     Ok(fd)
 }
 
-/// Connects without blocking: a Unix connect either completes at once or,
-/// when the listener's backlog is full (a peer that listens and never
-/// accepts), fails with `EAGAIN` instead of waiting for room.
+/// Connects without blocking ([`crate::port::connect_unix`]).
 pub fn connect_to(addr: &SocketAddr) -> io::Result<OwnedFd> {
     if let SocketAddr::Path(p) = addr {
         crate::port::refuse_symlink(Path::new(p))?;
     }
-    let fd = socket(
-        AddressFamily::Unix,
-        SockType::SeqPacket,
-        SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
-        None,
-    )?;
-    connect(fd.as_raw_fd(), &addr.unix_addr()?)?;
-    Ok(fd)
+    crate::port::connect_unix(SockType::SeqPacket, &addr.unix_addr()?)
 }
 
 /// Accepts one pending connection, if any.
@@ -258,6 +247,27 @@ mod tests {
         std::os::unix::fs::symlink(dir.path().join("s.sock"), &link).unwrap();
         let e = connect_to(&SocketAddr::Path(link.to_string_lossy().into_owned())).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::PermissionDenied);
+    }
+
+    #[test]
+    fn a_listener_with_a_full_backlog_is_alive_and_connects_never_wait() {
+        let dir = tempfile::tempdir().unwrap();
+        let addr = SocketAddr::Path(dir.path().join("full.sock").to_string_lossy().into_owned());
+        let l = listen_at(&addr, None).unwrap();
+        // Nobody accepts: fill the backlog until a connect would wait.
+        let mut held = Vec::new();
+        let full = loop {
+            match connect_to(&addr) {
+                Ok(c) => held.push(c),
+                Err(e) => break e,
+            }
+            assert!(held.len() < 1000, "the backlog never filled");
+        };
+        assert_eq!(full.kind(), io::ErrorKind::WouldBlock);
+        // Alive, so not replaced as stale.
+        let e = listen_at(&addr, None).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AddrInUse);
+        drop(l);
     }
 
     #[test]

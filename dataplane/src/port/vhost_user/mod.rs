@@ -98,7 +98,7 @@ fn listen(path: &Path, group: Option<u32>) -> Result<UnixListener, PortError> {
                 "exists and is not a socket",
             )));
         }
-        if UnixStream::connect(path).is_ok() {
+        if crate::port::listener_alive(connect(path)) {
             return Err(PortError::SocketInUse(path.display().to_string()));
         }
         std::fs::remove_file(path).map_err(err)?;
@@ -114,15 +114,8 @@ fn listen(path: &Path, group: Option<u32>) -> Result<UnixListener, PortError> {
 /// its backlog is full, fails with `EAGAIN` (and is retried later) instead
 /// of holding the control thread.
 fn connect(path: &Path) -> std::io::Result<UnixStream> {
-    use nix::sys::socket::{socket, AddressFamily, SockFlag, SockType, UnixAddr};
-    let fd = socket(
-        AddressFamily::Unix,
-        SockType::Stream,
-        SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
-        None,
-    )?;
-    nix::sys::socket::connect(fd.as_raw_fd(), &UnixAddr::new(path)?)?;
-    Ok(UnixStream::from(fd))
+    use nix::sys::socket::{SockType, UnixAddr};
+    crate::port::connect_unix(SockType::Stream, &UnixAddr::new(path)?).map(UnixStream::from)
 }
 
 impl VhostUserPort {
