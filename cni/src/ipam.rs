@@ -33,25 +33,36 @@ pub fn find(plugin: &str, cni_path: &str) -> Result<PathBuf, CniError> {
         })
 }
 
+/// Runs plugin `bin` for `command` with `stdin`, the environment `env` and
+/// `CNI_PATH`; returns its output, whatever its exit status.
+fn run(
+    bin: &Path,
+    command: &str,
+    env: &[(&str, String)],
+    cni_path: &str,
+    stdin: &[u8],
+) -> Result<std::process::Output, CniError> {
+    let mut child = Command::new(bin)
+        .env("CNI_COMMAND", command)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .env("CNI_PATH", cni_path)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| io(bin.display(), e))?;
+    if let Some(mut i) = child.stdin.take() {
+        i.write_all(stdin).map_err(|e| io(bin.display(), e))?;
+    }
+    child.wait_with_output().map_err(|e| io(bin.display(), e))
+}
+
 /// Whether the IPAM plugin of `netconf` speaks CNI 1.1.0 (and so has
 /// STATUS and GC), by its answer to VERSION.
 pub fn speaks_1_1(netconf: &serde_json::Value, cni_path: &str) -> Result<bool, CniError> {
     let plugin = netconf["ipam"]["type"].as_str().unwrap_or_default();
     let bin = find(plugin, cni_path)?;
-    let out = Command::new(&bin)
-        .env("CNI_COMMAND", "VERSION")
-        .env("CNI_PATH", cni_path)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .and_then(|mut c| {
-            if let Some(mut i) = c.stdin.take() {
-                let _ = i.write_all(br#"{"cniVersion":"1.1.0"}"#);
-            }
-            c.wait_with_output()
-        })
-        .map_err(|e| io(bin.display(), e))?;
+    let out = run(&bin, "VERSION", &[], cni_path, br#"{"cniVersion":"1.1.0"}"#)?;
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
     Ok(v["supportedVersions"]
         .as_array()
@@ -76,20 +87,13 @@ pub fn exec(
     }
     // Our own fields mean nothing to the IPAM plugin; `prevResult` is kept
     // for CHECK as the spec asks.
-    let mut child = Command::new(&bin)
-        .env("CNI_COMMAND", command)
-        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-        .env("CNI_PATH", cni_path)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| io(bin.display(), e))?;
-    let body = serde_json::to_vec(&conf).unwrap_or_default();
-    if let Some(mut stdin) = child.stdin.take() {
-        stdin.write_all(&body).map_err(|e| io(bin.display(), e))?;
-    }
-    let out = child.wait_with_output().map_err(|e| io(bin.display(), e))?;
+    let out = run(
+        &bin,
+        command,
+        env,
+        cni_path,
+        &serde_json::to_vec(&conf).unwrap_or_default(),
+    )?;
     if !out.status.success() {
         // Pass the delegate's CNI error through when it printed one.
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
