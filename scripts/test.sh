@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs the whole test suite on a fresh Debian 12 machine: installs the real
 # peers the end-to-end tests use (DPDK testpmd with the memif driver, the
-# host-local IPAM plugin, podman and runc, kubernetes-validate), then
-# `cargo test` over the workspace.
+# host-local IPAM plugin, podman and runc, QEMU and a static busybox for the
+# guests the vhost-user tests boot, kubernetes-validate), then `cargo test`
+# over the workspace.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,12 +22,25 @@ command -v runc >/dev/null || need_pkgs+=(runc)
 # with the set-up script (openssl).
 command -v curl >/dev/null || need_pkgs+=(curl)
 command -v openssl >/dev/null || need_pkgs+=(openssl)
-if [ ${#need_pkgs[@]} -gt 0 ]; then
-  echo "installing ${need_pkgs[*]}" >&2
+# QEMU guests on vhost-user ports: QEMU itself (without the GUI and
+# firmware extras it recommends) and the static busybox the test's
+# initramfs is made of. The test fetches the guest kernel package itself
+# (apt-get download linux-image-cloud-amd64's kernel).
+no_recommends=()
+command -v qemu-system-x86_64 >/dev/null || no_recommends+=(qemu-system-x86)
+dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q "ok installed" \
+  || no_recommends+=(busybox-static)
+# ... which needs the package lists.
+need_update=0
+apt-cache show linux-image-cloud-amd64 >/dev/null 2>&1 || need_update=1
+if [ $((${#need_pkgs[@]} + ${#no_recommends[@]} + need_update)) -gt 0 ]; then
+  echo "installing ${need_pkgs[*]} ${no_recommends[*]}" >&2
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -q </dev/null
-  $SUDO apt-get install -y -q "${need_pkgs[@]}" </dev/null
+  [ ${#need_pkgs[@]} -eq 0 ] || $SUDO apt-get install -y -q "${need_pkgs[@]}" </dev/null
+  [ ${#no_recommends[@]} -eq 0 ] \
+    || $SUDO apt-get install -y -q --no-install-recommends "${no_recommends[@]}" </dev/null
 fi
 
 # The manifest test validates config/kubernetes/ against the Kubernetes

@@ -17,7 +17,7 @@ use std::fs::File;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 use vhost::vhost_user::message::{VhostTransferStateDirection, VhostTransferStatePhase};
 use vhost::vhost_user::message::{
     VhostUserConfigFlags, VhostUserInflight, VhostUserLog, VhostUserMemoryRegion,
@@ -30,7 +30,7 @@ use vhost::vhost_user::{Error as VuError, GpuBackend, Result as VuResult};
 use vhost::VhostUserMemoryRegionBase;
 use vhost_user_backend::{VringRwLock, VringT};
 use virtio_bindings::virtio_config::{VIRTIO_F_IN_ORDER, VIRTIO_F_VERSION_1};
-use virtio_bindings::virtio_net::{VIRTIO_NET_F_MQ, VIRTIO_NET_F_MRG_RXBUF, VIRTIO_NET_S_LINK_UP};
+use virtio_bindings::virtio_net::{VIRTIO_NET_F_MQ, VIRTIO_NET_F_MRG_RXBUF};
 use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
 use virtio_queue::{Queue, QueueT};
 use vm_memory::{
@@ -68,8 +68,14 @@ pub fn device_features(max_pairs: u16) -> u64 {
 }
 
 /// Protocol features the device offers (the `vhost` crate adds REPLY_ACK).
+///
+/// Not `CONFIG`: a virtio-net frontend keeps the config space itself (QEMU
+/// takes the MAC from its `-device` line, DPDK's `virtio_user` from its
+/// `mac=` argument), and QEMU's vhost-user-net refuses the feature with an
+/// error line at every connection. The device offers no config-space
+/// feature (`VIRTIO_NET_F_MAC`, `_STATUS`, `_MTU`) a driver would read.
 pub fn protocol_features() -> VhostUserProtocolFeatures {
-    VhostUserProtocolFeatures::MQ | VhostUserProtocolFeatures::CONFIG
+    VhostUserProtocolFeatures::MQ
 }
 
 /// A frontend virtual address range and where it lies in guest memory.
@@ -93,8 +99,8 @@ pub enum Activation {
     Unchanged,
     /// Queue pairs handed to the workers.
     Up {
-        /// Number of queue pairs.
-        pairs: usize,
+        /// The indexes of the queue pairs (pair `p` is vrings `2p`, `2p+1`).
+        pairs: Vec<usize>,
     },
 }
 
@@ -104,7 +110,6 @@ pub struct NetDevice {
     id: PortId,
     dp: Dataplane,
     max_pairs: u16,
-    mac: [u8; 6],
     acked_features: Option<u64>,
     acked_protocol: u64,
     mem: GuestMemoryAtomic<GuestMemoryMmap>,
@@ -132,13 +137,6 @@ fn new_vrings(
         .collect()
 }
 
-/// A locally administered MAC derived from the port name, stable across
-/// restarts, reported in the device config space.
-fn port_mac(name: &str) -> [u8; 6] {
-    let b = crate::config::stable_hash(name).to_be_bytes();
-    [0x02, 0x53, b[4], b[5], b[6], b[7]]
-}
-
 impl NetDevice {
     /// A device for port `id` offering up to `max_pairs` queue pairs.
     pub fn new(name: &str, id: PortId, dp: Dataplane, max_pairs: u16) -> Result<Self, VuError> {
@@ -149,7 +147,6 @@ impl NetDevice {
             id,
             dp,
             max_pairs,
-            mac: port_mac(name),
             acked_features: None,
             acked_protocol: 0,
             mem,
@@ -160,11 +157,6 @@ impl NetDevice {
             live: Vec::new(),
             parked_since_activate: false,
         })
-    }
-
-    /// Queue pairs currently with the workers.
-    pub fn live_pairs(&self) -> usize {
-        self.live.len() / 2
     }
 
     /// True if the frontend asked for REPLY_ACK.
@@ -250,20 +242,35 @@ impl NetDevice {
         }
         self.live = live;
         self.dp.attach_queues(self.id, q);
-        Ok(Activation::Up { pairs: pairs.len() })
+        Ok(Activation::Up { pairs })
     }
 
     /// Aligns a ring's position with the used index in guest memory, as
-    /// DPDK's vhost library does: a frontend that reconnects to a restarted
-    /// switch (or a switch that reconnects to it) sends `SET_VRING_BASE 0`
-    /// on rings that already carried traffic. Descriptors that were in
-    /// flight are lost, as with DPDK.
+    /// DPDK's vhost library does when it maps a ring: if the position the
+    /// frontend gave (`SET_VRING_BASE`) is not where the used ring stands,
+    /// both the avail and the used position restart from the used index.
+    ///
+    /// Two frontends need it. QEMU keeps a running guest's rings when the
+    /// switch restarts and, having no `GET_VRING_BASE` answer from the dead
+    /// switch, sends the guest's used index as the base: the used position
+    /// must start there too, or the first used element lands on a slot the
+    /// guest already consumed and its driver declares the queue broken.
+    /// DPDK's `virtio_user` sends `SET_VRING_BASE 0` after a reconnect on
+    /// rings that may already have carried traffic. Chains made available
+    /// but not yet used are taken again: a transmitted frame may be sent
+    /// twice, a receive buffer is refilled (as with DPDK).
     fn resync(&self, index: usize) {
         let v = &self.vrings[index];
-        let next = v.queue_next_avail();
+        let next = v.get_ref().get_queue().next_used();
         if let Ok(used) = v.queue_used_idx() {
             if used != next {
-                debug!(port = %self.name, index, next, used, "ring position taken from the used index");
+                info!(
+                    port = %self.name,
+                    vring = index,
+                    base = next,
+                    used,
+                    "ring continues from the used index in guest memory"
+                );
                 v.set_queue_next_avail(used);
                 v.set_queue_next_used(used);
             }
@@ -306,16 +313,6 @@ impl NetDevice {
         self.acked_features = None;
         self.vrings = new_vrings(&self.mem, self.vrings.len())?;
         Ok(())
-    }
-
-    fn config_space(&self) -> [u8; 12] {
-        // struct virtio_net_config: mac[6], status, max_virtqueue_pairs, mtu.
-        let mut c = [0u8; 12];
-        c[..6].copy_from_slice(&self.mac);
-        c[6..8].copy_from_slice(&(VIRTIO_NET_S_LINK_UP as u16).to_le_bytes());
-        c[8..10].copy_from_slice(&self.max_pairs.to_le_bytes());
-        c[10..12].copy_from_slice(&1500u16.to_le_bytes());
-        c
     }
 
     fn vmm_to_gpa(&self, va: u64, len: u64) -> VuResult<u64> {
@@ -472,7 +469,12 @@ impl VhostUserBackendReqHandlerMut for NetDevice {
         debug!(port = %self.name, index, base, "SET_VRING_BASE");
         self.vring(index)?;
         self.park();
-        self.vring(index)?.set_queue_next_avail(base as u16);
+        // The spec: "the next index of the ring the back-end should read
+        // from"; for a split ring DPDK's vhost library starts the used
+        // position there as well, and so do we (see `resync`).
+        let v = self.vring(index)?;
+        v.set_queue_next_avail(base as u16);
+        v.set_queue_next_used(base as u16);
         Ok(())
     }
 
@@ -542,19 +544,13 @@ impl VhostUserBackendReqHandlerMut for NetDevice {
 
     fn get_config(
         &mut self,
-        offset: u32,
-        size: u32,
+        _offset: u32,
+        _size: u32,
         _flags: VhostUserConfigFlags,
     ) -> VuResult<Vec<u8>> {
-        let space = self.config_space();
-        let (offset, size) = (offset as usize, size as usize);
-        if size > 256 || offset > 256 {
-            return Err(VuError::InvalidParam);
-        }
-        // Fields past the ones we implement read as zero.
-        Ok((offset..offset + size)
-            .map(|i| space.get(i).copied().unwrap_or(0))
-            .collect())
+        Err(invalid(
+            "no config space: VHOST_USER_PROTOCOL_F_CONFIG is not offered",
+        ))
     }
 
     fn set_config(
@@ -563,8 +559,9 @@ impl VhostUserBackendReqHandlerMut for NetDevice {
         _buf: &[u8],
         _flags: VhostUserConfigFlags,
     ) -> VuResult<()> {
-        // The virtio-net config space is read-only for the driver.
-        Ok(())
+        Err(invalid(
+            "no config space: VHOST_USER_PROTOCOL_F_CONFIG is not offered",
+        ))
     }
 
     fn set_gpu_socket(&mut self, _gpu_backend: GpuBackend) -> VuResult<()> {

@@ -78,6 +78,8 @@ pub struct VhostUserPort {
     conn: Option<Conn>,
     retry_at: Option<Instant>,
     status: PortStatus,
+    /// Queue pairs with the workers, as last logged.
+    pairs_up: Vec<usize>,
 }
 
 fn lock(d: &Mutex<NetDevice>) -> MutexGuard<'_, NetDevice> {
@@ -128,6 +130,7 @@ impl VhostUserPort {
             conn: None,
             retry_at: None,
             status: PortStatus::default(),
+            pairs_up: Vec::new(),
         }
     }
 
@@ -199,6 +202,7 @@ impl VhostUserPort {
         } else {
             info!(port = %self.name, "frontend disconnected: {reason}");
         }
+        self.pairs_up.clear();
         self.status.link_up = false;
         self.status.rx_queues = 0;
         self.status.tx_queues = 0;
@@ -253,11 +257,12 @@ impl VhostUserPort {
             Ok(Activation::Up { pairs }) => {
                 if !self.status.link_up {
                     self.status.connects += 1;
-                    info!(port = %self.name, queue_pairs = pairs, "link up");
+                    info!(port = %self.name, queue_pairs = pairs.len(), "link up");
                 }
+                self.log_pairs(pairs.clone());
                 self.status.link_up = true;
-                self.status.rx_queues = pairs;
-                self.status.tx_queues = pairs;
+                self.status.rx_queues = pairs.len();
+                self.status.tx_queues = pairs.len();
                 self.status.last_error = None;
                 self.status.peer = Some(format!(
                     "virtio-net driver, features {:#x}",
@@ -270,6 +275,7 @@ impl VhostUserPort {
                     if self.status.link_up {
                         info!(port = %self.name, "link down: frontend stopped its queues");
                     }
+                    self.log_pairs(Vec::new());
                     self.status.link_up = false;
                     self.status.rx_queues = 0;
                     self.status.tx_queues = 0;
@@ -277,6 +283,21 @@ impl VhostUserPort {
             }
             Err(reason) => self.disconnect(cx, &reason, true),
         }
+    }
+}
+
+impl VhostUserPort {
+    /// Logs each queue pair that came up or went down since the last call
+    /// (a guest enables its pairs one by one, as its driver brings up
+    /// queues on more CPUs).
+    fn log_pairs(&mut self, now: Vec<usize>) {
+        for p in now.iter().filter(|p| !self.pairs_up.contains(p)) {
+            info!(port = %self.name, pair = p, rx_vring = 2 * p + 1, tx_vring = 2 * p, "queue pair up");
+        }
+        for p in self.pairs_up.iter().filter(|p| !now.contains(p)) {
+            info!(port = %self.name, pair = p, "queue pair down");
+        }
+        self.pairs_up = now;
     }
 }
 
