@@ -24,6 +24,7 @@ use switchyard::port::{
 };
 use switchyard::reactor::new_eventfd;
 use switchyard::switch::mac_table::MacEntry;
+use switchyard::switch::security::PortSecurity;
 use switchyard::switch::Forwarder;
 use switchyard::vlan::{VlanMode, VlanSet};
 use switchyard::wire::memif::{ring_bytes, COOKIE};
@@ -358,7 +359,7 @@ fn plane(
 ) -> (Dataplane, WorkerView) {
     let dp = Dataplane::new(1).unwrap();
     let br = dp.add_bridge(4096);
-    let (a, _) = dp.add_port("in", Some(br), mode(in_vlan));
+    let (a, _) = dp.add_port("in", Some(br), mode(in_vlan), &PortSecurity::default());
     dp.attach_queues(
         a,
         PortQueues {
@@ -367,7 +368,12 @@ fn plane(
         },
     );
     for (i, v) in others.iter().enumerate() {
-        let (p, _) = dp.add_port(&format!("out{i}"), Some(br), mode(*v));
+        let (p, _) = dp.add_port(
+            &format!("out{i}"),
+            Some(br),
+            mode(*v),
+            &PortSecurity::default(),
+        );
         dp.attach_queues(
             p,
             PortQueues {
@@ -384,7 +390,9 @@ fn plane(
             port: 1,
             port_gen: 1,
             last_seen: dp.now_secs(),
+            pinned: false,
         },
+        0,
     );
     let mut view = WorkerView::default();
     dp.build_view(0, &mut view);
@@ -415,8 +423,8 @@ fn forward(c: &mut Criterion) {
         let (peers, rx, tx) = Peers::new(&data);
         let dp = Dataplane::new(1).unwrap();
         let br = dp.add_bridge(4096);
-        let (pa, _) = dp.add_port("a", Some(br), VlanMode::default());
-        let (pb, _) = dp.add_port("b", Some(br), VlanMode::default());
+        let (pa, _) = dp.add_port("a", Some(br), VlanMode::default(), &PortSecurity::default());
+        let (pb, _) = dp.add_port("b", Some(br), VlanMode::default(), &PortSecurity::default());
         dp.attach_queues(
             pa,
             PortQueues {
@@ -438,7 +446,9 @@ fn forward(c: &mut Criterion) {
                 port: pb,
                 port_gen: 1,
                 last_seen: dp.now_secs(),
+                pinned: false,
             },
+            0,
         );
         let mut view = WorkerView::default();
         dp.build_view(0, &mut view);

@@ -179,7 +179,9 @@ fn main() {
         let port = serde_json::from_value(port).unwrap();
         client()
             .unwrap()
-            .call(&Request::PortAdd { port })
+            .call(&Request::PortAdd {
+                port: Box::new(port),
+            })
             .expect("port add");
         sock
     };

@@ -25,7 +25,9 @@ fn bench(c: &mut Criterion) {
                     port: (i % 64) as u16,
                     port_gen: 1,
                     last_seen: 1,
+                    pinned: false,
                 },
+                0,
             );
         }
         let mut h = HashMap::new();
@@ -46,7 +48,9 @@ fn bench(c: &mut Criterion) {
                             port: (i % 64) as u16,
                             port_gen: 1,
                             last_seen: 1,
+                            pinned: false,
                         },
+                        0,
                     );
                 }
             })

@@ -126,6 +126,13 @@ pub struct RawNetConf {
     /// Group given access to pod directories and the sockets the switch
     /// creates (numeric gid): non-root pods in it can connect.
     pub socket_group: Option<u32>,
+    /// Which source MAC the pod's port is bound to: `result` (default: the
+    /// MAC the result reports, `runtimeConfig.mac` or a derived one),
+    /// `first` (the first the pod sends from) or `none`.
+    pub pin: Option<String>,
+    /// Most MAC addresses the pod's port may hold in the bridge's table
+    /// (the switch's default, 64, when absent; 0: no limit).
+    pub mac_limit: Option<u32>,
     /// Where the device plugin writes its device-info files (searched for
     /// `deviceID`).
     pub device_info_dir: Option<String>,
@@ -242,12 +249,25 @@ pub struct NetConf {
     pub device_info_file: Option<PathBuf>,
     /// Requested MAC.
     pub mac: Option<String>,
+    /// What the pod's port is pinned to.
+    pub pin: Pin,
     /// The device-plugin device of this attachment (Multus's `deviceID`).
     pub device_id: Option<String>,
     /// The device plugin's device-info directory.
     pub device_info_dir: PathBuf,
     /// Keys that were ignored (logged as warnings).
     pub ignored: Vec<String>,
+}
+
+/// Which source MAC a pod's port is bound to (netconf `pin`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pin {
+    /// The MAC the result reports.
+    Result,
+    /// The first MAC the pod sends from.
+    First,
+    /// Any (within the port's MAC limit).
+    None,
 }
 
 fn invalid(field: &str, msg: impl std::fmt::Display) -> CniError {
@@ -422,6 +442,17 @@ impl NetConf {
                 invalid("runtimeConfig.mac", format!("{m:?} is not a MAC address"))
             })?;
         }
+        let pin = match raw.pin.as_deref().unwrap_or("result") {
+            "result" => Pin::Result,
+            "first" => Pin::First,
+            "none" => Pin::None,
+            p => {
+                return Err(invalid(
+                    "pin",
+                    format!("{p:?}: expected result, first or none"),
+                ))
+            }
+        };
         let device_info_dir = clean_absolute(
             "deviceInfoDir",
             raw.device_info_dir
@@ -458,6 +489,7 @@ impl NetConf {
             control_socket,
             device_info_file,
             mac,
+            pin,
             device_id,
             device_info_dir,
             ignored: Vec::new(),

@@ -15,7 +15,7 @@ use crate::args::CniArgs;
 use crate::devinfo::{DeviceInfo, MemifInfo, VhostUserInfo};
 use crate::error::*;
 use crate::ipam;
-use crate::netconf::{InterfaceKind, NetConf, SUPPORTED_VERSIONS};
+use crate::netconf::{InterfaceKind, NetConf, Pin, SUPPORTED_VERSIONS};
 use crate::result::{add_result, Interface, ResultView};
 
 /// The `CNI_*` environment.
@@ -321,7 +321,7 @@ fn device_info(kind: &InterfaceKind, socket: &Path) -> DeviceInfo {
     }
 }
 
-fn port_spec(nc: &NetConf, kind: &InterfaceKind, name: &str, socket: &Path) -> PortSpec {
+fn port_spec(nc: &NetConf, kind: &InterfaceKind, name: &str, socket: &Path, mac: &str) -> PortSpec {
     let mut spec = PortSpec {
         name: name.to_string(),
         kind: PortKind::Memif,
@@ -341,6 +341,12 @@ fn port_spec(nc: &NetConf, kind: &InterfaceKind, name: &str, socket: &Path) -> P
             .raw
             .socket_group
             .filter(|_| matches!(kind.switch_role(), "master" | "server")),
+        mac_limit: nc.raw.mac_limit,
+        // The MAC was checked when the netconf and CNI_ARGS were read.
+        macs: (nc.pin == Pin::Result)
+            .then(|| mac.parse().ok().map(|m| vec![m]))
+            .flatten(),
+        pin_first: (nc.pin == Pin::First).then_some(true),
     };
     match kind {
         InterfaceKind::Memif { mode, opts, .. } => {
@@ -442,7 +448,7 @@ pub fn add(
     // extend fails the call with nothing to undo but the lease.
     let iface = Interface {
         name: ifname.to_string(),
-        mac: Some(mac),
+        mac: Some(mac.clone()),
         sandbox: Some(netns.to_string()),
         socket_path: Some(socket.display().to_string()),
     };
@@ -468,8 +474,13 @@ pub fn add(
             return Err(switch_err("port", e));
         }
     }
-    let spec = port_spec(nc, &kind, &name, &socket);
-    if let Err(e) = call(&mut c, &Request::PortAdd { port: spec }) {
+    let spec = port_spec(nc, &kind, &name, &socket, &mac);
+    if let Err(e) = call(
+        &mut c,
+        &Request::PortAdd {
+            port: Box::new(spec),
+        },
+    ) {
         undo_ipam();
         return Err(switch_err("port", e));
     }

@@ -189,9 +189,11 @@ fn multus_delegate_calls_cache_and_network_status() {
             .to_string()
     );
 
-    // The two interfaces pass frames (one bridge).
+    // The two interfaces pass frames (one bridge), each application using
+    // the MAC its network-status reports (the switch pins it).
+    let mac = |st: &Value| format!("mac={}", st["mac"].as_str().unwrap());
     let mut t1 = Testpmd::start(
-        &[memif_vdev(0, "client", sock1.to_str().unwrap(), "")],
+        &[memif_vdev(0, "client", sock1.to_str().unwrap(), &mac(st))],
         &["--forward-mode=rxonly"],
     );
     let mut t2 = Testpmd::start(
@@ -199,7 +201,7 @@ fn multus_delegate_calls_cache_and_network_status() {
             0,
             node.socket_dir().join("uid-a/net2.sock").to_str().unwrap(),
             false,
-            "",
+            &mac(&a2.network_status),
         )],
         &["--forward-mode=rxonly"],
     );
@@ -329,8 +331,9 @@ fn networks_on_one_bridge_are_isolated_unless_a_trunk_asks() {
             .as_str()
             .unwrap()
             .to_string();
+        let mac = format!("mac={}", r["interfaces"][0]["mac"].as_str().unwrap());
         let mut t = Testpmd::start(
-            &[memif_vdev(0, "client", &sock, "")],
+            &[memif_vdev(0, "client", &sock, &mac)],
             &["--forward-mode=rxonly"],
         );
         t.cmd("set verbose 1");
@@ -416,14 +419,15 @@ fn non_root_pods_use_sockets_of_their_group() {
     }
     // Both pods run as nobody:nogroup.
     let ids = Some((nobody, nobody));
+    let mac = |r: &Value| format!("mac={}", r["interfaces"][0]["mac"].as_str().unwrap());
     let mut a = Testpmd::start_as(
         ids,
-        &[memif_vdev(0, "client", &sm, "")],
+        &[memif_vdev(0, "client", &sm, &mac(&rm))],
         &["--forward-mode=rxonly"],
     );
     let mut b = Testpmd::start_as(
         ids,
-        &[virtio_vdev(0, &sv, false, "")],
+        &[virtio_vdev(0, &sv, false, &mac(&rv))],
         &["--forward-mode=rxonly"],
     );
     wait_for(LIMIT, "links up", || {

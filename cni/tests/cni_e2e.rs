@@ -15,6 +15,8 @@ use std::time::Duration;
 
 use node::*;
 use serde_json::{json, Value};
+use switchyard::control::api::PortStats;
+use switchyard::control::{Client, Request};
 use testpmd::{serial, wait_for, Testpmd};
 
 #[test]
@@ -114,28 +116,33 @@ fn two_pods_on_two_networks_pass_traffic_and_leave_nothing_behind() {
         d[sect]["path"].as_str().unwrap().to_string()
     };
     let rxonly = ["--forward-mode=rxonly"];
-    let memif = |f: &str| {
+    // ... with the MAC their results report, which the switch pins to
+    // their ports (netconf `pin` defaults to `result`).
+    let mac_of = |r: &Value| r["interfaces"][0]["mac"].as_str().unwrap().to_string();
+    let memif = |f: &str, r: &Value| {
         Testpmd::start(
             &[format!(
-                "net_memif0,role=client,socket={},socket-abstract=no",
-                path_of(f, "memif")
+                "net_memif0,role=client,socket={},socket-abstract=no,mac={}",
+                path_of(f, "memif"),
+                mac_of(r)
             )],
             &rxonly,
         )
     };
-    let mut a1 = memif("a-net1.json");
-    let mut b1 = memif("b-net1.json");
-    let virtio = |f: &str| {
+    let mut a1 = memif("a-net1.json", &results[0].0);
+    let mut b1 = memif("b-net1.json", &results[1].0);
+    let virtio = |f: &str, r: &Value| {
         Testpmd::start(
             &[format!(
-                "net_virtio_user0,path={}",
-                path_of(f, "vhost-user")
+                "net_virtio_user0,path={},mac={}",
+                path_of(f, "vhost-user"),
+                mac_of(r)
             )],
             &rxonly,
         )
     };
-    let mut a2 = virtio("a-net2.json");
-    let mut b2 = virtio("b-net2.json");
+    let mut a2 = virtio("a-net2.json", &results[0].1);
+    let mut b2 = virtio("b-net2.json", &results[1].1);
     wait_for(Duration::from_secs(20), "all links up", || {
         node.ports().iter().all(|p| p.status.link_up).then_some(())
     });
@@ -410,4 +417,82 @@ fn del_after_a_daemon_restart_still_cleans_up() {
     node.stop();
     node.spawn();
     assert!(node.ports().is_empty());
+}
+
+/// A pod attached by the CNI is pinned to the MAC of its result: what it
+/// sends from that MAC passes, and a frame it sends from any other source
+/// is dropped. Pod A's testpmd swaps the addresses of what it receives and
+/// sends it back: B's frames to A's MAC come back from A's MAC and pass;
+/// B's frames to an unknown MAC (flooded to A) come back from that MAC and
+/// are dropped as spoofed.
+#[test]
+fn a_pinned_pod_passes_its_own_frames_and_no_spoofed_one() {
+    let _g = serial();
+    let node = Node::start();
+    let net = node.netconf("pinned", json!({"bridge": "br-pin"}));
+    let add = |c: &str, uid: &str| ok("ADD", &c.repeat(64), "net1", &pod_args(uid), &net);
+    let (ra, rb) = (add("c", "uid-pa"), add("d", "uid-pb"));
+    let iface = |r: &Value| {
+        (
+            r["interfaces"][0]["socketPath"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+            r["interfaces"][0]["mac"].as_str().unwrap().to_string(),
+        )
+    };
+    let ((sa, mac_a), (sb, mac_b)) = (iface(&ra), iface(&rb));
+    let ports = node.ports();
+    let pa = ports.iter().find(|p| p.socket == sa).unwrap();
+    assert_eq!(
+        pa.spec.macs.as_ref().map(|m| m[0].to_string()),
+        Some(mac_a.clone()),
+        "the switch pins the result's MAC"
+    );
+    let vdev =
+        |s: &str, m: &str| format!("net_memif0,role=client,socket={s},socket-abstract=no,mac={m}");
+    let a = Testpmd::start(&[vdev(&sa, &mac_a)], &["--forward-mode=macswap"]);
+    let mut b = Testpmd::start(
+        &[vdev(&sb, &mac_b)],
+        &["--forward-mode=rxonly", &format!("--eth-peer=0,{mac_a}")],
+    );
+    wait_for(Duration::from_secs(20), "links up", || {
+        node.ports().iter().all(|p| p.status.link_up).then_some(())
+    });
+    let stats = |port: &str| -> PortStats {
+        let v: Vec<PortStats> = Client::connect(&node.control())
+            .unwrap()
+            .call_as(&Request::Stats {
+                name: Some(port.to_string()),
+            })
+            .unwrap();
+        v.into_iter().next().unwrap()
+    };
+    let spoofed = || {
+        stats(&pa.name)
+            .totals
+            .drops
+            .get("spoofed_source")
+            .copied()
+            .unwrap_or(0)
+    };
+    b.send_bursts(1);
+    assert_eq!(b.wait_rx(0, 32), 32, "A's own frames pass");
+    assert_eq!(spoofed(), 0);
+    // testpmd changes its peer only while it is not forwarding.
+    let from = b.output().len();
+    b.cmd("stop");
+    b.wait_output_from(from, Duration::from_secs(10), "Done.");
+    b.cmd("set eth-peer 0 02:00:00:00:77:77");
+    b.cmd("start");
+    b.send_bursts(1);
+    wait_for(
+        Duration::from_secs(10),
+        "A's spoofed frames dropped",
+        || (spoofed() >= 32).then_some(()),
+    );
+    assert_eq!(b.port_stats(0).0, 32, "no spoofed frame reached B");
+    drop((a, b));
+    ok("DEL", &"c".repeat(64), "net1", &pod_args("uid-pa"), &net);
+    ok("DEL", &"d".repeat(64), "net1", &pod_args("uid-pb"), &net);
 }

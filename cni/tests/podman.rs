@@ -148,7 +148,9 @@ fn podman_containers_on_switchyard_networks_through_cni_and_cdi() {
     let net_a = format!("sy-plain-{}", std::process::id());
     let net_b = format!("sy-dev-{}", std::process::id());
     for (name, p) in [
-        (&net_a, plugin(json!({}))),
+        // Container A's testpmd picks its own MAC: the network pins the
+        // first one it sends from.
+        (&net_a, plugin(json!({"pin": "first"}))),
         (
             &net_b,
             plugin(json!({"deviceID": "memif-0", "deviceInfoDir": t.join("devinfo/dp")})),
@@ -279,6 +281,14 @@ fn podman_containers_on_switchyard_networks_through_cni_and_cdi() {
     });
     let ports = node.ports();
     assert!(ports.iter().all(|p| p.status.link_up), "{ports:?}");
+    // A's port pinned the MAC its frames came from (and keeps it).
+    wait_for(Duration::from_secs(10), "A's first MAC pinned", || {
+        node.ports()
+            .into_iter()
+            .find(|p| Path::new(&p.socket) == sock_a.as_path())
+            .and_then(|p| p.spec.macs)
+            .filter(|m| m.len() == 1)
+    });
 
     // podman rm: DEL for both; the ports, sockets and pod directory go, the
     // device plugin's directories stay.

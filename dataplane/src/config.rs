@@ -11,7 +11,9 @@ use crate::port::memif::socket::SocketAddr;
 use crate::port::memif::{MemifConfig, Mode};
 use crate::port::vhost_user::{SocketRole, VhostUserConfig};
 use crate::port::PortKind;
+use crate::switch::security::{PortSecurity, DEFAULT_MAC_LIMIT, DEFAULT_MOVE_HOLD_SECS};
 use crate::vlan::VlanSet;
+use crate::wire::MacAddr;
 use crate::worker::PollMode;
 
 /// The embedded default configuration.
@@ -68,6 +70,9 @@ fn default_aging() -> u32 {
 fn default_mac_table_size() -> usize {
     16384
 }
+fn default_move_hold() -> u32 {
+    DEFAULT_MOVE_HOLD_SECS
+}
 fn default_workers() -> usize {
     1
 }
@@ -100,6 +105,10 @@ pub struct Config {
     /// MAC table entries per bridge.
     #[serde(default = "default_mac_table_size")]
     pub mac_table_size: usize,
+    /// Seconds a MAC must be quiet on its port before it may move to
+    /// another (move protection; 0: moves at once).
+    #[serde(default = "default_move_hold")]
+    pub mac_move_hold_secs: u32,
     /// Worker threads.
     #[serde(default)]
     pub dataplane: DataplaneConfig,
@@ -202,6 +211,17 @@ pub struct PortSpec {
     /// mode 0660, so a non-root pod in that group can connect.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub socket_group: Option<u32>,
+    /// Most MAC table entries the port may hold at once (default 64; 0: no
+    /// limit). Frames from further new source addresses are dropped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mac_limit: Option<u32>,
+    /// The only source MACs the port may send from, pinned to it: they
+    /// never age and no other port can take them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub macs: Option<Vec<MacAddr>>,
+    /// Pin the first source MAC the port sends from (ignored with `macs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pin_first: Option<bool>,
 }
 
 /// A validated port, ready to build.
@@ -306,11 +326,51 @@ pub fn confine_socket(
         .ok_or_else(|| invalid(field, "not valid UTF-8"))
 }
 
+/// Most MACs a port may be pinned to.
+pub const MAX_PINNED_MACS: usize = 64;
+
 impl PortSpec {
+    /// The port's security settings (after [`PortSpec::validate`]).
+    pub fn security(&self) -> PortSecurity {
+        PortSecurity {
+            mac_limit: self.mac_limit.unwrap_or(DEFAULT_MAC_LIMIT),
+            macs: self.macs.clone().unwrap_or_default(),
+            pin_first: self.pin_first.unwrap_or(false),
+        }
+    }
+
+    fn validate_security(&self, at: &str) -> Result<(), ConfigError> {
+        let Some(macs) = &self.macs else {
+            return Ok(());
+        };
+        if macs.len() > MAX_PINNED_MACS {
+            return Err(invalid(
+                format!("{at}macs"),
+                format!("{} addresses; at most {MAX_PINNED_MACS}", macs.len()),
+            ));
+        }
+        for (i, m) in macs.iter().enumerate() {
+            if m.is_multicast() || m.to_u64() == 0 {
+                return Err(invalid(
+                    format!("{at}macs[{i}]"),
+                    format!("{m} is not a station address (unicast, not zero)"),
+                ));
+            }
+            if macs[..i].contains(m) {
+                return Err(invalid(
+                    format!("{at}macs[{i}]"),
+                    format!("{m} is listed twice"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Validates the spec; `at` prefixes field names in errors (e.g. `port[1].`).
     pub fn validate(&self, at: &str) -> Result<PortSetup, ConfigError> {
         let f = |n: &str| format!("{at}{n}");
         validate_name(&f("name"), &self.name)?;
+        self.validate_security(at)?;
         if self.socket.is_empty() {
             return Err(invalid(f("socket"), "must not be empty"));
         }

@@ -15,9 +15,11 @@ use std::time::Instant;
 
 use crate::port::{PortQueues, RxQueue, TxQueue};
 use crate::reactor::Waker;
-use crate::switch::mac_table::MacTable;
+use crate::switch::mac_table::{Learned, MacEntry, MacTable, GENERATION_MASK};
+use crate::switch::security::{PortSecurity, SecurityState, DEFAULT_MOVE_HOLD_SECS};
 use crate::switch::DropReason;
 use crate::vlan::VlanMode;
+use crate::wire::MacAddr;
 
 /// A port slot number (reused after the port is removed).
 pub type PortId = u16;
@@ -74,16 +76,19 @@ pub struct PortShared {
     fault_flag: AtomicBool,
     fault: Mutex<Option<String>>,
     link_up: AtomicBool,
+    /// Port security settings and the entries the port holds.
+    pub security: SecurityState,
 }
 
 impl PortShared {
-    fn new(name: &str, workers: usize) -> PortShared {
+    fn new(name: &str, workers: usize, security: &PortSecurity) -> PortShared {
         PortShared {
             name: name.to_string(),
             counters: (0..=workers).map(|_| Counters::default()).collect(),
             fault_flag: AtomicBool::new(false),
             fault: Mutex::new(None),
             link_up: AtomicBool::new(false),
+            security: SecurityState::new(security),
         }
     }
 
@@ -193,6 +198,17 @@ struct DpTable {
     slot_gens: Vec<u16>,
 }
 
+impl DpTable {
+    /// The port a MAC entry belongs to, if the slot still holds that port.
+    fn owner(&self, e: &MacEntry) -> Option<&PortShared> {
+        self.ports
+            .get(e.port as usize)
+            .and_then(Option::as_ref)
+            .filter(|p| p.generation == e.port_gen)
+            .map(|p| &*p.shared)
+    }
+}
+
 /// A port as one worker sees it.
 pub struct ViewPort {
     /// Slot generation (MAC entries carry it).
@@ -241,6 +257,8 @@ struct DpInner {
     worker_wakers: Vec<Waker>,
     fault_waker: Waker,
     clock: AtomicU32,
+    /// Seconds a MAC entry must be quiet before it moves to another port.
+    move_hold: AtomicU32,
     epoch: Instant,
     stop: AtomicBool,
     /// Per worker: the table generation its view was last built from
@@ -267,6 +285,7 @@ impl Dataplane {
                     .collect::<Result<_, _>>()?,
                 fault_waker: Waker::new()?,
                 clock: AtomicU32::new(0),
+                move_hold: AtomicU32::new(DEFAULT_MOVE_HOLD_SECS),
                 epoch: Instant::now(),
                 stop: AtomicBool::new(false),
                 acks: (0..workers).map(|_| AtomicU64::new(u64::MAX)).collect(),
@@ -310,6 +329,18 @@ impl Dataplane {
     #[inline]
     pub fn now_secs(&self) -> u32 {
         self.inner.clock.load(Ordering::Relaxed)
+    }
+
+    /// Seconds a MAC entry must be quiet before it may move to another
+    /// port (0: moves at once).
+    #[inline]
+    pub fn mac_move_hold(&self) -> u32 {
+        self.inner.move_hold.load(Ordering::Relaxed)
+    }
+
+    /// Sets [`Dataplane::mac_move_hold`].
+    pub fn set_mac_move_hold(&self, secs: u32) {
+        self.inner.move_hold.store(secs, Ordering::Relaxed);
     }
 
     /// Advances the switch clock; called by the control thread.
@@ -408,8 +439,9 @@ impl Dataplane {
         name: &str,
         bridge: Option<BridgeId>,
         vlan: VlanMode,
+        security: &PortSecurity,
     ) -> (PortId, Arc<PortShared>) {
-        let shared = Arc::new(PortShared::new(name, self.inner.workers));
+        let shared = Arc::new(PortShared::new(name, self.inner.workers, security));
         let mut t = self.table();
         let id = match t.ports.iter().position(Option::is_none) {
             Some(i) => i,
@@ -419,7 +451,7 @@ impl Dataplane {
                 t.ports.len() - 1
             }
         };
-        t.slot_gens[id] = t.slot_gens[id].wrapping_add(1);
+        t.slot_gens[id] = t.slot_gens[id].wrapping_add(1) & GENERATION_MASK;
         let generation = t.slot_gens[id];
         t.ports[id] = Some(DpPort {
             shared: shared.clone(),
@@ -458,7 +490,73 @@ impl Dataplane {
         drop(t);
         self.publish();
         if let Some(m) = macs {
-            m.flush_port(id);
+            m.flush_port(id, false);
+        }
+    }
+
+    /// Pins `macs` to port `id` in its bridge, in the VLAN its untagged
+    /// frames belong to (a trunk without untagged frames pins its MACs per
+    /// VLAN as it sends from them). `Err` names a MAC pinned to another
+    /// port (and that port's slot), or one whose table bucket is full of
+    /// pinned entries.
+    pub fn pin_macs(&self, id: PortId, macs: &[MacAddr]) -> Result<(), (MacAddr, Option<PortId>)> {
+        let t = self.table();
+        let Some(p) = t.ports.get(id as usize).and_then(Option::as_ref) else {
+            return Ok(());
+        };
+        let (Some(domain), Some(table)) = (
+            p.vlan.ingress(0),
+            p.bridge
+                .and_then(|b| t.bridges.get(b as usize))
+                .and_then(Option::as_ref)
+                .map(|b| b.macs.clone()),
+        ) else {
+            return Ok(());
+        };
+        let entry = MacEntry {
+            port: id,
+            port_gen: p.generation,
+            last_seen: self.now_secs(),
+            pinned: true,
+        };
+        for &mac in macs {
+            match table.pin(mac, domain, entry) {
+                Learned::New => p.shared.security.take(1),
+                Learned::Moved(old) | Learned::Evicted(old) => {
+                    p.shared.security.take(1);
+                    if let Some(o) = t.owner(&old) {
+                        o.security.release(1);
+                    }
+                }
+                Learned::Refreshed | Learned::Unchanged => {}
+                Learned::Pinned(old) => return Err((mac, Some(old.port))),
+                Learned::Held(_) | Learned::Full => return Err((mac, None)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes unpinned MAC entries older than `max_age` seconds from every
+    /// bridge, giving their ports' places back.
+    pub fn age_macs(&self, now: u32, max_age: u32) {
+        let tables: Vec<Arc<MacTable>> = self
+            .table()
+            .bridges
+            .iter()
+            .flatten()
+            .map(|b| b.macs.clone())
+            .collect();
+        for m in tables {
+            let mut gone: Vec<MacEntry> = Vec::new();
+            m.age(now, max_age, |r| gone.push(r.entry));
+            if !gone.is_empty() {
+                let t = self.table();
+                for e in &gone {
+                    if let Some(o) = t.owner(e) {
+                        o.security.release(1);
+                    }
+                }
+            }
         }
     }
 
@@ -510,12 +608,17 @@ impl Dataplane {
         // the old view report the same fault again: counted twice, and left
         // standing against the port's next connection.
         let quiet = self.quiesce(DETACH_TIMEOUT);
-        if let Some(s) = shared {
+        if let Some(s) = &shared {
             *s.fault.lock().unwrap_or_else(|e| e.into_inner()) = None;
             s.fault_flag.store(false, Ordering::Release);
         }
         if let Some(m) = macs {
-            m.flush_port(id);
+            // Learned entries go with the link; pinned ones stay, so no
+            // other port takes the address while this one is down.
+            let removed = m.flush_port(id, true);
+            if let Some(s) = shared {
+                s.security.release(removed as u32);
+            }
         }
         quiet
     }

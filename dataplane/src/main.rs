@@ -10,6 +10,7 @@ use switchyard::control::api::{BridgeInfo, MacInfo, PortInfo, PortStats};
 use switchyard::control::{Client, Daemon, Request};
 use switchyard::port::PortKind;
 use switchyard::vlan::VlanSet;
+use switchyard::wire::MacAddr;
 
 /// Switchyard: a userspace L2 switch for pods (memif and vhost-user ports).
 #[derive(Parser)]
@@ -55,7 +56,7 @@ enum Cmd {
 #[derive(Subcommand)]
 enum PortCmd {
     /// Adds a port (roles are the switch's own).
-    Add(PortAdd),
+    Add(Box<PortAdd>),
     /// Deletes a port.
     Del {
         /// Port name.
@@ -115,6 +116,16 @@ struct PortAdd {
     /// mode 0660), for non-root peers.
     #[arg(long)]
     socket_group: Option<u32>,
+    /// Most MAC table entries the port may hold (default 64; 0: no limit).
+    #[arg(long)]
+    mac_limit: Option<u32>,
+    /// The port's own MAC, pinned to it (repeat or comma-separate for
+    /// several): frames from any other source are dropped.
+    #[arg(long = "mac", value_delimiter = ',')]
+    macs: Vec<MacAddr>,
+    /// Pin the first source MAC the port sends from.
+    #[arg(long, conflicts_with = "macs")]
+    pin_first: bool,
 }
 
 #[derive(Subcommand)]
@@ -211,8 +222,13 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
                 vlan: a.vlan,
                 trunk: a.trunk,
                 socket_group: a.socket_group,
+                mac_limit: a.mac_limit,
+                macs: (!a.macs.is_empty()).then_some(a.macs),
+                pin_first: a.pin_first.then_some(true),
             };
-            let info: PortInfo = client()?.call_as(&Request::PortAdd { port: spec })?;
+            let info: PortInfo = client()?.call_as(&Request::PortAdd {
+                port: Box::new(spec),
+            })?;
             println!("port {} added", info.name);
             Ok(())
         }
@@ -264,8 +280,8 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
             }
             let stats: Vec<PortStats> = serde_json::from_value(v)?;
             println!(
-                "{:<20} {:<5} {:>12} {:>14} {:>12} {:>14}  DROPS",
-                "NAME", "LINK", "RX_PACKETS", "RX_BYTES", "TX_PACKETS", "TX_BYTES"
+                "{:<20} {:<5} {:>12} {:>14} {:>12} {:>14} {:>9}  DROPS",
+                "NAME", "LINK", "RX_PACKETS", "RX_BYTES", "TX_PACKETS", "TX_BYTES", "MACS"
             );
             for s in stats {
                 let drops: Vec<String> = s
@@ -275,14 +291,19 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
                     .filter(|(_, &n)| n > 0)
                     .map(|(k, n)| format!("{k}={n}"))
                     .collect();
+                let macs = match s.mac_limit {
+                    0 => s.mac_entries.to_string(),
+                    l => format!("{}/{l}", s.mac_entries),
+                };
                 println!(
-                    "{:<20} {:<5} {:>12} {:>14} {:>12} {:>14}  {}",
+                    "{:<20} {:<5} {:>12} {:>14} {:>12} {:>14} {:>9}  {}",
                     s.name,
                     if s.link_up { "up" } else { "down" },
                     s.totals.rx_packets,
                     s.totals.rx_bytes,
                     s.totals.tx_packets,
                     s.totals.tx_bytes,
+                    macs,
                     if drops.is_empty() {
                         "-".into()
                     } else {

@@ -269,6 +269,9 @@ fn memif_spec(sw: &Switch, name: &str) -> PortSpec {
         vlan: None,
         trunk: None,
         socket_group: None,
+        mac_limit: None,
+        macs: None,
+        pin_first: None,
     }
 }
 
@@ -306,7 +309,9 @@ fn crashes_mid_write_and_damaged_state_never_lose_acknowledged_ports() {
             };
             for port in specs {
                 let name = port.name.clone();
-                match c.call(&Request::PortAdd { port }) {
+                match c.call(&Request::PortAdd {
+                    port: Box::new(port),
+                }) {
                     Ok(_) => done.push(name),
                     Err(_) => break,
                 }

@@ -576,15 +576,20 @@ fn device_plugin_to_cni_to_switch_to_testpmd() {
     assert_eq!(by_sock(&b_sock).role, "server");
     assert!(Path::new(&a_sock).exists() && Path::new(&b_sock).exists());
 
-    // The pods' applications open the sockets their environment names.
+    // The pods' applications open the sockets their environment names,
+    // with the MACs their network-status reports (pinned by the switch).
+    let (mac_a, mac_b) = (
+        a_added.network_status["mac"].as_str().unwrap(),
+        b_added.network_status["mac"].as_str().unwrap(),
+    );
     let mut pa = Testpmd::start(
         &[format!(
-            "net_memif0,role=client,socket={a_sock},socket-abstract=no"
+            "net_memif0,role=client,socket={a_sock},socket-abstract=no,mac={mac_a}"
         )],
         &["--forward-mode=rxonly"],
     );
     let mut pb = Testpmd::start(
-        &[format!("net_virtio_user0,path={b_sock}")],
+        &[format!("net_virtio_user0,path={b_sock},mac={mac_b}")],
         &["--forward-mode=rxonly"],
     );
     wait_for(LIMIT, "both links up", || {

@@ -34,8 +34,8 @@ pub enum Request {
     Ping,
     /// Creates a port (persisted).
     PortAdd {
-        /// The port.
-        port: PortSpec,
+        /// The port (boxed: the other requests are small).
+        port: Box<PortSpec>,
     },
     /// Deletes a port.
     PortDel {
@@ -172,6 +172,12 @@ pub struct PortStats {
     pub name: String,
     /// Link state.
     pub link_up: bool,
+    /// MAC table entries the port holds (pinned ones included).
+    #[serde(default)]
+    pub mac_entries: u32,
+    /// Most entries it may hold (0: no limit).
+    #[serde(default)]
+    pub mac_limit: u32,
     /// Counters.
     #[serde(flatten)]
     pub totals: PortTotals,

@@ -23,6 +23,7 @@ use crate::port::memif::MemifPort;
 use crate::port::vhost_user::VhostUserPort;
 use crate::port::{Port, PortCtx};
 use crate::reactor::{Reactor, Token, Waker};
+use crate::switch::DropReason;
 use crate::vlan::VlanMode;
 use crate::worker::{self, WorkerConfig};
 
@@ -35,7 +36,18 @@ struct PortEntry {
     port: Box<dyn Port>,
     shared: Arc<PortShared>,
     from_config: bool,
+    /// Port-security drop counts as last logged, and when.
+    security_logged: ([u64; SECURITY_DROPS.len()], Option<Instant>),
 }
+
+/// The drop reasons of port security, logged when they grow.
+const SECURITY_DROPS: [DropReason; 3] = [
+    DropReason::MacLimit,
+    DropReason::SpoofedSource,
+    DropReason::MacMove,
+];
+/// At most one port-security log line per port in this time.
+const SECURITY_LOG_EVERY: Duration = Duration::from_secs(10);
 
 struct BridgeEntry {
     id: BridgeId,
@@ -68,6 +80,7 @@ impl Daemon {
     pub fn start(cfg: Config) -> anyhow::Result<Daemon> {
         let reactor = Reactor::new()?;
         let dp = Dataplane::new(cfg.dataplane.workers)?;
+        dp.set_mac_move_hold(cfg.mac_move_hold_secs);
 
         let listener = server::bind(&cfg.control_socket, cfg.control_group)?;
         let (tx, calls) = unbounded();
@@ -193,11 +206,8 @@ impl Daemon {
             let now = Instant::now();
             if now >= next_tick {
                 let t = self.dp.tick();
-                for (_, b) in self.bridges.iter() {
-                    if let Some(m) = self.dp.mac_table(b.id) {
-                        m.age(t, self.cfg.mac_aging_secs);
-                    }
-                }
+                self.dp.age_macs(t, self.cfg.mac_aging_secs);
+                self.watch_security(now);
                 next_tick = now + Duration::from_secs(1);
             }
             for id in 0..self.ports.len() {
@@ -331,7 +341,22 @@ impl Daemon {
             }
         };
         let vlan = VlanMode::from_spec(spec.vlan, spec.trunk.as_ref());
-        let (id, shared) = self.dp.add_port(&spec.name, bridge, vlan);
+        let security = spec.security();
+        let (id, shared) = self.dp.add_port(&spec.name, bridge, vlan, &security);
+        if let Err((mac, owner)) = self.dp.pin_macs(id, &security.macs) {
+            self.dp.remove_port(id);
+            let why = match owner
+                .and_then(|o| self.ports.get(o as usize))
+                .and_then(Option::as_ref)
+            {
+                Some(o) => format!("is pinned to port {:?}", o.spec.name),
+                None => "cannot be pinned: its MAC table bucket holds only pinned entries".into(),
+            };
+            return Err(ApiError::new(
+                ErrorCode::Busy,
+                format!("port.macs: {mac} {why}"),
+            ));
+        }
         if let Err(e) = port.start(&self.ctx(id)) {
             self.dp.remove_port(id);
             let code = match e {
@@ -351,8 +376,65 @@ impl Daemon {
             port,
             shared,
             from_config,
+            security_logged: Default::default(),
         });
         Ok(())
+    }
+
+    /// Once a second: records the MAC a `pin_first` port pinned (persisted,
+    /// so a restarted switch pins the same one), and logs port-security
+    /// drops, at most once per port every [`SECURITY_LOG_EVERY`].
+    fn watch_security(&mut self, now: Instant) {
+        let mut pinned_any = false;
+        for e in self.ports.iter_mut().flatten() {
+            if e.spec.pin_first == Some(true) && e.spec.macs.is_none() {
+                if let Some(mac) = e.shared.security.first_pinned() {
+                    info!(port = %e.spec.name, %mac, "pinned the first source MAC");
+                    e.spec.macs = Some(vec![mac]);
+                    pinned_any |= !e.from_config;
+                }
+            }
+            if e.security_logged
+                .1
+                .is_some_and(|t| now < t + SECURITY_LOG_EVERY)
+            {
+                continue;
+            }
+            let totals = e.shared.totals();
+            let counts = SECURITY_DROPS.map(|r| totals.drops.get(r.name()).copied().unwrap_or(0));
+            let (last, _) = e.security_logged;
+            if counts == last {
+                continue;
+            }
+            for (i, r) in SECURITY_DROPS.iter().enumerate() {
+                let n = counts[i] - last[i];
+                if n == 0 {
+                    continue;
+                }
+                let sec = &e.shared.security;
+                match r {
+                    DropReason::MacLimit => warn!(
+                        port = %e.spec.name, dropped = n, limit = sec.limit(),
+                        "frames from new source MACs dropped: the port holds as many MAC entries as its limit allows"
+                    ),
+                    DropReason::SpoofedSource => warn!(
+                        port = %e.spec.name, dropped = n,
+                        pinned = ?e.spec.macs,
+                        "frames dropped: source MAC not the port's own or pinned to another port"
+                    ),
+                    _ => warn!(
+                        port = %e.spec.name, dropped = n,
+                        "frames dropped: source MAC in use on another port (MAC move refused)"
+                    ),
+                }
+            }
+            e.security_logged = (counts, Some(now));
+        }
+        if pinned_any {
+            if let Err(e) = self.persist() {
+                warn!("{}", e.message);
+            }
+        }
     }
 
     fn persist(&self) -> Result<(), ApiError> {
@@ -411,7 +493,7 @@ impl Daemon {
             Request::Ping => Ok(serde_json::json!({ "version": env!("CARGO_PKG_VERSION") })),
             Request::PortAdd { port } => {
                 let name = port.name.clone();
-                self.create_port(port, false)?;
+                self.create_port(*port, false)?;
                 if let Err(e) = self.persist() {
                     self.delete_port(&name)?;
                     return Err(e);
@@ -444,6 +526,8 @@ impl Daemon {
                     .map(|e| PortStats {
                         name: e.spec.name.clone(),
                         link_up: e.shared.link_up(),
+                        mac_entries: e.shared.security.learned(),
+                        mac_limit: e.shared.security.limit(),
                         totals: e.shared.totals(),
                     })
                     .collect();

@@ -140,6 +140,9 @@ mod tests {
                 vlan: None,
                 trunk: Some("10,20-30".parse().unwrap()),
                 socket_group: Some(1234),
+                mac_limit: Some(8),
+                macs: Some(vec!["02:00:00:00:00:01".parse().unwrap()]),
+                pin_first: None,
             }],
         };
         s.save(&st).unwrap();

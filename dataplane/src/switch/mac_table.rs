@@ -8,6 +8,13 @@
 //!
 //! An entry maps (MAC, VLAN) to a port slot plus that slot's generation, so an
 //! entry that outlives its port (slot reused) is recognised as stale.
+//!
+//! Port security lives in the writers' rules: a *pinned* entry (a port's
+//! configured MAC) never ages, is never evicted and never moves to another
+//! port; an entry seen within the last `hold` seconds does not move either
+//! (move protection), so a port cannot take a MAC that is in use elsewhere
+//! by sending once with it. Every outcome names the entry it displaced or
+//! that refused it, so callers can keep per-port entry counts exact.
 
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
@@ -60,27 +67,46 @@ impl Bucket {
     }
 }
 
+/// Port slot generations are this many bits wide (the top bit of the
+/// packed generation field marks a pinned entry).
+pub const GENERATION_MASK: u16 = 0x7fff;
+const PINNED: u64 = 1 << 47;
+
 /// Where a MAC was learned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MacEntry {
     /// Port slot.
     pub port: u16,
-    /// Generation of the port slot when learned.
+    /// Generation of the port slot when learned (15 bits,
+    /// [`GENERATION_MASK`]).
     pub port_gen: u16,
     /// Time of the last frame seen from this MAC (seconds, switch clock).
     pub last_seen: u32,
+    /// A port's own configured or pinned address: never ages, is never
+    /// evicted and never moves to another port.
+    pub pinned: bool,
 }
 
 impl MacEntry {
     fn pack(&self) -> u64 {
-        (u64::from(self.port) << 48) | (u64::from(self.port_gen) << 32) | u64::from(self.last_seen)
+        (u64::from(self.port) << 48)
+            | (u64::from(self.port_gen & GENERATION_MASK) << 32)
+            | if self.pinned { PINNED } else { 0 }
+            | u64::from(self.last_seen)
     }
     fn unpack(v: u64) -> MacEntry {
         MacEntry {
             port: (v >> 48) as u16,
-            port_gen: (v >> 32) as u16,
+            port_gen: (v >> 32) as u16 & GENERATION_MASK,
             last_seen: v as u32,
+            pinned: v & PINNED != 0,
         }
+    }
+
+    /// Same port slot and generation.
+    #[inline]
+    pub fn same_port(&self, other: &MacEntry) -> bool {
+        self.port == other.port && self.port_gen == other.port_gen
     }
 }
 
@@ -95,19 +121,27 @@ pub struct MacRecord {
     pub entry: MacEntry,
 }
 
-/// Outcome of [`MacTable::learn`].
+/// Outcome of [`MacTable::learn`] and [`MacTable::pin`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Learned {
     /// Known already, same port, timestamp fresh: nothing written.
     Unchanged,
     /// A new entry.
     New,
-    /// The MAC moved from another port.
-    Moved,
-    /// Refreshed the timestamp.
+    /// Refreshed the timestamp (same port).
     Refreshed,
-    /// Inserted by evicting the oldest entry of a full bucket.
-    Evicted,
+    /// The MAC moved from another port (its entry, as it was).
+    Moved(MacEntry),
+    /// Inserted by evicting the oldest unpinned entry of a full bucket
+    /// (the evicted entry).
+    Evicted(MacEntry),
+    /// Refused: the MAC is pinned to another port (its entry).
+    Pinned(MacEntry),
+    /// Refused: the MAC was seen on another port within the hold time
+    /// (that port's entry).
+    Held(MacEntry),
+    /// Refused: every entry of the bucket is pinned.
+    Full,
 }
 
 /// A concurrent (MAC, VLAN) → port table with a fixed number of buckets.
@@ -169,54 +203,81 @@ impl MacTable {
         None
     }
 
-    /// Records that `mac` on `vlan` was seen on `entry.port` at `entry.last_seen`.
-    /// Cheap when nothing changed: only a lookup, no write.
+    /// Records that `mac` on `vlan` was seen on `entry.port` at
+    /// `entry.last_seen`. An entry of another port moves only if it is not
+    /// pinned and was last seen `hold` seconds or more before (0: moves at
+    /// once). Cheap when nothing changed: only a lookup, no write.
     #[inline]
-    pub fn learn(&self, mac: MacAddr, vlan: u16, entry: MacEntry) -> Learned {
+    pub fn learn(&self, mac: MacAddr, vlan: u16, entry: MacEntry, hold: u32) -> Learned {
         if let Some(e) = self.lookup(mac, vlan) {
-            if e.port == entry.port
-                && e.port_gen == entry.port_gen
-                && e.last_seen == entry.last_seen
-            {
+            if e.same_port(&entry) && e.last_seen == entry.last_seen && e.pinned == entry.pinned {
                 return Learned::Unchanged;
             }
         }
-        self.insert(key_of(mac, vlan), entry)
+        self.insert(key_of(mac, vlan), entry, hold)
     }
 
-    fn insert(&self, key: u64, entry: MacEntry) -> Learned {
+    /// Installs `mac` on `vlan` as pinned to `entry.port` (control plane):
+    /// it replaces an unpinned entry of any port, and is refused when the
+    /// MAC is pinned to another port.
+    pub fn pin(&self, mac: MacAddr, vlan: u16, entry: MacEntry) -> Learned {
+        self.insert(
+            key_of(mac, vlan),
+            MacEntry {
+                pinned: true,
+                ..entry
+            },
+            0,
+        )
+    }
+
+    fn insert(&self, key: u64, entry: MacEntry, hold: u32) -> Learned {
         let b = self.bucket(key);
         let s = b.lock();
         let mut empty = None;
-        let mut oldest = (u32::MAX, 0usize);
+        let mut oldest: Option<(u32, usize)> = None;
         let mut outcome = None;
         for i in 0..BUCKET_ENTRIES {
             let k = b.keys[i].load(Ordering::Relaxed);
             if k == key {
                 let old = MacEntry::unpack(b.vals[i].load(Ordering::Relaxed));
-                b.vals[i].store(entry.pack(), Ordering::Relaxed);
-                outcome = Some(
-                    if old.port == entry.port && old.port_gen == entry.port_gen {
-                        Learned::Refreshed
-                    } else {
-                        Learned::Moved
-                    },
-                );
+                let (write, what) = if old.same_port(&entry) {
+                    // A pinned entry stays pinned when its port refreshes it.
+                    let e = MacEntry {
+                        pinned: old.pinned || entry.pinned,
+                        ..entry
+                    };
+                    (Some(e), Learned::Refreshed)
+                } else if old.pinned {
+                    (None, Learned::Pinned(old))
+                } else if !entry.pinned && entry.last_seen.wrapping_sub(old.last_seen) < hold {
+                    (None, Learned::Held(old))
+                } else {
+                    (Some(entry), Learned::Moved(old))
+                };
+                if let Some(e) = write {
+                    b.vals[i].store(e.pack(), Ordering::Relaxed);
+                }
+                outcome = Some(what);
                 break;
             }
             if k == 0 {
                 empty.get_or_insert(i);
             } else {
-                let seen = MacEntry::unpack(b.vals[i].load(Ordering::Relaxed)).last_seen;
-                if seen < oldest.0 {
-                    oldest = (seen, i);
+                let e = MacEntry::unpack(b.vals[i].load(Ordering::Relaxed));
+                if !e.pinned && oldest.is_none_or(|(seen, _)| e.last_seen < seen) {
+                    oldest = Some((e.last_seen, i));
                 }
             }
         }
         let outcome = outcome.unwrap_or_else(|| {
-            let (slot, what) = match empty {
-                Some(i) => (i, Learned::New),
-                None => (oldest.1, Learned::Evicted),
+            let (slot, what) = match (empty, oldest) {
+                (Some(i), _) => (i, Learned::New),
+                (None, Some((_, i))) => (
+                    i,
+                    Learned::Evicted(MacEntry::unpack(b.vals[i].load(Ordering::Relaxed))),
+                ),
+                (None, None) => return Learned::Full,
             };
             b.vals[slot].store(entry.pack(), Ordering::Relaxed);
             b.keys[slot].store(key, Ordering::Relaxed);
@@ -252,14 +313,22 @@ impl MacTable {
         removed
     }
 
-    /// Removes entries older than `max_age` seconds at time `now`.
-    pub fn age(&self, now: u32, max_age: u32) -> usize {
-        self.retain(|r| now.wrapping_sub(r.entry.last_seen) <= max_age)
+    /// Removes unpinned entries older than `max_age` seconds at time `now`;
+    /// `removed` sees each.
+    pub fn age(&self, now: u32, max_age: u32, mut removed: impl FnMut(&MacRecord)) -> usize {
+        self.retain(|r| {
+            let keep = r.entry.pinned || now.wrapping_sub(r.entry.last_seen) <= max_age;
+            if !keep {
+                removed(r);
+            }
+            keep
+        })
     }
 
-    /// Removes every entry pointing at `port`.
-    pub fn flush_port(&self, port: u16) -> usize {
-        self.retain(|r| r.entry.port != port)
+    /// Removes every entry pointing at `port`, pinned ones too unless
+    /// `keep_pinned`.
+    pub fn flush_port(&self, port: u16, keep_pinned: bool) -> usize {
+        self.retain(|r| r.entry.port != port || (keep_pinned && r.entry.pinned))
     }
 
     /// A snapshot of every entry (control plane; allocates).
@@ -321,6 +390,7 @@ mod tests {
             port,
             port_gen: 1,
             last_seen: t,
+            pinned: false,
         }
     }
 
@@ -328,12 +398,12 @@ mod tests {
     fn learns_looks_up_and_moves() {
         let t = MacTable::new(1024);
         assert_eq!(t.lookup(mac(1), 0), None);
-        assert_eq!(t.learn(mac(1), 0, at(3, 10)), Learned::New);
+        assert_eq!(t.learn(mac(1), 0, at(3, 10), 0), Learned::New);
         assert_eq!(t.lookup(mac(1), 0), Some(at(3, 10)));
         assert_eq!(t.lookup(mac(1), 5), None, "VLANs are separate");
-        assert_eq!(t.learn(mac(1), 0, at(3, 10)), Learned::Unchanged);
-        assert_eq!(t.learn(mac(1), 0, at(3, 11)), Learned::Refreshed);
-        assert_eq!(t.learn(mac(1), 0, at(4, 11)), Learned::Moved);
+        assert_eq!(t.learn(mac(1), 0, at(3, 10), 0), Learned::Unchanged);
+        assert_eq!(t.learn(mac(1), 0, at(3, 11), 0), Learned::Refreshed);
+        assert_eq!(t.learn(mac(1), 0, at(4, 11), 0), Learned::Moved(at(3, 11)));
         assert_eq!(t.lookup(mac(1), 0).unwrap().port, 4);
         assert_eq!(t.len(), 1);
     }
@@ -341,12 +411,14 @@ mod tests {
     #[test]
     fn ages_and_flushes() {
         let t = MacTable::new(1024);
-        t.learn(mac(1), 0, at(1, 100));
-        t.learn(mac(2), 0, at(2, 200));
-        t.learn(mac(3), 7, at(2, 290));
-        assert_eq!(t.age(300, 150), 1);
+        t.learn(mac(1), 0, at(1, 100), 0);
+        t.learn(mac(2), 0, at(2, 200), 0);
+        t.learn(mac(3), 7, at(2, 290), 0);
+        let mut aged = Vec::new();
+        assert_eq!(t.age(300, 150, |r| aged.push(r.mac)), 1);
+        assert_eq!(aged, vec![mac(1)]);
         assert_eq!(t.lookup(mac(1), 0), None);
-        assert_eq!(t.flush_port(2), 2);
+        assert_eq!(t.flush_port(2, false), 2);
         assert!(t.is_empty());
     }
 
@@ -354,12 +426,67 @@ mod tests {
     fn full_bucket_evicts_oldest_and_never_grows() {
         let t = MacTable::new(BUCKET_ENTRIES); // one bucket
         for i in 0..BUCKET_ENTRIES as u64 {
-            assert_eq!(t.learn(mac(i), 0, at(1, 100 + i as u32)), Learned::New);
+            assert_eq!(t.learn(mac(i), 0, at(1, 100 + i as u32), 0), Learned::New);
         }
-        assert_eq!(t.learn(mac(99), 0, at(1, 500)), Learned::Evicted);
+        assert_eq!(
+            t.learn(mac(99), 0, at(1, 500), 0),
+            Learned::Evicted(at(1, 100))
+        );
         assert_eq!(t.lookup(mac(0), 0), None, "oldest evicted");
         assert!(t.lookup(mac(99), 0).is_some());
         assert_eq!(t.len(), BUCKET_ENTRIES);
+    }
+
+    #[test]
+    fn pinned_entries_never_age_move_or_get_evicted() {
+        let t = MacTable::new(BUCKET_ENTRIES); // one bucket
+        assert_eq!(t.learn(mac(1), 0, at(2, 5), 0), Learned::New);
+        // Pinning takes the MAC from the port that learned it.
+        assert_eq!(t.pin(mac(1), 0, at(1, 10)), Learned::Moved(at(2, 5)));
+        let pinned = MacEntry {
+            pinned: true,
+            ..at(1, 10)
+        };
+        assert_eq!(t.lookup(mac(1), 0), Some(pinned));
+        // Another port cannot take it, however long it was quiet.
+        assert_eq!(t.learn(mac(1), 0, at(2, 1000), 0), Learned::Pinned(pinned));
+        assert_eq!(t.pin(mac(1), 0, at(2, 1000)), Learned::Pinned(pinned));
+        // Its own port refreshes it; it stays pinned.
+        assert_eq!(t.learn(mac(1), 0, at(1, 20), 0), Learned::Refreshed);
+        assert!(t.lookup(mac(1), 0).unwrap().pinned);
+        assert_eq!(t.age(10_000, 300, |_| ()), 0, "pinned entries do not age");
+        // A full bucket evicts unpinned entries only, and refuses when
+        // only pinned ones are left.
+        for i in 2..=BUCKET_ENTRIES as u64 {
+            assert_eq!(t.learn(mac(i), 0, at(3, 30), 0), Learned::New);
+        }
+        assert!(matches!(t.learn(mac(50), 0, at(3, 40), 0), Learned::Evicted(e) if !e.pinned));
+        assert!(t.lookup(mac(1), 0).is_some());
+        // Six pins of port 4 evict the six unpinned entries; a seventh
+        // finds only pinned ones.
+        for i in 60..66 {
+            assert!(matches!(t.pin(mac(i), 0, at(4, 50)), Learned::Evicted(_)));
+        }
+        assert_eq!(t.pin(mac(66), 0, at(4, 50)), Learned::Full);
+        assert_eq!(t.learn(mac(99), 0, at(3, 60), 0), Learned::Full);
+        // Link down keeps pinned entries; removing the port does not.
+        assert_eq!(t.flush_port(1, true), 0);
+        assert_eq!(t.flush_port(1, false), 1);
+        assert_eq!(t.flush_port(4, true), 0);
+        assert_eq!(t.flush_port(4, false), 6);
+    }
+
+    #[test]
+    fn a_fresh_entry_does_not_move_within_the_hold_time() {
+        let t = MacTable::new(1024);
+        assert_eq!(t.learn(mac(1), 0, at(1, 100), 5), Learned::New);
+        assert_eq!(t.learn(mac(1), 0, at(2, 104), 5), Learned::Held(at(1, 100)));
+        assert_eq!(t.lookup(mac(1), 0).unwrap().port, 1);
+        assert_eq!(
+            t.learn(mac(1), 0, at(2, 105), 5),
+            Learned::Moved(at(1, 100))
+        );
+        assert_eq!(t.lookup(mac(1), 0).unwrap().port, 2);
     }
 
     #[test]
@@ -372,7 +499,7 @@ mod tests {
                     for round in 0..200u32 {
                         for i in 0..256u64 {
                             let m = mac(u64::from(w) * 1000 + i);
-                            t.learn(m, 0, at(w, round));
+                            t.learn(m, 0, at(w, round), 0);
                             // A lookup may miss while another thread holds the
                             // bucket (the switch then floods); retry until seen.
                             let e = loop {

@@ -11,6 +11,7 @@
 //! holds 0.
 
 pub mod mac_table;
+pub mod security;
 
 use crate::dataplane::{bump, Dataplane, PortId, ViewPort, WorkerView};
 use crate::port::{RxFrame, TxError, TxFrame, BURST_SIZE};
@@ -39,11 +40,20 @@ pub enum DropReason {
     NoBridge = 6,
     /// More buffers in one frame than the switch follows.
     TooManySegments = 7,
+    /// From a new source address while the ingress port holds as many MAC
+    /// entries as its limit allows.
+    MacLimit = 8,
+    /// From a source address the ingress port may not use (not one of its
+    /// pinned MACs, or pinned to another port).
+    SpoofedSource = 9,
+    /// From a source address in use on another port within the move hold
+    /// time.
+    MacMove = 10,
 }
 
 impl DropReason {
     /// Number of reasons.
-    pub const COUNT: usize = 8;
+    pub const COUNT: usize = 11;
     /// Every reason, in counter order.
     pub const ALL: [DropReason; DropReason::COUNT] = [
         DropReason::Runt,
@@ -54,6 +64,9 @@ impl DropReason {
         DropReason::TooLong,
         DropReason::NoBridge,
         DropReason::TooManySegments,
+        DropReason::MacLimit,
+        DropReason::SpoofedSource,
+        DropReason::MacMove,
     ];
     /// Stable name used in stats output.
     pub fn name(self) -> &'static str {
@@ -66,6 +79,9 @@ impl DropReason {
             DropReason::TooLong => "too_long",
             DropReason::NoBridge => "no_bridge",
             DropReason::TooManySegments => "too_many_segments",
+            DropReason::MacLimit => "mac_limit",
+            DropReason::SpoofedSource => "spoofed_source",
+            DropReason::MacMove => "mac_move",
         }
     }
 }
@@ -189,6 +205,16 @@ impl Forwarder {
             return;
         };
         let now = dp.now_secs();
+        let hold = dp.mac_move_hold();
+        // The security state of the port an entry belongs to, if it is
+        // still that port.
+        let owner = |e: &MacEntry| {
+            view.ports
+                .get(e.port as usize)
+                .and_then(Option::as_ref)
+                .filter(|p| p.generation == e.port_gen)
+                .map(|p| &p.shared.security)
+        };
 
         for chunk in frames.chunks(BURST_SIZE) {
             for (i, frame) in chunk.iter().enumerate() {
@@ -204,16 +230,33 @@ impl Forwarder {
                     bump(&in_counters.drops[DropReason::VlanFiltered as usize], 1);
                     continue;
                 };
-                if !l2.src.is_multicast() {
-                    bridge.macs.learn(
+                if l2.src.is_multicast() {
+                    // Never a station's own address: learned nowhere, and
+                    // refused from a port bound to its MACs.
+                    if inp.shared.security.filters_sources() {
+                        bump(&in_counters.drops[DropReason::SpoofedSource as usize], 1);
+                        continue;
+                    }
+                } else {
+                    let entry = MacEntry {
+                        port: in_port,
+                        port_gen: inp.generation,
+                        last_seen: now,
+                        pinned: false,
+                    };
+                    let admitted = security::admit_source(
+                        &bridge.macs,
+                        &inp.shared.security,
                         l2.src,
                         domain,
-                        MacEntry {
-                            port: in_port,
-                            port_gen: inp.generation,
-                            last_seen: now,
-                        },
+                        entry,
+                        hold,
+                        owner,
                     );
+                    if let Err(r) = admitted {
+                        bump(&in_counters.drops[r as usize], 1);
+                        continue;
+                    }
                 }
                 let mut unicast = None;
                 if !l2.dst.is_multicast() {

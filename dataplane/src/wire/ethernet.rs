@@ -86,6 +86,19 @@ impl fmt::Debug for MacAddr {
     }
 }
 
+impl serde::Serialize for MacAddr {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for MacAddr {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 /// Error parsing a textual MAC address.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid MAC address {0:?}: expected six hex octets like 02:00:00:00:00:01")]

@@ -187,6 +187,41 @@ impl SlaveMem {
         ]
     }
 
+    /// Puts `frame` on the S2M ring (a slave transmitting) and kicks the
+    /// master. False when the ring is full: the master has not taken the
+    /// frames before.
+    pub fn send(&self, frame: &[u8]) -> bool {
+        let head = self.s2m.head();
+        if head.wrapping_sub(self.s2m.tail()) >= SLOTS {
+            return false;
+        }
+        let slot = head % SLOTS;
+        let offset = self.buffer(u32::from(slot));
+        let len = frame.len().min(BUF as usize);
+        // SAFETY: S2M buffer `slot` lies inside the region (`buffer` stays
+        // below `size()` for slot < SLOTS) and holds BUF >= len bytes; the
+        // master only reads it after the head store below.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                frame.as_ptr(),
+                self.region.base().add(offset as usize),
+                len,
+            );
+        }
+        self.s2m.set_desc(
+            slot,
+            Desc {
+                flags: 0,
+                region: 0,
+                length: len as u32,
+                offset,
+            },
+        );
+        self.s2m.set_head(head.wrapping_add(1));
+        kick(&self.s2m_irq);
+        true
+    }
+
     /// Posts every M2S buffer to the master, as a slave does once connected.
     pub fn post_m2s_buffers(&self) {
         for i in 0..SLOTS {
