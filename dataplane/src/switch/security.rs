@@ -54,6 +54,9 @@ const FIRST_SET: u64 = 1 << 63;
 /// A port's security settings and what they track at run time.
 #[derive(Debug)]
 pub struct SecurityState {
+    /// `allowed` is not empty or `pin_first`: the one test a frame of a
+    /// port without a MAC filter costs.
+    filters: bool,
     limit: u32,
     /// `macs` as `u64`s.
     allowed: Box<[u64]>,
@@ -68,10 +71,12 @@ pub struct SecurityState {
 impl SecurityState {
     /// State for `policy`.
     pub fn new(policy: &PortSecurity) -> SecurityState {
+        let pin_first = policy.pin_first && policy.macs.is_empty();
         SecurityState {
+            filters: pin_first || !policy.macs.is_empty(),
             limit: policy.mac_limit,
             allowed: policy.macs.iter().map(MacAddr::to_u64).collect(),
-            pin_first: policy.pin_first && policy.macs.is_empty(),
+            pin_first,
             first: AtomicU64::new(0),
             learned: AtomicU32::new(0),
         }
@@ -90,7 +95,7 @@ impl SecurityState {
     /// True when the port may only send from its pinned MACs.
     #[inline]
     pub fn filters_sources(&self) -> bool {
-        !self.allowed.is_empty() || self.pin_first
+        self.filters
     }
 
     /// With `pin_first`, the MAC pinned by the port's first frame.
@@ -104,6 +109,9 @@ impl SecurityState {
     /// `pin_first`), `Ok(false)` when the port filters nothing.
     #[inline]
     pub fn check_source(&self, src: MacAddr) -> Result<bool, DropReason> {
+        if !self.filters {
+            return Ok(false);
+        }
         if !self.allowed.is_empty() {
             let s = src.to_u64();
             return if self.allowed.contains(&s) {
