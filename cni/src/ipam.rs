@@ -52,7 +52,15 @@ fn run(
         .spawn()
         .map_err(|e| io(bin.display(), e))?;
     if let Some(mut i) = child.stdin.take() {
-        i.write_all(stdin).map_err(|e| io(bin.display(), e))?;
+        // A plugin may exit without reading stdin (every Go plugin does for
+        // VERSION, and for errors found in the environment): its output
+        // still counts, as with libcni (Go's os/exec ignores EPIPE there).
+        match i.write_all(stdin) {
+            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+                return Err(io(bin.display(), e));
+            }
+            _ => {}
+        }
     }
     child.wait_with_output().map_err(|e| io(bin.display(), e))
 }
@@ -123,4 +131,36 @@ pub fn exec(
         ));
     }
     Ok(Some(v))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// A plugin that answers without reading stdin (as Go plugins do for
+    /// VERSION) is heard, not reported as a broken pipe: the stdin here is
+    /// larger than a pipe holds, so the write always outlives the plugin.
+    #[test]
+    fn a_plugin_that_ignores_stdin_is_still_heard() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("quiet");
+        fs_write_exec(
+            &bin,
+            "#!/bin/sh\necho '{\"cniVersion\":\"1.1.0\",\"supportedVersions\":[\"1.1.0\"]}'\n",
+        );
+        let big = vec![b' '; 1 << 20];
+        let out = run(&bin, "VERSION", &[], "", &big).unwrap();
+        assert!(out.status.success());
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["supportedVersions"][0], "1.1.0");
+        let path = dir.path().display().to_string();
+        let conf = serde_json::json!({"ipam": {"type": "quiet"}});
+        assert!(speaks_1_1(&conf, &path).unwrap());
+    }
+
+    fn fs_write_exec(p: &Path, body: &str) {
+        std::fs::write(p, body).unwrap();
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
 }
