@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use switchyard::dataplane::{Dataplane, WorkerView};
+use switchyard::eventfd::new_eventfd;
 use switchyard::port::memif::queue::{MemifRx, MemifTx, Side};
 use switchyard::port::memif::region::{Region, Regions};
 use switchyard::port::memif::ring::{Desc, Ring};
@@ -22,7 +23,6 @@ use switchyard::port::vhost_user::queue::{VirtioRx, VirtioTx, Vq};
 use switchyard::port::{
     PortQueues, QueueFault, RxBurst, RxQueue, TxError, TxFrame, TxQueue, BURST_SIZE,
 };
-use switchyard::reactor::new_eventfd;
 use switchyard::switch::mac_table::MacEntry;
 use switchyard::switch::security::PortSecurity;
 use switchyard::switch::Forwarder;
@@ -322,7 +322,8 @@ impl RxQueue for ReplayRx {
     fn rx_burst(&mut self, burst: &mut RxBurst) -> Result<usize, QueueFault> {
         for f in &self.frames {
             let slot = burst.next_slot();
-            slot.push(f.as_ptr(), f.len() as u32);
+            // SAFETY: the recorded frames live as long as the queue.
+            unsafe { slot.push(f.as_ptr(), f.len() as u32) };
             burst.commit();
         }
         Ok(burst.len())
@@ -330,7 +331,7 @@ impl RxQueue for ReplayRx {
 
     fn release(&mut self) {}
 
-    fn interrupt_fd(&self) -> Option<std::os::fd::RawFd> {
+    fn interrupt_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         None
     }
 

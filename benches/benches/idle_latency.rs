@@ -17,8 +17,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use switchyard::control::{Client, Request};
 use switchyard::port::memif::ring::Desc;
+use switchyard_api::{Client, Request};
 
 #[path = "../../dataplane/tests/common/memif_peer.rs"]
 mod memif_peer;
@@ -89,10 +89,10 @@ fn worker_state(pid: u32) -> Option<char> {
 /// woken from CPU 1 after the same idle time. No switch involved: what the
 /// kernel (and, in a VM, the hypervisor) takes to wake an idle CPU.
 fn wake_floor() -> Vec<Duration> {
-    use std::os::fd::{AsFd, AsRawFd};
+    use std::os::fd::AsFd;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
-    let efd = Arc::new(switchyard::reactor::new_eventfd().expect("eventfd"));
+    let efd = Arc::new(switchyard::eventfd::new_eventfd().expect("eventfd"));
     let woken = Arc::new(AtomicUsize::new(0));
     let sleeper = {
         let (efd, woken) = (efd.clone(), woken.clone());
@@ -107,7 +107,7 @@ fn wake_floor() -> Vec<Duration> {
             let mut events = [EpollEvent::empty(); 1];
             while woken.load(Ordering::Acquire) < FRAMES {
                 let _ = ep.wait(&mut events, EpollTimeout::NONE);
-                switchyard::reactor::drain_eventfd(efd.as_raw_fd());
+                switchyard::eventfd::drain_eventfd(efd.as_fd());
                 woken.fetch_add(1, Ordering::Release);
             }
         })

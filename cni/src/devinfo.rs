@@ -6,6 +6,7 @@
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
+use switchyard_api::{MemifRole, VhostUserRole};
 
 use crate::error::{io, CniError, DECODE_FAILURE, INVALID_CONFIG};
 
@@ -16,7 +17,7 @@ pub const VERSION: &str = "1.1.0";
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MemifInfo {
     /// The pod's role: `master` or `slave`.
-    pub role: String,
+    pub role: MemifRole,
     /// `ethernet`, `ip` or `inject-punt`.
     pub mode: String,
     /// Socket path.
@@ -27,7 +28,7 @@ pub struct MemifInfo {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VhostUserInfo {
     /// The pod's mode: `client` (the host made the socket) or `server`.
-    pub mode: String,
+    pub mode: VhostUserRole,
     /// Socket path.
     pub path: String,
 }
@@ -98,8 +99,7 @@ impl DeviceInfo {
             std::fs::create_dir_all(dir).map_err(|e| io(dir.display(), e))?;
         }
         let body = serde_json::to_vec_pretty(self).unwrap_or_default();
-        switchyard::control::state::write_atomic(path, &body, 0o644)
-            .map_err(|e| io(path.display(), e))
+        switchyard_api::fs::write_atomic(path, &body, 0o644).map_err(|e| io(path.display(), e))
     }
 }
 

@@ -8,14 +8,14 @@
 use std::path::{Component, Path, PathBuf};
 
 use serde::Deserialize;
-use switchyard::vlan::VlanSet;
+use switchyard_api::{MemifRole, VhostUserRole, VlanSet};
 
 use crate::error::{CniError, DECODE_FAILURE, INVALID_CONFIG};
 
 /// Default directory of per-pod socket directories.
 pub const DEFAULT_SOCKET_DIR: &str = "/var/run/switchyard/pods";
 /// Default control socket of the switch.
-pub const DEFAULT_CONTROL_SOCKET: &str = switchyard::config::DEFAULT_CONTROL_SOCKET;
+pub const DEFAULT_CONTROL_SOCKET: &str = switchyard_api::DEFAULT_CONTROL_SOCKET;
 /// Where device plugins write device-info files (NPWG Device Information
 /// spec, the `dp` directory Multus reads).
 pub const DEFAULT_DEVICE_INFO_DIR: &str = "/var/run/k8s.cni.cncf.io/devinfo/dp";
@@ -188,19 +188,17 @@ pub struct ValidAttachment {
 /// The switch's side of the port to create.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum InterfaceKind {
-    /// memif; `pod_role` is `master` or `slave`.
+    /// memif (ethernet mode, the only one a bridge serves).
     Memif {
         /// Pod's role.
-        pod_role: String,
-        /// Mode.
-        mode: String,
+        pod_role: MemifRole,
         /// Options.
         opts: MemifOptions,
     },
-    /// vhost-user; `pod_mode` is `client` or `server`.
+    /// vhost-user.
     VhostUser {
-        /// Pod's mode.
-        pod_mode: String,
+        /// Pod's mode: which end of the socket the pod is.
+        pod_mode: VhostUserRole,
         /// Queue pairs.
         queues: Option<u16>,
     },
@@ -215,13 +213,20 @@ impl InterfaceKind {
         }
     }
 
-    /// The switch's role: the opposite of the pod's.
+    /// The switch's role, as the switch spells it: the opposite of the pod's.
     pub fn switch_role(&self) -> &'static str {
         match self {
-            InterfaceKind::Memif { pod_role, .. } if pod_role == "master" => "slave",
-            InterfaceKind::Memif { .. } => "master",
-            InterfaceKind::VhostUser { pod_mode, .. } if pod_mode == "server" => "client",
-            InterfaceKind::VhostUser { .. } => "server",
+            InterfaceKind::Memif { pod_role, .. } => pod_role.peer().as_str(),
+            InterfaceKind::VhostUser { pod_mode, .. } => pod_mode.peer().as_str(),
+        }
+    }
+
+    /// Whether the switch creates the socket (the pod is memif slave or
+    /// vhost-user client).
+    pub fn switch_creates_socket(&self) -> bool {
+        match self {
+            InterfaceKind::Memif { pod_role, .. } => *pod_role == MemifRole::Slave,
+            InterfaceKind::VhostUser { pod_mode, .. } => *pod_mode == VhostUserRole::Client,
         }
     }
 }
@@ -342,7 +347,7 @@ impl NetConf {
             return Err(invalid("name", "must not be empty"));
         }
         let bridge = raw.bridge.clone().unwrap_or_else(|| "default".into());
-        switchyard::config::validate_name("bridge", &bridge)
+        switchyard_api::spec::validate_name("bridge", &bridge)
             .map_err(|e| CniError::new(INVALID_CONFIG, e.to_string()))?;
         if let Some(v) = raw.vlan {
             if v == 0 || v > 4094 {
@@ -363,13 +368,20 @@ impl NetConf {
                     return Err(invalid("vhostUser", "given with interfaceType memif"));
                 }
                 let opts = raw.memif.clone().unwrap_or_default();
-                let pod_role = opts.role.clone().unwrap_or_else(|| "slave".into());
-                if pod_role != "master" && pod_role != "slave" {
-                    return Err(invalid(
-                        "memif.role",
-                        format!("{pod_role:?}: the pod's memif role is master or slave"),
-                    ));
-                }
+                let pod_role: MemifRole =
+                    opts.role
+                        .as_deref()
+                        .unwrap_or("slave")
+                        .parse()
+                        .map_err(|_| {
+                            invalid(
+                                "memif.role",
+                                format!(
+                                    "{:?}: the pod's memif role is master or slave",
+                                    opts.role.as_deref().unwrap_or_default()
+                                ),
+                            )
+                        })?;
                 let mode = opts.mode.clone().unwrap_or_else(|| "ethernet".into());
                 match mode.as_str() {
                     "ethernet" => {}
@@ -386,24 +398,27 @@ impl NetConf {
                         ))
                     }
                 }
-                InterfaceKind::Memif {
-                    pod_role,
-                    mode,
-                    opts,
-                }
+                InterfaceKind::Memif { pod_role, opts }
             }
             "vhost-user" => {
                 if raw.memif.is_some() {
                     return Err(invalid("memif", "given with interfaceType vhost-user"));
                 }
                 let opts = raw.vhost_user.clone().unwrap_or_default();
-                let pod_mode = opts.mode.clone().unwrap_or_else(|| "client".into());
-                if pod_mode != "client" && pod_mode != "server" {
-                    return Err(invalid(
-                        "vhostUser.mode",
-                        format!("{pod_mode:?}: the pod's vhost-user mode is client or server"),
-                    ));
-                }
+                let pod_mode: VhostUserRole = opts
+                    .mode
+                    .as_deref()
+                    .unwrap_or("client")
+                    .parse()
+                    .map_err(|_| {
+                        invalid(
+                            "vhostUser.mode",
+                            format!(
+                                "{:?}: the pod's vhost-user mode is client or server",
+                                opts.mode.as_deref().unwrap_or_default()
+                            ),
+                        )
+                    })?;
                 InterfaceKind::VhostUser {
                     pod_mode,
                     queues: opts.queues,

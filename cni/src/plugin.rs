@@ -5,11 +5,11 @@ use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use switchyard::config::{stable_hash, PortSpec};
-use switchyard::control::api::{ErrorCode, PortInfo};
-use switchyard::control::state::write_atomic;
-use switchyard::control::{Client, ClientError, Request};
-use switchyard::port::PortKind;
+use switchyard_api::fs::{share_with_group, write_atomic};
+use switchyard_api::{
+    stable_hash, Client, ClientError, ErrorCode, KindSpec, MemifMode, MemifSpec, PortInfo,
+    PortSpec, Request, VhostUserSpec,
+};
 
 use crate::args::CniArgs;
 use crate::devinfo::{DeviceInfo, MemifInfo, VhostUserInfo};
@@ -275,10 +275,9 @@ fn kind_with_devinfo(nc: &NetConf, dp: Option<&DeviceInfo>) -> Result<InterfaceK
         )
     };
     Ok(match (&nc.kind, d) {
-        (InterfaceKind::Memif { mode, opts, .. }, DeviceInfo { memif: Some(m), .. }) => {
+        (InterfaceKind::Memif { opts, .. }, DeviceInfo { memif: Some(m), .. }) => {
             InterfaceKind::Memif {
-                pod_role: m.role.clone(),
-                mode: mode.clone(),
+                pod_role: m.role,
                 opts: opts.clone(),
             }
         }
@@ -289,7 +288,7 @@ fn kind_with_devinfo(nc: &NetConf, dp: Option<&DeviceInfo>) -> Result<InterfaceK
                 ..
             },
         ) => InterfaceKind::VhostUser {
-            pod_mode: v.mode.clone(),
+            pod_mode: v.mode,
             queues: *queues,
         },
         _ => return Err(mismatch()),
@@ -299,12 +298,12 @@ fn kind_with_devinfo(nc: &NetConf, dp: Option<&DeviceInfo>) -> Result<InterfaceK
 fn device_info(kind: &InterfaceKind, socket: &Path) -> DeviceInfo {
     let path = socket.display().to_string();
     match kind {
-        InterfaceKind::Memif { pod_role, mode, .. } => DeviceInfo {
+        InterfaceKind::Memif { pod_role, .. } => DeviceInfo {
             kind: "memif".into(),
             version: crate::devinfo::VERSION.into(),
             memif: Some(MemifInfo {
-                role: pod_role.clone(),
-                mode: mode.clone(),
+                role: *pod_role,
+                mode: MemifMode::Ethernet.as_str().into(),
                 path,
             }),
             vhost_user: None,
@@ -314,7 +313,7 @@ fn device_info(kind: &InterfaceKind, socket: &Path) -> DeviceInfo {
             version: crate::devinfo::VERSION.into(),
             memif: None,
             vhost_user: Some(VhostUserInfo {
-                mode: pod_mode.clone(),
+                mode: *pod_mode,
                 path,
             }),
         },
@@ -322,46 +321,37 @@ fn device_info(kind: &InterfaceKind, socket: &Path) -> DeviceInfo {
 }
 
 fn port_spec(nc: &NetConf, kind: &InterfaceKind, name: &str, socket: &Path, mac: &str) -> PortSpec {
-    let mut spec = PortSpec {
-        name: name.to_string(),
-        kind: PortKind::Memif,
-        role: kind.switch_role().to_string(),
-        socket: socket.display().to_string(),
-        id: None,
-        secret: None,
-        mode: None,
-        queues: None,
-        ring_size: None,
-        buffer_size: None,
+    let socket = socket.display().to_string();
+    // The group reaches the socket only where the switch creates it.
+    let group = nc.raw.socket_group.filter(|_| kind.switch_creates_socket());
+    let kind = match kind {
+        InterfaceKind::Memif { pod_role, opts } => KindSpec::Memif(MemifSpec {
+            mode: Some(MemifMode::Ethernet),
+            queues: opts.queues,
+            ring_size: opts.ring_size,
+            buffer_size: opts.buffer_size,
+            secret: opts.secret.clone(),
+            socket_group: group,
+            ..MemifSpec::new(pod_role.peer(), socket)
+        }),
+        InterfaceKind::VhostUser { pod_mode, queues } => KindSpec::VhostUser(VhostUserSpec {
+            queues: *queues,
+            socket_group: group,
+            ..VhostUserSpec::new(pod_mode.peer(), socket)
+        }),
+    };
+    PortSpec {
         bridge: Some(nc.bridge.clone()),
         vlan: nc.vlan,
         trunk: nc.trunk.clone(),
-        // The group reaches the socket only where the switch creates it.
-        socket_group: nc
-            .raw
-            .socket_group
-            .filter(|_| matches!(kind.switch_role(), "master" | "server")),
         mac_limit: nc.raw.mac_limit,
         // The MAC was checked when the netconf and CNI_ARGS were read.
         macs: (nc.pin == Pin::Result)
             .then(|| mac.parse().ok().map(|m| vec![m]))
             .flatten(),
         pin_first: (nc.pin == Pin::First).then_some(true),
-    };
-    match kind {
-        InterfaceKind::Memif { mode, opts, .. } => {
-            spec.mode = Some(mode.clone());
-            spec.queues = opts.queues;
-            spec.ring_size = opts.ring_size;
-            spec.buffer_size = opts.buffer_size;
-            spec.secret = opts.secret.clone();
-        }
-        InterfaceKind::VhostUser { queues, .. } => {
-            spec.kind = PortKind::VhostUser;
-            spec.queues = *queues;
-        }
+        ..PortSpec::new(name, kind)
     }
-    spec
 }
 
 fn pod_key(args: &CniArgs, container_id: &str) -> Result<String, CniError> {
@@ -416,8 +406,7 @@ pub fn add(
     };
     mkdir(&pod_dir, mode)?;
     if let Some(gid) = nc.raw.socket_group {
-        switchyard::port::share_with_group(&pod_dir, gid, 0o770)
-            .map_err(|e| io(pod_dir.display(), e))?;
+        share_with_group(&pod_dir, gid, 0o770).map_err(|e| io(pod_dir.display(), e))?;
     }
     let dp = device_plugin_info(nc)?;
     let kind = kind_with_devinfo(nc, dp.as_ref())?;
@@ -608,7 +597,8 @@ pub fn check(env: &Env, nc: &NetConf, stdin: &serde_json::Value) -> Result<(), C
     .map_err(|e| CniError::new(DECODE_FAILURE, e.to_string()))?;
     let p = ports
         .iter()
-        .find(|p| p.name == rec.port)
+        .find(|p| p.spec.name == rec.port)
+        .map(|p| &p.spec)
         .ok_or_else(|| fail(format!("port {} is missing from the switch", rec.port)))?;
     if p.bridge.as_deref() != Some(nc.bridge.as_str()) {
         return Err(fail(format!(
@@ -622,10 +612,12 @@ pub fn check(env: &Env, nc: &NetConf, stdin: &serde_json::Value) -> Result<(), C
             p.name, p.vlan, nc.vlan
         )));
     }
-    if p.socket != rec.socket {
+    if p.kind.socket() != rec.socket {
         return Err(fail(format!(
             "port {} uses socket {}, not {}",
-            p.name, p.socket, rec.socket
+            p.name,
+            p.kind.socket(),
+            rec.socket
         )));
     }
     if let Some(f) = &nc.device_info_file {

@@ -288,7 +288,11 @@ fn a_device_plugin_network_without_its_device_info_fails_add() {
         sock.display().to_string()
     );
     let port = &node.ports()[0];
-    assert_eq!(port.role, "slave", "the pod is master: the switch connects");
+    assert_eq!(
+        port.role(),
+        "slave",
+        "the pod is master: the switch connects"
+    );
     assert_eq!(
         added[0].network_status["device-info"]["memif"]["path"],
         sock.display().to_string()
@@ -363,14 +367,17 @@ fn networks_on_one_bridge_are_isolated_unless_a_trunk_asks() {
     let port = |pod: &str| {
         ports
             .iter()
-            .find(|p| p.socket.contains(&format!("/{pod}/")))
+            .find(|p| p.socket().contains(&format!("/{pod}/")))
             .unwrap()
             .clone()
     };
-    assert_eq!((port("b").vlan, port("b").trunk.clone()), (Some(200), None));
-    assert_eq!(port("a1").vlan, None);
-    assert_eq!(port("a1").trunk, None);
-    assert_eq!(port("t").trunk.as_ref().unwrap().to_string(), "200");
+    assert_eq!(
+        (port("b").spec.vlan, port("b").spec.trunk.clone()),
+        (Some(200), None)
+    );
+    assert_eq!(port("a1").spec.vlan, None);
+    assert_eq!(port("a1").spec.trunk, None);
+    assert_eq!(port("t").spec.trunk.as_ref().unwrap().to_string(), "200");
     drop(pods);
     for (name, conf) in [
         ("a1", &untagged),

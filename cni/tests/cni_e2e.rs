@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use node::*;
 use serde_json::{json, Value};
-use switchyard::control::api::PortStats;
-use switchyard::control::{Client, Request};
+use switchyard_api::PortStats;
+use switchyard_api::{Client, Request};
 use testpmd::{serial, wait_for, Testpmd};
 
 #[test]
@@ -99,16 +99,16 @@ fn two_pods_on_two_networks_pass_traffic_and_leave_nothing_behind() {
     // The switch ports: opposite roles, right bridges and VLAN.
     let ports = node.ports();
     assert_eq!(ports.len(), 4);
-    let p = ports.iter().find(|p| p.socket == sock_a1).unwrap();
+    let p = ports.iter().find(|p| p.socket() == sock_a1).unwrap();
     assert_eq!(
-        (p.role.as_str(), p.bridge.as_deref()),
+        (p.role(), p.spec.bridge.as_deref()),
         ("master", Some("br-memif"))
     );
     let pv = ports
         .iter()
-        .find(|p| p.socket.ends_with("uid-b/net2.sock"))
+        .find(|p| p.socket().ends_with("uid-b/net2.sock"))
         .unwrap();
-    assert_eq!((pv.role.as_str(), pv.vlan), ("server", Some(100)));
+    assert_eq!((pv.role(), pv.spec.vlan), ("server", Some(100)));
 
     // The pods' applications use the sockets named in their device-info.
     let path_of = |f: &str, sect: &str| -> String {
@@ -235,7 +235,8 @@ fn device_plugin_socket_and_role_are_used() {
     );
     let p = &node.ports()[0];
     assert_eq!(
-        p.role, "client",
+        p.role(),
+        "client",
         "the pod serves the socket: the switch connects"
     );
     ok("DEL", &c, "net1", "", &conf);
@@ -357,7 +358,7 @@ fn concurrent_adds_and_dels_leave_nothing_behind() {
     run("ADD");
     let ports = node.ports();
     assert_eq!(ports.len(), n);
-    assert!(ports.iter().all(|p| Path::new(&p.socket).exists()));
+    assert!(ports.iter().all(|p| Path::new(&p.socket()).exists()));
     assert_eq!(reserved_ips(&node, "load").len(), n);
     assert_eq!(walk(&node.dir.path().join("devinfo")).len(), n);
     run("DEL");
@@ -382,7 +383,7 @@ fn del_after_a_daemon_restart_still_cleans_up() {
         .as_str()
         .unwrap()
         .to_string();
-    let before: Vec<String> = node.ports().iter().map(|p| p.name.clone()).collect();
+    let before: Vec<String> = node.ports().iter().map(|p| p.spec.name.clone()).collect();
     assert_eq!(before.len(), 2);
 
     // A crash, then a clean stop: each time the ports come back from the
@@ -394,7 +395,7 @@ fn del_after_a_daemon_restart_still_cleans_up() {
             node.stop();
         }
         node.spawn();
-        let mut after: Vec<String> = node.ports().iter().map(|p| p.name.clone()).collect();
+        let mut after: Vec<String> = node.ports().iter().map(|p| p.spec.name.clone()).collect();
         after.sort();
         let mut want = before.clone();
         want.sort();
@@ -443,7 +444,7 @@ fn a_pinned_pod_passes_its_own_frames_and_no_spoofed_one() {
     };
     let ((sa, mac_a), (sb, mac_b)) = (iface(&ra), iface(&rb));
     let ports = node.ports();
-    let pa = ports.iter().find(|p| p.socket == sa).unwrap();
+    let pa = ports.iter().find(|p| p.socket() == sa).unwrap();
     assert_eq!(
         pa.spec.macs.as_ref().map(|m| m[0].to_string()),
         Some(mac_a.clone()),
@@ -469,7 +470,7 @@ fn a_pinned_pod_passes_its_own_frames_and_no_spoofed_one() {
         v.into_iter().next().unwrap()
     };
     let spoofed = || {
-        stats(&pa.name)
+        stats(&pa.spec.name)
             .totals
             .drops
             .get("spoofed_source")

@@ -270,7 +270,7 @@ fn podman_containers_on_switchyard_networks_through_cni_and_cdi() {
     let dev_sock = node.socket_dir().join("devices/memif-0/memif.sock");
     for s in [&sock_a, &dev_sock] {
         assert!(
-            ports.iter().any(|p| Path::new(&p.socket) == s.as_path()),
+            ports.iter().any(|p| Path::new(&p.socket()) == s.as_path()),
             "{s:?}"
         );
         let m = std::fs::metadata(s).unwrap();
@@ -285,7 +285,7 @@ fn podman_containers_on_switchyard_networks_through_cni_and_cdi() {
     wait_for(Duration::from_secs(10), "A's first MAC pinned", || {
         node.ports()
             .into_iter()
-            .find(|p| Path::new(&p.socket) == sock_a.as_path())
+            .find(|p| Path::new(&p.socket()) == sock_a.as_path())
             .and_then(|p| p.spec.macs)
             .filter(|m| m.len() == 1)
     });

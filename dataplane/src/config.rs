@@ -1,28 +1,18 @@
-//! Daemon configuration (TOML) and the port/bridge specs shared with the
-//! control API.
+//! The daemon's configuration file (TOML) and the socket path policy.
+//! Port and bridge specs are `switchyard_api`'s, typed as they parse.
 
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::port::memif::handshake::Params;
-use crate::port::memif::queue::Side;
-use crate::port::memif::socket::SocketAddr;
-use crate::port::memif::{MemifConfig, Mode};
-use crate::port::vhost_user::{SocketRole, VhostUserConfig};
-use crate::port::PortKind;
-use crate::switch::security::{PortSecurity, DEFAULT_MAC_LIMIT, DEFAULT_MOVE_HOLD_SECS};
-use crate::vlan::VlanSet;
-use crate::wire::MacAddr;
+pub use switchyard_api::spec::{validate_name, BridgeSpec, KindSpec, PortSpec, SpecError};
+pub use switchyard_api::{DEFAULT_CONTROL_SOCKET, DEFAULT_SOCKET_DIR};
+
+use crate::switch::security::DEFAULT_MOVE_HOLD_SECS;
 use crate::worker::PollMode;
 
 /// The embedded default configuration.
 pub const DEFAULT_CONFIG: &str = include_str!("default.toml");
-
-/// Default control socket.
-pub const DEFAULT_CONTROL_SOCKET: &str = "/run/switchyard/control.sock";
-/// Default `socket_dir`: port sockets lie below it.
-pub const DEFAULT_SOCKET_DIR: &str = "/run/switchyard";
 
 /// A configuration problem, naming the field at fault.
 #[derive(Debug, thiserror::Error)]
@@ -35,17 +25,27 @@ pub enum ConfigError {
         /// What is wrong.
         message: String,
     },
-    /// The TOML does not parse or has unknown fields.
-    #[error("config: {0}")]
-    Parse(#[from] toml::de::Error),
+    /// The TOML does not parse, has unknown fields or values of the wrong
+    /// type: where (`port[1]`), what, and the line.
+    #[error("{0}")]
+    Parse(String),
     /// The file cannot be read.
-    #[error("config {path}: {source}")]
+    #[error("config {path}: {cause}")]
     Io {
         /// File.
         path: PathBuf,
-        /// Cause.
-        source: std::io::Error,
+        /// Cause (in the message, not repeated as a `source()`).
+        cause: std::io::Error,
     },
+}
+
+impl From<SpecError> for ConfigError {
+    fn from(e: SpecError) -> ConfigError {
+        ConfigError::Invalid {
+            field: e.field,
+            message: e.message,
+        }
+    }
 }
 
 fn invalid(field: impl Into<String>, message: impl Into<String>) -> ConfigError {
@@ -156,125 +156,15 @@ impl Default for DataplaneConfig {
     }
 }
 
-/// A bridge domain.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct BridgeSpec {
-    /// Name.
-    pub name: String,
-}
-
-/// A port as the user describes it (config `[[port]]`, `port add`, API).
-/// Roles are the **switch's** own.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PortSpec {
-    /// Port name.
-    pub name: String,
-    /// memif or vhost-user.
-    pub kind: PortKind,
-    /// memif: master | slave; vhost-user: server | client.
-    pub role: String,
-    /// Socket path.
-    pub socket: String,
-    /// memif interface id.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub id: Option<u32>,
-    /// memif secret.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub secret: Option<String>,
-    /// memif mode: ethernet | ip.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mode: Option<String>,
-    /// Queue pairs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub queues: Option<u16>,
-    /// Descriptors per ring (power of two, 2..=16384).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ring_size: Option<u32>,
-    /// Bytes per buffer.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub buffer_size: Option<u32>,
-    /// Bridge to join.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bridge: Option<String>,
-    /// Access VLAN (1..=4094). Without it and without `trunk` the port is
-    /// untagged-only: it carries its bridge's untagged frames and no VLAN.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub vlan: Option<u16>,
-    /// Trunk: the VLANs carried tagged (`100,200-210`; `0` adds untagged
-    /// frames; `all` is every VLAN and untagged frames).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub trunk: Option<VlanSet>,
-    /// Numeric group given access to a socket the switch creates (memif
-    /// master, vhost-user server): the socket file becomes `root:<gid>`,
-    /// mode 0660, so a non-root pod in that group can connect.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub socket_group: Option<u32>,
-    /// Most MAC table entries the port may hold at once (default 64; 0: no
-    /// limit). Frames from further new source addresses are dropped.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mac_limit: Option<u32>,
-    /// The only source MACs the port may send from, pinned to it: they
-    /// never age and no other port can take them.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub macs: Option<Vec<MacAddr>>,
-    /// Pin the first source MAC the port sends from (ignored with `macs`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pin_first: Option<bool>,
-}
-
-/// A validated port, ready to build.
-#[derive(Debug, Clone)]
-pub enum PortSetup {
-    /// memif.
-    Memif(MemifConfig),
-    /// vhost-user.
-    VhostUser(VhostUserConfig),
-}
-
-/// FNV-1a of `name`: a hash that stays the same across releases (unlike
-/// std's), for identifiers and MAC addresses derived from names.
-pub fn stable_hash(name: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in name.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
-}
-
-/// Checks a name used for ports and bridges.
-pub fn validate_name(field: &str, name: &str) -> Result<(), ConfigError> {
-    if name.is_empty() || name.len() > 64 {
-        return Err(invalid(field, "must be 1 to 64 characters"));
-    }
-    if !name
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-        || name.starts_with('.')
-    {
-        return Err(invalid(
-            field,
-            format!("{name:?} may only hold letters, digits, '-', '_' and '.'"),
-        ));
-    }
-    Ok(())
-}
-
 /// Where a port's socket lies: `socket` resolved against `base`, the
 /// configured `socket_dir`. A relative path is taken from `base`; `..` is
 /// refused; the deepest directory of the path that exists must resolve
 /// (symbolic links followed) inside `base`, and the socket itself may not be
 /// a symbolic link. memif abstract names (`@name`, `abstract:name`) have no
 /// path and are returned as they are. `field` names the field in errors.
-pub fn confine_socket(
-    field: &str,
-    base: &Path,
-    kind: PortKind,
-    socket: &str,
-) -> Result<String, ConfigError> {
-    if kind == PortKind::Memif && matches!(SocketAddr::parse(socket), SocketAddr::Abstract(_)) {
+pub fn confine_socket(field: &str, base: &Path, kind: &KindSpec) -> Result<String, ConfigError> {
+    let socket = kind.socket();
+    if !kind.socket_is_path() {
         return Ok(socket.to_string());
     }
     let given = Path::new(socket);
@@ -326,211 +216,24 @@ pub fn confine_socket(
         .ok_or_else(|| invalid(field, "not valid UTF-8"))
 }
 
-/// Most MACs a port may be pinned to.
-pub const MAX_PINNED_MACS: usize = 64;
-
-impl PortSpec {
-    /// The port's security settings (after [`PortSpec::validate`]).
-    pub fn security(&self) -> PortSecurity {
-        PortSecurity {
-            mac_limit: self.mac_limit.unwrap_or(DEFAULT_MAC_LIMIT),
-            macs: self.macs.clone().unwrap_or_default(),
-            pin_first: self.pin_first.unwrap_or(false),
-        }
-    }
-
-    fn validate_security(&self, at: &str) -> Result<(), ConfigError> {
-        let Some(macs) = &self.macs else {
-            return Ok(());
-        };
-        if macs.len() > MAX_PINNED_MACS {
-            return Err(invalid(
-                format!("{at}macs"),
-                format!("{} addresses; at most {MAX_PINNED_MACS}", macs.len()),
-            ));
-        }
-        for (i, m) in macs.iter().enumerate() {
-            if m.is_multicast() || m.to_u64() == 0 {
-                return Err(invalid(
-                    format!("{at}macs[{i}]"),
-                    format!("{m} is not a station address (unicast, not zero)"),
-                ));
-            }
-            if macs[..i].contains(m) {
-                return Err(invalid(
-                    format!("{at}macs[{i}]"),
-                    format!("{m} is listed twice"),
-                ));
-            }
-        }
-        Ok(())
-    }
-
-    /// Validates the spec; `at` prefixes field names in errors (e.g. `port[1].`).
-    pub fn validate(&self, at: &str) -> Result<PortSetup, ConfigError> {
-        let f = |n: &str| format!("{at}{n}");
-        validate_name(&f("name"), &self.name)?;
-        self.validate_security(at)?;
-        if self.socket.is_empty() {
-            return Err(invalid(f("socket"), "must not be empty"));
-        }
-        if self.socket.len() > 107 {
-            return Err(invalid(
-                f("socket"),
-                "longer than a Unix socket path allows (107 bytes)",
-            ));
-        }
-        if let Some(v) = self.vlan {
-            if v == 0 || v > crate::wire::ethernet::VLAN_ID_MAX {
-                return Err(invalid(
-                    f("vlan"),
-                    format!("{v} is not a VLAN id (1..=4094)"),
-                ));
-            }
-        }
-        if self.vlan.is_some() && self.trunk.is_some() {
-            return Err(invalid(
-                f("trunk"),
-                "a port is an access port (vlan) or a trunk, not both",
-            ));
-        }
-        if let Some(b) = &self.bridge {
-            validate_name(&f("bridge"), b)?;
-        }
-        let queues = self.queues.unwrap_or(1);
-        if queues == 0 || queues > 255 {
-            return Err(invalid(
-                f("queues"),
-                format!("{queues} is out of range 1..=255"),
-            ));
-        }
-        match self.kind {
-            PortKind::Memif => {
-                let side = match self.role.as_str() {
-                    "master" | "server" => Side::Master,
-                    "slave" | "client" => Side::Slave,
-                    r => {
-                        return Err(invalid(
-                            f("role"),
-                            format!("{r:?}: memif roles are master or slave"),
-                        ))
-                    }
-                };
-                let mode = match self.mode.as_deref().unwrap_or("ethernet") {
-                    "ethernet" => Mode::Ethernet,
-                    "ip" => Mode::Ip,
-                    m => {
-                        return Err(invalid(
-                            f("mode"),
-                            format!("{m:?}: expected ethernet or ip"),
-                        ))
-                    }
-                };
-                if mode == Mode::Ip {
-                    return Err(invalid(
-                        f("mode"),
-                        "ip mode is not supported on a bridge port (the bridge switches Ethernet frames)",
-                    ));
-                }
-                let ring = self.ring_size.unwrap_or(1024);
-                if !ring.is_power_of_two() || !(2..=16384).contains(&ring) {
-                    return Err(invalid(
-                        f("ring_size"),
-                        format!("{ring} is not a power of two in 2..=16384"),
-                    ));
-                }
-                let bs = self.buffer_size.unwrap_or(2048);
-                if !(128..=65535).contains(&bs) {
-                    return Err(invalid(
-                        f("buffer_size"),
-                        format!("{bs} is out of range 128..=65535"),
-                    ));
-                }
-                if let Some(s) = &self.secret {
-                    if s.len() > 23 || s.contains('\0') {
-                        return Err(invalid(f("secret"), "at most 23 bytes, no NUL"));
-                    }
-                }
-                if self.socket_group.is_some() {
-                    if side == Side::Slave {
-                        return Err(invalid(
-                            f("socket_group"),
-                            "applies where the switch creates the socket (role master)",
-                        ));
-                    }
-                    if matches!(SocketAddr::parse(&self.socket), SocketAddr::Abstract(_)) {
-                        return Err(invalid(
-                            f("socket_group"),
-                            "an abstract socket has no file to give a group",
-                        ));
-                    }
-                }
-                Ok(PortSetup::Memif(MemifConfig {
-                    side,
-                    socket_group: self.socket_group,
-                    socket: self.socket.clone(),
-                    params: Params {
-                        if_name: self.name.clone(),
-                        id: self.id.unwrap_or(0),
-                        secret: self.secret.clone().filter(|s| !s.is_empty()),
-                        mode,
-                        queues,
-                        log2_ring_size: ring.trailing_zeros() as u8,
-                        buffer_size: bs,
-                    },
-                }))
-            }
-            PortKind::VhostUser => {
-                let role = match self.role.as_str() {
-                    "server" => SocketRole::Server,
-                    "client" => SocketRole::Client,
-                    r => {
-                        return Err(invalid(
-                            f("role"),
-                            format!("{r:?}: vhost-user roles are server (the switch creates the socket) or client (the switch connects)"),
-                        ))
-                    }
-                };
-                let memif_only = [
-                    ("id", self.id.is_some()),
-                    ("secret", self.secret.is_some()),
-                    ("mode", self.mode.is_some()),
-                    ("ring_size", self.ring_size.is_some()),
-                    ("buffer_size", self.buffer_size.is_some()),
-                ];
-                if let Some((field, _)) = memif_only.iter().find(|(_, set)| *set) {
-                    return Err(invalid(
-                        f(field),
-                        "applies to memif ports only (a vhost-user frontend sizes its own rings and buffers)",
-                    ));
-                }
-                if self.socket.starts_with('@') || self.socket.starts_with("abstract:") {
-                    return Err(invalid(
-                        f("socket"),
-                        "vhost-user sockets are filesystem paths (no abstract names)",
-                    ));
-                }
-                if self.socket_group.is_some() && role == SocketRole::Client {
-                    return Err(invalid(
-                        f("socket_group"),
-                        "applies where the switch creates the socket (role server)",
-                    ));
-                }
-                Ok(PortSetup::VhostUser(VhostUserConfig {
-                    role,
-                    socket_group: self.socket_group,
-                    socket: PathBuf::from(&self.socket),
-                    queues,
-                }))
-            }
-        }
-    }
-}
-
 impl Config {
     /// Parses and validates TOML text.
     pub fn parse(text: &str) -> Result<Config, ConfigError> {
-        let c: Config = toml::from_str(text)?;
+        let c: Config =
+            serde_path_to_error::deserialize(toml::Deserializer::new(text)).map_err(|e| {
+                let at = e.path().to_string();
+                let line = e
+                    .inner()
+                    .span()
+                    .map(|s| format!(" (line {})", text[..s.start].matches('\n').count() + 1))
+                    .unwrap_or_default();
+                let what = e.inner().message().trim_end().to_string();
+                ConfigError::Parse(if at == "." {
+                    format!("config: {what}{line}")
+                } else {
+                    format!("{at}: {what}{line}")
+                })
+            })?;
         c.validate()?;
         Ok(c)
     }
@@ -542,9 +245,9 @@ impl Config {
 
     /// Reads a file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+        let text = std::fs::read_to_string(path).map_err(|cause| ConfigError::Io {
             path: path.to_path_buf(),
-            source,
+            cause,
         })?;
         Config::parse(&text)
     }
@@ -618,29 +321,42 @@ mod tests {
         let base = tempfile::tempdir().unwrap();
         let b = base.path();
         std::fs::create_dir(b.join("pod")).unwrap();
-        let ok = |s: &str, k: PortKind| confine_socket("port.socket", b, k, s);
+        let ok = |s: &str, k: &str| {
+            let kind = if k == "memif" {
+                KindSpec::Memif(switchyard_api::MemifSpec::new(
+                    switchyard_api::MemifRole::Master,
+                    s,
+                ))
+            } else {
+                KindSpec::VhostUser(switchyard_api::VhostUserSpec::new(
+                    switchyard_api::VhostUserRole::Server,
+                    s,
+                ))
+            };
+            confine_socket("port.socket", b, &kind)
+        };
         let inside = |rel: &str| b.join(rel).to_str().unwrap().to_string();
         // Relative paths are taken from the socket dir; absolute ones inside
         // it are kept; directories that do not exist yet are fine.
-        assert_eq!(ok("a.sock", PortKind::Memif).unwrap(), inside("a.sock"));
+        assert_eq!(ok("a.sock", "memif").unwrap(), inside("a.sock"));
         assert_eq!(
-            ok("./pod/./v.sock", PortKind::VhostUser).unwrap(),
+            ok("./pod/./v.sock", "vhost-user").unwrap(),
             inside("pod/v.sock")
         );
         assert_eq!(
-            ok(&inside("pod/m.sock"), PortKind::Memif).unwrap(),
+            ok(&inside("pod/m.sock"), "memif").unwrap(),
             inside("pod/m.sock")
         );
         assert_eq!(
-            ok(&inside("new/dir/m.sock"), PortKind::Memif).unwrap(),
+            ok(&inside("new/dir/m.sock"), "memif").unwrap(),
             inside("new/dir/m.sock")
         );
         // memif abstract names have no path.
-        assert_eq!(ok("@sw", PortKind::Memif).unwrap(), "@sw");
-        assert_eq!(ok("abstract:sw", PortKind::Memif).unwrap(), "abstract:sw");
+        assert_eq!(ok("@sw", "memif").unwrap(), "@sw");
+        assert_eq!(ok("abstract:sw", "memif").unwrap(), "abstract:sw");
         // Escapes: elsewhere, '..', a symlinked directory, a symlinked socket.
         let refused = |s: &str, why: &str| {
-            let e = ok(s, PortKind::VhostUser).unwrap_err().to_string();
+            let e = ok(s, "vhost-user").unwrap_err().to_string();
             assert!(
                 e.starts_with("port.socket: ") && e.contains(why),
                 "{s}: {e}"
@@ -656,7 +372,11 @@ mod tests {
         std::os::unix::fs::symlink("/run/other.sock", b.join("pod/link.sock")).unwrap();
         refused("pod/link.sock", "is a symbolic link");
         // A socket directory that does not exist is named.
-        let e = confine_socket("port.socket", &b.join("none"), PortKind::Memif, "a.sock");
+        let kind = KindSpec::Memif(switchyard_api::MemifSpec::new(
+            switchyard_api::MemifRole::Master,
+            "a.sock",
+        ));
+        let e = confine_socket("port.socket", &b.join("none"), &kind);
         assert!(e.unwrap_err().to_string().contains("(socket_dir)"));
     }
 
@@ -685,7 +405,8 @@ mod tests {
         let e = Config::parse("[[port]]\nname='p'\nkind='memif'\nrole='boss'\nsocket='/x'\n")
             .unwrap_err()
             .to_string();
-        assert!(e.starts_with("port[0].role:"), "{e}");
+        assert!(e.starts_with("port[0]: role: \"boss\""), "{e}");
+        assert!(e.ends_with("(line 1)"), "{e}");
         let e = Config::parse(
             "[[port]]\nname='p'\nkind='memif'\nrole='master'\nsocket='/x'\nbridge='nope'\n",
         )
@@ -705,12 +426,12 @@ mod tests {
         )
         .unwrap_err()
         .to_string();
-        assert!(e.starts_with("port[0].ring_size:"), "{e}");
+        assert!(e.starts_with("port[0]: unknown field `ring_size`"), "{e}");
         let e =
             Config::parse("[[port]]\nname='v'\nkind='vhost-user'\nrole='master'\nsocket='/x'\n")
                 .unwrap_err()
                 .to_string();
-        assert!(e.starts_with("port[0].role:"), "{e}");
+        assert!(e.starts_with("port[0]: role: \"master\""), "{e}");
         assert!(Config::parse(
             "[[port]]\nname='v'\nkind='vhost-user'\nrole='client'\nsocket='/x'\nqueues=2\n"
         )

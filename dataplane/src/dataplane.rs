@@ -8,7 +8,7 @@
 //! memory stays mapped until the last worker has let go of it.
 
 use std::cell::UnsafeCell;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
@@ -52,20 +52,7 @@ pub fn bump(c: &AtomicU64, n: u64) {
     c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
 }
 
-/// Totals of a port's counters.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct PortTotals {
-    /// Frames received.
-    pub rx_packets: u64,
-    /// Bytes received.
-    pub rx_bytes: u64,
-    /// Frames sent.
-    pub tx_packets: u64,
-    /// Bytes sent.
-    pub tx_bytes: u64,
-    /// Drops by reason name.
-    pub drops: std::collections::BTreeMap<String, u64>,
-}
+pub use switchyard_api::PortTotals;
 
 /// What the control thread and the workers share about one port.
 pub struct PortShared {
@@ -126,8 +113,9 @@ impl PortShared {
 /// A receive queue and its interrupt fd.
 pub struct RxSlot {
     queue: Mutex<Box<dyn RxQueue>>,
-    /// The queue's interrupt eventfd, cached so sleeping needs no lock.
-    pub irq_fd: Option<RawFd>,
+    /// The queue's interrupt eventfd, cached so sleeping needs no lock
+    /// (read through [`RxSlot::irq_fd`]).
+    irq_fd: Option<RawFd>,
 }
 
 impl RxSlot {
@@ -136,6 +124,15 @@ impl RxSlot {
     #[inline]
     pub fn lock(&self) -> MutexGuard<'_, Box<dyn RxQueue>> {
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The queue's interrupt eventfd, without taking the queue's lock.
+    #[inline]
+    pub fn irq_fd(&self) -> Option<BorrowedFd<'_>> {
+        // SAFETY: the number was the queue's own fd when the slot was made;
+        // the queue owns it (it closes it when dropped) and the slot owns
+        // the queue, so it stays open for as long as `self` is borrowed.
+        self.irq_fd.map(|fd| unsafe { BorrowedFd::borrow_raw(fd) })
     }
 }
 
@@ -567,7 +564,7 @@ impl Dataplane {
             p.rx =
                 q.rx.into_iter()
                     .map(|q| {
-                        let irq_fd = q.interrupt_fd();
+                        let irq_fd = q.interrupt_fd().map(|fd| fd.as_raw_fd());
                         Arc::new(RxSlot {
                             queue: Mutex::new(q),
                             irq_fd,

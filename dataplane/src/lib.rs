@@ -16,6 +16,7 @@
 pub mod config;
 pub mod control;
 pub mod dataplane;
+pub mod eventfd;
 pub mod port;
 pub mod reactor;
 pub mod switch;

@@ -5,12 +5,12 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
-use switchyard::config::{Config, PortSpec, DEFAULT_CONTROL_SOCKET};
-use switchyard::control::api::{BridgeInfo, MacInfo, PortInfo, PortStats};
-use switchyard::control::{Client, Daemon, Request};
-use switchyard::port::PortKind;
-use switchyard::vlan::VlanSet;
-use switchyard::wire::MacAddr;
+use switchyard::config::Config;
+use switchyard::control::Daemon;
+use switchyard_api::{
+    BridgeInfo, Client, MacAddr, MacInfo, PortInfo, PortSpec, PortStats, Request, VlanSet,
+    DEFAULT_CONTROL_SOCKET,
+};
 
 /// Switchyard: a userspace L2 switch for pods (memif and vhost-user ports).
 #[derive(Parser)]
@@ -75,8 +75,8 @@ struct PortAdd {
     /// Port name.
     name: String,
     /// memif or vhost-user.
-    #[arg(long, value_parser = parse_kind)]
-    kind: PortKind,
+    #[arg(long)]
+    kind: String,
     /// memif: master|slave; vhost-user: server|client (the switch's role).
     #[arg(long)]
     role: String,
@@ -160,11 +160,46 @@ enum MacCmd {
     },
 }
 
-fn parse_kind(s: &str) -> Result<PortKind, String> {
-    match s {
-        "memif" => Ok(PortKind::Memif),
-        "vhost-user" | "vhostuser" => Ok(PortKind::VhostUser),
-        _ => Err(format!("{s:?}: expected memif or vhost-user")),
+impl PortAdd {
+    /// The spec the flags describe, typed by the same parser as the config
+    /// file and the API: a flag the kind does not have is refused by name.
+    fn spec(self) -> anyhow::Result<PortSpec> {
+        use serde_json::{json, Map, Value};
+        let mut m = Map::new();
+        let mut put = |k: &str, v: Value| {
+            if !v.is_null() {
+                m.insert(k.to_string(), v);
+            }
+        };
+        put("name", json!(self.name));
+        put(
+            "kind",
+            json!(match self.kind.as_str() {
+                "vhostuser" => "vhost-user",
+                k => k,
+            }),
+        );
+        put("role", json!(self.role));
+        put("socket", json!(self.socket));
+        put("id", json!(self.id));
+        put("secret", json!(self.secret));
+        put("mode", json!(self.mode));
+        put("queues", json!(self.queues));
+        put("ring_size", json!(self.ring_size));
+        put("buffer_size", json!(self.buffer_size));
+        put("bridge", json!(self.bridge));
+        put("vlan", json!(self.vlan));
+        put("trunk", json!(self.trunk));
+        put("socket_group", json!(self.socket_group));
+        put("mac_limit", json!(self.mac_limit));
+        put("macs", json!((!self.macs.is_empty()).then_some(self.macs)));
+        put("pin_first", json!(self.pin_first.then_some(true)));
+        serde_json::from_value(Value::Object(m)).map_err(|e| {
+            // The flags are not JSON to the user: no line and column.
+            let text = e.to_string();
+            let text = text.split(" at line ").next().unwrap_or_default();
+            anyhow::anyhow!("{text}")
+        })
     }
 }
 
@@ -207,29 +242,11 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
             Daemon::start(cfg).context("cannot start")?.run()
         }
         Cmd::Port(PortCmd::Add(a)) => {
-            let spec = PortSpec {
-                name: a.name,
-                kind: a.kind,
-                role: a.role,
-                socket: a.socket,
-                id: a.id,
-                secret: a.secret,
-                mode: a.mode,
-                queues: a.queues,
-                ring_size: a.ring_size,
-                buffer_size: a.buffer_size,
-                bridge: a.bridge,
-                vlan: a.vlan,
-                trunk: a.trunk,
-                socket_group: a.socket_group,
-                mac_limit: a.mac_limit,
-                macs: (!a.macs.is_empty()).then_some(a.macs),
-                pin_first: a.pin_first.then_some(true),
-            };
+            let spec = a.spec()?;
             let info: PortInfo = client()?.call_as(&Request::PortAdd {
                 port: Box::new(spec),
             })?;
-            println!("port {} added", info.name);
+            println!("port {} added", info.spec.name);
             Ok(())
         }
         Cmd::Port(PortCmd::Del { name }) => {
@@ -249,19 +266,20 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
                 "NAME", "KIND", "ROLE", "LINK", "BRIDGE", "VLAN", "SOCKET"
             );
             for p in ports {
+                let s = p.spec;
                 println!(
                     "{:<20} {:<10} {:<7} {:<5} {:<12} {:<9} {:<40} {}",
-                    p.name,
-                    kind_name(p.kind),
-                    p.role,
+                    s.name,
+                    s.kind.name(),
+                    s.kind.role(),
                     if p.status.link_up { "up" } else { "down" },
-                    p.bridge.unwrap_or_else(|| "-".into()),
-                    match (p.vlan, &p.trunk) {
+                    s.bridge.as_deref().unwrap_or("-"),
+                    match (s.vlan, &s.trunk) {
                         (Some(v), _) => v.to_string(),
                         (None, Some(t)) => format!("trunk:{t}"),
                         (None, None) => "untagged".into(),
                     },
-                    p.socket,
+                    s.kind.socket(),
                     if p.status.link_up {
                         p.status.peer
                     } else {
@@ -352,12 +370,5 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
-    }
-}
-
-fn kind_name(k: PortKind) -> &'static str {
-    match k {
-        PortKind::Memif => "memif",
-        PortKind::VhostUser => "vhost-user",
     }
 }

@@ -1,7 +1,7 @@
 //! A small epoll reactor for the control thread: every socket of every port,
 //! the control API's wakeup, signals and worker fault notices.
 
-use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::time::Duration;
 
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
@@ -54,20 +54,16 @@ impl Reactor {
     }
 
     /// Watches `fd` for input (and hang-up, which is always reported).
-    pub fn add(&self, fd: RawFd, token: Token) -> std::io::Result<()> {
+    /// Callers [`Reactor::remove`] it before they close it.
+    pub fn add(&self, fd: impl AsFd, token: Token) -> std::io::Result<()> {
         let ev = EpollEvent::new(EpollFlags::EPOLLIN, token.to_u64());
-        // SAFETY: the fd is open for the duration of the call; epoll only
-        // records the number, and callers remove it before closing it.
-        let bfd = unsafe { BorrowedFd::borrow_raw(fd) };
-        self.epoll.add(bfd, ev)?;
+        self.epoll.add(fd, ev)?;
         Ok(())
     }
 
     /// Stops watching `fd` (ignored if it was not watched).
-    pub fn remove(&self, fd: RawFd) {
-        // SAFETY: as in `add`; a stale or unknown fd only yields an error.
-        let bfd = unsafe { BorrowedFd::borrow_raw(fd) };
-        let _ = self.epoll.delete(bfd);
+    pub fn remove(&self, fd: impl AsFd) {
+        let _ = self.epoll.delete(fd);
     }
 
     /// Waits up to `timeout` and returns the tokens that became ready.
@@ -118,41 +114,9 @@ impl Waker {
         let _ = self.fd.read();
     }
     /// The fd to poll.
-    pub fn fd(&self) -> RawFd {
-        self.fd.as_fd_raw()
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
     }
-}
-
-trait AsFdRaw {
-    fn as_fd_raw(&self) -> RawFd;
-}
-impl AsFdRaw for EventFd {
-    fn as_fd_raw(&self) -> RawFd {
-        use std::os::fd::AsFd;
-        self.as_fd().as_raw_fd()
-    }
-}
-
-/// Reads the 8-byte counter of an eventfd, ignoring errors (used to drain).
-pub fn drain_eventfd(fd: RawFd) {
-    let mut b = [0u8; 8];
-    // SAFETY: reading into a local 8-byte buffer from an fd we own.
-    unsafe { libc::read(fd, b.as_mut_ptr().cast(), 8) };
-}
-
-/// Writes 1 to an eventfd (a memif or vhost-user kick), ignoring errors: a
-/// full counter or a closed peer must not stop the data path.
-pub fn kick_eventfd(fd: RawFd) {
-    let one = 1u64.to_ne_bytes();
-    // SAFETY: writing 8 bytes from a local buffer to an fd held open by the
-    // queue that calls this.
-    unsafe { libc::write(fd, one.as_ptr().cast(), 8) };
-}
-
-/// Creates a non-blocking, close-on-exec eventfd.
-pub fn new_eventfd() -> std::io::Result<OwnedFd> {
-    let efd = EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)?;
-    Ok(OwnedFd::from(efd))
 }
 
 #[cfg(test)]

@@ -13,8 +13,8 @@ use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTime
 use tracing::{info, warn};
 
 use crate::dataplane::{bump, Dataplane, WorkerView};
+use crate::eventfd::drain_eventfd;
 use crate::port::RxBurst;
-use crate::reactor::drain_eventfd;
 use crate::switch::{DropReason, Forwarder};
 
 /// How workers wait for frames.
@@ -86,16 +86,13 @@ fn pin(cpu: usize) -> nix::Result<()> {
 
 fn build_epoll(dp: &Dataplane, w: usize, view: &WorkerView) -> std::io::Result<Epoll> {
     let ep = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
-    let add = |fd, tok| {
-        // SAFETY: the fd stays open while registered: the waker lives in the
-        // data plane, queue fds in the queues this view holds until the epoll
-        // is dropped and rebuilt.
-        let b = unsafe { BorrowedFd::borrow_raw(fd) };
-        ep.add(b, EpollEvent::new(EpollFlags::EPOLLIN, tok))
-    };
+    // The fds stay open while registered: the waker lives in the data
+    // plane, queue fds in the queues this view holds until the epoll is
+    // dropped and rebuilt.
+    let add = |fd: BorrowedFd<'_>, tok| ep.add(fd, EpollEvent::new(EpollFlags::EPOLLIN, tok));
     add(dp.worker_waker(w).fd(), WAKER_TOKEN)?;
     for (i, rx) in view.rx.iter().enumerate() {
-        if let Some(fd) = rx.slot.irq_fd {
+        if let Some(fd) = rx.slot.irq_fd() {
             add(fd, i as u64)?;
         }
     }
@@ -207,7 +204,7 @@ fn sleep_until_kicked(dp: &Dataplane, w: usize, view: &WorkerView, ep: &Epoll, g
                 let fd = if e.data() == WAKER_TOKEN {
                     Some(dp.worker_waker(w).fd())
                 } else {
-                    view.rx.get(e.data() as usize).and_then(|r| r.slot.irq_fd)
+                    view.rx.get(e.data() as usize).and_then(|r| r.slot.irq_fd())
                 };
                 if let Some(fd) = fd {
                     drain_eventfd(fd);

@@ -263,7 +263,10 @@ fn ports_persist_across_daemon_restarts() {
     );
     sw.spawn();
     assert!(std::path::Path::new(&sa).exists());
-    assert_eq!(sw.port("a").spec.secret.as_deref(), Some("s3cret"));
+    let switchyard_api::KindSpec::Memif(m) = sw.port("a").spec.kind else {
+        panic!("a memif port")
+    };
+    assert_eq!(m.secret.as_deref(), Some("s3cret"));
 
     // kill -9: the stale sockets are replaced on restart.
     sw.kill9();

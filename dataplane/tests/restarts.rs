@@ -10,10 +10,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::{memif_vdev, serial, virtio_vdev, wait_for, Switch, Testpmd};
-use switchyard::config::PortSpec;
-use switchyard::control::api::PortInfo;
-use switchyard::control::{Client, Request};
-use switchyard::port::PortKind;
+use switchyard_api::{Client, Request};
+use switchyard_api::{KindSpec, MemifRole, MemifSpec, PortInfo, PortSpec};
 
 const BRIDGES: &str = "[[bridge]]\nname = \"a\"\n[[bridge]]\nname = \"b\"\n";
 /// Pod A owns its sockets (memif server, virtio_user server=1): the switch
@@ -190,7 +188,14 @@ fn daemon_stopped_or_killed_under_traffic_restores_ports_and_traffic_resumes() {
             .call_as::<Vec<PortInfo>>(&Request::PortList)
             .unwrap()
             .into_iter()
-            .map(|p| (p.name, p.role, p.socket))
+            .map(|p| {
+                let k = &p.spec.kind;
+                (
+                    p.spec.name.clone(),
+                    k.role().to_string(),
+                    k.socket().to_string(),
+                )
+            })
             .collect();
         v.sort();
         v
@@ -254,25 +259,11 @@ fn daemon_stopped_or_killed_under_traffic_restores_ports_and_traffic_resumes() {
 }
 
 fn memif_spec(sw: &Switch, name: &str) -> PortSpec {
-    PortSpec {
-        name: name.into(),
-        kind: PortKind::Memif,
-        role: "master".into(),
-        socket: sw.path(&format!("{name}.sock")),
-        id: None,
-        secret: None,
-        mode: None,
-        queues: None,
-        ring_size: None,
-        buffer_size: None,
-        bridge: None,
-        vlan: None,
-        trunk: None,
-        socket_group: None,
-        mac_limit: None,
-        macs: None,
-        pin_first: None,
-    }
+    let socket = sw.path(&format!("{name}.sock"));
+    PortSpec::new(
+        name,
+        KindSpec::Memif(MemifSpec::new(MemifRole::Master, socket)),
+    )
 }
 
 fn port_names(sw: &Switch) -> HashSet<String> {
@@ -280,7 +271,7 @@ fn port_names(sw: &Switch) -> HashSet<String> {
         .call_as::<Vec<PortInfo>>(&Request::PortList)
         .unwrap()
         .into_iter()
-        .map(|p| p.name)
+        .map(|p| p.spec.name)
         .collect()
 }
 

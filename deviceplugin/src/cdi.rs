@@ -101,7 +101,7 @@ pub fn write(cfg: &Config) -> std::io::Result<PathBuf> {
     std::fs::create_dir_all(&cfg.cdi_dir)?;
     let body = serde_json::to_vec_pretty(&spec(cfg)).map_err(std::io::Error::other)?;
     // The runtime may read it at any time.
-    switchyard::control::state::write_atomic(&path, &body, 0o644)?;
+    switchyard_api::fs::write_atomic(&path, &body, 0o644)?;
     Ok(path)
 }
 

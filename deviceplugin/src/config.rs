@@ -9,6 +9,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
+use switchyard_api::{MemifRole, VhostUserRole};
 use switchyard_cni::devinfo::{self, DeviceInfo, MemifInfo, VhostUserInfo};
 
 /// The built-in configuration (two pools of 16 sockets).
@@ -17,12 +18,18 @@ pub const DEFAULT_CONFIG: &str = include_str!("default.toml");
 /// The largest pool.
 pub const MAX_DEVICES: u32 = 4096;
 
+impl From<toml::de::Error> for ConfigError {
+    fn from(e: toml::de::Error) -> ConfigError {
+        ConfigError::Parse(e)
+    }
+}
+
 /// A configuration error, naming the field.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The TOML did not parse or has unknown fields.
     #[error("config: {0}")]
-    Parse(#[from] toml::de::Error),
+    Parse(toml::de::Error),
     /// A path is not absolute and clean (the message names the field).
     #[error("config: {0}")]
     Path(String),
@@ -100,8 +107,17 @@ pub struct Pool {
     /// Number of devices.
     pub count: u32,
     /// The pod's role (memif `slave`/`master`) or mode (vhost-user
-    /// `client`/`server`).
-    pub pod_role: String,
+    /// `client`/`server`), typed by the pool's kind.
+    pub pod_role: PodRole,
+}
+
+/// The pod's end of a pool's sockets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodRole {
+    /// memif: the pod's role.
+    Memif(MemifRole),
+    /// vhost-user: the pod's mode.
+    VhostUser(VhostUserRole),
 }
 
 /// The whole configuration.
@@ -209,20 +225,31 @@ impl Config {
             if p.count == 0 || p.count > MAX_DEVICES {
                 return Err(invalid(f("count"), format!("must be 1..={MAX_DEVICES}")));
             }
-            let allowed: &[&str] = match p.interface_type {
-                InterfaceType::Memif => &["slave", "master"],
-                InterfaceType::VhostUser => &["client", "server"],
-            };
-            let pod_role = p.pod_role.unwrap_or_else(|| allowed[0].to_string());
-            if !allowed.contains(&pod_role.as_str()) {
-                return Err(invalid(
+            let given = p.pod_role.as_deref();
+            let bad = |r: &str| {
+                let allowed = match p.interface_type {
+                    InterfaceType::Memif => "slave or master",
+                    InterfaceType::VhostUser => "client or server",
+                };
+                invalid(
                     f("pod_role"),
-                    format!(
-                        "{pod_role:?} is not one of {allowed:?} for {}",
-                        p.interface_type.name()
-                    ),
-                ));
-            }
+                    format!("{r:?} is not {allowed} for {}", p.interface_type.name()),
+                )
+            };
+            let pod_role = match p.interface_type {
+                InterfaceType::Memif => PodRole::Memif(
+                    given
+                        .unwrap_or("slave")
+                        .parse()
+                        .map_err(|_| bad(given.unwrap_or_default()))?,
+                ),
+                InterfaceType::VhostUser => PodRole::VhostUser(
+                    given
+                        .unwrap_or("client")
+                        .parse()
+                        .map_err(|_| bad(given.unwrap_or_default()))?,
+                ),
+            };
             pools.push(Pool {
                 resource: p.resource,
                 class,
@@ -255,7 +282,7 @@ impl Config {
             control_socket: absolute(
                 "control_socket",
                 raw.control_socket,
-                switchyard::config::DEFAULT_CONTROL_SOCKET,
+                switchyard_api::DEFAULT_CONTROL_SOCKET,
             )?,
             health_interval_ms: interval,
             socket_group: raw.socket_group,
@@ -312,15 +339,18 @@ impl Pool {
         DeviceInfo {
             kind: self.kind.name().to_string(),
             version: devinfo::VERSION.to_string(),
-            memif: (self.kind == InterfaceType::Memif).then(|| MemifInfo {
-                role: self.pod_role.clone(),
-                mode: "ethernet".into(),
-                path: path.clone(),
-            }),
-            vhost_user: (self.kind == InterfaceType::VhostUser).then(|| VhostUserInfo {
-                mode: self.pod_role.clone(),
-                path,
-            }),
+            memif: match self.pod_role {
+                PodRole::Memif(role) => Some(MemifInfo {
+                    role,
+                    mode: "ethernet".into(),
+                    path: path.clone(),
+                }),
+                PodRole::VhostUser(_) => None,
+            },
+            vhost_user: match self.pod_role {
+                PodRole::VhostUser(mode) => Some(VhostUserInfo { mode, path }),
+                PodRole::Memif(_) => None,
+            },
         }
     }
 }
@@ -351,9 +381,12 @@ mod tests {
         let c = Config::parse(DEFAULT_CONFIG).unwrap();
         assert_eq!(c.pools.len(), 2);
         assert_eq!(c.pools[0].resource, "switchyard.io/memif");
-        assert_eq!(c.pools[0].pod_role, "slave");
+        assert_eq!(c.pools[0].pod_role, PodRole::Memif(MemifRole::Slave));
         assert_eq!(c.pools[1].kind, InterfaceType::VhostUser);
-        assert_eq!(c.pools[1].pod_role, "client");
+        assert_eq!(
+            c.pools[1].pod_role,
+            PodRole::VhostUser(VhostUserRole::Client)
+        );
         assert!(c.cdi);
         assert_eq!(
             c.kubelet_socket(),
@@ -384,7 +417,7 @@ mod tests {
             "SWITCHYARD_SOCKET_VHOST_USER_12"
         );
         let info = c.pools[1].device_info(&c.devices(&c.pools[1]).next().unwrap());
-        assert_eq!(info.vhost_user.unwrap().mode, "client");
+        assert_eq!(info.vhost_user.unwrap().mode, VhostUserRole::Client);
     }
 
     fn err(text: &str) -> String {
@@ -396,7 +429,7 @@ mod tests {
         let pool = |extra: &str| {
             format!("[[pool]]\nresource = \"switchyard.io/memif\"\ninterface_type = \"memif\"\ncount = 4\n{extra}")
         };
-        assert!(err(&pool("pod_role = \"client\"")).contains("pool[0].pod_role"));
+        assert!(err(&pool("pod_role = \"boss\"")).contains("pool[0].pod_role"));
         assert!(err(&pool("colour = 1")).contains("colour"));
         assert!(err("").contains("pool"));
         assert!(err(&pool("").replace("count = 4", "count = 0")).contains("pool[0].count"));

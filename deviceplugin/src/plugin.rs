@@ -227,7 +227,7 @@ pub fn prepare_device(cfg: &Config, pool: &Pool, d: &Device) -> Result<(), Strin
     let dir_err = |e: std::io::Error| format!("socket directory {}: {e}", d.dir.display());
     std::fs::create_dir_all(&d.dir).map_err(dir_err)?;
     match cfg.socket_group {
-        Some(gid) => switchyard::port::share_with_group(&d.dir, gid, 0o770),
+        Some(gid) => switchyard_api::fs::share_with_group(&d.dir, gid, 0o770),
         None => std::fs::set_permissions(&d.dir, std::fs::Permissions::from_mode(0o700)),
     }
     .map_err(dir_err)?;

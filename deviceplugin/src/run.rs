@@ -26,18 +26,18 @@ use crate::{cdi, API_VERSION};
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     /// A file or socket could not be made.
-    #[error("{what}: {source}")]
+    #[error("{what}: {cause}")]
     Io {
         /// What was being done.
         what: String,
-        /// The cause.
-        source: std::io::Error,
+        /// The cause (in the message, not repeated as a `source()`).
+        cause: std::io::Error,
     },
 }
 
 fn io(what: impl std::fmt::Display) -> impl FnOnce(std::io::Error) -> RunError {
     let what = what.to_string();
-    move |source| RunError::Io { what, source }
+    move |cause| RunError::Io { what, cause }
 }
 
 /// A gRPC channel over a Unix socket (the kubelet's or a plugin's).
@@ -55,7 +55,7 @@ pub async fn uds_channel(path: &Path) -> Result<Channel, tonic::transport::Error
 
 /// Whether the switch daemon answers a ping (blocking, bounded).
 fn daemon_healthy(control: &Path, limit: Duration) -> bool {
-    use switchyard::control::{Client, Request};
+    use switchyard_api::{Client, Request};
     Client::connect(control)
         .and_then(|mut c| {
             c.set_timeout(limit)?;
@@ -241,7 +241,7 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), 
         .and_then(|r| r)
         .map_err(|e| RunError::Io {
             what: "preparing devices".into(),
-            source: std::io::Error::other(e),
+            cause: std::io::Error::other(e),
         })?;
     tracing::info!(dir = %cfg.devinfo_dir.display(), "wrote a device-info file for every device");
     if cfg.cdi {

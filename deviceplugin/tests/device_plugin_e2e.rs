@@ -18,8 +18,8 @@ use std::time::Duration;
 use common::{serial, terminate, wait_for, workspace_bin, Switch, Testpmd};
 use multus::{Multus, Nad, Pod as MultusPod, Selection};
 use serde_json::{json, Value};
-use switchyard::control::api::PortInfo;
-use switchyard::control::Request as CtlRequest;
+use switchyard_api::PortInfo;
+use switchyard_api::Request as CtlRequest;
 use switchyard_device_plugin::api::device_plugin_client::DevicePluginClient;
 use switchyard_device_plugin::api::registration_server::{Registration, RegistrationServer};
 use switchyard_device_plugin::api::{
@@ -571,9 +571,9 @@ fn device_plugin_to_cni_to_switch_to_testpmd() {
     // The switch made the ports on the plugin's sockets, in the roles the
     // device-info files imply.
     let ports: Vec<PortInfo> = switch.client().call_as(&CtlRequest::PortList).unwrap();
-    let by_sock = |s: &str| ports.iter().find(|p| p.socket == s).unwrap();
-    assert_eq!(by_sock(&a_sock).role, "master");
-    assert_eq!(by_sock(&b_sock).role, "server");
+    let by_sock = |s: &str| ports.iter().find(|p| p.socket() == s).unwrap();
+    assert_eq!(by_sock(&a_sock).role(), "master");
+    assert_eq!(by_sock(&b_sock).role(), "server");
     assert!(Path::new(&a_sock).exists() && Path::new(&b_sock).exists());
 
     // The pods' applications open the sockets their environment names,

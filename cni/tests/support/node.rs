@@ -8,8 +8,8 @@ use std::process::{Child, Command};
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use switchyard::control::api::PortInfo;
-use switchyard::control::{Client, Request};
+use switchyard_api::PortInfo;
+use switchyard_api::{Client, Request};
 
 use super::exec;
 use super::testpmd::{self, terminate, wait_for};

@@ -2,7 +2,6 @@
 //! reactor; worker threads run the data plane.
 
 use std::collections::{BTreeMap, HashMap};
-use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -12,17 +11,17 @@ use std::time::{Duration, Instant};
 use crossbeam::channel::{unbounded, Receiver};
 use tracing::{error, info, warn};
 
-use super::api::{
+use switchyard_api::{
     ApiError, BridgeInfo, ErrorCode, MacInfo, PortInfo, PortStats, Request, Response,
 };
+
 use super::server::{self, Call};
 use super::state::{State, StateStore};
-use crate::config::{confine_socket, validate_name, BridgeSpec, Config, PortSetup, PortSpec};
+use crate::config::{confine_socket, validate_name, BridgeSpec, Config, PortSpec};
 use crate::dataplane::{BridgeId, Dataplane, PortId, PortShared};
-use crate::port::memif::MemifPort;
-use crate::port::vhost_user::VhostUserPort;
 use crate::port::{Port, PortCtx};
 use crate::reactor::{Reactor, Token, Waker};
+use crate::switch::security::PortSecurity;
 use crate::switch::DropReason;
 use crate::vlan::VlanMode;
 use crate::worker::{self, WorkerConfig};
@@ -93,7 +92,7 @@ impl Daemon {
         for s in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
             signal_hook::low_level::pipe::register(s, sig_tx.try_clone()?)?;
         }
-        reactor.add(sig_rx.as_raw_fd(), Token::Control(TOKEN_SIGNAL))?;
+        reactor.add(&sig_rx, Token::Control(TOKEN_SIGNAL))?;
 
         let mut workers = Vec::new();
         let cpus = worker::worker_cpus(
@@ -291,11 +290,11 @@ impl Daemon {
     }
 
     fn create_port(&mut self, mut spec: PortSpec, from_config: bool) -> Result<(), ApiError> {
-        spec.socket = confine_socket("port.socket", &self.cfg.socket_dir, spec.kind, &spec.socket)
+        spec.validate("port.")
             .map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.to_string()))?;
-        let setup = spec
-            .validate("port.")
+        let socket = confine_socket("port.socket", &self.cfg.socket_dir, &spec.kind)
             .map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.to_string()))?;
+        spec.kind.set_socket(socket);
         if self.port_names.contains_key(&spec.name) {
             return Err(ApiError::new(
                 ErrorCode::AlreadyExists,
@@ -306,13 +305,14 @@ impl Daemon {
             .ports
             .iter()
             .flatten()
-            .find(|e| e.spec.socket == spec.socket)
+            .find(|e| e.spec.kind.socket() == spec.kind.socket())
         {
             return Err(ApiError::new(
                 ErrorCode::Busy,
                 format!(
                     "port.socket: {} is used by port {:?}",
-                    spec.socket, other.spec.name
+                    spec.kind.socket(),
+                    other.spec.name
                 ),
             ));
         }
@@ -330,18 +330,10 @@ impl Daemon {
                     .id,
             ),
         };
-        let mut port: Box<dyn Port> = match setup {
-            PortSetup::Memif(m) => Box::new(MemifPort::new(&spec.name, m)),
-            PortSetup::VhostUser(mut v) => {
-                // As OVS-DPDK: offer one queue pair per worker unless told.
-                if spec.queues.is_none() {
-                    v.queues = u16::try_from(self.dp.workers().max(1)).unwrap_or(1);
-                }
-                Box::new(VhostUserPort::new(&spec.name, v))
-            }
-        };
+        let workers = u16::try_from(self.dp.workers().max(1)).unwrap_or(1);
+        let mut port = crate::port::build(&spec.name, &spec.kind, workers);
         let vlan = VlanMode::from_spec(spec.vlan, spec.trunk.as_ref());
-        let security = spec.security();
+        let security = PortSecurity::from_spec(&spec);
         let (id, shared) = self.dp.add_port(&spec.name, bridge, vlan, &security);
         if let Err((mac, owner)) = self.dp.pin_macs(id, &security.macs) {
             self.dp.remove_port(id);
@@ -365,7 +357,7 @@ impl Daemon {
             };
             return Err(ApiError::new(code, format!("port.socket: {e}")));
         }
-        info!(port = %spec.name, kind = ?port.kind(), role = %spec.role, socket = %spec.socket, "port created");
+        info!(port = %spec.name, kind = port.kind(), role = spec.kind.role(), socket = spec.kind.socket(), "port created");
         if self.ports.len() <= id as usize {
             self.ports.resize_with(id as usize + 1, || None);
         }
@@ -468,16 +460,9 @@ impl Daemon {
 
     fn port_info(&self, e: &PortEntry) -> PortInfo {
         PortInfo {
-            name: e.spec.name.clone(),
-            kind: e.spec.kind,
-            role: e.spec.role.clone(),
-            socket: e.spec.socket.clone(),
-            bridge: e.spec.bridge.clone(),
-            vlan: e.spec.vlan,
-            trunk: e.spec.trunk.clone(),
+            spec: e.spec.clone(),
             from_config: e.from_config,
             status: e.port.status(),
-            spec: e.spec.clone(),
         }
     }
 

@@ -14,8 +14,8 @@ use std::time::Duration;
 use crossbeam::channel::{bounded, Sender};
 use tracing::{debug, warn};
 
-use super::api::{ApiError, ErrorCode, Request, Response};
 use crate::reactor::Waker;
+use switchyard_api::{ApiError, ErrorCode, Request, Response};
 
 /// A request on its way to the daemon loop, with the way back.
 pub struct Call {

@@ -3,10 +3,11 @@
 //! rename, fsync of the directory): a crash leaves the old or the new state,
 //! never a torn one.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+
+use switchyard_api::fs::write_atomic;
 
 use crate::config::{BridgeSpec, PortSpec};
 
@@ -91,31 +92,9 @@ impl StateStore {
     }
 }
 
-/// Replaces `path` with `body` so that a reader or a crash sees the old or
-/// the new content, never a torn one: a temp file beside it (mode `mode`),
-/// fsync, rename, fsync of the directory. The directory must exist.
-pub fn write_atomic(path: &Path, body: &[u8], mode: u32) -> std::io::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let dir = path.parent().unwrap_or(Path::new("/"));
-    let name = path.file_name().unwrap_or_default().to_string_lossy();
-    let tmp = dir.join(format!(".{name}.tmp"));
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(mode)
-        .open(&tmp)?;
-    f.write_all(body)?;
-    f.sync_all()?;
-    drop(f);
-    std::fs::rename(&tmp, path)?;
-    std::fs::File::open(dir)?.sync_all()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::port::PortKind;
 
     #[test]
     fn saves_and_loads_atomically() {
@@ -125,25 +104,12 @@ mod tests {
         let st = State {
             version: 1,
             bridges: vec![BridgeSpec { name: "b".into() }],
-            ports: vec![PortSpec {
-                name: "p".into(),
-                kind: PortKind::Memif,
-                role: "master".into(),
-                socket: "/tmp/x.sock".into(),
-                id: Some(3),
-                secret: None,
-                mode: None,
-                queues: None,
-                ring_size: None,
-                buffer_size: None,
-                bridge: Some("b".into()),
-                vlan: None,
-                trunk: Some("10,20-30".parse().unwrap()),
-                socket_group: Some(1234),
-                mac_limit: Some(8),
-                macs: Some(vec!["02:00:00:00:00:01".parse().unwrap()]),
-                pin_first: None,
-            }],
+            ports: vec![serde_json::from_str(
+                r#"{"name":"p","kind":"memif","role":"master","socket":"/tmp/x.sock","id":3,
+                    "bridge":"b","trunk":"10,20-30","socket_group":1234,"mac_limit":8,
+                    "macs":["02:00:00:00:00:01"]}"#,
+            )
+            .unwrap()],
         };
         s.save(&st).unwrap();
         assert_eq!(s.load().unwrap(), st);

@@ -55,10 +55,15 @@ impl RxFrame {
 
     /// Appends a segment. Returns false when the frame already has [`MAX_SEGS`].
     ///
-    /// The caller has checked that `ptr..ptr+len` lies inside memory that stays
-    /// mapped until the burst is released.
+    /// # Safety
+    ///
+    /// `ptr..ptr+len` must lie inside memory that stays mapped and readable
+    /// for as long as the frame is read (until its burst is released):
+    /// [`RxFrame::read_prefix`] and the transmit copy read it without
+    /// further checks. The bytes may change under the reader (memory shared
+    /// with a peer); they are only ever copied, never referenced.
     #[inline]
-    pub fn push(&mut self, ptr: *const u8, len: u32) -> bool {
+    pub unsafe fn push(&mut self, ptr: *const u8, len: u32) -> bool {
         let n = self.nsegs as usize;
         if n == MAX_SEGS {
             return false;
@@ -270,7 +275,8 @@ mod tests {
     fn frame_from(parts: &[&[u8]]) -> RxFrame {
         let mut f = RxFrame::default();
         for p in parts {
-            assert!(f.push(p.as_ptr(), p.len() as u32));
+            // SAFETY: every caller keeps `parts` alive while it reads the frame.
+            assert!(unsafe { f.push(p.as_ptr(), p.len() as u32) });
         }
         f
     }
@@ -334,8 +340,10 @@ mod tests {
         let b = [0u8; 1];
         let mut f = RxFrame::default();
         for _ in 0..MAX_SEGS {
-            assert!(f.push(b.as_ptr(), 1));
+            // SAFETY: `b` outlives the frame.
+            assert!(unsafe { f.push(b.as_ptr(), 1) });
         }
-        assert!(!f.push(b.as_ptr(), 1));
+        // SAFETY: as above.
+        assert!(!unsafe { f.push(b.as_ptr(), 1) });
     }
 }

@@ -14,10 +14,12 @@ pub mod prefetch;
 pub mod sigbus;
 pub mod vhost_user;
 
-use std::os::fd::RawFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::time::Instant;
 
 pub use frame::{FrameReader, RxBurst, RxFrame, Segment, TxFrame, BURST_SIZE, MAX_SEGS};
+
+use switchyard_api::{KindSpec, PortStatus};
 
 use crate::dataplane::{Dataplane, PortId};
 use crate::reactor::Reactor;
@@ -69,24 +71,30 @@ pub fn listener_alive<T>(attempt: std::io::Result<T>) -> bool {
     }
 }
 
-/// Gives `path` to group `gid` with `mode`: how sockets (0660) and the
-/// directories holding them (0770) are opened to non-root pods in a group.
-/// Every such grant (port sockets, the control socket, the CNI's pod
-/// directories, the device plugin's device directories) goes through here.
-pub fn share_with_group(path: &std::path::Path, gid: u32, mode: u32) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    nix::unistd::chown(path, None, Some(nix::unistd::Gid::from_raw(gid)))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
-}
-
 /// Opens a socket the switch created to the members of group `gid`: the
 /// file becomes `<owner>:<gid>` with mode 0660, so that a non-root pod in
 /// that group can `connect()` (which needs write permission on the file).
 /// Without a group the file keeps the mode it was created with.
 pub fn share_socket(path: &std::path::Path, gid: Option<u32>) -> std::io::Result<()> {
     match gid {
-        Some(gid) => share_with_group(path, gid, 0o660),
+        Some(gid) => switchyard_api::fs::share_with_group(path, gid, 0o660),
         None => Ok(()),
+    }
+}
+
+/// Builds the port a validated spec describes (not started yet); a
+/// vhost-user port that names no queue count offers `queues` (one per
+/// worker, as OVS-DPDK). The one place that lists every port kind.
+pub fn build(name: &str, kind: &KindSpec, queues: u16) -> Box<dyn Port> {
+    match kind {
+        KindSpec::Memif(m) => Box::new(memif::MemifPort::new(
+            name,
+            memif::MemifConfig::from_spec(name, m),
+        )),
+        KindSpec::VhostUser(v) => Box::new(vhost_user::VhostUserPort::new(
+            name,
+            vhost_user::VhostUserConfig::from_spec(v, queues),
+        )),
     }
 }
 
@@ -153,7 +161,7 @@ pub trait RxQueue: Send {
     /// Returns the buffers of the last burst to the peer.
     fn release(&mut self);
     /// The eventfd the peer signals when it enqueues while we sleep.
-    fn interrupt_fd(&self) -> Option<RawFd>;
+    fn interrupt_fd(&self) -> Option<BorrowedFd<'_>>;
     /// Asks the peer to signal (`true`) or not (`false`) on enqueue.
     fn set_interrupt(&mut self, enabled: bool);
     /// True when frames are waiting (checked after enabling interrupts).
@@ -178,47 +186,16 @@ pub struct PortQueues {
     pub tx: Vec<Box<dyn TxQueue>>,
 }
 
-/// Port kinds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum PortKind {
-    /// memif (VPP/DPDK/libmemif shared-memory interface).
-    Memif,
-    /// vhost-user (virtio backend).
-    VhostUser,
-}
-
-/// What `port list` shows about a port's connection.
-#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
-pub struct PortStatus {
-    /// True while a peer is connected and frames can pass.
-    pub link_up: bool,
-    /// The peer's self-reported name, if any.
-    pub peer: Option<String>,
-    /// Receive queues in use.
-    pub rx_queues: usize,
-    /// Transmit queues in use.
-    pub tx_queues: usize,
-    /// Why the link last went down.
-    pub last_error: Option<String>,
-    /// Times the link came up.
-    pub connects: u64,
-    /// Times a peer was disconnected for breaking the protocol: a malformed
-    /// or out-of-order message, a refused handshake (wrong version, secret,
-    /// memory or rings), a handshake timeout, or a bad ring or descriptor.
-    pub faults: u64,
-}
-
 /// Error starting a port.
 #[derive(Debug, thiserror::Error)]
 pub enum PortError {
     /// The socket path is unusable.
-    #[error("socket {path}: {source}")]
+    #[error("socket {path}: {cause}")]
     Socket {
         /// Path.
         path: String,
-        /// Cause.
-        source: std::io::Error,
+        /// Cause (in the message, not repeated as a `source()`).
+        cause: std::io::Error,
     },
     /// Another port or process owns the socket.
     #[error("socket {0} is in use by a running process")]
@@ -240,12 +217,12 @@ pub struct PortCtx<'a> {
 
 impl PortCtx<'_> {
     /// Watches `fd` for readability; events arrive as [`Port::on_ready`] with `sub`.
-    pub fn watch(&self, fd: RawFd, sub: u32) -> std::io::Result<()> {
+    pub fn watch(&self, fd: impl AsFd, sub: u32) -> std::io::Result<()> {
         self.reactor
             .add(fd, crate::reactor::Token::port(self.id, sub))
     }
     /// Stops watching `fd`.
-    pub fn unwatch(&self, fd: RawFd) {
+    pub fn unwatch(&self, fd: impl AsFd) {
         self.reactor.remove(fd);
     }
     /// Hands connected queues to the workers and marks the link up.
@@ -262,8 +239,8 @@ impl PortCtx<'_> {
 
 /// The control-plane side of a port kind.
 pub trait Port: Send {
-    /// Kind.
-    fn kind(&self) -> PortKind;
+    /// The kind's name, as specs spell it.
+    fn kind(&self) -> &'static str;
     /// Opens sockets (listen or first connect attempt).
     fn start(&mut self, cx: &PortCtx<'_>) -> Result<(), PortError>;
     /// An fd registered with sub-token `sub` is readable (or hung up).

@@ -22,8 +22,7 @@ use super::mac_table::{Learned, MacEntry, MacTable};
 use super::DropReason;
 use crate::wire::MacAddr;
 
-/// Entries a port may hold unless configured otherwise (pod ports).
-pub const DEFAULT_MAC_LIMIT: u32 = 64;
+pub use switchyard_api::spec::DEFAULT_MAC_LIMIT;
 /// Seconds an entry must be quiet before it may move to another port.
 pub const DEFAULT_MOVE_HOLD_SECS: u32 = 5;
 
@@ -44,6 +43,17 @@ impl Default for PortSecurity {
             mac_limit: DEFAULT_MAC_LIMIT,
             macs: Vec::new(),
             pin_first: false,
+        }
+    }
+}
+
+impl PortSecurity {
+    /// The settings a port spec asks for (after it validated).
+    pub fn from_spec(spec: &switchyard_api::PortSpec) -> PortSecurity {
+        PortSecurity {
+            mac_limit: spec.mac_limit.unwrap_or(DEFAULT_MAC_LIMIT),
+            macs: spec.macs.clone().unwrap_or_default(),
+            pin_first: spec.pin_first.unwrap_or(false),
         }
     }
 }

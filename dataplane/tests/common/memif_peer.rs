@@ -96,7 +96,7 @@ pub fn kick(fd: &OwnedFd) {
 }
 
 fn eventfd() -> OwnedFd {
-    switchyard::reactor::new_eventfd().expect("eventfd")
+    switchyard::eventfd::new_eventfd().expect("eventfd")
 }
 
 /// The memory a slave creates: region 0 holds the S2M ring, the M2S ring,

@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::time::Duration;
 
-use switchyard::control::api::{MacInfo, PortInfo, PortStats};
-use switchyard::control::{Client, Request};
+use switchyard_api::{Client, Request};
+use switchyard_api::{MacInfo, PortInfo, PortStats};
 
 pub use testpmd::*;
 
@@ -151,7 +151,9 @@ impl Switch {
 
     pub fn port(&self, name: &str) -> PortInfo {
         let v: Vec<PortInfo> = self.client().call_as(&Request::PortList).unwrap();
-        v.into_iter().find(|p| p.name == name).expect("port listed")
+        v.into_iter()
+            .find(|p| p.spec.name == name)
+            .expect("port listed")
     }
 
     pub fn wait_link(&self, port: &str, up: bool) {

@@ -493,7 +493,7 @@ fn build_slave_memory(p: &Params, n_s2m: u16, n_m2s: u16, log2: u8) -> Result<Es
                 },
             );
         }
-        let irq = crate::reactor::new_eventfd().map_err(|e| e.to_string())?;
+        let irq = crate::eventfd::new_eventfd().map_err(|e| e.to_string())?;
         let rs = RingSetup {
             ring,
             irq,
@@ -640,7 +640,7 @@ mod tests {
                 Some(fd)
             )
             .is_ok());
-        let efd = crate::reactor::new_eventfd().unwrap();
+        let efd = crate::eventfd::new_eventfd().unwrap();
         let bad = Message::AddRing {
             flags: 1,
             index: 0,
@@ -653,7 +653,7 @@ mod tests {
             m2.on_message(bad, Some(efd)).err().unwrap().reason,
             "ring outside its region"
         );
-        let efd = crate::reactor::new_eventfd().unwrap();
+        let efd = crate::eventfd::new_eventfd().unwrap();
         let bad_index = Message::AddRing {
             flags: 1,
             index: 1,

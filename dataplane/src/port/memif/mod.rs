@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 
 use tracing::{debug, info, warn};
 
-use crate::port::{Port, PortCtx, PortError, PortKind, PortQueues, PortStatus, RxQueue, TxQueue};
+use switchyard_api::{MemifMode, MemifRole, MemifSpec, PortStatus};
+
+use crate::port::{Port, PortCtx, PortError, PortQueues, RxQueue, TxQueue};
 use crate::wire::memif::{Message, MsgType};
 use handshake::{
     Established, HsError, MasterHandshake, MasterStep, Params, SlaveHandshake, SlaveStep,
@@ -41,6 +43,33 @@ pub struct MemifConfig {
     pub params: Params,
     /// Group given access to the socket when the switch is master.
     pub socket_group: Option<u32>,
+}
+
+impl MemifConfig {
+    /// The settings of port `name` as its (validated) spec gives them.
+    pub fn from_spec(name: &str, spec: &MemifSpec) -> MemifConfig {
+        use switchyard_api::spec::memif::{DEFAULT_BUFFER_SIZE, DEFAULT_RING_SIZE};
+        MemifConfig {
+            side: match spec.role {
+                MemifRole::Master => Side::Master,
+                MemifRole::Slave => Side::Slave,
+            },
+            socket: spec.socket.clone(),
+            socket_group: spec.socket_group,
+            params: Params {
+                if_name: name.to_string(),
+                id: spec.id.unwrap_or(0),
+                secret: spec.secret.clone().filter(|s| !s.is_empty()),
+                mode: match spec.mode.unwrap_or_default() {
+                    MemifMode::Ethernet => Mode::Ethernet,
+                    MemifMode::Ip => Mode::Ip,
+                },
+                queues: spec.queues.unwrap_or(1),
+                log2_ring_size: spec.ring_size.unwrap_or(DEFAULT_RING_SIZE).trailing_zeros() as u8,
+                buffer_size: spec.buffer_size.unwrap_or(DEFAULT_BUFFER_SIZE),
+            },
+        }
+    }
 }
 
 enum Handshake {
@@ -84,7 +113,7 @@ impl MemifPort {
         self.retry_at = None;
         match socket::connect_to(&self.addr) {
             Ok(fd) => {
-                if let Err(e) = cx.watch(fd.as_raw_fd(), SUB_CONN) {
+                if let Err(e) = cx.watch(&fd, SUB_CONN) {
                     warn!(port = %self.name, "cannot watch control socket: {e}");
                     self.retry_at = Some(Instant::now() + RECONNECT_INTERVAL);
                     return;
@@ -126,7 +155,7 @@ impl MemifPort {
             }
             let hs = MasterHandshake::new(self.cfg.params.clone());
             if socket::send(fd.as_raw_fd(), &hs.hello().to_bytes(), None).is_err()
-                || cx.watch(fd.as_raw_fd(), SUB_CONN).is_err()
+                || cx.watch(&fd, SUB_CONN).is_err()
             {
                 continue;
             }
@@ -152,7 +181,7 @@ impl MemifPort {
                 None,
             );
         }
-        cx.unwatch(conn.fd.as_raw_fd());
+        cx.unwatch(&conn.fd);
         drop(conn);
         self.status.link_up = false;
         self.status.rx_queues = 0;
@@ -300,8 +329,8 @@ impl MemifPort {
 }
 
 impl Port for MemifPort {
-    fn kind(&self) -> PortKind {
-        PortKind::Memif
+    fn kind(&self) -> &'static str {
+        "memif"
     }
 
     fn start(&mut self, cx: &PortCtx<'_>) -> Result<(), PortError> {
@@ -313,15 +342,14 @@ impl Port for MemifPort {
                     } else {
                         PortError::Socket {
                             path: self.cfg.socket.clone(),
-                            source: e,
+                            cause: e,
                         }
                     }
                 })?;
-                cx.watch(l.as_raw_fd(), SUB_LISTENER)
-                    .map_err(|e| PortError::Socket {
-                        path: self.cfg.socket.clone(),
-                        source: e,
-                    })?;
+                cx.watch(&l, SUB_LISTENER).map_err(|e| PortError::Socket {
+                    path: self.cfg.socket.clone(),
+                    cause: e,
+                })?;
                 self.listener = Some(l);
             }
             Side::Slave => self.try_connect(cx),
@@ -370,7 +398,7 @@ impl Port for MemifPort {
         self.disconnect(cx, "interface deleted", true);
         self.retry_at = None;
         if let Some(l) = self.listener.take() {
-            cx.unwatch(l.as_raw_fd());
+            cx.unwatch(l);
             socket::unlink(&self.addr);
         }
     }

@@ -10,14 +10,14 @@
 //! Every descriptor is re-read and checked against the mapped regions before
 //! its buffer is touched; a peer that breaks the rules gets a [`QueueFault`].
 
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
 use super::region::Regions;
 use super::ring::{Desc, Ring};
+use crate::eventfd::kick_eventfd;
 use crate::port::{prefetch, QueueFault, RxBurst, RxQueue, TxError, TxFrame, TxQueue};
-use crate::reactor::kick_eventfd;
 use crate::wire::memif::{DESC_FLAG_NEXT, RING_FLAG_MASK_INT};
 
 /// Longest descriptor chain we write for one frame.
@@ -162,7 +162,10 @@ impl RxQueue for MemifRx {
                     // headers here lets those misses overlap.
                     prefetch::read(ptr);
                 }
-                fits &= frame.push(ptr, d.length);
+                // SAFETY: `resolve` bounds-checked the descriptor against a
+                // region this queue maps until it is dropped, and a burst is
+                // released before its queue can be.
+                fits &= unsafe { frame.push(ptr, d.length) };
                 slot = slot.wrapping_add(1);
                 if d.flags & DESC_FLAG_NEXT == 0 {
                     break;
@@ -193,8 +196,8 @@ impl RxQueue for MemifRx {
         }
     }
 
-    fn interrupt_fd(&self) -> Option<RawFd> {
-        Some(self.irq.as_raw_fd())
+    fn interrupt_fd(&self) -> Option<BorrowedFd<'_>> {
+        Some(self.irq.as_fd())
     }
 
     fn set_interrupt(&mut self, enabled: bool) {
@@ -359,7 +362,7 @@ impl TxQueue for MemifTx {
         // sleeps, or a peer unmasking at this instant could miss the frames.
         fence(Ordering::SeqCst);
         if self.ring.flags() & RING_FLAG_MASK_INT == 0 {
-            kick_eventfd(self.irq.as_raw_fd());
+            kick_eventfd(self.irq.as_fd());
         }
     }
 }
@@ -401,7 +404,7 @@ mod tests {
             Side::Master,
             ring,
             regions.clone(),
-            crate::reactor::new_eventfd().unwrap(),
+            crate::eventfd::new_eventfd().unwrap(),
             None,
         );
         let d = |i: u32, len: u32, flags: u16| Desc {
@@ -482,7 +485,7 @@ mod tests {
                 Side::Master,
                 ring,
                 regions,
-                crate::reactor::new_eventfd().unwrap(),
+                crate::eventfd::new_eventfd().unwrap(),
                 None,
             );
             for s in 0..16 {
@@ -504,12 +507,13 @@ mod tests {
             Side::Slave,
             ring,
             regions.clone(),
-            crate::reactor::new_eventfd().unwrap(),
+            crate::eventfd::new_eventfd().unwrap(),
             Some(OwnBuffers { first, size: BUF }),
         );
         let payload: Vec<u8> = (0..600u32).map(|i| i as u8).collect();
         let mut f = crate::port::RxFrame::default();
-        assert!(f.push(payload.as_ptr(), 600));
+        // SAFETY: `payload` outlives the frame.
+        assert!(unsafe { f.push(payload.as_ptr(), 600) });
         tx.tx(&TxFrame::plain(&f)).unwrap();
         tx.flush();
         assert_eq!(

@@ -222,7 +222,7 @@ mod tests {
         let l = listen_at(&addr, None).unwrap();
         let c = connect_to(&addr).unwrap();
         let s = accept(l.as_raw_fd()).unwrap().expect("pending connection");
-        let efd = crate::reactor::new_eventfd().unwrap();
+        let efd = crate::eventfd::new_eventfd().unwrap();
         send(
             c.as_raw_fd(),
             &Message::Ack.to_bytes(),

@@ -21,7 +21,6 @@ pub mod relay;
 pub mod split;
 
 use std::io::ErrorKind;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -31,7 +30,9 @@ use std::time::{Duration, Instant};
 use tracing::{debug, info, warn};
 use vhost::vhost_user::{BackendReqHandler, Error as VuError};
 
-use crate::port::{Port, PortCtx, PortError, PortKind, PortStatus};
+use switchyard_api::{PortStatus, VhostUserRole, VhostUserSpec};
+
+use crate::port::{Port, PortCtx, PortError};
 use device::{Activation, NetDevice};
 use relay::{Message, Relay, RelayError};
 
@@ -41,27 +42,29 @@ pub const RECONNECT_INTERVAL: Duration = Duration::from_secs(2);
 const SUB_LISTENER: u32 = 0;
 const SUB_CONN: u32 = 1;
 
-/// Which end of the Unix socket the switch is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum SocketRole {
-    /// The switch creates the socket; the frontend connects.
-    Server,
-    /// The frontend creates the socket; the switch connects.
-    Client,
-}
-
 /// A vhost-user port's settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VhostUserConfig {
     /// The switch's socket role.
-    pub role: SocketRole,
+    pub role: VhostUserRole,
     /// Socket path.
     pub socket: PathBuf,
     /// Queue pairs offered to the frontend.
     pub queues: u16,
     /// Group given access to the socket when the switch is the server.
     pub socket_group: Option<u32>,
+}
+
+impl VhostUserConfig {
+    /// The settings of a (validated) spec; `queues` when it names none.
+    pub fn from_spec(spec: &VhostUserSpec, queues: u16) -> VhostUserConfig {
+        VhostUserConfig {
+            role: spec.role,
+            socket: PathBuf::from(&spec.socket),
+            queues: spec.queues.unwrap_or(queues),
+            socket_group: spec.socket_group,
+        }
+    }
 }
 
 struct Conn {
@@ -89,9 +92,9 @@ fn lock(d: &Mutex<NetDevice>) -> MutexGuard<'_, NetDevice> {
 /// Binds a listening socket at `path`, replacing a stale socket file that
 /// nobody listens on. A live socket is an error (another switch or port).
 fn listen(path: &Path, group: Option<u32>) -> Result<UnixListener, PortError> {
-    let err = |source| PortError::Socket {
+    let err = |cause| PortError::Socket {
         path: path.display().to_string(),
-        source,
+        cause,
     };
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         if !meta.file_type().is_socket() {
@@ -208,7 +211,7 @@ impl VhostUserPort {
         self.status.tx_queues = 0;
         self.status.peer = None;
         self.status.last_error = Some(reason.to_string());
-        if self.cfg.role == SocketRole::Client {
+        if self.cfg.role == VhostUserRole::Client {
             self.retry_at = Some(Instant::now() + RECONNECT_INTERVAL);
         }
     }
@@ -362,22 +365,22 @@ fn early_vring_enable(conn: &mut Conn, msg: &Message) -> Option<Result<Option<Ve
 }
 
 impl Port for VhostUserPort {
-    fn kind(&self) -> PortKind {
-        PortKind::VhostUser
+    fn kind(&self) -> &'static str {
+        "vhost-user"
     }
 
     fn start(&mut self, cx: &PortCtx<'_>) -> Result<(), PortError> {
         match self.cfg.role {
-            SocketRole::Server => {
+            VhostUserRole::Server => {
                 let l = listen(&self.cfg.socket, self.cfg.socket_group)?;
-                cx.watch(l.as_raw_fd(), SUB_LISTENER)
-                    .map_err(|source| PortError::Socket {
+                cx.watch(&l, SUB_LISTENER)
+                    .map_err(|cause| PortError::Socket {
                         path: self.cfg.socket.display().to_string(),
-                        source,
+                        cause,
                     })?;
                 self.listener = Some(l);
             }
-            SocketRole::Client => self.try_connect(cx),
+            VhostUserRole::Client => self.try_connect(cx),
         }
         Ok(())
     }
@@ -420,7 +423,7 @@ impl Port for VhostUserPort {
         self.disconnect(cx, "interface deleted", false);
         self.retry_at = None;
         if let Some(l) = self.listener.take() {
-            cx.unwatch(l.as_raw_fd());
+            cx.unwatch(l);
             let _ = std::fs::remove_file(&self.cfg.socket);
         }
     }

@@ -13,7 +13,7 @@
 //! port's memory into guest buffers, merging buffers when the frame does not
 //! fit one (`VIRTIO_NET_F_MRG_RXBUF`).
 
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
@@ -23,11 +23,11 @@ use vm_memory::GuestMemoryMmap;
 
 use super::split::{Broken, Desc, MemTable, SplitRing};
 
+use crate::eventfd::kick_eventfd;
 use crate::port::sigbus::Tripwire;
 use crate::port::{
     prefetch, QueueFault, RxBurst, RxFrame, RxQueue, TxError, TxFrame, TxQueue, BURST_SIZE,
 };
-use crate::reactor::kick_eventfd;
 use crate::wire::virtio_net::{header_bytes, HEADER_LEN};
 
 /// Most guest buffers one transmitted frame may be spread over.
@@ -207,7 +207,7 @@ impl Vq {
             self.ring.avail_flags() & VRING_AVAIL_F_NO_INTERRUPT as u16 == 0
         };
         if wanted {
-            kick_eventfd(call.as_raw_fd());
+            kick_eventfd(call.as_fd());
         }
     }
 }
@@ -319,7 +319,10 @@ impl VirtioRx {
                 addr,
                 d.len - cut,
                 |p, n| {
-                    too_many |= !frame.push(p, n as u32);
+                    // SAFETY: `for_each_piece` hands out pieces of guest
+                    // memory it bounds-checked, mapped for the life of the
+                    // memory table the queue holds past the burst's release.
+                    too_many |= !unsafe { frame.push(p, n as u32) };
                     Ok(())
                 },
                 OUTSIDE,
@@ -392,8 +395,8 @@ impl RxQueue for VirtioRx {
         self.vq.notify_driver();
     }
 
-    fn interrupt_fd(&self) -> Option<RawFd> {
-        self.vq.kick.as_ref().map(|k| k.as_raw_fd())
+    fn interrupt_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.vq.kick.as_ref().map(|k| k.as_fd())
     }
 
     fn set_interrupt(&mut self, enabled: bool) {
@@ -878,7 +881,8 @@ mod tests {
 
     fn frame_of(bytes: &[u8]) -> RxFrame {
         let mut f = RxFrame::default();
-        assert!(f.push(bytes.as_ptr(), bytes.len() as u32));
+        // SAFETY: `bytes` outlives the frame.
+        assert!(unsafe { f.push(bytes.as_ptr(), bytes.len() as u32) });
         f
     }
 

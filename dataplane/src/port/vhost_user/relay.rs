@@ -20,7 +20,7 @@
 //!   costs the connection (see [`Relay::deadline`]).
 
 use std::io::{self, IoSlice, IoSliceMut, Read};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
@@ -52,7 +52,15 @@ pub enum RelayError {
     Protocol(String),
     /// A socket call failed.
     #[error("socket: {0}")]
-    Io(#[from] io::Error),
+    Io(io::Error),
+}
+
+// The cause is in the message; it is not also a `source()`, so a printed
+// chain does not say it twice.
+impl From<io::Error> for RelayError {
+    fn from(e: io::Error) -> RelayError {
+        RelayError::Io(e)
+    }
 }
 
 /// One whole message from the frontend.
@@ -112,8 +120,8 @@ impl Relay {
     }
 
     /// The frontend's socket (to watch).
-    pub fn fd(&self) -> RawFd {
-        self.frontend.as_raw_fd()
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.frontend.as_fd()
     }
 
     /// Bytes still missing from the message being received.

@@ -1,4 +1,4 @@
-//! The control protocol.
+//! The control protocol: requests, answers and what they carry.
 //!
 //! A client connects to the control socket (`SOCK_STREAM`) and sends one JSON
 //! object per line; the daemon answers each with one JSON line, in order.
@@ -22,9 +22,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::PortSpec;
-use crate::dataplane::PortTotals;
-use crate::port::PortKind;
+use crate::spec::PortSpec;
 
 /// A request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -139,30 +137,68 @@ impl Response {
     }
 }
 
-/// A port as listed.
+/// A port as listed: its spec (flattened: `name`, `kind`, `role`,
+/// `socket`, ...) and its state.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PortInfo {
-    /// Name.
-    pub name: String,
-    /// Kind.
-    pub kind: PortKind,
-    /// The switch's role.
-    pub role: String,
-    /// Socket.
-    pub socket: String,
-    /// Bridge.
-    pub bridge: Option<String>,
-    /// Access VLAN (none and no `trunk`: untagged-only).
-    pub vlan: Option<u16>,
-    /// Trunk VLANs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub trunk: Option<crate::vlan::VlanSet>,
+    /// The spec it was created from.
+    #[serde(flatten)]
+    pub spec: PortSpec,
     /// True if it came from the config file (recreated at every start).
     pub from_config: bool,
     /// Connection state.
-    pub status: crate::port::PortStatus,
-    /// The spec it was created from.
-    pub spec: PortSpec,
+    pub status: PortStatus,
+}
+
+impl PortInfo {
+    /// The port's name.
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+    /// The switch's role.
+    pub fn role(&self) -> &str {
+        self.spec.kind.role()
+    }
+    /// The port's socket.
+    pub fn socket(&self) -> &str {
+        self.spec.kind.socket()
+    }
+}
+
+/// What `port list` shows about a port's connection.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct PortStatus {
+    /// True while a peer is connected and frames can pass.
+    pub link_up: bool,
+    /// The peer's self-reported name, if any.
+    pub peer: Option<String>,
+    /// Receive queues in use.
+    pub rx_queues: usize,
+    /// Transmit queues in use.
+    pub tx_queues: usize,
+    /// Why the link last went down.
+    pub last_error: Option<String>,
+    /// Times the link came up.
+    pub connects: u64,
+    /// Times a peer was disconnected for breaking the protocol: a malformed
+    /// or out-of-order message, a refused handshake (wrong version, secret,
+    /// memory or rings), a handshake timeout, or a bad ring or descriptor.
+    pub faults: u64,
+}
+
+/// Totals of a port's counters.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortTotals {
+    /// Frames received.
+    pub rx_packets: u64,
+    /// Bytes received.
+    pub rx_bytes: u64,
+    /// Frames sent.
+    pub tx_packets: u64,
+    /// Bytes sent.
+    pub tx_bytes: u64,
+    /// Drops by reason name.
+    pub drops: std::collections::BTreeMap<String, u64>,
 }
 
 /// Counters of a port.
@@ -224,6 +260,10 @@ mod tests {
         )
         .unwrap();
         assert!(matches!(r, Request::PortAdd { .. }));
+        let r: Result<Request, _> = serde_json::from_str(
+            r#"{"op":"port_add","port":{"name":"a","kind":"memif","role":"boss","socket":"/s"}}"#,
+        );
+        assert!(r.unwrap_err().to_string().starts_with("role: \"boss\""));
         assert!(serde_json::from_str::<Request>(r#"{"op":"explode"}"#).is_err());
         assert_eq!(
             serde_json::to_string(&Request::Ping).unwrap(),

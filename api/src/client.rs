@@ -1,32 +1,42 @@
-//! A client of the control socket (used by the CLI and the CNI plugin).
+//! A client of the control socket (the CLI, the CNI plugin and the device
+//! plugin use it).
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
 
-use super::api::{ApiError, ErrorCode, Request, Response};
+use crate::protocol::{ApiError, ErrorCode, Request, Response};
 
 /// Errors talking to the daemon.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     /// The socket cannot be reached.
-    #[error("cannot reach switchyard at {path}: {source}")]
+    #[error("cannot reach switchyard at {path}: {cause}")]
     Connect {
         /// Socket path.
         path: String,
-        /// Cause.
-        source: std::io::Error,
+        /// Cause (in the message, not repeated as a `source()`).
+        cause: std::io::Error,
     },
     /// The conversation broke.
     #[error("control socket: {0}")]
-    Io(#[from] std::io::Error),
+    Io(std::io::Error),
     /// The answer is not JSON we understand.
     #[error("bad answer from switchyard: {0}")]
     BadAnswer(String),
     /// The daemon refused the request.
     #[error(transparent)]
     Api(#[from] ApiError),
+}
+
+// Each error says its cause once, in its message: none is also a
+// `source()`, so a caller printing the chain (anyhow's `{:#}`) does not
+// print it twice.
+impl From<std::io::Error> for ClientError {
+    fn from(e: std::io::Error) -> ClientError {
+        ClientError::Io(e)
+    }
 }
 
 /// A connection to the daemon.
@@ -38,9 +48,9 @@ pub struct Client {
 impl Client {
     /// Connects to the control socket.
     pub fn connect(path: &Path) -> Result<Client, ClientError> {
-        let s = UnixStream::connect(path).map_err(|source| ClientError::Connect {
+        let s = UnixStream::connect(path).map_err(|cause| ClientError::Connect {
             path: path.display().to_string(),
-            source,
+            cause,
         })?;
         s.set_read_timeout(Some(Duration::from_secs(60)))?;
         Ok(Client {
@@ -85,5 +95,19 @@ impl Client {
     ) -> Result<T, ClientError> {
         let v = self.call(req)?;
         serde_json::from_value(v).map_err(|e| ClientError::BadAnswer(e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_absent_daemon_is_named_once() {
+        let d = tempfile::tempdir().unwrap();
+        let e = Client::connect(&d.path().join("none.sock")).err().unwrap();
+        let text = e.to_string();
+        assert_eq!(text.matches("No such file").count(), 1, "{text}");
+        assert!(std::error::Error::source(&e).is_none());
     }
 }

@@ -1,0 +1,57 @@
+//! Switchyard's control protocol, shared by the daemon (`switchyard`), the
+//! CNI plugin and the device plugin, none of which links the others.
+//!
+//! - [`spec`]: typed port and bridge specs, parsed once where they enter;
+//! - [`protocol`]: the requests and answers on the control socket;
+//! - [`client`]: a blocking client of that socket;
+//! - [`mac`], [`vlan`]: the value types the specs hold;
+//! - [`fs`]: the atomic file writer and the group grant the three share.
+//!
+//! It imports nothing of Switchyard and needs nothing beyond serde.
+
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
+pub mod client;
+pub mod fs;
+pub mod mac;
+pub mod protocol;
+pub mod spec;
+pub mod vlan;
+
+pub use client::{Client, ClientError};
+pub use mac::{MacAddr, MacParseError};
+pub use protocol::{
+    ApiError, BridgeInfo, ErrorCode, MacInfo, PortInfo, PortStats, PortStatus, PortTotals, Request,
+    Response,
+};
+pub use spec::{
+    BridgeSpec, KindSpec, MemifMode, MemifRole, MemifSpec, PortSpec, SpecError, VhostUserRole,
+    VhostUserSpec,
+};
+pub use vlan::VlanSet;
+
+/// Default control socket.
+pub const DEFAULT_CONTROL_SOCKET: &str = "/run/switchyard/control.sock";
+/// Default `socket_dir`: port sockets lie below it.
+pub const DEFAULT_SOCKET_DIR: &str = "/run/switchyard";
+
+/// FNV-1a of `name`: a hash that stays the same across releases (unlike
+/// std's), for identifiers and MAC addresses derived from names.
+pub fn stable_hash(name: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in name.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_stable_hash_is_fnv1a() {
+        assert_eq!(super::stable_hash(""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(super::stable_hash("a"), 0xaf63_dc4c_8601_ec8c);
+    }
+}

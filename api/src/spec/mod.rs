@@ -1,0 +1,374 @@
+//! Port and bridge specs: what a user asks for, typed once at the edge
+//! (config file, API request, CLI, CNI plugin) and kept typed everywhere
+//! after, in the state file and in the daemon alike.
+//!
+//! A [`PortSpec`] holds what every port has (name, bridge, VLANs, port
+//! security) and a [`KindSpec`]: one variant per port kind, each in its own
+//! module with its own typed role, socket and options. In JSON and TOML a
+//! spec is one flat object whose `kind` field picks the variant:
+//!
+//! ```json
+//! {"name": "pod1", "kind": "memif", "role": "master", "socket": "/run/switchyard/pod1.sock", "bridge": "br0"}
+//! ```
+//!
+//! Roles are the **switch's** own: memif `master` means the switch creates
+//! the socket; vhost-user `server` means the switch creates the socket.
+//!
+//! Adding a port kind is a module here (its spec and validation) and one
+//! variant in [`KindSpec`], plus the kind's port in the daemon.
+
+pub mod memif;
+pub mod vhost_user;
+
+use serde::{Deserialize, Serialize};
+
+pub use memif::{MemifMode, MemifRole, MemifSpec};
+pub use vhost_user::{VhostUserRole, VhostUserSpec};
+
+use crate::mac::MacAddr;
+use crate::vlan::{VlanSet, VLAN_ID_MAX};
+
+/// Most MAC table entries a port may hold unless told (`mac_limit`).
+pub const DEFAULT_MAC_LIMIT: u32 = 64;
+/// Most MACs a port may be pinned to.
+pub const MAX_PINNED_MACS: usize = 64;
+/// Most queue pairs a port may have.
+pub const MAX_QUEUES: u16 = 255;
+/// Longest Unix socket path (`sun_path` less its NUL).
+pub const MAX_SOCKET_PATH: usize = 107;
+
+/// A spec problem, naming the field at fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct SpecError {
+    /// Dotted field path, e.g. `port[2].ring_size`.
+    pub field: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl SpecError {
+    /// An error about `field`.
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> SpecError {
+        SpecError {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// A bridge domain.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BridgeSpec {
+    /// Name.
+    pub name: String,
+}
+
+/// A port as the user describes it (config `[[port]]`, `port add`, the API,
+/// the state file).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortSpec {
+    /// Port name.
+    pub name: String,
+    /// The kind, its role, socket and options (`kind` picks the variant;
+    /// a field the kind does not have is refused).
+    #[serde(flatten)]
+    pub kind: KindSpec,
+    /// Bridge to join.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bridge: Option<String>,
+    /// Access VLAN (1..=4094). Without it and without `trunk` the port is
+    /// untagged-only: it carries its bridge's untagged frames and no VLAN.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vlan: Option<u16>,
+    /// Trunk: the VLANs carried tagged (`100,200-210`; `0` adds untagged
+    /// frames; `all` is every VLAN and untagged frames).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trunk: Option<VlanSet>,
+    /// Most MAC table entries the port may hold at once (default
+    /// [`DEFAULT_MAC_LIMIT`]; 0: no limit). Frames from further new source
+    /// addresses are dropped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mac_limit: Option<u32>,
+    /// The only source MACs the port may send from, pinned to it: they
+    /// never age and no other port can take them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub macs: Option<Vec<MacAddr>>,
+    /// Pin the first source MAC the port sends from (ignored with `macs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pin_first: Option<bool>,
+}
+
+/// The kind-specific part of a port spec.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum KindSpec {
+    /// memif (VPP/DPDK/libmemif shared-memory interface).
+    Memif(MemifSpec),
+    /// vhost-user (the switch is the virtio backend).
+    VhostUser(VhostUserSpec),
+}
+
+impl KindSpec {
+    /// The kind's name as specs spell it (`memif`, `vhost-user`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            KindSpec::Memif(_) => "memif",
+            KindSpec::VhostUser(_) => "vhost-user",
+        }
+    }
+
+    /// The switch's role, as specs spell it.
+    pub fn role(&self) -> &'static str {
+        match self {
+            KindSpec::Memif(m) => m.role.as_str(),
+            KindSpec::VhostUser(v) => v.role.as_str(),
+        }
+    }
+
+    /// The socket the port listens on or connects to.
+    pub fn socket(&self) -> &str {
+        match self {
+            KindSpec::Memif(m) => &m.socket,
+            KindSpec::VhostUser(v) => &v.socket,
+        }
+    }
+
+    /// Replaces the socket (the daemon resolves it below its socket dir).
+    pub fn set_socket(&mut self, socket: String) {
+        match self {
+            KindSpec::Memif(m) => m.socket = socket,
+            KindSpec::VhostUser(v) => v.socket = socket,
+        }
+    }
+
+    /// Whether the socket is a filesystem path (not a memif abstract name).
+    pub fn socket_is_path(&self) -> bool {
+        match self {
+            KindSpec::Memif(m) => !m.socket_is_abstract(),
+            KindSpec::VhostUser(_) => true,
+        }
+    }
+
+    /// Whether the switch creates the socket (and so may give it a group).
+    pub fn creates_socket(&self) -> bool {
+        match self {
+            KindSpec::Memif(m) => m.role == MemifRole::Master,
+            KindSpec::VhostUser(v) => v.role == VhostUserRole::Server,
+        }
+    }
+
+    /// Queue pairs asked for, if any.
+    pub fn queues(&self) -> Option<u16> {
+        match self {
+            KindSpec::Memif(m) => m.queues,
+            KindSpec::VhostUser(v) => v.queues,
+        }
+    }
+
+    fn validate(&self, at: &str) -> Result<(), SpecError> {
+        match self {
+            KindSpec::Memif(m) => m.validate(at),
+            KindSpec::VhostUser(v) => v.validate(at),
+        }
+    }
+}
+
+/// Checks a name used for ports and bridges.
+pub fn validate_name(field: &str, name: &str) -> Result<(), SpecError> {
+    if name.is_empty() || name.len() > 64 {
+        return Err(SpecError::new(field, "must be 1 to 64 characters"));
+    }
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        || name.starts_with('.')
+    {
+        return Err(SpecError::new(
+            field,
+            format!("{name:?} may only hold letters, digits, '-', '_' and '.'"),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks what every kind shares about its socket and queues.
+pub(crate) fn validate_socket_and_queues(
+    at: &str,
+    socket: &str,
+    queues: Option<u16>,
+) -> Result<(), SpecError> {
+    if socket.is_empty() {
+        return Err(SpecError::new(format!("{at}socket"), "must not be empty"));
+    }
+    if socket.len() > MAX_SOCKET_PATH {
+        return Err(SpecError::new(
+            format!("{at}socket"),
+            format!("longer than a Unix socket path allows ({MAX_SOCKET_PATH} bytes)"),
+        ));
+    }
+    let q = queues.unwrap_or(1);
+    if q == 0 || q > MAX_QUEUES {
+        return Err(SpecError::new(
+            format!("{at}queues"),
+            format!("{q} is out of range 1..={MAX_QUEUES}"),
+        ));
+    }
+    Ok(())
+}
+
+impl PortSpec {
+    /// Validates the values the types leave open; `at` prefixes field names
+    /// in errors (e.g. `port[1].`).
+    pub fn validate(&self, at: &str) -> Result<(), SpecError> {
+        let f = |n: &str| format!("{at}{n}");
+        validate_name(&f("name"), &self.name)?;
+        self.validate_security(at)?;
+        if let Some(v) = self.vlan {
+            if v == 0 || v > VLAN_ID_MAX {
+                return Err(SpecError::new(
+                    f("vlan"),
+                    format!("{v} is not a VLAN id (1..={VLAN_ID_MAX})"),
+                ));
+            }
+        }
+        if self.vlan.is_some() && self.trunk.is_some() {
+            return Err(SpecError::new(
+                f("trunk"),
+                "a port is an access port (vlan) or a trunk, not both",
+            ));
+        }
+        if let Some(b) = &self.bridge {
+            validate_name(&f("bridge"), b)?;
+        }
+        self.kind.validate(at)
+    }
+
+    fn validate_security(&self, at: &str) -> Result<(), SpecError> {
+        let Some(macs) = &self.macs else {
+            return Ok(());
+        };
+        if macs.len() > MAX_PINNED_MACS {
+            return Err(SpecError::new(
+                format!("{at}macs"),
+                format!("{} addresses; at most {MAX_PINNED_MACS}", macs.len()),
+            ));
+        }
+        for (i, m) in macs.iter().enumerate() {
+            if m.is_multicast() || m.to_u64() == 0 {
+                return Err(SpecError::new(
+                    format!("{at}macs[{i}]"),
+                    format!("{m} is not a station address (unicast, not zero)"),
+                ));
+            }
+            if macs[..i].contains(m) {
+                return Err(SpecError::new(
+                    format!("{at}macs[{i}]"),
+                    format!("{m} is listed twice"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// A spec of `kind` with nothing else set.
+    pub fn new(name: impl Into<String>, kind: KindSpec) -> PortSpec {
+        PortSpec {
+            name: name.into(),
+            kind,
+            bridge: None,
+            vlan: None,
+            trunk: None,
+            mac_limit: None,
+            macs: None,
+            pin_first: None,
+        }
+    }
+}
+
+/// Deserializes a role-like enum from its name, with an error that names
+/// the field and the accepted values.
+pub(crate) fn parse_named<'de, D, T>(
+    d: D,
+    parse: impl FnOnce(&str) -> Result<T, String>,
+) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+    parse(&s).map_err(serde::de::Error::custom)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(json: &str) -> Result<PortSpec, String> {
+        let p: PortSpec = serde_json::from_str(json).map_err(|e| e.to_string())?;
+        p.validate("port.").map_err(|e| e.to_string())?;
+        Ok(p)
+    }
+
+    #[test]
+    fn specs_are_typed_and_keep_their_json_form() {
+        let text = r#"{"name":"a","kind":"memif","role":"master","socket":"/s","id":3,"bridge":"b","trunk":"10,20-30","mac_limit":8,"macs":["02:00:00:00:00:01"]}"#;
+        let p = parse(text).unwrap();
+        let KindSpec::Memif(m) = &p.kind else {
+            panic!("{p:?}")
+        };
+        assert_eq!(m.role, MemifRole::Master);
+        assert_eq!(m.id, Some(3));
+        assert_eq!(serde_json::to_string(&p).unwrap(), text);
+        let v =
+            parse(r#"{"name":"v","kind":"vhost-user","role":"client","socket":"/v","queues":2}"#)
+                .unwrap();
+        assert_eq!(v.kind.role(), "client");
+        assert_eq!(v.kind.queues(), Some(2));
+        assert!(!v.kind.creates_socket());
+        // DPDK's memif names are the same roles.
+        let s = parse(r#"{"name":"a","kind":"memif","role":"server","socket":"/s"}"#).unwrap();
+        assert_eq!(s.kind.role(), "master");
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let e = |json: &str| parse(json).unwrap_err();
+        let r = e(r#"{"name":"a","kind":"memif","role":"boss","socket":"/s"}"#);
+        assert!(r.starts_with("role: \"boss\""), "{r}");
+        let r = e(r#"{"name":"a","kind":"vhost-user","role":"master","socket":"/s"}"#);
+        assert!(
+            r.starts_with("role: \"master\"") && r.contains("server"),
+            "{r}"
+        );
+        let r =
+            e(r#"{"name":"a","kind":"vhost-user","role":"server","socket":"/s","ring_size":4}"#);
+        assert!(r.contains("unknown field `ring_size`"), "{r}");
+        let r = e(r#"{"name":"a","kind":"tap","socket":"/s"}"#);
+        assert!(r.contains("unknown variant `tap`"), "{r}");
+        let r = e(r#"{"name":"a","kind":"memif","role":"master","socket":"/s","vlan":4095}"#);
+        assert!(r.starts_with("port.vlan:"), "{r}");
+        let r =
+            e(r#"{"name":"a","kind":"memif","role":"master","socket":"/s","vlan":5,"trunk":"6"}"#);
+        assert!(r.starts_with("port.trunk:"), "{r}");
+        let r = e(r#"{"name":"a","kind":"memif","role":"master","socket":"/s","ring_size":1000}"#);
+        assert!(r.starts_with("port.ring_size:"), "{r}");
+        let r = e(r#"{"name":"a","kind":"memif","role":"slave","socket":"/s","socket_group":1}"#);
+        assert!(r.starts_with("port.socket_group:"), "{r}");
+        let r = e(r#"{"name":"a","kind":"memif","role":"master","socket":"@a","socket_group":1}"#);
+        assert!(r.starts_with("port.socket_group:"), "{r}");
+        let r =
+            e(r#"{"name":"a","kind":"vhost-user","role":"client","socket":"/s","socket_group":1}"#);
+        assert!(r.starts_with("port.socket_group:"), "{r}");
+        let r = e(r#"{"name":"a","kind":"vhost-user","role":"client","socket":"@s"}"#);
+        assert!(r.starts_with("port.socket:"), "{r}");
+        let r = e(r#"{"name":"a","kind":"memif","role":"master","socket":"/s","queues":0}"#);
+        assert!(r.starts_with("port.queues:"), "{r}");
+        let r = e(
+            r#"{"name":"a","kind":"memif","role":"master","socket":"/s","macs":["01:00:5e:00:00:01"]}"#,
+        );
+        assert!(r.starts_with("port.macs[0]:"), "{r}");
+        assert!(validate_name("name", "../x").is_err());
+        assert!(validate_name("name", "eth0.100").is_ok());
+    }
+}
