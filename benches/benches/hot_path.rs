@@ -16,16 +16,16 @@ use std::sync::Arc;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use switchyard::dataplane::{Dataplane, WorkerView};
 use switchyard::eventfd::new_eventfd;
+use switchyard::forward::Forwarder;
 use switchyard::port::memif::queue::{MemifRx, MemifTx, Side};
 use switchyard::port::memif::region::{Region, Regions};
 use switchyard::port::memif::ring::{Desc, Ring};
 use switchyard::port::vhost_user::queue::{VirtioRx, VirtioTx, Vq};
-use switchyard::port::{
+use switchyard::queue::{
     PortQueues, QueueFault, RxBurst, RxQueue, TxError, TxFrame, TxQueue, BURST_SIZE,
 };
 use switchyard::switch::mac_table::MacEntry;
 use switchyard::switch::security::PortSecurity;
-use switchyard::switch::Forwarder;
 use switchyard::vlan::{VlanMode, VlanSet};
 use switchyard::wire::memif::{ring_bytes, COOKIE};
 use switchyard::wire::MacAddr;

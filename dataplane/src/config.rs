@@ -209,7 +209,7 @@ pub fn confine_socket(field: &str, base: &Path, kind: &KindSpec) -> Result<Strin
     if dir.is_none() {
         return Err(outside());
     }
-    crate::port::refuse_symlink(&path)
+    crate::port::endpoint::refuse_symlink(&path)
         .map_err(|_| invalid(field, format!("{} is a symbolic link", path.display())))?;
     path.to_str()
         .map(str::to_string)

@@ -13,44 +13,16 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use crate::port::{PortQueues, RxQueue, TxQueue};
+use crate::queue::{PortQueues, RxQueue, TxQueue};
 use crate::reactor::Waker;
 use crate::switch::mac_table::{Learned, MacEntry, MacTable, GENERATION_MASK};
 use crate::switch::security::{PortSecurity, SecurityState, DEFAULT_MOVE_HOLD_SECS};
-use crate::switch::DropReason;
+use crate::types::{BridgeId, Counters, DropReason, PortId};
 use crate::vlan::VlanMode;
 use crate::wire::MacAddr;
 
-/// A port slot number (reused after the port is removed).
-pub type PortId = u16;
-/// A bridge slot number.
-pub type BridgeId = u16;
-
 /// How long taking a port's queues back waits for workers to leave a burst.
 pub const DETACH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// Per-worker counters of one port. Each worker writes only its own copy, so
-/// updates are plain load+store, never a locked instruction.
-#[repr(align(64))]
-#[derive(Default)]
-pub struct Counters {
-    /// Frames received from the peer.
-    pub rx_packets: AtomicU64,
-    /// Bytes received from the peer.
-    pub rx_bytes: AtomicU64,
-    /// Frames delivered to the peer.
-    pub tx_packets: AtomicU64,
-    /// Bytes delivered to the peer.
-    pub tx_bytes: AtomicU64,
-    /// Drops by reason (indexed by [`DropReason`]).
-    pub drops: [AtomicU64; DropReason::COUNT],
-}
-
-/// Adds `n` to a counter that only the calling thread writes.
-#[inline]
-pub fn bump(c: &AtomicU64, n: u64) {
-    c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
-}
 
 pub use switchyard_api::PortTotals;
 

@@ -1,25 +1,37 @@
-//! Switchyard: a userspace L2 switch for Kubernetes pods.
+//! Switchyard: a userspace L2 switch for Kubernetes pods: the daemon. Its
+//! control protocol, port specs and client are the `switchyard_api` crate.
 //!
-//! Layers, from the wire up:
-//! - [`wire`]: byte-level views of Ethernet headers and memif messages;
-//! - [`vlan`]: a port's VLAN membership (access, untagged-only, trunk);
-//! - [`port`]: the [`port::Port`] and queue traits, and the memif port kind;
-//! - [`switch`]: bridge domains, MAC learning, flooding and VLANs;
-//! - [`dataplane`] and [`worker`]: state shared with, and the loop of, the
-//!   poll-mode workers;
-//! - [`control`]: the daemon, its JSON control API and persisted state;
-//! - [`config`]: the TOML configuration.
+//! Layers, from the bottom up. A module imports only from layers below its
+//! own (`tests/layers.rs` reads this list and checks every import):
+//!
+//! 0. [`types`], [`wire`], [`vlan`], [`eventfd`], [`queue`]: slot numbers,
+//!    drop reasons and counters; byte-level views of Ethernet, memif and
+//!    virtio-net headers; VLAN membership; eventfd kicks; the data-plane
+//!    seam (frames and the [`queue::RxQueue`] / [`queue::TxQueue`] traits).
+//! 1. [`reactor`], [`switch`]: the control thread's epoll; the MAC tables
+//!    and port security state.
+//! 2. [`dataplane`]: the state the control thread shares with the workers
+//!    (ports, bridges, queue slots, counters) and the views workers take.
+//! 3. [`forward`], [`port`]: one worker's L2 forwarding of a burst; the port
+//!    kinds (memif, vhost-user) behind the [`port::Port`] trait and the
+//!    [`port::PortCtx`] seam, each a module that knows nothing of the other.
+//! 4. [`worker`]: the poll-mode worker loop.
+//! 5. [`config`]: the configuration file and the socket path policy.
+//! 6. [`control`]: the daemon (the event loop owning every port), the API
+//!    server and the persisted state.
 
-#![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
 pub mod config;
 pub mod control;
 pub mod dataplane;
 pub mod eventfd;
+pub mod forward;
 pub mod port;
+pub mod queue;
 pub mod reactor;
 pub mod switch;
+pub mod types;
 pub mod vlan;
 pub mod wire;
 pub mod worker;

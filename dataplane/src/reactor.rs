@@ -7,7 +7,7 @@ use std::time::Duration;
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 
-use crate::dataplane::PortId;
+use crate::types::PortId;
 
 /// What an epoll event refers to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

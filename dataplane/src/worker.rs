@@ -12,10 +12,11 @@ use std::time::{Duration, Instant};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use tracing::{info, warn};
 
-use crate::dataplane::{bump, Dataplane, WorkerView};
+use crate::dataplane::{Dataplane, WorkerView};
 use crate::eventfd::drain_eventfd;
-use crate::port::RxBurst;
-use crate::switch::{DropReason, Forwarder};
+use crate::forward::Forwarder;
+use crate::queue::RxBurst;
+use crate::types::{bump, DropReason};
 
 /// How workers wait for frames.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]

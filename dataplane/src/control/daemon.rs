@@ -18,11 +18,11 @@ use switchyard_api::{
 use super::server::{self, Call};
 use super::state::{State, StateStore};
 use crate::config::{confine_socket, validate_name, BridgeSpec, Config, PortSpec};
-use crate::dataplane::{BridgeId, Dataplane, PortId, PortShared};
+use crate::dataplane::{Dataplane, PortShared};
 use crate::port::{Port, PortCtx};
 use crate::reactor::{Reactor, Token, Waker};
 use crate::switch::security::PortSecurity;
-use crate::switch::DropReason;
+use crate::types::{BridgeId, DropReason, PortId};
 use crate::vlan::VlanMode;
 use crate::worker::{self, WorkerConfig};
 

@@ -5,7 +5,6 @@
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::Shutdown;
-use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -31,25 +30,27 @@ pub const MAX_REQUEST: usize = 64 * 1024;
 /// Binds the control socket (replacing a stale one; refusing a live one),
 /// readable and writable by its owner only.
 pub fn bind(path: &Path, group: Option<u32>) -> std::io::Result<UnixListener> {
-    if path.exists() {
-        if UnixStream::connect(path).is_ok() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::AddrInUse,
-                format!(
-                    "{} is in use: is another switchyard running?",
-                    path.display()
-                ),
-            ));
-        }
-        std::fs::remove_file(path)?;
-    }
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    let l = UnixListener::bind(path)?;
+    use crate::port::endpoint::{listen, Address};
     // Connecting needs write permission: root only, or root and `group`.
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
-    crate::port::share_socket(path, group)?;
+    let fd = listen(
+        nix::sys::socket::SockType::Stream,
+        &Address::Path(path.to_path_buf()),
+        Some(0o600),
+        group,
+    )
+    .map_err(|e| match e.kind() {
+        std::io::ErrorKind::AddrInUse => std::io::Error::new(
+            e.kind(),
+            format!(
+                "{} is in use: is another switchyard running?",
+                path.display()
+            ),
+        ),
+        _ => e,
+    })?;
+    let l = UnixListener::from(fd);
+    // Served by a thread of its own that waits in accept().
+    l.set_nonblocking(false)?;
     Ok(l)
 }
 

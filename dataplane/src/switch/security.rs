@@ -19,7 +19,7 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use super::mac_table::{Learned, MacEntry, MacTable};
-use super::DropReason;
+use crate::types::DropReason;
 use crate::wire::MacAddr;
 
 pub use switchyard_api::spec::DEFAULT_MAC_LIMIT;

@@ -6,9 +6,12 @@
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
+use switchyard::port::endpoint::{self, Address as SocketAddr};
 use switchyard::port::memif::region::Region;
 use switchyard::port::memif::ring::{Desc, Ring};
-use switchyard::port::memif::socket::{self, SocketAddr};
+use switchyard::port::memif::socket;
+
+const SEQPACKET: nix::sys::socket::SockType = nix::sys::socket::SockType::SeqPacket;
 use switchyard::wire::memif::{
     ring_bytes, FixedStr, Message, ADD_RING_FLAG_S2M, COOKIE, MAX_LOG2_RING_SIZE, MSG_SIZE, VERSION,
 };
@@ -32,7 +35,7 @@ impl Conn {
     pub fn connect(path: &str) -> Conn {
         let addr = SocketAddr::parse(path);
         let fd = super::wait_for(WAIT, "the switch's memif socket", || {
-            socket::connect_to(&addr).ok()
+            endpoint::connect(SEQPACKET, &addr).ok()
         });
         Conn { fd }
     }
@@ -270,7 +273,7 @@ impl Listener {
     pub fn bind(path: &str) -> Listener {
         let addr = SocketAddr::parse(path);
         Listener {
-            fd: socket::listen_at(&addr, None).expect("listen"),
+            fd: endpoint::listen(SEQPACKET, &addr, None, None).expect("listen"),
             addr,
         }
     }
@@ -278,7 +281,7 @@ impl Listener {
     /// Waits up to 10 s for the switch to connect.
     pub fn accept(&self) -> Conn {
         let fd = super::wait_for(WAIT, "the switch to connect", || {
-            socket::accept(self.fd.as_raw_fd()).ok().flatten()
+            endpoint::accept(&self.fd).ok().flatten()
         });
         Conn { fd }
     }
@@ -286,7 +289,9 @@ impl Listener {
 
 impl Drop for Listener {
     fn drop(&mut self) {
-        socket::unlink(&self.addr);
+        if let Some(p) = self.addr.path() {
+            let _ = std::fs::remove_file(p);
+        }
     }
 }
 

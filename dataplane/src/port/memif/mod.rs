@@ -14,23 +14,20 @@ use tracing::{debug, info, warn};
 
 use switchyard_api::{MemifMode, MemifRole, MemifSpec, PortStatus};
 
-use crate::port::{Port, PortCtx, PortError, PortQueues, RxQueue, TxQueue};
+use crate::port::{Port, PortCtx, PortError};
+use crate::queue::{PortQueues, RxQueue, TxQueue};
 use crate::wire::memif::{Message, MsgType};
 use handshake::{
     Established, HsError, MasterHandshake, MasterStep, Params, SlaveHandshake, SlaveStep,
 };
 use queue::{MemifRx, MemifTx, OwnBuffers, Side};
-use socket::SocketAddr;
+
+use crate::port::endpoint::{Address, Endpoint, SUB_CONN, SUB_LISTENER};
 
 pub use crate::wire::memif::Mode;
 
-/// How long a slave waits between connection attempts.
-pub const RECONNECT_INTERVAL: Duration = Duration::from_secs(2);
 /// How long a handshake may take before the connection is dropped.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
-
-const SUB_LISTENER: u32 = 0;
-const SUB_CONN: u32 = 1;
 
 /// A memif port's settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,10 +84,8 @@ struct Conn {
 /// A memif port.
 pub struct MemifPort {
     cfg: MemifConfig,
-    addr: SocketAddr,
-    listener: Option<OwnedFd>,
+    endpoint: Endpoint,
     conn: Option<Conn>,
-    retry_at: Option<Instant>,
     status: PortStatus,
     name: String,
 }
@@ -99,23 +94,25 @@ impl MemifPort {
     /// A port that is not started yet.
     pub fn new(name: &str, cfg: MemifConfig) -> MemifPort {
         MemifPort {
-            addr: SocketAddr::parse(&cfg.socket),
+            endpoint: Endpoint::new(
+                nix::sys::socket::SockType::SeqPacket,
+                Address::parse(&cfg.socket),
+                cfg.side == Side::Master,
+                cfg.socket_group,
+            ),
             cfg,
-            listener: None,
             conn: None,
-            retry_at: None,
             status: PortStatus::default(),
             name: name.to_string(),
         }
     }
 
     fn try_connect(&mut self, cx: &PortCtx<'_>) {
-        self.retry_at = None;
-        match socket::connect_to(&self.addr) {
+        match self.endpoint.connect() {
             Ok(fd) => {
                 if let Err(e) = cx.watch(&fd, SUB_CONN) {
                     warn!(port = %self.name, "cannot watch control socket: {e}");
-                    self.retry_at = Some(Instant::now() + RECONNECT_INTERVAL);
+                    self.endpoint.lost();
                     return;
                 }
                 self.conn = Some(Conn {
@@ -127,16 +124,13 @@ impl MemifPort {
             Err(e) => {
                 debug!(port = %self.name, socket = %self.cfg.socket, "connect failed, retrying: {e}");
                 self.status.last_error = Some(format!("connect: {e}"));
-                self.retry_at = Some(Instant::now() + RECONNECT_INTERVAL);
             }
         }
     }
 
     fn accept_all(&mut self, cx: &PortCtx<'_>) {
-        let Some(l) = &self.listener else { return };
-        let lfd = l.as_raw_fd();
         loop {
-            let fd = match socket::accept(lfd) {
+            let fd = match self.endpoint.accept() {
                 Ok(Some(fd)) => fd,
                 Ok(None) => return,
                 Err(e) => {
@@ -192,9 +186,7 @@ impl MemifPort {
         } else {
             info!(port = %self.name, "connection dropped during handshake: {reason}");
         }
-        if self.cfg.side == Side::Slave {
-            self.retry_at = Some(Instant::now() + RECONNECT_INTERVAL);
-        }
+        self.endpoint.lost();
     }
 
     /// Drops a peer that broke the protocol (in the handshake or on the
@@ -334,25 +326,9 @@ impl Port for MemifPort {
     }
 
     fn start(&mut self, cx: &PortCtx<'_>) -> Result<(), PortError> {
-        match self.cfg.side {
-            Side::Master => {
-                let l = socket::listen_at(&self.addr, self.cfg.socket_group).map_err(|e| {
-                    if e.kind() == std::io::ErrorKind::AddrInUse {
-                        PortError::SocketInUse(self.cfg.socket.clone())
-                    } else {
-                        PortError::Socket {
-                            path: self.cfg.socket.clone(),
-                            cause: e,
-                        }
-                    }
-                })?;
-                cx.watch(&l, SUB_LISTENER).map_err(|e| PortError::Socket {
-                    path: self.cfg.socket.clone(),
-                    cause: e,
-                })?;
-                self.listener = Some(l);
-            }
-            Side::Slave => self.try_connect(cx),
+        self.endpoint.start(cx)?;
+        if !self.endpoint.listens() {
+            self.try_connect(cx);
         }
         Ok(())
     }
@@ -369,7 +345,7 @@ impl Port for MemifPort {
             Handshake::Up => None,
             _ => Some(c.started + HANDSHAKE_TIMEOUT),
         });
-        match (hs, self.retry_at) {
+        match (hs, self.endpoint.deadline()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
@@ -381,7 +357,7 @@ impl Port for MemifPort {
                 self.refuse(cx, "handshake timed out");
             }
         }
-        if self.conn.is_none() && self.retry_at.is_some_and(|t| now >= t) {
+        if self.conn.is_none() && self.endpoint.retry_due(now) {
             self.try_connect(cx);
         }
     }
@@ -396,10 +372,6 @@ impl Port for MemifPort {
 
     fn stop(&mut self, cx: &PortCtx<'_>) {
         self.disconnect(cx, "interface deleted", true);
-        self.retry_at = None;
-        if let Some(l) = self.listener.take() {
-            cx.unwatch(l);
-            socket::unlink(&self.addr);
-        }
+        self.endpoint.stop(cx);
     }
 }

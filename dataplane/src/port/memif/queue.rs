@@ -17,7 +17,7 @@ use std::sync::Arc;
 use super::region::Regions;
 use super::ring::{Desc, Ring};
 use crate::eventfd::kick_eventfd;
-use crate::port::{prefetch, QueueFault, RxBurst, RxQueue, TxError, TxFrame, TxQueue};
+use crate::queue::{prefetch, QueueFault, RxBurst, RxQueue, TxError, TxFrame, TxQueue};
 use crate::wire::memif::{DESC_FLAG_NEXT, RING_FLAG_MASK_INT};
 
 /// Longest descriptor chain we write for one frame.
@@ -371,7 +371,7 @@ impl TxQueue for MemifTx {
 mod tests {
     use super::*;
     use crate::port::memif::region::Region;
-    use crate::port::TxFrame;
+    use crate::queue::TxFrame;
     use crate::wire::memif::{ring_bytes, COOKIE};
 
     const LOG2: u8 = 4;
@@ -511,7 +511,7 @@ mod tests {
             Some(OwnBuffers { first, size: BUF }),
         );
         let payload: Vec<u8> = (0..600u32).map(|i| i as u8).collect();
-        let mut f = crate::port::RxFrame::default();
+        let mut f = crate::queue::RxFrame::default();
         // SAFETY: `payload` outlives the frame.
         assert!(unsafe { f.push(payload.as_ptr(), 600) });
         tx.tx(&TxFrame::plain(&f)).unwrap();

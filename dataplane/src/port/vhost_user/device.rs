@@ -38,9 +38,9 @@ use vm_memory::{
 };
 
 use super::queue::{RingProgress, VirtioRx, VirtioTx, Vq};
-use crate::dataplane::{Dataplane, PortId};
 use crate::port::sigbus::Tripwire;
-use crate::port::{PortQueues, RxQueue, TxQueue};
+use crate::port::QueueLink;
+use crate::queue::{PortQueues, RxQueue, TxQueue};
 
 /// Largest virtqueue the device accepts (the virtio maximum for split rings).
 pub const MAX_QUEUE_SIZE: u16 = 32768;
@@ -107,8 +107,7 @@ pub enum Activation {
 /// One vhost-user virtio-net device (one frontend connection).
 pub struct NetDevice {
     name: String,
-    id: PortId,
-    dp: Dataplane,
+    link: QueueLink,
     max_pairs: u16,
     acked_features: Option<u64>,
     acked_protocol: u64,
@@ -138,14 +137,14 @@ fn new_vrings(
 }
 
 impl NetDevice {
-    /// A device for port `id` offering up to `max_pairs` queue pairs.
-    pub fn new(name: &str, id: PortId, dp: Dataplane, max_pairs: u16) -> Result<Self, VuError> {
+    /// A device offering up to `max_pairs` queue pairs, whose queues reach
+    /// the workers through `link`.
+    pub fn new(name: &str, link: QueueLink, max_pairs: u16) -> Result<Self, VuError> {
         let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
         let vrings = new_vrings(&mem, 2 * usize::from(max_pairs))?;
         Ok(NetDevice {
             name: name.to_string(),
-            id,
-            dp,
+            link,
             max_pairs,
             acked_features: None,
             acked_protocol: 0,
@@ -175,9 +174,7 @@ impl NetDevice {
         if self.live.is_empty() {
             return false;
         }
-        if !self.dp.detach_queues(self.id) {
-            warn!(port = %self.name, "a worker did not leave its burst in time");
-        }
+        self.link.detach();
         for r in self.live.drain(..) {
             let (avail, used) = r.progress.load();
             let v = &self.vrings[r.index];
@@ -241,7 +238,7 @@ impl NetDevice {
             q.rx.push(Box::new(VirtioRx::new(rx)) as Box<dyn RxQueue>);
         }
         self.live = live;
-        self.dp.attach_queues(self.id, q);
+        self.link.attach(q);
         Ok(Activation::Up { pairs })
     }
 

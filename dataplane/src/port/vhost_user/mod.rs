@@ -21,26 +21,20 @@ pub mod relay;
 pub mod split;
 
 use std::io::ErrorKind;
-use std::os::unix::fs::FileTypeExt;
-use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::{Path, PathBuf};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tracing::{debug, info, warn};
 use vhost::vhost_user::{BackendReqHandler, Error as VuError};
 
 use switchyard_api::{PortStatus, VhostUserRole, VhostUserSpec};
 
+use crate::port::endpoint::{Address, Endpoint, SUB_CONN, SUB_LISTENER};
 use crate::port::{Port, PortCtx, PortError};
 use device::{Activation, NetDevice};
 use relay::{Message, Relay, RelayError};
-
-/// How long a client waits between connection attempts.
-pub const RECONNECT_INTERVAL: Duration = Duration::from_secs(2);
-
-const SUB_LISTENER: u32 = 0;
-const SUB_CONN: u32 = 1;
 
 /// A vhost-user port's settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,9 +71,8 @@ struct Conn {
 pub struct VhostUserPort {
     cfg: VhostUserConfig,
     name: String,
-    listener: Option<UnixListener>,
+    endpoint: Endpoint,
     conn: Option<Conn>,
-    retry_at: Option<Instant>,
     status: PortStatus,
     /// Queue pairs with the workers, as last logged.
     pairs_up: Vec<usize>,
@@ -89,49 +82,19 @@ fn lock(d: &Mutex<NetDevice>) -> MutexGuard<'_, NetDevice> {
     d.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Binds a listening socket at `path`, replacing a stale socket file that
-/// nobody listens on. A live socket is an error (another switch or port).
-fn listen(path: &Path, group: Option<u32>) -> Result<UnixListener, PortError> {
-    let err = |cause| PortError::Socket {
-        path: path.display().to_string(),
-        cause,
-    };
-    if let Ok(meta) = std::fs::symlink_metadata(path) {
-        if !meta.file_type().is_socket() {
-            return Err(err(std::io::Error::new(
-                ErrorKind::AlreadyExists,
-                "exists and is not a socket",
-            )));
-        }
-        if crate::port::listener_alive(connect(path)) {
-            return Err(PortError::SocketInUse(path.display().to_string()));
-        }
-        std::fs::remove_file(path).map_err(err)?;
-    }
-    let l = UnixListener::bind(path).map_err(err)?;
-    crate::port::share_socket(path, group).map_err(err)?;
-    l.set_nonblocking(true).map_err(err)?;
-    Ok(l)
-}
-
-/// Connects to a frontend's socket without blocking: a Unix connect either
-/// completes at once or, when the frontend listens but never accepts and
-/// its backlog is full, fails with `EAGAIN` (and is retried later) instead
-/// of holding the control thread.
-fn connect(path: &Path) -> std::io::Result<UnixStream> {
-    use nix::sys::socket::{SockType, UnixAddr};
-    crate::port::connect_unix(SockType::Stream, &UnixAddr::new(path)?).map(UnixStream::from)
-}
-
 impl VhostUserPort {
     /// A port that is not started yet.
     pub fn new(name: &str, cfg: VhostUserConfig) -> VhostUserPort {
         VhostUserPort {
+            endpoint: Endpoint::new(
+                nix::sys::socket::SockType::Stream,
+                Address::Path(cfg.socket.clone()),
+                cfg.role == VhostUserRole::Server,
+                cfg.socket_group,
+            ),
             cfg,
             name: name.to_string(),
-            listener: None,
             conn: None,
-            retry_at: None,
             status: PortStatus::default(),
             pairs_up: Vec::new(),
         }
@@ -139,7 +102,7 @@ impl VhostUserPort {
 
     fn open(&mut self, cx: &PortCtx<'_>, stream: UnixStream) -> Result<(), String> {
         let (relay, handler_side) = Relay::new(stream).map_err(|e| format!("socket: {e}"))?;
-        let device = NetDevice::new(&self.name, cx.id, cx.dp.clone(), self.cfg.queues)
+        let device = NetDevice::new(&self.name, cx.link(), self.cfg.queues)
             .map_err(|e| format!("device: {e}"))?;
         let device = Arc::new(Mutex::new(device));
         let handler = BackendReqHandler::from_stream(handler_side, device.clone());
@@ -155,24 +118,23 @@ impl VhostUserPort {
     }
 
     fn try_connect(&mut self, cx: &PortCtx<'_>) {
-        self.retry_at = None;
-        let res = crate::port::refuse_symlink(&self.cfg.socket)
-            .and_then(|()| connect(&self.cfg.socket))
-            .map_err(|e| format!("connect: {e}"))
-            .and_then(|s| self.open(cx, s));
+        let res = match self.endpoint.connect() {
+            Ok(fd) => self
+                .open(cx, UnixStream::from(fd))
+                .inspect_err(|_| self.endpoint.lost()),
+            Err(e) => Err(format!("connect: {e}")),
+        };
         if let Err(e) = res {
             debug!(port = %self.name, socket = %self.cfg.socket.display(), "{e}; retrying");
             self.status.last_error = Some(e);
-            self.retry_at = Some(Instant::now() + RECONNECT_INTERVAL);
         }
     }
 
     fn accept_all(&mut self, cx: &PortCtx<'_>) {
         loop {
-            let Some(l) = &self.listener else { return };
-            let stream = match l.accept() {
-                Ok((s, _)) => s,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+            let stream = match self.endpoint.accept() {
+                Ok(Some(fd)) => UnixStream::from(fd),
+                Ok(None) => return,
                 Err(e) => {
                     warn!(port = %self.name, "accept failed: {e}");
                     return;
@@ -211,9 +173,7 @@ impl VhostUserPort {
         self.status.tx_queues = 0;
         self.status.peer = None;
         self.status.last_error = Some(reason.to_string());
-        if self.cfg.role == VhostUserRole::Client {
-            self.retry_at = Some(Instant::now() + RECONNECT_INTERVAL);
-        }
+        self.endpoint.lost();
     }
 
     /// The frontend sent bytes: every message they complete is handled,
@@ -370,17 +330,9 @@ impl Port for VhostUserPort {
     }
 
     fn start(&mut self, cx: &PortCtx<'_>) -> Result<(), PortError> {
-        match self.cfg.role {
-            VhostUserRole::Server => {
-                let l = listen(&self.cfg.socket, self.cfg.socket_group)?;
-                cx.watch(&l, SUB_LISTENER)
-                    .map_err(|cause| PortError::Socket {
-                        path: self.cfg.socket.display().to_string(),
-                        cause,
-                    })?;
-                self.listener = Some(l);
-            }
-            VhostUserRole::Client => self.try_connect(cx),
+        self.endpoint.start(cx)?;
+        if !self.endpoint.listens() {
+            self.try_connect(cx);
         }
         Ok(())
     }
@@ -395,7 +347,7 @@ impl Port for VhostUserPort {
     fn deadline(&self) -> Option<Instant> {
         match &self.conn {
             Some(c) => c.relay.deadline(),
-            None => self.retry_at,
+            None => self.endpoint.deadline(),
         }
     }
 
@@ -406,7 +358,7 @@ impl Port for VhostUserPort {
             }
             return;
         }
-        if self.retry_at.is_some_and(|t| now >= t) {
+        if self.endpoint.retry_due(now) {
             self.try_connect(cx);
         }
     }
@@ -421,10 +373,6 @@ impl Port for VhostUserPort {
 
     fn stop(&mut self, cx: &PortCtx<'_>) {
         self.disconnect(cx, "interface deleted", false);
-        self.retry_at = None;
-        if let Some(l) = self.listener.take() {
-            cx.unwatch(l);
-            let _ = std::fs::remove_file(&self.cfg.socket);
-        }
+        self.endpoint.stop(cx);
     }
 }

@@ -25,7 +25,7 @@ use super::split::{Broken, Desc, MemTable, SplitRing};
 
 use crate::eventfd::kick_eventfd;
 use crate::port::sigbus::Tripwire;
-use crate::port::{
+use crate::queue::{
     prefetch, QueueFault, RxBurst, RxFrame, RxQueue, TxError, TxFrame, TxQueue, BURST_SIZE,
 };
 use crate::wire::virtio_net::{header_bytes, HEADER_LEN};

@@ -1,0 +1,351 @@
+//! The L2 forwarding of one worker: a burst in, learned, looked up, VLAN
+//! rewritten and queued on its destinations, flooded where unknown.
+//!
+//! It knows frames and queues, not protocols: frames come in as [`RxFrame`]s
+//! from any port kind and leave through any [`crate::queue::TxQueue`].
+//!
+//! VLAN model (as Open vSwitch's access and trunk ports, see
+//! [`crate::vlan::VlanMode`]): an access port carries untagged frames of its
+//! VLAN (VLAN 0, untagged-only, by default); tagged frames arriving on it are
+//! dropped (priority tags, VID 0, are accepted and stripped); a trunk carries
+//! the VLANs of its list tagged, and untagged frames as VLAN 0 when the list
+//! holds 0.
+
+use crate::dataplane::{Dataplane, ViewPort, WorkerView};
+use crate::queue::{RxFrame, TxError, TxFrame, BURST_SIZE};
+use crate::switch::mac_table::MacEntry;
+use crate::switch::security;
+use crate::types::{bump, DropReason, PortId};
+use crate::wire::ethernet::{ETHERTYPE_VLAN, HEADER_LEN, VLAN_TAG_LEN};
+use crate::wire::MacAddr;
+
+/// Per-worker scratch state for forwarding, sized when the view changes so
+/// that forwarding itself never allocates.
+///
+/// A burst is switched in two passes: every frame is first decided (parsed,
+/// learned, looked up) and queued on its destinations, then each destination
+/// takes its frames in one go, under one acquisition of its queue, and is
+/// flushed. That is one lock and one ring update per destination and burst
+/// instead of per frame.
+#[derive(Default)]
+pub struct Forwarder {
+    /// Frames queued per destination port slot (at most one burst each).
+    pending: Vec<Vec<Pending>>,
+    /// Destinations with frames queued, in first-use order.
+    touched: Vec<PortId>,
+    /// The first bytes of each frame of the burst (for VLAN rewrites).
+    hdrs: Vec<[u8; HEADER_LEN + VLAN_TAG_LEN]>,
+}
+
+/// One frame queued on one destination.
+#[derive(Clone, Copy)]
+struct Pending {
+    /// Index of the frame in the burst.
+    frame: u8,
+    /// Its VLAN rewrite.
+    tag: Retag,
+}
+
+/// How a frame's VLAN tag changes on its way out.
+#[derive(Clone, Copy)]
+enum Retag {
+    /// Leaves as it came.
+    Keep,
+    /// Its tag is removed.
+    Pop,
+    /// A tag of this VLAN is pushed.
+    Push(u16),
+}
+
+/// A frame's L2 facts, parsed from a private copy of its first bytes.
+struct L2 {
+    hdr: [u8; HEADER_LEN + VLAN_TAG_LEN],
+    dst: MacAddr,
+    src: MacAddr,
+    tagged: bool,
+    vid: u16,
+}
+
+fn parse_l2(frame: &RxFrame) -> Result<L2, DropReason> {
+    let mut hdr = [0u8; HEADER_LEN + VLAN_TAG_LEN];
+    let n = frame.read_prefix(&mut hdr);
+    if n < HEADER_LEN {
+        return Err(DropReason::Runt);
+    }
+    let ethertype = u16::from_be_bytes([hdr[12], hdr[13]]);
+    let tagged = ethertype == ETHERTYPE_VLAN;
+    if tagged && n < HEADER_LEN + VLAN_TAG_LEN {
+        return Err(DropReason::Runt);
+    }
+    let vid = if tagged {
+        u16::from_be_bytes([hdr[14], hdr[15]]) & 0x0fff
+    } else {
+        0
+    };
+    Ok(L2 {
+        dst: MacAddr::from_bytes(&hdr[0..6]),
+        src: MacAddr::from_bytes(&hdr[6..12]),
+        hdr,
+        tagged,
+        vid,
+    })
+}
+
+impl Forwarder {
+    /// Resizes scratch state for a new view.
+    pub fn resize(&mut self, view: &WorkerView) {
+        self.pending = (0..view.ports.len())
+            .map(|_| Vec::with_capacity(BURST_SIZE))
+            .collect();
+        self.touched = Vec::with_capacity(view.ports.len());
+        self.hdrs = vec![[0; HEADER_LEN + VLAN_TAG_LEN]; BURST_SIZE];
+    }
+
+    /// Switches one received burst from `in_port` (in chunks of
+    /// [`BURST_SIZE`] frames). `w` is the worker index.
+    pub fn forward_burst(
+        &mut self,
+        dp: &Dataplane,
+        view: &WorkerView,
+        w: usize,
+        in_port: PortId,
+        frames: &[RxFrame],
+    ) {
+        let Some(inp) = view.ports.get(in_port as usize).and_then(Option::as_ref) else {
+            return;
+        };
+        let in_counters = inp.shared.counters(w);
+        let bytes: u64 = frames.iter().map(|f| u64::from(f.len)).sum();
+        bump(&in_counters.rx_packets, frames.len() as u64);
+        bump(&in_counters.rx_bytes, bytes);
+
+        let Some(bridge_id) = inp.bridge else {
+            bump(
+                &in_counters.drops[DropReason::NoBridge as usize],
+                frames.len() as u64,
+            );
+            return;
+        };
+        let Some(bridge) = view
+            .bridges
+            .get(bridge_id as usize)
+            .and_then(Option::as_ref)
+        else {
+            bump(
+                &in_counters.drops[DropReason::NoBridge as usize],
+                frames.len() as u64,
+            );
+            return;
+        };
+        let now = dp.now_secs();
+        let hold = dp.mac_move_hold();
+        // The security state of the port an entry belongs to, if it is
+        // still that port.
+        let owner = |e: &MacEntry| {
+            view.ports
+                .get(e.port as usize)
+                .and_then(Option::as_ref)
+                .filter(|p| p.generation == e.port_gen)
+                .map(|p| &p.shared.security)
+        };
+
+        for chunk in frames.chunks(BURST_SIZE) {
+            for (i, frame) in chunk.iter().enumerate() {
+                let l2 = match parse_l2(frame) {
+                    Ok(l2) => l2,
+                    Err(r) => {
+                        bump(&in_counters.drops[r as usize], 1);
+                        continue;
+                    }
+                };
+                // The VLAN this frame belongs to inside the bridge.
+                let Some(domain) = inp.vlan.ingress(l2.vid) else {
+                    bump(&in_counters.drops[DropReason::VlanFiltered as usize], 1);
+                    continue;
+                };
+                if l2.src.is_multicast() {
+                    // Never a station's own address: learned nowhere, and
+                    // refused from a port bound to its MACs.
+                    if inp.shared.security.filters_sources() {
+                        bump(&in_counters.drops[DropReason::SpoofedSource as usize], 1);
+                        continue;
+                    }
+                } else {
+                    let entry = MacEntry {
+                        port: in_port,
+                        port_gen: inp.generation,
+                        last_seen: now,
+                        pinned: false,
+                    };
+                    let admitted = security::admit_source(
+                        &bridge.macs,
+                        &inp.shared.security,
+                        l2.src,
+                        domain,
+                        entry,
+                        hold,
+                        owner,
+                    );
+                    if let Err(r) = admitted {
+                        bump(&in_counters.drops[r as usize], 1);
+                        continue;
+                    }
+                }
+                let mut unicast = None;
+                if !l2.dst.is_multicast() {
+                    if let Some(e) = bridge.macs.lookup(l2.dst, domain) {
+                        if e.port == in_port {
+                            bump(&in_counters.drops[DropReason::Hairpin as usize], 1);
+                            continue;
+                        }
+                        if let Some(p) = view.ports.get(e.port as usize).and_then(Option::as_ref) {
+                            if p.generation == e.port_gen && p.bridge == Some(bridge_id) {
+                                unicast = Some((e.port, p));
+                            }
+                        }
+                    }
+                }
+                self.hdrs[i] = l2.hdr;
+                match unicast {
+                    Some((id, p)) => self.queue(w, id, p, i, &l2, domain, true),
+                    None => {
+                        for &id in &bridge.ports {
+                            if id == in_port {
+                                continue;
+                            }
+                            if let Some(p) = view.ports.get(id as usize).and_then(Option::as_ref) {
+                                self.queue(w, id, p, i, &l2, domain, false);
+                            }
+                        }
+                    }
+                }
+            }
+            self.send_queued(dp, view, w, chunk);
+        }
+    }
+
+    /// Queues frame `i` on port `id` of the bridge, with the VLAN rewrite
+    /// it needs there.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn queue(
+        &mut self,
+        w: usize,
+        id: PortId,
+        p: &ViewPort,
+        i: usize,
+        l2: &L2,
+        domain: u16,
+        unicast: bool,
+    ) {
+        let Some(out_tagged) = p.vlan.egress(domain) else {
+            return; // not a member of this VLAN
+        };
+        if p.tx.is_none() {
+            if unicast {
+                let counters = p.shared.counters(w);
+                bump(&counters.drops[DropReason::LinkDown as usize], 1);
+            }
+            return;
+        }
+        let tag = match (l2.tagged, out_tagged) {
+            (true, true) | (false, false) => Retag::Keep,
+            (true, false) => Retag::Pop,
+            (false, true) => Retag::Push(domain),
+        };
+        let Some(q) = self.pending.get_mut(id as usize) else {
+            return;
+        };
+        if q.is_empty() {
+            self.touched.push(id);
+        }
+        debug_assert!(q.len() < q.capacity(), "one entry per frame and burst");
+        q.push(Pending {
+            frame: i as u8,
+            tag,
+        });
+    }
+
+    /// Hands each destination its queued frames under one acquisition of
+    /// its transmit queue, then flushes it.
+    fn send_queued(&mut self, dp: &Dataplane, view: &WorkerView, w: usize, frames: &[RxFrame]) {
+        let Forwarder {
+            pending,
+            touched,
+            hdrs,
+        } = self;
+        for &id in touched.iter() {
+            let q = &mut pending[id as usize];
+            let Some(p) = view.ports.get(id as usize).and_then(Option::as_ref) else {
+                q.clear();
+                continue;
+            };
+            let Some(tx) = &p.tx else {
+                q.clear();
+                continue;
+            };
+            if Dataplane::faulted(&p.shared) {
+                q.clear();
+                continue;
+            }
+            let counters = p.shared.counters(w);
+            let (mut packets, mut bytes) = (0u64, 0u64);
+            let mut drops = [0u64; DropReason::COUNT];
+            let mut fault = None;
+            tx.with(|txq| {
+                for e in q.iter() {
+                    let frame = &frames[usize::from(e.frame)];
+                    let hdr = &hdrs[usize::from(e.frame)];
+                    let mut push = [0u8; HEADER_LEN + VLAN_TAG_LEN - 2];
+                    let txf = match e.tag {
+                        Retag::Keep => TxFrame::plain(frame),
+                        Retag::Pop => TxFrame {
+                            frame,
+                            prefix: &hdr[..12],
+                            skip: (HEADER_LEN + VLAN_TAG_LEN - 2) as u32,
+                        },
+                        Retag::Push(domain) => {
+                            push[..12].copy_from_slice(&hdr[..12]);
+                            push[12..14].copy_from_slice(&ETHERTYPE_VLAN.to_be_bytes());
+                            push[14..16].copy_from_slice(&(domain & 0x0fff).to_be_bytes());
+                            TxFrame {
+                                frame,
+                                prefix: &push,
+                                skip: 12,
+                            }
+                        }
+                    };
+                    match txq.tx(&txf) {
+                        Ok(()) => {
+                            packets += 1;
+                            bytes += txf.len() as u64;
+                        }
+                        Err(TxError::Full) => drops[DropReason::NoBuffer as usize] += 1,
+                        Err(TxError::TooLong) => drops[DropReason::TooLong as usize] += 1,
+                        Err(TxError::Fault(f)) => {
+                            // The port is reset; the rest of its frames
+                            // go nowhere.
+                            fault = Some(f);
+                            break;
+                        }
+                    }
+                }
+                txq.flush();
+            });
+            q.clear();
+            if packets > 0 {
+                bump(&counters.tx_packets, packets);
+                bump(&counters.tx_bytes, bytes);
+            }
+            for (r, n) in drops.iter().enumerate() {
+                if *n > 0 {
+                    bump(&counters.drops[r], *n);
+                }
+            }
+            if let Some(f) = fault {
+                dp.report_fault(&p.shared, f.to_string());
+            }
+        }
+        touched.clear();
+    }
+}

@@ -1,0 +1,359 @@
+//! The socket end of every socket port kind: the switch either listens (it
+//! creates the socket: memif master, vhost-user server) or connects and
+//! retries every [`RETRY_INTERVAL`] until a peer is there, and again after
+//! it goes away (memif slave, vhost-user client). The control socket binds
+//! through the same [`listen`].
+//!
+//! Nothing here blocks the control thread: sockets are non-blocking, and a
+//! connect to a listener whose backlog is full fails with `EAGAIN` and is
+//! retried instead of waiting for room.
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::FileTypeExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::sys::socket::{
+    accept4, bind, connect as nix_connect, listen as nix_listen, socket, AddressFamily, Backlog,
+    SockFlag, SockType, UnixAddr,
+};
+
+use super::{PortCtx, PortError};
+
+/// How long a connecting endpoint waits between attempts.
+pub const RETRY_INTERVAL: Duration = Duration::from_secs(2);
+/// The sub-token of a listening socket in [`PortCtx::watch`].
+pub const SUB_LISTENER: u32 = 0;
+/// The sub-token a port kind uses for its connection.
+pub const SUB_CONN: u32 = 1;
+
+/// Where a socket lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Address {
+    /// A filesystem path.
+    Path(PathBuf),
+    /// A name in the abstract namespace (memif only: `@name` as libmemif
+    /// writes it, `abstract:name` as VPP does).
+    Abstract(String),
+}
+
+impl Address {
+    /// Parses a socket string as memif specs write it.
+    pub fn parse(s: &str) -> Address {
+        if let Some(n) = s.strip_prefix('@').or_else(|| s.strip_prefix("abstract:")) {
+            Address::Abstract(n.to_string())
+        } else {
+            Address::Path(PathBuf::from(s))
+        }
+    }
+
+    fn unix_addr(&self) -> io::Result<UnixAddr> {
+        Ok(match self {
+            Address::Path(p) => UnixAddr::new(p.as_path())?,
+            // Length is sun_family + NUL + name, as VPP, libmemif and DPDK use.
+            Address::Abstract(n) => UnixAddr::new_abstract(n.as_bytes())?,
+        })
+    }
+
+    /// The path, for a filesystem socket.
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            Address::Path(p) => Some(p),
+            Address::Abstract(_) => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Address {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Address::Path(p) => write!(f, "{}", p.display()),
+            Address::Abstract(n) => write!(f, "@{n}"),
+        }
+    }
+}
+
+/// Refuses a socket path that is a symbolic link: a pod may write in its
+/// own socket directory, and a link there could send the switch to any
+/// socket on the host. `config::confine_socket` calls it where a socket is
+/// named, and [`connect`] again before each attempt (a peer could have
+/// swapped the socket since).
+pub fn refuse_symlink(path: &Path) -> io::Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            "the socket is a symbolic link",
+        )),
+        _ => Ok(()),
+    }
+}
+
+fn new_socket(ty: SockType) -> io::Result<OwnedFd> {
+    Ok(socket(
+        AddressFamily::Unix,
+        ty,
+        SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+        None,
+    )?)
+}
+
+/// Connects a socket of type `ty` to `addr` without blocking (a link at a
+/// path is refused). The socket is left non-blocking.
+pub fn connect(ty: SockType, addr: &Address) -> io::Result<OwnedFd> {
+    if let Some(p) = addr.path() {
+        refuse_symlink(p)?;
+    }
+    let fd = new_socket(ty)?;
+    nix_connect(fd.as_raw_fd(), &addr.unix_addr()?)?;
+    Ok(fd)
+}
+
+/// Binds and listens (non-blocking). A stale socket file (nobody
+/// listening) is replaced; a live one is `AddrInUse`; a path that is not a
+/// socket (a link included) is `AlreadyExists`. The file gets `mode`, then
+/// group `group` with mode 0660 if given.
+pub fn listen(
+    ty: SockType,
+    addr: &Address,
+    mode: Option<u32>,
+    group: Option<u32>,
+) -> io::Result<OwnedFd> {
+    if let Some(path) = addr.path() {
+        if let Ok(meta) = std::fs::symlink_metadata(path) {
+            if !meta.file_type().is_socket() {
+                return Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    "path exists and is not a socket",
+                ));
+            }
+            // Someone listens if a connect succeeds or finds the backlog
+            // full (`EAGAIN`); anything else means a stale file.
+            match connect(ty, addr) {
+                Ok(_) => return Err(in_use()),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Err(in_use()),
+                Err(_) => std::fs::remove_file(path)?,
+            }
+        }
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)?;
+        }
+    }
+    let fd = new_socket(ty)?;
+    bind(fd.as_raw_fd(), &addr.unix_addr()?)?;
+    if let Some(path) = addr.path() {
+        use std::os::unix::fs::PermissionsExt;
+        if let Some(m) = mode {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(m))?;
+        }
+        if let Some(gid) = group {
+            switchyard_api::fs::share_with_group(path, gid, 0o660)?;
+        }
+    }
+    nix_listen(&fd, Backlog::new(16).map_err(io::Error::from)?)?;
+    Ok(fd)
+}
+
+fn in_use() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::AddrInUse,
+        "a process is already listening on this socket",
+    )
+}
+
+/// Accepts one pending connection (non-blocking), if any.
+pub fn accept(listener: impl AsFd) -> io::Result<Option<OwnedFd>> {
+    match accept4(
+        listener.as_fd().as_raw_fd(),
+        SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+    ) {
+        // SAFETY: accept4 returned a new fd that nothing else owns.
+        Ok(fd) => Ok(Some(unsafe { OwnedFd::from_raw_fd(fd) })),
+        Err(Errno::EAGAIN) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A port's socket end: a listener, or a connector with retries.
+pub struct Endpoint {
+    ty: SockType,
+    addr: Address,
+    listens: bool,
+    group: Option<u32>,
+    listener: Option<OwnedFd>,
+    retry_at: Option<Instant>,
+}
+
+impl Endpoint {
+    /// An endpoint of socket type `ty` at `addr` that listens (the switch
+    /// creates the socket, open to `group`) or connects.
+    pub fn new(ty: SockType, addr: Address, listens: bool, group: Option<u32>) -> Endpoint {
+        Endpoint {
+            ty,
+            addr,
+            listens,
+            group,
+            listener: None,
+            retry_at: None,
+        }
+    }
+
+    /// Where the socket is.
+    pub fn address(&self) -> &Address {
+        &self.addr
+    }
+
+    /// Whether the switch listens.
+    pub fn listens(&self) -> bool {
+        self.listens
+    }
+
+    /// A listening endpoint binds and is watched with [`SUB_LISTENER`]; a
+    /// connecting one does nothing yet (its owner calls [`Endpoint::connect`]).
+    pub fn start(&mut self, cx: &PortCtx<'_>) -> Result<(), PortError> {
+        if !self.listens {
+            return Ok(());
+        }
+        let err = |cause: io::Error| {
+            if cause.kind() == io::ErrorKind::AddrInUse {
+                PortError::SocketInUse(self.addr.to_string())
+            } else {
+                PortError::Socket {
+                    path: self.addr.to_string(),
+                    cause,
+                }
+            }
+        };
+        let l = listen(self.ty, &self.addr, None, self.group).map_err(err)?;
+        cx.watch(&l, SUB_LISTENER).map_err(err)?;
+        self.listener = Some(l);
+        Ok(())
+    }
+
+    /// The next pending connection on the listener, if any.
+    pub fn accept(&self) -> io::Result<Option<OwnedFd>> {
+        match &self.listener {
+            Some(l) => accept(l),
+            None => Ok(None),
+        }
+    }
+
+    /// One connection attempt; a failure schedules the next one.
+    pub fn connect(&mut self) -> io::Result<OwnedFd> {
+        self.retry_at = None;
+        connect(self.ty, &self.addr).inspect_err(|_| self.lost())
+    }
+
+    /// The peer went away (or could not be used): a connecting endpoint
+    /// tries again after [`RETRY_INTERVAL`]; a listener waits for the next.
+    pub fn lost(&mut self) {
+        if !self.listens {
+            self.retry_at = Some(Instant::now() + RETRY_INTERVAL);
+        }
+    }
+
+    /// Whether a connection attempt is due.
+    pub fn retry_due(&self, now: Instant) -> bool {
+        self.retry_at.is_some_and(|t| now >= t)
+    }
+
+    /// When the next connection attempt is due.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.retry_at
+    }
+
+    /// Stops listening and retrying, and removes the socket file the
+    /// switch created.
+    pub fn stop(&mut self, cx: &PortCtx<'_>) {
+        self.retry_at = None;
+        if let Some(l) = self.listener.take() {
+            cx.unwatch(&l);
+            if let Some(p) = self.addr.path() {
+                let _ = std::fs::remove_file(p);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_addresses() {
+        assert_eq!(
+            Address::parse("/run/a.sock"),
+            Address::Path("/run/a.sock".into())
+        );
+        assert_eq!(Address::parse("@memif"), Address::Abstract("memif".into()));
+        assert_eq!(
+            Address::parse("abstract:vpp"),
+            Address::Abstract("vpp".into())
+        );
+        assert_eq!(Address::parse("@m").to_string(), "@m");
+    }
+
+    #[test]
+    fn stale_sockets_are_replaced_and_live_ones_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let addr = Address::Path(dir.path().join("s.sock"));
+        for ty in [SockType::SeqPacket, SockType::Stream] {
+            let l = listen(ty, &addr, Some(0o600), None).unwrap();
+            let _c = connect(ty, &addr).unwrap();
+            assert!(accept(&l).unwrap().is_some());
+            let e = listen(ty, &addr, None, None).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::AddrInUse);
+            drop(l);
+            let l = listen(ty, &addr, None, None).unwrap();
+            drop(l);
+        }
+        // A link is neither followed by a connect nor replaced by a listen.
+        let link = dir.path().join("link.sock");
+        std::os::unix::fs::symlink(dir.path().join("s.sock"), &link).unwrap();
+        let link = Address::Path(link);
+        let e = connect(SockType::Stream, &link).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::PermissionDenied);
+        let e = listen(SockType::Stream, &link, None, None).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AlreadyExists);
+        // So is a file that is not a socket.
+        std::fs::write(dir.path().join("f"), b"").unwrap();
+        let e = listen(
+            SockType::Stream,
+            &Address::Path(dir.path().join("f")),
+            None,
+            None,
+        )
+        .unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AlreadyExists);
+    }
+
+    #[test]
+    fn a_listener_with_a_full_backlog_is_alive_and_connects_never_wait() {
+        let dir = tempfile::tempdir().unwrap();
+        let addr = Address::Path(dir.path().join("full.sock"));
+        let l = listen(SockType::SeqPacket, &addr, None, None).unwrap();
+        // Nobody accepts: fill the backlog until a connect would wait.
+        let mut held = Vec::new();
+        let full = loop {
+            match connect(SockType::SeqPacket, &addr) {
+                Ok(c) => held.push(c),
+                Err(e) => break e,
+            }
+            assert!(held.len() < 1000, "the backlog never filled");
+        };
+        assert_eq!(full.kind(), io::ErrorKind::WouldBlock);
+        // Alive, so not replaced as stale.
+        let e = listen(SockType::SeqPacket, &addr, None, None).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AddrInUse);
+        drop(l);
+    }
+
+    #[test]
+    fn abstract_sockets_work() {
+        let addr = Address::parse(&format!("@switchyard-test-{}", std::process::id()));
+        let l = listen(SockType::SeqPacket, &addr, None, None).unwrap();
+        let _c = connect(SockType::SeqPacket, &addr).unwrap();
+        assert!(accept(&l).unwrap().is_some());
+    }
+}

@@ -1,0 +1,100 @@
+//! The data-plane seam between port kinds and the switch: a port kind's
+//! [`RxQueue`] / [`TxQueue`] are polled by workers in bursts. A received
+//! frame is a list of [`Segment`]s that point into the peer's shared
+//! memory; transmit copies straight from them into the destination's
+//! buffers, so a frame is copied exactly once.
+
+pub mod frame;
+pub mod prefetch;
+
+use std::os::fd::BorrowedFd;
+
+pub use frame::{FrameReader, RxBurst, RxFrame, Segment, TxFrame, BURST_SIZE, MAX_SEGS};
+
+/// A peer broke the shared-memory protocol; its port must be reset.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QueueFault {
+    /// A descriptor points outside the peer's regions.
+    #[error("descriptor {slot}: region {region} offset {offset} length {length} outside the shared memory")]
+    BadDescriptor {
+        /// Ring slot.
+        slot: u16,
+        /// Region index.
+        region: u16,
+        /// Offset.
+        offset: u32,
+        /// Length.
+        length: u32,
+    },
+    /// A ring counter moved outside what the protocol allows.
+    #[error("ring counter out of range: {what} (cursor {cursor}, peer {peer}, size {size})")]
+    BadRingIndex {
+        /// Which counter.
+        what: &'static str,
+        /// Our position.
+        cursor: u16,
+        /// The peer's value.
+        peer: u16,
+        /// Ring size.
+        size: u32,
+    },
+    /// A descriptor chain never ends inside the published part of the ring.
+    #[error("descriptor chain at slot {slot} runs past the published descriptors")]
+    UnterminatedChain {
+        /// First slot of the chain.
+        slot: u16,
+    },
+    /// The peer shrank the file behind memory it shares: an access raised
+    /// `SIGBUS`, which [`sigbus`] caught.
+    #[error(
+        "the peer truncated the memory it shares (SIGBUS caught; its pages now read as zeros)"
+    )]
+    PeerMemoryTruncated,
+    /// Descriptor chain or guest-memory fault described by text (other port kinds).
+    #[error("{0}")]
+    Other(String),
+}
+
+/// Why a transmit did not take a frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TxError {
+    /// No free descriptor or buffer: the peer is not draining.
+    Full,
+    /// The frame does not fit what the peer offered.
+    TooLong,
+    /// The peer broke the ring.
+    Fault(QueueFault),
+}
+
+/// Receive side of one queue, owned by one worker at a time.
+pub trait RxQueue: Send {
+    /// Fills `burst` with up to its capacity of frames. The frames' memory
+    /// stays valid until [`RxQueue::release`].
+    fn rx_burst(&mut self, burst: &mut RxBurst) -> Result<usize, QueueFault>;
+    /// Returns the buffers of the last burst to the peer.
+    fn release(&mut self);
+    /// The eventfd the peer signals when it enqueues while we sleep.
+    fn interrupt_fd(&self) -> Option<BorrowedFd<'_>>;
+    /// Asks the peer to signal (`true`) or not (`false`) on enqueue.
+    fn set_interrupt(&mut self, enabled: bool);
+    /// True when frames are waiting (checked after enabling interrupts).
+    fn has_pending(&self) -> bool;
+}
+
+/// Transmit side of one queue. May be shared by workers (see `TxSlot`).
+pub trait TxQueue: Send {
+    /// Copies one frame into the peer's buffers (published at [`TxQueue::flush`]).
+    fn tx(&mut self, frame: &TxFrame<'_>) -> Result<(), TxError>;
+    /// Publishes what was queued since the last flush and signals the peer if
+    /// it asked for interrupts.
+    fn flush(&mut self);
+}
+
+/// Queues a connected port hands to the data plane.
+#[derive(Default)]
+pub struct PortQueues {
+    /// Receive queues.
+    pub rx: Vec<Box<dyn RxQueue>>,
+    /// Transmit queues.
+    pub tx: Vec<Box<dyn TxQueue>>,
+}

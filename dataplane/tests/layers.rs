@@ -1,0 +1,142 @@
+//! The module layers in `src/lib.rs`'s doc are true of the imports: every
+//! `crate::` path in a module's (non-test) code names a module of a lower
+//! layer, so the import graph has no cycle; and no port kind imports another.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+/// `name -> layer` from the numbered list in lib.rs's doc.
+fn layers() -> BTreeMap<String, usize> {
+    let lib = std::fs::read_to_string(src().join("lib.rs")).unwrap();
+    let mut out = BTreeMap::new();
+    let mut layer = None;
+    for line in lib.lines().take_while(|l| l.starts_with("//!")) {
+        let text = line.trim_start_matches("//!").trim();
+        if let Some((n, _)) = text.split_once(". ") {
+            layer = n.parse::<usize>().ok().or(layer);
+        }
+        let Some(l) = layer else { continue };
+        for part in text.split("[`").skip(1) {
+            let name = part.split('`').next().unwrap();
+            if !name.contains("::") {
+                out.entry(name.to_string()).or_insert(l);
+            }
+        }
+    }
+    out
+}
+
+/// Every `.rs` file below `dir`, with its top-level module and its path
+/// relative to `src`.
+fn files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// The code of a file without its test module and comments.
+fn code(p: &Path) -> String {
+    let text = std::fs::read_to_string(p).unwrap();
+    let text = text.split("#[cfg(test)]").next().unwrap();
+    text.lines()
+        .map(|l| l.split("//").next().unwrap())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The modules a piece of code names as `crate::a::b` (first and second
+/// segment).
+fn uses(code: &str) -> Vec<(String, Option<String>)> {
+    let mut out = Vec::new();
+    for part in code.split("crate::").skip(1) {
+        let mut segs = part
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+            .next()
+            .unwrap()
+            .split("::");
+        let first = segs.next().unwrap_or_default().to_string();
+        let second = segs.next().filter(|s| !s.is_empty()).map(str::to_string);
+        out.push((first, second));
+    }
+    out
+}
+
+#[test]
+fn every_import_goes_down_a_layer() {
+    let layers = layers();
+    assert!(layers.len() >= 10, "lib.rs lists the layers: {layers:?}");
+    let mut all = Vec::new();
+    files(&src(), &mut all);
+    let mut wrong = Vec::new();
+    for p in &all {
+        let rel = p.strip_prefix(src()).unwrap();
+        let top = rel
+            .components()
+            .next()
+            .unwrap()
+            .as_os_str()
+            .to_str()
+            .unwrap()
+            .trim_end_matches(".rs")
+            .to_string();
+        if top == "lib" || top == "main" {
+            continue;
+        }
+        let own = *layers
+            .get(&top)
+            .unwrap_or_else(|| panic!("module {top} is missing from lib.rs's layer list"));
+        for (used, _) in uses(&code(p)) {
+            if used == top {
+                continue;
+            }
+            match layers.get(&used) {
+                Some(&l) if l < own => {}
+                Some(&l) => wrong.push(format!(
+                    "{} (layer {own}) imports crate::{used} (layer {l})",
+                    rel.display()
+                )),
+                None => wrong.push(format!("{} imports unknown crate::{used}", rel.display())),
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "imports against the layers:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn port_kinds_know_nothing_of_each_other() {
+    let kinds: Vec<String> = std::fs::read_dir(src().join("port"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .map(|p| p.file_name().unwrap().to_str().unwrap().to_string())
+        .collect();
+    assert!(kinds.len() >= 2, "{kinds:?}");
+    for k in &kinds {
+        let mut all = Vec::new();
+        files(&src().join("port").join(k), &mut all);
+        for p in all {
+            for (first, second) in uses(&code(&p)) {
+                if let (true, Some(other)) = (first == "port", second) {
+                    assert!(
+                        !kinds.contains(&other) || other == *k,
+                        "{} imports crate::port::{other}",
+                        p.display()
+                    );
+                }
+            }
+        }
+    }
+}
