@@ -2,8 +2,9 @@
 # Runs the whole test suite on a fresh Debian 12 machine: installs the real
 # peers the end-to-end tests use (DPDK testpmd with the memif driver, the
 # host-local IPAM plugin, podman and runc, QEMU and a static busybox for the
-# guests the vhost-user tests boot, kubernetes-validate), then `cargo test`
-# over the workspace.
+# guests the vhost-user tests boot, kubernetes-validate), checks formatting
+# and clippy, runs the fuzz targets briefly, then `cargo test` over the
+# workspace.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -54,6 +55,14 @@ if ! python3 -c 'import kubernetes_validate' 2>/dev/null; then
   python3 -m pip install -q kubernetes-validate </dev/null \
     || python3 -m pip install -q --break-system-packages kubernetes-validate </dev/null
 fi
+
+# The code stays formatted and lint-clean (clippy with the workspace lints:
+# every unsafe block documents why it holds).
+for c in rustfmt clippy; do
+  cargo "${c/rustfmt/fmt}" --version >/dev/null 2>&1 || rustup component add "$c" </dev/null
+done
+cargo fmt --all --check
+cargo clippy --workspace --all-targets --locked -- -D warnings </dev/null
 
 # Every fuzz target for a bounded time on the corpus kept in fuzz/corpus.
 ./scripts/fuzz.sh "${FUZZ_SECONDS:-20}"

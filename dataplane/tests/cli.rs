@@ -141,7 +141,7 @@ fn bad_requests_get_errors_naming_the_field() {
         .find(|p| p["name"] == "t")
         .unwrap();
     assert_eq!(t["trunk"], "0,100-102,200");
-    assert_eq!(t["spec"]["socket_group"], 4242);
+    assert_eq!(t["socket_group"], 4242);
     sw.cli_ok(&["port", "del", "t"]);
     sw.cli_ok(&["port", "del", "p"]);
     assert!(

@@ -1,7 +1,7 @@
 //! Control API requests as read from the control socket.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use switchyard::control::Request;
+use switchyard_api::Request;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(r) = serde_json::from_slice::<Request>(data) {

@@ -13,8 +13,8 @@ use libfuzzer_sys::fuzz_target;
 use switchyard::port::memif::handshake::{MasterHandshake, MasterStep, Params};
 use switchyard::port::memif::queue::{MemifRx, MemifTx, Side};
 use switchyard::port::memif::region::Region;
-use switchyard::port::{RxBurst, RxQueue, TxFrame, TxQueue};
-use switchyard::reactor::new_eventfd;
+use switchyard::queue::{RxBurst, RxQueue, TxFrame, TxQueue};
+use switchyard::eventfd::new_eventfd;
 use switchyard::wire::memif::{Message, Mode, MSG_SIZE};
 
 fuzz_target!(|data: &[u8]| {
@@ -77,7 +77,8 @@ fuzz_target!(|data: &[u8]| {
                 let frame_bytes = [0x5au8; 100];
                 let mut one = RxBurst::default();
                 let slot = one.next_slot();
-                slot.push(frame_bytes.as_ptr(), frame_bytes.len() as u32);
+                // SAFETY: `frame_bytes` outlives the burst.
+                unsafe { slot.push(frame_bytes.as_ptr(), frame_bytes.len() as u32) };
                 one.commit();
                 for r in est.m2s {
                     let mut q =

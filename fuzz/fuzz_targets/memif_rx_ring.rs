@@ -10,8 +10,8 @@ use libfuzzer_sys::fuzz_target;
 use switchyard::port::memif::queue::{MemifRx, OwnBuffers, Side};
 use switchyard::port::memif::region::{Region, Regions};
 use switchyard::port::memif::ring::Ring;
-use switchyard::port::{RxBurst, RxQueue};
-use switchyard::reactor::new_eventfd;
+use switchyard::queue::{RxBurst, RxQueue};
+use switchyard::eventfd::new_eventfd;
 use switchyard::wire::memif::ring_bytes;
 
 const LOG2: u8 = 3;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use libfuzzer_sys::fuzz_target;
 use switchyard::port::vhost_user::queue::{VirtioRx, VirtioTx, Vq};
-use switchyard::port::{RxBurst, RxQueue, TxFrame, TxQueue};
+use switchyard::queue::{RxBurst, RxQueue, TxFrame, TxQueue};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 const MEM: usize = 0x10000;
@@ -38,7 +38,8 @@ fuzz_target!(|data: &[u8]| {
     let bytes = [0x11u8; 300];
     let mut one = RxBurst::default();
     let slot = one.next_slot();
-    slot.push(bytes.as_ptr(), bytes.len() as u32);
+    // SAFETY: `bytes` outlives the burst.
+    unsafe { slot.push(bytes.as_ptr(), bytes.len() as u32) };
     one.commit();
     let mut tx = VirtioTx::new(vq(&mem), true);
     for _ in 0..3 {

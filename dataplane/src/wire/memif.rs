@@ -4,6 +4,8 @@
 //! control message is exactly [`MSG_SIZE`] bytes, a `u16` type followed by a
 //! packed payload, in host byte order (memif peers share one host).
 
+use std::ops::Range;
+
 /// Size of every control message.
 pub const MSG_SIZE: usize = 128;
 /// Protocol version 2.0: `(major << 8) | minor`.
@@ -258,27 +260,86 @@ pub enum Message {
 /// ADD_RING flag: the ring carries slave-to-master traffic.
 pub const ADD_RING_FLAG_S2M: u16 = 1;
 
-fn rd16(b: &[u8], at: usize) -> u16 {
-    u16::from_ne_bytes([b[at], b[at + 1]])
-}
-fn rd32(b: &[u8], at: usize) -> u32 {
-    u32::from_ne_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
-}
-fn rd64(b: &[u8], at: usize) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[at..at + 8]);
-    u64::from_ne_bytes(a)
-}
-fn rdstr<const N: usize>(b: &[u8], at: usize) -> FixedStr<N> {
-    let mut a = [0u8; N];
-    a.copy_from_slice(&b[at..at + N]);
-    FixedStr(a)
+/// Where each field of each message lies, from the start of the 128-byte
+/// message: the 2-byte type, then the packed payload, as the
+/// `memif_msg_*_t` structs of VPP's `memif.h` (`__attribute__((packed))`).
+/// [`Message::parse`] and [`Message::emit`] both read this one table.
+mod off {
+    use std::ops::Range;
+    pub const TYPE: Range<usize> = 0..2;
+    pub mod hello {
+        use std::ops::Range;
+        pub const NAME: Range<usize> = 2..34;
+        pub const MIN_VERSION: Range<usize> = 34..36;
+        pub const MAX_VERSION: Range<usize> = 36..38;
+        pub const MAX_REGION: Range<usize> = 38..40;
+        pub const MAX_M2S_RING: Range<usize> = 40..42;
+        pub const MAX_S2M_RING: Range<usize> = 42..44;
+        pub const MAX_LOG2_RING_SIZE: usize = 44;
+    }
+    pub mod init {
+        use std::ops::Range;
+        pub const VERSION: Range<usize> = 2..4;
+        pub const ID: Range<usize> = 4..8;
+        pub const MODE: usize = 8;
+        pub const SECRET: Range<usize> = 9..33;
+        pub const NAME: Range<usize> = 33..65;
+    }
+    pub mod add_region {
+        use std::ops::Range;
+        pub const INDEX: Range<usize> = 2..4;
+        pub const SIZE: Range<usize> = 4..12;
+    }
+    pub mod add_ring {
+        use std::ops::Range;
+        pub const FLAGS: Range<usize> = 2..4;
+        pub const INDEX: Range<usize> = 4..6;
+        pub const REGION: Range<usize> = 6..8;
+        pub const OFFSET: Range<usize> = 8..12;
+        pub const LOG2_RING_SIZE: usize = 12;
+        pub const PRIVATE_HDR_SIZE: Range<usize> = 13..15;
+    }
+    /// CONNECT and CONNECTED.
+    pub mod connect {
+        use std::ops::Range;
+        pub const IF_NAME: Range<usize> = 2..34;
+    }
+    pub mod disconnect {
+        use std::ops::Range;
+        pub const CODE: Range<usize> = 2..6;
+        pub const REASON: Range<usize> = 6..102;
+    }
 }
 
-/// Payload offsets (relative to the whole message: payload starts at byte 2).
-mod off {
-    pub const TYPE: usize = 0;
-    pub const P: usize = 2;
+// The string fields are as long as their types; every field fits.
+const _: () = {
+    assert!(off::hello::NAME.end - off::hello::NAME.start == NAME_LEN);
+    assert!(off::init::SECRET.end - off::init::SECRET.start == SECRET_LEN);
+    assert!(off::init::NAME.end - off::init::NAME.start == NAME_LEN);
+    assert!(off::connect::IF_NAME.end - off::connect::IF_NAME.start == NAME_LEN);
+    assert!(off::disconnect::REASON.end - off::disconnect::REASON.start == DISCONNECT_STRING_LEN);
+    assert!(off::disconnect::REASON.end <= MSG_SIZE && off::init::NAME.end <= MSG_SIZE);
+};
+
+fn rd16(b: &[u8], r: Range<usize>) -> u16 {
+    let mut a = [0u8; 2];
+    a.copy_from_slice(&b[r]);
+    u16::from_ne_bytes(a)
+}
+fn rd32(b: &[u8], r: Range<usize>) -> u32 {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&b[r]);
+    u32::from_ne_bytes(a)
+}
+fn rd64(b: &[u8], r: Range<usize>) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[r]);
+    u64::from_ne_bytes(a)
+}
+fn rdstr<const N: usize>(b: &[u8], r: Range<usize>) -> FixedStr<N> {
+    let mut a = [0u8; N];
+    a.copy_from_slice(&b[r]);
+    FixedStr(a)
 }
 
 impl Message {
@@ -303,46 +364,54 @@ impl Message {
         }
         let t = rd16(buf, off::TYPE);
         let ty = MsgType::from_u16(t).ok_or(MsgError::UnknownType(t))?;
-        let p = off::P;
         Ok(match ty {
             MsgType::Ack => Message::Ack,
-            MsgType::Hello => Message::Hello {
-                name: rdstr(buf, p),
-                min_version: rd16(buf, p + 32),
-                max_version: rd16(buf, p + 34),
-                max_region: rd16(buf, p + 36),
-                max_m2s_ring: rd16(buf, p + 38),
-                max_s2m_ring: rd16(buf, p + 40),
-                max_log2_ring_size: buf[p + 42],
-            },
-            MsgType::Init => Message::Init {
-                version: rd16(buf, p),
-                id: rd32(buf, p + 2),
-                mode: buf[p + 6],
-                secret: rdstr(buf, p + 7),
-                name: rdstr(buf, p + 31),
-            },
+            MsgType::Hello => {
+                use off::hello as o;
+                Message::Hello {
+                    name: rdstr(buf, o::NAME),
+                    min_version: rd16(buf, o::MIN_VERSION),
+                    max_version: rd16(buf, o::MAX_VERSION),
+                    max_region: rd16(buf, o::MAX_REGION),
+                    max_m2s_ring: rd16(buf, o::MAX_M2S_RING),
+                    max_s2m_ring: rd16(buf, o::MAX_S2M_RING),
+                    max_log2_ring_size: buf[o::MAX_LOG2_RING_SIZE],
+                }
+            }
+            MsgType::Init => {
+                use off::init as o;
+                Message::Init {
+                    version: rd16(buf, o::VERSION),
+                    id: rd32(buf, o::ID),
+                    mode: buf[o::MODE],
+                    secret: rdstr(buf, o::SECRET),
+                    name: rdstr(buf, o::NAME),
+                }
+            }
             MsgType::AddRegion => Message::AddRegion {
-                index: rd16(buf, p),
-                size: rd64(buf, p + 2),
+                index: rd16(buf, off::add_region::INDEX),
+                size: rd64(buf, off::add_region::SIZE),
             },
-            MsgType::AddRing => Message::AddRing {
-                flags: rd16(buf, p),
-                index: rd16(buf, p + 2),
-                region: rd16(buf, p + 4),
-                offset: rd32(buf, p + 6),
-                log2_ring_size: buf[p + 10],
-                private_hdr_size: rd16(buf, p + 11),
-            },
+            MsgType::AddRing => {
+                use off::add_ring as o;
+                Message::AddRing {
+                    flags: rd16(buf, o::FLAGS),
+                    index: rd16(buf, o::INDEX),
+                    region: rd16(buf, o::REGION),
+                    offset: rd32(buf, o::OFFSET),
+                    log2_ring_size: buf[o::LOG2_RING_SIZE],
+                    private_hdr_size: rd16(buf, o::PRIVATE_HDR_SIZE),
+                }
+            }
             MsgType::Connect => Message::Connect {
-                if_name: rdstr(buf, p),
+                if_name: rdstr(buf, off::connect::IF_NAME),
             },
             MsgType::Connected => Message::Connected {
-                if_name: rdstr(buf, p),
+                if_name: rdstr(buf, off::connect::IF_NAME),
             },
             MsgType::Disconnect => Message::Disconnect {
-                code: rd32(buf, p),
-                reason: rdstr(buf, p + 4),
+                code: rd32(buf, off::disconnect::CODE),
+                reason: rdstr(buf, off::disconnect::REASON),
             },
         })
     }
@@ -350,14 +419,8 @@ impl Message {
     /// Writes the message into a 128-byte buffer (unused bytes zeroed).
     pub fn emit(&self, buf: &mut [u8; MSG_SIZE]) {
         buf.fill(0);
-        let p = off::P;
-        buf[0..2].copy_from_slice(&(self.msg_type() as u16).to_ne_bytes());
-        let put16 = |b: &mut [u8; MSG_SIZE], at: usize, v: u16| {
-            b[at..at + 2].copy_from_slice(&v.to_ne_bytes())
-        };
-        let put32 = |b: &mut [u8; MSG_SIZE], at: usize, v: u32| {
-            b[at..at + 4].copy_from_slice(&v.to_ne_bytes())
-        };
+        let put = |b: &mut [u8; MSG_SIZE], r: Range<usize>, v: &[u8]| b[r].copy_from_slice(v);
+        put(buf, off::TYPE, &(self.msg_type() as u16).to_ne_bytes());
         match self {
             Message::Ack => {}
             Message::Hello {
@@ -369,13 +432,14 @@ impl Message {
                 max_s2m_ring,
                 max_log2_ring_size,
             } => {
-                buf[p..p + NAME_LEN].copy_from_slice(&name.0);
-                put16(buf, p + 32, *min_version);
-                put16(buf, p + 34, *max_version);
-                put16(buf, p + 36, *max_region);
-                put16(buf, p + 38, *max_m2s_ring);
-                put16(buf, p + 40, *max_s2m_ring);
-                buf[p + 42] = *max_log2_ring_size;
+                use off::hello as o;
+                put(buf, o::NAME, &name.0);
+                put(buf, o::MIN_VERSION, &min_version.to_ne_bytes());
+                put(buf, o::MAX_VERSION, &max_version.to_ne_bytes());
+                put(buf, o::MAX_REGION, &max_region.to_ne_bytes());
+                put(buf, o::MAX_M2S_RING, &max_m2s_ring.to_ne_bytes());
+                put(buf, o::MAX_S2M_RING, &max_s2m_ring.to_ne_bytes());
+                buf[o::MAX_LOG2_RING_SIZE] = *max_log2_ring_size;
             }
             Message::Init {
                 version,
@@ -384,15 +448,16 @@ impl Message {
                 secret,
                 name,
             } => {
-                put16(buf, p, *version);
-                put32(buf, p + 2, *id);
-                buf[p + 6] = *mode;
-                buf[p + 7..p + 7 + SECRET_LEN].copy_from_slice(&secret.0);
-                buf[p + 31..p + 31 + NAME_LEN].copy_from_slice(&name.0);
+                use off::init as o;
+                put(buf, o::VERSION, &version.to_ne_bytes());
+                put(buf, o::ID, &id.to_ne_bytes());
+                buf[o::MODE] = *mode;
+                put(buf, o::SECRET, &secret.0);
+                put(buf, o::NAME, &name.0);
             }
             Message::AddRegion { index, size } => {
-                put16(buf, p, *index);
-                buf[p + 2..p + 10].copy_from_slice(&size.to_ne_bytes());
+                put(buf, off::add_region::INDEX, &index.to_ne_bytes());
+                put(buf, off::add_region::SIZE, &size.to_ne_bytes());
             }
             Message::AddRing {
                 flags,
@@ -402,19 +467,20 @@ impl Message {
                 log2_ring_size,
                 private_hdr_size,
             } => {
-                put16(buf, p, *flags);
-                put16(buf, p + 2, *index);
-                put16(buf, p + 4, *region);
-                put32(buf, p + 6, *offset);
-                buf[p + 10] = *log2_ring_size;
-                put16(buf, p + 11, *private_hdr_size);
+                use off::add_ring as o;
+                put(buf, o::FLAGS, &flags.to_ne_bytes());
+                put(buf, o::INDEX, &index.to_ne_bytes());
+                put(buf, o::REGION, &region.to_ne_bytes());
+                put(buf, o::OFFSET, &offset.to_ne_bytes());
+                buf[o::LOG2_RING_SIZE] = *log2_ring_size;
+                put(buf, o::PRIVATE_HDR_SIZE, &private_hdr_size.to_ne_bytes());
             }
             Message::Connect { if_name } | Message::Connected { if_name } => {
-                buf[p..p + NAME_LEN].copy_from_slice(&if_name.0);
+                put(buf, off::connect::IF_NAME, &if_name.0);
             }
             Message::Disconnect { code, reason } => {
-                put32(buf, p, *code);
-                buf[p + 4..p + 4 + DISCONNECT_STRING_LEN].copy_from_slice(&reason.0);
+                put(buf, off::disconnect::CODE, &code.to_ne_bytes());
+                put(buf, off::disconnect::REASON, &reason.0);
             }
         }
     }

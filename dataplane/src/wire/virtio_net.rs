@@ -6,26 +6,35 @@
 //! segmentation offloads, so a header it writes is all zeroes except
 //! `num_buffers`, and a header it reads is skipped.
 
-/// Size of `struct virtio_net_hdr_v1`.
-pub const HEADER_LEN: usize = 12;
+use std::mem::{offset_of, size_of};
 
-/// Field offsets.
+use virtio_bindings::virtio_net::virtio_net_hdr_v1 as Hdr;
+
+/// Size of `struct virtio_net_hdr_v1` (12 bytes).
+pub const HEADER_LEN: usize = size_of::<Hdr>();
+
+/// Field offsets, from `virtio-bindings`' `virtio_net_hdr_v1`. The view
+/// reads bytes at these offsets (the header lies in guest memory a driver
+/// may change, so it is never borrowed as the struct).
 pub mod field {
+    use super::{offset_of, Hdr};
     /// `u8` flags (`VIRTIO_NET_HDR_F_*`).
-    pub const FLAGS: usize = 0;
+    pub const FLAGS: usize = offset_of!(Hdr, flags);
     /// `u8` GSO type.
-    pub const GSO_TYPE: usize = 1;
+    pub const GSO_TYPE: usize = offset_of!(Hdr, gso_type);
     /// `le16` header length.
-    pub const HDR_LEN: usize = 2;
+    pub const HDR_LEN: usize = offset_of!(Hdr, hdr_len);
     /// `le16` GSO segment size.
-    pub const GSO_SIZE: usize = 4;
-    /// `le16` checksum start.
-    pub const CSUM_START: usize = 6;
+    pub const GSO_SIZE: usize = offset_of!(Hdr, gso_size);
+    /// `le16` checksum start (the first field of the checksum union).
+    pub const CSUM_START: usize = offset_of!(Hdr, __bindgen_anon_1);
     /// `le16` checksum offset.
-    pub const CSUM_OFFSET: usize = 8;
+    pub const CSUM_OFFSET: usize = CSUM_START + 2;
     /// `le16` number of merged receive buffers.
-    pub const NUM_BUFFERS: usize = 10;
+    pub const NUM_BUFFERS: usize = offset_of!(Hdr, num_buffers);
 }
+
+const _: () = assert!(HEADER_LEN == 12 && field::NUM_BUFFERS == 10 && field::CSUM_START == 6);
 
 /// Error for a buffer shorter than the header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]

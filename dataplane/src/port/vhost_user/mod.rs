@@ -264,7 +264,7 @@ impl VhostUserPort {
     }
 }
 
-const REQ_SET_VRING_ENABLE: u32 = 18;
+const REQ_SET_VRING_ENABLE: u32 = vhost::vhost_user::message::FrontendReq::SET_VRING_ENABLE as u32;
 const FLAG_VERSION_1: u32 = 0x1;
 const FLAG_REPLY: u32 = 0x4;
 const FLAG_NEED_REPLY: u32 = 0x8;

@@ -17,10 +17,10 @@ use std::sync::atomic::{AtomicU16, Ordering};
 
 use vm_memory::{GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
 
-/// Descriptor flags (virtio 1.2, 2.7.5).
-const F_NEXT: u16 = 1;
-const F_WRITE: u16 = 2;
-const F_INDIRECT: u16 = 4;
+/// Descriptor flags (virtio 1.2, 2.7.5), as `virtio-bindings` has them.
+const F_NEXT: u16 = virtio_bindings::virtio_ring::VRING_DESC_F_NEXT as u16;
+const F_WRITE: u16 = virtio_bindings::virtio_ring::VRING_DESC_F_WRITE as u16;
+const F_INDIRECT: u16 = virtio_bindings::virtio_ring::VRING_DESC_F_INDIRECT as u16;
 
 /// The frontend's memory regions as host ranges: `(guest start, length,
 /// host start)`. Valid while the `GuestMemoryMmap` it was built from lives.

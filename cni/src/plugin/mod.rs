@@ -1,22 +1,30 @@
-//! The CNI verbs.
+//! The CNI verbs: ADD, DEL, CHECK, STATUS, GC and VERSION.
 
-use std::fs::{self, File};
-use std::os::unix::fs::DirBuilderExt;
-use std::path::{Path, PathBuf};
+mod attachment;
+mod switch;
 
-use serde::{Deserialize, Serialize};
-use switchyard_api::fs::{share_with_group, write_atomic};
-use switchyard_api::{
-    stable_hash, Client, ClientError, ErrorCode, KindSpec, MemifMode, MemifSpec, PortInfo,
-    PortSpec, Request, VhostUserSpec,
-};
+pub use attachment::{port_name, Record};
+
+use std::fs;
+use std::path::PathBuf;
+
+use switchyard_api::fs::share_with_group;
+use switchyard_api::{Client, ClientError, ErrorCode, PortInfo, Request};
 
 use crate::args::CniArgs;
-use crate::devinfo::{DeviceInfo, MemifInfo, VhostUserInfo};
+use crate::devinfo::DeviceInfo;
 use crate::error::*;
 use crate::ipam;
-use crate::netconf::{InterfaceKind, NetConf, Pin, SUPPORTED_VERSIONS};
+use crate::netconf::{NetConf, SUPPORTED_VERSIONS};
 use crate::result::{add_result, Interface, ResultView};
+use attachment::{
+    derived_mac, lock, mkdir, pod_key, read_record, record_path, safe_component, state_dir,
+    write_record,
+};
+use switch::{
+    call, choose_socket, client, device_info, device_plugin_info, is_not_found, kind_with_devinfo,
+    port_spec, switch_err,
+};
 
 /// The `CNI_*` environment.
 #[derive(Debug, Clone, Default)]
@@ -57,321 +65,6 @@ impl Env {
             )
         })
     }
-}
-
-/// A name safe as one path component: letters, digits, `-`, `_`, `.`,
-/// not starting with `.`.
-fn safe_component(what: &str, s: &str, max: usize) -> Result<(), CniError> {
-    let ok = !s.is_empty()
-        && s.len() <= max
-        && !s.starts_with('.')
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
-    if ok {
-        Ok(())
-    } else {
-        Err(CniError::new(
-            INVALID_ENV,
-            format!("{what}: {s:?} must be 1 to {max} of letters, digits, '-', '_', '.' and not start with '.'"),
-        ))
-    }
-}
-
-/// The switch port name of an attachment.
-pub fn port_name(container_id: &str, ifname: &str) -> String {
-    format!("cni-{:016x}-{ifname}", stable_hash(container_id))
-}
-
-/// A locally administered MAC derived from the attachment.
-fn derived_mac(container_id: &str, ifname: &str) -> String {
-    let h = stable_hash(&format!("{container_id}/{ifname}")).to_be_bytes();
-    format!(
-        "02:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
-        h[0], h[1], h[2], h[3], h[4]
-    )
-}
-
-/// What ADD remembers for DEL, CHECK and GC.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Record {
-    /// Network name.
-    pub network: String,
-    /// Container id.
-    pub container_id: String,
-    /// Interface name.
-    pub ifname: String,
-    /// Pod directory name.
-    pub pod_key: String,
-    /// Switch port.
-    pub port: String,
-    /// Socket path.
-    pub socket: String,
-    /// Device-info file written.
-    pub device_info_file: Option<String>,
-    /// Whether IPAM was used (its config is in the netconf).
-    pub ipam: Option<serde_json::Value>,
-    /// Netconf CNI version.
-    pub cni_version: String,
-}
-
-/// The node-wide bookkeeping directory (not visible to pods: only pod
-/// subdirectories of the socket dir are mounted into pods).
-fn state_dir(nc: &NetConf) -> PathBuf {
-    nc.socket_dir.join(".switchyard-cni")
-}
-
-fn record_path(nc: &NetConf, container_id: &str, ifname: &str) -> PathBuf {
-    state_dir(nc).join(format!("{:016x}-{ifname}.json", stable_hash(container_id)))
-}
-
-fn mkdir(p: &Path, mode: u32) -> Result<(), CniError> {
-    match fs::DirBuilder::new().mode(mode).create(p) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            // Never follow a symlink planted where a directory should be.
-            let m = fs::symlink_metadata(p).map_err(|e| io(p.display(), e))?;
-            if m.file_type().is_symlink() || !m.is_dir() {
-                return Err(CniError::new(
-                    IO_FAILURE,
-                    format!("{} exists and is not a directory", p.display()),
-                ));
-            }
-            Ok(())
-        }
-        Err(e) => Err(io(p.display(), e)),
-    }
-}
-
-/// Holds the node-wide CNI lock (flock) while alive.
-struct NodeLock(#[allow(dead_code)] nix::fcntl::Flock<File>);
-
-fn lock(nc: &NetConf) -> Result<NodeLock, CniError> {
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o755)
-        .create(&nc.socket_dir)
-        .map_err(|e| io(nc.socket_dir.display(), e))?;
-    mkdir(&nc.socket_dir, 0o755)?;
-    let dir = state_dir(nc);
-    mkdir(&dir, 0o700)?;
-    let path = dir.join("lock");
-    let f = File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(|e| io(path.display(), e))?;
-    nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive)
-        .map(NodeLock)
-        .map_err(|(_, e)| io(path.display(), e.into()))
-}
-
-fn client(nc: &NetConf) -> Result<Client, CniError> {
-    Client::connect(&nc.control_socket)
-        .map_err(|e| CniError::new(TRY_AGAIN_LATER, format!("switchyard daemon: {e}")))
-}
-
-fn call(c: &mut Client, req: &Request) -> Result<serde_json::Value, ClientError> {
-    c.call(req)
-}
-
-fn switch_err(what: &str, e: ClientError) -> CniError {
-    match e {
-        ClientError::Api(a) => CniError::new(SWITCH_ERROR, format!("{what}: {}", a.message)),
-        e => CniError::new(TRY_AGAIN_LATER, format!("{what}: {e}")),
-    }
-}
-
-fn is_not_found(e: &ClientError) -> bool {
-    matches!(e, ClientError::Api(a) if a.code == ErrorCode::NotFound)
-}
-
-/// The socket to use: the one a device plugin named in the device-info
-/// file, else `<pod dir>/<ifname>.sock`. Either way it must lie inside the
-/// socket dir.
-fn choose_socket(
-    nc: &NetConf,
-    pod_dir: &Path,
-    ifname: &str,
-    dp: Option<&DeviceInfo>,
-) -> Result<PathBuf, CniError> {
-    let Some(path) = dp.and_then(|d| d.socket_path()) else {
-        return Ok(pod_dir.join(format!("{ifname}.sock")));
-    };
-    let p = crate::netconf::clean_absolute("device-info path", path)?;
-    let base = fs::canonicalize(&nc.socket_dir).map_err(|e| io(nc.socket_dir.display(), e))?;
-    let parent = p
-        .parent()
-        .map(fs::canonicalize)
-        .transpose()
-        .map_err(|e| io(path, e))?
-        .unwrap_or_default();
-    if !parent.starts_with(&base) || p.file_name().is_none() {
-        return Err(CniError::new(
-            INVALID_CONFIG,
-            format!(
-                "device-info path {path:?} is outside socketDir {}",
-                nc.socket_dir.display()
-            ),
-        ));
-    }
-    Ok(parent.join(p.file_name().unwrap_or_default()))
-}
-
-/// The device plugin's device info for this attachment, if it has one.
-///
-/// With a `deviceID` (Multus adds it when the network names a device-plugin
-/// resource: the kubelet allocated that device to the pod), the device
-/// plugin's file for it must exist, in `deviceInfoDir` or as the copy Multus
-/// made at `CNIDeviceInfoFile`, and the two must agree. Without one, a
-/// `CNIDeviceInfoFile` that already holds device info is used as it is.
-fn device_plugin_info(nc: &NetConf) -> Result<Option<DeviceInfo>, CniError> {
-    let copy = match &nc.device_info_file {
-        Some(f) => DeviceInfo::read(f)?,
-        None => None,
-    };
-    let Some(id) = &nc.device_id else {
-        return Ok(copy);
-    };
-    let own = crate::devinfo::find_device_plugin_file(&nc.device_info_dir, id)?
-        .map(|f| DeviceInfo::read(&f))
-        .transpose()?
-        .flatten();
-    match (own, copy) {
-        (Some(d), Some(c)) if d.socket_path() != c.socket_path() => Err(CniError::new(
-            INVALID_CONFIG,
-            format!(
-                "deviceID {id:?}: the device plugin's device-info names socket {:?}, but runtimeConfig.CNIDeviceInfoFile names {:?}",
-                d.socket_path().unwrap_or_default(),
-                c.socket_path().unwrap_or_default()
-            ),
-        )),
-        (Some(d), _) => Ok(Some(d)),
-        (None, Some(c)) => Ok(Some(c)),
-        (None, None) => Err(CniError::new(
-            TRY_AGAIN_LATER,
-            format!(
-                "deviceID {id:?}: no device-info file for it in {} (deviceInfoDir) nor at CNIDeviceInfoFile; is switchyard-device-plugin running? Without it the pod's socket would be one nothing mounts into the pod",
-                nc.device_info_dir.display()
-            ),
-        )),
-    }
-}
-
-/// The interface kind after a device plugin's device info: its role/mode
-/// wins (it decided who creates the socket).
-fn kind_with_devinfo(nc: &NetConf, dp: Option<&DeviceInfo>) -> Result<InterfaceKind, CniError> {
-    let Some(d) = dp else {
-        return Ok(nc.kind.clone());
-    };
-    let mismatch = || {
-        CniError::new(
-            INVALID_CONFIG,
-            format!(
-                "interfaceType: {} but the device-info file describes {:?}",
-                nc.kind.type_name(),
-                d.kind
-            ),
-        )
-    };
-    Ok(match (&nc.kind, d) {
-        (InterfaceKind::Memif { opts, .. }, DeviceInfo { memif: Some(m), .. }) => {
-            InterfaceKind::Memif {
-                pod_role: m.role,
-                opts: opts.clone(),
-            }
-        }
-        (
-            InterfaceKind::VhostUser { queues, .. },
-            DeviceInfo {
-                vhost_user: Some(v),
-                ..
-            },
-        ) => InterfaceKind::VhostUser {
-            pod_mode: v.mode,
-            queues: *queues,
-        },
-        _ => return Err(mismatch()),
-    })
-}
-
-fn device_info(kind: &InterfaceKind, socket: &Path) -> DeviceInfo {
-    let path = socket.display().to_string();
-    match kind {
-        InterfaceKind::Memif { pod_role, .. } => DeviceInfo {
-            kind: "memif".into(),
-            version: crate::devinfo::VERSION.into(),
-            memif: Some(MemifInfo {
-                role: *pod_role,
-                mode: MemifMode::Ethernet.as_str().into(),
-                path,
-            }),
-            vhost_user: None,
-        },
-        InterfaceKind::VhostUser { pod_mode, .. } => DeviceInfo {
-            kind: "vhost-user".into(),
-            version: crate::devinfo::VERSION.into(),
-            memif: None,
-            vhost_user: Some(VhostUserInfo {
-                mode: *pod_mode,
-                path,
-            }),
-        },
-    }
-}
-
-fn port_spec(nc: &NetConf, kind: &InterfaceKind, name: &str, socket: &Path, mac: &str) -> PortSpec {
-    let socket = socket.display().to_string();
-    // The group reaches the socket only where the switch creates it.
-    let group = nc.raw.socket_group.filter(|_| kind.switch_creates_socket());
-    let kind = match kind {
-        InterfaceKind::Memif { pod_role, opts } => KindSpec::Memif(MemifSpec {
-            mode: Some(MemifMode::Ethernet),
-            queues: opts.queues,
-            ring_size: opts.ring_size,
-            buffer_size: opts.buffer_size,
-            secret: opts.secret.clone(),
-            socket_group: group,
-            ..MemifSpec::new(pod_role.peer(), socket)
-        }),
-        InterfaceKind::VhostUser { pod_mode, queues } => KindSpec::VhostUser(VhostUserSpec {
-            queues: *queues,
-            socket_group: group,
-            ..VhostUserSpec::new(pod_mode.peer(), socket)
-        }),
-    };
-    PortSpec {
-        bridge: Some(nc.bridge.clone()),
-        vlan: nc.vlan,
-        trunk: nc.trunk.clone(),
-        mac_limit: nc.raw.mac_limit,
-        // The MAC was checked when the netconf and CNI_ARGS were read.
-        macs: (nc.pin == Pin::Result)
-            .then(|| mac.parse().ok().map(|m| vec![m]))
-            .flatten(),
-        pin_first: (nc.pin == Pin::First).then_some(true),
-        ..PortSpec::new(name, kind)
-    }
-}
-
-fn pod_key(args: &CniArgs, container_id: &str) -> Result<String, CniError> {
-    let key = args
-        .pod_uid
-        .clone()
-        .unwrap_or_else(|| container_id.to_string());
-    safe_component("K8S_POD_UID or CNI_CONTAINERID", &key, 128)?;
-    Ok(key)
-}
-
-fn read_record(path: &Path) -> Option<Record> {
-    fs::read(path)
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-}
-
-fn write_record(path: &Path, r: &Record) -> Result<(), CniError> {
-    let body = serde_json::to_vec(r).unwrap_or_default();
-    write_atomic(path, &body, 0o600).map_err(|e| io(path.display(), e))
 }
 
 /// ADD.

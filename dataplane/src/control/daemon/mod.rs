@@ -1,0 +1,275 @@
+//! The daemon: one control thread owning every port and bridge, driven by a
+//! reactor; worker threads run the data plane. This file starts it and runs
+//! its event loop; [`ports`] creates, deletes and persists ports and
+//! bridges; [`api`] answers the control API.
+
+mod api;
+mod ports;
+
+use std::collections::{BTreeMap, HashMap};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam::channel::{unbounded, Receiver};
+use tracing::{error, info, warn};
+
+use super::server::{self, Call};
+use super::state::{State, StateStore};
+use crate::config::{Config, PortSpec};
+use crate::dataplane::{Dataplane, PortShared};
+use crate::port::{Port, PortCtx};
+use crate::reactor::{Reactor, Token, Waker};
+use crate::types::{BridgeId, PortId};
+use crate::worker::{self, WorkerConfig};
+
+const TOKEN_API: u32 = 1;
+const TOKEN_SIGNAL: u32 = 2;
+const TOKEN_FAULT: u32 = 3;
+
+struct PortEntry {
+    spec: PortSpec,
+    port: Box<dyn Port>,
+    shared: Arc<PortShared>,
+    from_config: bool,
+    /// Port-security drop counts as last logged, and when.
+    security_logged: ([u64; ports::SECURITY_DROPS.len()], Option<Instant>),
+}
+
+struct BridgeEntry {
+    id: BridgeId,
+    from_config: bool,
+}
+
+/// The running switch.
+pub struct Daemon {
+    cfg: Config,
+    reactor: Reactor,
+    dp: Dataplane,
+    ports: Vec<Option<PortEntry>>,
+    port_names: HashMap<String, PortId>,
+    bridges: BTreeMap<String, BridgeEntry>,
+    store: StateStore,
+    calls: Receiver<Call>,
+    api_waker: Arc<Waker>,
+    signals: UnixStream,
+    workers: Vec<JoinHandle<()>>,
+    control_socket: PathBuf,
+    /// Persisted ports that could not be created at start (e.g. their
+    /// socket is outside a changed `socket_dir`): kept in the state, so a
+    /// fixable cause loses nothing, until deleted or added again.
+    unrestored: Vec<PortSpec>,
+}
+
+impl Daemon {
+    /// Binds the control socket, starts workers, creates configured and
+    /// persisted bridges and ports.
+    pub fn start(cfg: Config) -> anyhow::Result<Daemon> {
+        let reactor = Reactor::new()?;
+        let dp = Dataplane::new(cfg.dataplane.workers)?;
+        dp.set_mac_move_hold(cfg.mac_move_hold_secs);
+
+        let listener = server::bind(&cfg.control_socket, cfg.control_group)?;
+        let (tx, calls) = unbounded();
+        let api_waker = Arc::new(Waker::new()?);
+        reactor.add(api_waker.fd(), Token::Control(TOKEN_API))?;
+        reactor.add(dp.fault_waker().fd(), Token::Control(TOKEN_FAULT))?;
+
+        let (sig_rx, sig_tx) = UnixStream::pair()?;
+        sig_rx.set_nonblocking(true)?;
+        for s in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+            signal_hook::low_level::pipe::register(s, sig_tx.try_clone()?)?;
+        }
+        reactor.add(&sig_rx, Token::Control(TOKEN_SIGNAL))?;
+
+        let mut workers = Vec::new();
+        let cpus = worker::worker_cpus(
+            cfg.dataplane.workers,
+            &cfg.dataplane.cpus,
+            cfg.dataplane.auto_pin,
+            &worker::allowed_cpus(),
+        );
+        for (i, cpu) in cpus.into_iter().enumerate() {
+            let wc = WorkerConfig {
+                index: i,
+                cpu,
+                mode: cfg.dataplane.poll_mode,
+                idle_threshold: Duration::from_micros(cfg.dataplane.adaptive_idle_us),
+            };
+            let d = dp.clone();
+            workers.push(
+                std::thread::Builder::new()
+                    .name(format!("sy-worker-{i}"))
+                    .spawn(move || worker::run(d, wc))?,
+            );
+        }
+
+        std::fs::create_dir_all(&cfg.socket_dir)
+            .map_err(|e| anyhow::anyhow!("socket_dir {}: {e}", cfg.socket_dir.display()))?;
+        let store = StateStore::new(&cfg.state_dir);
+        let control_socket = cfg.control_socket.clone();
+        let mut d = Daemon {
+            reactor,
+            dp,
+            ports: Vec::new(),
+            port_names: HashMap::new(),
+            bridges: BTreeMap::new(),
+            store,
+            calls,
+            api_waker: api_waker.clone(),
+            signals: sig_rx,
+            workers,
+            control_socket,
+            cfg,
+            unrestored: Vec::new(),
+        };
+
+        for b in d.cfg.bridges.clone() {
+            d.create_bridge(&b.name, true);
+        }
+        for p in d.cfg.ports.clone() {
+            if let Err(e) = d.create_port(p.clone(), true) {
+                error!(port = %p.name, "cannot create configured port: {}", e.message);
+            }
+        }
+        let saved = d.store.load().unwrap_or_else(|e| {
+            // Keep the damaged file: the next save must not overwrite it.
+            match d.store.set_aside() {
+                Ok(to) => error!(
+                    "cannot read persisted state, starting without it (kept as {}): {e}",
+                    to.display()
+                ),
+                Err(e2) => error!("cannot read persisted state, starting without it: {e} ({e2})"),
+            }
+            State::default()
+        });
+        for b in saved.bridges {
+            if d.bridges.contains_key(&b.name) {
+                warn!(bridge = %b.name, "persisted bridge also in config; using config");
+            } else {
+                d.create_bridge(&b.name, false);
+            }
+        }
+        for p in saved.ports {
+            if d.port_names.contains_key(&p.name) {
+                warn!(port = %p.name, "persisted port also in config; using config");
+                continue;
+            }
+            match d.create_port(p.clone(), false) {
+                Ok(()) => info!(port = %p.name, "restored port"),
+                Err(e) => {
+                    error!(port = %p.name, "cannot restore port (kept in the state until deleted or added again): {}", e.message);
+                    d.unrestored.push(p);
+                }
+            }
+        }
+
+        std::thread::Builder::new()
+            .name("sy-api".into())
+            .spawn(move || server::serve(listener, tx, api_waker))?;
+        info!(
+            control = %d.control_socket.display(),
+            workers = d.cfg.dataplane.workers,
+            ports = d.port_names.len(),
+            bridges = d.bridges.len(),
+            "switchyard ready"
+        );
+        Ok(d)
+    }
+
+    fn ctx(&self, id: PortId) -> PortCtx<'_> {
+        PortCtx {
+            id,
+            reactor: &self.reactor,
+            dp: &self.dp,
+        }
+    }
+
+    /// Runs until SIGTERM or SIGINT, then stops every port cleanly.
+    pub fn run(mut self) -> anyhow::Result<()> {
+        let mut ready = Vec::new();
+        let mut next_tick = Instant::now();
+        loop {
+            let now = Instant::now();
+            if now >= next_tick {
+                let t = self.dp.tick();
+                self.dp.age_macs(t, self.cfg.mac_aging_secs);
+                self.watch_security(now);
+                next_tick = now + Duration::from_secs(1);
+            }
+            for id in 0..self.ports.len() {
+                let due = self.ports[id]
+                    .as_ref()
+                    .and_then(|e| e.port.deadline())
+                    .is_some_and(|d| d <= now);
+                if due {
+                    let mut e = self.ports[id].take().expect("checked above");
+                    e.port.on_timer(&self.ctx(id as PortId), now);
+                    self.ports[id] = Some(e);
+                }
+            }
+            let deadline = self
+                .ports
+                .iter()
+                .flatten()
+                .filter_map(|e| e.port.deadline())
+                .fold(next_tick, Instant::min);
+            self.reactor.wait(
+                Some(deadline.saturating_duration_since(Instant::now())),
+                &mut ready,
+            )?;
+            for t in ready.clone() {
+                match t {
+                    Token::Port(id, sub) => {
+                        if let Some(mut e) = self.ports.get_mut(id as usize).and_then(Option::take)
+                        {
+                            e.port.on_ready(&self.ctx(id), sub);
+                            self.ports[id as usize] = Some(e);
+                        }
+                    }
+                    Token::Control(TOKEN_API) => {
+                        self.api_waker.drain();
+                        while let Ok(call) = self.calls.try_recv() {
+                            let r = self.handle(call.request);
+                            let _ = call.reply.send(r);
+                        }
+                    }
+                    Token::Control(TOKEN_FAULT) => {
+                        for (id, reason) in self.dp.take_faults() {
+                            if let Some(mut e) =
+                                self.ports.get_mut(id as usize).and_then(Option::take)
+                            {
+                                e.port.on_fault(&self.ctx(id), &reason);
+                                self.ports[id as usize] = Some(e);
+                            }
+                        }
+                    }
+                    Token::Control(TOKEN_SIGNAL) => {
+                        let mut b = [0u8; 16];
+                        let _ = std::io::Read::read(&mut self.signals, &mut b);
+                        info!("signal received, stopping");
+                        self.shutdown();
+                        return Ok(());
+                    }
+                    Token::Control(_) => {}
+                }
+            }
+        }
+    }
+
+    fn shutdown(&mut self) {
+        for id in 0..self.ports.len() {
+            if let Some(mut e) = self.ports[id].take() {
+                e.port.stop(&self.ctx(id as PortId));
+            }
+        }
+        self.dp.request_stop();
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+        let _ = std::fs::remove_file(&self.control_socket);
+        info!("switchyard stopped");
+    }
+}

@@ -1,0 +1,225 @@
+//! Creating, deleting and persisting ports and bridges, and watching port
+//! security.
+
+use std::time::{Duration, Instant};
+
+use tracing::{info, warn};
+
+use switchyard_api::{ApiError, ErrorCode};
+
+use super::{BridgeEntry, Daemon, PortEntry};
+use crate::config::{confine_socket, BridgeSpec, PortSpec};
+use crate::control::state::State;
+use crate::switch::security::PortSecurity;
+use crate::types::DropReason;
+use crate::vlan::VlanMode;
+
+/// The drop reasons of port security, logged when they grow.
+pub(super) const SECURITY_DROPS: [DropReason; 3] = [
+    DropReason::MacLimit,
+    DropReason::SpoofedSource,
+    DropReason::MacMove,
+];
+/// At most one port-security log line per port in this time.
+const SECURITY_LOG_EVERY: Duration = Duration::from_secs(10);
+
+impl Daemon {
+    pub(super) fn create_bridge(&mut self, name: &str, from_config: bool) {
+        let id = self.dp.add_bridge(self.cfg.mac_table_size);
+        self.bridges
+            .insert(name.to_string(), BridgeEntry { id, from_config });
+    }
+
+    pub(super) fn create_port(
+        &mut self,
+        mut spec: PortSpec,
+        from_config: bool,
+    ) -> Result<(), ApiError> {
+        spec.validate("port.")
+            .map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.to_string()))?;
+        let socket = confine_socket("port.socket", &self.cfg.socket_dir, &spec.kind)
+            .map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.to_string()))?;
+        spec.kind.set_socket(socket);
+        if self.port_names.contains_key(&spec.name) {
+            return Err(ApiError::new(
+                ErrorCode::AlreadyExists,
+                format!("port.name: a port named {:?} exists", spec.name),
+            ));
+        }
+        if let Some(other) = self
+            .ports
+            .iter()
+            .flatten()
+            .find(|e| e.spec.kind.socket() == spec.kind.socket())
+        {
+            return Err(ApiError::new(
+                ErrorCode::Busy,
+                format!(
+                    "port.socket: {} is used by port {:?}",
+                    spec.kind.socket(),
+                    other.spec.name
+                ),
+            ));
+        }
+        let bridge = match &spec.bridge {
+            None => None,
+            Some(b) => Some(
+                self.bridges
+                    .get(b)
+                    .ok_or_else(|| {
+                        ApiError::new(
+                            ErrorCode::NotFound,
+                            format!("port.bridge: no bridge named {b:?}"),
+                        )
+                    })?
+                    .id,
+            ),
+        };
+        let workers = u16::try_from(self.dp.workers().max(1)).unwrap_or(1);
+        let mut port = crate::port::build(&spec.name, &spec.kind, workers);
+        let vlan = VlanMode::from_spec(spec.vlan, spec.trunk.as_ref());
+        let security = PortSecurity::from_spec(&spec);
+        let (id, shared) = self.dp.add_port(&spec.name, bridge, vlan, &security);
+        if let Err((mac, owner)) = self.dp.pin_macs(id, &security.macs) {
+            self.dp.remove_port(id);
+            let why = match owner
+                .and_then(|o| self.ports.get(o as usize))
+                .and_then(Option::as_ref)
+            {
+                Some(o) => format!("is pinned to port {:?}", o.spec.name),
+                None => "cannot be pinned: its MAC table bucket holds only pinned entries".into(),
+            };
+            return Err(ApiError::new(
+                ErrorCode::Busy,
+                format!("port.macs: {mac} {why}"),
+            ));
+        }
+        if let Err(e) = port.start(&self.ctx(id)) {
+            self.dp.remove_port(id);
+            let code = match e {
+                crate::port::PortError::SocketInUse(_) => ErrorCode::Busy,
+                _ => ErrorCode::InvalidArgument,
+            };
+            return Err(ApiError::new(code, format!("port.socket: {e}")));
+        }
+        info!(port = %spec.name, kind = port.kind(), role = spec.kind.role(), socket = spec.kind.socket(), "port created");
+        if self.ports.len() <= id as usize {
+            self.ports.resize_with(id as usize + 1, || None);
+        }
+        self.port_names.insert(spec.name.clone(), id);
+        self.unrestored.retain(|s| s.name != spec.name);
+        self.ports[id as usize] = Some(PortEntry {
+            spec,
+            port,
+            shared,
+            from_config,
+            security_logged: Default::default(),
+        });
+        Ok(())
+    }
+
+    /// Once a second: records the MAC a `pin_first` port pinned (persisted,
+    /// so a restarted switch pins the same one), and logs port-security
+    /// drops, at most once per port every [`SECURITY_LOG_EVERY`].
+    pub(super) fn watch_security(&mut self, now: Instant) {
+        let mut pinned_any = false;
+        for e in self.ports.iter_mut().flatten() {
+            if e.spec.pin_first == Some(true) && e.spec.macs.is_none() {
+                if let Some(mac) = e.shared.security.first_pinned() {
+                    info!(port = %e.spec.name, %mac, "pinned the first source MAC");
+                    e.spec.macs = Some(vec![mac]);
+                    pinned_any |= !e.from_config;
+                }
+            }
+            if e.security_logged
+                .1
+                .is_some_and(|t| now < t + SECURITY_LOG_EVERY)
+            {
+                continue;
+            }
+            let totals = e.shared.totals();
+            let counts = SECURITY_DROPS.map(|r| totals.drops.get(r.name()).copied().unwrap_or(0));
+            let (last, _) = e.security_logged;
+            if counts == last {
+                continue;
+            }
+            for (i, r) in SECURITY_DROPS.iter().enumerate() {
+                let n = counts[i] - last[i];
+                if n == 0 {
+                    continue;
+                }
+                let sec = &e.shared.security;
+                match r {
+                    DropReason::MacLimit => warn!(
+                        port = %e.spec.name, dropped = n, limit = sec.limit(),
+                        "frames from new source MACs dropped: the port holds as many MAC entries as its limit allows"
+                    ),
+                    DropReason::SpoofedSource => warn!(
+                        port = %e.spec.name, dropped = n,
+                        pinned = ?e.spec.macs,
+                        "frames dropped: source MAC not the port's own or pinned to another port"
+                    ),
+                    _ => warn!(
+                        port = %e.spec.name, dropped = n,
+                        "frames dropped: source MAC in use on another port (MAC move refused)"
+                    ),
+                }
+            }
+            e.security_logged = (counts, Some(now));
+        }
+        if pinned_any {
+            if let Err(e) = self.persist() {
+                warn!("{}", e.message);
+            }
+        }
+    }
+
+    pub(super) fn persist(&self) -> Result<(), ApiError> {
+        let state = State {
+            version: 1,
+            bridges: self
+                .bridges
+                .iter()
+                .filter(|(_, b)| !b.from_config)
+                .map(|(n, _)| BridgeSpec { name: n.clone() })
+                .collect(),
+            ports: self
+                .ports
+                .iter()
+                .flatten()
+                .filter(|e| !e.from_config)
+                .map(|e| e.spec.clone())
+                .chain(self.unrestored.iter().cloned())
+                .collect(),
+        };
+        self.store.save(&state).map_err(|e| {
+            ApiError::new(
+                ErrorCode::Internal,
+                format!(
+                    "cannot persist state to {}: {e}",
+                    self.store.path().display()
+                ),
+            )
+        })
+    }
+
+    pub(super) fn delete_port(&mut self, name: &str) -> Result<(), ApiError> {
+        if let Some(i) = self.unrestored.iter().position(|s| s.name == name) {
+            self.unrestored.remove(i);
+            info!(port = %name, "unrestored port deleted");
+            return Ok(());
+        }
+        let Some(id) = self.port_names.remove(name) else {
+            return Err(ApiError::new(
+                ErrorCode::NotFound,
+                format!("name: no port named {name:?}"),
+            ));
+        };
+        if let Some(mut e) = self.ports[id as usize].take() {
+            e.port.stop(&self.ctx(id));
+        }
+        self.dp.remove_port(id);
+        info!(port = %name, "port deleted");
+        Ok(())
+    }
+}
