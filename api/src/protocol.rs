@@ -159,9 +159,9 @@ impl PortInfo {
     pub fn role(&self) -> &str {
         self.spec.kind.role()
     }
-    /// The port's socket.
+    /// The port's socket ("" for a kind without one).
     pub fn socket(&self) -> &str {
-        self.spec.kind.socket()
+        self.spec.kind.socket().unwrap_or_default()
     }
 }
 

@@ -162,10 +162,16 @@ impl Default for DataplaneConfig {
 /// (symbolic links followed) inside `base`, and the socket itself may not be
 /// a symbolic link. memif abstract names (`@name`, `abstract:name`) have no
 /// path and are returned as they are. `field` names the field in errors.
-pub fn confine_socket(field: &str, base: &Path, kind: &KindSpec) -> Result<String, ConfigError> {
-    let socket = kind.socket();
+pub fn confine_socket(
+    field: &str,
+    base: &Path,
+    kind: &KindSpec,
+) -> Result<Option<String>, ConfigError> {
+    let Some(socket) = kind.socket() else {
+        return Ok(None);
+    };
     if !kind.socket_is_path() {
-        return Ok(socket.to_string());
+        return Ok(Some(socket.to_string()));
     }
     let given = Path::new(socket);
     if given
@@ -212,7 +218,7 @@ pub fn confine_socket(field: &str, base: &Path, kind: &KindSpec) -> Result<Strin
     crate::port::endpoint::refuse_symlink(&path)
         .map_err(|_| invalid(field, format!("{} is a symbolic link", path.display())))?;
     path.to_str()
-        .map(str::to_string)
+        .map(|p| Some(p.to_string()))
         .ok_or_else(|| invalid(field, "not valid UTF-8"))
 }
 
@@ -333,7 +339,7 @@ mod tests {
                     s,
                 ))
             };
-            confine_socket("port.socket", b, &kind)
+            confine_socket("port.socket", b, &kind).map(Option::unwrap)
         };
         let inside = |rel: &str| b.join(rel).to_str().unwrap().to_string();
         // Relative paths are taken from the socket dir; absolute ones inside

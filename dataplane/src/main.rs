@@ -279,7 +279,7 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
                         (None, Some(t)) => format!("trunk:{t}"),
                         (None, None) => "untagged".into(),
                     },
-                    s.kind.socket(),
+                    s.kind.socket().unwrap_or("-"),
                     if p.status.link_up {
                         p.status.peer
                     } else {

@@ -188,14 +188,7 @@ fn daemon_stopped_or_killed_under_traffic_restores_ports_and_traffic_resumes() {
             .call_as::<Vec<PortInfo>>(&Request::PortList)
             .unwrap()
             .into_iter()
-            .map(|p| {
-                let k = &p.spec.kind;
-                (
-                    p.spec.name.clone(),
-                    k.role().to_string(),
-                    k.socket().to_string(),
-                )
-            })
+            .map(|p| (p.name().into(), p.role().into(), p.socket().into()))
             .collect();
         v.sort();
         v

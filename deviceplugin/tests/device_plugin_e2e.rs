@@ -468,7 +468,7 @@ fn bad_config_is_refused_naming_the_field() {
     let cfg = dir.path().join("bad.toml");
     std::fs::write(
         &cfg,
-        "[[pool]]\nresource = \"switchyard.io/memif\"\ninterface_type = \"memif\"\ncount = 4\npod_role = \"client\"\n",
+        "[[pool]]\nresource = \"switchyard.io/memif\"\ninterface_type = \"memif\"\ncount = 4\npod_role = \"boss\"\n",
     )
     .unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_switchyard-device-plugin"))

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{parse_named, validate_socket_and_queues, SpecError};
+use super::{parse_named, validate_socket_and_queues, KindOptions, SpecError};
 
 /// The switch's memif role.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -160,8 +160,32 @@ impl MemifSpec {
     pub fn socket_is_abstract(&self) -> bool {
         self.socket.starts_with('@') || self.socket.starts_with("abstract:")
     }
+}
 
-    pub(super) fn validate(&self, at: &str) -> Result<(), SpecError> {
+impl KindOptions for MemifSpec {
+    fn kind_name(&self) -> &'static str {
+        "memif"
+    }
+    fn role(&self) -> &'static str {
+        self.role.as_str()
+    }
+    fn socket(&self) -> Option<&str> {
+        Some(&self.socket)
+    }
+    fn set_socket(&mut self, socket: String) {
+        self.socket = socket;
+    }
+    fn socket_is_path(&self) -> bool {
+        !self.socket_is_abstract()
+    }
+    fn creates_socket(&self) -> bool {
+        self.role == MemifRole::Master
+    }
+    fn queues(&self) -> Option<u16> {
+        self.queues
+    }
+
+    fn validate(&self, at: &str) -> Result<(), SpecError> {
         let f = |n: &str| format!("{at}{n}");
         validate_socket_and_queues(at, &self.socket, self.queues)?;
         if self.mode == Some(MemifMode::Ip) {

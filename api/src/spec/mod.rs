@@ -14,8 +14,9 @@
 //! Roles are the **switch's** own: memif `master` means the switch creates
 //! the socket; vhost-user `server` means the switch creates the socket.
 //!
-//! Adding a port kind is a module here (its spec and validation) and one
-//! variant in [`KindSpec`], plus the kind's port in the daemon.
+//! Adding a port kind is a module here (its spec, implementing
+//! [`KindOptions`]) and one variant in [`KindSpec`] (with its arm in
+//! [`KindSpec::options`]), plus the kind's port in the daemon.
 
 pub mod memif;
 pub mod vhost_user;
@@ -111,68 +112,79 @@ pub enum KindSpec {
 }
 
 impl KindSpec {
+    /// The kind's own spec, behind the interface every kind implements:
+    /// the one place besides the enum that lists the kinds.
+    pub fn options(&self) -> &dyn KindOptions {
+        match self {
+            KindSpec::Memif(m) => m,
+            KindSpec::VhostUser(v) => v,
+        }
+    }
+
+    /// As [`KindSpec::options`], to change it.
+    pub fn options_mut(&mut self) -> &mut dyn KindOptions {
+        match self {
+            KindSpec::Memif(m) => m,
+            KindSpec::VhostUser(v) => v,
+        }
+    }
+
     /// The kind's name as specs spell it (`memif`, `vhost-user`).
     pub fn name(&self) -> &'static str {
-        match self {
-            KindSpec::Memif(_) => "memif",
-            KindSpec::VhostUser(_) => "vhost-user",
-        }
+        self.options().kind_name()
     }
 
     /// The switch's role, as specs spell it.
     pub fn role(&self) -> &'static str {
-        match self {
-            KindSpec::Memif(m) => m.role.as_str(),
-            KindSpec::VhostUser(v) => v.role.as_str(),
-        }
+        self.options().role()
     }
 
-    /// The socket the port listens on or connects to.
-    pub fn socket(&self) -> &str {
-        match self {
-            KindSpec::Memif(m) => &m.socket,
-            KindSpec::VhostUser(v) => &v.socket,
-        }
+    /// The socket the port listens on or connects to (none for a kind
+    /// without one, such as an uplink to a kernel interface).
+    pub fn socket(&self) -> Option<&str> {
+        self.options().socket()
     }
 
     /// Replaces the socket (the daemon resolves it below its socket dir).
     pub fn set_socket(&mut self, socket: String) {
-        match self {
-            KindSpec::Memif(m) => m.socket = socket,
-            KindSpec::VhostUser(v) => v.socket = socket,
-        }
+        self.options_mut().set_socket(socket);
     }
 
     /// Whether the socket is a filesystem path (not a memif abstract name).
     pub fn socket_is_path(&self) -> bool {
-        match self {
-            KindSpec::Memif(m) => !m.socket_is_abstract(),
-            KindSpec::VhostUser(_) => true,
-        }
+        self.options().socket_is_path()
     }
 
     /// Whether the switch creates the socket (and so may give it a group).
     pub fn creates_socket(&self) -> bool {
-        match self {
-            KindSpec::Memif(m) => m.role == MemifRole::Master,
-            KindSpec::VhostUser(v) => v.role == VhostUserRole::Server,
-        }
+        self.options().creates_socket()
     }
 
     /// Queue pairs asked for, if any.
     pub fn queues(&self) -> Option<u16> {
-        match self {
-            KindSpec::Memif(m) => m.queues,
-            KindSpec::VhostUser(v) => v.queues,
-        }
+        self.options().queues()
     }
+}
 
-    fn validate(&self, at: &str) -> Result<(), SpecError> {
-        match self {
-            KindSpec::Memif(m) => m.validate(at),
-            KindSpec::VhostUser(v) => v.validate(at),
-        }
-    }
+/// What every kind's spec tells the rest of the switch. A new kind
+/// implements it in its own module and adds one variant to [`KindSpec`].
+pub trait KindOptions {
+    /// The kind's name, as the `kind` field spells it.
+    fn kind_name(&self) -> &'static str;
+    /// The switch's role, as specs spell it.
+    fn role(&self) -> &'static str;
+    /// The socket, for kinds that have one.
+    fn socket(&self) -> Option<&str>;
+    /// Replaces the socket (ignored by kinds without one).
+    fn set_socket(&mut self, socket: String);
+    /// Whether the socket is a filesystem path.
+    fn socket_is_path(&self) -> bool;
+    /// Whether the switch creates the socket.
+    fn creates_socket(&self) -> bool;
+    /// Queue pairs asked for, if any.
+    fn queues(&self) -> Option<u16>;
+    /// Checks the values the types leave open; `at` prefixes field names.
+    fn validate(&self, at: &str) -> Result<(), SpecError>;
 }
 
 /// Checks a name used for ports and bridges.
@@ -242,7 +254,7 @@ impl PortSpec {
         if let Some(b) = &self.bridge {
             validate_name(&f("bridge"), b)?;
         }
-        self.kind.validate(at)
+        self.kind.options().validate(at)
     }
 
     fn validate_security(&self, at: &str) -> Result<(), SpecError> {

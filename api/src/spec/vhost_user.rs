@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{parse_named, validate_socket_and_queues, SpecError};
+use super::{parse_named, validate_socket_and_queues, KindOptions, SpecError};
 
 /// Which end of the vhost-user socket the switch is. (The switch is always
 /// the virtio backend, which the vhost-user spec calls the back-end or
@@ -94,8 +94,32 @@ impl VhostUserSpec {
             socket_group: None,
         }
     }
+}
 
-    pub(super) fn validate(&self, at: &str) -> Result<(), SpecError> {
+impl KindOptions for VhostUserSpec {
+    fn kind_name(&self) -> &'static str {
+        "vhost-user"
+    }
+    fn role(&self) -> &'static str {
+        self.role.as_str()
+    }
+    fn socket(&self) -> Option<&str> {
+        Some(&self.socket)
+    }
+    fn set_socket(&mut self, socket: String) {
+        self.socket = socket;
+    }
+    fn socket_is_path(&self) -> bool {
+        true
+    }
+    fn creates_socket(&self) -> bool {
+        self.role == VhostUserRole::Server
+    }
+    fn queues(&self) -> Option<u16> {
+        self.queues
+    }
+
+    fn validate(&self, at: &str) -> Result<(), SpecError> {
         validate_socket_and_queues(at, &self.socket, self.queues)?;
         if self.socket.starts_with('@') || self.socket.starts_with("abstract:") {
             return Err(SpecError::new(

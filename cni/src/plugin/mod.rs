@@ -305,11 +305,11 @@ pub fn check(env: &Env, nc: &NetConf, stdin: &serde_json::Value) -> Result<(), C
             p.name, p.vlan, nc.vlan
         )));
     }
-    if p.kind.socket() != rec.socket {
+    if p.kind.socket() != Some(rec.socket.as_str()) {
         return Err(fail(format!(
             "port {} uses socket {}, not {}",
             p.name,
-            p.kind.socket(),
+            p.kind.socket().unwrap_or("none"),
             rec.socket
         )));
     }

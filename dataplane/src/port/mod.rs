@@ -124,8 +124,6 @@ impl QueueLink {
 
 /// The control-plane side of a port kind.
 pub trait Port: Send {
-    /// The kind's name, as specs spell it.
-    fn kind(&self) -> &'static str;
     /// Opens sockets (listen or first connect attempt).
     fn start(&mut self, cx: &PortCtx<'_>) -> Result<(), PortError>;
     /// An fd registered with sub-token `sub` is readable (or hung up).

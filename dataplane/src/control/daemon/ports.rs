@@ -37,26 +37,27 @@ impl Daemon {
     ) -> Result<(), ApiError> {
         spec.validate("port.")
             .map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.to_string()))?;
-        let socket = confine_socket("port.socket", &self.cfg.socket_dir, &spec.kind)
-            .map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.to_string()))?;
-        spec.kind.set_socket(socket);
+        if let Some(socket) = confine_socket("port.socket", &self.cfg.socket_dir, &spec.kind)
+            .map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.to_string()))?
+        {
+            spec.kind.set_socket(socket);
+        }
         if self.port_names.contains_key(&spec.name) {
             return Err(ApiError::new(
                 ErrorCode::AlreadyExists,
                 format!("port.name: a port named {:?} exists", spec.name),
             ));
         }
-        if let Some(other) = self
-            .ports
-            .iter()
-            .flatten()
-            .find(|e| e.spec.kind.socket() == spec.kind.socket())
+        if let Some(other) =
+            self.ports.iter().flatten().find(|e| {
+                spec.kind.socket().is_some() && e.spec.kind.socket() == spec.kind.socket()
+            })
         {
             return Err(ApiError::new(
                 ErrorCode::Busy,
                 format!(
                     "port.socket: {} is used by port {:?}",
-                    spec.kind.socket(),
+                    spec.kind.socket().unwrap_or_default(),
                     other.spec.name
                 ),
             ));
@@ -102,7 +103,7 @@ impl Daemon {
             };
             return Err(ApiError::new(code, format!("port.socket: {e}")));
         }
-        info!(port = %spec.name, kind = port.kind(), role = spec.kind.role(), socket = spec.kind.socket(), "port created");
+        info!(port = %spec.name, kind = spec.kind.name(), role = spec.kind.role(), socket = spec.kind.socket().unwrap_or("-"), "port created");
         if self.ports.len() <= id as usize {
             self.ports.resize_with(id as usize + 1, || None);
         }

@@ -321,10 +321,6 @@ impl MemifPort {
 }
 
 impl Port for MemifPort {
-    fn kind(&self) -> &'static str {
-        "memif"
-    }
-
     fn start(&mut self, cx: &PortCtx<'_>) -> Result<(), PortError> {
         self.endpoint.start(cx)?;
         if !self.endpoint.listens() {

@@ -325,10 +325,6 @@ fn early_vring_enable(conn: &mut Conn, msg: &Message) -> Option<Result<Option<Ve
 }
 
 impl Port for VhostUserPort {
-    fn kind(&self) -> &'static str {
-        "vhost-user"
-    }
-
     fn start(&mut self, cx: &PortCtx<'_>) -> Result<(), PortError> {
         self.endpoint.start(cx)?;
         if !self.endpoint.listens() {
