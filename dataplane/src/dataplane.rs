@@ -88,6 +88,8 @@ pub struct RxSlot {
     /// The queue's interrupt eventfd, cached so sleeping needs no lock
     /// (read through [`RxSlot::irq_fd`]).
     irq_fd: Option<RawFd>,
+    /// Whether the worker drains `irq_fd` when it wakes (an eventfd).
+    pub irq_drain: bool,
 }
 
 impl RxSlot {
@@ -537,9 +539,11 @@ impl Dataplane {
                 q.rx.into_iter()
                     .map(|q| {
                         let irq_fd = q.interrupt_fd().map(|fd| fd.as_raw_fd());
+                        let irq_drain = q.interrupt_is_eventfd();
                         Arc::new(RxSlot {
                             queue: Mutex::new(q),
                             irq_fd,
+                            irq_drain,
                         })
                     })
                     .collect();

@@ -12,7 +12,7 @@ use switchyard_api::{
     DEFAULT_CONTROL_SOCKET,
 };
 
-/// Switchyard: a userspace L2 switch for pods (memif and vhost-user ports).
+/// Switchyard: a userspace L2 switch for pods (memif, vhost-user and tap ports).
 #[derive(Parser)]
 #[command(version, about)]
 struct Cli {
@@ -74,15 +74,18 @@ enum PortCmd {
 struct PortAdd {
     /// Port name.
     name: String,
-    /// memif or vhost-user.
+    /// memif, vhost-user or tap.
     #[arg(long)]
     kind: String,
     /// memif: master|slave; vhost-user: server|client (the switch's role).
     #[arg(long)]
-    role: String,
+    role: Option<String>,
     /// Socket path (`@name` or `abstract:name` for abstract memif sockets).
     #[arg(long)]
-    socket: String,
+    socket: Option<String>,
+    /// tap: the kernel interface the switch creates.
+    #[arg(long)]
+    interface: Option<String>,
     /// memif interface id.
     #[arg(long)]
     id: Option<u32>,
@@ -181,6 +184,7 @@ impl PortAdd {
         );
         put("role", json!(self.role));
         put("socket", json!(self.socket));
+        put("interface", json!(self.interface));
         put("id", json!(self.id));
         put("secret", json!(self.secret));
         put("mode", json!(self.mode));
@@ -263,7 +267,7 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
             let ports: Vec<PortInfo> = serde_json::from_value(v)?;
             println!(
                 "{:<20} {:<10} {:<7} {:<5} {:<12} {:<9} {:<40} PEER",
-                "NAME", "KIND", "ROLE", "LINK", "BRIDGE", "VLAN", "SOCKET"
+                "NAME", "KIND", "ROLE", "LINK", "BRIDGE", "VLAN", "SOCKET/IF"
             );
             for p in ports {
                 let s = p.spec;
@@ -271,7 +275,10 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
                     "{:<20} {:<10} {:<7} {:<5} {:<12} {:<9} {:<40} {}",
                     s.name,
                     s.kind.name(),
-                    s.kind.role(),
+                    match s.kind.role() {
+                        "" => "-",
+                        r => r,
+                    },
                     if p.status.link_up { "up" } else { "down" },
                     s.bridge.as_deref().unwrap_or("-"),
                     match (s.vlan, &s.trunk) {
@@ -279,7 +286,7 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
                         (None, Some(t)) => format!("trunk:{t}"),
                         (None, None) => "untagged".into(),
                     },
-                    s.kind.socket().unwrap_or("-"),
+                    s.kind.socket().or(s.kind.interface()).unwrap_or("-"),
                     if p.status.link_up {
                         p.status.peer
                     } else {

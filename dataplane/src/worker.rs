@@ -205,7 +205,10 @@ fn sleep_until_kicked(dp: &Dataplane, w: usize, view: &WorkerView, ep: &Epoll, g
                 let fd = if e.data() == WAKER_TOKEN {
                     Some(dp.worker_waker(w).fd())
                 } else {
-                    view.rx.get(e.data() as usize).and_then(|r| r.slot.irq_fd())
+                    view.rx
+                        .get(e.data() as usize)
+                        .filter(|r| r.slot.irq_drain)
+                        .and_then(|r| r.slot.irq_fd())
                 };
                 if let Some(fd) = fd {
                     drain_eventfd(fd);

@@ -19,11 +19,13 @@
 //! [`KindSpec::options`]), plus the kind's port in the daemon.
 
 pub mod memif;
+pub mod tap;
 pub mod vhost_user;
 
 use serde::{Deserialize, Serialize};
 
 pub use memif::{MemifMode, MemifRole, MemifSpec};
+pub use tap::TapSpec;
 pub use vhost_user::{VhostUserRole, VhostUserSpec};
 
 use crate::mac::MacAddr;
@@ -109,6 +111,8 @@ pub enum KindSpec {
     Memif(MemifSpec),
     /// vhost-user (the switch is the virtio backend).
     VhostUser(VhostUserSpec),
+    /// A kernel tap interface the switch creates.
+    Tap(TapSpec),
 }
 
 impl KindSpec {
@@ -118,6 +122,7 @@ impl KindSpec {
         match self {
             KindSpec::Memif(m) => m,
             KindSpec::VhostUser(v) => v,
+            KindSpec::Tap(t) => t,
         }
     }
 
@@ -126,6 +131,7 @@ impl KindSpec {
         match self {
             KindSpec::Memif(m) => m,
             KindSpec::VhostUser(v) => v,
+            KindSpec::Tap(t) => t,
         }
     }
 
@@ -164,6 +170,11 @@ impl KindSpec {
     pub fn queues(&self) -> Option<u16> {
         self.options().queues()
     }
+
+    /// The kernel interface, for kinds attached to one.
+    pub fn interface(&self) -> Option<&str> {
+        self.options().interface()
+    }
 }
 
 /// What every kind's spec tells the rest of the switch. A new kind
@@ -183,6 +194,10 @@ pub trait KindOptions {
     fn creates_socket(&self) -> bool;
     /// Queue pairs asked for, if any.
     fn queues(&self) -> Option<u16>;
+    /// The kernel interface, for kinds attached to one.
+    fn interface(&self) -> Option<&str> {
+        None
+    }
     /// Checks the values the types leave open; `at` prefixes field names.
     fn validate(&self, at: &str) -> Result<(), SpecError>;
 }

@@ -5,7 +5,7 @@
 //!   driven by the control thread's reactor through a [`PortCtx`]; socket
 //!   kinds listen or connect through one [`endpoint::Endpoint`], and every
 //!   kind hands its queues to the workers through one [`QueueLink`];
-//! - [`RxQueue`] / [`TxQueue`]s (`crate::queue`), the data-plane side,
+//! - [`crate::queue::RxQueue`] / [`crate::queue::TxQueue`]s, the data-plane side,
 //!   polled by workers in bursts.
 //!
 //! [`build`] is the one place that lists the kinds.
@@ -13,6 +13,7 @@
 pub mod endpoint;
 pub mod memif;
 pub mod sigbus;
+pub mod tap;
 pub mod vhost_user;
 
 use std::os::fd::AsFd;
@@ -39,6 +40,7 @@ pub fn build(name: &str, kind: &KindSpec, queues: u16) -> Box<dyn Port> {
             name,
             vhost_user::VhostUserConfig::from_spec(v, queues),
         )),
+        KindSpec::Tap(t) => Box::new(tap::TapPort::new(name, t)),
     }
 }
 

@@ -193,6 +193,28 @@ impl<'a> TxFrame<'a> {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// Calls `f` with each piece of the frame in order (the prefix, then the
+    /// source's segments past `skip`), as raw ranges: for handing the frame
+    /// to the kernel in one `writev` without copying it first.
+    #[inline]
+    pub fn for_each_piece(&self, mut f: impl FnMut(*const u8, usize)) {
+        if !self.prefix.is_empty() {
+            f(self.prefix.as_ptr(), self.prefix.len());
+        }
+        let mut skip = self.skip as usize;
+        for s in self.frame.segments() {
+            let len = s.len as usize;
+            if skip >= len {
+                skip -= len;
+                continue;
+            }
+            // SAFETY: `skip < len`, so the offset stays inside the segment,
+            // which was bounds-checked against a live mapping when pushed.
+            f(unsafe { s.ptr.add(skip) }, len - skip);
+            skip = 0;
+        }
+    }
+
     /// A cursor that copies the frame out piece by piece.
     #[inline]
     pub fn reader(&self) -> FrameReader<'a> {

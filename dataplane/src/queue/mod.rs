@@ -45,7 +45,7 @@ pub enum QueueFault {
         slot: u16,
     },
     /// The peer shrank the file behind memory it shares: an access raised
-    /// `SIGBUS`, which [`sigbus`] caught.
+    /// `SIGBUS`, which [`crate::port::sigbus`] caught.
     #[error(
         "the peer truncated the memory it shares (SIGBUS caught; its pages now read as zeros)"
     )]
@@ -75,6 +75,12 @@ pub trait RxQueue: Send {
     fn release(&mut self);
     /// The eventfd the peer signals when it enqueues while we sleep.
     fn interrupt_fd(&self) -> Option<BorrowedFd<'_>>;
+    /// Whether [`RxQueue::interrupt_fd`] is an eventfd the worker drains
+    /// when it wakes (`false`: an fd that is readable while frames wait,
+    /// such as a tap's, which only the queue itself reads).
+    fn interrupt_is_eventfd(&self) -> bool {
+        true
+    }
     /// Asks the peer to signal (`true`) or not (`false`) on enqueue.
     fn set_interrupt(&mut self, enabled: bool);
     /// True when frames are waiting (checked after enabling interrupts).

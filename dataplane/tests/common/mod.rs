@@ -22,17 +22,76 @@ pub fn switchyard_bin() -> PathBuf {
     }
 }
 
+/// A network namespace made for one test, deleted (with every interface in
+/// it) when dropped.
+pub struct Netns {
+    pub name: String,
+}
+
+impl Netns {
+    /// A new namespace named after `what` and this process.
+    pub fn new(what: &str) -> Netns {
+        let name = format!("sy-{what}-{}", std::process::id());
+        let _ = Command::new("ip")
+            .args(["netns", "del", &name])
+            .stderr(std::process::Stdio::null())
+            .status();
+        let ok = Command::new("ip")
+            .args(["netns", "add", &name])
+            .status()
+            .expect("ip netns add");
+        assert!(ok.success(), "ip netns add {name}");
+        Netns { name }
+    }
+
+    /// Runs `cmd` (a shell command line) in the namespace.
+    pub fn sh(&self, cmd: &str) -> std::process::Output {
+        Command::new("ip")
+            .args(["netns", "exec", &self.name, "sh", "-c", cmd])
+            .output()
+            .expect("ip netns exec")
+    }
+
+    /// As [`Netns::sh`], panicking unless it succeeds; returns stdout.
+    pub fn sh_ok(&self, cmd: &str) -> String {
+        let o = self.sh(cmd);
+        assert!(
+            o.status.success(),
+            "{cmd}: {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
+    }
+}
+
 /// A running switch daemon with its own temp dir, control socket and state.
 pub struct Switch {
     pub dir: tempfile::TempDir,
     pub child: Option<Child>,
     pub config: PathBuf,
     log: PathBuf,
+    /// The network namespace the daemon runs in (`ip netns exec`).
+    netns: Option<String>,
 }
 
 impl Switch {
     /// Starts the daemon with `extra` TOML appended to a base config.
     pub fn start(extra: &str) -> Switch {
+        Switch::start_in(None, extra)
+    }
+
+    /// Starts the daemon in network namespace `netns` (made with
+    /// [`Netns`]), so the interfaces it makes or uses are that namespace's.
+    pub fn start_in(netns: Option<&str>, extra: &str) -> Switch {
         let dir = tempfile::Builder::new()
             .prefix("sy-test")
             .tempdir()
@@ -53,6 +112,7 @@ impl Switch {
             dir,
             child: None,
             config,
+            netns: netns.map(str::to_string),
         };
         s.spawn();
         s
@@ -65,7 +125,16 @@ impl Switch {
             .append(true)
             .open(&self.log)
             .unwrap();
-        let child = Command::new(switchyard_bin())
+        let mut cmd = match &self.netns {
+            // `ip netns exec` execs the daemon: the child's PID is its own.
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(switchyard_bin());
+                c
+            }
+            None => Command::new(switchyard_bin()),
+        };
+        let child = cmd
             .args(["run", "--config"])
             .arg(&self.config)
             .env("RUST_LOG", "info")

@@ -101,9 +101,14 @@ impl Daemon {
                 crate::port::PortError::SocketInUse(_) => ErrorCode::Busy,
                 _ => ErrorCode::InvalidArgument,
             };
-            return Err(ApiError::new(code, format!("port.socket: {e}")));
+            let field = if spec.kind.socket().is_some() {
+                "socket"
+            } else {
+                "interface"
+            };
+            return Err(ApiError::new(code, format!("port.{field}: {e}")));
         }
-        info!(port = %spec.name, kind = spec.kind.name(), role = spec.kind.role(), socket = spec.kind.socket().unwrap_or("-"), "port created");
+        info!(port = %spec.name, kind = spec.kind.name(), role = spec.kind.role(), socket = spec.kind.socket().or(spec.kind.interface()).unwrap_or("-"), "port created");
         if self.ports.len() <= id as usize {
             self.ports.resize_with(id as usize + 1, || None);
         }

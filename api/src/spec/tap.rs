@@ -1,0 +1,92 @@
+//! The tap part of a port spec: a kernel tap interface the switch creates,
+//! so the host's own stack (kubelet probes, host services) reaches the
+//! bridge, as an Open vSwitch internal port does.
+
+use serde::{Deserialize, Serialize};
+
+use super::{KindOptions, SpecError, MAX_QUEUES};
+
+/// Longest Linux interface name (`IFNAMSIZ` less its NUL).
+pub const MAX_IFNAME: usize = 15;
+
+/// A tap port.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TapSpec {
+    /// The interface's name (created by the switch, gone when it stops).
+    pub interface: String,
+    /// Queue pairs (`IFF_MULTI_QUEUE`; default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queues: Option<u16>,
+}
+
+impl TapSpec {
+    /// A spec with only the interface set.
+    pub fn new(interface: impl Into<String>) -> TapSpec {
+        TapSpec {
+            interface: interface.into(),
+            queues: None,
+        }
+    }
+}
+
+/// Checks a Linux interface name: 1 to 15 bytes, no `/`, no white space,
+/// not `.` or `..` (what the kernel's `dev_valid_name` refuses), and only
+/// letters, digits, `-`, `_` and `.` (what tools quote safely).
+pub fn validate_ifname(field: &str, name: &str) -> Result<(), SpecError> {
+    if name.is_empty() || name.len() > MAX_IFNAME {
+        return Err(SpecError::new(
+            field,
+            format!("{name:?}: an interface name is 1 to {MAX_IFNAME} bytes"),
+        ));
+    }
+    if name == "."
+        || name == ".."
+        || !name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+    {
+        return Err(SpecError::new(
+            field,
+            format!("{name:?}: an interface name holds letters, digits, '-', '_' and '.'"),
+        ));
+    }
+    Ok(())
+}
+
+impl KindOptions for TapSpec {
+    fn kind_name(&self) -> &'static str {
+        "tap"
+    }
+    fn role(&self) -> &'static str {
+        ""
+    }
+    fn socket(&self) -> Option<&str> {
+        None
+    }
+    fn set_socket(&mut self, _: String) {}
+    fn socket_is_path(&self) -> bool {
+        false
+    }
+    fn creates_socket(&self) -> bool {
+        false
+    }
+    fn queues(&self) -> Option<u16> {
+        self.queues
+    }
+    fn interface(&self) -> Option<&str> {
+        Some(&self.interface)
+    }
+
+    fn validate(&self, at: &str) -> Result<(), SpecError> {
+        validate_ifname(&format!("{at}interface"), &self.interface)?;
+        let q = self.queues.unwrap_or(1);
+        if q == 0 || q > MAX_QUEUES {
+            return Err(SpecError::new(
+                format!("{at}queues"),
+                format!("{q} is out of range 1..={MAX_QUEUES}"),
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,344 @@
+//! tap ports: a kernel tap interface the switch creates, so the host's own
+//! network stack (kubelet probes, host services, routing to other nodes)
+//! is a station on the bridge, as an Open vSwitch internal port is.
+//!
+//! The interface is multi-queue (`IFF_MULTI_QUEUE`, one fd per queue pair)
+//! and carries a virtio-net header (`IFF_VNET_HDR`, 12 bytes, as
+//! [`crate::wire::virtio_net`]) so checksum and segmentation offloads can be
+//! turned on later; none is offered to the kernel yet (`TUNSETOFFLOAD` is
+//! not called), so the headers it writes are zeros and ours are too.
+//!
+//! Received frames are read into the queue's own buffers (the kernel's copy;
+//! the switch then copies once into the destination). Transmit hands the
+//! frame's pieces to the kernel in one `writev`, header first: the kernel's
+//! copy is the only one. A frame longer than the interface's MTU allows is
+//! dropped and counted as `too_long`, never truncated.
+//!
+//! The interface exists while the port does: it is deleted with the port
+//! and when the switch stops, and made again when it starts. Its address
+//! and link state are the host's to set (`ip addr add`, `ip link set up`).
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use switchyard_api::{PortStatus, TapSpec};
+use tracing::{info, warn};
+
+use crate::port::{Port, PortCtx, PortError};
+use crate::queue::{
+    PortQueues, QueueFault, RxBurst, RxQueue, TxError, TxFrame, TxQueue, BURST_SIZE,
+};
+use crate::wire::ethernet::{ETHERTYPE_VLAN, HEADER_LEN as ETH_HEADER_LEN, VLAN_TAG_LEN};
+use crate::wire::virtio_net::HEADER_LEN as VNET_LEN;
+
+/// Bytes of one receive buffer: the header and the largest frame a tap
+/// passes without segmentation offloads (an MTU of up to 65535).
+const RX_BUF: usize = VNET_LEN + 65536;
+/// How often the MTU is read again (an operator may change it).
+const MTU_REFRESH: Duration = Duration::from_secs(2);
+
+// From <linux/if_tun.h>.
+const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
+const TUNSETVNETHDRSZ: libc::c_ulong = 0x4004_54d8;
+const IFF_TAP: libc::c_short = 0x0002;
+const IFF_NO_PI: libc::c_short = 0x1000;
+const IFF_VNET_HDR: libc::c_short = 0x4000;
+const IFF_MULTI_QUEUE: libc::c_short = 0x0100;
+
+/// `struct ifreq` with the fields we use (name, then a short or an int).
+#[repr(C)]
+struct IfReq {
+    name: [libc::c_char; libc::IFNAMSIZ],
+    /// `ifr_flags` or `ifr_mtu` (the union's first bytes).
+    data: [u8; 24],
+}
+
+impl IfReq {
+    fn new(ifname: &str) -> io::Result<IfReq> {
+        let c = CString::new(ifname).map_err(|_| io::Error::other("NUL in interface name"))?;
+        let b = c.as_bytes_with_nul();
+        if b.len() > libc::IFNAMSIZ {
+            return Err(io::Error::other("interface name too long"));
+        }
+        let mut r = IfReq {
+            name: [0; libc::IFNAMSIZ],
+            data: [0; 24],
+        };
+        for (d, s) in r.name.iter_mut().zip(b) {
+            *d = *s as libc::c_char;
+        }
+        Ok(r)
+    }
+}
+
+/// Opens one queue of tap `ifname` (creating the interface with the first).
+fn open_queue(ifname: &str) -> io::Result<OwnedFd> {
+    let path = c"/dev/net/tun";
+    // SAFETY: a NUL-terminated path and plain flags; the result is checked.
+    let fd = unsafe {
+        libc::open(
+            path.as_ptr(),
+            libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `open` returned a new fd that nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let mut req = IfReq::new(ifname)?;
+    let flags = IFF_TAP | IFF_NO_PI | IFF_VNET_HDR | IFF_MULTI_QUEUE;
+    req.data[..2].copy_from_slice(&flags.to_ne_bytes());
+    // SAFETY: TUNSETIFF reads and writes a `struct ifreq`, which `req`
+    // lays out (name, then the flags in the union), and outlives the call.
+    if unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETIFF, &mut req as *mut IfReq) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let size: libc::c_int = VNET_LEN as libc::c_int;
+    // SAFETY: TUNSETVNETHDRSZ reads one int, which lives past the call.
+    if unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETVNETHDRSZ, &size as *const libc::c_int) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(fd)
+}
+
+/// The interface's MTU (`SIOCGIFMTU`, in the switch's network namespace).
+fn read_mtu(ifname: &str) -> io::Result<u32> {
+    // SAFETY: plain arguments; the result is checked.
+    let s = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if s < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `socket` returned a new fd that nothing else owns.
+    let s = unsafe { OwnedFd::from_raw_fd(s) };
+    let mut req = IfReq::new(ifname)?;
+    // SAFETY: SIOCGIFMTU fills `ifr_mtu` (an int at the union's start) of
+    // the `struct ifreq` that `req` lays out and that outlives the call.
+    if unsafe { libc::ioctl(s.as_raw_fd(), libc::SIOCGIFMTU, &mut req as *mut IfReq) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut m = [0u8; 4];
+    m.copy_from_slice(&req.data[..4]);
+    Ok(u32::try_from(i32::from_ne_bytes(m)).unwrap_or(0))
+}
+
+/// The receive side of one tap queue.
+struct TapRx {
+    fd: Arc<OwnedFd>,
+    bufs: Box<[u8]>,
+}
+
+impl RxQueue for TapRx {
+    fn rx_burst(&mut self, burst: &mut RxBurst) -> Result<usize, QueueFault> {
+        for i in 0..BURST_SIZE {
+            if burst.is_full() {
+                break;
+            }
+            let buf = &mut self.bufs[i * RX_BUF..(i + 1) * RX_BUF];
+            // SAFETY: reading at most `buf.len()` bytes into `buf`, from an
+            // fd this queue holds open.
+            let n = unsafe { libc::read(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+            if n <= 0 {
+                // EAGAIN: nothing more. Other errors (the interface going
+                // away) are the port's to notice, not a peer's fault.
+                break;
+            }
+            let n = n as usize;
+            if n <= VNET_LEN {
+                continue;
+            }
+            let slot = burst.next_slot();
+            // SAFETY: `VNET_LEN..n` lies inside this queue's own buffer,
+            // which is neither freed nor written again before the next
+            // `rx_burst` (the burst is released first).
+            unsafe { slot.push(buf.as_ptr().add(VNET_LEN), (n - VNET_LEN) as u32) };
+            burst.commit();
+        }
+        Ok(burst.len())
+    }
+
+    fn release(&mut self) {}
+
+    fn interrupt_fd(&self) -> Option<BorrowedFd<'_>> {
+        Some(self.fd.as_fd())
+    }
+
+    fn interrupt_is_eventfd(&self) -> bool {
+        false
+    }
+
+    fn set_interrupt(&mut self, _: bool) {}
+
+    fn has_pending(&self) -> bool {
+        let mut p = libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one pollfd that lives past the call, no wait.
+        unsafe { libc::poll(&mut p, 1, 0) > 0 && p.revents & libc::POLLIN != 0 }
+    }
+}
+
+/// The transmit side of one tap queue.
+struct TapTx {
+    fd: Arc<OwnedFd>,
+    mtu: Arc<AtomicU32>,
+}
+
+impl TxQueue for TapTx {
+    fn tx(&mut self, frame: &TxFrame<'_>) -> Result<(), TxError> {
+        // The MTU bounds what follows the Ethernet header (and a VLAN tag).
+        let mut head = [0u8; ETH_HEADER_LEN];
+        let got = {
+            let mut r = frame.reader();
+            // SAFETY: `head` is a local buffer of the length given.
+            unsafe { r.copy_to(head.as_mut_ptr(), head.len()) }
+        };
+        let tagged =
+            got == ETH_HEADER_LEN && u16::from_be_bytes([head[12], head[13]]) == ETHERTYPE_VLAN;
+        let overhead = ETH_HEADER_LEN + if tagged { VLAN_TAG_LEN } else { 0 };
+        let mtu = self.mtu.load(Ordering::Relaxed) as usize;
+        if frame.len() > mtu + overhead {
+            return Err(TxError::TooLong);
+        }
+        let vnet = [0u8; VNET_LEN];
+        let mut iov = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; crate::queue::MAX_SEGS + 2];
+        iov[0] = libc::iovec {
+            iov_base: vnet.as_ptr() as *mut libc::c_void,
+            iov_len: VNET_LEN,
+        };
+        let mut n = 1;
+        frame.for_each_piece(|p, len| {
+            if n < iov.len() {
+                iov[n] = libc::iovec {
+                    iov_base: p as *mut libc::c_void,
+                    iov_len: len,
+                };
+                n += 1;
+            }
+        });
+        // SAFETY: every iovec points at memory valid for reads for the
+        // call: the local header, the frame's prefix, and segments that
+        // stay mapped until the burst is released (`RxFrame::push`). The
+        // kernel only reads them.
+        let w = unsafe { libc::writev(self.fd.as_raw_fd(), iov.as_ptr(), n as libc::c_int) };
+        if w < 0 {
+            // EAGAIN (the kernel's queue is full) or EIO (the interface is
+            // down): the frame is not taken.
+            return Err(TxError::Full);
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) {}
+}
+
+/// A tap port.
+pub struct TapPort {
+    name: String,
+    spec: TapSpec,
+    mtu: Arc<AtomicU32>,
+    queues: Vec<Arc<OwnedFd>>,
+    mtu_at: Option<Instant>,
+    status: PortStatus,
+}
+
+impl TapPort {
+    /// A port that is not started yet.
+    pub fn new(name: &str, spec: &TapSpec) -> TapPort {
+        TapPort {
+            name: name.to_string(),
+            spec: spec.clone(),
+            mtu: Arc::new(AtomicU32::new(1500)),
+            queues: Vec::new(),
+            mtu_at: None,
+            status: PortStatus::default(),
+        }
+    }
+
+    fn refresh_mtu(&mut self) {
+        match read_mtu(&self.spec.interface) {
+            Ok(m) => {
+                if self.mtu.swap(m, Ordering::Relaxed) != m {
+                    info!(port = %self.name, interface = %self.spec.interface, mtu = m, "MTU");
+                }
+            }
+            Err(e) => {
+                warn!(port = %self.name, interface = %self.spec.interface, "cannot read the MTU: {e}")
+            }
+        }
+        self.mtu_at = Some(Instant::now() + MTU_REFRESH);
+    }
+}
+
+impl Port for TapPort {
+    fn start(&mut self, cx: &PortCtx<'_>) -> Result<(), PortError> {
+        let ifname = self.spec.interface.clone();
+        let err = |e: io::Error| PortError::Other(format!("tap {}: {e}", self.spec.interface));
+        let n = self.spec.queues.unwrap_or(1);
+        let mut fds = Vec::new();
+        for _ in 0..n {
+            fds.push(Arc::new(open_queue(&ifname).map_err(err)?));
+        }
+        self.queues = fds;
+        self.refresh_mtu();
+        let mut q = PortQueues::default();
+        for fd in &self.queues {
+            q.rx.push(Box::new(TapRx {
+                fd: fd.clone(),
+                bufs: vec![0u8; RX_BUF * BURST_SIZE].into_boxed_slice(),
+            }));
+            q.tx.push(Box::new(TapTx {
+                fd: fd.clone(),
+                mtu: self.mtu.clone(),
+            }));
+        }
+        cx.attach(q);
+        self.status.link_up = true;
+        self.status.connects += 1;
+        self.status.rx_queues = n.into();
+        self.status.tx_queues = n.into();
+        self.status.peer = Some(format!("kernel tap {ifname}"));
+        info!(port = %self.name, interface = %ifname, queues = n, "tap created");
+        Ok(())
+    }
+
+    fn on_ready(&mut self, _: &PortCtx<'_>, _: u32) {}
+
+    fn deadline(&self) -> Option<Instant> {
+        self.mtu_at
+    }
+
+    fn on_timer(&mut self, _: &PortCtx<'_>, now: Instant) {
+        if self.mtu_at.is_some_and(|t| now >= t) {
+            self.refresh_mtu();
+        }
+    }
+
+    fn on_fault(&mut self, _: &PortCtx<'_>, reason: &str) {
+        // The kernel is no hostile peer; a fault here is a bug to see.
+        warn!(port = %self.name, "tap queue fault: {reason}");
+    }
+
+    fn status(&self) -> PortStatus {
+        self.status.clone()
+    }
+
+    fn stop(&mut self, cx: &PortCtx<'_>) {
+        if self.status.link_up {
+            cx.detach();
+        }
+        self.status.link_up = false;
+        // The last fd closing deletes the interface (it is not persistent).
+        self.queues.clear();
+        self.mtu_at = None;
+    }
+}
