@@ -371,8 +371,8 @@ mod tests {
         let r =
             e(r#"{"name":"a","kind":"vhost-user","role":"server","socket":"/s","ring_size":4}"#);
         assert!(r.contains("unknown field `ring_size`"), "{r}");
-        let r = e(r#"{"name":"a","kind":"tap","socket":"/s"}"#);
-        assert!(r.contains("unknown variant `tap`"), "{r}");
+        let r = e(r#"{"name":"a","kind":"carrier-pigeon","socket":"/s"}"#);
+        assert!(r.contains("unknown variant `carrier-pigeon`"), "{r}");
         let r = e(r#"{"name":"a","kind":"memif","role":"master","socket":"/s","vlan":4095}"#);
         assert!(r.starts_with("port.vlan:"), "{r}");
         let r =
@@ -397,5 +397,13 @@ mod tests {
         assert!(r.starts_with("port.macs[0]:"), "{r}");
         assert!(validate_name("name", "../x").is_err());
         assert!(validate_name("name", "eth0.100").is_ok());
+        let r = e(r#"{"name":"t","kind":"tap","interface":"a/b"}"#);
+        assert!(r.starts_with("port.interface:"), "{r}");
+        let r = e(r#"{"name":"t","kind":"tap","interface":"sixteen-chars-xx"}"#);
+        assert!(r.starts_with("port.interface:"), "{r}");
+        let r = e(r#"{"name":"t","kind":"tap","interface":"t0","socket":"/s"}"#);
+        assert!(r.contains("unknown field `socket`"), "{r}");
+        let t = parse(r#"{"name":"t","kind":"tap","interface":"t0","queues":2}"#).unwrap();
+        assert_eq!((t.kind.interface(), t.kind.socket()), (Some("t0"), None));
     }
 }
