@@ -26,8 +26,8 @@ pub use protocol::{
     Response,
 };
 pub use spec::{
-    BridgeSpec, KindSpec, MemifMode, MemifRole, MemifSpec, PortSpec, SpecError, TapSpec,
-    VhostUserRole, VhostUserSpec,
+    AfPacketSpec, BridgeSpec, KindSpec, MemifMode, MemifRole, MemifSpec, PortSpec, SpecError,
+    TapSpec, VhostUserRole, VhostUserSpec,
 };
 pub use vlan::VlanSet;
 

@@ -1,6 +1,8 @@
-//! Ports to the kernel, with real kernel peers: a tap port the switch
-//! creates in its network namespace, which the host's own stack uses to
-//! reach a DPDK testpmd pod (icmpecho: it answers ARP and ping) on memif.
+//! Ports to the kernel, with real kernel peers in network namespaces the
+//! tests make: a tap port the switch creates, which the host's own stack
+//! uses to reach a DPDK testpmd pod (icmpecho: it answers ARP and ping) on
+//! memif; af-packet uplinks on veth pairs, between a namespace's stack and a
+//! pod, and between two switches ("nodes") that form one network per VLAN.
 
 mod common;
 
@@ -21,9 +23,38 @@ fn add(sw: &Switch, args: &[&str]) {
 /// The kernel's ping (busybox's, which the test command installs) from the
 /// namespace; true if any reply came.
 fn ping(ns: &Netns, args: &str) -> bool {
-    ns.sh(&format!("busybox ping -c 3 -W 2 {args} 10.77.0.2"))
+    ping_to(ns, args, "10.77.0.2")
+}
+
+fn ping_to(ns: &Netns, args: &str, to: &str) -> bool {
+    ns.sh(&format!("busybox ping -c 3 -W 2 {args} {to}"))
         .status
         .success()
+}
+
+/// A veth pair `a` (in `na`) - `b` (in `nb`), both up.
+fn veth(na: &Netns, a: &str, nb: &Netns, b: &str) {
+    let ok = std::process::Command::new("ip")
+        .args([
+            "link", "add", a, "netns", &na.name, "type", "veth", "peer", "name", b,
+        ])
+        .args(["netns", &nb.name])
+        .status()
+        .unwrap();
+    assert!(ok.success(), "ip link add {a} type veth");
+    na.sh_ok(&format!("ip link set {a} up"));
+    nb.sh_ok(&format!("ip link set {b} up"));
+}
+
+/// A DPDK testpmd pod answering ARP and ping, as memif server at `sock`
+/// (the switch, memif slave, connects and redials).
+fn echo_pod(sock: &str) -> Testpmd {
+    let mut p = Testpmd::start(
+        &[memif_vdev(0, "server", sock, "")],
+        &["--forward-mode=icmpecho"],
+    );
+    p.cmd("start");
+    p
 }
 
 #[test]
@@ -143,4 +174,153 @@ fn bad_tap_specs_name_their_field() {
     assert!(err.contains("port.interface: tap sybusy"), "{err}");
     sw.cli_ok(&["port", "add", "t", "--kind", "tap", "--interface", "syok"]);
     assert!(sw.port("t").status.link_up);
+}
+
+#[test]
+fn a_namespace_reaches_a_pod_through_an_af_packet_uplink() {
+    let _g = serial();
+    let (node, host) = (Netns::new("afn"), Netns::new("afh"));
+    veth(&node, "up0", &host, "h0");
+    host.sh_ok("ip addr add 10.77.0.1/24 dev h0");
+    let sw = Switch::start_in(Some(&node.name), BRIDGE);
+    let pod_sock = sw.path("pod.sock");
+    add(
+        &sw,
+        &[
+            "pod", "--kind", "memif", "--role", "slave", "--socket", &pod_sock,
+        ],
+    );
+    add(&sw, &["up", "--kind", "af-packet", "--interface", "up0"]);
+    let info = sw.port("up");
+    assert!(info.status.link_up, "{info:?}");
+    let _pod = echo_pod(&pod_sock);
+    sw.wait_link("pod", true);
+    assert!(ping(&host, ""), "no reply through the af-packet uplink");
+    assert!(ping(&host, "-s 1400"), "no reply to 1400-byte pings");
+    let st = sw.stats("up");
+    assert!(
+        st.totals.rx_packets >= 6 && st.totals.tx_packets >= 6,
+        "{st:?}"
+    );
+    assert_eq!(st.mac_limit, 0, "an uplink has no MAC limit by default");
+
+    // The interface goes away: the port goes down; it comes back (a new
+    // veth, a new index): the port comes up again by itself.
+    node.sh_ok("ip link del up0");
+    wait_for(Duration::from_secs(10), "the uplink down", || {
+        (!sw.port("up").status.link_up).then_some(())
+    });
+    assert!(sw
+        .port("up")
+        .status
+        .last_error
+        .unwrap()
+        .contains("went away"));
+    veth(&node, "up0", &host, "h0");
+    host.sh_ok("ip addr add 10.77.0.1/24 dev h0");
+    sw.wait_link("up", true);
+    assert!(ping(&host, ""), "no reply after the interface came back");
+
+    // A missing interface is an error naming the field; nothing else moves.
+    let o = sw.cli(&[
+        "port",
+        "add",
+        "x",
+        "--kind",
+        "af-packet",
+        "--interface",
+        "nope0",
+    ]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("port.interface: nope0: no such interface"),
+        "{err}"
+    );
+    assert!(sw.port("up").status.link_up && sw.port("pod").status.link_up);
+}
+
+#[test]
+fn two_nodes_form_one_network_per_vlan_over_af_packet_uplinks() {
+    let _g = serial();
+    // Two switches, each in its own namespace ("node"), whose uplinks are
+    // the two ends of one veth pair: the wire between the nodes.
+    let (na, nb) = (Netns::new("na"), Netns::new("nb"));
+    veth(&na, "up0", &nb, "up0");
+    let (swa, swb) = (
+        Switch::start_in(Some(&na.name), BRIDGE),
+        Switch::start_in(Some(&nb.name), BRIDGE),
+    );
+    for sw in [&swa, &swb] {
+        add(
+            sw,
+            &[
+                "up",
+                "--kind",
+                "af-packet",
+                "--interface",
+                "up0",
+                "--trunk",
+                "100,200",
+            ],
+        );
+    }
+    // Node A: the host's stack on VLAN 100 (a tap). Node B: a pod on VLAN
+    // 100 and one on VLAN 200, both answering any ARP and ping.
+    let tap = format!("sa{}", std::process::id() % 100_000);
+    add(
+        &swa,
+        &[
+            "host",
+            "--kind",
+            "tap",
+            "--interface",
+            &tap,
+            "--vlan",
+            "100",
+        ],
+    );
+    let (s100, s200) = (swb.path("b100.sock"), swb.path("b200.sock"));
+    add(
+        &swb,
+        &[
+            "b100", "--kind", "memif", "--role", "slave", "--socket", &s100, "--vlan", "100",
+        ],
+    );
+    add(
+        &swb,
+        &[
+            "b200", "--kind", "memif", "--role", "slave", "--socket", &s200, "--vlan", "200",
+        ],
+    );
+    let mut p100 = echo_pod(&s100);
+    let mut p200 = echo_pod(&s200);
+    swb.wait_link("b100", true);
+    swb.wait_link("b200", true);
+    na.sh_ok(&format!(
+        "ip link set {tap} up && ip addr add 10.79.0.1/24 dev {tap}"
+    ));
+    assert!(
+        ping_to(&na, "", "10.79.0.2"),
+        "node A's VLAN 100 does not reach node B's"
+    );
+    assert!(p100.port_stats(0).0 > 0);
+    assert_eq!(p200.port_stats(0).0, 0, "VLAN 200 saw VLAN 100's frames");
+    assert_eq!(swb.stats("b200").totals.tx_packets, 0);
+    // The frames crossed the wire tagged 100: node B learned node A's host
+    // on its uplink in VLAN 100 (its trunk carries no untagged frames).
+    let link = na.sh_ok(&format!("ip link show {tap}"));
+    let mac = link
+        .split("link/ether ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap()
+        .to_string();
+    let learned = swb.macs("default");
+    assert!(
+        learned
+            .iter()
+            .any(|m| m.mac == mac && m.vlan == 100 && m.port == "up"),
+        "{mac} not learned on B's uplink in VLAN 100: {learned:?}"
+    );
 }

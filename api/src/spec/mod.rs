@@ -18,12 +18,14 @@
 //! [`KindOptions`]) and one variant in [`KindSpec`] (with its arm in
 //! [`KindSpec::options`]), plus the kind's port in the daemon.
 
+pub mod af_packet;
 pub mod memif;
 pub mod tap;
 pub mod vhost_user;
 
 use serde::{Deserialize, Serialize};
 
+pub use af_packet::AfPacketSpec;
 pub use memif::{MemifMode, MemifRole, MemifSpec};
 pub use tap::TapSpec;
 pub use vhost_user::{VhostUserRole, VhostUserSpec};
@@ -90,8 +92,8 @@ pub struct PortSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trunk: Option<VlanSet>,
     /// Most MAC table entries the port may hold at once (default
-    /// [`DEFAULT_MAC_LIMIT`]; 0: no limit). Frames from further new source
-    /// addresses are dropped.
+    /// [`DEFAULT_MAC_LIMIT`], none for uplinks; 0: no limit). Frames from
+    /// further new source addresses are dropped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mac_limit: Option<u32>,
     /// The only source MACs the port may send from, pinned to it: they
@@ -113,6 +115,8 @@ pub enum KindSpec {
     VhostUser(VhostUserSpec),
     /// A kernel tap interface the switch creates.
     Tap(TapSpec),
+    /// An existing kernel interface, through `AF_PACKET` sockets.
+    AfPacket(AfPacketSpec),
 }
 
 impl KindSpec {
@@ -123,6 +127,7 @@ impl KindSpec {
             KindSpec::Memif(m) => m,
             KindSpec::VhostUser(v) => v,
             KindSpec::Tap(t) => t,
+            KindSpec::AfPacket(a) => a,
         }
     }
 
@@ -132,6 +137,7 @@ impl KindSpec {
             KindSpec::Memif(m) => m,
             KindSpec::VhostUser(v) => v,
             KindSpec::Tap(t) => t,
+            KindSpec::AfPacket(a) => a,
         }
     }
 
@@ -197,6 +203,12 @@ pub trait KindOptions {
     /// The kernel interface, for kinds attached to one.
     fn interface(&self) -> Option<&str> {
         None
+    }
+    /// The MAC learning limit when the spec sets none: [`DEFAULT_MAC_LIMIT`]
+    /// for a port to one station (a pod, a VM); uplinks, behind which a
+    /// whole network lies, have none.
+    fn default_mac_limit(&self) -> u32 {
+        DEFAULT_MAC_LIMIT
     }
     /// Checks the values the types leave open; `at` prefixes field names.
     fn validate(&self, at: &str) -> Result<(), SpecError>;

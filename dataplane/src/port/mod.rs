@@ -10,8 +10,10 @@
 //!
 //! [`build`] is the one place that lists the kinds.
 
+pub mod af_packet;
 pub mod endpoint;
 pub mod memif;
+pub mod netdev;
 pub mod sigbus;
 pub mod tap;
 pub mod vhost_user;
@@ -41,6 +43,11 @@ pub fn build(name: &str, kind: &KindSpec, queues: u16) -> Box<dyn Port> {
             vhost_user::VhostUserConfig::from_spec(v, queues),
         )),
         KindSpec::Tap(t) => Box::new(tap::TapPort::new(name, t)),
+        KindSpec::AfPacket(a) => Box::new(af_packet::AfPacketPort::new(
+            name,
+            a,
+            switchyard_api::stable_hash(name) as u16,
+        )),
     }
 }
 

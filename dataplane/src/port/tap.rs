@@ -18,7 +18,6 @@
 //! and when the switch stops, and made again when it starts. Its address
 //! and link state are the host's to set (`ip addr add`, `ip link set up`).
 
-use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -28,6 +27,7 @@ use std::time::{Duration, Instant};
 use switchyard_api::{PortStatus, TapSpec};
 use tracing::{info, warn};
 
+use crate::port::netdev::{read_mtu, IfReq};
 use crate::port::{Port, PortCtx, PortError};
 use crate::queue::{
     PortQueues, QueueFault, RxBurst, RxQueue, TxError, TxFrame, TxQueue, BURST_SIZE,
@@ -48,32 +48,6 @@ const IFF_TAP: libc::c_short = 0x0002;
 const IFF_NO_PI: libc::c_short = 0x1000;
 const IFF_VNET_HDR: libc::c_short = 0x4000;
 const IFF_MULTI_QUEUE: libc::c_short = 0x0100;
-
-/// `struct ifreq` with the fields we use (name, then a short or an int).
-#[repr(C)]
-struct IfReq {
-    name: [libc::c_char; libc::IFNAMSIZ],
-    /// `ifr_flags` or `ifr_mtu` (the union's first bytes).
-    data: [u8; 24],
-}
-
-impl IfReq {
-    fn new(ifname: &str) -> io::Result<IfReq> {
-        let c = CString::new(ifname).map_err(|_| io::Error::other("NUL in interface name"))?;
-        let b = c.as_bytes_with_nul();
-        if b.len() > libc::IFNAMSIZ {
-            return Err(io::Error::other("interface name too long"));
-        }
-        let mut r = IfReq {
-            name: [0; libc::IFNAMSIZ],
-            data: [0; 24],
-        };
-        for (d, s) in r.name.iter_mut().zip(b) {
-            *d = *s as libc::c_char;
-        }
-        Ok(r)
-    }
-}
 
 /// Opens one queue of tap `ifname` (creating the interface with the first).
 fn open_queue(ifname: &str) -> io::Result<OwnedFd> {
@@ -104,26 +78,6 @@ fn open_queue(ifname: &str) -> io::Result<OwnedFd> {
         return Err(io::Error::last_os_error());
     }
     Ok(fd)
-}
-
-/// The interface's MTU (`SIOCGIFMTU`, in the switch's network namespace).
-fn read_mtu(ifname: &str) -> io::Result<u32> {
-    // SAFETY: plain arguments; the result is checked.
-    let s = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    if s < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `socket` returned a new fd that nothing else owns.
-    let s = unsafe { OwnedFd::from_raw_fd(s) };
-    let mut req = IfReq::new(ifname)?;
-    // SAFETY: SIOCGIFMTU fills `ifr_mtu` (an int at the union's start) of
-    // the `struct ifreq` that `req` lays out and that outlives the call.
-    if unsafe { libc::ioctl(s.as_raw_fd(), libc::SIOCGIFMTU, &mut req as *mut IfReq) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let mut m = [0u8; 4];
-    m.copy_from_slice(&req.data[..4]);
-    Ok(u32::try_from(i32::from_ne_bytes(m)).unwrap_or(0))
 }
 
 /// The receive side of one tap queue.

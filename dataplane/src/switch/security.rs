@@ -51,7 +51,9 @@ impl PortSecurity {
     /// The settings a port spec asks for (after it validated).
     pub fn from_spec(spec: &switchyard_api::PortSpec) -> PortSecurity {
         PortSecurity {
-            mac_limit: spec.mac_limit.unwrap_or(DEFAULT_MAC_LIMIT),
+            mac_limit: spec
+                .mac_limit
+                .unwrap_or_else(|| spec.kind.options().default_mac_limit()),
             macs: spec.macs.clone().unwrap_or_default(),
             pin_first: spec.pin_first.unwrap_or(false),
         }

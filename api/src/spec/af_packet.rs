@@ -1,0 +1,70 @@
+//! The af-packet part of a port spec: an existing kernel interface (a NIC,
+//! a bond, a veth) as an uplink, through `AF_PACKET` sockets.
+
+use serde::{Deserialize, Serialize};
+
+use super::tap::validate_ifname;
+use super::{KindOptions, SpecError, MAX_QUEUES};
+
+/// An af-packet port.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AfPacketSpec {
+    /// The interface (it must exist; the port follows it when it goes away
+    /// and comes back).
+    pub interface: String,
+    /// Sockets, spread by a `PACKET_FANOUT_HASH` group (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queues: Option<u16>,
+}
+
+impl AfPacketSpec {
+    /// A spec with only the interface set.
+    pub fn new(interface: impl Into<String>) -> AfPacketSpec {
+        AfPacketSpec {
+            interface: interface.into(),
+            queues: None,
+        }
+    }
+}
+
+impl KindOptions for AfPacketSpec {
+    fn kind_name(&self) -> &'static str {
+        "af-packet"
+    }
+    fn role(&self) -> &'static str {
+        ""
+    }
+    fn socket(&self) -> Option<&str> {
+        None
+    }
+    fn set_socket(&mut self, _: String) {}
+    fn socket_is_path(&self) -> bool {
+        false
+    }
+    fn creates_socket(&self) -> bool {
+        false
+    }
+    fn queues(&self) -> Option<u16> {
+        self.queues
+    }
+    fn interface(&self) -> Option<&str> {
+        Some(&self.interface)
+    }
+    /// An uplink carries the stations of a whole network: no limit.
+    fn default_mac_limit(&self) -> u32 {
+        0
+    }
+
+    fn validate(&self, at: &str) -> Result<(), SpecError> {
+        validate_ifname(&format!("{at}interface"), &self.interface)?;
+        let q = self.queues.unwrap_or(1);
+        if q == 0 || q > MAX_QUEUES {
+            return Err(SpecError::new(
+                format!("{at}queues"),
+                format!("{q} is out of range 1..={MAX_QUEUES}"),
+            ));
+        }
+        Ok(())
+    }
+}
