@@ -111,6 +111,10 @@ pub struct RawNetConf {
     pub plugin: String,
     /// Bridge (default `default`).
     pub bridge: Option<String>,
+    /// Physical network: the pod's port joins the bridge the switch keeps
+    /// for it (named after it, with the physnet's uplink), so the network's
+    /// frames leave the node on its `vlan`.
+    pub physnet: Option<String>,
     /// Access VLAN.
     pub vlan: Option<u16>,
     /// Trunk: the VLANs the pod's port carries tagged (0: untagged too).
@@ -346,7 +350,24 @@ impl NetConf {
         if raw.name.is_empty() {
             return Err(invalid("name", "must not be empty"));
         }
-        let bridge = raw.bridge.clone().unwrap_or_else(|| "default".into());
+        if let Some(p) = &raw.physnet {
+            switchyard_api::spec::validate_name("physnet", p)
+                .map_err(|e| CniError::new(INVALID_CONFIG, e.to_string()))?;
+            if raw.bridge.as_ref().is_some_and(|b| b != p) {
+                return Err(invalid(
+                    "bridge",
+                    format!(
+                        "{:?} with physnet {p:?}: a physnet's pods join the bridge of its name",
+                        raw.bridge.as_deref().unwrap_or_default()
+                    ),
+                ));
+            }
+        }
+        let bridge = raw
+            .bridge
+            .clone()
+            .or_else(|| raw.physnet.clone())
+            .unwrap_or_else(|| "default".into());
         switchyard_api::spec::validate_name("bridge", &bridge)
             .map_err(|e| CniError::new(INVALID_CONFIG, e.to_string()))?;
         if let Some(v) = raw.vlan {
@@ -551,6 +572,25 @@ mod tests {
 
     fn parse(s: &str) -> Result<NetConf, CniError> {
         NetConf::parse(s.as_bytes())
+    }
+
+    #[test]
+    fn a_physnet_names_the_bridge() {
+        let n = NetConf::parse(
+            br#"{"cniVersion":"1.1.0","name":"n","type":"switchyard","physnet":"physnet1","vlan":100}"#,
+        )
+        .unwrap();
+        assert_eq!((n.bridge.as_str(), n.vlan), ("physnet1", Some(100)));
+        let e = NetConf::parse(
+            br#"{"cniVersion":"1.1.0","name":"n","type":"switchyard","physnet":"physnet1","bridge":"other"}"#,
+        )
+        .unwrap_err();
+        assert!(e.msg.starts_with("bridge:"), "{e:?}");
+        let e = NetConf::parse(
+            br#"{"cniVersion":"1.1.0","name":"n","type":"switchyard","physnet":"../x"}"#,
+        )
+        .unwrap_err();
+        assert!(e.msg.starts_with("physnet:"), "{e:?}");
     }
 
     #[test]

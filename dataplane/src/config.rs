@@ -118,6 +118,66 @@ pub struct Config {
     /// Ports created at start.
     #[serde(default, rename = "port")]
     pub ports: Vec<PortSpec>,
+    /// Physical networks: each gets a bridge of its name and an uplink on
+    /// its interface (a VLAN trunk of every VLAN), so the networks that name
+    /// it (CNI `physnet`) leave the node on their VLAN.
+    #[serde(default)]
+    pub physnets: std::collections::BTreeMap<String, Physnet>,
+}
+
+/// A physical network's uplink: an interface name, or a table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Physnet {
+    /// `physnet1 = "eth1"`: an af-packet uplink on `eth1`.
+    Interface(String),
+    /// `physnet1 = { interface = "eth1", kind = "af-packet", queues = 2 }`.
+    Uplink {
+        /// The interface.
+        interface: String,
+        /// `af-packet` (the default; AF_XDP is not available yet).
+        #[serde(default)]
+        kind: Option<String>,
+        /// Queues of the uplink.
+        #[serde(default)]
+        queues: Option<u16>,
+    },
+}
+
+impl Physnet {
+    /// The uplink port of physnet `name`: a trunk of every VLAN (and
+    /// untagged frames) in the bridge of the physnet's name.
+    pub fn uplink(&self, name: &str) -> PortSpec {
+        let (interface, queues) = match self {
+            Physnet::Interface(i) => (i.clone(), None),
+            Physnet::Uplink {
+                interface, queues, ..
+            } => (interface.clone(), *queues),
+        };
+        PortSpec {
+            bridge: Some(name.to_string()),
+            trunk: Some(switchyard_api::VlanSet::all()),
+            ..PortSpec::new(
+                format!("uplink-{name}"),
+                KindSpec::AfPacket(switchyard_api::AfPacketSpec { interface, queues }),
+            )
+        }
+    }
+
+    fn validate(&self, name: &str) -> Result<(), ConfigError> {
+        let at = format!("physnets.{name}");
+        validate_name(&at, name)?;
+        if let Physnet::Uplink { kind: Some(k), .. } = self {
+            if k != "af-packet" {
+                return Err(invalid(
+                    format!("{at}.kind"),
+                    format!("{k:?}: physnet uplinks are af-packet (AF_XDP is not available yet)"),
+                ));
+            }
+        }
+        self.uplink(name).validate(&format!("{at}."))?;
+        Ok(())
+    }
 }
 
 /// Worker settings.
@@ -295,11 +355,19 @@ impl Config {
                 ));
             }
         }
+        for (name, p) in &self.physnets {
+            p.validate(name)?;
+            // Its bridge: declared or made for it.
+            names.insert(name.as_str());
+        }
         let mut pnames = std::collections::HashSet::new();
+        for name in self.physnets.keys() {
+            pnames.insert(format!("uplink-{name}"));
+        }
         for (i, p) in self.ports.iter().enumerate() {
             let at = format!("port[{i}].");
             p.validate(&at)?;
-            if !pnames.insert(p.name.as_str()) {
+            if !pnames.insert(p.name.clone()) {
                 return Err(invalid(
                     format!("{at}name"),
                     format!("duplicate port {:?}", p.name),
@@ -384,6 +452,35 @@ mod tests {
         ));
         let e = confine_socket("port.socket", &b.join("none"), &kind);
         assert!(e.unwrap_err().to_string().contains("(socket_dir)"));
+    }
+
+    #[test]
+    fn physnets_make_a_bridge_and_a_trunk_uplink() {
+        let c = Config::parse(
+            "[physnets]\nphysnet1 = \"eth1\"\nphysnet2 = { interface = \"bond0\", queues = 2 }\n\
+             [[port]]\nname='p'\nkind='memif'\nrole='master'\nsocket='/x'\nbridge='physnet1'\nvlan=100\n",
+        )
+        .unwrap();
+        let up = c.physnets["physnet2"].uplink("physnet2");
+        assert_eq!(up.name, "uplink-physnet2");
+        assert_eq!(up.bridge.as_deref(), Some("physnet2"));
+        assert_eq!(up.trunk, Some(switchyard_api::VlanSet::all()));
+        assert_eq!(up.kind.interface(), Some("bond0"));
+        assert_eq!(up.kind.queues(), Some(2));
+        let e = Config::parse("[physnets]\np = \"this-name-is-too-long\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("physnets.p.interface:"), "{e}");
+        let e = Config::parse("[physnets]\np = { interface = \"eth1\", kind = \"af-xdp\" }\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("physnets.p.kind:"), "{e}");
+        let e = Config::parse(
+            "[physnets]\np = \"eth1\"\n[[port]]\nname='uplink-p'\nkind='memif'\nrole='master'\nsocket='/x'\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("duplicate port"), "{e}");
     }
 
     #[test]

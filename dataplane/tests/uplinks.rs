@@ -241,34 +241,34 @@ fn a_namespace_reaches_a_pod_through_an_af_packet_uplink() {
 }
 
 #[test]
-fn two_nodes_form_one_network_per_vlan_over_af_packet_uplinks() {
+fn two_nodes_form_one_network_per_vlan_over_physnet_uplinks() {
     let _g = serial();
     // Two switches, each in its own namespace ("node"), whose uplinks are
     // the two ends of one veth pair: the wire between the nodes.
     let (na, nb) = (Netns::new("na"), Netns::new("nb"));
     veth(&na, "up0", &nb, "up0");
+    // Each node maps physnet1 to its end of the wire: the switch makes the
+    // bridge "physnet1" and its uplink, a trunk of every VLAN.
+    let physnet = "[physnets]\nphysnet1 = \"up0\"\n";
     let (swa, swb) = (
-        Switch::start_in(Some(&na.name), BRIDGE),
-        Switch::start_in(Some(&nb.name), BRIDGE),
+        Switch::start_in(Some(&na.name), physnet),
+        Switch::start_in(Some(&nb.name), physnet),
     );
+    let on = |sw: &Switch, args: &[&str]| {
+        let mut all = vec!["port", "add"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--bridge", "physnet1"]);
+        sw.cli_ok(&all);
+    };
     for sw in [&swa, &swb] {
-        add(
-            sw,
-            &[
-                "up",
-                "--kind",
-                "af-packet",
-                "--interface",
-                "up0",
-                "--trunk",
-                "100,200",
-            ],
-        );
+        let up = sw.port("uplink-physnet1");
+        assert!(up.status.link_up, "{up:?}");
+        assert_eq!(up.spec.trunk.unwrap().to_string(), "all");
     }
     // Node A: the host's stack on VLAN 100 (a tap). Node B: a pod on VLAN
     // 100 and one on VLAN 200, both answering any ARP and ping.
     let tap = format!("sa{}", std::process::id() % 100_000);
-    add(
+    on(
         &swa,
         &[
             "host",
@@ -281,13 +281,13 @@ fn two_nodes_form_one_network_per_vlan_over_af_packet_uplinks() {
         ],
     );
     let (s100, s200) = (swb.path("b100.sock"), swb.path("b200.sock"));
-    add(
+    on(
         &swb,
         &[
             "b100", "--kind", "memif", "--role", "slave", "--socket", &s100, "--vlan", "100",
         ],
     );
-    add(
+    on(
         &swb,
         &[
             "b200", "--kind", "memif", "--role", "slave", "--socket", &s200, "--vlan", "200",
@@ -316,11 +316,11 @@ fn two_nodes_form_one_network_per_vlan_over_af_packet_uplinks() {
         .and_then(|r| r.split_whitespace().next())
         .unwrap()
         .to_string();
-    let learned = swb.macs("default");
+    let learned = swb.macs("physnet1");
     assert!(
         learned
             .iter()
-            .any(|m| m.mac == mac && m.vlan == 100 && m.port == "up"),
+            .any(|m| m.mac == mac && m.vlan == 100 && m.port == "uplink-physnet1"),
         "{mac} not learned on B's uplink in VLAN 100: {learned:?}"
     );
 }

@@ -129,6 +129,16 @@ impl Daemon {
         for b in d.cfg.bridges.clone() {
             d.create_bridge(&b.name, true);
         }
+        // Each physnet: a bridge of its name (unless declared) and its uplink.
+        for (name, p) in d.cfg.physnets.clone() {
+            if !d.bridges.contains_key(&name) {
+                d.create_bridge(&name, true);
+            }
+            let up = p.uplink(&name);
+            if let Err(e) = d.create_port(up, true) {
+                error!(physnet = %name, "cannot create the physnet's uplink: {}", e.message);
+            }
+        }
         for p in d.cfg.ports.clone() {
             if let Err(e) = d.create_port(p.clone(), true) {
                 error!(port = %p.name, "cannot create configured port: {}", e.message);
