@@ -13,7 +13,11 @@ DUTs, each on CPU 0 (testpmd's forwarding lcore is on CPU 1):
 
 Port kinds: memif (DUT is memif server/master), vhost-server (DUT is the
 vhost-user socket server), vhost-client (DUT connects to testpmd's
-virtio_user in server mode). Frame sizes 64 and 1518 bytes.
+virtio_user in server mode), af-packet (an uplink cell: the generator's
+port 0 is DPDK's net_af_packet on one end of a veth pair, the DUT's port a
+is its AF_PACKET uplink on the other end - Switchyard's af-packet kind,
+DPDK's net_af_packet for testpmd-io and OVS-DPDK - and port 1 / b is
+memif as in the memif cell). Frame sizes 64 and 1518 bytes.
 
 Frame sizes count the CRC, as RFC 2544 does: a "64-byte" frame carries 60
 bytes in the buffer. Throughput is the sum of both testpmd ports' Rx-pps over
@@ -46,6 +50,24 @@ TESTPMD = "/usr/bin/dpdk-testpmd"
 DUT_CPU = 0
 GEN_LCORES = "0@0,1@1"  # main lcore (idle) on CPU 0, forwarding on CPU 1
 QUEUE = 1024
+# The veth pair of the af-packet cell: the DUT's end and the generator's.
+DUT_IF = f"sylbd{os.getpid() % 100000}"
+GEN_IF = f"sylbg{os.getpid() % 100000}"
+
+
+def make_veth():
+    subprocess.run(["ip", "link", "del", DUT_IF], capture_output=True)
+    subprocess.run(["ip", "link", "add", DUT_IF, "type", "veth", "peer", "name", GEN_IF],
+                   check=True)
+    for i in (DUT_IF, GEN_IF):
+        # No IPv6 chatter of the host's own in the measured loop.
+        subprocess.run(["sysctl", "-q", "-w", f"net.ipv6.conf.{i}.disable_ipv6=1"],
+                       capture_output=True)
+        subprocess.run(["ip", "link", "set", i, "up"], check=True)
+
+
+def del_veth():
+    subprocess.run(["ip", "link", "del", DUT_IF], capture_output=True)
 
 
 class Proc:
@@ -183,9 +205,14 @@ class Switchyard(Dut):
         if not os.path.exists(binary):
             sys.exit(f"{binary} is missing: cargo build --release -p switchyard")
         ports = []
-        role = {"memif": "master", "vhost-server": "server", "vhost-client": "client"}[self.kind]
-        kind = "memif" if self.kind == "memif" else "vhost-user"
+        role = {"memif": "master", "vhost-server": "server", "vhost-client": "client",
+                "af-packet": "master"}[self.kind]
+        kind = "vhost-user" if self.kind.startswith("vhost") else "memif"
         for name, sock in zip(["a", "b"], self.sockets()):
+            if name == "a" and self.kind == "af-packet":
+                ports.append(f'[[port]]\nname = "a"\nkind = "af-packet"\n'
+                             f'interface = "{DUT_IF}"\nbridge = "default"\n')
+                continue
             extra = 'ring_size = 1024\nbuffer_size = 2048\n' if kind == "memif" else "queues = 1\n"
             ports.append(f'[[port]]\nname = "{name}"\nkind = "{kind}"\nrole = "{role}"\n'
                          f'socket = "{sock}"\nbridge = "default"\n{extra}')
@@ -228,6 +255,9 @@ class TestpmdIo(Dut):
         if self.kind == "memif":
             vdevs = [f"net_memif0,role=server,id=0,socket={a},socket-abstract=no",
                      f"net_memif1,role=server,id=0,socket={b},socket-abstract=no"]
+        elif self.kind == "af-packet":
+            vdevs = [f"net_af_packet0,iface={DUT_IF},qdisc_bypass=1",
+                     f"net_memif1,role=server,id=0,socket={b},socket-abstract=no"]
         else:
             client = 1 if self.kind == "vhost-client" else 0
             vdevs = [f"net_vhost0,iface={a},client={client},queues=1",
@@ -248,7 +278,7 @@ class OvsDpdk(Dut):
         super().__init__(kind, tmp)
         # OVS transmits on the PMD's own tx queue (queue 1 with one PMD), and
         # a DPDK memif server only has the queues its client connected.
-        if kind == "memif":
+        if kind in ("memif", "af-packet"):
             self.gen_queues = 2
 
     def start(self):
@@ -285,7 +315,10 @@ class OvsDpdk(Dut):
         self.vsctl("add-br", "br0", "--", "set", "bridge", "br0", "datapath_type=netdev")
         a, b = self.sockets()
         for i, (name, sock) in enumerate(zip(["pa", "pb"], [a, b])):
-            if self.kind == "memif":
+            if self.kind == "af-packet" and name == "pa":
+                dev = f"net_af_packet0,iface={DUT_IF},qdisc_bypass=1"
+                opts = ["type=dpdk", f"options:dpdk-devargs={dev}"]
+            elif self.kind in ("memif", "af-packet"):
                 dev = f"net_memif{i},role=server,id=0,socket={sock},socket-abstract=no"
                 # Two queue pairs, matching the generator (see gen_queues).
                 opts = ["type=dpdk", f"options:dpdk-devargs={dev}", "options:n_rxq=2"]
@@ -327,8 +360,11 @@ class OvsDpdk(Dut):
 DUTS = {"switchyard": Switchyard, "testpmd-io": TestpmdIo, "ovs-dpdk": OvsDpdk}
 
 
-def gen_vdevs(kind, sockets):
+def gen_vdevs(kind, sockets, queues=1):
     a, b = sockets
+    if kind == "af-packet":
+        return [f"net_af_packet0,iface={GEN_IF},qdisc_bypass=1,qpairs={queues}",
+                f"net_memif1,role=client,id=0,socket={b},socket-abstract=no"]
     if kind == "memif":
         return [f"net_memif0,role=client,id=0,socket={a},socket-abstract=no",
                 f"net_memif1,role=client,id=0,socket={b},socket-abstract=no"]
@@ -355,10 +391,12 @@ def run_once(dut_name, kind, size, seconds, bursts):
     tmp = tempfile.mkdtemp(prefix="sy-loop-")
     dut = DUTS[dut_name](kind, tmp)
     gen = None
+    if kind == "af-packet":
+        make_veth()
     try:
         dut.start()
         q = dut.gen_queues
-        gen = testpmd(f"lb-gen-{os.getpid()}", GEN_LCORES, gen_vdevs(kind, dut.sockets()),
+        gen = testpmd(f"lb-gen-{os.getpid()}", GEN_LCORES, gen_vdevs(kind, dut.sockets(), q),
                       [f"--rxq={q}", f"--txq={q}"])
         dut.ready(gen)
         gen.send(f"set txpkts {size - 4}")  # sizes count the 4-byte CRC
@@ -371,6 +409,8 @@ def run_once(dut_name, kind, size, seconds, bursts):
         if gen:
             stop_testpmd(gen)
         dut.stop()
+        if kind == "af-packet":
+            del_veth()
         shutil.rmtree(tmp, ignore_errors=True)
         for d in os.listdir("/var/run/dpdk") if os.path.isdir("/var/run/dpdk") else []:
             if d.endswith(str(os.getpid())):

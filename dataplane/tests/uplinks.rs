@@ -324,3 +324,42 @@ fn two_nodes_form_one_network_per_vlan_over_physnet_uplinks() {
         "{mac} not learned on B's uplink in VLAN 100: {learned:?}"
     );
 }
+
+#[test]
+fn without_cap_net_raw_an_uplink_is_refused_naming_the_field() {
+    let _g = serial();
+    let ns = Netns::new("nocap");
+    ns.sh_ok("ip link add up0 type veth peer name up1 && ip link set up0 up");
+    // The daemon without CAP_NET_RAW (root's capabilities are its bounding
+    // set after exec).
+    let sw = Switch::start_wrapped(
+        Some(&ns.name),
+        &["setpriv", "--bounding-set", "-net_raw"],
+        BRIDGE,
+    );
+    let sock = sw.path("p.sock");
+    add(
+        &sw,
+        &[
+            "p", "--kind", "memif", "--role", "master", "--socket", &sock,
+        ],
+    );
+    let o = sw.cli(&[
+        "port",
+        "add",
+        "up",
+        "--kind",
+        "af-packet",
+        "--interface",
+        "up0",
+    ]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("port.interface: up0:") && err.contains("CAP_NET_RAW"),
+        "{err}"
+    );
+    // Nothing else disturbed: the API answers and the other port stays.
+    assert_eq!(sw.port("p").spec.name, "p");
+    assert!(sw.cli(&["port", "list"]).status.success());
+}

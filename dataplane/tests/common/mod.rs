@@ -81,6 +81,9 @@ pub struct Switch {
     log: PathBuf,
     /// The network namespace the daemon runs in (`ip netns exec`).
     netns: Option<String>,
+    /// A command the daemon runs under (e.g. `setpriv` dropping a
+    /// capability).
+    wrapper: Vec<String>,
 }
 
 impl Switch {
@@ -92,6 +95,11 @@ impl Switch {
     /// Starts the daemon in network namespace `netns` (made with
     /// [`Netns`]), so the interfaces it makes or uses are that namespace's.
     pub fn start_in(netns: Option<&str>, extra: &str) -> Switch {
+        Switch::start_wrapped(netns, &[], extra)
+    }
+
+    /// As [`Switch::start_in`], with the daemon run under `wrapper`.
+    pub fn start_wrapped(netns: Option<&str>, wrapper: &[&str], extra: &str) -> Switch {
         let dir = tempfile::Builder::new()
             .prefix("sy-test")
             .tempdir()
@@ -113,6 +121,7 @@ impl Switch {
             child: None,
             config,
             netns: netns.map(str::to_string),
+            wrapper: wrapper.iter().map(|s| s.to_string()).collect(),
         };
         s.spawn();
         s
@@ -125,15 +134,16 @@ impl Switch {
             .append(true)
             .open(&self.log)
             .unwrap();
-        let mut cmd = match &self.netns {
-            // `ip netns exec` execs the daemon: the child's PID is its own.
-            Some(ns) => {
-                let mut c = Command::new("ip");
-                c.args(["netns", "exec", ns]).arg(switchyard_bin());
-                c
-            }
-            None => Command::new(switchyard_bin()),
-        };
+        // `ip netns exec` and the wrapper exec the daemon: the child's PID
+        // is its own.
+        let mut argv: Vec<std::ffi::OsString> = Vec::new();
+        if let Some(ns) = &self.netns {
+            argv.extend(["ip", "netns", "exec", ns].map(Into::into));
+        }
+        argv.extend(self.wrapper.iter().map(Into::into));
+        argv.push(switchyard_bin().into());
+        let mut cmd = Command::new(&argv[0]);
+        cmd.args(&argv[1..]);
         let child = cmd
             .args(["run", "--config"])
             .arg(&self.config)
