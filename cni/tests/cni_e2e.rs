@@ -497,3 +497,106 @@ fn a_pinned_pod_passes_its_own_frames_and_no_spoofed_one() {
     ok("DEL", &"c".repeat(64), "net1", &pod_args("uid-pa"), &net);
     ok("DEL", &"d".repeat(64), "net1", &pod_args("uid-pb"), &net);
 }
+
+/// A veth pair in the test's namespace, deleted when dropped.
+struct Veth(String);
+
+impl Drop for Veth {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ip")
+            .args(["link", "del", &self.0])
+            .status();
+    }
+}
+
+#[test]
+fn a_physnet_network_leaves_the_node_tagged_with_its_vlan() {
+    let _g = serial();
+    let id = std::process::id() % 100_000;
+    let (up, wire) = (format!("syp{id}u"), format!("syp{id}w"));
+    let ok_ip = |args: &[&str]| {
+        let s = std::process::Command::new("ip")
+            .args(args)
+            .status()
+            .unwrap();
+        assert!(s.success(), "ip {args:?}");
+    };
+    ok_ip(&["link", "add", &up, "type", "veth", "peer", "name", &wire]);
+    let _veth = Veth(up.clone());
+    for i in [&up, &wire] {
+        ok_ip(&["link", "set", i, "up"]);
+    }
+    let node = Node::start_with(&format!("[physnets]\nphysnet1 = \"{up}\"\n"));
+    let net = node.netconf("tenant-100", json!({"physnet": "physnet1", "vlan": 100}));
+    let r = ok("ADD", &"e".repeat(64), "net1", &pod_args("uid-phys"), &net);
+    let sock = r["interfaces"][0]["socketPath"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mac = r["interfaces"][0]["mac"].as_str().unwrap().to_string();
+    let ports = node.ports();
+    let pod = ports.iter().find(|p| p.socket() == sock).unwrap();
+    assert_eq!(
+        (pod.spec.bridge.as_deref(), pod.spec.vlan),
+        (Some("physnet1"), Some(100))
+    );
+    let uplink = ports
+        .iter()
+        .find(|p| p.name() == "uplink-physnet1")
+        .expect("the physnet's uplink");
+    assert!(uplink.status.link_up, "{uplink:?}");
+
+    // What leaves on the wire, seen from its other end (the kernel strips
+    // the tag there and reports it beside the frame: PACKET_AUXDATA).
+    let capture = std::process::Command::new("python3")
+        .args(["-c", CAPTURE, &wire])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let vdev = format!("net_memif0,role=client,socket={sock},socket-abstract=no,mac={mac}");
+    let mut pod = Testpmd::start(&[vdev], &[]);
+    wait_for(Duration::from_secs(20), "the pod's link up", || {
+        node.ports()
+            .iter()
+            .any(|p| p.socket() == sock && p.status.link_up)
+            .then_some(())
+    });
+    pod.send_bursts(1);
+    let out = capture.wait_with_output().unwrap();
+    let seen = String::from_utf8_lossy(&out.stdout);
+    let from_pod: Vec<&str> = seen.lines().filter(|l| l.contains(&mac)).collect();
+    assert!(
+        !from_pod.is_empty(),
+        "nothing of the pod's on the wire: {seen}"
+    );
+    assert!(
+        from_pod.iter().all(|l| l.starts_with("vlan=100 ")),
+        "the pod's frames left untagged or on another VLAN: {seen}"
+    );
+    drop(pod);
+    ok("DEL", &"e".repeat(64), "net1", &pod_args("uid-phys"), &net);
+}
+
+/// Captures frames on an interface for 4 s: `vlan=<id> src=<mac>` each.
+const CAPTURE: &str = r#"
+import socket, sys, time
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))
+s.bind((sys.argv[1], 0))
+s.setsockopt(263, 8, 1)  # SOL_PACKET, PACKET_AUXDATA
+s.settimeout(0.5)
+end = time.time() + 4
+while time.time() < end:
+    try:
+        d, anc, _, _ = s.recvmsg(65536, 256)
+    except socket.timeout:
+        continue
+    vid = 0
+    for lvl, typ, data in anc:
+        if lvl == 263 and typ == 8 and len(data) >= 20:
+            status = int.from_bytes(data[0:4], "little")
+            if status & 16:  # TP_STATUS_VLAN_VALID
+                vid = int.from_bytes(data[16:18], "little") & 0xfff
+    src = ":".join(f"{b:02x}" for b in d[6:12])
+    print(f"vlan={vid} src={src}", flush=True)
+"#;

@@ -33,12 +33,17 @@ pub struct Node {
 
 impl Node {
     pub fn start() -> Node {
+        Node::start_with("")
+    }
+
+    /// A node whose daemon config has `extra` TOML appended.
+    pub fn start_with(extra: &str) -> Node {
         let dir = tempfile::Builder::new().prefix("sy-cni").tempdir().unwrap();
         let cfg = dir.path().join("switchyard.toml");
         std::fs::write(
             &cfg,
             format!(
-                "control_socket = \"{}\"\nstate_dir = \"{}\"\nsocket_dir = \"{}\"\n",
+                "control_socket = \"{}\"\nstate_dir = \"{}\"\nsocket_dir = \"{}\"\n{extra}\n",
                 dir.path().join("control.sock").display(),
                 dir.path().join("state").display(),
                 dir.path().display()
