@@ -363,3 +363,30 @@ fn without_cap_net_raw_an_uplink_is_refused_naming_the_field() {
     assert_eq!(sw.port("p").spec.name, "p");
     assert!(sw.cli(&["port", "list"]).status.success());
 }
+
+#[test]
+fn jumbo_frames_pass_where_the_mtu_allows_and_are_counted_where_not() {
+    let _g = serial();
+    let (node, host) = (Netns::new("jn"), Netns::new("jh"));
+    veth(&node, "up0", &host, "h0");
+    node.sh_ok("ip link set up0 mtu 9000");
+    host.sh_ok("ip link set h0 mtu 9000 && ip addr add 10.77.0.1/24 dev h0");
+    let sw = Switch::start_in(Some(&node.name), BRIDGE);
+    add(&sw, &["up", "--kind", "af-packet", "--interface", "up0"]);
+    let tap = format!("sj{}", std::process::id() % 100_000);
+    add(&sw, &["t", "--kind", "tap", "--interface", &tap]);
+    node.sh_ok(&format!(
+        "ip link set {tap} mtu 9000 up && ip addr add 10.77.0.2/24 dev {tap}"
+    ));
+    // Two kernel stacks, an af-packet uplink and a tap between them, all at
+    // MTU 9000: 8000-byte pings pass whole.
+    assert!(ping(&host, "-s 8000"), "no reply to 8000-byte pings");
+    // The tap back at 1500: the 8028-byte frames from the wire are dropped
+    // and counted there, never cut.
+    node.sh_ok(&format!("ip link set {tap} mtu 1500"));
+    std::thread::sleep(Duration::from_millis(2500));
+    let before = sw.stats("t").totals.drops["too_long"];
+    assert!(!ping(&host, "-s 8000"));
+    assert!(sw.stats("t").totals.drops["too_long"] > before);
+    assert!(ping(&host, "-s 1400"), "frames that fit still pass");
+}
