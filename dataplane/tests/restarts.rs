@@ -113,6 +113,47 @@ fn start_loop(sw: &Switch, t: &mut Testpmd, pod: [&str; 2]) {
     flowing(sw, pod);
 }
 
+/// Brings a pod's loop back after the switch restarted: `reattach` is what
+/// the application does on link down (false if the pod died meanwhile);
+/// a pod found dead, before or while its links come back, is restarted
+/// with `restart`, as Kubernetes would restart it.
+fn resume_loop(
+    sw: &Switch,
+    t: &mut Testpmd,
+    pod: [&str; 2],
+    reattach: &dyn Fn(&mut Testpmd) -> bool,
+    restart: &dyn Fn() -> Testpmd,
+) {
+    let up = || pod.iter().all(|p| sw.stats(p).link_up);
+    let mut alive = reattach(t);
+    for _ in 0..3 {
+        if !alive || t.exited().is_some() {
+            eprintln!(
+                "pod {pod:?} died with the switch ({:?}): a DPDK bug, restarting it",
+                t.exited()
+            );
+            *t = restart();
+        }
+        alive = wait_for(
+            Duration::from_secs(15),
+            &format!("links of {pod:?} up, or the pod gone"),
+            || {
+                if up() {
+                    Some(true)
+                } else {
+                    t.exited().map(|_| false)
+                }
+            },
+        );
+        if alive {
+            t.send_bursts(1);
+            flowing(sw, pod);
+            return;
+        }
+    }
+    panic!("pod {pod:?} kept dying");
+}
+
 /// Kills `victim` (the peer of ports `dead`) with SIGKILL while frames
 /// flow, checks that only those ports went down and that `still` (the
 /// rest of the traffic) keeps flowing, then starts the pod again.
@@ -214,33 +255,22 @@ fn daemon_stopped_or_killed_under_traffic_restores_ports_and_traffic_resumes() {
         // DPDK 22.11's memif driver unmaps a vanished peer's regions in its
         // interrupt thread while its forwarding lcore may still be reading
         // them: a memif pod sometimes dies with SIGSEGV when the switch goes
-        // away under traffic (see the README). A pod that crashed is
-        // restarted, as Kubernetes would restart it.
-        let survived = |t: &mut Testpmd, pod: &str| match t.exited() {
-            None => true,
-            Some(status) => {
-                eprintln!("pod {pod} died with the switch ({status}): a DPDK bug, restarting it");
-                false
-            }
-        };
+        // away under traffic (see the README), at any moment until its links
+        // are up again. A pod that crashed is restarted, as Kubernetes would
+        // restart it.
+        //
         // Pod A owns its sockets: the switch redials, and pod A's loop
         // resumes once it sends again (frames in flight died with the
         // switch).
-        if !survived(&mut a, "A") {
-            a = pod_a(&s);
-        }
-        start_loop(&sw, &mut a, POD_A);
+        resume_loop(&sw, &mut a, POD_A, &|_| true, &|| pod_a(&s));
         // Pod B's memif clients reattach when the application restarts its
         // ports, as it does on link down.
-        if survived(&mut b, "B") {
-            b.cmd("stop");
-            b.cmd("port stop all");
-            b.cmd("port start all");
-            b.cmd("start");
-        } else {
-            b = pod_b(&s);
-        }
-        start_loop(&sw, &mut b, POD_B);
+        let reattach = |t: &mut Testpmd| {
+            ["stop", "port stop all", "port start all", "start"]
+                .iter()
+                .all(|line| t.try_cmd(line))
+        };
+        resume_loop(&sw, &mut b, POD_B, &reattach, &|| pod_b(&s));
         // DPDK's client-mode virtio_user cannot redial (see the README), and
         // DPDK 22.11 may even crash when its backend vanishes under traffic:
         // pod C restarts, as Kubernetes would restart it.

@@ -214,6 +214,11 @@ impl Testpmd {
         self.stdin.flush().unwrap();
     }
 
+    /// Sends a command line; false if testpmd is gone.
+    pub fn try_cmd(&mut self, line: &str) -> bool {
+        writeln!(self.stdin, "{line}").is_ok() && self.stdin.flush().is_ok()
+    }
+
     /// Counters of `port` from "show port stats": (RX, TX) packets and bytes.
     pub fn counters(&mut self, port: u16) -> ((u64, u64), (u64, u64)) {
         let from = self.output().len();
