@@ -9,6 +9,9 @@ RUN cargo build --release --locked \
       -p switchyard -p switchyard-cni -p switchyard-device-plugin -p switchyard-webhook
 
 FROM debian:bookworm-slim
+# af-xdp uplinks open libxdp (and its XDP programs) at run time.
+RUN apt-get update && apt-get install -y --no-install-recommends libxdp1 \
+    && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/target/release/switchyard \
                   /src/target/release/switchyard-cni \
                   /src/target/release/switchyard-device-plugin \

@@ -14,8 +14,10 @@ ls /usr/lib/x86_64-linux-gnu/dpdk/pmds-*/librte_net_memif.so* >/dev/null 2>&1 \
   || ls /usr/lib/*/librte_net_memif.so* >/dev/null 2>&1 \
   || need_pkgs+=(librte-net-memif23)
 command -v stdbuf >/dev/null || need_pkgs+=(coreutils)
-# Uplink tests make network namespaces, veth pairs and taps.
+# Uplink tests make network namespaces, veth pairs and taps; af-xdp ports
+# open libxdp (and its XDP programs) at run time.
 command -v ip >/dev/null || need_pkgs+=(iproute2)
+ls /usr/lib/*/libxdp.so.1 >/dev/null 2>&1 || need_pkgs+=(libxdp1)
 # The CNI tests delegate IPAM to the real host-local plugin.
 [ -x /usr/lib/cni/host-local ] || need_pkgs+=(containernetworking-plugins)
 # A real container runtime runs the plugin (podman's CNI backend, runc).

@@ -26,8 +26,8 @@ pub use protocol::{
     Response,
 };
 pub use spec::{
-    AfPacketSpec, BridgeSpec, KindSpec, MemifMode, MemifRole, MemifSpec, PortSpec, SpecError,
-    TapSpec, VhostUserRole, VhostUserSpec,
+    AfPacketSpec, AfXdpSpec, BridgeSpec, KindSpec, MemifMode, MemifRole, MemifSpec, PortSpec,
+    SpecError, TapSpec, VhostUserRole, VhostUserSpec, XdpMode,
 };
 pub use vlan::VlanSet;
 

@@ -17,7 +17,10 @@ virtio_user in server mode), af-packet (an uplink cell: the generator's
 port 0 is DPDK's net_af_packet on one end of a veth pair, the DUT's port a
 is its AF_PACKET uplink on the other end - Switchyard's af-packet kind,
 DPDK's net_af_packet for testpmd-io and OVS-DPDK - and port 1 / b is
-memif as in the memif cell). Frame sizes 64 and 1518 bytes.
+memif as in the memif cell), af-xdp (the same uplink cell with the DUT's
+port a on AF_XDP: Switchyard's af-xdp kind, DPDK's net_af_xdp for
+testpmd-io and OVS-DPDK; the generator stays on net_af_packet). Frame sizes
+64 and 1518 bytes.
 
 Frame sizes count the CRC, as RFC 2544 does: a "64-byte" frame carries 60
 bytes in the buffer. Throughput is the sum of both testpmd ports' Rx-pps over
@@ -50,9 +53,12 @@ TESTPMD = "/usr/bin/dpdk-testpmd"
 DUT_CPU = 0
 GEN_LCORES = "0@0,1@1"  # main lcore (idle) on CPU 0, forwarding on CPU 1
 QUEUE = 1024
-# The veth pair of the af-packet cell: the DUT's end and the generator's.
+# The veth pair of the uplink cells: the DUT's end and the generator's.
 DUT_IF = f"sylbd{os.getpid() % 100000}"
 GEN_IF = f"sylbg{os.getpid() % 100000}"
+
+
+UPLINKS = ("af-packet", "af-xdp")
 
 
 def make_veth():
@@ -206,11 +212,11 @@ class Switchyard(Dut):
             sys.exit(f"{binary} is missing: cargo build --release -p switchyard")
         ports = []
         role = {"memif": "master", "vhost-server": "server", "vhost-client": "client",
-                "af-packet": "master"}[self.kind]
+                "af-packet": "master", "af-xdp": "master"}[self.kind]
         kind = "vhost-user" if self.kind.startswith("vhost") else "memif"
         for name, sock in zip(["a", "b"], self.sockets()):
-            if name == "a" and self.kind == "af-packet":
-                ports.append(f'[[port]]\nname = "a"\nkind = "af-packet"\n'
+            if name == "a" and self.kind in UPLINKS:
+                ports.append(f'[[port]]\nname = "a"\nkind = "{self.kind}"\n'
                              f'interface = "{DUT_IF}"\nbridge = "default"\n')
                 continue
             extra = 'ring_size = 1024\nbuffer_size = 2048\n' if kind == "memif" else "queues = 1\n"
@@ -255,8 +261,8 @@ class TestpmdIo(Dut):
         if self.kind == "memif":
             vdevs = [f"net_memif0,role=server,id=0,socket={a},socket-abstract=no",
                      f"net_memif1,role=server,id=0,socket={b},socket-abstract=no"]
-        elif self.kind == "af-packet":
-            vdevs = [f"net_af_packet0,iface={DUT_IF},qdisc_bypass=1",
+        elif self.kind in UPLINKS:
+            vdevs = [uplink_vdev(self.kind),
                      f"net_memif1,role=server,id=0,socket={b},socket-abstract=no"]
         else:
             client = 1 if self.kind == "vhost-client" else 0
@@ -278,7 +284,7 @@ class OvsDpdk(Dut):
         super().__init__(kind, tmp)
         # OVS transmits on the PMD's own tx queue (queue 1 with one PMD), and
         # a DPDK memif server only has the queues its client connected.
-        if kind in ("memif", "af-packet"):
+        if kind in ("memif",) + UPLINKS:
             self.gen_queues = 2
 
     def start(self):
@@ -315,10 +321,9 @@ class OvsDpdk(Dut):
         self.vsctl("add-br", "br0", "--", "set", "bridge", "br0", "datapath_type=netdev")
         a, b = self.sockets()
         for i, (name, sock) in enumerate(zip(["pa", "pb"], [a, b])):
-            if self.kind == "af-packet" and name == "pa":
-                dev = f"net_af_packet0,iface={DUT_IF},qdisc_bypass=1"
-                opts = ["type=dpdk", f"options:dpdk-devargs={dev}"]
-            elif self.kind in ("memif", "af-packet"):
+            if self.kind in UPLINKS and name == "pa":
+                opts = ["type=dpdk", f"options:dpdk-devargs={uplink_vdev(self.kind)}"]
+            elif self.kind in ("memif",) + UPLINKS:
                 dev = f"net_memif{i},role=server,id=0,socket={sock},socket-abstract=no"
                 # Two queue pairs, matching the generator (see gen_queues).
                 opts = ["type=dpdk", f"options:dpdk-devargs={dev}", "options:n_rxq=2"]
@@ -360,9 +365,16 @@ class OvsDpdk(Dut):
 DUTS = {"switchyard": Switchyard, "testpmd-io": TestpmdIo, "ovs-dpdk": OvsDpdk}
 
 
+def uplink_vdev(kind):
+    """DPDK's port on the DUT's end of the veth (testpmd-io, OVS-DPDK)."""
+    if kind == "af-xdp":
+        return f"net_af_xdp0,iface={DUT_IF},start_queue=0,queue_count=1"
+    return f"net_af_packet0,iface={DUT_IF},qdisc_bypass=1"
+
+
 def gen_vdevs(kind, sockets, queues=1):
     a, b = sockets
-    if kind == "af-packet":
+    if kind in UPLINKS:
         return [f"net_af_packet0,iface={GEN_IF},qdisc_bypass=1,qpairs={queues}",
                 f"net_memif1,role=client,id=0,socket={b},socket-abstract=no"]
     if kind == "memif":
@@ -391,7 +403,7 @@ def run_once(dut_name, kind, size, seconds, bursts):
     tmp = tempfile.mkdtemp(prefix="sy-loop-")
     dut = DUTS[dut_name](kind, tmp)
     gen = None
-    if kind == "af-packet":
+    if kind in UPLINKS:
         make_veth()
     try:
         dut.start()
@@ -409,7 +421,7 @@ def run_once(dut_name, kind, size, seconds, bursts):
         if gen:
             stop_testpmd(gen)
         dut.stop()
-        if kind == "af-packet":
+        if kind in UPLINKS:
             del_veth()
         shutil.rmtree(tmp, ignore_errors=True)
         for d in os.listdir("/var/run/dpdk") if os.path.isdir("/var/run/dpdk") else []:

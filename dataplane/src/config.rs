@@ -129,13 +129,15 @@ pub struct Config {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum Physnet {
-    /// `physnet1 = "eth1"`: an af-packet uplink on `eth1`.
+    /// `physnet1 = "eth1"`: an af-xdp uplink on `eth1` (af-packet if
+    /// AF_XDP cannot be had there).
     Interface(String),
     /// `physnet1 = { interface = "eth1", kind = "af-packet", queues = 2 }`.
     Uplink {
         /// The interface.
         interface: String,
-        /// `af-packet` (the default; AF_XDP is not available yet).
+        /// `af-xdp` or `af-packet`; unset: af-xdp, falling back to
+        /// af-packet where AF_XDP cannot be had.
         #[serde(default)]
         kind: Option<String>,
         /// Queues of the uplink.
@@ -148,19 +150,43 @@ impl Physnet {
     /// The uplink port of physnet `name`: a trunk of every VLAN (and
     /// untagged frames) in the bridge of the physnet's name.
     pub fn uplink(&self, name: &str) -> PortSpec {
-        let (interface, queues) = match self {
-            Physnet::Interface(i) => (i.clone(), None),
-            Physnet::Uplink {
-                interface, queues, ..
-            } => (interface.clone(), *queues),
+        let (interface, queues, kind) = self.parts();
+        let kind = match kind {
+            Some("af-packet") => {
+                KindSpec::AfPacket(switchyard_api::AfPacketSpec { interface, queues })
+            }
+            _ => KindSpec::AfXdp(switchyard_api::AfXdpSpec {
+                interface,
+                queues,
+                mode: None,
+            }),
         };
         PortSpec {
             bridge: Some(name.to_string()),
             trunk: Some(switchyard_api::VlanSet::all()),
-            ..PortSpec::new(
-                format!("uplink-{name}"),
-                KindSpec::AfPacket(switchyard_api::AfPacketSpec { interface, queues }),
-            )
+            ..PortSpec::new(format!("uplink-{name}"), kind)
+        }
+    }
+
+    /// With no kind asked for, the uplink to use when the af-xdp one cannot
+    /// be made (no libxdp, no AF_XDP in the kernel, no `CAP_BPF`): the same
+    /// over af-packet.
+    pub fn fallback(&self, name: &str) -> Option<PortSpec> {
+        let (interface, queues, kind) = self.parts();
+        kind.is_none().then(|| PortSpec {
+            kind: KindSpec::AfPacket(switchyard_api::AfPacketSpec { interface, queues }),
+            ..self.uplink(name)
+        })
+    }
+
+    fn parts(&self) -> (String, Option<u16>, Option<&str>) {
+        match self {
+            Physnet::Interface(i) => (i.clone(), None, None),
+            Physnet::Uplink {
+                interface,
+                queues,
+                kind,
+            } => (interface.clone(), *queues, kind.as_deref()),
         }
     }
 
@@ -168,10 +194,10 @@ impl Physnet {
         let at = format!("physnets.{name}");
         validate_name(&at, name)?;
         if let Physnet::Uplink { kind: Some(k), .. } = self {
-            if k != "af-packet" {
+            if k != "af-packet" && k != "af-xdp" {
                 return Err(invalid(
                     format!("{at}.kind"),
-                    format!("{k:?}: physnet uplinks are af-packet (AF_XDP is not available yet)"),
+                    format!("{k:?}: a physnet uplink is af-xdp or af-packet"),
                 ));
             }
         }
@@ -471,10 +497,24 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.starts_with("physnets.p.interface:"), "{e}");
-        let e = Config::parse("[physnets]\np = { interface = \"eth1\", kind = \"af-xdp\" }\n")
+        let e = Config::parse("[physnets]\np = { interface = \"eth1\", kind = \"tap\" }\n")
             .unwrap_err()
             .to_string();
         assert!(e.starts_with("physnets.p.kind:"), "{e}");
+        // af-xdp unless told, with af-packet to fall back on; a kind asked
+        // for has no fallback.
+        let up = c.physnets["physnet1"].uplink("physnet1");
+        assert_eq!(up.kind.options().kind_name(), "af-xdp");
+        let fb = c.physnets["physnet1"].fallback("physnet1").unwrap();
+        assert_eq!(fb.kind.options().kind_name(), "af-packet");
+        assert_eq!((fb.name.as_str(), fb.trunk), ("uplink-physnet1", up.trunk));
+        let c = Config::parse("[physnets]\np = { interface = \"eth1\", kind = \"af-packet\" }\n")
+            .unwrap();
+        assert_eq!(
+            c.physnets["p"].uplink("p").kind.options().kind_name(),
+            "af-packet"
+        );
+        assert!(c.physnets["p"].fallback("p").is_none());
         let e = Config::parse(
             "[physnets]\np = \"eth1\"\n[[port]]\nname='uplink-p'\nkind='memif'\nrole='master'\nsocket='/x'\n",
         )

@@ -13,7 +13,7 @@
 //! 2. [`dataplane`]: the state the control thread shares with the workers
 //!    (ports, bridges, queue slots, counters) and the views workers take.
 //! 3. [`forward`], [`port`]: one worker's L2 forwarding of a burst; the port
-//!    kinds (memif, vhost-user, tap, af-packet) behind the [`port::Port`] trait and the
+//!    kinds (memif, vhost-user, tap, af-packet, af-xdp) behind the [`port::Port`] trait and the
 //!    [`port::PortCtx`] seam, each a module that knows nothing of the other.
 //! 4. [`worker`]: the poll-mode worker loop.
 //! 5. [`config`]: the configuration file and the socket path policy.

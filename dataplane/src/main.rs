@@ -74,7 +74,7 @@ enum PortCmd {
 struct PortAdd {
     /// Port name.
     name: String,
-    /// memif, vhost-user or tap.
+    /// memif, vhost-user, tap, af-packet or af-xdp.
     #[arg(long)]
     kind: String,
     /// memif: master|slave; vhost-user: server|client (the switch's role).
@@ -83,7 +83,8 @@ struct PortAdd {
     /// Socket path (`@name` or `abstract:name` for abstract memif sockets).
     #[arg(long)]
     socket: Option<String>,
-    /// tap: the kernel interface the switch creates.
+    /// tap: the kernel interface the switch creates; af-packet, af-xdp:
+    /// the existing interface the uplink attaches to.
     #[arg(long)]
     interface: Option<String>,
     /// memif interface id.
@@ -92,7 +93,8 @@ struct PortAdd {
     /// memif secret.
     #[arg(long)]
     secret: Option<String>,
-    /// memif mode: ethernet or ip.
+    /// memif mode: ethernet or ip; af-xdp mode: best-effort (default),
+    /// native-with-zerocopy, native or generic.
     #[arg(long)]
     mode: Option<String>,
     /// Queue pairs.

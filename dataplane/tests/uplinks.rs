@@ -179,6 +179,74 @@ fn bad_tap_specs_name_their_field() {
 #[test]
 fn a_namespace_reaches_a_pod_through_an_af_packet_uplink() {
     let _g = serial();
+    let t = a_namespace_reaches_a_pod_through("af-packet");
+    assert!(t.sw.port("up").status.peer.unwrap().contains("af-packet"));
+}
+
+#[test]
+fn a_namespace_reaches_a_pod_through_an_af_xdp_uplink() {
+    let _g = serial();
+    let t = a_namespace_reaches_a_pod_through("af-xdp");
+    // The mode chosen is shown: veth has native XDP but no zero-copy.
+    let peer = t.sw.port("up").status.peer.unwrap();
+    assert!(peer.contains("af-xdp, native XDP, copy"), "{peer}");
+    // Deleting the port takes the XDP program off the interface.
+    let link = t.node.sh_ok("ip link show up0");
+    assert!(link.contains("xdp"), "an XDP program is attached: {link}");
+    t.sw.cli_ok(&["port", "del", "up"]);
+    let link = t.node.sh_ok("ip link show up0");
+    assert!(!link.contains("xdp"), "{link}");
+
+    // A mode asked for: zero-copy, which veth has not, is refused by name;
+    // generic (skb) XDP works on any interface.
+    let o = t.sw.cli(&[
+        "port",
+        "add",
+        "up",
+        "--kind",
+        "af-xdp",
+        "--interface",
+        "up0",
+        "--mode",
+        "native-with-zerocopy",
+    ]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("port.interface: up0: Operation not supported"),
+        "{err}"
+    );
+    add(
+        &t.sw,
+        &[
+            "up",
+            "--kind",
+            "af-xdp",
+            "--interface",
+            "up0",
+            "--mode",
+            "generic",
+        ],
+    );
+    let peer = t.sw.port("up").status.peer.unwrap();
+    assert!(peer.contains("generic (skb) XDP"), "{peer}");
+    assert!(t.node.sh_ok("ip link show up0").contains("xdpgeneric"));
+    assert!(ping(&t.host, ""), "no reply through a generic-mode uplink");
+}
+
+/// A switch in namespace `node` with a pod and an uplink "up" on a veth
+/// to namespace `host`.
+struct UplinkSetup {
+    _pod: Testpmd,
+    sw: Switch,
+    node: Netns,
+    host: Netns,
+}
+
+/// The kernel's ping from a namespace reaches an echoing pod through an
+/// uplink of `kind` on a veth; the interface goes away and comes back; a
+/// missing interface is refused. Returns the switch, its uplink "up" up.
+fn a_namespace_reaches_a_pod_through(kind: &str) -> UplinkSetup {
     let (node, host) = (Netns::new("afn"), Netns::new("afh"));
     veth(&node, "up0", &host, "h0");
     host.sh_ok("ip addr add 10.77.0.1/24 dev h0");
@@ -190,12 +258,12 @@ fn a_namespace_reaches_a_pod_through_an_af_packet_uplink() {
             "pod", "--kind", "memif", "--role", "slave", "--socket", &pod_sock,
         ],
     );
-    add(&sw, &["up", "--kind", "af-packet", "--interface", "up0"]);
+    add(&sw, &["up", "--kind", kind, "--interface", "up0"]);
     let info = sw.port("up");
     assert!(info.status.link_up, "{info:?}");
-    let _pod = echo_pod(&pod_sock);
+    let pod = echo_pod(&pod_sock);
     sw.wait_link("pod", true);
-    assert!(ping(&host, ""), "no reply through the af-packet uplink");
+    assert!(ping(&host, ""), "no reply through the {kind} uplink");
     assert!(ping(&host, "-s 1400"), "no reply to 1400-byte pings");
     let st = sw.stats("up");
     assert!(
@@ -222,15 +290,7 @@ fn a_namespace_reaches_a_pod_through_an_af_packet_uplink() {
     assert!(ping(&host, ""), "no reply after the interface came back");
 
     // A missing interface is an error naming the field; nothing else moves.
-    let o = sw.cli(&[
-        "port",
-        "add",
-        "x",
-        "--kind",
-        "af-packet",
-        "--interface",
-        "nope0",
-    ]);
+    let o = sw.cli(&["port", "add", "x", "--kind", kind, "--interface", "nope0"]);
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
@@ -238,6 +298,12 @@ fn a_namespace_reaches_a_pod_through_an_af_packet_uplink() {
         "{err}"
     );
     assert!(sw.port("up").status.link_up && sw.port("pod").status.link_up);
+    UplinkSetup {
+        _pod: pod,
+        sw,
+        node,
+        host,
+    }
 }
 
 #[test]
@@ -248,11 +314,14 @@ fn two_nodes_form_one_network_per_vlan_over_physnet_uplinks() {
     let (na, nb) = (Netns::new("na"), Netns::new("nb"));
     veth(&na, "up0", &nb, "up0");
     // Each node maps physnet1 to its end of the wire: the switch makes the
-    // bridge "physnet1" and its uplink, a trunk of every VLAN.
-    let physnet = "[physnets]\nphysnet1 = \"up0\"\n";
+    // bridge "physnet1" and its uplink, a trunk of every VLAN: af-xdp on
+    // node A (the default), af-packet on node B (asked for).
     let (swa, swb) = (
-        Switch::start_in(Some(&na.name), physnet),
-        Switch::start_in(Some(&nb.name), physnet),
+        Switch::start_in(Some(&na.name), "[physnets]\nphysnet1 = \"up0\"\n"),
+        Switch::start_in(
+            Some(&nb.name),
+            "[physnets]\nphysnet1 = { interface = \"up0\", kind = \"af-packet\" }\n",
+        ),
     );
     let on = |sw: &Switch, args: &[&str]| {
         let mut all = vec!["port", "add"];
@@ -260,9 +329,10 @@ fn two_nodes_form_one_network_per_vlan_over_physnet_uplinks() {
         all.extend_from_slice(&["--bridge", "physnet1"]);
         sw.cli_ok(&all);
     };
-    for sw in [&swa, &swb] {
+    for (sw, kind) in [(&swa, "af-xdp"), (&swb, "af-packet")] {
         let up = sw.port("uplink-physnet1");
         assert!(up.status.link_up, "{up:?}");
+        assert_eq!(up.spec.kind.options().kind_name(), kind);
         assert_eq!(up.spec.trunk.unwrap().to_string(), "all");
     }
     // Node A: the host's stack on VLAN 100 (a tap). Node B: a pod on VLAN
@@ -344,24 +414,39 @@ fn without_cap_net_raw_an_uplink_is_refused_naming_the_field() {
             "p", "--kind", "memif", "--role", "master", "--socket", &sock,
         ],
     );
-    let o = sw.cli(&[
-        "port",
-        "add",
-        "up",
-        "--kind",
-        "af-packet",
-        "--interface",
-        "up0",
-    ]);
-    assert!(!o.status.success());
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(
-        err.contains("port.interface: up0:") && err.contains("CAP_NET_RAW"),
-        "{err}"
-    );
+    for kind in ["af-packet", "af-xdp"] {
+        let err = refused(&sw, kind);
+        assert!(
+            err.contains("port.interface: up0:") && err.contains("CAP_NET_RAW"),
+            "{err}"
+        );
+    }
     // Nothing else disturbed: the API answers and the other port stays.
     assert_eq!(sw.port("p").spec.name, "p");
     assert!(sw.cli(&["port", "list"]).status.success());
+    drop(sw);
+
+    // With CAP_NET_RAW but neither CAP_BPF nor CAP_SYS_ADMIN, no XDP
+    // program can be loaded: af-xdp is refused, af-packet works.
+    let sw = Switch::start_wrapped(
+        Some(&ns.name),
+        &["setpriv", "--bounding-set", "-bpf,-sys_admin"],
+        BRIDGE,
+    );
+    let err = refused(&sw, "af-xdp");
+    assert!(
+        err.contains("port.interface: up0:") && err.contains("CAP_BPF"),
+        "{err}"
+    );
+    add(&sw, &["up", "--kind", "af-packet", "--interface", "up0"]);
+    assert!(sw.port("up").status.link_up);
+}
+
+/// Adds uplink "up" of `kind` on up0, which must fail: its error.
+fn refused(sw: &Switch, kind: &str) -> String {
+    let o = sw.cli(&["port", "add", "up", "--kind", kind, "--interface", "up0"]);
+    assert!(!o.status.success(), "{kind} refused");
+    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 #[test]

@@ -19,6 +19,7 @@
 //! [`KindSpec::options`]), plus the kind's port in the daemon.
 
 pub mod af_packet;
+pub mod af_xdp;
 pub mod memif;
 pub mod tap;
 pub mod vhost_user;
@@ -26,6 +27,7 @@ pub mod vhost_user;
 use serde::{Deserialize, Serialize};
 
 pub use af_packet::AfPacketSpec;
+pub use af_xdp::{AfXdpSpec, XdpMode};
 pub use memif::{MemifMode, MemifRole, MemifSpec};
 pub use tap::TapSpec;
 pub use vhost_user::{VhostUserRole, VhostUserSpec};
@@ -117,6 +119,8 @@ pub enum KindSpec {
     Tap(TapSpec),
     /// An existing kernel interface, through `AF_PACKET` sockets.
     AfPacket(AfPacketSpec),
+    /// An existing kernel interface, through AF_XDP sockets.
+    AfXdp(AfXdpSpec),
 }
 
 impl KindSpec {
@@ -128,6 +132,7 @@ impl KindSpec {
             KindSpec::VhostUser(v) => v,
             KindSpec::Tap(t) => t,
             KindSpec::AfPacket(a) => a,
+            KindSpec::AfXdp(x) => x,
         }
     }
 
@@ -138,6 +143,7 @@ impl KindSpec {
             KindSpec::VhostUser(v) => v,
             KindSpec::Tap(t) => t,
             KindSpec::AfPacket(a) => a,
+            KindSpec::AfXdp(x) => x,
         }
     }
 

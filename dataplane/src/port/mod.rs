@@ -11,6 +11,7 @@
 //! [`build`] is the one place that lists the kinds.
 
 pub mod af_packet;
+pub mod af_xdp;
 pub mod endpoint;
 pub mod memif;
 pub mod netdev;
@@ -48,6 +49,7 @@ pub fn build(name: &str, kind: &KindSpec, queues: u16) -> Box<dyn Port> {
             a,
             switchyard_api::stable_hash(name) as u16,
         )),
+        KindSpec::AfXdp(x) => Box::new(af_xdp::AfXdpPort::new(name, x)),
     }
 }
 

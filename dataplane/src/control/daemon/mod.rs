@@ -134,8 +134,12 @@ impl Daemon {
             if !d.bridges.contains_key(&name) {
                 d.create_bridge(&name, true);
             }
-            let up = p.uplink(&name);
-            if let Err(e) = d.create_port(up, true) {
+            let mut result = d.create_port(p.uplink(&name), true);
+            if let (Err(e), Some(fallback)) = (&result, p.fallback(&name)) {
+                warn!(physnet = %name, "no af-xdp uplink ({}): using af-packet", e.message);
+                result = d.create_port(fallback, true);
+            }
+            if let Err(e) = result {
                 error!(physnet = %name, "cannot create the physnet's uplink: {}", e.message);
             }
         }

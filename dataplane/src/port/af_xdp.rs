@@ -1,0 +1,830 @@
+//! af-xdp ports: an existing kernel interface as an uplink through AF_XDP
+//! sockets, one per queue, each with its own UMEM.
+//!
+//! The XDP program that redirects the interface's frames to the sockets is
+//! libxdp's default one: `xsk_socket__create` loads it (through libxdp's
+//! dispatcher, so other XDP programs may share the interface) and fills its
+//! socket map. libxdp is opened at run time (`libxdp.so.1`, Debian's
+//! `libxdp1`), so a machine without it gets a clear error on this kind and
+//! nothing else changes.
+//!
+//! Mode: native XDP with zero-copy where the driver has it, native with
+//! copy next, generic (skb) XDP otherwise; the port logs and shows which.
+//!
+//! UMEM: the first half of each UMEM's frames feeds the fill ring
+//! (receive), the second half is the transmit pool. Receive reads frames in
+//! place and gives their buffers back to the fill ring at release; transmit
+//! copies once into a pool frame and kicks the kernel once per burst.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{BorrowedFd, RawFd};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use switchyard_api::{AfXdpSpec, PortStatus, XdpMode};
+use tracing::{info, warn};
+
+use crate::port::netdev::{ifindex, read_mtu};
+use crate::port::{Port, PortCtx, PortError};
+use crate::queue::{
+    PortQueues, QueueFault, RxBurst, RxQueue, TxError, TxFrame, TxQueue, BURST_SIZE,
+};
+use crate::wire::ethernet::{ETHERTYPE_VLAN, HEADER_LEN as ETH_HEADER_LEN, VLAN_TAG_LEN};
+
+/// Bytes of a UMEM frame.
+const FRAME: u64 = 4096;
+/// Frames per UMEM (half receive, half transmit).
+const FRAMES: u64 = 4096;
+/// Descriptors per ring.
+const RING: u32 = 2048;
+/// How often the interface is looked at again.
+const CHECK_EVERY: Duration = Duration::from_secs(2);
+
+// <linux/if_xdp.h>, <linux/if_link.h>
+const XDP_COPY: u16 = 1 << 1;
+const XDP_ZEROCOPY: u16 = 1 << 2;
+const XDP_USE_NEED_WAKEUP: u16 = 1 << 3;
+const XDP_RING_NEED_WAKEUP: u32 = 1;
+const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
+const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
+
+/// `struct xsk_ring_prod` / `struct xsk_ring_cons` of `<xdp/xsk.h>`.
+///
+/// libxdp keeps a pointer to the rings it filled in (to unmap them at
+/// delete), so those stay where they were made, in [`Xsk`]; the queues
+/// work on copies (the pointers never change, only the cached indices,
+/// which are the queue's own).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct XskRing {
+    cached_prod: u32,
+    cached_cons: u32,
+    mask: u32,
+    size: u32,
+    producer: *mut u32,
+    consumer: *mut u32,
+    ring: *mut libc::c_void,
+    flags: *mut u32,
+}
+
+// SAFETY: the pointers lead into the socket's ring mappings, which the
+// queue holding the copy keeps alive (through its `Arc<Xsk>`); each ring is
+// used by one queue, on one thread at a time.
+unsafe impl Send for XskRing {}
+
+impl XskRing {
+    fn empty() -> XskRing {
+        XskRing {
+            cached_prod: 0,
+            cached_cons: 0,
+            mask: 0,
+            size: 0,
+            producer: std::ptr::null_mut(),
+            consumer: std::ptr::null_mut(),
+            ring: std::ptr::null_mut(),
+            flags: std::ptr::null_mut(),
+        }
+    }
+
+    fn producer(&self) -> &AtomicU32 {
+        // SAFETY: libxdp set `producer` to the ring's producer index in the
+        // socket's ring mapping, which lives as long as the socket; the
+        // kernel and we only access it atomically.
+        unsafe { &*(self.producer as *const AtomicU32) }
+    }
+
+    fn consumer(&self) -> &AtomicU32 {
+        // SAFETY: as for `producer`.
+        unsafe { &*(self.consumer as *const AtomicU32) }
+    }
+
+    fn needs_wakeup(&self) -> bool {
+        // SAFETY: `flags` points at the ring's flags word (as `producer`).
+        let flags = unsafe { (*(self.flags as *const AtomicU32)).load(Ordering::Relaxed) };
+        flags & XDP_RING_NEED_WAKEUP != 0
+    }
+
+    /// Slot `i` (masked) of a ring of `T`.
+    fn at<T>(&self, i: u32) -> *mut T {
+        // SAFETY: `i & mask < size` entries of `T` lie at `ring`.
+        unsafe { (self.ring as *mut T).add((i & self.mask) as usize) }
+    }
+}
+
+/// `struct xsk_umem_config`.
+#[repr(C)]
+struct UmemConfig {
+    fill_size: u32,
+    comp_size: u32,
+    frame_size: u32,
+    frame_headroom: u32,
+    flags: u32,
+}
+
+/// `struct xsk_socket_config`.
+#[repr(C)]
+struct SocketConfig {
+    rx_size: u32,
+    tx_size: u32,
+    libxdp_flags: u32,
+    xdp_flags: u32,
+    bind_flags: u16,
+}
+
+/// `struct xdp_desc`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct XdpDesc {
+    addr: u64,
+    len: u32,
+    options: u32,
+}
+
+type UmemCreate = unsafe extern "C" fn(
+    *mut *mut libc::c_void,
+    *mut libc::c_void,
+    u64,
+    *mut XskRing,
+    *mut XskRing,
+    *const UmemConfig,
+) -> libc::c_int;
+type SocketCreate = unsafe extern "C" fn(
+    *mut *mut libc::c_void,
+    *const libc::c_char,
+    u32,
+    *mut libc::c_void,
+    *mut XskRing,
+    *mut XskRing,
+    *const SocketConfig,
+) -> libc::c_int;
+type SocketFd = unsafe extern "C" fn(*mut libc::c_void) -> libc::c_int;
+type Delete = unsafe extern "C" fn(*mut libc::c_void);
+type UmemDelete = unsafe extern "C" fn(*mut libc::c_void) -> libc::c_int;
+/// `libxdp_print_fn_t` / `libbpf_print_fn_t`: level, format, `va_list`.
+type PrintFn =
+    unsafe extern "C" fn(libc::c_int, *const libc::c_char, *mut libc::c_void) -> libc::c_int;
+type SetPrint = unsafe extern "C" fn(Option<PrintFn>) -> Option<PrintFn>;
+
+#[cfg(target_arch = "x86_64")]
+extern "C" {
+    /// On x86-64 a `va_list` argument is a pointer to its state.
+    fn vsnprintf(
+        s: *mut libc::c_char,
+        n: usize,
+        format: *const libc::c_char,
+        ap: *mut libc::c_void,
+    ) -> libc::c_int;
+}
+
+/// Formats a message of libxdp or libbpf (which print to stderr unless
+/// told otherwise) and logs it: their warnings at `warn` (libxdp) or
+/// `debug` (libbpf, whose warnings about BTF sections of libxdp's own
+/// objects are noise), the rest at `debug`.
+fn log_message(
+    from: &str,
+    level: libc::c_int,
+    format: *const libc::c_char,
+    args: *mut libc::c_void,
+) {
+    let mut buf = [0u8; 512];
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: the library passes a NUL-terminated format and the matching
+    // `va_list`, used once; `vsnprintf` writes at most `buf.len()` bytes,
+    // NUL included.
+    let text = unsafe {
+        vsnprintf(buf.as_mut_ptr().cast(), buf.len(), format, args);
+        std::ffi::CStr::from_ptr(buf.as_ptr().cast())
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    // SAFETY: the library passes a NUL-terminated format string.
+    let text = {
+        let _ = (&mut buf, args);
+        unsafe { std::ffi::CStr::from_ptr(format) }
+    };
+    let text = text.to_string_lossy();
+    let text = text.trim_end();
+    // Their messages start with the library's name.
+    match (from, level) {
+        ("libxdp", 0) => warn!("{text}"),
+        _ => tracing::debug!("{text}"),
+    }
+}
+
+unsafe extern "C" fn xdp_print(
+    level: libc::c_int,
+    format: *const libc::c_char,
+    args: *mut libc::c_void,
+) -> libc::c_int {
+    log_message("libxdp", level, format, args);
+    0
+}
+
+unsafe extern "C" fn bpf_print(
+    level: libc::c_int,
+    format: *const libc::c_char,
+    args: *mut libc::c_void,
+) -> libc::c_int {
+    log_message("libbpf", level, format, args);
+    0
+}
+
+/// The libxdp functions used, from the library opened at run time.
+struct Lib {
+    umem_create: UmemCreate,
+    socket_create: SocketCreate,
+    socket_fd: SocketFd,
+    socket_delete: Delete,
+    umem_delete: UmemDelete,
+    _lib: libloading::Library,
+    _bpf: Option<libloading::Library>,
+}
+
+fn lib() -> Result<&'static Lib, String> {
+    static LIB: OnceLock<Result<Lib, String>> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let err = |e: libloading::Error| format!("af-xdp needs libxdp (Debian: libxdp1): {e}");
+        // SAFETY: libxdp's initialisers have no preconditions; the symbols
+        // are looked up with the C signatures of <xdp/xsk.h> and
+        // <xdp/libxdp.h> (libxdp 1.x); the print callbacks are functions
+        // that live as long as the program.
+        unsafe {
+            let l = libloading::Library::new("libxdp.so.1").map_err(err)?;
+            // Their messages go to our log, not to stderr.
+            let set = l.get::<SetPrint>(b"libxdp_set_print\0").map_err(err)?;
+            set(Some(xdp_print));
+            let bpf = libloading::Library::new("libbpf.so.1").ok();
+            if let Some(set) = bpf
+                .as_ref()
+                .and_then(|b| b.get::<SetPrint>(b"libbpf_set_print\0").ok())
+            {
+                set(Some(bpf_print));
+            }
+            Ok(Lib {
+                umem_create: *l.get::<UmemCreate>(b"xsk_umem__create\0").map_err(err)?,
+                socket_create: *l
+                    .get::<SocketCreate>(b"xsk_socket__create\0")
+                    .map_err(err)?,
+                socket_fd: *l.get::<SocketFd>(b"xsk_socket__fd\0").map_err(err)?,
+                socket_delete: *l.get::<Delete>(b"xsk_socket__delete\0").map_err(err)?,
+                umem_delete: *l.get::<UmemDelete>(b"xsk_umem__delete\0").map_err(err)?,
+                _lib: l,
+                _bpf: bpf,
+            })
+        }
+    })
+    .as_ref()
+    .map_err(Clone::clone)
+}
+
+/// One AF_XDP socket with its UMEM and rings; freed when the last queue
+/// holding it is dropped.
+struct Xsk {
+    lib: &'static Lib,
+    /// Fill, completion, rx and tx rings as libxdp made them (it keeps
+    /// pointers to them).
+    _rings: Box<[XskRing; 4]>,
+    umem: *mut libc::c_void,
+    sock: *mut libc::c_void,
+    area: *mut u8,
+    fd: RawFd,
+}
+
+// SAFETY: the handles are only used to free the socket and UMEM, once, in
+// `drop`; the rings are split between one receive and one transmit queue.
+unsafe impl Send for Xsk {}
+// SAFETY: as above; shared references read `area` and `fd` only.
+unsafe impl Sync for Xsk {}
+
+impl Drop for Xsk {
+    fn drop(&mut self) {
+        // SAFETY: the handles came from libxdp's create calls and are freed
+        // once, socket before UMEM as libxdp requires; the area is the
+        // mapping made for the UMEM, unmapped after it.
+        unsafe {
+            (self.lib.socket_delete)(self.sock);
+            (self.lib.umem_delete)(self.umem);
+            libc::munmap(self.area.cast(), (FRAME * FRAMES) as usize);
+        }
+    }
+}
+
+/// What mode a socket ended up in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    NativeZeroCopy,
+    NativeCopy,
+    Generic,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::NativeZeroCopy => "native XDP, zero-copy",
+            Mode::NativeCopy => "native XDP, copy",
+            Mode::Generic => "generic (skb) XDP, copy",
+        }
+    }
+}
+
+/// Opens queue `queue` of `ifname`, in the first mode of those `asked`
+/// that works (`first`: where the interface's other queues ended up).
+fn open_queue(
+    ifname: &str,
+    queue: u32,
+    asked: XdpMode,
+    first: Option<Mode>,
+) -> io::Result<(Arc<Xsk>, [XskRing; 4], Mode)> {
+    let lib = lib().map_err(io::Error::other)?;
+    let c = CString::new(ifname).map_err(io::Error::other)?;
+    let modes: &[Mode] = match (first, asked) {
+        (Some(m), _) => &[m][..],
+        (None, XdpMode::BestEffort) => &[Mode::NativeZeroCopy, Mode::NativeCopy, Mode::Generic],
+        (None, XdpMode::NativeWithZerocopy) => &[Mode::NativeZeroCopy],
+        (None, XdpMode::Native) => &[Mode::NativeCopy],
+        (None, XdpMode::Generic) => &[Mode::Generic],
+    };
+    let mut errors = Vec::new();
+    for &mode in modes {
+        let mut tries = 0;
+        let attempt = loop {
+            let r = open_in(lib, &c, queue, mode);
+            // A socket of a failed attempt gives its queue back a moment
+            // after it is closed (the kernel releases its buffer pool in a
+            // work item): the queue is busy until then.
+            match r {
+                Err(e)
+                    if e.raw_os_error() == Some(libc::EBUSY)
+                        && !errors.is_empty()
+                        && tries < 10 =>
+                {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                r => break r,
+            }
+        };
+        match attempt {
+            Ok((x, rings)) => return Ok((x, rings, mode)),
+            Err(e) => {
+                tracing::debug!(
+                    interface = ifname,
+                    queue,
+                    mode = mode.name(),
+                    "no AF_XDP socket: {e}"
+                );
+                errors.push(e);
+            }
+        }
+    }
+    // The error that says most: a missing permission, else the last mode's
+    // (the most widely supported one).
+    let denied = errors
+        .iter()
+        .position(|e| matches!(e.raw_os_error(), Some(libc::EPERM | libc::EACCES)));
+    Err(match denied {
+        Some(i) => errors.swap_remove(i),
+        None => errors
+            .pop()
+            .unwrap_or_else(|| io::Error::other("no XDP mode to try")),
+    })
+}
+
+/// One attempt at a socket in `mode`, on a UMEM of its own (a socket that
+/// was bound cannot be unbound: a failed attempt's UMEM is not reused).
+fn open_in(
+    lib: &'static Lib,
+    ifname: &CString,
+    queue: u32,
+    mode: Mode,
+) -> io::Result<(Arc<Xsk>, [XskRing; 4])> {
+    let len = (FRAME * FRAMES) as usize;
+    // SAFETY: a fresh private anonymous mapping; the result is checked.
+    let area = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if area == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    let mut rings = Box::new([XskRing::empty(); 4]);
+    let [fill, comp, rx, tx] = &mut *rings;
+    let ucfg = UmemConfig {
+        fill_size: RING,
+        comp_size: RING,
+        frame_size: FRAME as u32,
+        frame_headroom: 0,
+        flags: 0,
+    };
+    let mut umem = std::ptr::null_mut();
+    // SAFETY: the area is `len` bytes, page-aligned, ours until the UMEM is
+    // deleted; the config outlives the call and the rings (boxed) outlive
+    // the UMEM, which keeps pointers to them.
+    let r = unsafe { (lib.umem_create)(&mut umem, area, len as u64, fill, comp, &ucfg) };
+    if r != 0 {
+        // SAFETY: the mapping made above, not handed to anyone.
+        unsafe { libc::munmap(area, len) };
+        return Err(io::Error::from_raw_os_error(-r));
+    }
+    let (xdp_flags, bind) = match mode {
+        Mode::NativeZeroCopy => (XDP_FLAGS_DRV_MODE, XDP_ZEROCOPY),
+        Mode::NativeCopy => (XDP_FLAGS_DRV_MODE, XDP_COPY),
+        Mode::Generic => (XDP_FLAGS_SKB_MODE, XDP_COPY),
+    };
+    let scfg = SocketConfig {
+        rx_size: RING,
+        tx_size: RING,
+        libxdp_flags: 0,
+        xdp_flags,
+        bind_flags: bind | XDP_USE_NEED_WAKEUP,
+    };
+    let mut sock = std::ptr::null_mut();
+    // SAFETY: a NUL-terminated name, the UMEM made above, a config that
+    // outlives the call and boxed rings that outlive the socket.
+    let r = unsafe { (lib.socket_create)(&mut sock, ifname.as_ptr(), queue, umem, rx, tx, &scfg) };
+    if r != 0 {
+        // SAFETY: the UMEM made above (no socket uses it) and its area.
+        unsafe {
+            (lib.umem_delete)(umem);
+            libc::munmap(area, len);
+        }
+        return Err(io::Error::from_raw_os_error(-r));
+    }
+    // SAFETY: a socket libxdp just made.
+    let fd = unsafe { (lib.socket_fd)(sock) };
+    let copies = *rings;
+    let x = Arc::new(Xsk {
+        lib,
+        _rings: rings,
+        umem,
+        sock,
+        area: area.cast(),
+        fd,
+    });
+    Ok((x, copies))
+}
+
+/// The receive side of one socket: its fill and rx rings.
+struct XdpRx {
+    xsk: Arc<Xsk>,
+    fill: XskRing,
+    rx: XskRing,
+    /// Frames of the burst being read, given back to the fill ring at
+    /// release.
+    taken: Vec<u64>,
+}
+
+impl XdpRx {
+    /// Gives frames to the kernel's fill ring.
+    fn refill(&mut self, frames: impl Iterator<Item = u64>) {
+        let mut prod = self.fill.cached_prod;
+        for addr in frames {
+            // SAFETY: the fill ring has room (it holds RING entries and at
+            // most FRAMES / 2 <= RING frames are ever ours to give).
+            unsafe { *self.fill.at::<u64>(prod) = addr };
+            prod = prod.wrapping_add(1);
+        }
+        self.fill.cached_prod = prod;
+        self.fill.producer().store(prod, Ordering::Release);
+        if self.fill.needs_wakeup() {
+            // SAFETY: no buffer: a wake-up of the kernel's receive side.
+            unsafe {
+                libc::recvfrom(
+                    self.xsk.fd,
+                    std::ptr::null_mut(),
+                    0,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                )
+            };
+        }
+    }
+}
+
+impl RxQueue for XdpRx {
+    fn rx_burst(&mut self, burst: &mut RxBurst) -> Result<usize, QueueFault> {
+        let cons = self.rx.cached_cons;
+        let avail = self
+            .rx
+            .producer()
+            .load(Ordering::Acquire)
+            .wrapping_sub(cons);
+        let n = avail.min(BURST_SIZE as u32);
+        for k in 0..n {
+            // SAFETY: entries `cons..cons+avail` are the kernel's, published.
+            let d: XdpDesc = unsafe { *self.rx.at::<XdpDesc>(cons.wrapping_add(k)) };
+            // Only frames of the receive half go back to the fill ring.
+            let base = d.addr & !(FRAME - 1);
+            if base < FRAME * FRAMES / 2 {
+                self.taken.push(base);
+            }
+            // The kernel wrote these; check them all the same, in u64.
+            if d.addr
+                .checked_add(u64::from(d.len))
+                .is_none_or(|e| e > FRAME * FRAMES)
+                || (d.addr % FRAME) + u64::from(d.len) > FRAME
+                || (d.len as usize) < ETH_HEADER_LEN
+            {
+                continue;
+            }
+            let slot = burst.next_slot();
+            // SAFETY: `addr + len` lies in one frame of the UMEM area, ours
+            // until the frame goes back to the fill ring at release.
+            unsafe { slot.push(self.xsk.area.add(d.addr as usize), d.len) };
+            burst.commit();
+        }
+        self.rx.cached_cons = cons.wrapping_add(n);
+        Ok(burst.len())
+    }
+
+    fn release(&mut self) {
+        if self.taken.is_empty() {
+            return;
+        }
+        self.rx
+            .consumer()
+            .store(self.rx.cached_cons, Ordering::Release);
+        let frames = std::mem::take(&mut self.taken);
+        self.refill(frames.iter().copied());
+        self.taken = frames;
+        self.taken.clear();
+    }
+
+    fn interrupt_fd(&self) -> Option<BorrowedFd<'_>> {
+        // SAFETY: the socket's fd is open while `xsk` (held by this queue)
+        // is alive.
+        Some(unsafe { BorrowedFd::borrow_raw(self.xsk.fd) })
+    }
+
+    fn interrupt_is_eventfd(&self) -> bool {
+        false
+    }
+
+    fn set_interrupt(&mut self, _: bool) {}
+
+    fn has_pending(&self) -> bool {
+        self.rx.producer().load(Ordering::Acquire) != self.rx.cached_cons
+    }
+}
+
+/// The transmit side of one socket: its tx and completion rings, and the
+/// pool of frames not in flight.
+struct XdpTx {
+    xsk: Arc<Xsk>,
+    tx: XskRing,
+    comp: XskRing,
+    pool: Vec<u64>,
+    queued: bool,
+    mtu: Arc<AtomicU32>,
+}
+
+impl XdpTx {
+    /// Takes back the frames the kernel has sent.
+    fn reclaim(&mut self) {
+        let cons = self.comp.cached_cons;
+        let done = self
+            .comp
+            .producer()
+            .load(Ordering::Acquire)
+            .wrapping_sub(cons);
+        for k in 0..done {
+            // SAFETY: published completion entries.
+            let addr = unsafe { *self.comp.at::<u64>(cons.wrapping_add(k)) };
+            // Only frames of our half go back (a bad address is dropped).
+            if addr % FRAME == 0 && (FRAME * FRAMES / 2..FRAME * FRAMES).contains(&addr) {
+                self.pool.push(addr);
+            }
+        }
+        self.comp.cached_cons = cons.wrapping_add(done);
+        self.comp
+            .consumer()
+            .store(self.comp.cached_cons, Ordering::Release);
+    }
+}
+
+impl TxQueue for XdpTx {
+    fn tx(&mut self, frame: &TxFrame<'_>) -> Result<(), TxError> {
+        let mut head = [0u8; ETH_HEADER_LEN];
+        let got = {
+            let mut r = frame.reader();
+            // SAFETY: `head` is a local buffer of the length given.
+            unsafe { r.copy_to(head.as_mut_ptr(), head.len()) }
+        };
+        let tagged =
+            got == ETH_HEADER_LEN && u16::from_be_bytes([head[12], head[13]]) == ETHERTYPE_VLAN;
+        let overhead = ETH_HEADER_LEN + if tagged { VLAN_TAG_LEN } else { 0 };
+        let len = frame.len();
+        if len > self.mtu.load(Ordering::Relaxed) as usize + overhead || len as u64 > FRAME {
+            return Err(TxError::TooLong);
+        }
+        if self.pool.is_empty() {
+            self.reclaim();
+        }
+        let free = RING
+            - self
+                .tx
+                .cached_prod
+                .wrapping_sub(self.tx.consumer().load(Ordering::Acquire));
+        let Some(addr) = self.pool.pop().filter(|_| free > 0) else {
+            return Err(TxError::Full);
+        };
+        // SAFETY: `addr` is a pool frame of the UMEM area (ours until the
+        // kernel completes it) and `len <= FRAME`.
+        let n = unsafe {
+            frame
+                .reader()
+                .copy_to(self.xsk.area.add(addr as usize), len)
+        };
+        // SAFETY: there is room in the tx ring (checked above).
+        unsafe {
+            *self.tx.at::<XdpDesc>(self.tx.cached_prod) = XdpDesc {
+                addr,
+                len: n as u32,
+                options: 0,
+            }
+        };
+        self.tx.cached_prod = self.tx.cached_prod.wrapping_add(1);
+        self.queued = true;
+        Ok(())
+    }
+
+    fn flush(&mut self) {
+        if !std::mem::take(&mut self.queued) {
+            return;
+        }
+        self.tx
+            .producer()
+            .store(self.tx.cached_prod, Ordering::Release);
+        // Copy mode needs a kick for every batch; zero-copy only when the
+        // driver asks.
+        // SAFETY: no buffer: the kernel sends what the tx ring holds.
+        unsafe {
+            libc::sendto(
+                self.xsk.fd,
+                std::ptr::null(),
+                0,
+                libc::MSG_DONTWAIT,
+                std::ptr::null(),
+                0,
+            )
+        };
+        self.reclaim();
+    }
+}
+
+/// An af-xdp port.
+pub struct AfXdpPort {
+    name: String,
+    spec: AfXdpSpec,
+    mtu: Arc<AtomicU32>,
+    open: Option<u32>,
+    mode: Option<Mode>,
+    check_at: Option<Instant>,
+    status: PortStatus,
+}
+
+impl AfXdpPort {
+    /// A port that is not started yet.
+    pub fn new(name: &str, spec: &AfXdpSpec) -> AfXdpPort {
+        AfXdpPort {
+            name: name.to_string(),
+            spec: spec.clone(),
+            mtu: Arc::new(AtomicU32::new(1500)),
+            open: None,
+            mode: None,
+            check_at: None,
+            status: PortStatus::default(),
+        }
+    }
+
+    fn open(&mut self, cx: &PortCtx<'_>) -> io::Result<()> {
+        let ifname = self.spec.interface.clone();
+        let index = ifindex(&ifname)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no such interface"))?;
+        self.mtu.store(read_mtu(&ifname)?, Ordering::Relaxed);
+        let n = self.spec.queues.unwrap_or(1);
+        let mut q = PortQueues::default();
+        let mut mode = None;
+        for queue in 0..u32::from(n) {
+            let (xsk, [fill, comp, rx, tx], m) =
+                open_queue(&ifname, queue, self.spec.mode.unwrap_or_default(), mode)?;
+            mode = Some(m);
+            let mut r = XdpRx {
+                xsk: xsk.clone(),
+                fill,
+                rx,
+                taken: Vec::with_capacity(BURST_SIZE),
+            };
+            r.refill((0..FRAMES / 2).map(|i| i * FRAME));
+            q.rx.push(Box::new(r));
+            q.tx.push(Box::new(XdpTx {
+                xsk,
+                tx,
+                comp,
+                pool: (FRAMES / 2..FRAMES).map(|i| i * FRAME).collect(),
+                queued: false,
+                mtu: self.mtu.clone(),
+            }));
+        }
+        let mode = mode.unwrap_or(Mode::Generic);
+        cx.attach(q);
+        self.open = Some(index);
+        self.mode = Some(mode);
+        self.status.link_up = true;
+        self.status.connects += 1;
+        self.status.rx_queues = n.into();
+        self.status.tx_queues = n.into();
+        self.status.last_error = None;
+        self.status.peer = Some(format!(
+            "kernel interface {ifname} (af-xdp, {})",
+            mode.name()
+        ));
+        info!(port = %self.name, interface = %ifname, queues = n, mode = mode.name(), "af-xdp link up");
+        Ok(())
+    }
+
+    fn close(&mut self, cx: &PortCtx<'_>, why: &str) {
+        if self.open.take().is_some() {
+            cx.detach();
+            info!(port = %self.name, interface = %self.spec.interface, "link down: {why}");
+        }
+        self.status.link_up = false;
+        self.status.rx_queues = 0;
+        self.status.tx_queues = 0;
+        self.status.peer = None;
+        self.status.last_error = Some(why.to_string());
+    }
+}
+
+impl Port for AfXdpPort {
+    fn start(&mut self, cx: &PortCtx<'_>) -> Result<(), PortError> {
+        self.check_at = Some(Instant::now() + CHECK_EVERY);
+        self.open(cx).map_err(|e| {
+            let hint = match e.raw_os_error() {
+                Some(libc::EPERM | libc::EACCES) => {
+                    " (AF_XDP needs CAP_NET_RAW, CAP_NET_ADMIN and CAP_BPF or CAP_SYS_ADMIN)"
+                }
+                Some(libc::EAFNOSUPPORT) => {
+                    " (the kernel has no AF_XDP: CONFIG_XDP_SOCKETS; use kind af-packet)"
+                }
+                _ => "",
+            };
+            PortError::Other(format!("{}: {e}{hint}", self.spec.interface))
+        })
+    }
+
+    fn on_ready(&mut self, _: &PortCtx<'_>, _: u32) {}
+
+    fn deadline(&self) -> Option<Instant> {
+        self.check_at
+    }
+
+    fn on_timer(&mut self, cx: &PortCtx<'_>, now: Instant) {
+        if self.check_at.is_none_or(|t| now < t) {
+            return;
+        }
+        self.check_at = Some(now + CHECK_EVERY);
+        match (self.open, ifindex(&self.spec.interface)) {
+            (Some(open), Some(i)) if open == i => {
+                if let Ok(m) = read_mtu(&self.spec.interface) {
+                    self.mtu.store(m, Ordering::Relaxed);
+                }
+            }
+            (Some(_), Some(_)) => {
+                self.close(cx, "the interface was made again");
+                if let Err(e) = self.open(cx) {
+                    self.status.last_error = Some(e.to_string());
+                }
+            }
+            (Some(_), None) => self.close(cx, "the interface went away"),
+            (None, Some(_)) => {
+                if let Err(e) = self.open(cx) {
+                    warn!(port = %self.name, "cannot open {}: {e}", self.spec.interface);
+                    self.status.last_error = Some(e.to_string());
+                }
+            }
+            (None, None) => {}
+        }
+    }
+
+    fn on_fault(&mut self, _: &PortCtx<'_>, reason: &str) {
+        warn!(port = %self.name, "af-xdp queue fault: {reason}");
+    }
+
+    fn status(&self) -> PortStatus {
+        self.status.clone()
+    }
+
+    fn stop(&mut self, cx: &PortCtx<'_>) {
+        self.close(cx, "port deleted");
+        self.check_at = None;
+    }
+}
