@@ -4,21 +4,24 @@
 //! AF_XDP is not possible.
 //!
 //! Each queue pair is one socket bound to the interface, in promiscuous
-//! mode, with a `TPACKET_V2` receive ring and transmit ring in one mapping
-//! shared with the kernel. Several queues form a `PACKET_FANOUT_HASH` group,
+//! mode, with `TPACKET_V3` receive and transmit rings in one mapping shared
+//! with the kernel. Several queues form a `PACKET_FANOUT_HASH` group,
 //! so the kernel spreads flows over them. Transmit bypasses the qdisc layer
 //! (`PACKET_QDISC_BYPASS`), as DPDK's `net_af_packet` does.
 //!
-//! Receive: the kernel writes each frame into a ring slot and hands the
-//! slot over (`TP_STATUS_USER`); the switch reads the frame in place and
-//! hands the slot back when the burst is released. A VLAN tag the kernel
+//! Receive (`TPACKET_V3`): the kernel packs frames one after another into a
+//! ring block and hands the block over (`TP_STATUS_USER`) when it is full or
+//! [`RETIRE_MS`] after its first frame; the switch reads the frames in place
+//! and hands each block back once it has read all of it and released the
+//! burst. A block holds hundreds of small frames, so the kernel and the
+//! switch exchange one status word per block, not per frame. A VLAN tag the kernel
 //! took off (`TP_STATUS_VLAN_VALID`: veth and most NICs strip tags) is put
 //! back as a 4-byte piece in front of the payload, so a trunk sees the frame
 //! as it was on the wire. Frames the host itself sends out of the interface
 //! (`PACKET_OUTGOING`) are not the wire's and are skipped.
 //!
-//! Transmit: one copy into a free slot, `TP_STATUS_SEND_REQUEST`, and one
-//! `sendto` per burst. A frame longer than the interface's MTU allows is
+//! Transmit (`TPACKET_V3` frames, one per slot, as V2 has them): one copy
+//! into a free slot, `TP_STATUS_SEND_REQUEST`, and one `sendto` per burst. A frame longer than the interface's MTU allows is
 //! dropped and counted as `too_long`.
 //!
 //! The port follows the interface: every 2 s it looks at it again; when it
@@ -47,19 +50,36 @@ const CHECK_EVERY: Duration = Duration::from_secs(2);
 const RING_BYTES: usize = 4 << 20;
 /// Ring block size (a multiple of every frame size used).
 const BLOCK: usize = 1 << 16;
+/// A receive block not yet full is handed over this long after its first
+/// frame (milliseconds): the most a frame waits at low rates.
+const RETIRE_MS: u32 = 1;
 /// Where a frame's data starts in a transmit slot: after the header,
-/// aligned (`TPACKET2_HDRLEN - sizeof(struct sockaddr_ll)`).
-const TX_DATA: usize = libc::TPACKET2_HDRLEN - std::mem::size_of::<libc::sockaddr_ll>();
-/// Where the `struct sockaddr_ll` of a received frame is.
+/// aligned (`TPACKET3_HDRLEN - sizeof(struct sockaddr_ll)`).
+const TX_DATA: usize = libc::TPACKET3_HDRLEN - std::mem::size_of::<libc::sockaddr_ll>();
+/// Where the `struct sockaddr_ll` of a received frame is, from its header.
 const RX_SLL: usize = TX_DATA;
 
-// `struct tpacket2_hdr` field offsets.
-const H_STATUS: usize = 0;
-const H_LEN: usize = 4;
-const H_SNAPLEN: usize = 8;
-const H_MAC: usize = 12;
-const H_VLAN_TCI: usize = 24;
-const H_VLAN_TPID: usize = 26;
+// `struct tpacket3_hdr` field offsets.
+const H_NEXT: usize = std::mem::offset_of!(libc::tpacket3_hdr, tp_next_offset);
+const H_SNAPLEN: usize = std::mem::offset_of!(libc::tpacket3_hdr, tp_snaplen);
+const H_LEN: usize = std::mem::offset_of!(libc::tpacket3_hdr, tp_len);
+const H_STATUS: usize = std::mem::offset_of!(libc::tpacket3_hdr, tp_status);
+const H_MAC: usize = std::mem::offset_of!(libc::tpacket3_hdr, tp_mac);
+const H_VLAN_TCI: usize = std::mem::offset_of!(libc::tpacket3_hdr, hv1)
+    + std::mem::offset_of!(libc::tpacket_hdr_variant1, tp_vlan_tci);
+const H_VLAN_TPID: usize = std::mem::offset_of!(libc::tpacket3_hdr, hv1)
+    + std::mem::offset_of!(libc::tpacket_hdr_variant1, tp_vlan_tpid);
+/// A received frame's header and address, before its data may start.
+const RX_HEAD: usize = RX_SLL + std::mem::size_of::<libc::sockaddr_ll>();
+// `struct tpacket_block_desc` field offsets.
+const B_STATUS: usize = std::mem::offset_of!(libc::tpacket_block_desc, hdr)
+    + std::mem::offset_of!(libc::tpacket_hdr_v1, block_status);
+const B_NUM_PKTS: usize = std::mem::offset_of!(libc::tpacket_block_desc, hdr)
+    + std::mem::offset_of!(libc::tpacket_hdr_v1, num_pkts);
+const B_FIRST: usize = std::mem::offset_of!(libc::tpacket_block_desc, hdr)
+    + std::mem::offset_of!(libc::tpacket_hdr_v1, offset_to_first_pkt);
+/// The block descriptor, before the first frame may start.
+const B_HEAD: usize = std::mem::size_of::<libc::tpacket_block_desc>();
 /// Destination and source MACs, then the tag the kernel took off.
 const TAGGED_HEAD: usize = 12 + VLAN_TAG_LEN;
 /// `sll_pkttype` in `struct sockaddr_ll`.
@@ -106,18 +126,57 @@ impl Ring {
     }
 
     fn status(&self, i: usize) -> &AtomicU32 {
-        // SAFETY: the status word is the slot's first 4 bytes, 4-aligned
-        // (slots are 16-aligned in a page-aligned mapping), and the kernel
-        // and this queue only ever access it atomically.
+        // SAFETY: the status word lies in the slot's header, 4-aligned
+        // (slots are 16-aligned in a page-aligned mapping, `tp_status` is at
+        // offset 20), and the kernel and this queue only ever access it
+        // atomically.
         unsafe { &*(self.slot(i).add(H_STATUS) as *const AtomicU32) }
     }
+}
 
-    fn read<const N: usize>(&self, i: usize, at: usize) -> [u8; N] {
-        let mut b = [0u8; N];
-        // SAFETY: `at + N` is within the slot's header (callers pass fixed
-        // header offsets); the slot is ours (status USER) while we read.
-        unsafe { std::ptr::copy_nonoverlapping(self.slot(i).add(at), b.as_mut_ptr(), N) };
-        b
+/// The receive ring: `blocks` blocks of `block_size` bytes, each filled by
+/// the kernel with frames one after another and handed over whole.
+struct BlockRing {
+    map: Arc<Mapping>,
+    /// Offset of the ring in the mapping.
+    start: usize,
+    block_size: usize,
+    blocks: usize,
+}
+
+impl BlockRing {
+    /// The start of block `b` (`b < blocks`).
+    fn block(&self, b: usize) -> *mut u8 {
+        debug_assert!(b < self.blocks);
+        // SAFETY: `start + b * block_size` lies inside the mapping: the
+        // ring holds `blocks` blocks of `block_size` bytes from `start`.
+        unsafe { self.map.base.add(self.start + b * self.block_size) }
+    }
+
+    fn status(&self, b: usize) -> &AtomicU32 {
+        // SAFETY: the block status word lies in the block's descriptor,
+        // 4-aligned (blocks are page-aligned); the kernel and this queue
+        // only ever access it atomically.
+        unsafe { &*(self.block(b).add(B_STATUS) as *const AtomicU32) }
+    }
+
+    /// `N` bytes at `at` in block `b`; `at + N <= block_size` (callers
+    /// check offsets read from the ring against it).
+    fn read<const N: usize>(&self, b: usize, at: usize) -> [u8; N] {
+        assert!(at + N <= self.block_size);
+        let mut v = [0u8; N];
+        // SAFETY: `at + N` is within the block (asserted); the block is ours
+        // (status USER) while we read.
+        unsafe { std::ptr::copy_nonoverlapping(self.block(b).add(at), v.as_mut_ptr(), N) };
+        v
+    }
+
+    fn read_u32(&self, b: usize, at: usize) -> u32 {
+        u32::from_ne_bytes(self.read(b, at))
+    }
+
+    fn read_u16(&self, b: usize, at: usize) -> u16 {
+        u16::from_ne_bytes(self.read(b, at))
     }
 }
 
@@ -127,7 +186,7 @@ fn open_socket(
     index: u32,
     frame_size: usize,
     fanout: Option<u16>,
-) -> io::Result<(OwnedFd, Ring, Ring)> {
+) -> io::Result<(OwnedFd, BlockRing, Ring)> {
     let proto = (libc::ETH_P_ALL as u16).to_be();
     // SAFETY: plain arguments; the result is checked.
     let fd = unsafe {
@@ -160,25 +219,30 @@ fn open_socket(
             Ok(())
         }
     };
-    let version: libc::c_int = libc::tpacket_versions::TPACKET_V2 as libc::c_int;
+    let version: libc::c_int = libc::tpacket_versions::TPACKET_V3 as libc::c_int;
     set(
         libc::PACKET_VERSION,
         (&version as *const libc::c_int).cast(),
         std::mem::size_of::<libc::c_int>(),
     )?;
     let block = BLOCK.max(frame_size);
-    let req = libc::tpacket_req {
+    let mut req = libc::tpacket_req3 {
         tp_block_size: block as u32,
         tp_block_nr: (RING_BYTES / block) as u32,
         tp_frame_size: frame_size as u32,
         tp_frame_nr: (RING_BYTES / frame_size) as u32,
+        tp_retire_blk_tov: RETIRE_MS,
+        tp_sizeof_priv: 0,
+        tp_feature_req_word: 0,
     };
     for opt in [libc::PACKET_RX_RING, libc::PACKET_TX_RING] {
         set(
             opt,
-            (&req as *const libc::tpacket_req).cast(),
-            std::mem::size_of::<libc::tpacket_req>(),
+            (&req as *const libc::tpacket_req3).cast(),
+            std::mem::size_of::<libc::tpacket_req3>(),
         )?;
+        // The transmit ring is one frame per slot: no block timer.
+        req.tp_retire_blk_tov = 0;
     }
     let one: libc::c_int = 1;
     // Best effort: kernels before 3.14 go through the qdisc.
@@ -243,18 +307,17 @@ fn open_socket(
             std::mem::size_of::<libc::c_int>(),
         )?;
     }
-    let frames = RING_BYTES / frame_size;
-    let rx = Ring {
+    let rx = BlockRing {
         map: map.clone(),
         start: 0,
-        frame_size,
-        frames,
+        block_size: block,
+        blocks: req.tp_block_nr as usize,
     };
     let tx = Ring {
         map,
         start: ring,
         frame_size,
-        frames,
+        frames: RING_BYTES / frame_size,
     };
     Ok((fd, rx, tx))
 }
@@ -262,32 +325,87 @@ fn open_socket(
 /// The receive side of one socket.
 struct AfpRx {
     fd: Arc<OwnedFd>,
-    ring: Ring,
-    cursor: usize,
-    /// Slots of the burst being read, handed back at release.
-    taken: Vec<usize>,
-    /// Per slot: the addresses and the VLAN tag put back (16 bytes).
-    tagged: Box<[[u8; TAGGED_HEAD]]>,
+    ring: BlockRing,
+    /// The block being read.
+    block: usize,
+    /// Frames of it not read yet, and where the next one is.
+    left: u32,
+    next: usize,
+    /// Blocks read to their end, handed back at release.
+    done: Vec<usize>,
+    /// Per frame of the burst: the addresses and the VLAN tag put back.
+    tagged: Box<[[u8; TAGGED_HEAD]; BURST_SIZE]>,
+    in_burst: usize,
+}
+
+impl AfpRx {
+    fn new(fd: Arc<OwnedFd>, ring: BlockRing) -> AfpRx {
+        AfpRx {
+            fd,
+            done: Vec::with_capacity(ring.blocks),
+            ring,
+            block: 0,
+            left: 0,
+            next: 0,
+            tagged: Box::new([[0; TAGGED_HEAD]; BURST_SIZE]),
+            in_burst: 0,
+        }
+    }
+
+    /// The current block is read: it goes back at release.
+    fn finish_block(&mut self) {
+        self.left = 0;
+        self.done.push(self.block);
+        self.block = (self.block + 1) % self.ring.blocks;
+    }
 }
 
 impl RxQueue for AfpRx {
     fn rx_burst(&mut self, burst: &mut RxBurst) -> Result<usize, QueueFault> {
-        while !burst.is_full() && self.taken.len() < self.ring.frames {
-            let i = self.cursor;
-            let status = self.ring.status(i).load(Ordering::Acquire);
-            if status & libc::TP_STATUS_USER == 0 {
-                break;
+        let size = self.ring.block_size as u64;
+        while !burst.is_full() {
+            if self.left == 0 {
+                // Every block is read and not yet given back: wait for
+                // release.
+                if self.done.len() == self.ring.blocks {
+                    break;
+                }
+                let b = self.block;
+                if self.ring.status(b).load(Ordering::Acquire) & libc::TP_STATUS_USER == 0 {
+                    break;
+                }
+                self.left = self.ring.read_u32(b, B_NUM_PKTS);
+                self.next = self.ring.read_u32(b, B_FIRST) as usize;
+                if self.left == 0 || (self.next as u64) < B_HEAD as u64 {
+                    self.finish_block();
+                }
+                continue;
             }
-            self.cursor = (i + 1) % self.ring.frames;
-            self.taken.push(i);
-            let len = u32::from_ne_bytes(self.ring.read(i, H_LEN)) as usize;
-            let snap = u32::from_ne_bytes(self.ring.read(i, H_SNAPLEN)) as usize;
-            let mac = u16::from_ne_bytes(self.ring.read(i, H_MAC)) as usize;
-            let [pkttype] = self.ring.read(i, RX_SLL + SLL_PKTTYPE);
-            // The kernel wrote these; check them all the same, in u64.
+            let (b, at) = (self.block, self.next);
+            // The kernel wrote every offset and length; check them all the
+            // same, in u64, against the block.
+            if at as u64 + RX_HEAD as u64 > size {
+                self.finish_block();
+                continue;
+            }
+            let next = self.ring.read_u32(b, at + H_NEXT) as u64;
+            let snap = self.ring.read_u32(b, at + H_SNAPLEN) as usize;
+            let len = self.ring.read_u32(b, at + H_LEN) as usize;
+            let status = self.ring.read_u32(b, at + H_STATUS);
+            let mac = self.ring.read_u16(b, at + H_MAC) as usize;
+            let [pkttype] = self.ring.read(b, at + RX_SLL + SLL_PKTTYPE);
+            let tci = self.ring.read_u16(b, at + H_VLAN_TCI);
+            let tpid = self.ring.read_u16(b, at + H_VLAN_TPID);
+            self.left -= 1;
+            if self.left == 0 || next == 0 || at as u64 + next + RX_HEAD as u64 > size {
+                self.finish_block();
+            } else {
+                self.next = at + next as usize;
+            }
             if pkttype == libc::PACKET_OUTGOING
                 || snap < ETH_HEADER_LEN
-                || (mac as u64) + (snap as u64) > self.ring.frame_size as u64
+                || (mac as u64) < RX_HEAD as u64
+                || at as u64 + mac as u64 + snap as u64 > size
             {
                 continue;
             }
@@ -297,31 +415,33 @@ impl RxQueue for AfpRx {
                 burst.dropped += 1;
                 continue;
             }
-            let data = self.ring.slot(i).wrapping_add(mac);
+            // SAFETY: `at + mac + snap <= block_size` (checked above).
+            let data = unsafe { self.ring.block(b).add(at + mac) };
             let slot = burst.next_slot();
             if status & libc::TP_STATUS_VLAN_VALID != 0 {
-                let tci = u16::from_ne_bytes(self.ring.read(i, H_VLAN_TCI));
                 let tpid = match status & libc::TP_STATUS_VLAN_TPID_VALID {
                     0 => ETHERTYPE_VLAN,
-                    _ => u16::from_ne_bytes(self.ring.read(i, H_VLAN_TPID)),
+                    _ => tpid,
                 };
-                let h = &mut self.tagged[i];
-                // SAFETY: the first 12 bytes of the frame lie in the slot
-                // (`snap >= 14` was checked against the slot's size).
+                let h = &mut self.tagged[self.in_burst];
+                self.in_burst += 1;
+                // SAFETY: the first 12 bytes of the frame lie in the block
+                // (`snap >= 14` was checked against the block's size).
                 unsafe { std::ptr::copy_nonoverlapping(data, h.as_mut_ptr(), 12) };
                 h[12..14].copy_from_slice(&tpid.to_be_bytes());
                 h[14..16].copy_from_slice(&tci.to_be_bytes());
                 // SAFETY: `h` lives in this queue and is not written again
-                // before the slot is handed back at release; the rest of
-                // the frame lies in the slot, which the kernel leaves alone
-                // until then (status USER).
+                // before release (one per frame of the burst, which holds
+                // at most BURST_SIZE); the rest of the frame lies in the
+                // block, which the kernel leaves alone until it is handed
+                // back at release (status USER).
                 unsafe {
                     slot.push(h.as_ptr(), h.len() as u32);
                     slot.push(data.add(12), (snap - 12) as u32);
                 }
             } else {
-                // SAFETY: as above: `mac + snap` is inside the slot, ours
-                // until release.
+                // SAFETY: as above: `at + mac + snap` is inside the block,
+                // ours until release.
                 unsafe { slot.push(data, snap as u32) };
             }
             burst.commit();
@@ -330,12 +450,13 @@ impl RxQueue for AfpRx {
     }
 
     fn release(&mut self) {
-        for &i in &self.taken {
+        for &b in &self.done {
             self.ring
-                .status(i)
+                .status(b)
                 .store(libc::TP_STATUS_KERNEL, Ordering::Release);
         }
-        self.taken.clear();
+        self.done.clear();
+        self.in_burst = 0;
     }
 
     fn interrupt_fd(&self) -> Option<BorrowedFd<'_>> {
@@ -349,7 +470,8 @@ impl RxQueue for AfpRx {
     fn set_interrupt(&mut self, _: bool) {}
 
     fn has_pending(&self) -> bool {
-        self.ring.status(self.cursor).load(Ordering::Acquire) & libc::TP_STATUS_USER != 0
+        self.left > 0
+            || self.ring.status(self.block).load(Ordering::Acquire) & libc::TP_STATUS_USER != 0
     }
 }
 
@@ -465,14 +587,7 @@ impl AfPacketPort {
         for _ in 0..n {
             let (fd, rx, tx) = open_socket(index, frame_size, fanout)?;
             let fd = Arc::new(fd);
-            let frames = rx.frames;
-            q.rx.push(Box::new(AfpRx {
-                fd: fd.clone(),
-                ring: rx,
-                cursor: 0,
-                taken: Vec::with_capacity(BURST_SIZE),
-                tagged: vec![[0u8; TAGGED_HEAD]; frames].into_boxed_slice(),
-            }));
+            q.rx.push(Box::new(AfpRx::new(fd.clone(), rx)));
             q.tx.push(Box::new(AfpTx {
                 fd,
                 ring: tx,
@@ -517,6 +632,17 @@ impl Port for AfPacketPort {
             };
             PortError::Other(format!("{}: {e}{hint}", self.spec.interface))
         })
+    }
+
+    fn start_waiting(&mut self, cx: &PortCtx<'_>) -> Result<(), PortError> {
+        if ifindex(&self.spec.interface).is_some() {
+            return self.start(cx);
+        }
+        self.check_at = Some(Instant::now() + CHECK_EVERY);
+        let why = format!("waiting for interface {}", self.spec.interface);
+        warn!(port = %self.name, "{why}");
+        self.status.last_error = Some(why);
+        Ok(())
     }
 
     fn on_ready(&mut self, _: &PortCtx<'_>, _: u32) {}

@@ -41,6 +41,8 @@ const FRAMES: u64 = 4096;
 const RING: u32 = 2048;
 /// How often the interface is looked at again.
 const CHECK_EVERY: Duration = Duration::from_secs(2);
+/// How long a busy queue is waited for, in 10 ms tries (see `open_queue`).
+const BUSY_TRIES: u32 = 20;
 
 // <linux/if_xdp.h>, <linux/if_link.h>
 const XDP_COPY: u16 = 1 << 1;
@@ -350,15 +352,13 @@ fn open_queue(
         let mut tries = 0;
         let attempt = loop {
             let r = open_in(lib, &c, queue, mode);
-            // A socket of a failed attempt gives its queue back a moment
-            // after it is closed (the kernel releases its buffer pool in a
-            // work item): the queue is busy until then.
+            // A closed socket (a failed attempt's, or a deleted port's
+            // just before) gives its queue back a moment later: the kernel
+            // releases its buffer pool in a work item, and the queue is
+            // busy until then. Wait for it, a little (on the control
+            // thread: at most BUSY_TRIES times 10 ms, and only when the queue is busy).
             match r {
-                Err(e)
-                    if e.raw_os_error() == Some(libc::EBUSY)
-                        && !errors.is_empty()
-                        && tries < 10 =>
-                {
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) && tries < BUSY_TRIES => {
                     tries += 1;
                     std::thread::sleep(Duration::from_millis(10));
                 }
@@ -479,6 +479,8 @@ struct XdpRx {
     /// Frames of the burst being read, given back to the fill ring at
     /// release.
     taken: Vec<u64>,
+    /// The rx ring's consumer index as last given to the kernel.
+    released: u32,
 }
 
 impl XdpRx {
@@ -546,12 +548,13 @@ impl RxQueue for XdpRx {
     }
 
     fn release(&mut self) {
+        if self.rx.cached_cons != self.released {
+            self.released = self.rx.cached_cons;
+            self.rx.consumer().store(self.released, Ordering::Release);
+        }
         if self.taken.is_empty() {
             return;
         }
-        self.rx
-            .consumer()
-            .store(self.rx.cached_cons, Ordering::Release);
         let frames = std::mem::take(&mut self.taken);
         self.refill(frames.iter().copied());
         self.taken = frames;
@@ -722,6 +725,7 @@ impl AfXdpPort {
                 fill,
                 rx,
                 taken: Vec::with_capacity(BURST_SIZE),
+                released: rx.cached_cons,
             };
             r.refill((0..FRAMES / 2).map(|i| i * FRAME));
             q.rx.push(Box::new(r));
@@ -779,6 +783,17 @@ impl Port for AfXdpPort {
             };
             PortError::Other(format!("{}: {e}{hint}", self.spec.interface))
         })
+    }
+
+    fn start_waiting(&mut self, cx: &PortCtx<'_>) -> Result<(), PortError> {
+        if ifindex(&self.spec.interface).is_some() {
+            return self.start(cx);
+        }
+        self.check_at = Some(Instant::now() + CHECK_EVERY);
+        let why = format!("waiting for interface {}", self.spec.interface);
+        warn!(port = %self.name, "{why}");
+        self.status.last_error = Some(why);
+        Ok(())
     }
 
     fn on_ready(&mut self, _: &PortCtx<'_>, _: u32) {}

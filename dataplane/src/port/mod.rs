@@ -137,6 +137,14 @@ impl QueueLink {
 pub trait Port: Send {
     /// Opens sockets (listen or first connect attempt).
     fn start(&mut self, cx: &PortCtx<'_>) -> Result<(), PortError>;
+    /// Starts a port the daemon makes itself at start (from its config or
+    /// its state file), whose kernel interface may appear later: an uplink
+    /// whose interface is missing is made anyway, down, and comes up when
+    /// the interface does (as Open vSwitch keeps a port whose device is
+    /// missing). Other errors stay errors. Kinds with a socket: `start`.
+    fn start_waiting(&mut self, cx: &PortCtx<'_>) -> Result<(), PortError> {
+        self.start(cx)
+    }
     /// An fd registered with sub-token `sub` is readable (or hung up).
     fn on_ready(&mut self, cx: &PortCtx<'_>, sub: u32);
     /// When the port next wants [`Port::on_timer`].

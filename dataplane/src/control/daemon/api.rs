@@ -28,7 +28,7 @@ impl Daemon {
             Request::Ping => Ok(serde_json::json!({ "version": env!("CARGO_PKG_VERSION") })),
             Request::PortAdd { port } => {
                 let name = port.name.clone();
-                self.create_port(*port, false)?;
+                self.create_port(*port, false, false)?;
                 if let Err(e) = self.persist() {
                     self.delete_port(&name)?;
                     return Err(e);

@@ -134,17 +134,17 @@ impl Daemon {
             if !d.bridges.contains_key(&name) {
                 d.create_bridge(&name, true);
             }
-            let mut result = d.create_port(p.uplink(&name), true);
+            let mut result = d.create_port(p.uplink(&name), true, true);
             if let (Err(e), Some(fallback)) = (&result, p.fallback(&name)) {
                 warn!(physnet = %name, "no af-xdp uplink ({}): using af-packet", e.message);
-                result = d.create_port(fallback, true);
+                result = d.create_port(fallback, true, true);
             }
             if let Err(e) = result {
                 error!(physnet = %name, "cannot create the physnet's uplink: {}", e.message);
             }
         }
         for p in d.cfg.ports.clone() {
-            if let Err(e) = d.create_port(p.clone(), true) {
+            if let Err(e) = d.create_port(p.clone(), true, true) {
                 error!(port = %p.name, "cannot create configured port: {}", e.message);
             }
         }
@@ -171,7 +171,7 @@ impl Daemon {
                 warn!(port = %p.name, "persisted port also in config; using config");
                 continue;
             }
-            match d.create_port(p.clone(), false) {
+            match d.create_port(p.clone(), false, true) {
                 Ok(()) => info!(port = %p.name, "restored port"),
                 Err(e) => {
                     error!(port = %p.name, "cannot restore port (kept in the state until deleted or added again): {}", e.message);

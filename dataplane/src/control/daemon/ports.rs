@@ -30,10 +30,14 @@ impl Daemon {
             .insert(name.to_string(), BridgeEntry { id, from_config });
     }
 
+    /// Creates a port: `from_config` ports are not persisted; `at_start`
+    /// (the daemon starting: config and state file), an uplink may wait for
+    /// its interface.
     pub(super) fn create_port(
         &mut self,
         mut spec: PortSpec,
         from_config: bool,
+        at_start: bool,
     ) -> Result<(), ApiError> {
         spec.validate("port.")
             .map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.to_string()))?;
@@ -95,7 +99,14 @@ impl Daemon {
                 format!("port.macs: {mac} {why}"),
             ));
         }
-        if let Err(e) = port.start(&self.ctx(id)) {
+        // At the daemon's start (config, state file) an uplink may wait
+        // for its interface; over the API a missing one is an error.
+        let started = if at_start {
+            port.start_waiting(&self.ctx(id))
+        } else {
+            port.start(&self.ctx(id))
+        };
+        if let Err(e) = started {
             self.dp.remove_port(id);
             let code = match e {
                 crate::port::PortError::SocketInUse(_) => ErrorCode::Busy,
