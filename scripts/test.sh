@@ -2,7 +2,7 @@
 # Runs the whole test suite on a fresh Debian 12 machine: installs the real
 # peers the end-to-end tests use (DPDK testpmd with the memif driver, the
 # host-local IPAM plugin, podman and runc, QEMU and a static busybox for the
-# guests the vhost-user tests boot, kubernetes-validate), checks formatting
+# guests the vhost-user tests boot, Prometheus, kubernetes-validate), checks formatting
 # and clippy, runs the fuzz targets briefly, then `cargo test` over the
 # workspace.
 set -euo pipefail
@@ -32,6 +32,8 @@ command -v openssl >/dev/null || need_pkgs+=(openssl)
 # initramfs is made of. The test fetches the guest kernel package itself
 # (apt-get download linux-image-cloud-amd64's kernel).
 no_recommends=()
+# The metrics test has a real Prometheus server scrape the switch.
+command -v prometheus >/dev/null || no_recommends+=(prometheus)
 command -v qemu-system-x86_64 >/dev/null || no_recommends+=(qemu-system-x86)
 dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q "ok installed" \
   || no_recommends+=(busybox-static)

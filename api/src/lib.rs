@@ -22,8 +22,8 @@ pub mod vlan;
 pub use client::{Client, ClientError};
 pub use mac::{MacAddr, MacParseError};
 pub use protocol::{
-    ApiError, BridgeInfo, ErrorCode, MacInfo, PortInfo, PortStats, PortStatus, PortTotals, Request,
-    Response,
+    ApiError, BridgeInfo, ErrorCode, MacInfo, PortInfo, PortStats, PortStatus, PortTotals,
+    QueueLoad, Request, Response, WorkerInfo,
 };
 pub use spec::{
     AfPacketSpec, AfXdpSpec, BridgeSpec, KindSpec, MemifMode, MemifRole, MemifSpec, PortSpec,

@@ -16,6 +16,7 @@
 //! | `bridge_del` | `name` | `null` |
 //! | `bridge_list` | – | `[BridgeInfo]` |
 //! | `mac_list` | `bridge` | `[MacInfo]` |
+//! | `worker_list` | – | `[WorkerInfo]` |
 //!
 //! Answers: `{"ok": true, "result": ...}` or
 //! `{"ok": false, "error": {"code": "not_found", "message": "..."}}`.
@@ -65,6 +66,8 @@ pub enum Request {
         /// Bridge name.
         bridge: String,
     },
+    /// Workers and their load.
+    WorkerList,
 }
 
 /// Error classes.
@@ -230,6 +233,49 @@ pub struct BridgeInfo {
     pub macs: usize,
     /// True if it came from the config file.
     pub from_config: bool,
+}
+
+/// A worker and its load since the daemon started.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkerInfo {
+    /// Worker index.
+    pub id: usize,
+    /// The CPU it is pinned to.
+    pub cpu: Option<usize>,
+    /// `poll`, `interrupt` or `adaptive`.
+    pub mode: String,
+    /// Passes over its receive queues.
+    pub polls: u64,
+    /// Passes that found frames.
+    pub busy_polls: u64,
+    /// Seconds spent in passes that found frames.
+    pub busy_seconds: f64,
+    /// Seconds spent in passes that found nothing.
+    pub idle_seconds: f64,
+    /// Frames received.
+    pub frames: u64,
+    /// Non-empty receive bursts by size: `(at most this many frames,
+    /// bursts)`; the last bucket takes every larger burst.
+    pub bursts: Vec<(u32, u64)>,
+    /// Times it went to sleep on its interrupts.
+    pub sleeps: u64,
+    /// Sleeps an interrupt or a kick ended (the rest timed out).
+    pub wakeups: u64,
+    /// The receive queues it polls.
+    pub queues: Vec<QueueLoad>,
+}
+
+/// A receive queue's load.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueueLoad {
+    /// Port.
+    pub port: String,
+    /// Queue number in the port.
+    pub queue: usize,
+    /// Frames received.
+    pub frames: u64,
+    /// Seconds its worker spent receiving and forwarding them.
+    pub busy_seconds: f64,
 }
 
 /// A learned MAC.

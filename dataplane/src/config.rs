@@ -109,6 +109,10 @@ pub struct Config {
     /// another (move protection; 0: moves at once).
     #[serde(default = "default_move_hold")]
     pub mac_move_hold_secs: u32,
+    /// Where the Prometheus endpoint listens (`GET /metrics`), e.g.
+    /// `"127.0.0.1:9477"`; unset: no endpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
     /// Worker threads.
     #[serde(default)]
     pub dataplane: DataplaneConfig,

@@ -17,7 +17,7 @@ use crate::queue::{PortQueues, RxQueue, TxQueue};
 use crate::reactor::Waker;
 use crate::switch::mac_table::{Learned, MacEntry, MacTable, GENERATION_MASK};
 use crate::switch::security::{PortSecurity, SecurityState, DEFAULT_MOVE_HOLD_SECS};
-use crate::types::{BridgeId, Counters, DropReason, PortId};
+use crate::types::{BridgeId, Counters, DropReason, PortId, QueueCounters, WorkerCounters};
 use crate::vlan::VlanMode;
 use crate::wire::MacAddr;
 
@@ -90,6 +90,8 @@ pub struct RxSlot {
     irq_fd: Option<RawFd>,
     /// Whether the worker drains `irq_fd` when it wakes (an eventfd).
     pub irq_drain: bool,
+    /// The queue's load, counted by the worker polling it.
+    pub load: QueueCounters,
 }
 
 impl RxSlot {
@@ -235,6 +237,8 @@ struct DpInner {
     /// Per worker: the table generation its view was last built from
     /// (`u64::MAX` while the worker is not running).
     acks: Box<[AtomicU64]>,
+    /// Per worker: its load.
+    load: Box<[WorkerCounters]>,
 }
 
 /// Handle to the shared data-plane state (cheap to clone).
@@ -260,6 +264,7 @@ impl Dataplane {
                 epoch: Instant::now(),
                 stop: AtomicBool::new(false),
                 acks: (0..workers).map(|_| AtomicU64::new(u64::MAX)).collect(),
+                load: (0..workers).map(|_| WorkerCounters::default()).collect(),
             }),
         })
     }
@@ -271,6 +276,25 @@ impl Dataplane {
     /// Number of workers.
     pub fn workers(&self) -> usize {
         self.inner.workers
+    }
+
+    /// Worker `w`'s load counters.
+    pub fn worker_load(&self, w: usize) -> &WorkerCounters {
+        &self.inner.load[w]
+    }
+
+    /// Every connected receive queue: (its worker, port, queue number,
+    /// slot), in port order.
+    pub fn rx_queues(&self) -> Vec<(usize, PortId, usize, Arc<RxSlot>)> {
+        let t = self.table();
+        let workers = self.inner.workers.max(1);
+        let mut v = Vec::new();
+        for (i, p) in t.ports.iter().enumerate() {
+            for (q, slot) in p.iter().flat_map(|p| p.rx.iter()).enumerate() {
+                v.push((worker_of(i, q, workers), i as PortId, q, slot.clone()));
+            }
+        }
+        v
     }
 
     /// Current table generation.
@@ -544,6 +568,7 @@ impl Dataplane {
                             queue: Mutex::new(q),
                             irq_fd,
                             irq_drain,
+                            load: QueueCounters::default(),
                         })
                     })
                     .collect();
@@ -648,8 +673,7 @@ impl Dataplane {
                 continue;
             };
             for (q, slot) in p.rx.iter().enumerate() {
-                // Spread queues: consecutive queues of a port go to different workers.
-                if (i + q) % workers == w {
+                if worker_of(i, q, workers) == w {
                     view.rx.push(ViewRx {
                         port: i as PortId,
                         slot: slot.clone(),
@@ -677,4 +701,10 @@ impl Dataplane {
         }
         generation
     }
+}
+
+/// The worker that polls queue `q` of the port in slot `port`: consecutive
+/// queues of a port go to different workers.
+fn worker_of(port: usize, q: usize, workers: usize) -> usize {
+    (port + q) % workers
 }

@@ -9,7 +9,7 @@ use switchyard::config::Config;
 use switchyard::control::Daemon;
 use switchyard_api::{
     BridgeInfo, Client, MacAddr, MacInfo, PortInfo, PortSpec, PortStats, Request, VlanSet,
-    DEFAULT_CONTROL_SOCKET,
+    WorkerInfo, DEFAULT_CONTROL_SOCKET,
 };
 
 /// Switchyard: a userspace L2 switch for pods (memif, vhost-user and tap ports).
@@ -51,6 +51,20 @@ enum Cmd {
     /// Shows learned MAC addresses.
     #[command(subcommand)]
     Mac(MacCmd),
+    /// Shows the workers' load.
+    #[command(subcommand)]
+    Worker(WorkerCmd),
+}
+
+#[derive(Subcommand)]
+enum WorkerCmd {
+    /// Lists workers: CPU, mode, busy share, and each receive queue with
+    /// its share of the worker's busy time (as OVS's pmd-rxq-show).
+    List {
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -363,6 +377,16 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Cmd::Worker(WorkerCmd::List { json }) => {
+            let v = client()?.call(&Request::WorkerList)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&v)?);
+                return Ok(());
+            }
+            let workers: Vec<WorkerInfo> = serde_json::from_value(v)?;
+            print!("{}", worker_table(&workers));
+            Ok(())
+        }
         Cmd::Mac(MacCmd::List { bridge, json }) => {
             let v = client()?.call(&Request::MacList { bridge })?;
             if json {
@@ -380,4 +404,44 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// `worker list`'s table: a line per worker, then one per queue it polls.
+fn worker_table(workers: &[WorkerInfo]) -> String {
+    use std::fmt::Write;
+    let pct = |a: f64, b: f64| if b > 0.0 { 100.0 * a / b } else { 0.0 };
+    let mut o = format!(
+        "{:<6} {:>4} {:<9} {:>6} {:>14} {:>14} {:>9} {:>10}\n",
+        "WORKER", "CPU", "MODE", "BUSY%", "POLLS", "FRAMES", "FRAMES/B", "SLEEPS"
+    );
+    for w in workers {
+        let bursts: u64 = w.bursts.iter().map(|b| b.1).sum();
+        let _ = writeln!(
+            o,
+            "{:<6} {:>4} {:<9} {:>5.1}% {:>14} {:>14} {:>9.1} {:>10}",
+            w.id,
+            w.cpu.map_or("-".to_string(), |c| c.to_string()),
+            w.mode,
+            pct(w.busy_seconds, w.busy_seconds + w.idle_seconds),
+            w.polls,
+            w.frames,
+            if bursts > 0 {
+                w.frames as f64 / bursts as f64
+            } else {
+                0.0
+            },
+            w.sleeps
+        );
+        for q in &w.queues {
+            let _ = writeln!(
+                o,
+                "  port {:<20} queue {:<3} frames {:>14}  busy share {:>5.1}%",
+                q.port,
+                q.queue,
+                q.frames,
+                pct(q.busy_seconds, w.busy_seconds)
+            );
+        }
+    }
+    o
 }

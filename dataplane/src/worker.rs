@@ -16,7 +16,7 @@ use crate::dataplane::{Dataplane, WorkerView};
 use crate::eventfd::drain_eventfd;
 use crate::forward::Forwarder;
 use crate::queue::RxBurst;
-use crate::types::{bump, DropReason};
+use crate::types::{bump, ticks, DropReason};
 
 /// How workers wait for frames.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -134,6 +134,9 @@ pub fn run(dp: Dataplane, cfg: WorkerConfig) {
             };
         }
 
+        let load = dp.worker_load(w);
+        let start = ticks();
+        let mut t = start;
         let mut work = 0usize;
         for rx in &view.rx {
             let Some(port) = view.ports.get(rx.port as usize).and_then(Option::as_ref) else {
@@ -149,6 +152,13 @@ pub fn run(dp: Dataplane, cfg: WorkerConfig) {
                     if n > 0 {
                         fwd.forward_burst(&dp, &view, w, rx.port, burst.frames());
                         work += n;
+                        // The queue's share: from the end of the last
+                        // queue's burst (empty polls between included).
+                        let now = ticks();
+                        bump(&rx.slot.load.ticks, now.wrapping_sub(t));
+                        bump(&rx.slot.load.frames, n as u64);
+                        load.burst(n);
+                        t = now;
                     }
                     if burst.dropped > 0 {
                         let c = port.shared.counters(w);
@@ -164,10 +174,15 @@ pub fn run(dp: Dataplane, cfg: WorkerConfig) {
             }
         }
 
+        let end = ticks();
+        bump(&load.polls, 1);
         if work > 0 {
+            bump(&load.busy_polls, 1);
+            bump(&load.busy_ticks, end.wrapping_sub(start));
             idle_since = None;
             continue;
         }
+        bump(&load.idle_ticks, end.wrapping_sub(start));
         let sleep = match cfg.mode {
             PollMode::Poll => false,
             PollMode::Interrupt => true,
@@ -181,8 +196,13 @@ pub fn run(dp: Dataplane, cfg: WorkerConfig) {
             std::hint::spin_loop();
             continue;
         }
+        bump(&load.sleeps, 1);
         match &epoll {
-            Some(ep) => sleep_until_kicked(&dp, w, &view, ep, generation),
+            Some(ep) => {
+                if sleep_until_kicked(&dp, w, &view, ep, generation) {
+                    bump(&load.wakeups, 1);
+                }
+            }
             None => std::thread::sleep(Duration::from_millis(1)),
         }
         idle_since = None;
@@ -190,7 +210,16 @@ pub fn run(dp: Dataplane, cfg: WorkerConfig) {
     dp.ack_generation(w, u64::MAX);
 }
 
-fn sleep_until_kicked(dp: &Dataplane, w: usize, view: &WorkerView, ep: &Epoll, generation: u64) {
+/// Sleeps until a queue's interrupt or a kick; true if one came (not the
+/// timeout, nor frames already pending).
+fn sleep_until_kicked(
+    dp: &Dataplane,
+    w: usize,
+    view: &WorkerView,
+    ep: &Epoll,
+    generation: u64,
+) -> bool {
+    let mut woken = false;
     let mut pending = false;
     for rx in &view.rx {
         let mut q = rx.slot.lock();
@@ -201,6 +230,7 @@ fn sleep_until_kicked(dp: &Dataplane, w: usize, view: &WorkerView, ep: &Epoll, g
         let mut events = [EpollEvent::empty(); 32];
         // A bounded sleep keeps the worker robust against a lost kick.
         if let Ok(n) = ep.wait(&mut events, EpollTimeout::from(1000u16)) {
+            woken = n > 0;
             for e in &events[..n] {
                 let fd = if e.data() == WAKER_TOKEN {
                     Some(dp.worker_waker(w).fd())
@@ -219,6 +249,7 @@ fn sleep_until_kicked(dp: &Dataplane, w: usize, view: &WorkerView, ep: &Epoll, g
     for rx in &view.rx {
         rx.slot.lock().set_interrupt(false);
     }
+    woken
 }
 
 #[cfg(test)]

@@ -1,8 +1,9 @@
 //! The control plane: the daemon's event loop that owns every port, the
-//! server of the JSON API (whose types and client are `switchyard_api`'s)
-//! and the persisted state.
+//! server of the JSON API (whose types and client are `switchyard_api`'s),
+//! the Prometheus endpoint and the persisted state.
 
 pub mod daemon;
+pub mod metrics;
 pub mod server;
 pub mod state;
 

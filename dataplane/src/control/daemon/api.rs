@@ -1,13 +1,64 @@
 //! Answers to the control API's requests.
 
 use switchyard_api::{
-    ApiError, BridgeInfo, ErrorCode, MacInfo, PortInfo, PortStats, Request, Response,
+    ApiError, BridgeInfo, ErrorCode, MacInfo, PortInfo, PortStats, QueueLoad, Request, Response,
+    WorkerInfo,
 };
+
+use std::sync::atomic::Ordering;
 
 use super::{Daemon, PortEntry};
 use crate::config::validate_name;
+use crate::types::BURST_BUCKETS;
 
 impl Daemon {
+    /// The workers' load, and the receive queues each polls.
+    pub(super) fn worker_list(&self) -> Vec<WorkerInfo> {
+        let rate = crate::types::ticks_per_second();
+        let secs = |t: u64| t as f64 / rate;
+        let get = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+        let queues = self.dp.rx_queues();
+        let mode = serde_json::to_value(self.cfg.dataplane.poll_mode)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        (0..self.dp.workers())
+            .map(|w| {
+                let l = self.dp.worker_load(w);
+                WorkerInfo {
+                    id: w,
+                    cpu: self.worker_cpus.get(w).copied().flatten(),
+                    mode: mode.clone(),
+                    polls: get(&l.polls),
+                    busy_polls: get(&l.busy_polls),
+                    busy_seconds: secs(get(&l.busy_ticks)),
+                    idle_seconds: secs(get(&l.idle_ticks)),
+                    frames: get(&l.frames),
+                    bursts: BURST_BUCKETS
+                        .iter()
+                        .zip(&l.bursts)
+                        .map(|(&le, c)| (le, get(c)))
+                        .collect(),
+                    sleeps: get(&l.sleeps),
+                    wakeups: get(&l.wakeups),
+                    queues: queues
+                        .iter()
+                        .filter(|(qw, ..)| *qw == w)
+                        .filter_map(|(_, port, q, slot)| {
+                            let e = self.ports.get(*port as usize)?.as_ref()?;
+                            Some(QueueLoad {
+                                port: e.spec.name.clone(),
+                                queue: *q,
+                                frames: get(&slot.load.frames),
+                                busy_seconds: secs(get(&slot.load.ticks)),
+                            })
+                        })
+                        .collect(),
+                }
+            })
+            .collect()
+    }
+
     pub(super) fn port_info(&self, e: &PortEntry) -> PortInfo {
         PortInfo {
             spec: e.spec.clone(),
@@ -129,6 +180,7 @@ impl Daemon {
                     .collect();
                 Ok(to_json(&v))
             }
+            Request::WorkerList => Ok(to_json(&self.worker_list())),
             Request::MacList { bridge } => {
                 let Some(b) = self.bridges.get(&bridge) else {
                     return Err(ApiError::new(
