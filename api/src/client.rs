@@ -88,6 +88,17 @@ impl Client {
         }
     }
 
+    /// Sends a request whose answer line is followed by a stream of bytes
+    /// (`capture`): returns the answer's `result` and the connection to
+    /// read the bytes from, until it ends.
+    pub fn call_stream(
+        &mut self,
+        req: &Request,
+    ) -> Result<(serde_json::Value, &mut BufReader<UnixStream>), ClientError> {
+        let v = self.call(req)?;
+        Ok((v, &mut self.reader))
+    }
+
     /// Sends a request and decodes the result.
     pub fn call_as<T: serde::de::DeserializeOwned>(
         &mut self,

@@ -17,9 +17,19 @@
 //! | `bridge_list` | – | `[BridgeInfo]` |
 //! | `mac_list` | `bridge` | `[MacInfo]` |
 //! | `worker_list` | – | `[WorkerInfo]` |
+//! | `capture` | `port`, `direction`, `count`, `snaplen`, `format`, `duration_ms` (all but `port` optional) | [`CaptureInfo`], then the capture's bytes |
+//! | `trace` | `count`, `port`, `timeout_ms` (optional) | `[TraceEntry]` |
 //!
 //! Answers: `{"ok": true, "result": ...}` or
 //! `{"ok": false, "error": {"code": "not_found", "message": "..."}}`.
+//!
+//! `capture` and `trace` end their connection. A capture's answer line is
+//! followed by a pcapng (or pcap) stream of the port's frames until `count`
+//! frames, `duration_ms` or the client closing the connection; a pcapng
+//! stream ends with an interface statistics block counting the frames the
+//! capture lost because its reader fell behind (`isb_ifdrop`). A trace
+//! answers once `count` frames were traced or `timeout_ms` (10 s by
+//! default) passed, with what it has.
 
 use serde::{Deserialize, Serialize};
 
@@ -68,6 +78,120 @@ pub enum Request {
     },
     /// Workers and their load.
     WorkerList,
+    /// Captures a port's frames (the connection then carries the capture).
+    Capture {
+        /// Port name.
+        port: String,
+        /// Frames received from the peer, sent to it, or both (default).
+        #[serde(default)]
+        direction: CaptureDirection,
+        /// Stop after this many frames.
+        #[serde(default)]
+        count: Option<u64>,
+        /// Bytes kept of each frame (default 262144, tcpdump's).
+        #[serde(default)]
+        snaplen: Option<u32>,
+        /// File format (default pcapng).
+        #[serde(default)]
+        format: CaptureFormat,
+        /// Stop after this long.
+        #[serde(default)]
+        duration_ms: Option<u64>,
+    },
+    /// Traces the forwarding decisions for the next frames.
+    Trace {
+        /// Frames to trace (default 10, at most 10000).
+        #[serde(default)]
+        count: Option<u32>,
+        /// Only frames coming in on this port.
+        #[serde(default)]
+        port: Option<String>,
+        /// Answer with what was traced after this long (default 10 s).
+        #[serde(default)]
+        timeout_ms: Option<u64>,
+    },
+}
+
+/// Which of a port's frames a capture takes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CaptureDirection {
+    /// Received from the port's peer.
+    Rx,
+    /// Sent to the port's peer.
+    Tx,
+    /// Both.
+    #[default]
+    Both,
+}
+
+/// A capture's file format.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CaptureFormat {
+    /// pcapng, with each frame's direction (`epb_flags`) and the frames
+    /// lost at the end.
+    #[default]
+    Pcapng,
+    /// Classic pcap (nanosecond timestamps), for older tools.
+    Pcap,
+}
+
+/// The answer to `capture`, before its bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CaptureInfo {
+    /// Port name.
+    pub port: String,
+    /// Format of the bytes that follow.
+    pub format: CaptureFormat,
+    /// Bytes kept of each frame.
+    pub snaplen: u32,
+}
+
+/// One traced frame.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TraceEntry {
+    /// The worker that switched it.
+    pub worker: usize,
+    /// The port it came in on.
+    pub in_port: String,
+    /// Its length in bytes.
+    pub len: u32,
+    /// Source MAC.
+    pub src: String,
+    /// Destination MAC.
+    pub dst: String,
+    /// Its 802.1Q VLAN id on arrival, if tagged.
+    pub tag: Option<u16>,
+    /// The VLAN it belongs to in the bridge (0: untagged), once known.
+    pub vlan: Option<u16>,
+    /// What learning did with its source: `skipped` (dropped before),
+    /// `multicast` (never learned), `known`, `refreshed`, `new`, `moved`
+    /// (from `learn_port`), `evicted` (`learn_port`'s entry, from a full
+    /// bucket) or `table_full` (not learned).
+    pub learn: String,
+    /// The other port in a `moved` or `evicted` learn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub learn_port: Option<String>,
+    /// How its destination was found: `skipped`, `unicast` (on
+    /// `lookup_port`), `unknown` or `multicast` (both flooded).
+    pub lookup: String,
+    /// The port a `unicast` lookup found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lookup_port: Option<String>,
+    /// Each port it was handed to, and what became of it there.
+    pub out: Vec<TraceOut>,
+    /// Why it went nowhere, if dropped on the way in.
+    pub drop: Option<String>,
+}
+
+/// A traced frame at one of its destinations.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TraceOut {
+    /// Port.
+    pub port: String,
+    /// `sent`, or the drop reason (`no_buffer`, `too_long`, `link_down`).
+    pub result: String,
 }
 
 /// Error classes.
@@ -233,6 +357,24 @@ pub struct BridgeInfo {
     pub macs: usize,
     /// True if it came from the config file.
     pub from_config: bool,
+    /// Counters since the bridge was made.
+    #[serde(default)]
+    pub counters: BridgeCounts,
+}
+
+/// A bridge's learning and flooding counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BridgeCounts {
+    /// MAC entries learned.
+    pub learned: u64,
+    /// MAC entries moved from one port to another.
+    pub moved: u64,
+    /// Entries evicted from a full bucket to make room.
+    pub evicted: u64,
+    /// Entries removed by aging.
+    pub aged: u64,
+    /// Frames flooded (unknown unicast, broadcast, multicast).
+    pub flooded: u64,
 }
 
 /// A worker and its load since the daemon started.
@@ -315,5 +457,20 @@ mod tests {
             serde_json::to_string(&Request::Ping).unwrap(),
             r#"{"op":"ping"}"#
         );
+        let r: Request =
+            serde_json::from_str(r#"{"op":"capture","port":"p1","direction":"rx"}"#).unwrap();
+        assert_eq!(
+            r,
+            Request::Capture {
+                port: "p1".into(),
+                direction: CaptureDirection::Rx,
+                count: None,
+                snaplen: None,
+                format: CaptureFormat::Pcapng,
+                duration_ms: None,
+            }
+        );
+        let r: Request = serde_json::from_str(r#"{"op":"trace","count":5}"#).unwrap();
+        assert!(matches!(r, Request::Trace { count: Some(5), .. }));
     }
 }

@@ -7,8 +7,10 @@
 //! - `virtqueue`: a burst popped from a virtio transmit queue and returned
 //!   (used), and a burst filled into a virtio receive queue;
 //! - `forward`: one worker iteration (rx burst, L2 lookup, copy, tx, used
-//!   and ring updates) from one memif port to another; flooding to N ports;
-//!   VLAN push (access -> trunk) and pop (trunk -> access) against untagged.
+//!   and ring updates) from one memif port to another, and the same with
+//!   the idle capture and trace hooks compiled out (their cost); flooding
+//!   to N ports; VLAN push (access -> trunk) and pop (trunk -> access)
+//!   against untagged.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -402,12 +404,24 @@ fn plane(
 
 /// One worker iteration over the view's receive queues.
 fn iterate(dp: &Dataplane, view: &WorkerView, fwd: &mut Forwarder, burst: &mut RxBurst) -> usize {
+    iterate_with::<true>(dp, view, fwd, burst)
+}
+
+/// [`iterate`], with the capture and trace hooks compiled in (`HOOKS`, as
+/// the worker runs) or out.
+#[inline(never)]
+fn iterate_with<const HOOKS: bool>(
+    dp: &Dataplane,
+    view: &WorkerView,
+    fwd: &mut Forwarder,
+    burst: &mut RxBurst,
+) -> usize {
     let mut n = 0;
     for rx in &view.rx {
         let mut q = rx.slot.lock();
         burst.clear();
         n += q.rx_burst(burst).unwrap();
-        fwd.forward_burst(dp, view, 0, rx.port, burst.frames());
+        fwd.forward_burst_with::<HOOKS>(dp, view, 0, rx.port, burst.frames());
         q.release();
     }
     n
@@ -461,6 +475,17 @@ fn forward(c: &mut Criterion) {
                 bench.iter(|| {
                     peers.step();
                     black_box(iterate(&dp, &view, &mut fwd, &mut burst))
+                })
+            },
+        );
+        // The same, with the idle capture and trace hooks compiled out:
+        // what they cost when no capture or trace runs.
+        g.bench_function(
+            BenchmarkId::new("worker_memif_to_memif_without_hooks", size + 4),
+            |bench| {
+                bench.iter(|| {
+                    peers.step();
+                    black_box(iterate_with::<false>(&dp, &view, &mut fwd, &mut burst))
                 })
             },
         );

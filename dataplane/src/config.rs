@@ -79,6 +79,15 @@ fn default_workers() -> usize {
 fn default_idle_us() -> u64 {
     1000
 }
+fn default_rebalance_interval() -> u64 {
+    60
+}
+fn default_rebalance_load() -> u8 {
+    95
+}
+fn default_rebalance_improvement() -> u8 {
+    25
+}
 
 /// The whole configuration file.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -232,6 +241,20 @@ pub struct DataplaneConfig {
     /// Adaptive mode: microseconds without traffic before a worker sleeps.
     #[serde(default = "default_idle_us")]
     pub adaptive_idle_us: u64,
+    /// Load balancing of receive queues across workers (as OVS's PMD auto
+    /// load balance): when the busiest worker has stayed at
+    /// `rebalance_load_percent` or more for this many seconds, queues are
+    /// reassigned by their measured load if that lowers the spread of the
+    /// workers' loads by `rebalance_improvement_percent`; at most once per
+    /// interval. 0: queues stay where they were first put.
+    #[serde(default = "default_rebalance_interval")]
+    pub rebalance_interval_secs: u64,
+    /// See `rebalance_interval_secs`.
+    #[serde(default = "default_rebalance_load")]
+    pub rebalance_load_percent: u8,
+    /// See `rebalance_interval_secs`.
+    #[serde(default = "default_rebalance_improvement")]
+    pub rebalance_improvement_percent: u8,
 }
 
 impl Default for DataplaneConfig {
@@ -242,6 +265,9 @@ impl Default for DataplaneConfig {
             auto_pin: false,
             poll_mode: PollMode::default(),
             adaptive_idle_us: default_idle_us(),
+            rebalance_interval_secs: default_rebalance_interval(),
+            rebalance_load_percent: default_rebalance_load(),
+            rebalance_improvement_percent: default_rebalance_improvement(),
         }
     }
 }
@@ -365,6 +391,17 @@ impl Config {
                 "dataplane.auto_pin",
                 "set either cpus or auto_pin, not both",
             ));
+        }
+        for (field, v) in [
+            ("dataplane.rebalance_load_percent", d.rebalance_load_percent),
+            (
+                "dataplane.rebalance_improvement_percent",
+                d.rebalance_improvement_percent,
+            ),
+        ] {
+            if !(1..=100).contains(&v) {
+                return Err(invalid(field, format!("{v} is out of range 1..=100")));
+            }
         }
         if self.mac_table_size == 0 || self.mac_table_size > 1 << 24 {
             return Err(invalid("mac_table_size", "out of range 1..=16777216"));

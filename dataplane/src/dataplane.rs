@@ -13,11 +13,14 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
+use crate::observe::{Capture, Trace};
 use crate::queue::{PortQueues, RxQueue, TxQueue};
 use crate::reactor::Waker;
 use crate::switch::mac_table::{Learned, MacEntry, MacTable, GENERATION_MASK};
 use crate::switch::security::{PortSecurity, SecurityState, DEFAULT_MOVE_HOLD_SECS};
-use crate::types::{BridgeId, Counters, DropReason, PortId, QueueCounters, WorkerCounters};
+use crate::types::{
+    BridgeCounters, BridgeId, Counters, DropReason, PortId, QueueCounters, WorkerCounters,
+};
 use crate::vlan::VlanMode;
 use crate::wire::MacAddr;
 
@@ -149,17 +152,69 @@ impl TxSlot {
     }
 }
 
+/// A bridge's event counters, one block per worker plus one for the
+/// control thread (aging).
+pub struct BridgeStats {
+    counters: Box<[BridgeCounters]>,
+}
+
+/// A bridge's counters summed over workers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BridgeTotals {
+    /// MAC entries learned.
+    pub learned: u64,
+    /// MAC entries moved between ports.
+    pub moved: u64,
+    /// Entries evicted from full buckets.
+    pub evicted: u64,
+    /// Entries aged out.
+    pub aged: u64,
+    /// Frames flooded.
+    pub flooded: u64,
+}
+
+impl BridgeStats {
+    fn new(workers: usize) -> BridgeStats {
+        BridgeStats {
+            counters: (0..=workers).map(|_| BridgeCounters::default()).collect(),
+        }
+    }
+
+    /// The counter block of worker `w` (the last is the control thread's).
+    #[inline]
+    pub fn counters(&self, w: usize) -> &BridgeCounters {
+        &self.counters[w]
+    }
+
+    /// Sum over workers.
+    pub fn totals(&self) -> BridgeTotals {
+        let mut t = BridgeTotals::default();
+        for c in self.counters.iter() {
+            t.learned += c.learned.load(Ordering::Relaxed);
+            t.moved += c.moved.load(Ordering::Relaxed);
+            t.evicted += c.evicted.load(Ordering::Relaxed);
+            t.aged += c.aged.load(Ordering::Relaxed);
+            t.flooded += c.flooded.load(Ordering::Relaxed);
+        }
+        t
+    }
+}
+
 struct DpPort {
     shared: Arc<PortShared>,
     generation: u16,
     bridge: Option<BridgeId>,
     vlan: VlanMode,
     rx: Vec<Arc<RxSlot>>,
+    /// The worker polling each of `rx`.
+    rx_worker: Vec<usize>,
     tx: Vec<Arc<TxSlot>>,
+    capture: Option<Arc<Capture>>,
 }
 
 struct DpBridge {
     macs: Arc<MacTable>,
+    stats: Arc<BridgeStats>,
     ports: Vec<PortId>,
 }
 
@@ -169,6 +224,8 @@ struct DpTable {
     bridges: Vec<Option<DpBridge>>,
     /// Generation per port slot, kept after removal so reuse is detectable.
     slot_gens: Vec<u16>,
+    /// The running trace, if any.
+    trace: Option<Arc<Trace>>,
 }
 
 impl DpTable {
@@ -194,12 +251,16 @@ pub struct ViewPort {
     pub tx: Option<Arc<TxSlot>>,
     /// Counters and fault reporting.
     pub shared: Arc<PortShared>,
+    /// The capture running on the port, if any.
+    pub capture: Option<Arc<Capture>>,
 }
 
 /// A bridge as one worker sees it.
 pub struct ViewBridge {
     /// Learning table.
     pub macs: Arc<MacTable>,
+    /// Event counters.
+    pub stats: Arc<BridgeStats>,
     /// Member ports.
     pub ports: Vec<PortId>,
 }
@@ -221,6 +282,8 @@ pub struct WorkerView {
     pub ports: Vec<Option<ViewPort>>,
     /// Bridges by slot.
     pub bridges: Vec<Option<ViewBridge>>,
+    /// The running trace, if any.
+    pub trace: Option<Arc<Trace>>,
 }
 
 struct DpInner {
@@ -239,6 +302,9 @@ struct DpInner {
     acks: Box<[AtomicU64]>,
     /// Per worker: its load.
     load: Box<[WorkerCounters]>,
+    /// Per worker: its recent busy share in permille, as the control
+    /// thread last measured it (new queues go to the least busy).
+    recent_load: Box<[AtomicU32]>,
 }
 
 /// Handle to the shared data-plane state (cheap to clone).
@@ -265,6 +331,7 @@ impl Dataplane {
                 stop: AtomicBool::new(false),
                 acks: (0..workers).map(|_| AtomicU64::new(u64::MAX)).collect(),
                 load: (0..workers).map(|_| WorkerCounters::default()).collect(),
+                recent_load: (0..workers).map(|_| AtomicU32::new(0)).collect(),
             }),
         })
     }
@@ -287,14 +354,49 @@ impl Dataplane {
     /// slot), in port order.
     pub fn rx_queues(&self) -> Vec<(usize, PortId, usize, Arc<RxSlot>)> {
         let t = self.table();
-        let workers = self.inner.workers.max(1);
         let mut v = Vec::new();
         for (i, p) in t.ports.iter().enumerate() {
-            for (q, slot) in p.iter().flat_map(|p| p.rx.iter()).enumerate() {
-                v.push((worker_of(i, q, workers), i as PortId, q, slot.clone()));
+            let Some(p) = p else { continue };
+            for (q, (slot, &w)) in p.rx.iter().zip(&p.rx_worker).enumerate() {
+                v.push((w, i as PortId, q, slot.clone()));
             }
         }
         v
+    }
+
+    /// Records worker `w`'s recent busy share (0.0..=1.0), measured by the
+    /// control thread; queues attached later go to the least busy worker.
+    pub fn set_recent_load(&self, w: usize, share: f64) {
+        if let Some(l) = self.inner.recent_load.get(w) {
+            l.store((share.clamp(0.0, 1.0) * 1000.0) as u32, Ordering::Relaxed);
+        }
+    }
+
+    /// Moves receive queues between workers: each `(port, queue, slot,
+    /// worker)` whose slot is still that port's queue goes to `worker`.
+    /// Workers pick the change up at their next pass; a queue's frames wait
+    /// in its ring meanwhile (the slot's lock keeps the two workers from
+    /// polling it at once), so none is lost. Returns how many moved.
+    pub fn move_queues(&self, moves: &[(PortId, usize, Arc<RxSlot>, usize)]) -> usize {
+        let mut t = self.table();
+        let mut n = 0;
+        for (port, q, slot, to) in moves {
+            if *to >= self.inner.workers {
+                continue;
+            }
+            let Some(p) = t.ports.get_mut(*port as usize).and_then(Option::as_mut) else {
+                continue;
+            };
+            if p.rx.get(*q).is_some_and(|s| Arc::ptr_eq(s, slot)) && p.rx_worker[*q] != *to {
+                p.rx_worker[*q] = *to;
+                n += 1;
+            }
+        }
+        drop(t);
+        if n > 0 {
+            self.publish();
+        }
+        n
     }
 
     /// Current table generation.
@@ -392,6 +494,7 @@ impl Dataplane {
         let mut t = self.table();
         let b = DpBridge {
             macs: Arc::new(MacTable::new(mac_capacity)),
+            stats: Arc::new(BridgeStats::new(self.inner.workers)),
             ports: Vec::new(),
         };
         let id = match t.bridges.iter().position(Option::is_none) {
@@ -428,6 +531,83 @@ impl Dataplane {
             .map(|b| b.macs.clone())
     }
 
+    /// The event counters of a bridge.
+    pub fn bridge_stats(&self, id: BridgeId) -> Option<Arc<BridgeStats>> {
+        self.table()
+            .bridges
+            .get(id as usize)?
+            .as_ref()
+            .map(|b| b.stats.clone())
+    }
+
+    /// The name of the port in slot `id`, if any.
+    pub fn port_name(&self, id: PortId) -> Option<String> {
+        self.table()
+            .ports
+            .get(id as usize)?
+            .as_ref()
+            .map(|p| p.shared.name.clone())
+    }
+
+    /// Starts capture `cap` on its port. `Err(false)`: no such port;
+    /// `Err(true)`: a capture runs on it already.
+    pub fn start_capture(&self, cap: Arc<Capture>) -> Result<(), bool> {
+        let mut t = self.table();
+        let p = t
+            .ports
+            .get_mut(cap.port as usize)
+            .and_then(Option::as_mut)
+            .ok_or(false)?;
+        if p.capture.is_some() {
+            return Err(true);
+        }
+        p.capture = Some(cap);
+        drop(t);
+        self.publish();
+        Ok(())
+    }
+
+    /// Ends capture `cap` (if still running) and waits until no worker
+    /// writes to it any more.
+    pub fn stop_capture(&self, cap: &Arc<Capture>) {
+        let mut t = self.table();
+        let Some(p) = t.ports.get_mut(cap.port as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        if !p.capture.as_ref().is_some_and(|c| Arc::ptr_eq(c, cap)) {
+            return;
+        }
+        p.capture = None;
+        drop(t);
+        self.publish();
+        self.quiesce(DETACH_TIMEOUT);
+    }
+
+    /// Starts trace `trace`; false if one runs already.
+    pub fn start_trace(&self, trace: Arc<Trace>) -> bool {
+        let mut t = self.table();
+        if t.trace.is_some() {
+            return false;
+        }
+        t.trace = Some(trace);
+        drop(t);
+        self.publish();
+        true
+    }
+
+    /// Ends trace `trace` (if still running) and waits until no worker
+    /// writes to it any more.
+    pub fn stop_trace(&self, trace: &Arc<Trace>) {
+        let mut t = self.table();
+        if !t.trace.as_ref().is_some_and(|x| Arc::ptr_eq(x, trace)) {
+            return;
+        }
+        t.trace = None;
+        drop(t);
+        self.publish();
+        self.quiesce(DETACH_TIMEOUT);
+    }
+
     /// Adds a port (no queues until it connects).
     pub fn add_port(
         &self,
@@ -454,7 +634,9 @@ impl Dataplane {
             bridge,
             vlan,
             rx: Vec::new(),
+            rx_worker: Vec::new(),
             tx: Vec::new(),
+            capture: None,
         });
         if let Some(b) = bridge
             .and_then(|b| t.bridges.get_mut(b as usize))
@@ -534,17 +716,19 @@ impl Dataplane {
     /// Removes unpinned MAC entries older than `max_age` seconds from every
     /// bridge, giving their ports' places back.
     pub fn age_macs(&self, now: u32, max_age: u32) {
-        let tables: Vec<Arc<MacTable>> = self
+        let tables: Vec<(Arc<MacTable>, Arc<BridgeStats>)> = self
             .table()
             .bridges
             .iter()
             .flatten()
-            .map(|b| b.macs.clone())
+            .map(|b| (b.macs.clone(), b.stats.clone()))
             .collect();
-        for m in tables {
+        for (m, stats) in tables {
             let mut gone: Vec<MacEntry> = Vec::new();
             m.age(now, max_age, |r| gone.push(r.entry));
             if !gone.is_empty() {
+                // The control thread's own block.
+                crate::types::bump(&stats.counters(self.inner.workers).aged, gone.len() as u64);
                 let t = self.table();
                 for e in &gone {
                     if let Some(o) = t.owner(e) {
@@ -558,7 +742,35 @@ impl Dataplane {
     /// Gives a connected port's queues to the workers.
     pub fn attach_queues(&self, id: PortId, q: PortQueues) {
         let mut t = self.table();
+        // Each new queue goes to the least busy worker (load in 5% steps,
+        // then fewest queues), so a port's queues spread out and a loaded
+        // worker gets no more.
+        let workers = self.inner.workers.max(1);
+        let mut count = vec![0usize; workers];
+        for p in t.ports.iter().flatten() {
+            for &w in &p.rx_worker {
+                count[w.min(workers - 1)] += 1;
+            }
+        }
+        let load: Vec<u32> = (0..workers)
+            .map(|w| {
+                self.inner
+                    .recent_load
+                    .get(w)
+                    .map_or(0, |l| l.load(Ordering::Relaxed) / 50)
+            })
+            .collect();
+        let rx_worker: Vec<usize> = (0..q.rx.len())
+            .map(|_| {
+                let w = (0..workers)
+                    .min_by_key(|&w| (load[w], count[w], w))
+                    .unwrap_or(0);
+                count[w] += 1;
+                w
+            })
+            .collect();
         if let Some(p) = t.ports.get_mut(id as usize).and_then(Option::as_mut) {
+            p.rx_worker = rx_worker;
             p.rx =
                 q.rx.into_iter()
                     .map(|q| {
@@ -589,6 +801,7 @@ impl Dataplane {
         let mut shared = None;
         if let Some(p) = t.ports.get_mut(id as usize).and_then(Option::as_mut) {
             p.rx.clear();
+            p.rx_worker.clear();
             p.tx.clear();
             p.shared.link_up.store(false, Ordering::Relaxed);
             shared = Some(p.shared.clone());
@@ -663,7 +876,6 @@ impl Dataplane {
     pub fn build_view(&self, w: usize, view: &mut WorkerView) -> u64 {
         let t = self.table();
         let generation = self.generation();
-        let workers = self.inner.workers.max(1);
         view.rx.clear();
         view.ports.clear();
         view.bridges.clear();
@@ -672,8 +884,8 @@ impl Dataplane {
                 view.ports.push(None);
                 continue;
             };
-            for (q, slot) in p.rx.iter().enumerate() {
-                if worker_of(i, q, workers) == w {
+            for (slot, &qw) in p.rx.iter().zip(&p.rx_worker) {
+                if qw == w {
                     view.rx.push(ViewRx {
                         port: i as PortId,
                         slot: slot.clone(),
@@ -691,20 +903,17 @@ impl Dataplane {
                 vlan: p.vlan.clone(),
                 tx,
                 shared: p.shared.clone(),
+                capture: p.capture.clone(),
             }));
         }
         for b in t.bridges.iter() {
             view.bridges.push(b.as_ref().map(|b| ViewBridge {
                 macs: b.macs.clone(),
+                stats: b.stats.clone(),
                 ports: b.ports.clone(),
             }));
         }
+        view.trace = t.trace.clone();
         generation
     }
-}
-
-/// The worker that polls queue `q` of the port in slot `port`: consecutive
-/// queues of a port go to different workers.
-fn worker_of(port: usize, q: usize, workers: usize) -> usize {
-    (port + q) % workers
 }

@@ -11,11 +11,12 @@
 //! the VLANs of its list tagged, and untagged frames as VLAN 0 when the list
 //! holds 0.
 
-use crate::dataplane::{Dataplane, ViewPort, WorkerView};
+use crate::dataplane::{Dataplane, ViewBridge, ViewPort, WorkerView};
+use crate::observe::{capture, Trace, TraceLearn, TraceLookup, TraceRecord};
 use crate::queue::{RxFrame, TxError, TxFrame, BURST_SIZE};
 use crate::switch::mac_table::MacEntry;
-use crate::switch::security;
-use crate::types::{bump, DropReason, PortId};
+use crate::switch::security::{self, Admitted};
+use crate::types::{bump, BridgeId, DropReason, PortId};
 use crate::wire::ethernet::{ETHERTYPE_VLAN, HEADER_LEN, VLAN_TAG_LEN};
 use crate::wire::MacAddr;
 
@@ -35,6 +36,8 @@ pub struct Forwarder {
     touched: Vec<PortId>,
     /// The first bytes of each frame of the burst (for VLAN rewrites).
     hdrs: Vec<[u8; HEADER_LEN + VLAN_TAG_LEN]>,
+    /// While a trace runs: the records of the chunk's traced frames.
+    traced: Vec<Option<TraceRecord>>,
 }
 
 /// One frame queued on one destination.
@@ -99,11 +102,27 @@ impl Forwarder {
             .collect();
         self.touched = Vec::with_capacity(view.ports.len());
         self.hdrs = vec![[0; HEADER_LEN + VLAN_TAG_LEN]; BURST_SIZE];
+        self.traced = vec![None; BURST_SIZE];
     }
 
     /// Switches one received burst from `in_port` (in chunks of
     /// [`BURST_SIZE`] frames). `w` is the worker index.
+    #[inline]
     pub fn forward_burst(
+        &mut self,
+        dp: &Dataplane,
+        view: &WorkerView,
+        w: usize,
+        in_port: PortId,
+        frames: &[RxFrame],
+    ) {
+        self.forward_burst_with::<true>(dp, view, w, in_port, frames)
+    }
+
+    /// [`Forwarder::forward_burst`], with the capture and trace hooks
+    /// compiled in (`HOOKS`) or out: the hot-path benchmark measures what
+    /// idle hooks cost by running both.
+    pub fn forward_burst_with<const HOOKS: bool>(
         &mut self,
         dp: &Dataplane,
         view: &WorkerView,
@@ -118,25 +137,69 @@ impl Forwarder {
         let bytes: u64 = frames.iter().map(|f| u64::from(f.len)).sum();
         bump(&in_counters.rx_packets, frames.len() as u64);
         bump(&in_counters.rx_bytes, bytes);
+        if HOOKS {
+            if let Some(c) = &inp.capture {
+                if c.wants_rx() {
+                    c.take_rx(frames);
+                }
+            }
+        }
 
-        let Some(bridge_id) = inp.bridge else {
+        let bridge = inp.bridge.and_then(|b| {
+            view.bridges
+                .get(b as usize)
+                .and_then(Option::as_ref)
+                .map(|v| (b, v))
+        });
+        let Some((bridge_id, bridge)) = bridge else {
             bump(
                 &in_counters.drops[DropReason::NoBridge as usize],
                 frames.len() as u64,
             );
+            if HOOKS {
+                if let Some(t) = &view.trace {
+                    trace_unswitched(t, w, in_port, frames, DropReason::NoBridge);
+                }
+            }
             return;
         };
-        let Some(bridge) = view
-            .bridges
-            .get(bridge_id as usize)
-            .and_then(Option::as_ref)
-        else {
-            bump(
-                &in_counters.drops[DropReason::NoBridge as usize],
-                frames.len() as u64,
-            );
-            return;
-        };
+        match (HOOKS, &view.trace) {
+            (true, Some(t)) => self.switch_burst::<true, true>(
+                dp,
+                view,
+                w,
+                in_port,
+                inp,
+                bridge_id,
+                bridge,
+                frames,
+                Some(t),
+            ),
+            _ => self.switch_burst::<HOOKS, false>(
+                dp, view, w, in_port, inp, bridge_id, bridge, frames, None,
+            ),
+        }
+    }
+
+    /// Learns, looks up and sends a burst of `in_port`'s frames in
+    /// `bridge`; with `TRACE`, fills a record for each frame `trace`
+    /// claims.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn switch_burst<const HOOKS: bool, const TRACE: bool>(
+        &mut self,
+        dp: &Dataplane,
+        view: &WorkerView,
+        w: usize,
+        in_port: PortId,
+        inp: &ViewPort,
+        bridge_id: BridgeId,
+        bridge: &ViewBridge,
+        frames: &[RxFrame],
+        trace: Option<&Trace>,
+    ) {
+        let in_counters = inp.shared.counters(w);
+        let bridge_counters = bridge.stats.counters(w);
         let now = dp.now_secs();
         let hold = dp.mac_move_hold();
         // The security state of the port an entry belongs to, if it is
@@ -151,23 +214,48 @@ impl Forwarder {
 
         for chunk in frames.chunks(BURST_SIZE) {
             for (i, frame) in chunk.iter().enumerate() {
+                if TRACE {
+                    self.traced[i] = trace
+                        .filter(|t| t.claim(in_port))
+                        .map(|_| TraceRecord::new(w, in_port, frame.len));
+                }
+                // Notes a decision in the frame's trace record, if traced.
+                macro_rules! note {
+                    (|$r:ident| $body:expr) => {
+                        if TRACE {
+                            if let Some($r) = self.traced[i].as_mut() {
+                                $body;
+                            }
+                        }
+                    };
+                }
                 let l2 = match parse_l2(frame) {
                     Ok(l2) => l2,
                     Err(r) => {
                         bump(&in_counters.drops[r as usize], 1);
+                        note!(|t| t.drop = Some(r));
                         continue;
                     }
                 };
+                note!(|t| {
+                    t.src = l2.src;
+                    t.dst = l2.dst;
+                    t.tag = l2.tagged.then_some(l2.vid);
+                });
                 // The VLAN this frame belongs to inside the bridge.
                 let Some(domain) = inp.vlan.ingress(l2.vid) else {
                     bump(&in_counters.drops[DropReason::VlanFiltered as usize], 1);
+                    note!(|t| t.drop = Some(DropReason::VlanFiltered));
                     continue;
                 };
+                note!(|t| t.vlan = Some(domain));
                 if l2.src.is_multicast() {
+                    note!(|t| t.learn = TraceLearn::Multicast);
                     // Never a station's own address: learned nowhere, and
                     // refused from a port bound to its MACs.
                     if inp.shared.security.filters_sources() {
                         bump(&in_counters.drops[DropReason::SpoofedSource as usize], 1);
+                        note!(|t| t.drop = Some(DropReason::SpoofedSource));
                         continue;
                     }
                 } else {
@@ -186,9 +274,36 @@ impl Forwarder {
                         hold,
                         owner,
                     );
-                    if let Err(r) = admitted {
-                        bump(&in_counters.drops[r as usize], 1);
-                        continue;
+                    match admitted {
+                        Err(r) => {
+                            bump(&in_counters.drops[r as usize], 1);
+                            note!(|t| t.drop = Some(r));
+                            continue;
+                        }
+                        Ok(Admitted::Known) => note!(|t| t.learn = TraceLearn::Known),
+                        Ok(a) => {
+                            // Rare (a new or moved station): counted per
+                            // bridge.
+                            let learn = match a {
+                                Admitted::Refreshed => TraceLearn::Refreshed,
+                                Admitted::New => {
+                                    bump(&bridge_counters.learned, 1);
+                                    TraceLearn::New
+                                }
+                                Admitted::Moved(old) => {
+                                    bump(&bridge_counters.moved, 1);
+                                    TraceLearn::Moved(old.port)
+                                }
+                                Admitted::Evicted(old) => {
+                                    bump(&bridge_counters.learned, 1);
+                                    bump(&bridge_counters.evicted, 1);
+                                    TraceLearn::Evicted(old.port)
+                                }
+                                Admitted::NotLearned => TraceLearn::TableFull,
+                                Admitted::Known => TraceLearn::Known,
+                            };
+                            note!(|t| t.learn = learn);
+                        }
                     }
                 }
                 let mut unicast = None;
@@ -196,6 +311,10 @@ impl Forwarder {
                     if let Some(e) = bridge.macs.lookup(l2.dst, domain) {
                         if e.port == in_port {
                             bump(&in_counters.drops[DropReason::Hairpin as usize], 1);
+                            note!(|t| {
+                                t.lookup = TraceLookup::Unicast(in_port);
+                                t.drop = Some(DropReason::Hairpin);
+                            });
                             continue;
                         }
                         if let Some(p) = view.ports.get(e.port as usize).and_then(Option::as_ref) {
@@ -207,20 +326,40 @@ impl Forwarder {
                 }
                 self.hdrs[i] = l2.hdr;
                 match unicast {
-                    Some((id, p)) => self.queue(w, id, p, i, &l2, domain, true),
+                    Some((id, p)) => {
+                        note!(|t| t.lookup = TraceLookup::Unicast(id));
+                        self.queue::<TRACE>(w, id, p, i, &l2, domain, true);
+                    }
                     None => {
+                        bump(&bridge_counters.flooded, 1);
+                        note!(|t| {
+                            t.lookup = if l2.dst.is_multicast() {
+                                TraceLookup::Multicast
+                            } else {
+                                TraceLookup::Unknown
+                            }
+                        });
                         for &id in &bridge.ports {
                             if id == in_port {
                                 continue;
                             }
                             if let Some(p) = view.ports.get(id as usize).and_then(Option::as_ref) {
-                                self.queue(w, id, p, i, &l2, domain, false);
+                                self.queue::<TRACE>(w, id, p, i, &l2, domain, false);
                             }
                         }
                     }
                 }
             }
-            self.send_queued(dp, view, w, chunk);
+            self.send_queued::<HOOKS, TRACE>(dp, view, w, chunk);
+            if TRACE {
+                if let Some(t) = trace {
+                    for r in self.traced[..chunk.len()].iter_mut() {
+                        if let Some(r) = r.take() {
+                            t.record(r);
+                        }
+                    }
+                }
+            }
         }
     }
 
@@ -228,7 +367,7 @@ impl Forwarder {
     /// it needs there.
     #[allow(clippy::too_many_arguments)]
     #[inline]
-    fn queue(
+    fn queue<const TRACE: bool>(
         &mut self,
         w: usize,
         id: PortId,
@@ -245,6 +384,11 @@ impl Forwarder {
             if unicast {
                 let counters = p.shared.counters(w);
                 bump(&counters.drops[DropReason::LinkDown as usize], 1);
+            }
+            if TRACE {
+                if let Some(t) = self.traced[i].as_mut() {
+                    t.out.push((id, Err(DropReason::LinkDown)));
+                }
             }
             return;
         }
@@ -268,11 +412,18 @@ impl Forwarder {
 
     /// Hands each destination its queued frames under one acquisition of
     /// its transmit queue, then flushes it.
-    fn send_queued(&mut self, dp: &Dataplane, view: &WorkerView, w: usize, frames: &[RxFrame]) {
+    fn send_queued<const HOOKS: bool, const TRACE: bool>(
+        &mut self,
+        dp: &Dataplane,
+        view: &WorkerView,
+        w: usize,
+        frames: &[RxFrame],
+    ) {
         let Forwarder {
             pending,
             touched,
             hdrs,
+            traced,
         } = self;
         for &id in touched.iter() {
             let q = &mut pending[id as usize];
@@ -292,6 +443,17 @@ impl Forwarder {
             let (mut packets, mut bytes) = (0u64, 0u64);
             let mut drops = [0u64; DropReason::COUNT];
             let mut fault = None;
+            // A capture of what this port sends: one test per destination.
+            let cap = if HOOKS {
+                p.capture.as_deref().filter(|c| c.wants_tx())
+            } else {
+                None
+            };
+            let ts = if cap.is_some() {
+                capture::now()
+            } else {
+                Default::default()
+            };
             tx.with(|txq| {
                 for e in q.iter() {
                     let frame = &frames[usize::from(e.frame)];
@@ -315,18 +477,33 @@ impl Forwarder {
                             }
                         }
                     };
-                    match txq.tx(&txf) {
+                    let sent = match txq.tx(&txf) {
                         Ok(()) => {
                             packets += 1;
                             bytes += txf.len() as u64;
+                            if let Some(c) = cap {
+                                c.take_tx(&txf, ts);
+                            }
+                            Ok(())
                         }
-                        Err(TxError::Full) => drops[DropReason::NoBuffer as usize] += 1,
-                        Err(TxError::TooLong) => drops[DropReason::TooLong as usize] += 1,
+                        Err(TxError::Full) => {
+                            drops[DropReason::NoBuffer as usize] += 1;
+                            Err(DropReason::NoBuffer)
+                        }
+                        Err(TxError::TooLong) => {
+                            drops[DropReason::TooLong as usize] += 1;
+                            Err(DropReason::TooLong)
+                        }
                         Err(TxError::Fault(f)) => {
                             // The port is reset; the rest of its frames
                             // go nowhere.
                             fault = Some(f);
                             break;
+                        }
+                    };
+                    if TRACE {
+                        if let Some(t) = traced[usize::from(e.frame)].as_mut() {
+                            t.out.push((id, sent));
                         }
                     }
                 }
@@ -347,5 +524,22 @@ impl Forwarder {
             }
         }
         touched.clear();
+    }
+}
+
+/// Records frames that reached no bridge in a running trace.
+#[cold]
+fn trace_unswitched(t: &Trace, w: usize, in_port: PortId, frames: &[RxFrame], why: DropReason) {
+    for f in frames {
+        if t.claim(in_port) {
+            let mut r = TraceRecord::new(w, in_port, f.len);
+            if let Ok(l2) = parse_l2(f) {
+                r.src = l2.src;
+                r.dst = l2.dst;
+                r.tag = l2.tagged.then_some(l2.vid);
+            }
+            r.drop = Some(why);
+            t.record(r);
+        }
     }
 }

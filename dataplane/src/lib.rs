@@ -8,8 +8,9 @@
 //!    drop reasons and counters; byte-level views of Ethernet, memif and
 //!    virtio-net headers; VLAN membership; eventfd kicks; the data-plane
 //!    seam (frames and the [`queue::RxQueue`] / [`queue::TxQueue`] traits).
-//! 1. [`reactor`], [`switch`]: the control thread's epoll; the MAC tables
-//!    and port security state.
+//! 1. [`reactor`], [`switch`], [`observe`]: the control thread's epoll;
+//!    the MAC tables and port security state; packet capture and
+//!    forwarding traces as workers record them.
 //! 2. [`dataplane`]: the state the control thread shares with the workers
 //!    (ports, bridges, queue slots, counters) and the views workers take.
 //! 3. [`forward`], [`port`]: one worker's L2 forwarding of a burst; the port
@@ -27,6 +28,7 @@ pub mod control;
 pub mod dataplane;
 pub mod eventfd;
 pub mod forward;
+pub mod observe;
 pub mod port;
 pub mod queue;
 pub mod reactor;

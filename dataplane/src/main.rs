@@ -8,8 +8,8 @@ use clap::{Args, Parser, Subcommand};
 use switchyard::config::Config;
 use switchyard::control::Daemon;
 use switchyard_api::{
-    BridgeInfo, Client, MacAddr, MacInfo, PortInfo, PortSpec, PortStats, Request, VlanSet,
-    WorkerInfo, DEFAULT_CONTROL_SOCKET,
+    BridgeInfo, CaptureDirection, CaptureFormat, Client, MacAddr, MacInfo, PortInfo, PortSpec,
+    PortStats, Request, TraceEntry, VlanSet, WorkerInfo, DEFAULT_CONTROL_SOCKET,
 };
 
 /// Switchyard: a userspace L2 switch for pods (memif, vhost-user and tap ports).
@@ -54,6 +54,60 @@ enum Cmd {
     /// Shows the workers' load.
     #[command(subcommand)]
     Worker(WorkerCmd),
+    /// Captures a port's frames to a pcapng (or pcap) file, as tcpdump
+    /// would on a kernel interface; Ctrl-C ends it.
+    Capture {
+        /// Port.
+        port: String,
+        /// Frames received from the peer (rx), sent to it (tx), or both.
+        #[arg(long, value_enum, default_value = "both")]
+        direction: DirectionArg,
+        /// Stop after this many frames.
+        #[arg(long, short = 'c')]
+        count: Option<u64>,
+        /// Bytes kept of each frame.
+        #[arg(long, short = 's', default_value_t = 262144)]
+        snaplen: u32,
+        /// Stop after this many seconds.
+        #[arg(long)]
+        duration: Option<f64>,
+        /// File format.
+        #[arg(long, value_enum, default_value = "pcapng")]
+        format: FormatArg,
+        /// Output file, `-` for standard output (e.g. `| tcpdump -r -`).
+        #[arg(short = 'w')]
+        write: PathBuf,
+    },
+    /// Shows what the switch decided for the next frames: in-port, VLAN,
+    /// source learned or moved, destination found or flooded, out-ports,
+    /// or the drop reason.
+    Trace {
+        /// Frames to trace.
+        #[arg(long, short = 'c', default_value_t = 10)]
+        count: u32,
+        /// Only frames coming in on this port.
+        #[arg(long)]
+        port: Option<String>,
+        /// Seconds to wait for them.
+        #[arg(long, default_value_t = 10.0)]
+        timeout: f64,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum DirectionArg {
+    Rx,
+    Tx,
+    Both,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum FormatArg {
+    Pcapng,
+    Pcap,
 }
 
 #[derive(Subcommand)]
@@ -371,9 +425,76 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
                 return Ok(());
             }
             let bridges: Vec<BridgeInfo> = serde_json::from_value(v)?;
-            println!("{:<20} {:>6}  PORTS", "NAME", "MACS");
+            println!(
+                "{:<20} {:>6} {:>10} {:>8} {:>8} {:>10} {:>12}  PORTS",
+                "NAME", "MACS", "LEARNED", "MOVED", "EVICTED", "AGED", "FLOODED"
+            );
             for b in bridges {
-                println!("{:<20} {:>6}  {}", b.name, b.macs, b.ports.join(","));
+                let c = b.counters;
+                println!(
+                    "{:<20} {:>6} {:>10} {:>8} {:>8} {:>10} {:>12}  {}",
+                    b.name,
+                    b.macs,
+                    c.learned,
+                    c.moved,
+                    c.evicted,
+                    c.aged,
+                    c.flooded,
+                    b.ports.join(",")
+                );
+            }
+            Ok(())
+        }
+        Cmd::Capture {
+            port,
+            direction,
+            count,
+            snaplen,
+            duration,
+            format,
+            write,
+        } => capture(
+            client()?,
+            Request::Capture {
+                port,
+                direction: match direction {
+                    DirectionArg::Rx => CaptureDirection::Rx,
+                    DirectionArg::Tx => CaptureDirection::Tx,
+                    DirectionArg::Both => CaptureDirection::Both,
+                },
+                count,
+                snaplen: Some(snaplen),
+                format: match format {
+                    FormatArg::Pcapng => CaptureFormat::Pcapng,
+                    FormatArg::Pcap => CaptureFormat::Pcap,
+                },
+                duration_ms: duration.map(|d| (d * 1000.0).ceil() as u64),
+            },
+            &write,
+        ),
+        Cmd::Trace {
+            count,
+            port,
+            timeout,
+            json,
+        } => {
+            let wait = std::time::Duration::from_secs_f64(timeout.max(0.0));
+            let c = client()?;
+            c.set_timeout(wait + std::time::Duration::from_secs(30))?;
+            let mut c = c;
+            let v = c.call(&Request::Trace {
+                count: Some(count),
+                port,
+                timeout_ms: Some(wait.as_millis() as u64),
+            })?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&v)?);
+                return Ok(());
+            }
+            let entries: Vec<TraceEntry> = serde_json::from_value(v)?;
+            print!("{}", trace_text(&entries));
+            if (entries.len() as u32) < count {
+                eprintln!("{} of {count} frames traced in {timeout} s", entries.len());
             }
             Ok(())
         }
@@ -404,6 +525,93 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// Streams a capture to `out` (`-`: standard output) until the daemon
+/// ends it.
+fn capture(mut client: Client, req: Request, out: &std::path::Path) -> anyhow::Result<()> {
+    use std::io::{Read, Write};
+    // A capture may stay quiet for as long as the port does.
+    client.set_timeout(std::time::Duration::from_secs(365 * 24 * 3600))?;
+    let mut sink: Box<dyn Write> = if out.as_os_str() == "-" {
+        Box::new(std::io::stdout().lock())
+    } else {
+        Box::new(
+            std::fs::File::create(out)
+                .with_context(|| format!("-w: cannot create {}", out.display()))?,
+        )
+    };
+    let (_, conn) = client.call_stream(&req)?;
+    // Written as it comes, unbuffered: Ctrl-C loses nothing already read.
+    let mut buf = vec![0u8; 256 * 1024];
+    loop {
+        let n = match conn.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e).context("capture stream"),
+        };
+        sink.write_all(&buf[..n])?;
+        sink.flush()?;
+    }
+    Ok(())
+}
+
+/// `trace`'s text: a few lines per frame, as VPP's `show trace`.
+fn trace_text(entries: &[TraceEntry]) -> String {
+    use std::fmt::Write;
+    let mut o = String::new();
+    for (i, e) in entries.iter().enumerate() {
+        let _ = writeln!(
+            o,
+            "frame {}: in {} (worker {}), {} bytes, {} -> {}{}",
+            i + 1,
+            e.in_port,
+            e.worker,
+            e.len,
+            e.src,
+            e.dst,
+            e.tag.map(|t| format!(", tagged {t}")).unwrap_or_default()
+        );
+        if let Some(v) = e.vlan {
+            let _ = writeln!(o, "  vlan {v}");
+        }
+        if e.learn != "skipped" {
+            let _ = writeln!(
+                o,
+                "  source {}{}",
+                e.learn,
+                e.learn_port
+                    .as_ref()
+                    .map(|p| format!(" ({p})"))
+                    .unwrap_or_default()
+            );
+        }
+        if e.lookup != "skipped" {
+            let _ = writeln!(
+                o,
+                "  destination {}{}",
+                match e.lookup.as_str() {
+                    "unknown" => "unknown: flooded",
+                    "multicast" => "multicast: flooded",
+                    l => l,
+                },
+                e.lookup_port
+                    .as_ref()
+                    .map(|p| format!(" on {p}"))
+                    .unwrap_or_default()
+            );
+        }
+        for out in &e.out {
+            let _ = writeln!(o, "  out {}: {}", out.port, out.result);
+        }
+        if let Some(d) = &e.drop {
+            let _ = writeln!(o, "  dropped: {d}");
+        } else if e.out.is_empty() {
+            let _ = writeln!(o, "  no port to send to");
+        }
+    }
+    o
 }
 
 /// `worker list`'s table: a line per worker, then one per queue it polls.

@@ -92,6 +92,23 @@ pub struct Counters {
     pub drops: [AtomicU64; DropReason::COUNT],
 }
 
+/// Per-worker counters of one bridge (written as [`Counters`]); the
+/// control thread's block counts aging.
+#[repr(align(64))]
+#[derive(Default)]
+pub struct BridgeCounters {
+    /// MAC entries learned (new stations, evictions included).
+    pub learned: AtomicU64,
+    /// MAC entries moved from one port to another.
+    pub moved: AtomicU64,
+    /// Entries evicted from a full bucket to make room.
+    pub evicted: AtomicU64,
+    /// Entries removed by aging.
+    pub aged: AtomicU64,
+    /// Frames flooded (unknown unicast, broadcast, multicast).
+    pub flooded: AtomicU64,
+}
+
 /// Adds `n` to a counter that only the calling thread writes.
 #[inline]
 pub fn bump(c: &AtomicU64, n: u64) {

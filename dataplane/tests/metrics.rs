@@ -179,6 +179,10 @@ fn prometheus_scrapes_the_switch_and_its_counters_move_under_traffic() {
         "rate(switchyard_worker_busy_seconds_total[3s])",
         "rate(switchyard_queue_rx_packets_total{port=\"b\",queue=\"0\"}[3s])",
         "sum(rate(switchyard_worker_burst_frames_count[3s]))",
+        // The loop's frames go to an unknown address: flooded, and both
+        // sources learned.
+        "rate(switchyard_bridge_flooded_packets_total{bridge=\"default\"}[3s])",
+        "switchyard_bridge_mac_learned_total{bridge=\"default\"}",
     ] {
         let v = wait_for(Duration::from_secs(15), q, || {
             prom.value(q).filter(|&v| v > 0.0)
@@ -213,5 +217,110 @@ fn prometheus_scrapes_the_switch_and_its_counters_move_under_traffic() {
         .sum::<f64>()
         / w["busy_seconds"].as_f64().unwrap();
     assert!((0.5..=1.01).contains(&share), "queues' share {share}: {w}");
+    drop(pod);
+}
+
+/// The worker polling each of the ports' receive queues, from `worker
+/// list`.
+fn queue_workers(sw: &Switch) -> std::collections::BTreeMap<String, u64> {
+    let json: serde_json::Value =
+        serde_json::from_str(&sw.cli_ok(&["worker", "list", "--json"])).unwrap();
+    let mut m = std::collections::BTreeMap::new();
+    for w in json.as_array().unwrap() {
+        for q in w["queues"].as_array().unwrap() {
+            m.insert(
+                q["port"].as_str().unwrap().to_string(),
+                w["id"].as_u64().unwrap(),
+            );
+        }
+    }
+    m
+}
+
+#[test]
+fn two_workers_rebalance_unequal_queues_without_losing_frames() {
+    let _g = serial();
+    let sw = Switch::start(
+        "[dataplane]\nworkers = 2\nrebalance_interval_secs = 2\nrebalance_load_percent = 50\n\
+         [[bridge]]\nname = \"busy\"\n",
+    );
+    // testpmd owns four memif sockets and sends every frame back out of
+    // the port it came in on (loop topology), to an unknown address.
+    let socks: Vec<String> = ["a", "b", "c", "d"]
+        .iter()
+        .map(|p| sw.path(&format!("{p}.sock")))
+        .collect();
+    let mut pod = Testpmd::start(
+        &socks
+            .iter()
+            .enumerate()
+            .map(|(i, s)| memif_vdev(i as u32, "server", s, &format!("mac=02:00:00:00:0e:0{i}")))
+            .collect::<Vec<_>>(),
+        // mac forwarding: each frame leaves with its port's own source
+        // MAC (io would send a's frames back from c with a's address).
+        &["--forward-mode=mac", "--port-topology=loop"],
+    );
+    // The switch connects one port at a time, so the queues are placed in
+    // this order, each on the worker with the fewest: a and c on one, b
+    // and d on the other. a and c loop frames through bridge `busy`; b
+    // and d are in no bridge (quiet after testpmd's first burst).
+    for (p, s) in ["a", "b", "c", "d"].iter().zip(&socks) {
+        let mut args = vec![
+            "port", "add", p, "--kind", "memif", "--role", "slave", "--socket", s,
+        ];
+        if *p == "a" || *p == "c" {
+            args.extend(["--bridge", "busy"]);
+        }
+        sw.cli_ok(&args);
+        sw.wait_link(p, true);
+    }
+    let before = queue_workers(&sw);
+    assert_eq!(before["a"], before["c"], "{before:?}");
+    assert_ne!(before["a"], before["b"], "{before:?}");
+
+    // One worker carries all the traffic: after two seconds at over 50%
+    // busy, the balancer gives one of its queues to the other.
+    pod.send_bursts(1);
+    let after = wait_for(Duration::from_secs(30), "a rebalance", || {
+        std::thread::sleep(Duration::from_millis(200));
+        Some(queue_workers(&sw)).filter(|m| m["a"] != m["c"])
+    });
+    assert!(
+        sw.log().contains("rebalanced receive queues"),
+        "{}",
+        sw.log()
+    );
+    // Both workers now carry frames.
+    let frames = |sw: &Switch| -> Vec<u64> {
+        let json: serde_json::Value =
+            serde_json::from_str(&sw.cli_ok(&["worker", "list", "--json"])).unwrap();
+        json.as_array()
+            .unwrap()
+            .iter()
+            .map(|w| w["frames"].as_u64().unwrap())
+            .collect()
+    };
+    let f0 = frames(&sw);
+    wait_for(Duration::from_secs(10), "both workers to forward", || {
+        let f1 = frames(&sw);
+        (f1[0] > f0[0] + 1000 && f1[1] > f0[1] + 1000).then_some(())
+    });
+
+    // No frame was lost in the move: stopped, every frame a received went
+    // out of c and the other way round, and nothing was dropped.
+    pod.cmd("stop");
+    let settled = wait_for(Duration::from_secs(10), "counters to settle", || {
+        let s1 = (sw.stats("a").totals, sw.stats("c").totals);
+        std::thread::sleep(Duration::from_millis(300));
+        let s2 = (sw.stats("a").totals, sw.stats("c").totals);
+        (s1 == s2).then_some(s2)
+    });
+    let (a, c) = settled;
+    assert_eq!(a.drops.values().sum::<u64>(), 0, "{a:?}");
+    assert_eq!(c.drops.values().sum::<u64>(), 0, "{c:?}");
+    assert_eq!(a.rx_packets, c.tx_packets, "a {a:?} c {c:?}");
+    assert_eq!(c.rx_packets, a.tx_packets, "a {a:?} c {c:?}");
+    assert!(a.rx_packets > 100_000, "{a:?}");
+    eprintln!("queues before {before:?}, after {after:?}");
     drop(pod);
 }

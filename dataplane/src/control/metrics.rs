@@ -288,6 +288,42 @@ impl Collector for Snapshot {
         }
         gauges(&mut enc, bmacs)?;
         gauges(&mut enc, bports)?;
+        type BridgeCount = fn(&switchyard_api::BridgeCounts) -> u64;
+        let bridge_counters: [(&str, &str, BridgeCount); 5] = [
+            (
+                "switchyard_bridge_mac_learned",
+                "MAC entries learned (new stations, evictions included).",
+                |c| c.learned,
+            ),
+            (
+                "switchyard_bridge_mac_moved",
+                "MAC entries moved from one port to another.",
+                |c| c.moved,
+            ),
+            (
+                "switchyard_bridge_mac_evicted",
+                "MAC entries evicted from a full bucket to make room.",
+                |c| c.evicted,
+            ),
+            (
+                "switchyard_bridge_mac_aged",
+                "MAC entries removed by aging.",
+                |c| c.aged,
+            ),
+            (
+                "switchyard_bridge_flooded_packets",
+                "Frames flooded to every port (unknown unicast, broadcast, multicast).",
+                |c| c.flooded,
+            ),
+        ];
+        for (name, help, get) in bridge_counters {
+            let mut f = Family::new(name, help);
+            for b in &self.bridges {
+                let l: Labels = vec![("bridge", b.name.clone())];
+                f.samples.push((l, Counter::Int(get(&b.counters))));
+            }
+            counters(&mut enc, f)?;
+        }
 
         // Workers.
         let wl = |w: &WorkerInfo| -> Labels {

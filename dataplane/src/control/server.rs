@@ -21,7 +21,23 @@ pub struct Call {
     /// The request.
     pub request: Request,
     /// Where the answer goes.
-    pub reply: Sender<Response>,
+    pub reply: Sender<Answer>,
+}
+
+/// What the daemon loop answers a call with.
+pub enum Answer {
+    /// One answer line.
+    Now(Response),
+    /// A job that writes the answer itself, on the connection's own thread,
+    /// then ends the connection: a capture streams frames, a trace waits
+    /// for its frames. The daemon loop is free meanwhile.
+    Stream(Box<dyn StreamJob>),
+}
+
+/// An answer that takes time, run on the client connection's thread.
+pub trait StreamJob: Send {
+    /// Writes the answer (and whatever follows it) to `conn`.
+    fn run(self: Box<Self>, conn: &mut UnixStream);
 }
 
 /// Longest request line accepted.
@@ -122,7 +138,12 @@ fn handle(conn: UnixStream, calls: Sender<Call>, waker: Arc<Waker>) {
                 }
                 waker.wake();
                 match rx.recv_timeout(Duration::from_secs(60)) {
-                    Ok(r) => r,
+                    Ok(Answer::Now(r)) => r,
+                    Ok(Answer::Stream(job)) => {
+                        job.run(&mut writer);
+                        let _ = writer.shutdown(Shutdown::Both);
+                        return;
+                    }
                     Err(_) => {
                         warn!("daemon did not answer an API call");
                         Response::err(ApiError::new(ErrorCode::Internal, "daemon did not answer"))
@@ -136,7 +157,8 @@ fn handle(conn: UnixStream, calls: Sender<Call>, waker: Arc<Waker>) {
     }
 }
 
-fn send(w: &mut UnixStream, r: &Response) -> std::io::Result<()> {
+/// Writes one answer line.
+pub fn send(w: &mut UnixStream, r: &Response) -> std::io::Result<()> {
     let mut b = serde_json::to_vec(r).map_err(std::io::Error::other)?;
     b.push(b'\n');
     w.write_all(&b)

@@ -171,6 +171,23 @@ impl SecurityState {
     }
 }
 
+/// What [`admit_source`] did with an admitted source address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admitted {
+    /// Known on this port, nothing written.
+    Known,
+    /// Known on this port, its age reset.
+    Refreshed,
+    /// Learned.
+    New,
+    /// Moved from another port (its entry, as it was).
+    Moved(MacEntry),
+    /// Learned by evicting another entry of a full bucket (that entry).
+    Evicted(MacEntry),
+    /// Forwarded but not learned: the bucket is full of pinned entries.
+    NotLearned,
+}
+
 /// Learns `src` on `vlan` for the port of `entry` (whose security is
 /// `sec`). `owner` finds the security state of another port's entry, to
 /// give back the place of an entry this one displaced. `Err` is why the
@@ -184,15 +201,16 @@ pub fn admit_source<'a>(
     mut entry: MacEntry,
     hold: u32,
     owner: impl Fn(&MacEntry) -> Option<&'a SecurityState>,
-) -> Result<(), DropReason> {
+) -> Result<Admitted, DropReason> {
     entry.pinned = sec.check_source(src)?;
     // The usual case: the port's own entry, refreshed once a second.
     if let Some(e) = macs.lookup(src, vlan) {
         if e.same_port(&entry) {
             if e.last_seen != entry.last_seen || (entry.pinned && !e.pinned) {
                 macs.learn(src, vlan, entry, hold);
+                return Ok(Admitted::Refreshed);
             }
-            return Ok(());
+            return Ok(Admitted::Known);
         }
     }
     if !sec.reserve() {
@@ -204,15 +222,19 @@ pub fn admit_source<'a>(
         }
     };
     match macs.learn(src, vlan, entry, hold) {
-        Learned::New => Ok(()),
-        Learned::Moved(old) | Learned::Evicted(old) => {
+        Learned::New => Ok(Admitted::New),
+        Learned::Moved(old) => {
             release_other(&old);
-            Ok(())
+            Ok(Admitted::Moved(old))
+        }
+        Learned::Evicted(old) => {
+            release_other(&old);
+            Ok(Admitted::Evicted(old))
         }
         // Another worker learned it on this port in the meantime.
         Learned::Unchanged | Learned::Refreshed => {
             sec.release(1);
-            Ok(())
+            Ok(Admitted::Known)
         }
         Learned::Pinned(_) => {
             sec.release(1);
@@ -225,7 +247,7 @@ pub fn admit_source<'a>(
         // Forwarded, not learned: replies to it are flooded.
         Learned::Full => {
             sec.release(1);
-            Ok(())
+            Ok(Admitted::NotLearned)
         }
     }
 }
@@ -263,7 +285,7 @@ mod tests {
         let mut limited = 0;
         for i in 0..10_000 {
             match admit_source(&t, &sprayer, mac(1000 + i), 0, on(2, 1), 5, owners) {
-                Ok(()) => {}
+                Ok(_) => {}
                 Err(DropReason::MacLimit) => limited += 1,
                 Err(r) => panic!("{r:?}"),
             }
@@ -328,14 +350,24 @@ mod tests {
         let a = SecurityState::new(&PortSecurity::default());
         let thief = SecurityState::new(&PortSecurity::default());
         let owners = |e: &MacEntry| Some(if e.port == 1 { &a } else { &thief });
-        admit_source(&t, &a, mac(1), 0, on(1, 100), 5, owners).unwrap();
+        assert_eq!(
+            admit_source(&t, &a, mac(1), 0, on(1, 100), 5, owners),
+            Ok(Admitted::New)
+        );
+        assert_eq!(
+            admit_source(&t, &a, mac(1), 0, on(1, 100), 5, owners),
+            Ok(Admitted::Known)
+        );
         assert_eq!(
             admit_source(&t, &thief, mac(1), 0, on(2, 102), 5, owners),
             Err(DropReason::MacMove)
         );
         assert_eq!(t.lookup(mac(1), 0).unwrap().port, 1);
         // Quiet for the hold time: the address moves (a VM migrated).
-        admit_source(&t, &thief, mac(1), 0, on(2, 105), 5, owners).unwrap();
+        assert_eq!(
+            admit_source(&t, &thief, mac(1), 0, on(2, 105), 5, owners),
+            Ok(Admitted::Moved(on(1, 100)))
+        );
         assert_eq!(t.lookup(mac(1), 0).unwrap().port, 2);
         assert_eq!((a.learned(), thief.learned()), (0, 1));
     }

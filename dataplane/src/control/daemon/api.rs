@@ -1,15 +1,25 @@
 //! Answers to the control API's requests.
 
 use switchyard_api::{
-    ApiError, BridgeInfo, ErrorCode, MacInfo, PortInfo, PortStats, QueueLoad, Request, Response,
-    WorkerInfo,
+    ApiError, BridgeCounts, BridgeInfo, CaptureDirection, CaptureInfo, ErrorCode, MacInfo,
+    PortInfo, PortStats, QueueLoad, Request, Response, WorkerInfo,
 };
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use super::{Daemon, PortEntry};
 use crate::config::validate_name;
-use crate::types::BURST_BUCKETS;
+use crate::control::observe::{CaptureJob, TraceJob};
+use crate::control::server::Answer;
+use crate::observe::{capture::MAX_SNAPLEN, trace::MAX_TRACE, Capture, Trace};
+use crate::types::{PortId, BURST_BUCKETS};
+
+/// A trace's default wait.
+const TRACE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest wait a trace or a capture's duration may ask for.
+const MAX_WAIT: Duration = Duration::from_secs(24 * 3600);
 
 impl Daemon {
     /// The workers' load, and the receive queues each polls.
@@ -67,11 +77,129 @@ impl Daemon {
         }
     }
 
-    pub(super) fn handle(&mut self, req: Request) -> Response {
-        match self.handle_inner(req) {
-            Ok(v) => Response::ok(v),
-            Err(e) => Response::err(e),
+    pub(super) fn handle(&mut self, req: Request) -> Answer {
+        let r = match req {
+            Request::Capture {
+                port,
+                direction,
+                count,
+                snaplen,
+                format,
+                duration_ms,
+            } => self.start_capture(port, direction, count, snaplen, format, duration_ms),
+            Request::Trace {
+                count,
+                port,
+                timeout_ms,
+            } => self.start_trace(count, port, timeout_ms),
+            req => {
+                return Answer::Now(
+                    self.handle_inner(req)
+                        .map_or_else(Response::err, Response::ok),
+                )
+            }
+        };
+        r.unwrap_or_else(|e| Answer::Now(Response::err(e)))
+    }
+
+    fn port_id(&self, field: &str, name: &str) -> Result<PortId, ApiError> {
+        self.port_names.get(name).copied().ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::NotFound,
+                format!("{field}: no port named {name:?}"),
+            )
+        })
+    }
+
+    fn start_capture(
+        &mut self,
+        port: String,
+        direction: CaptureDirection,
+        count: Option<u64>,
+        snaplen: Option<u32>,
+        format: switchyard_api::CaptureFormat,
+        duration_ms: Option<u64>,
+    ) -> Result<Answer, ApiError> {
+        let invalid = |m: String| ApiError::new(ErrorCode::InvalidArgument, m);
+        let id = self.port_id("port", &port)?;
+        let snaplen = snaplen.unwrap_or(MAX_SNAPLEN);
+        if !(14..=MAX_SNAPLEN).contains(&snaplen) {
+            return Err(invalid(format!(
+                "snaplen: {snaplen} is not in 14..={MAX_SNAPLEN}"
+            )));
         }
+        if count == Some(0) {
+            return Err(invalid("count: must be at least 1".into()));
+        }
+        let duration = duration_ms.map(Duration::from_millis);
+        if duration.is_some_and(|d| d.is_zero() || d > MAX_WAIT) {
+            return Err(invalid(format!(
+                "duration_ms: must be in 1..={}",
+                MAX_WAIT.as_millis()
+            )));
+        }
+        let (rx, tx) = match direction {
+            CaptureDirection::Rx => (true, false),
+            CaptureDirection::Tx => (false, true),
+            CaptureDirection::Both => (true, true),
+        };
+        let cap = Arc::new(Capture::new(id, rx, tx, snaplen, count));
+        match self.dp.start_capture(cap.clone()) {
+            Ok(()) => {}
+            Err(true) => {
+                return Err(ApiError::new(
+                    ErrorCode::Busy,
+                    format!("port: a capture of {port:?} is running"),
+                ))
+            }
+            Err(false) => {
+                return Err(ApiError::new(
+                    ErrorCode::NotFound,
+                    format!("port: no port named {port:?}"),
+                ))
+            }
+        }
+        Ok(Answer::Stream(Box::new(CaptureJob {
+            dp: self.dp.clone(),
+            cap,
+            info: CaptureInfo {
+                port,
+                format,
+                snaplen,
+            },
+            deadline: duration.map(|d| Instant::now() + d),
+            count,
+        })))
+    }
+
+    fn start_trace(
+        &mut self,
+        count: Option<u32>,
+        port: Option<String>,
+        timeout_ms: Option<u64>,
+    ) -> Result<Answer, ApiError> {
+        let invalid = |m: String| ApiError::new(ErrorCode::InvalidArgument, m);
+        let count = count.unwrap_or(10);
+        if !(1..=MAX_TRACE).contains(&count) {
+            return Err(invalid(format!("count: {count} is not in 1..={MAX_TRACE}")));
+        }
+        let timeout = timeout_ms.map_or(TRACE_TIMEOUT, Duration::from_millis);
+        if timeout > MAX_WAIT {
+            return Err(invalid(format!(
+                "timeout_ms: at most {}",
+                MAX_WAIT.as_millis()
+            )));
+        }
+        let port = port.map(|p| self.port_id("port", &p)).transpose()?;
+        let trace = Arc::new(Trace::new(count, port));
+        if !self.dp.start_trace(trace.clone()) {
+            return Err(ApiError::new(ErrorCode::Busy, "a trace is running"));
+        }
+        Ok(Answer::Stream(Box::new(TraceJob {
+            dp: self.dp.clone(),
+            trace,
+            deadline: Instant::now() + timeout,
+        })))
     }
 
     pub(super) fn handle_inner(&mut self, req: Request) -> Result<serde_json::Value, ApiError> {
@@ -176,11 +304,29 @@ impl Daemon {
                             .collect(),
                         macs: self.dp.mac_table(b.id).map(|m| m.len()).unwrap_or(0),
                         from_config: b.from_config,
+                        counters: self
+                            .dp
+                            .bridge_stats(b.id)
+                            .map(|s| {
+                                let t = s.totals();
+                                BridgeCounts {
+                                    learned: t.learned,
+                                    moved: t.moved,
+                                    evicted: t.evicted,
+                                    aged: t.aged,
+                                    flooded: t.flooded,
+                                }
+                            })
+                            .unwrap_or_default(),
                     })
                     .collect();
                 Ok(to_json(&v))
             }
             Request::WorkerList => Ok(to_json(&self.worker_list())),
+            Request::Capture { .. } | Request::Trace { .. } => Err(ApiError::new(
+                ErrorCode::Internal,
+                "streamed requests are answered by handle",
+            )),
             Request::MacList { bridge } => {
                 let Some(b) = self.bridges.get(&bridge) else {
                     return Err(ApiError::new(

@@ -60,6 +60,8 @@ pub struct Daemon {
     worker_cpus: Vec<Option<usize>>,
     /// The Prometheus endpoint, if configured.
     metrics: Option<super::metrics::MetricsServer>,
+    /// Moves receive queues between workers by load.
+    rebalancer: super::rebalance::Rebalancer,
     control_socket: PathBuf,
     /// Persisted ports that could not be created at start (e.g. their
     /// socket is outside a changed `socket_dir`): kept in the state, so a
@@ -129,6 +131,7 @@ impl Daemon {
             workers,
             worker_cpus: cpus,
             metrics: None,
+            rebalancer: super::rebalance::Rebalancer::new(&cfg.dataplane),
             control_socket,
             cfg,
             unrestored: Vec::new(),
@@ -225,6 +228,7 @@ impl Daemon {
                 let t = self.dp.tick();
                 self.dp.age_macs(t, self.cfg.mac_aging_secs);
                 self.watch_security(now);
+                self.rebalancer.tick(&self.dp, now);
                 next_tick = now + Duration::from_secs(1);
             }
             for id in 0..self.ports.len() {
