@@ -200,6 +200,40 @@ fn prometheus_scrapes_the_switch_and_its_counters_move_under_traffic() {
     assert!(after.contains("# TYPE switchyard_worker_burst_frames histogram"));
     assert!(after.trim_end().ends_with("# EOF"));
 
+    // The Grafana dashboard's queries: valid PromQL, naming only metrics
+    // the switch exports.
+    let dash: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../config/grafana/switchyard-dashboard.json"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let mut checked = 0;
+    for panel in dash["panels"].as_array().unwrap() {
+        for t in panel["targets"].as_array().unwrap() {
+            let expr = t["expr"].as_str().unwrap();
+            let v = prom.query(expr);
+            assert_eq!(v["status"], "success", "{expr}: {v}");
+            for name in expr
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .filter(|w| w.starts_with("switchyard_"))
+            {
+                let family = name
+                    .trim_end_matches("_total")
+                    .trim_end_matches("_sum")
+                    .trim_end_matches("_count");
+                assert!(
+                    after.contains(&format!("# TYPE {family} ")),
+                    "{expr}: {name} is not exported"
+                );
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 10);
+
     // `worker list`: the one worker polls both queues, and they share its
     // busy time.
     let text = sw.cli_ok(&["worker", "list"]);
