@@ -22,6 +22,26 @@ port a on AF_XDP: Switchyard's af-xdp kind, DPDK's net_af_xdp for
 testpmd-io and OVS-DPDK; the generator stays on net_af_packet). Frame sizes
 64 and 1518 bytes.
 
+Traffic (--traffic): `learned` (default) - the generator's ports have their
+own MACs and address each other (testpmd mac forwarding, --eth-peer), so a
+switching DUT learns both and looks up every frame; `flood` - io forwarding
+of tx_first's frames to an address nobody has (unknown unicast, flooded).
+
+Memory (--memory): `hugepages` - the generator and the DPDK DUTs (testpmd-io,
+OVS-DPDK) run on 2 MiB hugepages the benchmark reserves (and gives back);
+`no-huge` - all of them on ordinary pages (--no-huge). Switchyard has no
+packet buffers of its own: it copies each frame from one peer's memory into
+the other's, so its memory is the generator's. Give both to compare.
+
+Queues: the memif cell gives every DUT two queue pairs (and the generator
+two per port), so every DUT has the same frames in flight (OVS's PMD sends
+on queue 1, so it needs two); the other cells one.
+
+--rtt adds a short-loop cell per kind: one frame in flight per port and
+queue (`set burst 1`, `tx_first 1`), so the loop's rate is (frames in
+flight)/RTT; it reports the median round trip (generator port -> DUT ->
+generator port, the generator's turnaround included) per DUT.
+
 Frame sizes count the CRC, as RFC 2544 does: a "64-byte" frame carries 60
 bytes in the buffer. Throughput is the sum of both testpmd ports' Rx-pps over
 a measuring window after a warm-up: the frames the DUT delivered, both
@@ -33,6 +53,8 @@ Run as root on an otherwise idle machine (see README, "Benchmarks"):
   benches/loop/loop_bench.py [--dut switchyard,testpmd-io,ovs-dpdk]
                              [--kinds memif,vhost-server,vhost-client]
                              [--sizes 64,1518] [--repeat 3] [--seconds 5]
+                             [--memory hugepages,no-huge] [--traffic learned]
+                             [--rtt]
 """
 
 import argparse
@@ -59,6 +81,74 @@ GEN_IF = f"sylbg{os.getpid() % 100000}"
 
 
 UPLINKS = ("af-packet", "af-xdp")
+# The generator's ports' MACs (learned traffic addresses each to the other).
+GEN_MACS = ("02:00:00:00:00:0a", "02:00:00:00:00:0b")
+# Hugepages reserved for one run: the generator (512 MiB), a testpmd-io DUT
+# (512 MiB) or OVS-DPDK (1024 MiB), with room to spare.
+HUGEPAGES = 1024
+
+
+class Settings:
+    """What the current configuration runs with (set by main)."""
+
+    memory = "no-huge"
+    traffic = "learned"
+    huge_dir = None
+
+
+SET = Settings()
+
+
+class Hugepages:
+    """Reserves 2 MiB hugepages (and a hugetlbfs mount if there is none) and
+    gives them back when closed."""
+
+    NR = "/proc/sys/vm/nr_hugepages"
+
+    def __init__(self, pages):
+        self.prev = int(open(self.NR).read())
+        self.mounted = None
+        self.dir = None
+        self.ok = False
+        try:
+            with open(self.NR, "w") as f:
+                f.write(str(max(self.prev, pages)))
+            total = int(open(self.NR).read())
+            if total < pages:
+                print(f"# only {total} of {pages} hugepages could be reserved",
+                      file=sys.stderr)
+                return
+            for line in open("/proc/mounts"):
+                f = line.split()
+                if f[2] == "hugetlbfs" and "pagesize=1G" not in f[3]:
+                    self.dir = f[1]
+                    break
+            if self.dir is None:
+                self.dir = tempfile.mkdtemp(prefix="sy-huge-")
+                subprocess.run(["mount", "-t", "hugetlbfs", "-o", "pagesize=2M", "nodev",
+                                self.dir], check=True)
+                self.mounted = self.dir
+            self.ok = True
+        except (OSError, subprocess.CalledProcessError) as e:
+            print(f"# no hugepages: {e}", file=sys.stderr)
+
+    def close(self):
+        if self.mounted:
+            subprocess.run(["umount", self.mounted], capture_output=True)
+            os.rmdir(self.mounted)
+        try:
+            with open(self.NR, "w") as f:
+                f.write(str(self.prev))
+        except OSError:
+            pass
+
+
+def eal_memory(mb):
+    """EAL memory options for the current configuration."""
+    if SET.memory == "hugepages":
+        # Files unlinked once mapped: nothing is left in the mount.
+        return ["-m", str(mb), "--huge-dir", SET.huge_dir, "--huge-unlink"]
+    return ["--no-huge", "-m", str(mb)]
 
 
 def make_veth():
@@ -70,6 +160,8 @@ def make_veth():
         subprocess.run(["sysctl", "-q", "-w", f"net.ipv6.conf.{i}.disable_ipv6=1"],
                        capture_output=True)
         subprocess.run(["ip", "link", "set", i, "up"], check=True)
+    # The generator's end has the generator's port-0 MAC (learned traffic).
+    subprocess.run(["ip", "link", "set", GEN_IF, "address", GEN_MACS[0]], check=True)
 
 
 def del_veth():
@@ -146,12 +238,12 @@ class Proc:
                 self.p.wait()
 
 
-def testpmd(prefix, lcores, vdevs, extra, mbufs=16384):
+def testpmd(prefix, lcores, vdevs, extra, mbufs=16384, fwd="io"):
     # Unbuffered: testpmd's stdout is not a terminal here.
-    argv = ["stdbuf", "-o0", TESTPMD, "--no-huge", "-m", "512", "--no-pci", "--file-prefix", prefix,
-            "--lcores", lcores]
+    argv = ["stdbuf", "-o0", TESTPMD] + eal_memory(512) + ["--no-pci", "--file-prefix", prefix,
+                                                           "--lcores", lcores]
     argv += [f"--vdev={v}" for v in vdevs]
-    argv += ["--", "-i", f"--total-num-mbufs={mbufs}", "--forward-mode=io",
+    argv += ["--", "-i", f"--total-num-mbufs={mbufs}", f"--forward-mode={fwd}",
              f"--rxd={QUEUE}", f"--txd={QUEUE}"] + extra
     p = Proc(argv, stdin=True)
     p.wait_for("testpmd> ", 60)
@@ -173,13 +265,21 @@ class Dut:
     after it (links up)."""
 
     name = "?"
-    # Queue pairs the generator's ports need for this DUT to deliver.
-    gen_queues = 1
 
     def __init__(self, kind, tmp):
         self.kind = kind
         self.tmp = tmp
         self.procs = []
+        # Queue pairs per port, the same for every DUT of a cell (and the
+        # generator): two for memif, where OVS needs two (its PMD sends on
+        # queue 1), one elsewhere.
+        self.queues = 2 if kind == "memif" else 1
+        # The generator's queue pairs on its ports.
+        self.gen_queues = self.queues
+
+    def settings(self):
+        """What this DUT runs with, for the table's notes."""
+        return ""
 
     def sockets(self):
         return [os.path.join(self.tmp, "a.sock"), os.path.join(self.tmp, "b.sock")]
@@ -206,6 +306,10 @@ def switchyard_bin():
 class Switchyard(Dut):
     name = "switchyard"
 
+    def settings(self):
+        return ("one worker pinned to CPU 0, poll mode; copies each frame from one peer's "
+                "memory into the other's (no buffers of its own)")
+
     def start(self):
         binary = switchyard_bin()
         if not os.path.exists(binary):
@@ -219,7 +323,8 @@ class Switchyard(Dut):
                 ports.append(f'[[port]]\nname = "a"\nkind = "{self.kind}"\n'
                              f'interface = "{DUT_IF}"\nbridge = "default"\n')
                 continue
-            extra = 'ring_size = 1024\nbuffer_size = 2048\n' if kind == "memif" else "queues = 1\n"
+            extra = (f'ring_size = 1024\nbuffer_size = 2048\nqueues = {self.queues}\n'
+                     if kind == "memif" else "queues = 1\n")
             ports.append(f'[[port]]\nname = "{name}"\nkind = "{kind}"\nrole = "{role}"\n'
                          f'socket = "{sock}"\nbridge = "default"\n{extra}')
         cfg = os.path.join(self.tmp, "switchyard.toml")
@@ -270,8 +375,14 @@ class TestpmdIo(Dut):
                      f"net_vhost1,iface={b},client={client},queues=1"]
         prefix = f"lb-dut-{os.getpid()}"
         # Main lcore and forwarding lcore both on the DUT's CPU (main idles).
-        self.procs.append(testpmd(prefix, f"0@{DUT_CPU},1@{DUT_CPU}", vdevs, []))
+        q = self.queues
+        self.procs.append(testpmd(prefix, f"0@{DUT_CPU},1@{DUT_CPU}", vdevs,
+                                  [f"--rxq={q}", f"--txq={q}"]))
         self.procs[-1].send("start")
+
+    def settings(self):
+        return (f"io forwarding, one lcore on CPU 0, 16384 mbufs ({SET.memory}), "
+                f"{QUEUE} descriptors")
 
     def ready(self, gen):
         time.sleep(1.0)
@@ -284,8 +395,16 @@ class OvsDpdk(Dut):
         super().__init__(kind, tmp)
         # OVS transmits on the PMD's own tx queue (queue 1 with one PMD), and
         # a DPDK memif server only has the queues its client connected.
-        if kind in ("memif",) + UPLINKS:
+        if kind in UPLINKS:
             self.gen_queues = 2
+
+    def settings(self):
+        return ("one PMD pinned to CPU 0 (pmd-cpu-mask, dpdk-lcore-mask), every rxq pinned "
+                "to it (pmd-rxq-affinity), n_rxq = the cell's queue pairs, "
+                f"n_rxq_desc = n_txq_desc = {QUEUE} on DPDK ports, EMC on (the default, "
+                "emc-insert-inv-prob 100; SMC off: few flows), NORMAL action; "
+                + ("dpdk-socket-mem 1024 on hugepages" if SET.memory == "hugepages"
+                   else "--no-huge --legacy-mem -m 3072"))
 
     def start(self):
         for tool in ["ovsdb-tool", "ovsdb-server", "ovs-vsctl"]:
@@ -308,11 +427,17 @@ class OvsDpdk(Dut):
         while not os.path.exists(self.sock) and time.time() < end:
             time.sleep(0.05)
         self.vsctl("--no-wait", "init")
+        if SET.memory == "hugepages":
+            mem = ["other_config:dpdk-socket-mem=1024",
+                   f'other_config:dpdk-extra="--huge-dir {SET.huge_dir} --huge-unlink '
+                   f'--no-pci --file-prefix lb-ovs-{os.getpid()}"']
+        else:
+            mem = [f'other_config:dpdk-extra="--no-huge --legacy-mem -m 3072 --no-pci '
+                   f'--file-prefix lb-ovs-{os.getpid()}"']
         self.vsctl("--no-wait", "set", "Open_vSwitch", ".",
                    "other_config:dpdk-init=true",
                    f"other_config:dpdk-lcore-mask={1 << DUT_CPU:#x}",
-                   f"other_config:pmd-cpu-mask={1 << DUT_CPU:#x}",
-                   f'other_config:dpdk-extra="--no-huge --legacy-mem -m 3072 --no-pci --file-prefix lb-ovs-{os.getpid()}"')
+                   f"other_config:pmd-cpu-mask={1 << DUT_CPU:#x}", *mem)
         # dpdkvhostuser sockets go to vhost-sock-dir, by default OVS_RUNDIR.
         self.procs.append(Proc([vswitchd, f"unix:{self.sock}",
                                 f"--pidfile={t}/ovs-vswitchd.pid", "--unixctl",
@@ -321,17 +446,22 @@ class OvsDpdk(Dut):
         self.vsctl("add-br", "br0", "--", "set", "bridge", "br0", "datapath_type=netdev")
         a, b = self.sockets()
         for i, (name, sock) in enumerate(zip(["pa", "pb"], [a, b])):
+            n = self.gen_queues
+            # Every rxq on the one PMD's core.
+            affinity = ",".join(f"{q}:{DUT_CPU}" for q in range(n))
+            desc = [f"options:n_rxq_desc={QUEUE}", f"options:n_txq_desc={QUEUE}"]
             if self.kind in UPLINKS and name == "pa":
-                opts = ["type=dpdk", f"options:dpdk-devargs={uplink_vdev(self.kind)}"]
+                opts = ["type=dpdk", f"options:dpdk-devargs={uplink_vdev(self.kind)}"] + desc
             elif self.kind in ("memif",) + UPLINKS:
                 dev = f"net_memif{i},role=server,id=0,socket={sock},socket-abstract=no"
-                # Two queue pairs, matching the generator (see gen_queues).
-                opts = ["type=dpdk", f"options:dpdk-devargs={dev}", "options:n_rxq=2"]
+                # As many queue pairs as the generator (see gen_queues).
+                opts = ["type=dpdk", f"options:dpdk-devargs={dev}", f"options:n_rxq={n}"] + desc
             elif self.kind == "vhost-server":
                 # dpdkvhostuser sockets live in vhost-sock-dir, named after the port.
                 opts = ["type=dpdkvhostuser"]
             else:
                 opts = ["type=dpdkvhostuserclient", f"options:vhost-server-path={sock}"]
+            opts.append(f"other_config:pmd-rxq-affinity={affinity}")
             self.vsctl("add-port", "br0", name, "--", "set", "Interface", name, *opts)
         # A new bridge's only flow is the NORMAL action (MAC learning switch).
 
@@ -376,13 +506,13 @@ def gen_vdevs(kind, sockets, queues=1):
     a, b = sockets
     if kind in UPLINKS:
         return [f"net_af_packet0,iface={GEN_IF},qdisc_bypass=1,qpairs={queues}",
-                f"net_memif1,role=client,id=0,socket={b},socket-abstract=no"]
+                f"net_memif1,role=client,id=0,socket={b},socket-abstract=no,mac={GEN_MACS[1]}"]
     if kind == "memif":
-        return [f"net_memif0,role=client,id=0,socket={a},socket-abstract=no",
-                f"net_memif1,role=client,id=0,socket={b},socket-abstract=no"]
+        return [f"net_memif0,role=client,id=0,socket={a},socket-abstract=no,mac={GEN_MACS[0]}",
+                f"net_memif1,role=client,id=0,socket={b},socket-abstract=no,mac={GEN_MACS[1]}"]
     server = ",server=1" if kind == "vhost-client" else ""
-    return [f"net_virtio_user0,path={a},queue_size={QUEUE},mac=02:00:00:00:00:0a{server}",
-            f"net_virtio_user1,path={b},queue_size={QUEUE},mac=02:00:00:00:00:0b{server}"]
+    return [f"net_virtio_user0,path={a},queue_size={QUEUE},mac={GEN_MACS[0]}{server}",
+            f"net_virtio_user1,path={b},queue_size={QUEUE},mac={GEN_MACS[1]}{server}"]
 
 
 RX_PPS = re.compile(r"Rx-pps:\s+(\d+)")
@@ -399,7 +529,14 @@ def port_pps(gen):
     return sum(int(x) for x in RX_PPS.findall(text))
 
 
-def run_once(dut_name, kind, size, seconds, bursts):
+def gen_traffic():
+    """The generator's forwarding mode and options for the traffic asked."""
+    if SET.traffic == "learned":
+        return "mac", [f"--eth-peer=0,{GEN_MACS[1]}", f"--eth-peer=1,{GEN_MACS[0]}"]
+    return "io", []
+
+
+def run_once(dut_name, kind, size, seconds, bursts, rtt=False):
     tmp = tempfile.mkdtemp(prefix="sy-loop-")
     dut = DUTS[dut_name](kind, tmp)
     gen = None
@@ -408,15 +545,26 @@ def run_once(dut_name, kind, size, seconds, bursts):
     try:
         dut.start()
         q = dut.gen_queues
+        fwd, extra = gen_traffic()
         gen = testpmd(f"lb-gen-{os.getpid()}", GEN_LCORES, gen_vdevs(kind, dut.sockets(), q),
-                      [f"--rxq={q}", f"--txq={q}"])
+                      [f"--rxq={q}", f"--txq={q}"] + extra, fwd=fwd)
         dut.ready(gen)
         gen.send(f"set txpkts {size - 4}")  # sizes count the 4-byte CRC
+        if rtt:
+            # One frame in flight per direction.
+            gen.send("set burst 1")
+            bursts = 1
         gen.send(f"start tx_first {bursts}")
         time.sleep(2.0)  # warm-up
         port_pps(gen)  # testpmd's pps is over the time between two calls
         time.sleep(seconds)
-        return port_pps(gen)
+        pps = port_pps(gen)
+        if rtt:
+            # One frame per port and queue circulates: each is received
+            # once per trip through the DUT and back.
+            in_flight = 2 * q
+            return in_flight / pps if pps else None
+        return pps
     finally:
         if gen:
             stop_testpmd(gen)
@@ -437,42 +585,109 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=5)
     ap.add_argument("--bursts", type=int, default=32, help="tx_first bursts in the loop")
+    ap.add_argument("--memory", default=None,
+                    help="hugepages,no-huge (default: hugepages if they can be reserved)")
+    ap.add_argument("--traffic", default="learned", choices=["learned", "flood"])
+    ap.add_argument("--rtt", action="store_true", help="add the one-frame-in-flight cells")
     args = ap.parse_args()
     if not os.path.exists(TESTPMD):
         sys.exit("dpdk-testpmd is missing: apt-get install dpdk dpdk-dev librte-net-memif23")
     duts = args.dut.split(",")
-    results = {}
-    for kind in args.kinds.split(","):
-        for size in [int(s) for s in args.sizes.split(",")]:
-            # The DUTs take turns, round after round: this VM's speed drifts
-            # over minutes, and a DUT measured in one slow stretch would
-            # otherwise be compared with others measured in a fast one.
-            runs = {dut: [] for dut in duts}
-            failed = set()
-            for r in range(args.repeat):
-                for dut in duts:
-                    if dut in failed:
-                        continue
-                    try:
-                        runs[dut].append(run_once(dut, kind, size, args.seconds, args.bursts))
-                    except Exception as e:  # noqa: BLE001 - report and go on
-                        print(f"# {dut} {kind} {size}: {str(e).splitlines()[0]}",
-                              file=sys.stderr, flush=True)
-                        failed.add(dut)
-                        continue
-                    print(f"# {dut:10} {kind:12} {size:5} run {r + 1}: "
-                          f"{runs[dut][-1] / 1e6:.3f} Mpps", file=sys.stderr, flush=True)
-            for dut in duts:
-                results[(dut, kind, size)] = statistics.median(runs[dut]) if runs[dut] else None
-    print_table(results, duts, args)
+    SET.traffic = args.traffic
+    huge = None
+    memories = args.memory.split(",") if args.memory else None
+    if memories is None or "hugepages" in memories:
+        huge = Hugepages(HUGEPAGES)
+        if huge.ok:
+            SET.huge_dir = huge.dir
+        elif memories is None:
+            huge.close()
+            huge = None
+        else:
+            huge.close()
+            sys.exit("hugepages asked for, but they cannot be reserved")
+        if memories is None:
+            memories = ["hugepages" if huge else "no-huge"]
+    try:
+        for memory in memories:
+            SET.memory = memory
+            results = {}
+            rtts = {}
+            for kind in args.kinds.split(","):
+                for size in [int(s) for s in args.sizes.split(",")]:
+                    results.update(measure(duts, kind, size, args, rtt=False))
+                if args.rtt:
+                    rtts.update(measure(duts, kind, 64, args, rtt=True))
+            print_table(results, duts, args)
+            if rtts:
+                print_rtt(rtts, duts)
+            print_settings(duts, args)
+    finally:
+        if huge:
+            huge.close()
+
+
+def measure(duts, kind, size, args, rtt):
+    """Median per DUT of one cell; the DUTs take turns, round after round:
+    this VM's speed drifts over minutes, and a DUT measured in one slow
+    stretch would otherwise be compared with others measured in a fast one."""
+    runs = {dut: [] for dut in duts}
+    failed = set()
+    what = "rtt" if rtt else f"{size:5}"
+    for r in range(args.repeat):
+        for dut in duts:
+            if dut in failed:
+                continue
+            try:
+                runs[dut].append(run_once(dut, kind, size, args.seconds, args.bursts, rtt))
+            except Exception as e:  # noqa: BLE001 - report and go on
+                print(f"# {dut} {kind} {what}: {str(e).splitlines()[0]}",
+                      file=sys.stderr, flush=True)
+                failed.add(dut)
+                continue
+            v = runs[dut][-1]
+            if v is None:
+                runs[dut].pop()
+                failed.add(dut)
+                continue
+            shown = f"{v * 1e6:.2f} us RTT" if rtt else f"{v / 1e6:.3f} Mpps"
+            print(f"# {SET.memory:9} {dut:10} {kind:12} {what} run {r + 1}: {shown}",
+                  file=sys.stderr, flush=True)
+    return {(dut, kind, size): (statistics.median(runs[dut]) if runs[dut] else None)
+            for dut in duts}
+
+
+def print_rtt(rtts, duts):
+    print("\nshort loop (one frame in flight per port and queue, 64 B): median round trip "
+          "generator -> DUT -> generator = frames in flight / (frames per second)\n")
+    head = f"| {'kind':12} | " + " | ".join(f"{d:^12}" for d in duts) + " |"
+    print(head)
+    print("|" + "|".join("-" * len(c) for c in head.split("|")[1:-1]) + "|")
+    for kind in sorted({k for (_, k, _) in rtts}):
+        cells = []
+        for d in duts:
+            v = rtts.get((d, kind, 64))
+            cells.append(f"{(f'{v * 1e6:.2f} us' if v else '-'):>12}")
+        print(f"| {kind:12} | " + " | ".join(cells) + " |")
+
+
+def print_settings(duts, args):
+    fwd, extra = gen_traffic()
+    print(f"\nmemory: {SET.memory}; traffic: {SET.traffic} "
+          f"(generator: testpmd {fwd} forwarding {' '.join(extra)}, "
+          f"{GEN_LCORES}, {args.bursts} bursts of 32 in flight per port and queue)")
+    print("queue pairs per port: 2 in the memif cell, 1 elsewhere, every DUT alike")
+    for d in duts:
+        print(f"- {d}: {DUTS[d]('memif', '/nonexistent').settings()}")
 
 
 def print_table(results, duts, args):
     def cell(v, size):
         return "-" if v is None else f"{v / 1e6:6.2f} Mpps {v * size * 8 / 1e9:6.2f} Gb/s"
 
-    print(f"\nloop benchmark: median of {args.repeat} runs of {args.seconds}s, "
-          f"both directions summed, DUT on CPU {DUT_CPU}, testpmd forwarding on CPU 1\n")
+    print(f"\nloop benchmark ({SET.memory}, {SET.traffic} traffic): median of {args.repeat} "
+          f"runs of {args.seconds}s, both directions summed, DUT on CPU {DUT_CPU}, "
+          f"testpmd forwarding on CPU 1\n")
     head = f"| {'kind':12} | {'size':>5} | " + " | ".join(f"{d:^22}" for d in duts)
     others = [d for d in duts if d != "switchyard"]
     head += "".join(f" | sy/{d:<10}" for d in others) + " |"
