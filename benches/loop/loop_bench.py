@@ -146,9 +146,26 @@ class Hugepages:
 def eal_memory(mb):
     """EAL memory options for the current configuration."""
     if SET.memory == "hugepages":
-        # Files unlinked once mapped: nothing is left in the mount.
-        return ["-m", str(mb), "--huge-dir", SET.huge_dir, "--huge-unlink"]
+        # One file per memseg list: virtio_user shares its memory with the
+        # vhost-user backend as a handful of fds (vhost-user allows 8
+        # regions), not one per 2 MiB page. The files stay while the
+        # process runs (the backend maps them); clean_hugepages removes
+        # them after each run.
+        return ["-m", str(mb), "--huge-dir", SET.huge_dir, "--single-file-segments"]
     return ["--no-huge", "-m", str(mb)]
+
+
+def clean_hugepages():
+    """Removes the hugepage files this benchmark's DPDK processes left."""
+    if SET.memory != "hugepages" or not SET.huge_dir:
+        return
+    tag = str(os.getpid())
+    for f in os.listdir(SET.huge_dir):
+        if tag in f:
+            try:
+                os.unlink(os.path.join(SET.huge_dir, f))
+            except OSError:
+                pass
 
 
 def make_veth():
@@ -429,7 +446,7 @@ class OvsDpdk(Dut):
         self.vsctl("--no-wait", "init")
         if SET.memory == "hugepages":
             mem = ["other_config:dpdk-socket-mem=1024",
-                   f'other_config:dpdk-extra="--huge-dir {SET.huge_dir} --huge-unlink '
+                   f'other_config:dpdk-extra="--huge-dir {SET.huge_dir} --single-file-segments '
                    f'--no-pci --file-prefix lb-ovs-{os.getpid()}"']
         else:
             mem = [f'other_config:dpdk-extra="--no-huge --legacy-mem -m 3072 --no-pci '
@@ -572,6 +589,7 @@ def run_once(dut_name, kind, size, seconds, bursts, rtt=False):
         if kind in UPLINKS:
             del_veth()
         shutil.rmtree(tmp, ignore_errors=True)
+        clean_hugepages()
         for d in os.listdir("/var/run/dpdk") if os.path.isdir("/var/run/dpdk") else []:
             if d.endswith(str(os.getpid())):
                 shutil.rmtree(os.path.join("/var/run/dpdk", d), ignore_errors=True)
@@ -590,6 +608,8 @@ def main():
     ap.add_argument("--traffic", default="learned", choices=["learned", "flood"])
     ap.add_argument("--rtt", action="store_true", help="add the one-frame-in-flight cells")
     args = ap.parse_args()
+    # SIGTERM runs the cleanup too (hugepages given back, mount removed).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if not os.path.exists(TESTPMD):
         sys.exit("dpdk-testpmd is missing: apt-get install dpdk dpdk-dev librte-net-memif23")
     duts = args.dut.split(",")
