@@ -8,7 +8,7 @@ use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{memif_vdev, serial, wait_for, Switch, Testpmd};
+use common::{memif_vdev, rxonly_pod, serial, wait_for, Switch, Testpmd};
 use pcap_file::pcapng::blocks::interface_statistics::InterfaceStatisticsOption;
 use pcap_file::pcapng::{Block, PcapNgReader};
 use switchyard_api::{CaptureDirection, CaptureFormat, Request, TraceEntry};
@@ -18,26 +18,6 @@ const MAC_A: &str = "02:00:00:00:7a:0a";
 const MAC_B: &str = "02:00:00:00:7a:0b";
 const MAC_C: &str = "02:00:00:00:7a:0c";
 const MAC_D: &str = "02:00:00:00:7a:0d";
-
-fn add_memif(sw: &Switch, name: &str, extra: &[&str]) -> String {
-    let sock = sw.path(&format!("{name}.sock"));
-    let mut args = vec![
-        "port", "add", name, "--kind", "memif", "--role", "master", "--socket", &sock, "--bridge",
-        "default",
-    ];
-    args.extend_from_slice(extra);
-    sw.cli_ok(&args);
-    sock
-}
-
-/// A testpmd pod with MAC `mac` that sends to `peer` (`tx_first`) and
-/// counts what it receives.
-fn pod(sock: &str, mac: &str, peer: &str) -> Testpmd {
-    Testpmd::start(
-        &[memif_vdev(0, "client", sock, &format!("mac={mac}"))],
-        &["--forward-mode=rxonly", &format!("--eth-peer=0,{peer}")],
-    )
-}
 
 /// `tcpdump -r FILE -nn -e`: its lines (one per frame).
 fn tcpdump(file: &str) -> Vec<String> {
@@ -93,8 +73,8 @@ fn pcapng(bytes: &[u8]) -> (Vec<(u32, usize)>, Option<u64>) {
 fn captures_are_read_by_tcpdump_and_a_slow_reader_loses_only_capture_frames() {
     let _g = serial();
     let sw = Switch::start(BRIDGE);
-    let sa = add_memif(&sw, "a", &[]);
-    let sb = add_memif(&sw, "b", &[]);
+    let sa = sw.add_memif("a", &[]);
+    let sb = sw.add_memif("b", &[]);
     // One pod whose two ports loop frames through the bridge.
     let mut pod = Testpmd::start(
         &[
@@ -215,14 +195,14 @@ fn captures_are_read_by_tcpdump_and_a_slow_reader_loses_only_capture_frames() {
 fn a_trace_shows_a_learned_unicast_and_a_dropped_frame_with_its_reason() {
     let _g = serial();
     let sw = Switch::start(BRIDGE);
-    let sa = add_memif(&sw, "a", &[]);
-    let sb = add_memif(&sw, "b", &[]);
+    let sa = sw.add_memif("a", &[]);
+    let sb = sw.add_memif("b", &[]);
     // Port c may only send from MAC_D: its pod, sending from MAC_C, is
     // spoofing.
-    let sc = add_memif(&sw, "c", &["--mac", MAC_D]);
-    let mut pa = pod(&sa, MAC_A, MAC_B);
-    let mut pb = pod(&sb, MAC_B, MAC_A);
-    let mut pc = pod(&sc, MAC_C, MAC_B);
+    let sc = sw.add_memif("c", &["--mac", MAC_D]);
+    let mut pa = rxonly_pod(&sa, MAC_A, MAC_B);
+    let mut pb = rxonly_pod(&sb, MAC_B, MAC_A);
+    let mut pc = rxonly_pod(&sc, MAC_C, MAC_B);
     for p in ["a", "b", "c"] {
         sw.wait_link(p, true);
     }

@@ -7,33 +7,13 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::memif_peer::{self as peer, Conn, SlaveMem};
-use common::{memif_vdev, serial, wait_for, Switch, Testpmd};
+use common::{rxonly_pod, serial, wait_for, Switch, Testpmd};
 
 const BRIDGE: &str = "[[bridge]]\nname = \"default\"\n";
 const MAC_A: &str = "02:00:00:00:5e:0a";
 const MAC_B: &str = "02:00:00:00:5e:0b";
 /// The hostile peer sprays this many distinct source MACs.
 const SPRAY: u64 = 100_000;
-
-fn add_memif(sw: &Switch, name: &str, extra: &[&str]) -> String {
-    let sock = sw.path(&format!("{name}.sock"));
-    let mut args = vec![
-        "port", "add", name, "--kind", "memif", "--role", "master", "--socket", &sock, "--bridge",
-        "default",
-    ];
-    args.extend_from_slice(extra);
-    sw.cli_ok(&args);
-    sock
-}
-
-/// A testpmd pod with MAC `mac` on the memif socket `sock`, sending to
-/// `peer` when told to.
-fn pod(sock: &str, mac: &str, peer: &str) -> Testpmd {
-    Testpmd::start(
-        &[memif_vdev(0, "client", sock, &format!("mac={mac}"))],
-        &["--forward-mode=rxonly", &format!("--eth-peer=0,{peer}")],
-    )
-}
 
 fn drops(sw: &Switch, port: &str, reason: &str) -> u64 {
     sw.stats(port)
@@ -74,10 +54,10 @@ fn exchange(a: &mut Testpmd, b: &mut Testpmd, bursts: u32) -> (u64, u64) {
 fn a_port_spraying_source_macs_pushes_out_no_neighbour() {
     let _g = serial();
     let sw = Switch::start(BRIDGE);
-    let (sa, sb) = (add_memif(&sw, "a", &[]), add_memif(&sw, "b", &[]));
-    let sh = add_memif(&sw, "h", &[]);
-    let mut a = pod(&sa, MAC_A, MAC_B);
-    let mut b = pod(&sb, MAC_B, MAC_A);
+    let (sa, sb) = (sw.add_memif("a", &[]), sw.add_memif("b", &[]));
+    let sh = sw.add_memif("h", &[]);
+    let mut a = rxonly_pod(&sa, MAC_A, MAC_B);
+    let mut b = rxonly_pod(&sb, MAC_B, MAC_A);
     let mem = SlaveMem::new();
     let conn = Conn::connect(&sh);
     peer::run_slave(&conn, &mem.script()).expect("handshake");
@@ -135,14 +115,14 @@ fn a_pod_sending_with_its_neighbours_mac_does_not_get_its_traffic() {
     let _g = serial();
     let sw = Switch::start(BRIDGE);
     let (sa, sb, sc) = (
-        add_memif(&sw, "a", &[]),
-        add_memif(&sw, "b", &[]),
-        add_memif(&sw, "c", &[]),
+        sw.add_memif("a", &[]),
+        sw.add_memif("b", &[]),
+        sw.add_memif("c", &[]),
     );
-    let mut a = pod(&sa, MAC_A, MAC_B);
-    let mut b = pod(&sb, MAC_B, MAC_A);
+    let mut a = rxonly_pod(&sa, MAC_A, MAC_B);
+    let mut b = rxonly_pod(&sb, MAC_B, MAC_A);
     // Pod C claims A's MAC.
-    let mut c = pod(&sc, MAC_A, MAC_B);
+    let mut c = rxonly_pod(&sc, MAC_A, MAC_B);
     for p in ["a", "b", "c"] {
         sw.wait_link(p, true);
     }
@@ -168,16 +148,16 @@ fn a_pod_sending_with_its_neighbours_mac_does_not_get_its_traffic() {
 fn a_pinned_port_sends_only_from_its_mac_and_keeps_it_while_down() {
     let _g = serial();
     let sw = Switch::start(BRIDGE);
-    let sa = add_memif(&sw, "a", &["--mac", MAC_A]);
-    let sb = add_memif(&sw, "b", &[]);
+    let sa = sw.add_memif("a", &["--mac", MAC_A]);
+    let sb = sw.add_memif("b", &[]);
     // Pinned before pod A ever spoke: B's frames to A are unicast at once.
     let macs = sw.macs("default");
     assert!(
         macs.iter().any(|e| e.mac == MAC_A && e.port == "a"),
         "{macs:?}"
     );
-    let mut a = pod(&sa, MAC_A, MAC_B);
-    let mut b = pod(&sb, MAC_B, MAC_A);
+    let mut a = rxonly_pod(&sa, MAC_A, MAC_B);
+    let mut b = rxonly_pod(&sb, MAC_B, MAC_A);
     sw.wait_link("a", true);
     sw.wait_link("b", true);
     assert_eq!(exchange(&mut a, &mut b, 1), (32, 32));
@@ -187,7 +167,7 @@ fn a_pinned_port_sends_only_from_its_mac_and_keeps_it_while_down() {
     sw.wait_link("b", false);
     // A's address stays A's while its pod is away: a pod on B's port
     // sending as A is refused.
-    let mut thief = pod(&sb, MAC_A, MAC_B);
+    let mut thief = rxonly_pod(&sb, MAC_A, MAC_B);
     sw.wait_link("b", true);
     thief.send_bursts(1);
     wait_for(
@@ -202,7 +182,7 @@ fn a_pinned_port_sends_only_from_its_mac_and_keeps_it_while_down() {
     );
     drop(thief);
     // A pod on A's port with another MAC: every frame dropped.
-    let mut spoofer = pod(&sa, "02:00:00:00:5e:99", MAC_B);
+    let mut spoofer = rxonly_pod(&sa, "02:00:00:00:5e:99", MAC_B);
     sw.wait_link("a", true);
     spoofer.send_bursts(1);
     wait_for(Duration::from_secs(10), "spoofed frames dropped", || {

@@ -199,6 +199,20 @@ impl Switch {
             .unwrap()
     }
 
+    /// Adds memif port `name` in bridge `default`, the switch as master on
+    /// socket `name.sock` in the test's directory, with `extra` arguments;
+    /// returns the socket's path.
+    pub fn add_memif(&self, name: &str, extra: &[&str]) -> String {
+        let sock = self.path(&format!("{name}.sock"));
+        let mut args = vec![
+            "port", "add", name, "--kind", "memif", "--role", "master", "--socket", &sock,
+            "--bridge", "default",
+        ];
+        args.extend_from_slice(extra);
+        self.cli_ok(&args);
+        sock
+    }
+
     /// Runs the CLI and asserts success; returns stdout.
     pub fn cli_ok(&self, args: &[&str]) -> String {
         let o = self.cli(args);

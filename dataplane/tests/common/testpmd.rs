@@ -306,6 +306,16 @@ impl Drop for Testpmd {
     }
 }
 
+/// A testpmd pod with MAC `mac` on the memif socket `sock` (testpmd the
+/// slave), counting what it receives and sending to `peer` when told to
+/// (`send_bursts`).
+pub fn rxonly_pod(sock: &str, mac: &str, peer: &str) -> Testpmd {
+    Testpmd::start(
+        &[memif_vdev(0, "client", sock, &format!("mac={mac}"))],
+        &["--forward-mode=rxonly", &format!("--eth-peer=0,{peer}")],
+    )
+}
+
 /// A memif vdev argument string.
 pub fn memif_vdev(index: u32, role: &str, socket: &str, extra: &str) -> String {
     let mut s = format!("net_memif{index},role={role},socket={socket},socket-abstract=no");
