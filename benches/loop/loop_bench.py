@@ -43,7 +43,9 @@ flight)/RTT; it reports the median round trip (generator port -> DUT ->
 generator port, the generator's turnaround included) per DUT.
 
 Frame sizes count the CRC, as RFC 2544 does: a "64-byte" frame carries 60
-bytes in the buffer. Throughput is the sum of both testpmd ports' Rx-pps over
+bytes in the buffer. `--sizes imix` adds the standard IMIX cell: 64, 576
+and 1518-byte frames put in flight 7:4:1 (12 bursts per port and queue
+instead of --bursts), whose Gbit/s use the mix's mean size. Throughput is the sum of both testpmd ports' Rx-pps over
 a measuring window after a warm-up: the frames the DUT delivered, both
 directions together. Gbit/s is pps * size * 8 (no preamble or gap). Each cell is the
 median of --repeat runs.
@@ -52,7 +54,7 @@ Run as root on an otherwise idle machine (see README, "Benchmarks"):
   cargo build --release -p switchyard
   benches/loop/loop_bench.py [--dut switchyard,testpmd-io,ovs-dpdk]
                              [--kinds memif,vhost-server,vhost-client]
-                             [--sizes 64,1518] [--repeat 3] [--seconds 5]
+                             [--sizes 64,1518,imix] [--repeat 3] [--seconds 5]
                              [--memory hugepages,no-huge] [--traffic learned]
                              [--rtt]
 """
@@ -83,6 +85,11 @@ GEN_IF = f"sylbg{os.getpid() % 100000}"
 UPLINKS = ("af-packet", "af-xdp")
 # The generator's ports' MACs (learned traffic addresses each to the other).
 GEN_MACS = ("02:00:00:00:00:0a", "02:00:00:00:00:0b")
+# The IMIX cell: frame sizes (CRC counted) and how many bursts of each are
+# put in flight, the standard 7:4:1 (`--sizes imix`; 0 stands for it).
+IMIX = 0
+IMIX_MIX = ((64, 7), (576, 4), (1518, 1))
+IMIX_MEAN = sum(s * n for s, n in IMIX_MIX) / sum(n for _, n in IMIX_MIX)
 # Hugepages reserved for one run: the generator (512 MiB), a testpmd-io DUT
 # (512 MiB) or OVS-DPDK (1024 MiB), with room to spare.
 HUGEPAGES = 1024
@@ -563,15 +570,31 @@ def run_once(dut_name, kind, size, seconds, bursts, rtt=False):
         dut.start()
         q = dut.gen_queues
         fwd, extra = gen_traffic()
+        # --no-flush-rx: `start` keeps frames waiting in the rx rings (the
+        # IMIX cell stops and starts forwarding between its sizes).
         gen = testpmd(f"lb-gen-{os.getpid()}", GEN_LCORES, gen_vdevs(kind, dut.sockets(), q),
-                      [f"--rxq={q}", f"--txq={q}"] + extra, fwd=fwd)
+                      [f"--rxq={q}", f"--txq={q}", "--no-flush-rx"] + extra, fwd=fwd)
         dut.ready(gen)
-        gen.send(f"set txpkts {size - 4}")  # sizes count the 4-byte CRC
-        if rtt:
-            # One frame in flight per direction.
-            gen.send("set burst 1")
-            bursts = 1
-        gen.send(f"start tx_first {bursts}")
+        if size == IMIX:
+            # Each size's bursts in turn: forwarding stops between them,
+            # frames in flight wait in the rings, and the loop carries the
+            # mix from then on.
+            for i, (sz, n) in enumerate(IMIX_MIX):
+                gen.send(f"set txpkts {sz - 4}")
+                m = gen.mark()
+                gen.send(f"start tx_first {n}")
+                gen.wait_for("forwarding packets", 10, m)
+                if i + 1 < len(IMIX_MIX):
+                    m = gen.mark()
+                    gen.send("stop")
+                    gen.wait_for("Done.", 10, m)
+        else:
+            gen.send(f"set txpkts {size - 4}")  # sizes count the 4-byte CRC
+            if rtt:
+                # One frame in flight per direction.
+                gen.send("set burst 1")
+                bursts = 1
+            gen.send(f"start tx_first {bursts}")
         time.sleep(2.0)  # warm-up
         port_pps(gen)  # testpmd's pps is over the time between two calls
         time.sleep(seconds)
@@ -634,7 +657,7 @@ def main():
             results = {}
             rtts = {}
             for kind in args.kinds.split(","):
-                for size in [int(s) for s in args.sizes.split(",")]:
+                for size in [IMIX if s == "imix" else int(s) for s in args.sizes.split(",")]:
                     results.update(measure(duts, kind, size, args, rtt=False))
                 if args.rtt:
                     rtts.update(measure(duts, kind, 64, args, rtt=True))
@@ -653,7 +676,7 @@ def measure(duts, kind, size, args, rtt):
     stretch would otherwise be compared with others measured in a fast one."""
     runs = {dut: [] for dut in duts}
     failed = set()
-    what = "rtt" if rtt else f"{size:5}"
+    what = "rtt" if rtt else ("imix" if size == IMIX else f"{size:5}")
     for r in range(args.repeat):
         for dut in duts:
             if dut in failed:
@@ -703,7 +726,8 @@ def print_settings(duts, args):
 
 def print_table(results, duts, args):
     def cell(v, size):
-        return "-" if v is None else f"{v / 1e6:6.2f} Mpps {v * size * 8 / 1e9:6.2f} Gb/s"
+        mean = IMIX_MEAN if size == IMIX else size
+        return "-" if v is None else f"{v / 1e6:6.2f} Mpps {v * mean * 8 / 1e9:6.2f} Gb/s"
 
     print(f"\nloop benchmark ({SET.memory}, {SET.traffic} traffic): median of {args.repeat} "
           f"runs of {args.seconds}s, both directions summed, DUT on CPU {DUT_CPU}, "
@@ -714,7 +738,8 @@ def print_table(results, duts, args):
     print(head)
     print("|" + "|".join("-" * len(c) for c in head.split("|")[1:-1]) + "|")
     for (kind, size) in sorted({(k, s) for (_, k, s) in results}):
-        row = f"| {kind:12} | {size:5} | " + " | ".join(
+        shown = "imix" if size == IMIX else size
+        row = f"| {kind:12} | {shown:>5} | " + " | ".join(
             f"{cell(results.get((d, kind, size)), size):>22}" for d in duts)
         sy = results.get(("switchyard", kind, size))
         for d in others:
