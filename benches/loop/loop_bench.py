@@ -101,6 +101,13 @@ class Settings:
     memory = "no-huge"
     traffic = "learned"
     huge_dir = None
+    # The many-hosts cell's hosts per side (None: the generator is testpmd).
+    hosts = None
+
+
+def mac_table_size():
+    """The MAC table the switching DUTs get: room for both sides' hosts."""
+    return max(16384, 4 * (SET.hosts or 0))
 
 
 SET = Settings()
@@ -314,6 +321,15 @@ class Dut:
     def ready(self, gen):
         pass
 
+    def load_mark(self):
+        """Starts the measuring window of load()."""
+
+    def load(self):
+        """The DUT's busy share over the window since load_mark() (0..1),
+        and its mean receive burst (frames, or None): a DUT that is not busy
+        all the time waits for the generator, and the cell measures that."""
+        return None, None
+
     def stop(self):
         for p in reversed(self.procs):
             if TESTPMD in p.argv:
@@ -349,6 +365,10 @@ class Switchyard(Dut):
                 continue
             extra = (f'ring_size = 1024\nbuffer_size = 2048\nqueues = {self.queues}\n'
                      if kind == "memif" else "queues = 1\n")
+            if SET.hosts is not None:
+                # A port to a pod learns 64 MACs at most unless told
+                # otherwise; these have a network of hosts behind them.
+                extra += "mac_limit = 0\n"
             ports.append(f'[[port]]\nname = "{name}"\nkind = "{kind}"\nrole = "{role}"\n'
                          f'socket = "{sock}"\nbridge = "default"\n{extra}')
         cfg = os.path.join(self.tmp, "switchyard.toml")
@@ -356,6 +376,7 @@ class Switchyard(Dut):
             f.write(f'control_socket = "{self.tmp}/control.sock"\n'
                     f'state_dir = "{self.tmp}/state"\n'
                     f'socket_dir = "{self.tmp}"\n'
+                    f'mac_table_size = {mac_table_size()}\n'
                     f'[dataplane]\nworkers = 1\ncpus = [{DUT_CPU}]\npoll_mode = "poll"\n'
                     '[[bridge]]\nname = "default"\n' + "\n".join(ports))
         self.ctl = os.path.join(self.tmp, "control.sock")
@@ -380,6 +401,23 @@ class Switchyard(Dut):
                 return
             time.sleep(0.2)
         raise RuntimeError(f"switchyard links not up: {out}")
+
+    def workers(self):
+        out = subprocess.run([switchyard_bin(), "worker", "list", "--json"],
+                             env=dict(os.environ, SWITCHYARD_CONTROL=self.ctl),
+                             capture_output=True, text=True).stdout
+        w = json.loads(out)[0]
+        return w["busy_seconds"], w["idle_seconds"], w["frames"], sum(b[1] for b in w["bursts"])
+
+    def load_mark(self):
+        self.mark = self.workers()
+
+    def load(self):
+        b0, i0, f0, n0 = self.mark
+        b1, i1, f1, n1 = self.workers()
+        total = (b1 - b0) + (i1 - i0)
+        return ((b1 - b0) / total if total else None,
+                (f1 - f0) / (n1 - n0) if n1 > n0 else None)
 
 
 class TestpmdIo(Dut):
@@ -423,10 +461,13 @@ class OvsDpdk(Dut):
             self.gen_queues = 2
 
     def settings(self):
+        caches = ("EMC inserts off (emc-insert-inv-prob 0) and SMC on, as OVS's guide has "
+                  "it for flows beyond the EMC's 8192" if many_flows() else
+                  "EMC on (the default, emc-insert-inv-prob 100; SMC off: few flows)")
         return ("one PMD pinned to CPU 0 (pmd-cpu-mask, dpdk-lcore-mask), every rxq pinned "
                 "to it (pmd-rxq-affinity), n_rxq = the cell's queue pairs, "
-                f"n_rxq_desc = n_txq_desc = {QUEUE} on DPDK ports, EMC on (the default, "
-                "emc-insert-inv-prob 100; SMC off: few flows), NORMAL action; "
+                f"n_rxq_desc = n_txq_desc = {QUEUE} on DPDK ports, {caches}, "
+                f"mac-table-size {mac_table_size()}, NORMAL action; "
                 + ("dpdk-socket-mem 1024 on hugepages" if SET.memory == "hugepages"
                    else "--no-huge --legacy-mem -m 3072"))
 
@@ -488,6 +529,11 @@ class OvsDpdk(Dut):
             opts.append(f"other_config:pmd-rxq-affinity={affinity}")
             self.vsctl("add-port", "br0", name, "--", "set", "Interface", name, *opts)
         # A new bridge's only flow is the NORMAL action (MAC learning switch).
+        self.vsctl("set", "bridge", "br0", f"other_config:mac-table-size={mac_table_size()}")
+        if many_flows():
+            # OVS's guide for many parallel flows: no EMC inserts, SMC on.
+            self.vsctl("set", "Open_vSwitch", ".", "other_config:emc-insert-inv-prob=0",
+                       "other_config:smc-enable=true")
 
     def sockets(self):
         if self.kind == "vhost-server":
@@ -509,6 +555,25 @@ class OvsDpdk(Dut):
     def ready(self, gen):
         time.sleep(2.0)
 
+    def appctl(self, *args):
+        r = subprocess.run(["ovs-appctl", "-t", f"{self.tmp}/ovs-vswitchd.ctl", *args],
+                           env=self.env, capture_output=True, text=True, timeout=20)
+        if r.returncode != 0:
+            print(f"# ovs-appctl {' '.join(args)}: {r.stderr.strip()}", file=sys.stderr)
+        return r.stdout
+
+    def load_mark(self):
+        self.appctl("dpif-netdev/pmd-stats-clear")
+
+    def load(self):
+        out = self.appctl("dpif-netdev/pmd-stats-show")
+        if os.environ.get("LOOP_BENCH_DEBUG"):
+            print(out, file=sys.stderr)
+        busy = re.search(r"processing cycles:\s+\d+\s+\(([\d.]+)%\)", out)
+        burst = re.search(r"avg\. packets per output batch:\s+([\d.]+)", out)
+        return (float(busy.group(1)) / 100 if busy else None,
+                float(burst.group(1)) if burst else None)
+
     def stop(self):
         if self.procs:
             subprocess.run(["ovs-appctl", "-t", f"{self.tmp}/ovs-vswitchd.ctl", "exit"],
@@ -517,6 +582,40 @@ class OvsDpdk(Dut):
 
 
 DUTS = {"switchyard": Switchyard, "testpmd-io": TestpmdIo, "ovs-dpdk": OvsDpdk}
+
+# OVS's exact match cache holds 8192 flows.
+EMC_ENTRIES = 8192
+
+
+def many_flows():
+    """Whether the cell's flows (a NORMAL megaflow per host pair and
+    direction) are beyond what OVS's exact match cache holds."""
+    return SET.hosts is not None and 2 * SET.hosts > EMC_ENTRIES
+
+
+HOSTGEN_SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hostgen.c")
+
+
+def hostgen_bin():
+    """Builds the many-hosts generator (hostgen.c) against the system's DPDK."""
+    out = os.path.join(REPO, "target", "loop-bench", "hostgen")
+    if os.path.exists(out) and os.path.getmtime(out) >= os.path.getmtime(HOSTGEN_SRC):
+        return out
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    flags = subprocess.run(["pkg-config", "--cflags", "--libs", "libdpdk"], check=True,
+                           capture_output=True, text=True).stdout.split()
+    subprocess.run(["cc", "-O3", "-march=native", "-o", out, HOSTGEN_SRC] + flags, check=True)
+    return out
+
+
+def hostgen(vdevs, queues, size, bursts, warmup, seconds):
+    """The many-hosts generator, started; its output ends in "rx_pps N"."""
+    argv = ["stdbuf", "-o0", hostgen_bin()] + eal_memory(512) + [
+        "--no-pci", "--file-prefix", f"lb-gen-{os.getpid()}", "--lcores", GEN_LCORES]
+    argv += [f"--vdev={v}" for v in vdevs]
+    argv += ["--", str(SET.hosts), str(size), str(bursts), str(queues), str(QUEUE),
+             str(warmup), str(seconds)]
+    return Proc(argv)
 
 
 def uplink_vdev(kind):
@@ -540,6 +639,8 @@ def gen_vdevs(kind, sockets, queues=1):
 
 
 RX_PPS = re.compile(r"Rx-pps:\s+(\d+)")
+# (dut, kind, size, rtt) -> [(busy share, mean burst)] of each run.
+LOADS = {}
 
 
 def port_pps(gen):
@@ -560,6 +661,25 @@ def gen_traffic():
     return "io", []
 
 
+def run_hosts(dut, size, seconds, bursts):
+    """One many-hosts run: hostgen puts the frames in flight and measures."""
+    q = dut.gen_queues
+    # Longer warm-up: OVS sets up a megaflow per host pair and direction.
+    warmup = 5.0
+    gen = hostgen(gen_vdevs(dut.kind, dut.sockets(), q), q, size, bursts, warmup, seconds)
+    try:
+        dut.ready(gen)
+        gen.wait_for("links up", 90)
+        time.sleep(warmup + 0.5)
+        dut.load_mark()
+        gen.wait_for("rx_pps", 30 + seconds)
+        LOADS.setdefault((dut.name, dut.kind, size, SET.hosts), []).append(dut.load())
+        m = re.search(r"rx_pps (\d+)", gen.text())
+        return int(m.group(1))
+    finally:
+        gen.stop()
+
+
 def run_once(dut_name, kind, size, seconds, bursts, rtt=False):
     tmp = tempfile.mkdtemp(prefix="sy-loop-")
     dut = DUTS[dut_name](kind, tmp)
@@ -568,6 +688,8 @@ def run_once(dut_name, kind, size, seconds, bursts, rtt=False):
         make_veth()
     try:
         dut.start()
+        if SET.hosts is not None:
+            return run_hosts(dut, size, seconds, bursts)
         q = dut.gen_queues
         fwd, extra = gen_traffic()
         # --no-flush-rx: `start` keeps frames waiting in the rx rings (the
@@ -597,8 +719,10 @@ def run_once(dut_name, kind, size, seconds, bursts, rtt=False):
             gen.send(f"start tx_first {bursts}")
         time.sleep(2.0)  # warm-up
         port_pps(gen)  # testpmd's pps is over the time between two calls
+        dut.load_mark()
         time.sleep(seconds)
         pps = port_pps(gen)
+        LOADS.setdefault((dut_name, kind, size, "rtt" if rtt else None), []).append(dut.load())
         if rtt:
             # One frame per port and queue circulates: each is received
             # once per trip through the DUT and back.
@@ -630,6 +754,9 @@ def main():
                     help="hugepages,no-huge (default: hugepages if they can be reserved)")
     ap.add_argument("--traffic", default="learned", choices=["learned", "flood"])
     ap.add_argument("--rtt", action="store_true", help="add the one-frame-in-flight cells")
+    ap.add_argument("--hosts", default="",
+                    help="many-hosts cells (64 B, hostgen generator): hosts per side, "
+                         "e.g. 1000,10000")
     args = ap.parse_args()
     # SIGTERM runs the cleanup too (hugepages given back, mount removed).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -656,14 +783,29 @@ def main():
             SET.memory = memory
             results = {}
             rtts = {}
+            many = {}
             for kind in args.kinds.split(","):
-                for size in [IMIX if s == "imix" else int(s) for s in args.sizes.split(",")]:
+                for size in [IMIX if s == "imix" else int(s)
+                             for s in args.sizes.split(",") if s]:
                     results.update(measure(duts, kind, size, args, rtt=False))
                 if args.rtt:
                     rtts.update(measure(duts, kind, 64, args, rtt=True))
-            print_table(results, duts, args)
+                for n in [int(h) for h in args.hosts.split(",") if h]:
+                    SET.hosts = n
+                    try:
+                        for (d, k, s), v in measure(duts, kind, 64, args, rtt=False).items():
+                            many[(d, k, n)] = v
+                    finally:
+                        SET.hosts = None
+            if results:
+                print_table(results, duts, args)
+                print_loads(duts, sorted({(k, s, None) for (_, k, s) in results}))
             if rtts:
                 print_rtt(rtts, duts)
+            if many:
+                print_hosts(many, duts, args)
+                print_loads(duts, sorted({(k, 64, n) for (_, k, n) in many}))
+            LOADS.clear()
             print_settings(duts, args)
     finally:
         if huge:
@@ -677,6 +819,8 @@ def measure(duts, kind, size, args, rtt):
     runs = {dut: [] for dut in duts}
     failed = set()
     what = "rtt" if rtt else ("imix" if size == IMIX else f"{size:5}")
+    if SET.hosts is not None:
+        what += f" {SET.hosts} hosts"
     for r in range(args.repeat):
         for dut in duts:
             if dut in failed:
@@ -712,6 +856,56 @@ def print_rtt(rtts, duts):
             v = rtts.get((d, kind, 64))
             cells.append(f"{(f'{v * 1e6:.2f} us' if v else '-'):>12}")
         print(f"| {kind:12} | " + " | ".join(cells) + " |")
+
+
+def print_loads(duts, cells):
+    """The switching DUTs' load in the measuring windows of `cells` (the
+    keys of LOADS), median over the runs."""
+    rows = []
+    for key in cells:
+        for d in duts:
+            runs = LOADS.get((d,) + key)
+            if d == "testpmd-io" or not runs:
+                continue
+            busy = [b for b, _ in runs if b is not None]
+            burst = [n for _, n in runs if n is not None]
+            rows.append((key, d, statistics.median(busy) if busy else None,
+                         statistics.median(burst) if burst else None))
+    if not rows:
+        return
+    print("\nDUT load over the measuring window (median): busy share of its CPU "
+          "(Switchyard: passes that found frames; OVS-DPDK: processing cycles) and mean "
+          "burst (Switchyard: frames per non-empty receive burst; OVS-DPDK: packets per "
+          "output batch). A DUT under 100% busy waits for the generator.\n")
+    for (kind, size, extra), d, busy, burst in rows:
+        shown = "imix" if size == IMIX else size
+        what = f" {extra} hosts" if isinstance(extra, int) else (" rtt" if extra else "")
+        b = f"{busy * 100:5.1f}%" if busy is not None else "    -"
+        n = f"{burst:5.1f}" if burst is not None else "    -"
+        print(f"- {kind:12} {shown:>5}{what}: {d:10} busy {b}, burst {n}")
+
+
+def print_hosts(many, duts, args):
+    print(f"\nmany hosts ({SET.memory}, 64 B): hostgen generator, the k-th frame out of "
+          "a port from its side's host k mod N to the other side's host k mod N; median "
+          f"of {args.repeat} runs of {args.seconds}s after 5 s of warm-up\n")
+    head = f"| {'kind':12} | {'hosts':>6} | " + " | ".join(f"{d:^12}" for d in duts)
+    others = [d for d in duts if d != "switchyard"]
+    head += "".join(f" | sy/{d:<10}" for d in others) + " |"
+    print(head)
+    print("|" + "|".join("-" * len(c) for c in head.split("|")[1:-1]) + "|")
+    for (kind, n) in sorted({(k, n) for (_, k, n) in many}):
+        row = f"| {kind:12} | {n:>6} | " + " | ".join(
+            f"{(f'{v / 1e6:.2f} Mpps' if (v := many.get((d, kind, n))) else '-'):>12}"
+            for d in duts)
+        sy = many.get(("switchyard", kind, n))
+        for d in others:
+            o = many.get((d, kind, n))
+            row += f" | {(f'{sy / o:.2f}x' if sy and o else '-'):<13}"
+        print(row + " |")
+    print(f"OVS-DPDK: mac-table-size {max(16384, 4 * max(n for (_, _, n) in many))} at most; "
+          f"beyond {EMC_ENTRIES // 2} hosts per side, EMC inserts off and SMC on; "
+          "Switchyard: mac_table_size alike")
 
 
 def print_settings(duts, args):

@@ -1,0 +1,260 @@
+/*
+ * hostgen: the loop benchmark's generator for the many-hosts cell.
+ *
+ * testpmd cannot vary the source MAC of the frames it sends, so this small
+ * DPDK program takes its place there: two ports (the same vdevs testpmd
+ * gets: memif, virtio_user, af_packet), frames put in flight on each, and a
+ * forwarding loop that sends every frame received on one port out of the
+ * other - as testpmd's mac forwarding does - but rewrites its addresses to
+ * the next of N hosts: port 0's side has hosts A0..A(N-1), port 1's side
+ * B0..B(N-1), and the k-th frame a port sends carries src = its side's host
+ * k mod N, dst = the other side's host k mod N, in its Ethernet and its
+ * IPv4 header (UDP, as testpmd's txonly frames). A switch between the ports
+ * learns 2N addresses, each always behind the same port, and looks one up
+ * on every frame.
+ *
+ * Built by loop_bench.py (cc -O3 $(pkg-config --cflags --libs libdpdk)).
+ *
+ *   hostgen EAL-OPTIONS -- HOSTS SIZE BURSTS QUEUES DESCRIPTORS WARMUP SECONDS
+ *
+ * SIZE counts the CRC (a 64-byte frame carries 60 bytes); BURSTS bursts of
+ * 32 frames are put in flight per port and queue. It prints "links up",
+ * then, after WARMUP seconds of forwarding, the frames both ports received
+ * over SECONDS as "rx_pps N", and exits.
+ */
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <rte_eal.h>
+#include <rte_ethdev.h>
+#include <rte_ether.h>
+#include <rte_ip.h>
+#include <rte_launch.h>
+#include <rte_lcore.h>
+#include <rte_mbuf.h>
+#include <rte_udp.h>
+
+#define BURST 32
+#define MAX_QUEUES 8
+
+static volatile int running = 1;
+static uint32_t hosts;
+static uint16_t nb_queues;
+/* Frames received per port, written by the forwarding lcore only. */
+static volatile uint64_t rx_count[2];
+
+/* Host i of side s (0: port 0's, 1: port 1's), locally administered. */
+static void host_mac(struct rte_ether_addr *a, int side, uint32_t i)
+{
+	a->addr_bytes[0] = 0x02;
+	a->addr_bytes[1] = 0x50 + side;
+	a->addr_bytes[2] = 0;
+	a->addr_bytes[3] = (i >> 16) & 0xff;
+	a->addr_bytes[4] = (i >> 8) & 0xff;
+	a->addr_bytes[5] = i & 0xff;
+}
+
+/* Host i of side s's IPv4 address: 10.(s * 64 + i / 65536).(i / 256).(i). */
+static inline rte_be32_t host_ip(int side, uint32_t i)
+{
+	return rte_cpu_to_be_32((10u << 24) | ((uint32_t)side << 22) | (i & 0x3fffff));
+}
+
+/*
+ * The addresses of frame k sent out of `port`, Ethernet and IPv4 (hosts
+ * differ in both, as real ones do: a DUT that hashes the 5-tuple, as OVS's
+ * caches do, sees a flow per host pair).
+ */
+static inline void address(struct rte_ether_hdr *eth, uint16_t port, uint32_t k)
+{
+	host_mac(&eth->src_addr, port, k);
+	host_mac(&eth->dst_addr, 1 - port, k);
+	struct rte_ipv4_hdr *ip = (struct rte_ipv4_hdr *)(eth + 1);
+	ip->src_addr = host_ip(port, k);
+	ip->dst_addr = host_ip(1 - port, k);
+	ip->hdr_checksum = 0;
+	ip->hdr_checksum = rte_ipv4_cksum(ip);
+}
+
+/* A UDP/IPv4 frame of `len` bytes (no CRC), as testpmd's txonly builds. */
+static struct rte_mbuf *make_frame(struct rte_mempool *pool, uint16_t port, uint32_t k,
+				   uint16_t len)
+{
+	struct rte_mbuf *m = rte_pktmbuf_alloc(pool);
+	if (m == NULL)
+		return NULL;
+	char *p = rte_pktmbuf_append(m, len);
+	if (p == NULL) {
+		rte_pktmbuf_free(m);
+		return NULL;
+	}
+	memset(p, 0, len);
+	struct rte_ether_hdr *eth = (struct rte_ether_hdr *)p;
+	eth->ether_type = rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV4);
+	struct rte_ipv4_hdr *ip = (struct rte_ipv4_hdr *)(eth + 1);
+	ip->version_ihl = RTE_IPV4_VHL_DEF;
+	ip->time_to_live = 64;
+	ip->next_proto_id = IPPROTO_UDP;
+	ip->total_length = rte_cpu_to_be_16(len - sizeof(*eth));
+	address(eth, port, k);
+	struct rte_udp_hdr *udp = (struct rte_udp_hdr *)(ip + 1);
+	udp->src_port = rte_cpu_to_be_16(9);
+	udp->dst_port = rte_cpu_to_be_16(9);
+	udp->dgram_len = rte_cpu_to_be_16(len - sizeof(*eth) - sizeof(*ip));
+	return m;
+}
+
+static int forward(void *arg)
+{
+	(void)arg;
+	uint32_t next[2] = {0, 0}; /* the next host index per sending port */
+	struct rte_mbuf *pkts[BURST];
+	while (running) {
+		for (uint16_t in = 0; in < 2; in++) {
+			uint16_t out = 1 - in;
+			for (uint16_t q = 0; q < nb_queues; q++) {
+				uint16_t n = rte_eth_rx_burst(in, q, pkts, BURST);
+				if (n == 0)
+					continue;
+				rx_count[in] += n;
+				uint32_t k = next[out];
+				for (uint16_t i = 0; i < n; i++) {
+					address(rte_pktmbuf_mtod(pkts[i], struct rte_ether_hdr *), out, k);
+					if (++k == hosts)
+						k = 0;
+				}
+				next[out] = k;
+				uint16_t sent = rte_eth_tx_burst(out, q, pkts, n);
+				if (sent < n)
+					rte_pktmbuf_free_bulk(&pkts[sent], n - sent);
+			}
+		}
+	}
+	return 0;
+}
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	running = 0;
+}
+
+static void usage(void)
+{
+	fprintf(stderr, "usage: hostgen EAL-OPTIONS -- HOSTS SIZE BURSTS QUEUES DESCRIPTORS "
+			"WARMUP SECONDS\n");
+	exit(2);
+}
+
+int main(int argc, char **argv)
+{
+	int used = rte_eal_init(argc, argv);
+	if (used < 0)
+		rte_exit(EXIT_FAILURE, "EAL initialisation failed\n");
+	argc -= used;
+	argv += used;
+	if (argc != 8)
+		usage();
+	hosts = strtoul(argv[1], NULL, 10);
+	uint16_t size = strtoul(argv[2], NULL, 10);
+	uint32_t bursts = strtoul(argv[3], NULL, 10);
+	nb_queues = strtoul(argv[4], NULL, 10);
+	uint16_t desc = strtoul(argv[5], NULL, 10);
+	double warmup = atof(argv[6]);
+	double seconds = atof(argv[7]);
+	if (hosts == 0 || hosts > 1u << 22 || size < 64 || size > 1518 || nb_queues == 0 ||
+	    nb_queues > MAX_QUEUES || desc == 0 || seconds <= 0)
+		usage();
+	if (rte_eth_dev_count_avail() != 2)
+		rte_exit(EXIT_FAILURE, "need exactly two ports, have %u\n",
+			 rte_eth_dev_count_avail());
+	unsigned fwd_lcore = rte_get_next_lcore(-1, 1, 0);
+	if (fwd_lcore >= RTE_MAX_LCORE)
+		rte_exit(EXIT_FAILURE, "need a forwarding lcore besides the main one\n");
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
+
+	/* Room for the rings of both ports and the frames in flight. */
+	unsigned nb_mbufs = 4u * nb_queues * desc + 2u * nb_queues * bursts * BURST + 4096;
+	struct rte_mempool *pool = rte_pktmbuf_pool_create("hostgen", nb_mbufs, 256, 0,
+							   RTE_MBUF_DEFAULT_BUF_SIZE, rte_socket_id());
+	if (pool == NULL)
+		rte_exit(EXIT_FAILURE, "mbuf pool of %u: %s\n", nb_mbufs, rte_strerror(rte_errno));
+	for (uint16_t port = 0; port < 2; port++) {
+		struct rte_eth_conf conf;
+		memset(&conf, 0, sizeof(conf));
+		int r = rte_eth_dev_configure(port, nb_queues, nb_queues, &conf);
+		if (r < 0)
+			rte_exit(EXIT_FAILURE, "port %u: configure: %s\n", port, rte_strerror(-r));
+		for (uint16_t q = 0; q < nb_queues; q++) {
+			r = rte_eth_rx_queue_setup(port, q, desc, rte_eth_dev_socket_id(port), NULL,
+						   pool);
+			if (r < 0)
+				rte_exit(EXIT_FAILURE, "port %u rxq %u: %s\n", port, q,
+					 rte_strerror(-r));
+			r = rte_eth_tx_queue_setup(port, q, desc, rte_eth_dev_socket_id(port), NULL);
+			if (r < 0)
+				rte_exit(EXIT_FAILURE, "port %u txq %u: %s\n", port, q,
+					 rte_strerror(-r));
+		}
+		r = rte_eth_dev_start(port);
+		if (r < 0)
+			rte_exit(EXIT_FAILURE, "port %u: start: %s\n", port, rte_strerror(-r));
+		rte_eth_promiscuous_enable(port);
+	}
+	/* The device under test connects in its own time. */
+	for (int i = 0;; i++) {
+		struct rte_eth_link l0, l1;
+		rte_eth_link_get_nowait(0, &l0);
+		rte_eth_link_get_nowait(1, &l1);
+		if (l0.link_status && l1.link_status)
+			break;
+		if (!running || i == 600)
+			rte_exit(EXIT_FAILURE, "links not up within 60 s\n");
+		usleep(100000);
+	}
+	printf("links up\n");
+	fflush(stdout);
+	usleep(500000);
+
+	/* Frames in flight: host k's frames out of each port and queue. */
+	uint32_t k[2] = {0, 0};
+	for (uint32_t b = 0; b < bursts; b++)
+		for (uint16_t port = 0; port < 2; port++)
+			for (uint16_t q = 0; q < nb_queues; q++) {
+				struct rte_mbuf *pkts[BURST];
+				uint16_t n = 0;
+				for (; n < BURST; n++) {
+					pkts[n] = make_frame(pool, port, k[port], size - 4);
+					if (pkts[n] == NULL)
+						rte_exit(EXIT_FAILURE, "out of mbufs\n");
+					k[port] = (k[port] + 1) % hosts;
+				}
+				uint16_t sent = rte_eth_tx_burst(port, q, pkts, n);
+				if (sent < n)
+					rte_pktmbuf_free_bulk(&pkts[sent], n - sent);
+			}
+
+	rte_eal_remote_launch(forward, NULL, fwd_lcore);
+	usleep((useconds_t)(warmup * 1e6));
+	uint64_t before = rx_count[0] + rx_count[1];
+	uint64_t t0 = rte_get_timer_cycles();
+	usleep((useconds_t)(seconds * 1e6));
+	uint64_t after = rx_count[0] + rx_count[1];
+	uint64_t t1 = rte_get_timer_cycles();
+	double secs = (double)(t1 - t0) / (double)rte_get_timer_hz();
+	printf("rx_pps %.0f\n", (double)(after - before) / secs);
+	fflush(stdout);
+	running = 0;
+	rte_eal_wait_lcore(fwd_lcore);
+	for (uint16_t port = 0; port < 2; port++) {
+		rte_eth_dev_stop(port);
+		rte_eth_dev_close(port);
+	}
+	rte_eal_cleanup();
+	return 0;
+}
