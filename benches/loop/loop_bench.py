@@ -654,6 +654,21 @@ def port_pps(gen):
     return sum(int(x) for x in RX_PPS.findall(text))
 
 
+def wait_gen_links(gen, timeout=30):
+    """Waits until both of the generator's ports report their link up: a
+    frame sent before the DUT has connected is lost, and the loop with it."""
+    end = time.time() + timeout
+    while time.time() < end:
+        m = gen.mark()
+        gen.send("show port info all")
+        gen.wait_for("testpmd> ", 10, m)
+        time.sleep(0.1)
+        if gen.text(m).count("Link status: up") >= 2:
+            return
+        time.sleep(0.4)
+    raise RuntimeError("the generator's links are not up")
+
+
 def gen_traffic():
     """The generator's forwarding mode and options for the traffic asked."""
     if SET.traffic == "learned":
@@ -673,9 +688,10 @@ def run_hosts(dut, size, seconds, bursts):
         time.sleep(warmup + 0.5)
         dut.load_mark()
         gen.wait_for("rx_pps", 30 + seconds)
-        LOADS.setdefault((dut.name, dut.kind, size, SET.hosts), []).append(dut.load())
-        m = re.search(r"rx_pps (\d+)", gen.text())
-        return int(m.group(1))
+        pps = int(re.search(r"rx_pps (\d+)", gen.text()).group(1))
+        if pps:
+            LOADS.setdefault((dut.name, dut.kind, size, SET.hosts), []).append(dut.load())
+        return pps
     finally:
         gen.stop()
 
@@ -697,6 +713,7 @@ def run_once(dut_name, kind, size, seconds, bursts, rtt=False):
         gen = testpmd(f"lb-gen-{os.getpid()}", GEN_LCORES, gen_vdevs(kind, dut.sockets(), q),
                       [f"--rxq={q}", f"--txq={q}", "--no-flush-rx"] + extra, fwd=fwd)
         dut.ready(gen)
+        wait_gen_links(gen)
         if size == IMIX:
             # Each size's bursts in turn: forwarding stops between them,
             # frames in flight wait in the rings, and the loop carries the
@@ -722,7 +739,9 @@ def run_once(dut_name, kind, size, seconds, bursts, rtt=False):
         dut.load_mark()
         time.sleep(seconds)
         pps = port_pps(gen)
-        LOADS.setdefault((dut_name, kind, size, "rtt" if rtt else None), []).append(dut.load())
+        if pps:
+            LOADS.setdefault((dut_name, kind, size, "rtt" if rtt else None), []).append(
+                dut.load())
         if rtt:
             # One frame per port and queue circulates: each is received
             # once per trip through the DUT and back.
@@ -825,18 +844,26 @@ def measure(duts, kind, size, args, rtt):
         for dut in duts:
             if dut in failed:
                 continue
-            try:
-                runs[dut].append(run_once(dut, kind, size, args.seconds, args.bursts, rtt))
-            except Exception as e:  # noqa: BLE001 - report and go on
-                print(f"# {dut} {kind} {what}: {str(e).splitlines()[0]}",
+            # A run whose loop carried nothing (a peer that never came up)
+            # is a failure, not a measurement: tried once more, then the
+            # DUT is out of the cell.
+            v = None
+            for attempt in range(2):
+                try:
+                    v = run_once(dut, kind, size, args.seconds, args.bursts, rtt)
+                except Exception as e:  # noqa: BLE001 - report and go on
+                    print(f"# {dut} {kind} {what}: {str(e).splitlines()[0]}",
+                          file=sys.stderr, flush=True)
+                    v = None
+                if v:
+                    break
+                print(f"# {dut} {kind} {what} run {r + 1}: nothing measured"
+                      + (", again" if attempt == 0 else ", giving up"),
                       file=sys.stderr, flush=True)
+            if not v:
                 failed.add(dut)
                 continue
-            v = runs[dut][-1]
-            if v is None:
-                runs[dut].pop()
-                failed.add(dut)
-                continue
+            runs[dut].append(v)
             shown = f"{v * 1e6:.2f} us RTT" if rtt else f"{v / 1e6:.3f} Mpps"
             print(f"# {SET.memory:9} {dut:10} {kind:12} {what} run {r + 1}: {shown}",
                   file=sys.stderr, flush=True)
