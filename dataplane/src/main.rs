@@ -329,12 +329,10 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Cmd::Port(PortCmd::List { json }) => {
-            let v = client()?.call(&Request::PortList)?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&v)?);
+            let answer = client()?.call(&Request::PortList)?;
+            let Some(ports) = json_or::<Vec<PortInfo>>(answer, json)? else {
                 return Ok(());
-            }
-            let ports: Vec<PortInfo> = serde_json::from_value(v)?;
+            };
             println!(
                 "{:<20} {:<10} {:<7} {:<5} {:<12} {:<9} {:<40} PEER",
                 "NAME", "KIND", "ROLE", "LINK", "BRIDGE", "VLAN", "SOCKET/IF"
@@ -368,12 +366,10 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Cmd::Stats { name, json } => {
-            let v = client()?.call(&Request::Stats { name })?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&v)?);
+            let answer = client()?.call(&Request::Stats { name })?;
+            let Some(stats) = json_or::<Vec<PortStats>>(answer, json)? else {
                 return Ok(());
-            }
-            let stats: Vec<PortStats> = serde_json::from_value(v)?;
+            };
             println!(
                 "{:<20} {:<5} {:>12} {:>14} {:>12} {:>14} {:>9}  DROPS",
                 "NAME", "LINK", "RX_PACKETS", "RX_BYTES", "TX_PACKETS", "TX_BYTES", "MACS"
@@ -419,12 +415,10 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Cmd::Bridge(BridgeCmd::List { json }) => {
-            let v = client()?.call(&Request::BridgeList)?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&v)?);
+            let answer = client()?.call(&Request::BridgeList)?;
+            let Some(bridges) = json_or::<Vec<BridgeInfo>>(answer, json)? else {
                 return Ok(());
-            }
-            let bridges: Vec<BridgeInfo> = serde_json::from_value(v)?;
+            };
             println!(
                 "{:<20} {:>6} {:>10} {:>8} {:>8} {:>10} {:>12}  PORTS",
                 "NAME", "MACS", "LEARNED", "MOVED", "EVICTED", "AGED", "FLOODED"
@@ -479,19 +473,16 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
             json,
         } => {
             let wait = std::time::Duration::from_secs_f64(timeout.max(0.0));
-            let c = client()?;
+            let mut c = client()?;
             c.set_timeout(wait + std::time::Duration::from_secs(30))?;
-            let mut c = c;
-            let v = c.call(&Request::Trace {
+            let answer = c.call(&Request::Trace {
                 count: Some(count),
                 port,
                 timeout_ms: Some(wait.as_millis() as u64),
             })?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&v)?);
+            let Some(entries) = json_or::<Vec<TraceEntry>>(answer, json)? else {
                 return Ok(());
-            }
-            let entries: Vec<TraceEntry> = serde_json::from_value(v)?;
+            };
             print!("{}", trace_text(&entries));
             if (entries.len() as u32) < count {
                 eprintln!("{} of {count} frames traced in {timeout} s", entries.len());
@@ -499,22 +490,18 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Cmd::Worker(WorkerCmd::List { json }) => {
-            let v = client()?.call(&Request::WorkerList)?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&v)?);
+            let answer = client()?.call(&Request::WorkerList)?;
+            let Some(workers) = json_or::<Vec<WorkerInfo>>(answer, json)? else {
                 return Ok(());
-            }
-            let workers: Vec<WorkerInfo> = serde_json::from_value(v)?;
+            };
             print!("{}", worker_table(&workers));
             Ok(())
         }
         Cmd::Mac(MacCmd::List { bridge, json }) => {
-            let v = client()?.call(&Request::MacList { bridge })?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&v)?);
+            let answer = client()?.call(&Request::MacList { bridge })?;
+            let Some(macs) = json_or::<Vec<MacInfo>>(answer, json)? else {
                 return Ok(());
-            }
-            let macs: Vec<MacInfo> = serde_json::from_value(v)?;
+            };
             println!("{:<18} {:>5} {:<20} {:>6}", "MAC", "VLAN", "PORT", "AGE");
             for m in macs {
                 println!(
@@ -612,6 +599,19 @@ fn trace_text(entries: &[TraceEntry]) -> String {
         }
     }
     o
+}
+
+/// With `--json` (`json`), prints a listing's `answer` as pretty JSON and
+/// returns `None`; otherwise returns it as `T`, for the caller's table.
+fn json_or<T: serde::de::DeserializeOwned>(
+    answer: serde_json::Value,
+    json: bool,
+) -> anyhow::Result<Option<T>> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(&answer)?);
+        return Ok(None);
+    }
+    Ok(Some(serde_json::from_value(answer)?))
 }
 
 /// `worker list`'s table: a line per worker, then one per queue it polls.
