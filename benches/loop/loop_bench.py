@@ -105,9 +105,10 @@ class Settings:
     hosts = None
 
 
-def mac_table_size():
-    """The MAC table the switching DUTs get: room for both sides' hosts."""
-    return max(16384, 4 * (SET.hosts or 0))
+def mac_table_size(hosts):
+    """The MAC table the switching DUTs get: room for both sides' `hosts`
+    (None: the generator's two)."""
+    return max(16384, 4 * (hosts or 0))
 
 
 SET = Settings()
@@ -376,7 +377,7 @@ class Switchyard(Dut):
             f.write(f'control_socket = "{self.tmp}/control.sock"\n'
                     f'state_dir = "{self.tmp}/state"\n'
                     f'socket_dir = "{self.tmp}"\n'
-                    f'mac_table_size = {mac_table_size()}\n'
+                    f'mac_table_size = {mac_table_size(SET.hosts)}\n'
                     f'[dataplane]\nworkers = 1\ncpus = [{DUT_CPU}]\npoll_mode = "poll"\n'
                     '[[bridge]]\nname = "default"\n' + "\n".join(ports))
         self.ctl = os.path.join(self.tmp, "control.sock")
@@ -467,7 +468,7 @@ class OvsDpdk(Dut):
         return ("one PMD pinned to CPU 0 (pmd-cpu-mask, dpdk-lcore-mask), every rxq pinned "
                 "to it (pmd-rxq-affinity), n_rxq = the cell's queue pairs, "
                 f"n_rxq_desc = n_txq_desc = {QUEUE} on DPDK ports, {caches}, "
-                f"mac-table-size {mac_table_size()}, NORMAL action; "
+                f"mac-table-size {mac_table_size(SET.hosts)}, NORMAL action; "
                 + ("dpdk-socket-mem 1024 on hugepages" if SET.memory == "hugepages"
                    else "--no-huge --legacy-mem -m 3072"))
 
@@ -529,7 +530,7 @@ class OvsDpdk(Dut):
             opts.append(f"other_config:pmd-rxq-affinity={affinity}")
             self.vsctl("add-port", "br0", name, "--", "set", "Interface", name, *opts)
         # A new bridge's only flow is the NORMAL action (MAC learning switch).
-        self.vsctl("set", "bridge", "br0", f"other_config:mac-table-size={mac_table_size()}")
+        self.vsctl("set", "bridge", "br0", f"other_config:mac-table-size={mac_table_size(SET.hosts)}")
         if many_flows():
             # OVS's guide for many parallel flows: no EMC inserts, SMC on.
             self.vsctl("set", "Open_vSwitch", ".", "other_config:emc-insert-inv-prob=0",
@@ -639,7 +640,9 @@ def gen_vdevs(kind, sockets, queues=1):
 
 
 RX_PPS = re.compile(r"Rx-pps:\s+(\d+)")
-# (dut, kind, size, rtt) -> [(busy share, mean burst)] of each run.
+# (dut, kind, size, hosts or None) -> [(busy share, mean burst)] of each run
+# that carried frames (the RTT cells' are not taken: one frame in flight
+# leaves any DUT idle).
 LOADS = {}
 
 
@@ -739,9 +742,8 @@ def run_once(dut_name, kind, size, seconds, bursts, rtt=False):
         dut.load_mark()
         time.sleep(seconds)
         pps = port_pps(gen)
-        if pps:
-            LOADS.setdefault((dut_name, kind, size, "rtt" if rtt else None), []).append(
-                dut.load())
+        if pps and not rtt:
+            LOADS.setdefault((dut_name, kind, size, None), []).append(dut.load())
         if rtt:
             # One frame per port and queue circulates: each is received
             # once per trip through the DUT and back.
@@ -871,18 +873,33 @@ def measure(duts, kind, size, args, rtt):
             for dut in duts}
 
 
+def print_grid(first, rows, duts, width, value, fmt, ratios=True):
+    """Prints a markdown table: leading columns `first` ((name, format)
+    pairs; each row of `rows` is (key, its values for them)), a column per
+    DUT showing `fmt(value(dut, key), key)` in `width`, and with `ratios`
+    Switchyard's value over each other DUT's."""
+    others = [d for d in duts if d != "switchyard"] if ratios else []
+    head = ("| " + " | ".join(f"{n:{f}}" for n, f in first) + " | "
+            + " | ".join(f"{d:^{width}}" for d in duts))
+    head += "".join(f" | sy/{d:<10}" for d in others) + " |"
+    print(head)
+    print("|" + "|".join("-" * len(c) for c in head.split("|")[1:-1]) + "|")
+    for key, cols in rows:
+        row = ("| " + " | ".join(f"{c:{f}}" for c, (_, f) in zip(cols, first)) + " | "
+               + " | ".join(f"{fmt(value(d, key), key):>{width}}" for d in duts))
+        sy = value("switchyard", key)
+        for d in others:
+            o = value(d, key)
+            row += f" | {(f'{sy / o:.2f}x' if sy and o else '-'):<13}"
+        print(row + " |")
+
+
 def print_rtt(rtts, duts):
     print("\nshort loop (one frame in flight per port and queue, 64 B): median round trip "
           "generator -> DUT -> generator = frames in flight / (frames per second)\n")
-    head = f"| {'kind':12} | " + " | ".join(f"{d:^12}" for d in duts) + " |"
-    print(head)
-    print("|" + "|".join("-" * len(c) for c in head.split("|")[1:-1]) + "|")
-    for kind in sorted({k for (_, k, _) in rtts}):
-        cells = []
-        for d in duts:
-            v = rtts.get((d, kind, 64))
-            cells.append(f"{(f'{v * 1e6:.2f} us' if v else '-'):>12}")
-        print(f"| {kind:12} | " + " | ".join(cells) + " |")
+    print_grid([("kind", "12")], [(k, [k]) for k in sorted({k for (_, k, _) in rtts})], duts,
+               12, lambda d, kind: rtts.get((d, kind, 64)),
+               lambda v, _: f"{v * 1e6:.2f} us" if v else "-", ratios=False)
 
 
 def print_loads(duts, cells):
@@ -891,11 +908,11 @@ def print_loads(duts, cells):
     rows = []
     for key in cells:
         for d in duts:
-            runs = LOADS.get((d,) + key)
-            if d == "testpmd-io" or not runs:
-                continue
+            runs = LOADS.get((d,) + key, [])
             busy = [b for b, _ in runs if b is not None]
             burst = [n for _, n in runs if n is not None]
+            if not busy and not burst:
+                continue  # a DUT that reports no load (testpmd io)
             rows.append((key, d, statistics.median(busy) if busy else None,
                          statistics.median(burst) if burst else None))
     if not rows:
@@ -906,7 +923,7 @@ def print_loads(duts, cells):
           "output batch). A DUT under 100% busy waits for the generator.\n")
     for (kind, size, extra), d, busy, burst in rows:
         shown = "imix" if size == IMIX else size
-        what = f" {extra} hosts" if isinstance(extra, int) else (" rtt" if extra else "")
+        what = f" {extra} hosts" if extra is not None else ""
         b = f"{busy * 100:5.1f}%" if busy is not None else "    -"
         n = f"{burst:5.1f}" if burst is not None else "    -"
         print(f"- {kind:12} {shown:>5}{what}: {d:10} busy {b}, burst {n}")
@@ -916,21 +933,11 @@ def print_hosts(many, duts, args):
     print(f"\nmany hosts ({SET.memory}, 64 B): hostgen generator, the k-th frame out of "
           "a port from its side's host k mod N to the other side's host k mod N; median "
           f"of {args.repeat} runs of {args.seconds}s after 5 s of warm-up\n")
-    head = f"| {'kind':12} | {'hosts':>6} | " + " | ".join(f"{d:^12}" for d in duts)
-    others = [d for d in duts if d != "switchyard"]
-    head += "".join(f" | sy/{d:<10}" for d in others) + " |"
-    print(head)
-    print("|" + "|".join("-" * len(c) for c in head.split("|")[1:-1]) + "|")
-    for (kind, n) in sorted({(k, n) for (_, k, n) in many}):
-        row = f"| {kind:12} | {n:>6} | " + " | ".join(
-            f"{(f'{v / 1e6:.2f} Mpps' if (v := many.get((d, kind, n))) else '-'):>12}"
-            for d in duts)
-        sy = many.get(("switchyard", kind, n))
-        for d in others:
-            o = many.get((d, kind, n))
-            row += f" | {(f'{sy / o:.2f}x' if sy and o else '-'):<13}"
-        print(row + " |")
-    print(f"OVS-DPDK: mac-table-size {max(16384, 4 * max(n for (_, _, n) in many))} at most; "
+    print_grid([("kind", "12"), ("hosts", ">6")],
+               [((k, n), [k, n]) for (k, n) in sorted({(k, n) for (_, k, n) in many})], duts,
+               12, lambda d, key: many.get((d,) + key),
+               lambda v, _: f"{v / 1e6:.2f} Mpps" if v else "-")
+    print(f"OVS-DPDK: mac-table-size {mac_table_size(max(n for (_, _, n) in many))} at most; "
           f"beyond {EMC_ENTRIES // 2} hosts per side, EMC inserts off and SMC on; "
           "Switchyard: mac_table_size alike")
 
@@ -953,20 +960,11 @@ def print_table(results, duts, args):
     print(f"\nloop benchmark ({SET.memory}, {SET.traffic} traffic): median of {args.repeat} "
           f"runs of {args.seconds}s, both directions summed, DUT on CPU {DUT_CPU}, "
           f"testpmd forwarding on CPU 1\n")
-    head = f"| {'kind':12} | {'size':>5} | " + " | ".join(f"{d:^22}" for d in duts)
-    others = [d for d in duts if d != "switchyard"]
-    head += "".join(f" | sy/{d:<10}" for d in others) + " |"
-    print(head)
-    print("|" + "|".join("-" * len(c) for c in head.split("|")[1:-1]) + "|")
-    for (kind, size) in sorted({(k, s) for (_, k, s) in results}):
-        shown = "imix" if size == IMIX else size
-        row = f"| {kind:12} | {shown:>5} | " + " | ".join(
-            f"{cell(results.get((d, kind, size)), size):>22}" for d in duts)
-        sy = results.get(("switchyard", kind, size))
-        for d in others:
-            o = results.get((d, kind, size))
-            row += f" | {(f'{sy / o:.2f}x' if sy and o else '-'):<13}"
-        print(row + " |")
+    print_grid([("kind", "12"), ("size", ">5")],
+               [((k, sz), [k, "imix" if sz == IMIX else sz])
+                for (k, sz) in sorted({(k, sz) for (_, k, sz) in results})],
+               duts, 22, lambda d, key: results.get((d,) + key),
+               lambda v, key: cell(v, key[1]))
 
 
 if __name__ == "__main__":
