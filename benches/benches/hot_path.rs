@@ -8,7 +8,9 @@
 //!   (used), and a burst filled into a virtio receive queue;
 //! - `forward`: one worker iteration (rx burst, L2 lookup, copy, tx, used
 //!   and ring updates) from one memif port to another, and the same with
-//!   the idle capture and trace hooks compiled out (their cost); flooding
+//!   the idle capture and trace hooks compiled out (their cost); the same
+//!   from one vhost-user driver's transmit queue to another's receive
+//!   queue; flooding
 //!   to N ports; VLAN push (access -> trunk) and pop (trunk -> access)
 //!   against untagged.
 
@@ -402,6 +404,43 @@ fn plane(
     (dp, view)
 }
 
+/// A data plane with one bridge of two ports: `a` receives on `rx`, `b`
+/// sends on `tx`, and MAC B is learned on `b`.
+fn plane_with(rx: Box<dyn RxQueue>, tx: Box<dyn TxQueue>) -> (Dataplane, WorkerView) {
+    let dp = Dataplane::new(1).unwrap();
+    let br = dp.add_bridge(4096);
+    let (pa, _) = dp.add_port("a", Some(br), VlanMode::default(), &PortSecurity::default());
+    let (pb, _) = dp.add_port("b", Some(br), VlanMode::default(), &PortSecurity::default());
+    dp.attach_queues(
+        pa,
+        PortQueues {
+            rx: vec![rx],
+            tx: vec![],
+        },
+    );
+    dp.attach_queues(
+        pb,
+        PortQueues {
+            rx: vec![],
+            tx: vec![tx],
+        },
+    );
+    dp.mac_table(br).unwrap().learn(
+        MacAddr::from_u64(MAC_B),
+        0,
+        MacEntry {
+            port: pb,
+            port_gen: 1,
+            last_seen: dp.now_secs(),
+            pinned: false,
+        },
+        0,
+    );
+    let mut view = WorkerView::default();
+    dp.build_view(0, &mut view);
+    (dp, view)
+}
+
 /// One worker iteration over the view's receive queues.
 fn iterate(dp: &Dataplane, view: &WorkerView, fwd: &mut Forwarder, burst: &mut RxBurst) -> usize {
     iterate_with::<true>(dp, view, fwd, burst)
@@ -436,37 +475,7 @@ fn forward(c: &mut Criterion) {
     for size in [60usize, 1514] {
         let data = frame(size, MAC_B, MAC_A, None);
         let (peers, rx, tx) = Peers::new(&data);
-        let dp = Dataplane::new(1).unwrap();
-        let br = dp.add_bridge(4096);
-        let (pa, _) = dp.add_port("a", Some(br), VlanMode::default(), &PortSecurity::default());
-        let (pb, _) = dp.add_port("b", Some(br), VlanMode::default(), &PortSecurity::default());
-        dp.attach_queues(
-            pa,
-            PortQueues {
-                rx: vec![Box::new(rx)],
-                tx: vec![],
-            },
-        );
-        dp.attach_queues(
-            pb,
-            PortQueues {
-                rx: vec![],
-                tx: vec![Box::new(tx)],
-            },
-        );
-        dp.mac_table(br).unwrap().learn(
-            MacAddr::from_u64(MAC_B),
-            0,
-            MacEntry {
-                port: pb,
-                port_gen: 1,
-                last_seen: dp.now_secs(),
-                pinned: false,
-            },
-            0,
-        );
-        let mut view = WorkerView::default();
-        dp.build_view(0, &mut view);
+        let (dp, view) = plane_with(Box::new(rx), Box::new(tx));
         let mut fwd = Forwarder::default();
         fwd.resize(&view);
         g.bench_function(
@@ -486,6 +495,29 @@ fn forward(c: &mut Criterion) {
                 bench.iter(|| {
                     peers.step();
                     black_box(iterate_with::<false>(&dp, &view, &mut fwd, &mut burst))
+                })
+            },
+        );
+    }
+
+    // Whole worker iteration, vhost-user to vhost-user (a driver's
+    // transmit queue to another driver's receive queue), learned unicast.
+    for size in [60usize, 1514] {
+        let data = frame(size, MAC_B, MAC_A, None);
+        let mut da = Driver::new(false, &data);
+        let mut db = Driver::new(true, &data);
+        let rx = VirtioRx::new(da.vq());
+        let tx = VirtioTx::new(db.vq(), true);
+        let (dp, view) = plane_with(Box::new(rx), Box::new(tx));
+        let mut fwd = Forwarder::default();
+        fwd.resize(&view);
+        g.bench_function(
+            BenchmarkId::new("worker_vhost_to_vhost", size + 4),
+            |bench| {
+                bench.iter(|| {
+                    da.step(BURST as u16);
+                    db.step(BURST as u16);
+                    black_box(iterate(&dp, &view, &mut fwd, &mut burst))
                 })
             },
         );

@@ -183,6 +183,17 @@ impl<'a> TxFrame<'a> {
             skip: 0,
         }
     }
+    /// The frame's one segment, when it goes out unchanged and whole in
+    /// one piece: the common case, which transmit queues copy without a
+    /// [`FrameReader`].
+    #[inline]
+    pub fn single(&self) -> Option<Segment> {
+        match self.frame.segments() {
+            [seg] if self.prefix.is_empty() && self.skip == 0 => Some(*seg),
+            _ => None,
+        }
+    }
+
     /// Length on the wire.
     #[inline]
     pub fn len(&self) -> usize {

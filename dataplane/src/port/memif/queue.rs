@@ -283,60 +283,88 @@ impl MemifTx {
     }
 }
 
-impl TxQueue for MemifTx {
-    fn tx(&mut self, frame: &TxFrame<'_>) -> Result<(), TxError> {
-        let mut reader = frame.reader();
-        let start = self.cursor;
-        let mut slot = start;
-        loop {
+impl MemifTx {
+    /// The buffer of `slot` (refreshing the limit when the known slots are
+    /// used up): `(host pointer, capacity, our descriptor)`, the descriptor
+    /// when we are a slave writing whole descriptors for our own buffers.
+    #[inline]
+    fn buffer(&mut self, slot: u16) -> Result<(*mut u8, u32, Option<Desc>), TxError> {
+        if slot == self.limit {
+            self.refresh().map_err(TxError::Fault)?;
             if slot == self.limit {
-                self.refresh().map_err(TxError::Fault)?;
-                if slot == self.limit {
-                    return Err(TxError::Full);
-                }
+                return Err(TxError::Full);
             }
-            // A slave writes whole descriptors pointing at its own buffers; a
-            // master fills the buffer the slave posted and sets length/flags.
-            let (ptr, cap, own_desc) = match (self.side, self.own) {
-                (Side::Slave, Some(own)) => {
-                    let d = own.desc(&self.ring, slot, own.size, 0);
-                    let p = self
-                        .regions
-                        .resolve(0, d.offset, own.size)
-                        .ok_or(TxError::Fault(QueueFault::Other(
-                            "own buffer outside region".into(),
-                        )))?;
-                    (p, own.size, Some(d))
-                }
-                _ => {
-                    let d = self.ring.desc(slot);
-                    let p = self.regions.resolve(d.region, d.offset, d.length).ok_or(
-                        TxError::Fault(QueueFault::BadDescriptor {
+        }
+        // A slave writes whole descriptors pointing at its own buffers; a
+        // master fills the buffer the slave posted and sets length/flags.
+        match (self.side, self.own) {
+            (Side::Slave, Some(own)) => {
+                let d = own.desc(&self.ring, slot, own.size, 0);
+                let p = self
+                    .regions
+                    .resolve(0, d.offset, own.size)
+                    .ok_or(TxError::Fault(QueueFault::Other(
+                        "own buffer outside region".into(),
+                    )))?;
+                Ok((p, own.size, Some(d)))
+            }
+            _ => {
+                let d = self.ring.desc(slot);
+                let p =
+                    self.regions
+                        .resolve(d.region, d.offset, d.length)
+                        .ok_or(TxError::Fault(QueueFault::BadDescriptor {
                             slot,
                             region: d.region,
                             offset: d.offset,
                             length: d.length,
-                        }),
-                    )?;
-                    (p, d.length, None)
-                }
-            };
+                        }))?;
+                Ok((p, d.length, None))
+            }
+        }
+    }
+
+    /// Records that `n` bytes were written to `slot`'s buffer.
+    #[inline]
+    fn filled(&self, slot: u16, own_desc: Option<Desc>, n: u32, flags: u16) {
+        match own_desc {
+            Some(d) => self.ring.set_desc(
+                slot,
+                Desc {
+                    length: n,
+                    flags,
+                    ..d
+                },
+            ),
+            None => self.ring.set_len_flags(slot, n, flags),
+        }
+    }
+}
+
+impl TxQueue for MemifTx {
+    fn tx(&mut self, frame: &TxFrame<'_>) -> Result<(), TxError> {
+        let start = self.cursor;
+        let (ptr, cap, own_desc) = self.buffer(start)?;
+        // The common case: one segment, unchanged, that fits one buffer.
+        if let Some(seg) = frame.single().filter(|s| s.len <= cap) {
+            // SAFETY: `ptr..ptr+cap` was checked to lie in a mapped region
+            // and `seg.len <= cap`; the segment was checked against its own
+            // port's mapping on receive, and the switch never sends a frame
+            // back out of the port it came in on, so the ranges are disjoint.
+            unsafe { std::ptr::copy_nonoverlapping(seg.ptr, ptr, seg.len as usize) };
+            self.filled(start, own_desc, seg.len, 0);
+            self.cursor = start.wrapping_add(1);
+            return Ok(());
+        }
+        let mut reader = frame.reader();
+        let mut slot = start;
+        let (mut ptr, mut cap, mut own_desc) = (ptr, cap, own_desc);
+        loop {
             // SAFETY: `ptr..ptr+cap` was checked to lie in a mapped region; the
             // source frame is in another port's memory (or another buffer).
             let n = unsafe { reader.copy_to(ptr, cap as usize) } as u32;
             let more = reader.remaining() > 0;
-            let flags = if more { DESC_FLAG_NEXT } else { 0 };
-            match own_desc {
-                Some(d) => self.ring.set_desc(
-                    slot,
-                    Desc {
-                        length: n,
-                        flags,
-                        ..d
-                    },
-                ),
-                None => self.ring.set_len_flags(slot, n, flags),
-            }
+            self.filled(slot, own_desc, n, if more { DESC_FLAG_NEXT } else { 0 });
             slot = slot.wrapping_add(1);
             if !more {
                 break;
@@ -344,6 +372,7 @@ impl TxQueue for MemifTx {
             if slot.wrapping_sub(start) >= MAX_TX_CHAIN {
                 return Err(TxError::TooLong);
             }
+            (ptr, cap, own_desc) = self.buffer(slot)?;
         }
         self.cursor = slot;
         Ok(())

@@ -26,7 +26,7 @@ use super::split::{Broken, Desc, MemTable, SplitRing};
 use crate::eventfd::kick_eventfd;
 use crate::port::sigbus::Tripwire;
 use crate::queue::{
-    prefetch, QueueFault, RxBurst, RxFrame, RxQueue, TxError, TxFrame, TxQueue, BURST_SIZE,
+    prefetch, QueueFault, RxBurst, RxFrame, RxQueue, Segment, TxError, TxFrame, TxQueue, BURST_SIZE,
 };
 use crate::wire::virtio_net::{header_bytes, HEADER_LEN};
 
@@ -301,6 +301,18 @@ impl VirtioRx {
         head: u16,
         frame: &mut RxFrame,
     ) -> Result<(), ChainError> {
+        // The common chain: one readable buffer holding header and frame.
+        if let Some(d) = ring.desc(head).filter(|d| d.lone_readable()) {
+            if d.len as usize > HEADER_LEN {
+                if let Some(p) = table.translate(d.addr, u64::from(d.len)) {
+                    // SAFETY: `translate` bounds-checked the whole buffer
+                    // against a mapping held past the burst's release, and
+                    // HEADER_LEN < d.len keeps the segment inside it.
+                    unsafe { frame.push(p.add(HEADER_LEN), d.len - HEADER_LEN as u32) };
+                    return Ok(());
+                }
+            }
+        }
         let mut skip = HEADER_LEN as u32;
         // Past MAX_SEGS pieces the frame is dropped, but the chain is still
         // walked to its end (bounded by the queue size): only a chain that
@@ -489,6 +501,31 @@ impl VirtioTx {
     /// (next_avail moves) only when the whole frame fits.
     fn fill(&mut self, frame: &TxFrame<'_>) -> Result<usize, TxError> {
         let mut next = self.vq.queue.next_avail();
+        if next == self.avail {
+            self.avail = self.vq.avail().map_err(TxError::Fault)?;
+            if next == self.avail {
+                return Err(TxError::Full);
+            }
+        }
+        // The common case: a frame of one segment, unchanged, into a chain
+        // of one writable buffer that holds it and its header.
+        if let Some(seg) = frame.single() {
+            let head = self.vq.head_at(next).map_err(TxError::Fault)?;
+            if let Some(d) = self.vq.ring.desc(head).filter(|d| d.lone_writable()) {
+                let len = HEADER_LEN + seg.len as usize;
+                if len <= d.len as usize {
+                    if let Some(p) = self.vq.table.translate(d.addr, u64::from(d.len)) {
+                        // SAFETY: `translate` bounds-checked the whole
+                        // buffer, a live device-writable guest range, and
+                        // HEADER_LEN + seg.len <= d.len.
+                        unsafe { put_single(p, seg) };
+                        self.used[0] = (head, len as u32);
+                        self.vq.queue.set_next_avail(next.wrapping_add(1));
+                        return Ok(1);
+                    }
+                }
+            }
+        }
         let VirtioTx {
             vq,
             mergeable,
@@ -607,33 +644,39 @@ unsafe fn write_unless_equal(p: *mut u8, bytes: &[u8; HEADER_LEN]) {
 }
 
 impl VirtioTx {
-    /// The common case, without a [`FrameReader`]: a frame of one segment,
-    /// unchanged, whose header and bytes fit the chain's first buffer.
-    /// Returns the bytes written, or `None` to take the general path.
+    /// The first chain's first buffer holds the whole frame of one segment
+    /// and its header: written without a [`FrameReader`]. Returns the bytes
+    /// written, or `None` to take the general path.
     #[inline]
     fn fill_one(sink: &Sink, frame: &TxFrame<'_>) -> Option<usize> {
-        let [seg] = frame.frame.segments() else {
-            return None;
-        };
-        if !frame.prefix.is_empty() || frame.skip != 0 || sink.n == 0 {
-            return None;
-        }
-        let (p, cap) = sink.pieces[0];
-        let len = seg.len as usize;
-        if cap < HEADER_LEN + len {
+        let seg = frame.single()?;
+        let &(p, cap) = sink.pieces[..sink.n].first()?;
+        let len = HEADER_LEN + seg.len as usize;
+        if cap < len {
             return None;
         }
         // SAFETY: `p..p+cap` is a live, device-writable guest range resolved
-        // by `Sink::load`, and HEADER_LEN + len <= cap. The segment was
-        // checked against its own port's mapping when it was received; the
-        // switch never sends a frame out of the port it came in on, and
-        // every port maps its peer's memory itself, so the two ranges are
-        // disjoint (as `FrameReader::copy_to` requires too).
-        unsafe {
-            write_unless_equal(p, &header_bytes(1));
-            std::ptr::copy_nonoverlapping(seg.ptr, p.add(HEADER_LEN), len);
-        }
-        Some(HEADER_LEN + len)
+        // by `Sink::load`, and HEADER_LEN + seg.len <= cap.
+        unsafe { put_single(p, seg) };
+        Some(len)
+    }
+}
+
+/// Writes the virtio-net header of a one-buffer frame at `p`, and `seg`
+/// after it.
+///
+/// # Safety
+/// `p..p+HEADER_LEN+seg.len` must be a live guest range the device may
+/// write. The segment was checked against its own port's mapping when it
+/// was received; the switch never sends a frame out of the port it came in
+/// on, and every port maps its peer's memory itself, so the two ranges are
+/// disjoint (as `FrameReader::copy_to` requires too).
+#[inline]
+unsafe fn put_single(p: *mut u8, seg: Segment) {
+    // SAFETY: per the caller.
+    unsafe {
+        write_unless_equal(p, &header_bytes(1));
+        std::ptr::copy_nonoverlapping(seg.ptr, p.add(HEADER_LEN), seg.len as usize);
     }
 }
 

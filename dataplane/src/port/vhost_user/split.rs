@@ -134,6 +134,19 @@ pub struct Desc {
 }
 
 impl Desc {
+    /// True for a lone buffer the driver wrote, the common transmit chain:
+    /// no next, not indirect, not device-writable.
+    #[inline]
+    pub fn lone_readable(&self) -> bool {
+        self.flags & (F_NEXT | F_INDIRECT | F_WRITE) == 0
+    }
+
+    /// True for a lone buffer the device writes, the common receive chain.
+    #[inline]
+    pub fn lone_writable(&self) -> bool {
+        self.flags & (F_NEXT | F_INDIRECT | F_WRITE) == F_WRITE
+    }
+
     /// True for a buffer the device writes.
     #[inline]
     pub fn write(&self) -> bool {
@@ -270,6 +283,13 @@ impl SplitRing {
     pub fn publish_used(&self, idx: u16) {
         self.field(self.used, 2)
             .store(idx.to_le(), Ordering::Release);
+    }
+
+    /// Descriptor `idx` of the table, if `idx` is inside it.
+    #[inline]
+    pub fn desc(&self, idx: u16) -> Option<Desc> {
+        // SAFETY: idx < size: the descriptor lies inside the table.
+        (idx < self.size).then(|| read_desc(unsafe { self.desc.add(16 * usize::from(idx)) }))
     }
 
     /// Walks the chain that starts at `head`, calling `f` for each buffer.
