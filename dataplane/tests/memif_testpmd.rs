@@ -243,6 +243,47 @@ fn io_forwarding_loop_and_master_peer_restart() {
 }
 
 #[test]
+fn zero_copy_clients_loop_through_the_switch() {
+    // DPDK's zero-copy memif clients pass their mbuf memory as regions
+    // (one per memseg list, not sealed, larger than what is backed); the
+    // switch maps them, watched, and frames loop as with copy mode.
+    let _g = serial();
+    let sw = Switch::start(BRIDGE);
+    let sa = add_port(&sw, "a", "master", &["--bridge", "default"]);
+    let sb = add_port(&sw, "b", "master", &["--bridge", "default"]);
+    let zc = |m: u8| format!("mac={},zero-copy=yes", mac(m));
+    let mut t = Testpmd::start_with_eal(
+        &["--single-file-segments"],
+        &[
+            memif_vdev(0, "client", &sa, &zc(0x5a)),
+            memif_vdev(1, "client", &sb, &zc(0x5b)),
+        ],
+        &["--forward-mode=io"],
+    );
+    sw.wait_link("a", true);
+    sw.wait_link("b", true);
+    // A zero-copy client posts its receive buffers when it first receives.
+    t.cmd("start");
+    t.cmd("stop");
+    t.send_bursts(1);
+    wait_for(Duration::from_secs(15), "frames to loop", || {
+        (sw.stats("a").totals.rx_packets > 10_000 && sw.stats("b").totals.rx_packets > 10_000)
+            .then_some(())
+    });
+    t.cmd("stop");
+    // Region 0 (rings) is a sealed memfd; the mbuf memory is not.
+    let log = sw.log();
+    let up = log
+        .lines()
+        .find(|l| l.contains("link up") && l.contains("port=a"));
+    assert!(
+        up.is_some_and(|l| !l.contains("unsealed=0")),
+        "the mbuf regions were not watched: {log}"
+    );
+    assert_eq!(sw.port("a").status.faults, 0);
+}
+
+#[test]
 fn ports_persist_across_daemon_restarts() {
     let _g = serial();
     let mut sw = Switch::start(BRIDGE);

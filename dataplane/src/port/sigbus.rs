@@ -127,6 +127,11 @@ impl Tripwire {
         Err(Full)
     }
 
+    /// How many ranges it watches.
+    pub fn watching(&self) -> usize {
+        self.slots.len()
+    }
+
     /// True once a `SIGBUS` hit one of the watched ranges (which now hold
     /// zero pages).
     #[inline]

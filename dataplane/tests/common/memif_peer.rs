@@ -114,9 +114,23 @@ pub struct SlaveMem {
 
 impl SlaveMem {
     pub fn new() -> SlaveMem {
+        SlaveMem::with(true)
+    }
+
+    /// The same in a region the slave can still shrink (not sealed).
+    pub fn unsealed() -> SlaveMem {
+        SlaveMem::with(false)
+    }
+
+    fn with(sealed: bool) -> SlaveMem {
         let ring = ring_bytes(LOG2);
         let size = 2 * ring + 2 * u64::from(SLOTS) * u64::from(BUF);
-        let region = Region::create("hostile-slave", size).expect("memfd region");
+        let region = if sealed {
+            Region::create("hostile-slave", size)
+        } else {
+            Region::create_unsealed("hostile-slave", size)
+        }
+        .expect("memfd region");
         // SAFETY: both rings lie inside the `size`-byte mapping at 8-aligned
         // offsets (0 and ring_bytes(8) = 4224); `region` outlives them as the
         // field next to them.
@@ -332,7 +346,12 @@ pub fn run_master(conn: &Conn, hello: &Message) -> Result<MasterMem, String> {
             Message::Init { .. } => Message::Ack,
             Message::AddRegion { size, .. } => {
                 let fd = fd.ok_or("ADD_REGION without fd")?;
-                region = Some(Region::from_peer(fd, size).map_err(|e| e.to_string())?);
+                // The switch seals the regions it creates: nothing to
+                // watch, so the wire may go at once.
+                let mut wire = switchyard::port::sigbus::Tripwire::new();
+                let r = Region::from_peer(fd, size, &mut wire).map_err(|e| e.to_string())?;
+                drop(wire);
+                region = Some(r);
                 Message::Ack
             }
             Message::AddRing {

@@ -90,6 +90,15 @@ impl Testpmd {
     /// As [`Testpmd::start`], as user and group `ids` (a non-root pod)
     /// when given: its runtime directory is then a temporary one it owns.
     pub fn start_as(ids: Option<(u32, u32)>, vdevs: &[String], opts: &[&str]) -> Testpmd {
+        Testpmd::spawn(ids, &[], vdevs, opts)
+    }
+
+    /// As [`Testpmd::start`], with more EAL options.
+    pub fn start_with_eal(eal: &[&str], vdevs: &[String], opts: &[&str]) -> Testpmd {
+        Testpmd::spawn(None, eal, vdevs, opts)
+    }
+
+    fn spawn(ids: Option<(u32, u32)>, eal: &[&str], vdevs: &[String], opts: &[&str]) -> Testpmd {
         let prefix = format!(
             "sytest-{}-{}",
             std::process::id(),
@@ -126,6 +135,7 @@ impl Testpmd {
             "--log-level",
             "pmd.net.memif:info",
         ]);
+        cmd.args(eal);
         for v in vdevs {
             cmd.arg(format!("--vdev={v}"));
         }

@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use super::region::{Region, Regions, MAX_REGIONS};
 use super::ring::{Desc, Ring};
+use crate::port::sigbus::Tripwire;
 use crate::wire::memif::{
     ring_bytes, FixedStr, Message, Mode, ADD_RING_FLAG_S2M, COOKIE, MAX_LOG2_RING_SIZE, VERSION,
 };
@@ -116,6 +117,9 @@ struct PendingRing {
 pub struct MasterHandshake {
     p: Params,
     state: MasterState,
+    /// Watches the slave's unsealed regions; declared before them, so it is
+    /// dropped first.
+    wire: Tripwire,
     regions: Vec<Region>,
     s2m: Vec<Option<PendingRing>>,
     m2s: Vec<Option<PendingRing>>,
@@ -129,6 +133,7 @@ impl MasterHandshake {
         MasterHandshake {
             p,
             state: MasterState::AwaitInit,
+            wire: Tripwire::new(),
             regions: Vec::new(),
             s2m: (0..q).map(|_| None).collect(),
             m2s: (0..q).map(|_| None).collect(),
@@ -193,7 +198,7 @@ impl MasterHandshake {
                 if index as usize != self.regions.len() || self.regions.len() >= MAX_REGIONS {
                     return fail("invalid region index");
                 }
-                let r = Region::from_peer(fd, size)
+                let r = Region::from_peer(fd, size, &mut self.wire)
                     .or_else(|e| fail(format!("region {index}: {e}")))?;
                 self.regions.push(r);
                 Ok(MasterStep::Reply(Message::Ack))
@@ -243,7 +248,10 @@ impl MasterHandshake {
                 Ok(MasterStep::Reply(Message::Ack))
             }
             (MasterState::AwaitSetup, Message::Connect { if_name }) => {
-                let regions = Arc::new(Regions::new(std::mem::take(&mut self.regions)));
+                let regions = Arc::new(Regions::watched(
+                    std::mem::take(&mut self.regions),
+                    std::mem::take(&mut self.wire),
+                ));
                 let s2m = take_rings(&mut self.s2m, &regions)?;
                 let m2s = take_rings(&mut self.m2s, &regions)?;
                 self.state = MasterState::Done;

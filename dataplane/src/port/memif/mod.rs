@@ -311,6 +311,8 @@ impl MemifPort {
             peer = %est.peer_name,
             rx_queues = q.rx.len(),
             tx_queues = q.tx.len(),
+            regions = est.regions.len(),
+            unsealed = est.regions.watched_count(),
             "link up"
         );
         cx.attach(q);

@@ -120,8 +120,9 @@ impl MemifRx {
     }
 }
 
-impl RxQueue for MemifRx {
-    fn rx_burst(&mut self, burst: &mut RxBurst) -> Result<usize, QueueFault> {
+impl MemifRx {
+    /// Gathers up to a burst of the peer's frames.
+    fn take_burst(&mut self, burst: &mut RxBurst) -> Result<usize, QueueFault> {
         let limit = self.peer_counter();
         let avail = limit.wrapping_sub(self.cursor);
         let allowed = match self.side {
@@ -182,6 +183,18 @@ impl RxQueue for MemifRx {
         }
         self.consumed = slot.wrapping_sub(self.cursor);
         Ok(burst.len())
+    }
+}
+
+impl RxQueue for MemifRx {
+    fn rx_burst(&mut self, burst: &mut RxBurst) -> Result<usize, QueueFault> {
+        let got = self.take_burst(burst);
+        // Checked after the reads, so that what zero pages made of the
+        // rings is not reported as a broken ring.
+        if self.regions.truncated() {
+            return Err(QueueFault::PeerMemoryTruncated);
+        }
+        got
     }
 
     fn release(&mut self) {
@@ -341,8 +354,10 @@ impl MemifTx {
     }
 }
 
-impl TxQueue for MemifTx {
-    fn tx(&mut self, frame: &TxFrame<'_>) -> Result<(), TxError> {
+impl MemifTx {
+    /// Copies `frame` into the next buffers (see [`TxQueue::tx`]).
+    #[inline]
+    fn put(&mut self, frame: &TxFrame<'_>) -> Result<(), TxError> {
         let start = self.cursor;
         let (ptr, cap, own_desc) = self.buffer(start)?;
         // The common case: one segment, unchanged, that fits one buffer.
@@ -376,6 +391,17 @@ impl TxQueue for MemifTx {
         }
         self.cursor = slot;
         Ok(())
+    }
+}
+
+impl TxQueue for MemifTx {
+    fn tx(&mut self, frame: &TxFrame<'_>) -> Result<(), TxError> {
+        match self.put(frame) {
+            Err(TxError::Fault(_)) if self.regions.truncated() => {
+                Err(TxError::Fault(QueueFault::PeerMemoryTruncated))
+            }
+            r => r,
+        }
     }
 
     fn flush(&mut self) {

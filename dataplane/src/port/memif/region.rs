@@ -1,11 +1,20 @@
-//! Shared memory regions: mapped from a slave's memfd (master role) or
+//! Shared memory regions: mapped from a slave's fd (master role) or
 //! created and sealed by us (slave role).
+//!
+//! A slave's region that is sealed against shrinking (`F_SEAL_SHRINK`, as
+//! VPP, libmemif and DPDK's copy mode create them) can never fault. One that
+//! is not (DPDK's zero-copy mode passes its hugetlbfs memory, which cannot
+//! be sealed) is watched by the connection's [`Tripwire`]: if the slave
+//! truncates it, the switch's next access reads zeros instead of faulting,
+//! and the port is reset.
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
 use memmap2::{MmapOptions, MmapRaw};
 use nix::fcntl::{fcntl, FcntlArg, SealFlag};
 use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
+
+use crate::port::sigbus::{self, Tripwire};
 
 /// Largest region we map (the peer chooses the size).
 pub const MAX_REGION_SIZE: u64 = 1 << 40;
@@ -26,9 +35,9 @@ pub enum RegionError {
         /// Real size.
         actual: u64,
     },
-    /// The fd can shrink under us (a later access would fault).
-    #[error("region fd is not sealed against shrinking (F_SEAL_SHRINK)")]
-    NotSealed,
+    /// Every range the fault handler can watch is taken.
+    #[error("{0}")]
+    Watch(#[from] sigbus::Full),
     /// A system call failed.
     #[error("{0}")]
     Io(#[from] std::io::Error),
@@ -42,35 +51,60 @@ pub struct Region {
 }
 
 impl Region {
-    /// Maps a region received from a peer, after checking that the fd really
-    /// holds `size` bytes and cannot shrink: otherwise the peer could make our
-    /// workers fault (SIGBUS) by truncating the file.
-    pub fn from_peer(fd: OwnedFd, size: u64) -> Result<Region, RegionError> {
+    /// Maps a region received from a peer. If the fd is sealed against
+    /// shrinking, it must hold `size` bytes; otherwise the mapping is watched
+    /// by `wire`: an access past the file's end (the peer truncated it, or
+    /// never backed that part) trips the wire instead of making a worker
+    /// fault (SIGBUS). `wire` must
+    /// be dropped before the region is (it must not outlive the mapping).
+    pub fn from_peer(fd: OwnedFd, size: u64, wire: &mut Tripwire) -> Result<Region, RegionError> {
         if size == 0 || size > MAX_REGION_SIZE {
             return Err(RegionError::BadSize(size));
         }
-        let seals =
-            fcntl(fd.as_raw_fd(), FcntlArg::F_GET_SEALS).map_err(|_| RegionError::NotSealed)?;
-        if SealFlag::from_bits_truncate(seals) & SealFlag::F_SEAL_SHRINK != SealFlag::F_SEAL_SHRINK
-        {
-            return Err(RegionError::NotSealed);
-        }
-        let st = nix::sys::stat::fstat(fd.as_raw_fd()).map_err(std::io::Error::from)?;
-        let actual = st.st_size as u64;
-        if actual < size {
-            return Err(RegionError::TooSmall {
-                announced: size,
-                actual,
-            });
+        // Not a memfd (hugetlbfs, tmpfs files): no seals, like an unsealed one.
+        let sealed = fcntl(fd.as_raw_fd(), FcntlArg::F_GET_SEALS).is_ok_and(|seals| {
+            SealFlag::from_bits_truncate(seals).contains(SealFlag::F_SEAL_SHRINK)
+        });
+        // A sealed file must hold the whole region: nothing watches it. A
+        // watched one need not (DPDK's zero-copy regions are whole memseg
+        // lists, of which only the pages in use are backed): a buffer past
+        // the file's end trips the wire like a truncation.
+        if sealed {
+            let st = nix::sys::stat::fstat(fd.as_raw_fd()).map_err(std::io::Error::from)?;
+            let actual = st.st_size as u64;
+            if actual < size {
+                return Err(RegionError::TooSmall {
+                    announced: size,
+                    actual,
+                });
+            }
         }
         let map = MmapOptions::new()
             .len(size as usize)
             .map_raw(fd.as_raw_fd())?;
+        if !sealed {
+            // SAFETY: `map` is a fresh mapping of the peer's file, made with
+            // mmap; the switch reads and writes region memory only through
+            // raw pointers, as untrusted bytes; the caller drops `wire`
+            // before the region, so the range stays mapped while watched.
+            unsafe { wire.watch(map.as_mut_ptr(), size as usize) }?;
+        }
         Ok(Region { map, size, fd })
     }
 
     /// Creates a zeroed, sealed region of `size` bytes.
     pub fn create(name: &str, size: u64) -> Result<Region, RegionError> {
+        Region::create_sealed(name, size, true)
+    }
+
+    /// Creates a zeroed region of `size` bytes whose file can shrink, as a
+    /// slave whose memory cannot be sealed passes it (DPDK's zero-copy
+    /// hugetlbfs memory): for tests and fuzzing of the master's side.
+    pub fn create_unsealed(name: &str, size: u64) -> Result<Region, RegionError> {
+        Region::create_sealed(name, size, false)
+    }
+
+    fn create_sealed(name: &str, size: u64, sealed: bool) -> Result<Region, RegionError> {
         if size == 0 || size > MAX_REGION_SIZE {
             return Err(RegionError::BadSize(size));
         }
@@ -81,11 +115,13 @@ impl Region {
         )
         .map_err(std::io::Error::from)?;
         nix::unistd::ftruncate(&fd, size as i64).map_err(std::io::Error::from)?;
-        fcntl(
-            fd.as_raw_fd(),
-            FcntlArg::F_ADD_SEALS(SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_SEAL),
-        )
-        .map_err(std::io::Error::from)?;
+        if sealed {
+            fcntl(
+                fd.as_raw_fd(),
+                FcntlArg::F_ADD_SEALS(SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_SEAL),
+            )
+            .map_err(std::io::Error::from)?;
+        }
         let map = MmapOptions::new()
             .len(size as usize)
             .map_raw(fd.as_raw_fd())?;
@@ -110,16 +146,36 @@ impl Region {
     }
 }
 
-/// The regions of one connection, indexed by region number.
+/// The regions of one connection, indexed by region number, and the wire
+/// that watches those of them that could shrink.
 #[derive(Default)]
 pub struct Regions {
+    /// Declared first: dropped (unwatched) before the regions are unmapped.
+    wire: Tripwire,
     list: Vec<Region>,
 }
 
 impl Regions {
-    /// From a list.
+    /// From a list of regions nobody watches (sealed, or our own).
     pub fn new(list: Vec<Region>) -> Regions {
-        Regions { list }
+        Regions::watched(list, Tripwire::new())
+    }
+
+    /// From a list of regions mapped by [`Region::from_peer`] with `wire`.
+    pub fn watched(list: Vec<Region>, wire: Tripwire) -> Regions {
+        Regions { wire, list }
+    }
+
+    /// How many of the regions could shrink (not sealed), and are watched.
+    pub fn watched_count(&self) -> usize {
+        self.wire.watching()
+    }
+
+    /// True once the peer truncated a watched region (which now reads as
+    /// zeros): the connection must be dropped.
+    #[inline]
+    pub fn truncated(&self) -> bool {
+        self.wire.tripped()
     }
 
     /// Number of regions.
@@ -161,29 +217,39 @@ mod tests {
         // SAFETY: writing inside an 8192-byte mapping we own.
         unsafe { *r.base().add(100) = 42 };
         let dup = r.fd().try_clone_to_owned().unwrap();
-        let peer = Region::from_peer(dup, 8192).unwrap();
+        let mut wire = Tripwire::new();
+        let peer = Region::from_peer(dup, 8192, &mut wire).unwrap();
         // SAFETY: reading inside the peer's 8192-byte mapping of the same memfd.
         assert_eq!(unsafe { *peer.base().add(100) }, 42);
         let dup = r.fd().try_clone_to_owned().unwrap();
         assert!(matches!(
-            Region::from_peer(dup, 8193),
+            Region::from_peer(dup, 8193, &mut wire),
             Err(RegionError::TooSmall { .. })
         ));
         let dup = r.fd().try_clone_to_owned().unwrap();
         assert!(matches!(
-            Region::from_peer(dup, 0),
+            Region::from_peer(dup, 0, &mut wire),
             Err(RegionError::BadSize(0))
         ));
     }
 
     #[test]
-    fn unsealed_fds_are_refused() {
+    fn unsealed_fds_are_watched_and_a_truncation_trips_the_wire() {
         let fd = memfd_create(c"x", MemFdCreateFlag::MFD_CLOEXEC).unwrap();
-        nix::unistd::ftruncate(&fd, 4096).unwrap();
-        assert!(matches!(
-            Region::from_peer(fd, 4096),
-            Err(RegionError::NotSealed)
-        ));
+        nix::unistd::ftruncate(&fd, 8192).unwrap();
+        let file = fd.try_clone().unwrap();
+        let mut wire = Tripwire::new();
+        let r = Region::from_peer(fd, 8192, &mut wire).unwrap();
+        let regs = Regions::watched(vec![r], wire);
+        let p = regs.resolve(0, 4096, 1).unwrap();
+        // SAFETY: inside the 8192-byte mapping `regs` holds.
+        unsafe { std::ptr::write_volatile(p, 7) };
+        assert!(!regs.truncated());
+        nix::unistd::ftruncate(&file, 0).unwrap();
+        // SAFETY: inside the mapping; the file behind it is gone, so this
+        // faults and the handler puts zero pages there.
+        assert_eq!(unsafe { std::ptr::read_volatile(p) }, 0);
+        assert!(regs.truncated());
     }
 
     #[test]
