@@ -69,6 +69,12 @@ struct L2 {
     vid: u16,
 }
 
+/// A (VLAN, MAC) pair as one number, for the per-burst lookup caches.
+#[inline]
+fn cache_key(mac: MacAddr, vlan: u16) -> u64 {
+    mac.to_u64() | u64::from(vlan) << 48
+}
+
 fn parse_l2(frame: &RxFrame) -> Result<L2, DropReason> {
     let mut hdr = [0u8; HEADER_LEN + VLAN_TAG_LEN];
     let n = frame.read_prefix(&mut hdr);
@@ -212,6 +218,17 @@ impl Forwarder {
                 .map(|p| &p.shared.security)
         };
 
+        // The last source that was known on this port, and the last
+        // destination looked up with where it went, as (VLAN, MAC) keys: a
+        // burst mostly repeats a few conversations, and a frame that
+        // repeats the one before skips its table lookups (VPP's l2-learn
+        // and l2-fwd keep the same one-entry caches). They live for one
+        // burst, a few microseconds: what another worker changes in the
+        // table meanwhile applies from the next burst, as it would had the
+        // burst been received a moment earlier.
+        let mut known_src = u64::MAX;
+        let mut last_dst: (u64, Option<(PortId, &ViewPort)>) = (u64::MAX, None);
+
         for chunk in frames.chunks(BURST_SIZE) {
             for (i, frame) in chunk.iter().enumerate() {
                 if TRACE {
@@ -258,6 +275,8 @@ impl Forwarder {
                         note!(|t| t.drop = Some(DropReason::SpoofedSource));
                         continue;
                     }
+                } else if !TRACE && cache_key(l2.src, domain) == known_src {
+                    // Known on this port, as the frame before.
                 } else {
                     let entry = MacEntry {
                         port: in_port,
@@ -280,7 +299,10 @@ impl Forwarder {
                             note!(|t| t.drop = Some(r));
                             continue;
                         }
-                        Ok(Admitted::Known) => note!(|t| t.learn = TraceLearn::Known),
+                        Ok(Admitted::Known) => {
+                            known_src = cache_key(l2.src, domain);
+                            note!(|t| t.learn = TraceLearn::Known)
+                        }
                         Ok(a) => {
                             // Rare (a new or moved station): counted per
                             // bridge.
@@ -307,7 +329,10 @@ impl Forwarder {
                     }
                 }
                 let mut unicast = None;
-                if !l2.dst.is_multicast() {
+                let dst_key = cache_key(l2.dst, domain);
+                if !TRACE && last_dst.1.is_some() && dst_key == last_dst.0 {
+                    unicast = last_dst.1;
+                } else if !l2.dst.is_multicast() {
                     if let Some(e) = bridge.macs.lookup(l2.dst, domain) {
                         if e.port == in_port {
                             bump(&in_counters.drops[DropReason::Hairpin as usize], 1);
@@ -320,11 +345,11 @@ impl Forwarder {
                         if let Some(p) = view.ports.get(e.port as usize).and_then(Option::as_ref) {
                             if p.generation == e.port_gen && p.bridge == Some(bridge_id) {
                                 unicast = Some((e.port, p));
+                                last_dst = (dst_key, unicast);
                             }
                         }
                     }
                 }
-                self.hdrs[i] = l2.hdr;
                 match unicast {
                     Some((id, p)) => {
                         note!(|t| t.lookup = TraceLookup::Unicast(id));
@@ -400,6 +425,10 @@ impl Forwarder {
         let Some(q) = self.pending.get_mut(id as usize) else {
             return;
         };
+        if !matches!(tag, Retag::Keep) {
+            // The rewrite's header comes from this private copy.
+            self.hdrs[i] = l2.hdr;
+        }
         if q.is_empty() {
             self.touched.push(id);
         }
@@ -541,5 +570,129 @@ fn trace_unswitched(t: &Trace, w: usize, in_port: PortId, frames: &[RxFrame], wh
             r.drop = Some(why);
             t.record(r);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+    use crate::queue::{PortQueues, TxQueue};
+    use crate::switch::security::PortSecurity;
+    use crate::vlan::VlanMode;
+
+    /// A transmit queue that records the destination MAC of what it sends.
+    struct Sink(Arc<Mutex<Vec<u8>>>);
+
+    impl TxQueue for Sink {
+        fn tx(&mut self, frame: &TxFrame<'_>) -> Result<(), TxError> {
+            let mut b = [0u8; 6];
+            let mut r = frame.reader();
+            // SAFETY: `b` has room for the 6 bytes asked for.
+            unsafe { r.copy_to(b.as_mut_ptr(), 6) };
+            self.0.lock().unwrap().push(b[5]);
+            Ok(())
+        }
+
+        fn flush(&mut self) {}
+    }
+
+    fn mac(last: u8) -> MacAddr {
+        MacAddr([2, 0, 0, 0, 0, last])
+    }
+
+    fn frame(dst: u8, src: u8) -> Vec<u8> {
+        let mut f = vec![0u8; 60];
+        f[0..6].copy_from_slice(&mac(dst).0);
+        f[6..12].copy_from_slice(&mac(src).0);
+        f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+        f
+    }
+
+    #[test]
+    fn repeated_addresses_in_a_burst_go_where_the_table_says() {
+        let dp = Dataplane::new(1).unwrap();
+        let br = dp.add_bridge(64);
+        let sec = PortSecurity::default();
+        let (inp, in_shared) = dp.add_port("in", Some(br), VlanMode::default(), &sec);
+        let mut sent = Vec::new();
+        let mut ports = Vec::new();
+        for name in ["p1", "p2"] {
+            let (id, _) = dp.add_port(name, Some(br), VlanMode::default(), &sec);
+            let log = Arc::new(Mutex::new(Vec::new()));
+            dp.attach_queues(
+                id,
+                PortQueues {
+                    rx: vec![],
+                    tx: vec![Box::new(Sink(log.clone()))],
+                },
+            );
+            sent.push(log);
+            ports.push(id);
+        }
+        dp.attach_queues(
+            inp,
+            PortQueues {
+                rx: vec![],
+                tx: vec![Box::new(Sink(Arc::new(Mutex::new(Vec::new()))))],
+            },
+        );
+        let table = dp.mac_table(br).unwrap();
+        let at = |port: PortId| MacEntry {
+            port,
+            port_gen: 1,
+            last_seen: dp.now_secs(),
+            pinned: false,
+        };
+        // 0x0b behind p1, 0x0c behind p2, 0x0e behind the sender's own port.
+        table.learn(mac(0x0b), 0, at(ports[0]), 0);
+        table.learn(mac(0x0c), 0, at(ports[1]), 0);
+        table.learn(mac(0x0e), 0, at(inp), 0);
+        let run = |pairs: &[(u8, u8)]| {
+            let bufs: Vec<Vec<u8>> = pairs.iter().map(|&(d, s)| frame(d, s)).collect();
+            let frames: Vec<RxFrame> = bufs
+                .iter()
+                .map(|b| {
+                    let mut f = RxFrame::default();
+                    // SAFETY: `bufs` outlives the frames.
+                    assert!(unsafe { f.push(b.as_ptr(), b.len() as u32) });
+                    f
+                })
+                .collect();
+            let mut view = WorkerView::default();
+            dp.build_view(0, &mut view);
+            let mut fwd = Forwarder::default();
+            fwd.resize(&view);
+            fwd.forward_burst(&dp, &view, 0, inp, &frames);
+            let out: Vec<Vec<u8>> = sent
+                .iter()
+                .map(|l| std::mem::take(&mut *l.lock().unwrap()))
+                .collect();
+            out
+        };
+        // Runs of one destination, a change, a hairpin among them, and a
+        // source that changes: each frame as if alone.
+        let out = run(&[
+            (0x0b, 0x0a),
+            (0x0b, 0x0a),
+            (0x0c, 0x0a),
+            (0x0e, 0x0a),
+            (0x0b, 0x0a),
+            (0x0b, 0x0d),
+            (0x0c, 0x0d),
+        ]);
+        assert_eq!(out[0], [0x0b, 0x0b, 0x0b, 0x0b]);
+        assert_eq!(out[1], [0x0c, 0x0c]);
+        assert_eq!(in_shared.totals().drops[DropReason::Hairpin.name()], 1);
+        // Both sources were learned on the sender's port.
+        for src in [0x0a, 0x0d] {
+            assert_eq!(table.lookup(mac(src), 0).map(|e| e.port), Some(inp));
+        }
+        // The table changes between bursts: the next burst follows it.
+        table.learn(mac(0x0b), 0, at(ports[1]), 0);
+        let out = run(&[(0x0b, 0x0a), (0x0b, 0x0a)]);
+        assert!(out[0].is_empty());
+        assert_eq!(out[1], [0x0b, 0x0b]);
     }
 }
