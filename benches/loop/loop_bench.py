@@ -19,8 +19,9 @@ is its AF_PACKET uplink on the other end - Switchyard's af-packet kind,
 DPDK's net_af_packet for testpmd-io and OVS-DPDK - and port 1 / b is
 memif as in the memif cell), af-xdp (the same uplink cell with the DUT's
 port a on AF_XDP: Switchyard's af-xdp kind, DPDK's net_af_xdp for
-testpmd-io and OVS-DPDK; the generator stays on net_af_packet). Frame sizes
-64 and 1518 bytes.
+testpmd-io and OVS-DPDK; the generator stays on net_af_packet unless
+--uplink-generator af-xdp puts it on net_af_xdp). Frame sizes 64 and 1518
+bytes.
 
 Traffic (--traffic): `learned` (default) - the generator's ports have their
 own MACs and address each other (testpmd mac forwarding, --eth-peer), so a
@@ -111,8 +112,10 @@ class Settings:
     huge_dir = None
     # The many-hosts cell's hosts per side (None: the generator is testpmd).
     hosts = None
-    # The generator's memif ports are zero-copy clients (hugepages only).
+    # The generator's memif ports are zero-copy clients.
     memif_zero_copy = False
+    # The generator's port on the veth in the uplink cells.
+    uplink_generator = "af-packet"
 
 
 def mac_table_size(hosts):
@@ -412,7 +415,8 @@ class Switchyard(Dut):
             if len(ports) == 2 and all(p["status"]["link_up"] for p in ports):
                 return
             time.sleep(0.2)
-        raise RuntimeError(f"switchyard links not up: {out}")
+        log = "".join(self.procs[0].err)[-1500:] if self.procs else ""
+        raise RuntimeError(f"switchyard links not up: {out} {log}".replace("\n", " | "))
 
     def workers(self):
         out = subprocess.run([switchyard_bin(), "worker", "list", "--json"],
@@ -640,7 +644,10 @@ def uplink_vdev(kind):
 def gen_vdevs(kind, sockets, queues=1):
     a, b = sockets
     if kind in UPLINKS:
-        return [f"net_af_packet0,iface={GEN_IF},qdisc_bypass=1,qpairs={queues}",
+        gen0 = (f"net_af_xdp0,iface={GEN_IF},start_queue=0,queue_count={queues}"
+                if SET.uplink_generator == "af-xdp" else
+                f"net_af_packet0,iface={GEN_IF},qdisc_bypass=1,qpairs={queues}")
+        return [gen0,
                 f"net_memif1,role=client,id=0,socket={b},socket-abstract=no,mac={GEN_MACS[1]}"]
     if kind == "memif":
         zc = ",zero-copy=yes" if SET.memif_zero_copy else ""
@@ -800,6 +807,8 @@ def main():
     ap.add_argument("--rtt", action="store_true", help="add the one-frame-in-flight cells")
     ap.add_argument("--memif-generator", choices=["zero-copy", "copy"], default="zero-copy",
                     help="the generator's memif ports: DPDK zero-copy clients or copy mode")
+    ap.add_argument("--uplink-generator", choices=["af-packet", "af-xdp"], default="af-packet",
+                    help="the generator's port on the veth in the uplink cells")
     ap.add_argument("--hosts", default="",
                     help="many-hosts cells (64 B, hostgen generator): hosts per side, "
                          "e.g. 1000,10000")
@@ -810,6 +819,7 @@ def main():
         sys.exit("dpdk-testpmd is missing: apt-get install dpdk dpdk-dev librte-net-memif23")
     duts = args.dut.split(",")
     SET.traffic = args.traffic
+    SET.uplink_generator = args.uplink_generator
     huge = None
     memories = args.memory.split(",") if args.memory else None
     if memories is None or "hugepages" in memories:
@@ -976,6 +986,8 @@ def print_settings(duts, args):
     print("generator memif ports: " + ("zero-copy clients (DPDK zero-copy=yes: the DUTs "
                                        "read and write the generator's mbufs)"
                                        if SET.memif_zero_copy else "copy mode"))
+    if any(k in UPLINKS for k in args.kinds.split(",")):
+        print(f"uplink cells: the generator's port on the veth is net_{SET.uplink_generator.replace('-', '_')}")
     print("queue pairs per port: 2 in the memif cell, 1 elsewhere, every DUT alike")
     for d in duts:
         print(f"- {d}: {DUTS[d]('memif', '/nonexistent').settings()}")
