@@ -388,11 +388,17 @@ fn plane(
         );
     }
     let vid = others.first().copied().flatten().or(in_vlan).unwrap_or(0);
+    learned_b(dp, br, 1, vid)
+}
+
+/// `dp` with MAC B learned on `port` in `vid` of bridge `br`, and worker
+/// 0's view of it.
+fn learned_b(dp: Dataplane, br: u16, port: u16, vid: u16) -> (Dataplane, WorkerView) {
     dp.mac_table(br).unwrap().learn(
         MacAddr::from_u64(MAC_B),
         vid,
         MacEntry {
-            port: 1,
+            port,
             port_gen: 1,
             last_seen: dp.now_secs(),
             pinned: false,
@@ -425,20 +431,7 @@ fn plane_with(rx: Box<dyn RxQueue>, tx: Box<dyn TxQueue>) -> (Dataplane, WorkerV
             tx: vec![tx],
         },
     );
-    dp.mac_table(br).unwrap().learn(
-        MacAddr::from_u64(MAC_B),
-        0,
-        MacEntry {
-            port: pb,
-            port_gen: 1,
-            last_seen: dp.now_secs(),
-            pinned: false,
-        },
-        0,
-    );
-    let mut view = WorkerView::default();
-    dp.build_view(0, &mut view);
-    (dp, view)
+    learned_b(dp, br, pb, 0)
 }
 
 /// One worker iteration over the view's receive queues.
