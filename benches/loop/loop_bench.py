@@ -20,8 +20,9 @@ DPDK's net_af_packet for testpmd-io and OVS-DPDK - and port 1 / b is
 memif as in the memif cell), af-xdp (the same uplink cell with the DUT's
 port a on AF_XDP: Switchyard's af-xdp kind, DPDK's net_af_xdp for
 testpmd-io and OVS-DPDK; the generator stays on net_af_packet unless
---uplink-generator af-xdp puts it on net_af_xdp). Frame sizes 64 and 1518
-bytes.
+--uplink-generator af-xdp puts it on net_af_xdp, which OVS-DPDK cannot be
+measured with: OVS needs the generator on two queue pairs, and net_af_xdp
+gets one from a veth of one queue). Frame sizes 64 and 1518 bytes.
 
 Traffic (--traffic): `learned` (default) - the generator's ports have their
 own MACs and address each other (testpmd mac forwarding, --eth-peer), so a
@@ -808,7 +809,8 @@ def main():
     ap.add_argument("--memif-generator", choices=["zero-copy", "copy"], default="zero-copy",
                     help="the generator's memif ports: DPDK zero-copy clients or copy mode")
     ap.add_argument("--uplink-generator", choices=["af-packet", "af-xdp"], default="af-packet",
-                    help="the generator's port on the veth in the uplink cells")
+                    help="the generator's port on the veth in the uplink cells "
+                         "(af-xdp: not with ovs-dpdk, which needs two queue pairs)")
     ap.add_argument("--hosts", default="",
                     help="many-hosts cells (64 B, hostgen generator): hosts per side, "
                          "e.g. 1000,10000")
