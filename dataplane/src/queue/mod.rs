@@ -66,6 +66,38 @@ pub enum TxError {
     Fault(QueueFault),
 }
 
+/// For queues over memory a peer may shrink (watched by a
+/// [`crate::port::sigbus::Tripwire`]): what the queue found, unless the
+/// peer truncated that memory meanwhile (`truncated`), which is then the
+/// fault. Receive checks after its reads, so that what zero pages made of
+/// the rings is not reported as a broken ring.
+#[inline]
+pub fn rx_unless_truncated(
+    got: Result<usize, QueueFault>,
+    truncated: bool,
+) -> Result<usize, QueueFault> {
+    if truncated {
+        return Err(QueueFault::PeerMemoryTruncated);
+    }
+    got
+}
+
+/// The transmit side of [`rx_unless_truncated`]: a fault is reported as
+/// truncation when the peer truncated its memory (`truncated`, asked only
+/// on a fault).
+#[inline]
+pub fn tx_unless_truncated<T>(
+    got: Result<T, TxError>,
+    truncated: impl FnOnce() -> bool,
+) -> Result<T, TxError> {
+    match got {
+        Err(TxError::Fault(_)) if truncated() => {
+            Err(TxError::Fault(QueueFault::PeerMemoryTruncated))
+        }
+        r => r,
+    }
+}
+
 /// Receive side of one queue, owned by one worker at a time.
 pub trait RxQueue: Send {
     /// Fills `burst` with up to its capacity of frames. The frames' memory

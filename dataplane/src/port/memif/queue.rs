@@ -17,7 +17,10 @@ use std::sync::Arc;
 use super::region::Regions;
 use super::ring::{Desc, Ring};
 use crate::eventfd::kick_eventfd;
-use crate::queue::{prefetch, QueueFault, RxBurst, RxQueue, TxError, TxFrame, TxQueue};
+use crate::queue::{
+    prefetch, rx_unless_truncated, tx_unless_truncated, QueueFault, RxBurst, RxQueue, TxError,
+    TxFrame, TxQueue,
+};
 use crate::wire::memif::{DESC_FLAG_NEXT, RING_FLAG_MASK_INT};
 
 /// Longest descriptor chain we write for one frame.
@@ -189,12 +192,7 @@ impl MemifRx {
 impl RxQueue for MemifRx {
     fn rx_burst(&mut self, burst: &mut RxBurst) -> Result<usize, QueueFault> {
         let got = self.take_burst(burst);
-        // Checked after the reads, so that what zero pages made of the
-        // rings is not reported as a broken ring.
-        if self.regions.truncated() {
-            return Err(QueueFault::PeerMemoryTruncated);
-        }
-        got
+        rx_unless_truncated(got, self.regions.truncated())
     }
 
     fn release(&mut self) {
@@ -352,9 +350,7 @@ impl MemifTx {
             None => self.ring.set_len_flags(slot, n, flags),
         }
     }
-}
 
-impl MemifTx {
     /// Copies `frame` into the next buffers (see [`TxQueue::tx`]).
     #[inline]
     fn put(&mut self, frame: &TxFrame<'_>) -> Result<(), TxError> {
@@ -396,12 +392,8 @@ impl MemifTx {
 
 impl TxQueue for MemifTx {
     fn tx(&mut self, frame: &TxFrame<'_>) -> Result<(), TxError> {
-        match self.put(frame) {
-            Err(TxError::Fault(_)) if self.regions.truncated() => {
-                Err(TxError::Fault(QueueFault::PeerMemoryTruncated))
-            }
-            r => r,
-        }
+        let got = self.put(frame);
+        tx_unless_truncated(got, || self.regions.truncated())
     }
 
     fn flush(&mut self) {

@@ -55,8 +55,8 @@ impl Region {
     /// shrinking, it must hold `size` bytes; otherwise the mapping is watched
     /// by `wire`: an access past the file's end (the peer truncated it, or
     /// never backed that part) trips the wire instead of making a worker
-    /// fault (SIGBUS). `wire` must
-    /// be dropped before the region is (it must not outlive the mapping).
+    /// fault (SIGBUS). `wire` must be dropped before the region is (it must
+    /// not outlive the mapping).
     pub fn from_peer(fd: OwnedFd, size: u64, wire: &mut Tripwire) -> Result<Region, RegionError> {
         if size == 0 || size > MAX_REGION_SIZE {
             return Err(RegionError::BadSize(size));

@@ -26,7 +26,8 @@ use super::split::{Broken, Desc, MemTable, SplitRing};
 use crate::eventfd::kick_eventfd;
 use crate::port::sigbus::Tripwire;
 use crate::queue::{
-    prefetch, QueueFault, RxBurst, RxFrame, RxQueue, Segment, TxError, TxFrame, TxQueue, BURST_SIZE,
+    prefetch, rx_unless_truncated, tx_unless_truncated, QueueFault, RxBurst, RxFrame, RxQueue,
+    Segment, TxError, TxFrame, TxQueue, BURST_SIZE,
 };
 use crate::wire::virtio_net::{header_bytes, HEADER_LEN};
 
@@ -388,12 +389,7 @@ impl VirtioRx {
 impl RxQueue for VirtioRx {
     fn rx_burst(&mut self, burst: &mut RxBurst) -> Result<usize, QueueFault> {
         let got = self.take_burst(burst);
-        // Checked after the reads, so that what zero pages made of the
-        // rings is not reported as a broken ring.
-        if self.vq.memory_gone() {
-            return Err(QueueFault::PeerMemoryTruncated);
-        }
-        got
+        rx_unless_truncated(got, self.vq.memory_gone())
     }
 
     fn release(&mut self) {
@@ -687,12 +683,8 @@ unsafe impl Send for VirtioTx {}
 
 impl TxQueue for VirtioTx {
     fn tx(&mut self, frame: &TxFrame<'_>) -> Result<(), TxError> {
-        let chains = match self.fill(frame) {
-            Err(TxError::Fault(_)) if self.vq.memory_gone() => {
-                return Err(TxError::Fault(QueueFault::PeerMemoryTruncated))
-            }
-            r => r?,
-        };
+        let got = self.fill(frame);
+        let chains = tx_unless_truncated(got, || self.vq.memory_gone())?;
         for i in 0..chains {
             let (head, len) = self.used[i];
             self.vq.write_used(head, len);
