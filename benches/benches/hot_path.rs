@@ -8,11 +8,11 @@
 //!   (used), and a burst filled into a virtio receive queue;
 //! - `forward`: one worker iteration (rx burst, L2 lookup, copy, tx, used
 //!   and ring updates) from one memif port to another, and the same with
-//!   the idle capture and trace hooks compiled out (their cost); the same
-//!   from one vhost-user driver's transmit queue to another's receive
-//!   queue; flooding
-//!   to N ports; VLAN push (access -> trunk) and pop (trunk -> access)
-//!   against untagged.
+//!   the idle capture and trace hooks compiled out (their cost), and with
+//!   1024 hosts behind each port (every frame learned and looked up apart
+//!   from its neighbours); the same from one vhost-user driver's transmit
+//!   queue to another's receive queue; flooding to N ports; VLAN push
+//!   (access -> trunk) and pop (trunk -> access) against untagged.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -97,9 +97,10 @@ impl MemifRing {
         }
     }
 
-    /// The peer's transmit side: every slot holds `data`.
-    fn fill_all(&self, data: &[u8]) {
+    /// The peer's transmit side: slot `i` holds `frame(i)`.
+    fn fill_with(&self, frame: impl Fn(u16) -> Vec<u8>) {
         for slot in 0..(1u16 << LOG2) {
+            let data = frame(slot);
             let d = self.desc(slot, data.len() as u32);
             let p = self.regions.resolve(0, d.offset, d.length).unwrap();
             // SAFETY: the range was just resolved inside the mapping.
@@ -126,9 +127,14 @@ struct Peers {
 impl Peers {
     /// The peers and the switch's queues (master side) on their rings.
     fn new(data: &[u8]) -> (Peers, MemifRx, MemifTx) {
+        Peers::with_frames(|_| data.to_vec())
+    }
+
+    /// The same, with A's ring slot `i` holding `frame(i)`.
+    fn with_frames(frame: impl Fn(u16) -> Vec<u8>) -> (Peers, MemifRx, MemifTx) {
         let a = MemifRing::new("bench-a");
         let b = MemifRing::new("bench-b");
-        a.fill_all(data);
+        a.fill_with(frame);
         b.post_all();
         b.ring.set_head(1 << LOG2);
         let rx = MemifRx::new(
@@ -388,35 +394,46 @@ fn plane(
         );
     }
     let vid = others.first().copied().flatten().or(in_vlan).unwrap_or(0);
-    learned_b(dp, br, 1, vid)
+    learned(dp, br, 1, vid, &[MAC_B])
 }
 
-/// `dp` with MAC B learned on `port` in `vid` of bridge `br`, and worker
+/// `dp` with `macs` learned on `port` in `vid` of bridge `br`, and worker
 /// 0's view of it.
-fn learned_b(dp: Dataplane, br: u16, port: u16, vid: u16) -> (Dataplane, WorkerView) {
-    dp.mac_table(br).unwrap().learn(
-        MacAddr::from_u64(MAC_B),
-        vid,
-        MacEntry {
-            port,
-            port_gen: 1,
-            last_seen: dp.now_secs(),
-            pinned: false,
-        },
-        0,
-    );
+fn learned(dp: Dataplane, br: u16, port: u16, vid: u16, macs: &[u64]) -> (Dataplane, WorkerView) {
+    for &mac in macs {
+        dp.mac_table(br).unwrap().learn(
+            MacAddr::from_u64(mac),
+            vid,
+            MacEntry {
+                port,
+                port_gen: 1,
+                last_seen: dp.now_secs(),
+                pinned: false,
+            },
+            0,
+        );
+    }
     let mut view = WorkerView::default();
     dp.build_view(0, &mut view);
     (dp, view)
 }
 
 /// A data plane with one bridge of two ports: `a` receives on `rx`, `b`
-/// sends on `tx`, and MAC B is learned on `b`.
-fn plane_with(rx: Box<dyn RxQueue>, tx: Box<dyn TxQueue>) -> (Dataplane, WorkerView) {
+/// sends on `tx`, and `macs_b` are learned on `b`.
+fn plane_with(
+    rx: Box<dyn RxQueue>,
+    tx: Box<dyn TxQueue>,
+    macs_b: &[u64],
+) -> (Dataplane, WorkerView) {
     let dp = Dataplane::new(1).unwrap();
     let br = dp.add_bridge(4096);
-    let (pa, _) = dp.add_port("a", Some(br), VlanMode::default(), &PortSecurity::default());
-    let (pb, _) = dp.add_port("b", Some(br), VlanMode::default(), &PortSecurity::default());
+    // No MAC limit: the many-hosts bench has 1024 hosts behind each port.
+    let open = PortSecurity {
+        mac_limit: 0,
+        ..PortSecurity::default()
+    };
+    let (pa, _) = dp.add_port("a", Some(br), VlanMode::default(), &open);
+    let (pb, _) = dp.add_port("b", Some(br), VlanMode::default(), &open);
     dp.attach_queues(
         pa,
         PortQueues {
@@ -431,7 +448,7 @@ fn plane_with(rx: Box<dyn RxQueue>, tx: Box<dyn TxQueue>) -> (Dataplane, WorkerV
             tx: vec![tx],
         },
     );
-    learned_b(dp, br, pb, 0)
+    learned(dp, br, pb, 0, macs_b)
 }
 
 /// One worker iteration over the view's receive queues.
@@ -468,7 +485,7 @@ fn forward(c: &mut Criterion) {
     for size in [60usize, 1514] {
         let data = frame(size, MAC_B, MAC_A, None);
         let (peers, rx, tx) = Peers::new(&data);
-        let (dp, view) = plane_with(Box::new(rx), Box::new(tx));
+        let (dp, view) = plane_with(Box::new(rx), Box::new(tx), &[MAC_B]);
         let mut fwd = Forwarder::default();
         fwd.resize(&view);
         g.bench_function(
@@ -493,6 +510,31 @@ fn forward(c: &mut Criterion) {
         );
     }
 
+    // Many hosts, memif to memif: slot i of A's ring carries a frame from
+    // host A_i to host B_i (1024 of each, every B_i learned on b), so each
+    // frame of a burst is learned and looked up apart from its neighbours,
+    // as in the loop benchmark's many-hosts cell.
+    {
+        let hosts = 1u64 << LOG2;
+        let host_a = |i: u64| 0x02_50_00_00_00_00 | i;
+        let host_b = |i: u64| 0x02_51_00_00_00_00 | i;
+        let (peers, rx, tx) =
+            Peers::with_frames(|i| frame(60, host_b(u64::from(i)), host_a(u64::from(i)), None));
+        let macs_b: Vec<u64> = (0..hosts).map(host_b).collect();
+        let (dp, view) = plane_with(Box::new(rx), Box::new(tx), &macs_b);
+        let mut fwd = Forwarder::default();
+        fwd.resize(&view);
+        g.bench_function(
+            BenchmarkId::new("worker_memif_to_memif_1024_hosts", 64),
+            |bench| {
+                bench.iter(|| {
+                    peers.step();
+                    black_box(iterate(&dp, &view, &mut fwd, &mut burst))
+                })
+            },
+        );
+    }
+
     // Whole worker iteration, vhost-user to vhost-user (a driver's
     // transmit queue to another driver's receive queue), learned unicast.
     for size in [60usize, 1514] {
@@ -501,7 +543,7 @@ fn forward(c: &mut Criterion) {
         let mut db = Driver::new(true, &data);
         let rx = VirtioRx::new(da.vq());
         let tx = VirtioTx::new(db.vq(), true);
-        let (dp, view) = plane_with(Box::new(rx), Box::new(tx));
+        let (dp, view) = plane_with(Box::new(rx), Box::new(tx), &[MAC_B]);
         let mut fwd = Forwarder::default();
         fwd.resize(&view);
         g.bench_function(
