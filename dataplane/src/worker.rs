@@ -10,9 +10,9 @@
 //! a socket in an epoll set has the kernel call epoll's wake-up callback
 //! for every frame it receives and every sent frame it frees (AF_PACKET,
 //! AF_XDP), a cost a busy worker does not pay. A poll-mode worker never
-//! registers them, an adaptive one from its first sleep until it finds
-//! frames again, an interrupt-mode one (which sleeps at every quiet pass)
-//! always.
+//! registers them, an adaptive one from its first sleep until traffic has
+//! kept it busy for a few milliseconds, an interrupt-mode one (which
+//! sleeps at every quiet pass) always.
 
 use std::time::{Duration, Instant};
 
@@ -52,6 +52,11 @@ pub struct WorkerConfig {
 }
 
 const WAKER_TOKEN: u64 = u64::MAX;
+
+/// Passes that found frames after which an adaptive worker, awake again,
+/// takes its queues' fds out of its epoll set (a few milliseconds of
+/// steady traffic).
+const DISARM_AFTER: u32 = 1024;
 
 /// The CPU of each of `workers` workers: `explicit` entries first; with
 /// `auto`, the last CPUs of `allowed` (the process's affinity), so that the
@@ -159,6 +164,8 @@ pub fn run(dp: Dataplane, cfg: WorkerConfig) {
     let mut burst = RxBurst::default();
     let mut epoll: Option<Interrupts> = None;
     let mut idle_since: Option<Instant> = None;
+    // Passes that found frames since the worker last slept.
+    let mut busy_passes = 0u32;
     dp.ack_generation(w, 0);
 
     loop {
@@ -230,8 +237,13 @@ pub fn run(dp: Dataplane, cfg: WorkerConfig) {
             bump(&load.busy_ticks, end.wrapping_sub(start));
             idle_since = None;
             if cfg.mode == PollMode::Adaptive {
-                if let Some(e) = epoll.as_mut() {
-                    e.disarm(&view);
+                if let Some(e) = epoll.as_mut().filter(|e| e.armed) {
+                    // Not at the first frames after a sleep: sparse traffic
+                    // would pay a registration per queue and wake-up.
+                    busy_passes += 1;
+                    if busy_passes >= DISARM_AFTER {
+                        e.disarm(&view);
+                    }
                 }
             }
             continue;
@@ -251,6 +263,7 @@ pub fn run(dp: Dataplane, cfg: WorkerConfig) {
             continue;
         }
         bump(&load.sleeps, 1);
+        busy_passes = 0;
         if let Some(Err(e)) = epoll.as_mut().map(|e| e.arm(&view)) {
             warn!(worker = w, "cannot arm interrupts, polling only: {e}");
             epoll = None;
