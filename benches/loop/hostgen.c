@@ -17,8 +17,14 @@
  *
  *   hostgen EAL-OPTIONS -- HOSTS SIZE BURSTS QUEUES DESCRIPTORS WARMUP SECONDS
  *
- * SIZE counts the CRC (a 64-byte frame carries 60 bytes); BURSTS bursts of
- * 32 frames are put in flight per port and queue. It prints "links up",
+ * SIZE counts the CRC (a 64-byte frame carries 60 bytes). QUEUES is the
+ * queue pairs of both ports ("2") or of each ("1,2": the uplink cell, where
+ * OVS-DPDK needs two on its memif port and net_af_xdp on a one-queue veth
+ * has one); a frame received on queue q leaves on queue q mod the other
+ * port's queues. BURSTS bursts of 32 frames are put in flight per port and
+ * queue of the port with fewer queues, so that every port has the same
+ * frames in flight whatever its queues (spread over them in turn). It
+ * prints "links up",
  * then, after WARMUP seconds of forwarding, the frames both ports received
  * over SECONDS as "rx_pps N", and exits.
  */
@@ -43,7 +49,8 @@
 
 static volatile int running = 1;
 static uint32_t hosts;
-static uint16_t nb_queues;
+/* Queue pairs of port 0 and port 1. */
+static uint16_t nb_queues[2];
 /* Frames received per port, written by the forwarding lcore only. */
 static volatile uint64_t rx_count[2];
 
@@ -116,7 +123,7 @@ static int forward(void *arg)
 	while (running) {
 		for (uint16_t in = 0; in < 2; in++) {
 			uint16_t out = 1 - in;
-			for (uint16_t q = 0; q < nb_queues; q++) {
+			for (uint16_t q = 0; q < nb_queues[in]; q++) {
 				uint16_t n = rte_eth_rx_burst(in, q, pkts, BURST);
 				if (n == 0)
 					continue;
@@ -128,7 +135,7 @@ static int forward(void *arg)
 						k = 0;
 				}
 				next[out] = k;
-				uint16_t sent = rte_eth_tx_burst(out, q, pkts, n);
+				uint16_t sent = rte_eth_tx_burst(out, q % nb_queues[out], pkts, n);
 				if (sent < n)
 					rte_pktmbuf_free_bulk(&pkts[sent], n - sent);
 			}
@@ -162,12 +169,16 @@ int main(int argc, char **argv)
 	hosts = strtoul(argv[1], NULL, 10);
 	uint16_t size = strtoul(argv[2], NULL, 10);
 	uint32_t bursts = strtoul(argv[3], NULL, 10);
-	nb_queues = strtoul(argv[4], NULL, 10);
+	char *rest;
+	nb_queues[0] = strtoul(argv[4], &rest, 10);
+	nb_queues[1] = *rest == ',' ? strtoul(rest + 1, &rest, 10) : nb_queues[0];
+	if (*rest != '\0')
+		usage();
 	uint16_t desc = strtoul(argv[5], NULL, 10);
 	double warmup = atof(argv[6]);
 	double seconds = atof(argv[7]);
-	if (hosts == 0 || hosts > 1u << 22 || size < 64 || size > 1518 || nb_queues == 0 ||
-	    nb_queues > MAX_QUEUES || desc == 0 || seconds <= 0)
+	if (hosts == 0 || hosts > 1u << 22 || size < 64 || size > 1518 || nb_queues[0] == 0 ||
+	    nb_queues[0] > MAX_QUEUES || nb_queues[1] == 0 || nb_queues[1] > MAX_QUEUES || desc == 0 || seconds <= 0)
 		usage();
 	if (rte_eth_dev_count_avail() != 2)
 		rte_exit(EXIT_FAILURE, "need exactly two ports, have %u\n",
@@ -178,8 +189,10 @@ int main(int argc, char **argv)
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
 
+	uint16_t most = RTE_MAX(nb_queues[0], nb_queues[1]);
+	uint16_t fewest = RTE_MIN(nb_queues[0], nb_queues[1]);
 	/* Room for the rings of both ports and the frames in flight. */
-	unsigned nb_mbufs = 4u * nb_queues * desc + 2u * nb_queues * bursts * BURST + 4096;
+	unsigned nb_mbufs = 4u * most * desc + 2u * fewest * bursts * BURST + 4096;
 	struct rte_mempool *pool = rte_pktmbuf_pool_create("hostgen", nb_mbufs, 256, 0,
 							   RTE_MBUF_DEFAULT_BUF_SIZE, rte_socket_id());
 	if (pool == NULL)
@@ -187,10 +200,11 @@ int main(int argc, char **argv)
 	for (uint16_t port = 0; port < 2; port++) {
 		struct rte_eth_conf conf;
 		memset(&conf, 0, sizeof(conf));
-		int r = rte_eth_dev_configure(port, nb_queues, nb_queues, &conf);
+		uint16_t nq = nb_queues[port];
+		int r = rte_eth_dev_configure(port, nq, nq, &conf);
 		if (r < 0)
 			rte_exit(EXIT_FAILURE, "port %u: configure: %s\n", port, rte_strerror(-r));
-		for (uint16_t q = 0; q < nb_queues; q++) {
+		for (uint16_t q = 0; q < nq; q++) {
 			r = rte_eth_rx_queue_setup(port, q, desc, rte_eth_dev_socket_id(port), NULL,
 						   pool);
 			if (r < 0)
@@ -225,7 +239,7 @@ int main(int argc, char **argv)
 	 * receives: receive once on every queue, so that the DUT finds
 	 * buffers for the first frames. */
 	for (uint16_t port = 0; port < 2; port++)
-		for (uint16_t q = 0; q < nb_queues; q++) {
+		for (uint16_t q = 0; q < nb_queues[port]; q++) {
 			struct rte_mbuf *pkts[BURST];
 			uint16_t n = rte_eth_rx_burst(port, q, pkts, BURST);
 			if (n > 0)
@@ -233,23 +247,23 @@ int main(int argc, char **argv)
 		}
 	usleep(100000);
 
-	/* Frames in flight: host k's frames out of each port and queue. */
+	/* Frames in flight: host k's frames out of each port, the same number
+	 * of bursts on both, each port's spread over its queues in turn. */
 	uint32_t k[2] = {0, 0};
-	for (uint32_t b = 0; b < bursts; b++)
-		for (uint16_t port = 0; port < 2; port++)
-			for (uint16_t q = 0; q < nb_queues; q++) {
-				struct rte_mbuf *pkts[BURST];
-				uint16_t n = 0;
-				for (; n < BURST; n++) {
-					pkts[n] = make_frame(pool, port, k[port], size - 4);
-					if (pkts[n] == NULL)
-						rte_exit(EXIT_FAILURE, "out of mbufs\n");
-					k[port] = (k[port] + 1) % hosts;
-				}
-				uint16_t sent = rte_eth_tx_burst(port, q, pkts, n);
-				if (sent < n)
-					rte_pktmbuf_free_bulk(&pkts[sent], n - sent);
+	for (uint32_t b = 0; b < bursts * fewest; b++)
+		for (uint16_t port = 0; port < 2; port++) {
+			struct rte_mbuf *pkts[BURST];
+			uint16_t n = 0;
+			for (; n < BURST; n++) {
+				pkts[n] = make_frame(pool, port, k[port], size - 4);
+				if (pkts[n] == NULL)
+					rte_exit(EXIT_FAILURE, "out of mbufs\n");
+				k[port] = (k[port] + 1) % hosts;
 			}
+			uint16_t sent = rte_eth_tx_burst(port, b % nb_queues[port], pkts, n);
+			if (sent < n)
+				rte_pktmbuf_free_bulk(&pkts[sent], n - sent);
+		}
 
 	rte_eal_remote_launch(forward, NULL, fwd_lcore);
 	usleep((useconds_t)(warmup * 1e6));

@@ -20,9 +20,12 @@ DPDK's net_af_packet for testpmd-io and OVS-DPDK - and port 1 / b is
 memif as in the memif cell), af-xdp (the same uplink cell with the DUT's
 port a on AF_XDP: Switchyard's af-xdp kind, DPDK's net_af_xdp for
 testpmd-io and OVS-DPDK; the generator stays on net_af_packet unless
---uplink-generator af-xdp puts it on net_af_xdp, which OVS-DPDK cannot be
-measured with: OVS needs the generator on two queue pairs, and net_af_xdp
-gets one from a veth of one queue). Frame sizes 64 and 1518 bytes.
+--uplink-generator af-xdp puts it on net_af_xdp). With net_af_xdp the
+generator is hostgen (below, one host per side: learned unicast as
+testpmd's mac forwarding sends), which can give its two ports different
+queues: net_af_xdp on a veth of one queue has one, and OVS-DPDK's memif
+port needs two (its PMD sends on queue 1); testpmd gives every port the
+same. Frame sizes 64 and 1518 bytes.
 
 Traffic (--traffic): `learned` (default) - the generator's ports have their
 own MACs and address each other (testpmd mac forwarding, --eth-peer), so a
@@ -625,12 +628,13 @@ def hostgen_bin():
     return out
 
 
-def hostgen(vdevs, queues, size, bursts, warmup, seconds):
-    """The many-hosts generator, started; its output ends in "rx_pps N"."""
+def hostgen(vdevs, queues, size, bursts, warmup, seconds, hosts):
+    """The many-hosts generator, started; its output ends in "rx_pps N".
+    `queues`: "N0,N1", the queue pairs of its two ports."""
     argv = ["stdbuf", "-o0", hostgen_bin()] + eal_memory(512) + [
         "--no-pci", "--file-prefix", f"lb-gen-{os.getpid()}", "--lcores", GEN_LCORES]
     argv += [f"--vdev={v}" for v in vdevs]
-    argv += ["--", str(SET.hosts), str(size), str(bursts), str(queues), str(QUEUE),
+    argv += ["--", str(hosts), str(size), str(bursts), queues, str(QUEUE),
              str(warmup), str(seconds)]
     return Proc(argv)
 
@@ -699,12 +703,24 @@ def gen_traffic():
     return "io", []
 
 
+def hostgen_cell(kind):
+    """Whether hostgen generates this cell: the many-hosts cells, and the
+    uplink cells with the generator on net_af_xdp (one queue on the veth,
+    and as many as the DUT needs on its memif port)."""
+    return SET.hosts is not None or (kind in UPLINKS and SET.uplink_generator == "af-xdp")
+
+
 def run_hosts(dut, size, seconds, bursts):
-    """One many-hosts run: hostgen puts the frames in flight and measures."""
+    """One hostgen run (hostgen_cell): hostgen puts the frames in flight and
+    measures."""
     q = dut.gen_queues
+    # The generator's veth port has one queue with net_af_xdp, whatever
+    # the memif port has.
+    q0 = 1 if dut.kind in UPLINKS and SET.uplink_generator == "af-xdp" else q
     # Longer warm-up: OVS sets up a megaflow per host pair and direction.
     warmup = 5.0
-    gen = hostgen(gen_vdevs(dut.kind, dut.sockets(), q), q, size, bursts, warmup, seconds)
+    gen = hostgen(gen_vdevs(dut.kind, dut.sockets(), q0), f"{q0},{q}", size, bursts, warmup,
+                  seconds, SET.hosts or 1)
     try:
         dut.ready(gen)
         gen.wait_for("links up", 90)
@@ -727,7 +743,7 @@ def run_once(dut_name, kind, size, seconds, bursts, rtt=False):
         make_veth()
     try:
         dut.start()
-        if SET.hosts is not None:
+        if hostgen_cell(kind) and not rtt and size != IMIX:
             return run_hosts(dut, size, seconds, bursts)
         q = dut.gen_queues
         fwd, extra = gen_traffic()
@@ -810,7 +826,7 @@ def main():
                     help="the generator's memif ports: DPDK zero-copy clients or copy mode")
     ap.add_argument("--uplink-generator", choices=["af-packet", "af-xdp"], default="af-packet",
                     help="the generator's port on the veth in the uplink cells "
-                         "(af-xdp: not with ovs-dpdk, which needs two queue pairs)")
+                         "(af-xdp: hostgen generates them, one host per side)")
     ap.add_argument("--hosts", default="",
                     help="many-hosts cells (64 B, hostgen generator): hosts per side, "
                          "e.g. 1000,10000")
@@ -989,7 +1005,10 @@ def print_settings(duts, args):
                                        "read and write the generator's mbufs)"
                                        if SET.memif_zero_copy else "copy mode"))
     if any(k in UPLINKS for k in args.kinds.split(",")):
-        print(f"uplink cells: the generator's port on the veth is net_{SET.uplink_generator.replace('-', '_')}")
+        gen = SET.uplink_generator.replace('-', '_')
+        print(f"uplink cells: the generator's port on the veth is net_{gen}"
+              + (" (one queue), the generator hostgen (one host per side, learned unicast; "
+                 "RTT and IMIX cells: testpmd)" if gen == "af_xdp" else ""))
     print("queue pairs per port: 2 in the memif cell, 1 elsewhere, every DUT alike")
     for d in duts:
         print(f"- {d}: {DUTS[d]('memif', '/nonexistent').settings()}")
