@@ -859,19 +859,21 @@ def main():
             results = {}
             rtts = {}
             many = {}
-            for kind in args.kinds.split(","):
-                for size in [IMIX if s == "imix" else int(s)
-                             for s in args.sizes.split(",") if s]:
-                    results.update(measure(duts, kind, size, args, rtt=False))
-                if args.rtt:
-                    rtts.update(measure(duts, kind, 64, args, rtt=True))
-                for n in [int(h) for h in args.hosts.split(",") if h]:
-                    SET.hosts = n
-                    try:
-                        for (d, k, s), v in measure(duts, kind, 64, args, rtt=False).items():
-                            many[(d, k, n)] = v
-                    finally:
-                        SET.hosts = None
+            kinds = args.kinds.split(",")
+            sizes = [IMIX if s == "imix" else int(s) for s in args.sizes.split(",") if s]
+            if sizes:
+                results.update(measure(duts, [(k, s) for k in kinds for s in sizes], args,
+                                       rtt=False))
+            if args.rtt:
+                rtts.update(measure(duts, [(k, 64) for k in kinds], args, rtt=True))
+            for n in [int(h) for h in args.hosts.split(",") if h]:
+                SET.hosts = n
+                try:
+                    for (d, k, s), v in measure(duts, [(k, 64) for k in kinds], args,
+                                                rtt=False).items():
+                        many[(d, k, n)] = v
+                finally:
+                    SET.hosts = None
             if results:
                 print_table(results, duts, args)
                 print_loads(duts, sorted({(k, s, None) for (_, k, s) in results}))
@@ -887,19 +889,20 @@ def main():
             huge.close()
 
 
-def measure(duts, kind, size, args, rtt):
-    """Median per DUT of one cell; the DUTs take turns, round after round:
-    this VM's speed drifts over minutes, and a DUT measured in one slow
-    stretch would otherwise be compared with others measured in a fast one."""
-    runs = {dut: [] for dut in duts}
+def measure(duts, cells, args, rtt):
+    """Median per DUT of each (kind, size) cell; round after round, every
+    cell once per round and the DUTs taking turns in each: this VM's speed
+    drifts over minutes, and a DUT (or a cell) measured in one slow stretch
+    would otherwise be compared with others measured in a fast one."""
+    runs = {(dut, kind, size): [] for dut in duts for kind, size in cells}
     failed = set()
-    what = "rtt" if rtt else ("imix" if size == IMIX else f"{size:5}")
-    if SET.hosts is not None:
-        what += f" {SET.hosts} hosts"
     for r in range(args.repeat):
-        for dut in duts:
-            if dut in failed:
+        for kind, size, dut in [(k, s, d) for k, s in cells for d in duts]:
+            if (dut, kind, size) in failed:
                 continue
+            what = "rtt" if rtt else ("imix" if size == IMIX else f"{size:5}")
+            if SET.hosts is not None:
+                what += f" {SET.hosts} hosts"
             # A run whose loop carried nothing (a peer that never came up)
             # is a failure, not a measurement: tried once more, then the
             # DUT is out of the cell.
@@ -917,14 +920,13 @@ def measure(duts, kind, size, args, rtt):
                       + (", again" if attempt == 0 else ", giving up"),
                       file=sys.stderr, flush=True)
             if not v:
-                failed.add(dut)
+                failed.add((dut, kind, size))
                 continue
-            runs[dut].append(v)
+            runs[(dut, kind, size)].append(v)
             shown = f"{v * 1e6:.2f} us RTT" if rtt else f"{v / 1e6:.3f} Mpps"
             print(f"# {SET.memory:9} {dut:10} {kind:12} {what} run {r + 1}: {shown}",
                   file=sys.stderr, flush=True)
-    return {(dut, kind, size): (statistics.median(runs[dut]) if runs[dut] else None)
-            for dut in duts}
+    return {key: (statistics.median(v) if v else None) for key, v in runs.items()}
 
 
 def print_grid(first, rows, duts, width, value, fmt, ratios=True):
