@@ -497,10 +497,18 @@ fn jumbo_frames_pass_where_the_mtu_allows_and_are_counted_where_not() {
     assert!(ping(&host, "-s 8000"), "no reply to 8000-byte pings");
     // The tap back at 1500: the 8028-byte frames from the wire are dropped
     // and counted there, never cut.
+    // The switch looks at the interface every 2 s: wait until it has seen
+    // the new MTU (large pings fail) rather than for a fixed time.
     node.sh_ok(&format!("ip link set {tap} mtu 1500"));
-    std::thread::sleep(Duration::from_millis(2500));
     let before = sw.stats("t").totals.drops["too_long"];
-    assert!(!ping(&host, "-s 8000"));
+    let end = std::time::Instant::now() + Duration::from_secs(15);
+    while ping(&host, "-s 8000") {
+        assert!(
+            std::time::Instant::now() < end,
+            "8000-byte pings still pass 15 s after the tap's MTU went to 1500"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
     assert!(sw.stats("t").totals.drops["too_long"] > before);
     assert!(ping(&host, "-s 1400"), "frames that fit still pass");
 }
