@@ -400,18 +400,15 @@ fn plane(
 /// `dp` with `macs` learned on `port` in `vid` of bridge `br`, and worker
 /// 0's view of it.
 fn learned(dp: Dataplane, br: u16, port: u16, vid: u16, macs: &[u64]) -> (Dataplane, WorkerView) {
+    let table = dp.mac_table(br).unwrap();
+    let entry = MacEntry {
+        port,
+        port_gen: 1,
+        last_seen: dp.now_secs(),
+        pinned: false,
+    };
     for &mac in macs {
-        dp.mac_table(br).unwrap().learn(
-            MacAddr::from_u64(mac),
-            vid,
-            MacEntry {
-                port,
-                port_gen: 1,
-                last_seen: dp.now_secs(),
-                pinned: false,
-            },
-            0,
-        );
+        table.learn(MacAddr::from_u64(mac), vid, entry, 0);
     }
     let mut view = WorkerView::default();
     dp.build_view(0, &mut view);

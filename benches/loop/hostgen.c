@@ -177,9 +177,12 @@ int main(int argc, char **argv)
 	uint16_t desc = strtoul(argv[5], NULL, 10);
 	double warmup = atof(argv[6]);
 	double seconds = atof(argv[7]);
-	if (hosts == 0 || hosts > 1u << 22 || size < 64 || size > 1518 || nb_queues[0] == 0 ||
-	    nb_queues[0] > MAX_QUEUES || nb_queues[1] == 0 || nb_queues[1] > MAX_QUEUES || desc == 0 || seconds <= 0)
+	if (hosts == 0 || hosts > 1u << 22 || size < 64 || size > 1518 || desc == 0 ||
+	    seconds <= 0)
 		usage();
+	for (int port = 0; port < 2; port++)
+		if (nb_queues[port] == 0 || nb_queues[port] > MAX_QUEUES)
+			usage();
 	if (rte_eth_dev_count_avail() != 2)
 		rte_exit(EXIT_FAILURE, "need exactly two ports, have %u\n",
 			 rte_eth_dev_count_avail());

@@ -703,20 +703,24 @@ def gen_traffic():
     return "io", []
 
 
+def af_xdp_generator(kind):
+    """Whether the generator's veth port is net_af_xdp in this cell: then it
+    has one queue there (a veth of one queue), whatever its memif port has."""
+    return kind in UPLINKS and SET.uplink_generator == "af-xdp"
+
+
 def hostgen_cell(kind):
     """Whether hostgen generates this cell: the many-hosts cells, and the
     uplink cells with the generator on net_af_xdp (one queue on the veth,
     and as many as the DUT needs on its memif port)."""
-    return SET.hosts is not None or (kind in UPLINKS and SET.uplink_generator == "af-xdp")
+    return SET.hosts is not None or af_xdp_generator(kind)
 
 
 def run_hosts(dut, size, seconds, bursts):
     """One hostgen run (hostgen_cell): hostgen puts the frames in flight and
     measures."""
     q = dut.gen_queues
-    # The generator's veth port has one queue with net_af_xdp, whatever
-    # the memif port has.
-    q0 = 1 if dut.kind in UPLINKS and SET.uplink_generator == "af-xdp" else q
+    q0 = 1 if af_xdp_generator(dut.kind) else q
     # Longer warm-up: OVS sets up a megaflow per host pair and direction.
     warmup = 5.0
     gen = hostgen(gen_vdevs(dut.kind, dut.sockets(), q0), f"{q0},{q}", size, bursts, warmup,

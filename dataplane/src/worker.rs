@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use tracing::{info, warn};
 
-use crate::dataplane::{Dataplane, WorkerView};
+use crate::dataplane::{Dataplane, ViewRx, WorkerView};
 use crate::eventfd::drain_eventfd;
 use crate::forward::Forwarder;
 use crate::queue::RxBurst;
@@ -101,6 +101,8 @@ fn pin(cpu: usize) -> nix::Result<()> {
 struct Interrupts {
     ep: Epoll,
     armed: bool,
+    /// Passes that found frames since the set was last armed.
+    busy_passes: u32,
 }
 
 impl Interrupts {
@@ -112,13 +114,18 @@ impl Interrupts {
             dp.worker_waker(w).fd(),
             EpollEvent::new(EpollFlags::EPOLLIN, WAKER_TOKEN),
         )?;
-        Ok(Interrupts { ep, armed: false })
+        Ok(Interrupts {
+            ep,
+            armed: false,
+            busy_passes: 0,
+        })
     }
 
     /// Adds the queues' fds (level-triggered: one already readable wakes
     /// the next wait at once). They stay open while registered: the queues
     /// live in `view` until the set is disarmed or dropped with it.
     fn arm(&mut self, view: &WorkerView) -> std::io::Result<()> {
+        self.busy_passes = 0;
         if self.armed {
             return Ok(());
         }
@@ -126,8 +133,7 @@ impl Interrupts {
             if let Some(fd) = rx.slot.irq_fd() {
                 let ev = EpollEvent::new(EpollFlags::EPOLLIN, i as u64);
                 if let Err(e) = self.ep.add(fd, ev) {
-                    self.armed = true;
-                    self.disarm(view);
+                    self.remove(&view.rx[..i]);
                     return Err(e.into());
                 }
             }
@@ -136,12 +142,27 @@ impl Interrupts {
         Ok(())
     }
 
-    /// Takes the queues' fds out again (those not registered are skipped).
+    /// Takes the queues' fds out again.
     fn disarm(&mut self, view: &WorkerView) {
-        if !std::mem::take(&mut self.armed) {
-            return;
+        if std::mem::take(&mut self.armed) {
+            self.remove(&view.rx);
         }
-        for rx in &view.rx {
+    }
+
+    /// Counts a pass that found frames; after [`DISARM_AFTER`] of them since
+    /// the last arming, disarms. Not at the first frames after a sleep:
+    /// sparse traffic would pay a registration per queue and wake-up.
+    fn busy(&mut self, view: &WorkerView) {
+        if self.armed {
+            self.busy_passes += 1;
+            if self.busy_passes >= DISARM_AFTER {
+                self.disarm(view);
+            }
+        }
+    }
+
+    fn remove(&self, rx: &[ViewRx]) {
+        for rx in rx {
             if let Some(fd) = rx.slot.irq_fd() {
                 let _ = self.ep.delete(fd);
             }
@@ -164,8 +185,6 @@ pub fn run(dp: Dataplane, cfg: WorkerConfig) {
     let mut burst = RxBurst::default();
     let mut epoll: Option<Interrupts> = None;
     let mut idle_since: Option<Instant> = None;
-    // Passes that found frames since the worker last slept.
-    let mut busy_passes = 0u32;
     dp.ack_generation(w, 0);
 
     loop {
@@ -179,15 +198,15 @@ pub fn run(dp: Dataplane, cfg: WorkerConfig) {
             // The old set goes first: its queue fds are those of the
             // previous view.
             drop(epoll.take());
-            epoll = match Interrupts::new(&dp, w) {
-                Ok(mut e) => match cfg.mode {
-                    PollMode::Interrupt => e.arm(&view).map(|()| e),
-                    _ => Ok(e),
-                },
-                Err(e) => Err(e),
-            }
-            .map_err(|e| warn!(worker = w, "cannot build interrupt set, polling only: {e}"))
-            .ok();
+            epoll = Interrupts::new(&dp, w)
+                .and_then(|mut e| {
+                    if cfg.mode == PollMode::Interrupt {
+                        e.arm(&view)?;
+                    }
+                    Ok(e)
+                })
+                .map_err(|e| warn!(worker = w, "cannot build interrupt set, polling only: {e}"))
+                .ok();
         }
 
         let load = dp.worker_load(w);
@@ -237,13 +256,8 @@ pub fn run(dp: Dataplane, cfg: WorkerConfig) {
             bump(&load.busy_ticks, end.wrapping_sub(start));
             idle_since = None;
             if cfg.mode == PollMode::Adaptive {
-                if let Some(e) = epoll.as_mut().filter(|e| e.armed) {
-                    // Not at the first frames after a sleep: sparse traffic
-                    // would pay a registration per queue and wake-up.
-                    busy_passes += 1;
-                    if busy_passes >= DISARM_AFTER {
-                        e.disarm(&view);
-                    }
+                if let Some(e) = epoll.as_mut() {
+                    e.busy(&view);
                 }
             }
             continue;
@@ -263,7 +277,6 @@ pub fn run(dp: Dataplane, cfg: WorkerConfig) {
             continue;
         }
         bump(&load.sleeps, 1);
-        busy_passes = 0;
         if let Some(Err(e)) = epoll.as_mut().map(|e| e.arm(&view)) {
             warn!(worker = w, "cannot arm interrupts, polling only: {e}");
             epoll = None;
@@ -327,7 +340,7 @@ fn sleep_until_kicked(
 mod tests {
     use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
-    use super::{worker_cpus, Interrupts};
+    use super::{worker_cpus, Interrupts, DISARM_AFTER};
     use crate::dataplane::{Dataplane, WorkerView};
     use crate::eventfd::{drain_eventfd, new_eventfd};
     use crate::queue::{PortQueues, QueueFault, RxBurst, RxQueue};
@@ -389,6 +402,14 @@ mod tests {
         ints.disarm(&view);
         ints.arm(&view).unwrap();
         assert_eq!(ready(&ints), 1);
+        // Busy again: still armed for the first passes that find frames,
+        // disarmed after DISARM_AFTER of them.
+        for _ in 1..DISARM_AFTER {
+            ints.busy(&view);
+        }
+        assert_eq!(ready(&ints), 1);
+        ints.busy(&view);
+        assert_eq!(ready(&ints), 0);
     }
 
     #[test]
