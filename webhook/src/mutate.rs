@@ -34,6 +34,14 @@ pub fn patch(pod: &Value, needs: &Needs) -> (Patch, Vec<String>) {
     let Some(container) = pod.pointer("/spec/containers/0") else {
         return (Patch(ops), warnings);
     };
+    if !container.is_object() {
+        // Not a container the API server would accept: nothing to patch
+        // into (a patch into it would not apply).
+        warnings.push(format!(
+            "the pod's first container is {container}, not an object; its resources were left as they are"
+        ));
+        return (Patch(ops), warnings);
+    }
     let name = container["name"].as_str().unwrap_or("0");
     let resources = &container["resources"];
     // Per resource: the count to set, and whether requests / limits have it.
@@ -128,6 +136,17 @@ mod tests {
         let mut out = pod.clone();
         json_patch::patch(&mut out, &p).unwrap();
         out
+    }
+
+    #[test]
+    fn a_container_that_is_not_an_object_is_left_alone_with_a_warning() {
+        // Found by the webhook_networks fuzz target: a patch into a string
+        // would not apply.
+        let pod = json!({"spec": {"containers": ["u"]}});
+        let (p, warnings) = patch(&pod, &needs(&[("switchyard.io/memif", 2)]));
+        assert!(p.0.is_empty());
+        assert_eq!(warnings.len(), 1);
+        assert!(warnings[0].contains("not an object"), "{warnings:?}");
     }
 
     #[test]
