@@ -31,11 +31,15 @@ use crate::wire::MacAddr;
 #[derive(Default)]
 pub struct Forwarder {
     /// Frames queued per destination port slot (at most one burst each).
-    pending: Vec<Vec<Pending>>,
+    pending: Vec<PendingQueue>,
     /// Destinations with frames queued, in first-use order.
     touched: Vec<PortId>,
-    /// The first bytes of each frame of the burst (for VLAN rewrites).
-    hdrs: Vec<[u8; HEADER_LEN + VLAN_TAG_LEN]>,
+    /// For each frame of the burst whose VLAN tag changes somewhere, its
+    /// rewritten header from a private copy: the two addresses, then
+    /// (tag pushed) the new tag. A frame is either tagged (its tag may be
+    /// popped) or not (one may be pushed, of its one VLAN), so one header
+    /// serves every destination.
+    hdrs: Vec<[u8; PUSHED_LEN]>,
     /// While a trace runs: the records of the chunk's traced frames.
     traced: Vec<Option<TraceRecord>>,
 }
@@ -49,6 +53,48 @@ struct Pending {
     tag: Retag,
 }
 
+/// The frames of one burst queued on one destination: room for every
+/// frame of a burst, so that queueing one is a store.
+#[derive(Clone, Copy)]
+struct PendingQueue {
+    len: u8,
+    items: [Pending; BURST_SIZE],
+}
+
+impl PendingQueue {
+    const EMPTY: PendingQueue = PendingQueue {
+        len: 0,
+        items: [Pending {
+            frame: 0,
+            tag: Retag::Keep,
+        }; BURST_SIZE],
+    };
+
+    #[inline]
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Queues `p`; a frame more than a burst holds is not queued.
+    #[inline]
+    fn push(&mut self, p: Pending) {
+        if let Some(slot) = self.items.get_mut(usize::from(self.len)) {
+            *slot = p;
+            self.len += 1;
+        }
+    }
+
+    #[inline]
+    fn as_slice(&self) -> &[Pending] {
+        &self.items[..usize::from(self.len)]
+    }
+
+    #[inline]
+    fn clear(&mut self) {
+        self.len = 0;
+    }
+}
+
 /// How a frame's VLAN tag changes on its way out.
 #[derive(Clone, Copy)]
 enum Retag {
@@ -59,6 +105,10 @@ enum Retag {
     /// A tag of this VLAN is pushed.
     Push(u16),
 }
+
+/// Length of the header written in front of a frame whose tag is pushed:
+/// the addresses and the new tag.
+const PUSHED_LEN: usize = 12 + VLAN_TAG_LEN;
 
 /// A frame's L2 facts, parsed from a private copy of its first bytes.
 struct L2 {
@@ -103,11 +153,9 @@ fn parse_l2(frame: &RxFrame) -> Result<L2, DropReason> {
 impl Forwarder {
     /// Resizes scratch state for a new view.
     pub fn resize(&mut self, view: &WorkerView) {
-        self.pending = (0..view.ports.len())
-            .map(|_| Vec::with_capacity(BURST_SIZE))
-            .collect();
+        self.pending = vec![PendingQueue::EMPTY; view.ports.len()];
         self.touched = Vec::with_capacity(view.ports.len());
-        self.hdrs = vec![[0; HEADER_LEN + VLAN_TAG_LEN]; BURST_SIZE];
+        self.hdrs = vec![[0; PUSHED_LEN]; BURST_SIZE];
         self.traced = vec![None; BURST_SIZE];
     }
 
@@ -391,7 +439,7 @@ impl Forwarder {
     /// Queues frame `i` on port `id` of the bridge, with the VLAN rewrite
     /// it needs there.
     #[allow(clippy::too_many_arguments)]
-    #[inline]
+    #[inline(always)]
     fn queue<const TRACE: bool>(
         &mut self,
         w: usize,
@@ -425,14 +473,20 @@ impl Forwarder {
         let Some(q) = self.pending.get_mut(id as usize) else {
             return;
         };
-        if !matches!(tag, Retag::Keep) {
-            // The rewrite's header comes from this private copy.
-            self.hdrs[i] = l2.hdr;
+        // The rewrite's header comes from the private copy.
+        match tag {
+            Retag::Keep => {}
+            Retag::Pop => self.hdrs[i][..12].copy_from_slice(&l2.hdr[..12]),
+            Retag::Push(domain) => {
+                let h = &mut self.hdrs[i];
+                h[..12].copy_from_slice(&l2.hdr[..12]);
+                h[12..14].copy_from_slice(&ETHERTYPE_VLAN.to_be_bytes());
+                h[14..16].copy_from_slice(&(domain & 0x0fff).to_be_bytes());
+            }
         }
         if q.is_empty() {
             self.touched.push(id);
         }
-        debug_assert!(q.len() < q.capacity(), "one entry per frame and burst");
         q.push(Pending {
             frame: i as u8,
             tag,
@@ -469,9 +523,6 @@ impl Forwarder {
                 continue;
             }
             let counters = p.shared.counters(w);
-            let (mut packets, mut bytes) = (0u64, 0u64);
-            let mut drops = [0u64; DropReason::COUNT];
-            let mut fault = None;
             // A capture of what this port sends: one test per destination.
             let cap = if HOOKS {
                 p.capture.as_deref().filter(|c| c.wants_tx())
@@ -483,72 +534,80 @@ impl Forwarder {
             } else {
                 Default::default()
             };
-            tx.with(|txq| {
-                for e in q.iter() {
-                    let frame = &frames[usize::from(e.frame)];
-                    let hdr = &hdrs[usize::from(e.frame)];
-                    let mut push = [0u8; HEADER_LEN + VLAN_TAG_LEN - 2];
-                    let txf = match e.tag {
-                        Retag::Keep => TxFrame::plain(frame),
-                        Retag::Pop => TxFrame {
-                            frame,
-                            prefix: &hdr[..12],
-                            skip: (HEADER_LEN + VLAN_TAG_LEN - 2) as u32,
-                        },
-                        Retag::Push(domain) => {
-                            push[..12].copy_from_slice(&hdr[..12]);
-                            push[12..14].copy_from_slice(&ETHERTYPE_VLAN.to_be_bytes());
-                            push[14..16].copy_from_slice(&(domain & 0x0fff).to_be_bytes());
-                            TxFrame {
-                                frame,
-                                prefix: &push,
-                                skip: 12,
-                            }
-                        }
-                    };
-                    let sent = match txq.tx(&txf) {
-                        Ok(()) => {
-                            packets += 1;
-                            bytes += txf.len() as u64;
-                            if let Some(c) = cap {
-                                c.take_tx(&txf, ts);
-                            }
-                            Ok(())
-                        }
-                        Err(TxError::Full) => {
-                            drops[DropReason::NoBuffer as usize] += 1;
-                            Err(DropReason::NoBuffer)
-                        }
-                        Err(TxError::TooLong) => {
-                            drops[DropReason::TooLong as usize] += 1;
-                            Err(DropReason::TooLong)
-                        }
-                        Err(TxError::Fault(f)) => {
-                            // The port is reset; the rest of its frames
-                            // go nowhere.
-                            fault = Some(f);
-                            break;
-                        }
-                    };
-                    if TRACE {
-                        if let Some(t) = traced[usize::from(e.frame)].as_mut() {
-                            t.out.push((id, sent));
-                        }
+            // The destination's frames, each as it leaves (tag rewritten).
+            let mut txfs = [TxFrame::EMPTY; BURST_SIZE];
+            let mut all_bytes = 0u64;
+            for (txf, e) in txfs.iter_mut().zip(q.as_slice()) {
+                let frame = &frames[usize::from(e.frame)];
+                let hdr = &hdrs[usize::from(e.frame)];
+                *txf = match e.tag {
+                    Retag::Keep => TxFrame::plain(frame),
+                    Retag::Pop => TxFrame {
+                        frame,
+                        prefix: &hdr[..12],
+                        skip: (HEADER_LEN + VLAN_TAG_LEN - 2) as u32,
+                    },
+                    Retag::Push(_) => TxFrame {
+                        frame,
+                        prefix: hdr,
+                        skip: 12,
+                    },
+                };
+                all_bytes += txf.len() as u64;
+            }
+            let txfs = &txfs[..q.as_slice().len()];
+            let out = tx.with(|txq| {
+                let out = txq.tx_burst(txfs);
+                txq.flush();
+                out
+            });
+            let bytes = if out.sent == ((1u64 << txfs.len()) - 1) as u32 {
+                all_bytes
+            } else {
+                // Some did not go: counted apart.
+                let (mut bytes, mut too_long, mut no_buffer) = (0u64, 0u64, 0u64);
+                for (i, txf) in txfs.iter().enumerate() {
+                    match out.of(i) {
+                        Some(Ok(())) => bytes += txf.len() as u64,
+                        Some(Err(TxError::TooLong)) => too_long += 1,
+                        Some(Err(_)) => no_buffer += 1,
+                        None => {}
                     }
                 }
-                txq.flush();
-            });
-            q.clear();
-            if packets > 0 {
-                bump(&counters.tx_packets, packets);
+                bump(&counters.drops[DropReason::TooLong as usize], too_long);
+                bump(&counters.drops[DropReason::NoBuffer as usize], no_buffer);
+                bytes
+            };
+            if out.sent != 0 {
+                bump(&counters.tx_packets, u64::from(out.sent.count_ones()));
                 bump(&counters.tx_bytes, bytes);
             }
-            for (r, n) in drops.iter().enumerate() {
-                if *n > 0 {
-                    bump(&counters.drops[r], *n);
+            if let Some(c) = cap {
+                for (i, txf) in txfs.iter().enumerate() {
+                    if out.sent & (1 << i) != 0 {
+                        c.take_tx(txf, ts);
+                    }
                 }
             }
-            if let Some(f) = fault {
+            if TRACE {
+                for (i, e) in q.as_slice().iter().enumerate() {
+                    let Some(t) = traced[usize::from(e.frame)].as_mut() else {
+                        continue;
+                    };
+                    if let Some(r) = out.of(i) {
+                        t.out.push((
+                            id,
+                            r.map_err(|e| match e {
+                                TxError::TooLong => DropReason::TooLong,
+                                _ => DropReason::NoBuffer,
+                            }),
+                        ));
+                    }
+                }
+            }
+            q.clear();
+            if let Some(TxError::Fault(f)) = out.stop {
+                // The port is reset; the rest of its frames went nowhere.
                 dp.report_fault(&p.shared, f.to_string());
             }
         }
@@ -592,6 +651,30 @@ mod tests {
             // SAFETY: `b` has room for the 6 bytes asked for.
             unsafe { r.copy_to(b.as_mut_ptr(), 6) };
             self.0.lock().unwrap().push(b[5]);
+            Ok(())
+        }
+
+        fn flush(&mut self) {}
+    }
+
+    /// A transmit queue with room for `room` more frames, taking none
+    /// longer than `max_len`; records the length of what it sends.
+    struct Limited {
+        log: Arc<Mutex<Vec<usize>>>,
+        room: usize,
+        max_len: usize,
+    }
+
+    impl TxQueue for Limited {
+        fn tx(&mut self, frame: &TxFrame<'_>) -> Result<(), TxError> {
+            if frame.len() > self.max_len {
+                return Err(TxError::TooLong);
+            }
+            if self.room == 0 {
+                return Err(TxError::Full);
+            }
+            self.room -= 1;
+            self.log.lock().unwrap().push(frame.len());
             Ok(())
         }
 
@@ -694,5 +777,63 @@ mod tests {
         let out = run(&[(0x0b, 0x0a), (0x0b, 0x0a)]);
         assert!(out[0].is_empty());
         assert_eq!(out[1], [0x0b, 0x0b]);
+    }
+
+    #[test]
+    fn frames_a_destination_refuses_are_counted_by_reason() {
+        let dp = Dataplane::new(1).unwrap();
+        let br = dp.add_bridge(64);
+        let sec = PortSecurity::default();
+        let (inp, _) = dp.add_port("in", Some(br), VlanMode::default(), &sec);
+        let (out, out_shared) = dp.add_port("out", Some(br), VlanMode::default(), &sec);
+        let log = Arc::new(Mutex::new(Vec::new()));
+        dp.attach_queues(
+            out,
+            PortQueues {
+                rx: vec![],
+                tx: vec![Box::new(Limited {
+                    log: log.clone(),
+                    room: 2,
+                    max_len: 80,
+                })],
+            },
+        );
+        let table = dp.mac_table(br).unwrap();
+        let entry = MacEntry {
+            port: out,
+            port_gen: 1,
+            last_seen: dp.now_secs(),
+            pinned: false,
+        };
+        table.learn(mac(0x0b), 0, entry, 0);
+        // 60, 100 (too long), 60 (the last there is room for), 70, 60.
+        let bufs: Vec<Vec<u8>> = [60usize, 100, 60, 70, 60]
+            .iter()
+            .map(|&n| {
+                let mut f = frame(0x0b, 0x0a);
+                f.resize(n, 0);
+                f
+            })
+            .collect();
+        let frames: Vec<RxFrame> = bufs
+            .iter()
+            .map(|b| {
+                let mut f = RxFrame::default();
+                // SAFETY: `bufs` outlives the frames.
+                assert!(unsafe { f.push(b.as_ptr(), b.len() as u32) });
+                f
+            })
+            .collect();
+        let mut view = WorkerView::default();
+        dp.build_view(0, &mut view);
+        let mut fwd = Forwarder::default();
+        fwd.resize(&view);
+        fwd.forward_burst(&dp, &view, 0, inp, &frames);
+        // The too-long frame is skipped, the queue fills after the third.
+        assert_eq!(*log.lock().unwrap(), [60, 60]);
+        let t = out_shared.totals();
+        assert_eq!((t.tx_packets, t.tx_bytes), (2, 120));
+        assert_eq!(t.drops[DropReason::TooLong.name()], 1);
+        assert_eq!(t.drops[DropReason::NoBuffer.name()], 2);
     }
 }

@@ -37,15 +37,18 @@ pub struct RxFrame {
 
 impl Default for RxFrame {
     fn default() -> Self {
-        RxFrame {
-            len: 0,
-            nsegs: 0,
-            segs: [Segment::EMPTY; MAX_SEGS],
-        }
+        RxFrame::EMPTY
     }
 }
 
 impl RxFrame {
+    /// A frame of no segments.
+    pub const EMPTY: RxFrame = RxFrame {
+        len: 0,
+        nsegs: 0,
+        segs: [Segment::EMPTY; MAX_SEGS],
+    };
+
     /// Empties the frame.
     #[inline]
     pub fn clear(&mut self) {
@@ -172,6 +175,15 @@ pub struct TxFrame<'a> {
     pub prefix: &'a [u8],
     /// Bytes of `frame` left out at its start.
     pub skip: u32,
+}
+
+impl TxFrame<'static> {
+    /// An empty frame (a placeholder in arrays of frames).
+    pub const EMPTY: TxFrame<'static> = TxFrame {
+        frame: &RxFrame::EMPTY,
+        prefix: &[],
+        skip: 0,
+    };
 }
 
 impl<'a> TxFrame<'a> {

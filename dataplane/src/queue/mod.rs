@@ -62,8 +62,17 @@ pub enum TxError {
     Full,
     /// The frame does not fit what the peer offered.
     TooLong,
-    /// The peer broke the ring.
-    Fault(QueueFault),
+    /// The peer broke the ring. Boxed: a fault is rare, and a small
+    /// error keeps the per-frame `Result` in registers.
+    Fault(Box<QueueFault>),
+}
+
+impl TxError {
+    /// The peer broke the ring: `fault`.
+    #[cold]
+    pub fn fault(fault: QueueFault) -> TxError {
+        TxError::Fault(Box::new(fault))
+    }
 }
 
 /// For queues over memory a peer may shrink (watched by a
@@ -92,7 +101,7 @@ pub fn tx_unless_truncated<T>(
 ) -> Result<T, TxError> {
     match got {
         Err(TxError::Fault(_)) if truncated() => {
-            Err(TxError::Fault(QueueFault::PeerMemoryTruncated))
+            Err(TxError::fault(QueueFault::PeerMemoryTruncated))
         }
         r => r,
     }
@@ -119,10 +128,81 @@ pub trait RxQueue: Send {
     fn has_pending(&self) -> bool;
 }
 
+/// What [`TxQueue::tx_burst`] did with a burst of frames.
+#[derive(Debug)]
+pub struct TxOutcome {
+    /// Bit `i` is set when `frames[i]` was taken.
+    pub sent: u32,
+    /// How many frames were tried, from the first: those of them not sent
+    /// were too long for the peer's buffers ([`TxError::TooLong`]); the
+    /// ones after were not tried, for [`TxOutcome::stop`].
+    pub tried: usize,
+    /// Why the queue stopped before the end of the burst: it was full
+    /// ([`TxError::Full`]) or the peer broke it ([`TxError::Fault`]).
+    pub stop: Option<TxError>,
+}
+
+impl TxOutcome {
+    /// What became of `frames[i]`: sent, too long, or not tried for
+    /// [`TxOutcome::stop`] (`None` when it was not tried for a fault:
+    /// the port is being reset).
+    pub fn of(&self, i: usize) -> Option<Result<(), TxError>> {
+        if i < self.tried {
+            Some(if self.sent & (1 << i) != 0 {
+                Ok(())
+            } else {
+                Err(TxError::TooLong)
+            })
+        } else {
+            match &self.stop {
+                Some(TxError::Full) => Some(Err(TxError::Full)),
+                _ => None,
+            }
+        }
+    }
+}
+
+/// [`TxQueue::tx_burst`] as a loop of `one` over the frames: the default,
+/// and what queues that override it call with their per-frame transmit
+/// inlined. Takes at most [`BURST_SIZE`] frames.
+#[inline(always)]
+pub fn tx_each(
+    frames: &[TxFrame<'_>],
+    mut one: impl FnMut(&TxFrame<'_>) -> Result<(), TxError>,
+) -> TxOutcome {
+    const _: () = assert!(BURST_SIZE <= 32, "TxOutcome::sent has a bit per frame");
+    let frames = &frames[..frames.len().min(BURST_SIZE)];
+    let mut sent = 0u32;
+    for (i, f) in frames.iter().enumerate() {
+        match one(f) {
+            Ok(()) => sent |= 1 << i,
+            Err(TxError::TooLong) => {}
+            Err(e) => {
+                return TxOutcome {
+                    sent,
+                    tried: i,
+                    stop: Some(e),
+                }
+            }
+        }
+    }
+    TxOutcome {
+        sent,
+        tried: frames.len(),
+        stop: None,
+    }
+}
+
 /// Transmit side of one queue. May be shared by workers (see `TxSlot`).
 pub trait TxQueue: Send {
     /// Copies one frame into the peer's buffers (published at [`TxQueue::flush`]).
     fn tx(&mut self, frame: &TxFrame<'_>) -> Result<(), TxError>;
+    /// Copies up to [`BURST_SIZE`] frames in order, as [`TxQueue::tx`] each,
+    /// stopping at the first that finds the queue full or broken. One call
+    /// a burst: queues override it with their per-frame code inlined.
+    fn tx_burst(&mut self, frames: &[TxFrame<'_>]) -> TxOutcome {
+        tx_each(frames, |f| self.tx(f))
+    }
     /// Publishes what was queued since the last flush and signals the peer if
     /// it asked for interrupts.
     fn flush(&mut self);
@@ -135,4 +215,41 @@ pub struct PortQueues {
     pub rx: Vec<Box<dyn RxQueue>>,
     /// Transmit queues.
     pub tx: Vec<Box<dyn TxQueue>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_burst_skips_too_long_frames_and_stops_when_full() {
+        let frames = [TxFrame::EMPTY; 6];
+        // Frame 1 is too long, the queue fills at frame 4.
+        let mut n = 0;
+        let out = tx_each(&frames, |_| {
+            n += 1;
+            match n {
+                2 => Err(TxError::TooLong),
+                5 => Err(TxError::Full),
+                _ => Ok(()),
+            }
+        });
+        assert_eq!((out.sent, out.tried), (0b1101, 4));
+        assert!(matches!(out.stop, Some(TxError::Full)));
+        assert!(matches!(out.of(0), Some(Ok(()))));
+        assert!(matches!(out.of(1), Some(Err(TxError::TooLong))));
+        assert!(matches!(out.of(4), Some(Err(TxError::Full))));
+        assert!(matches!(out.of(5), Some(Err(TxError::Full))));
+        // A fault: the frames after it were not tried, nor are they
+        // reported as refused.
+        let out = tx_each(&frames, |_| {
+            Err(TxError::fault(QueueFault::PeerMemoryTruncated))
+        });
+        assert_eq!((out.sent, out.tried), (0, 0));
+        assert!(out.of(0).is_none());
+        // All sent.
+        let out = tx_each(&frames, |_| Ok(()));
+        assert_eq!((out.sent, out.tried), (0b11_1111, 6));
+        assert!(out.stop.is_none());
+    }
 }

@@ -18,8 +18,8 @@ use super::region::Regions;
 use super::ring::{Desc, Ring};
 use crate::eventfd::kick_eventfd;
 use crate::queue::{
-    prefetch, rx_unless_truncated, tx_unless_truncated, QueueFault, RxBurst, RxQueue, TxError,
-    TxFrame, TxQueue,
+    prefetch, rx_unless_truncated, tx_each, tx_unless_truncated, QueueFault, RxBurst, RxQueue,
+    TxError, TxFrame, TxOutcome, TxQueue,
 };
 use crate::wire::memif::{DESC_FLAG_NEXT, RING_FLAG_MASK_INT};
 
@@ -298,10 +298,10 @@ impl MemifTx {
     /// The buffer of `slot` (refreshing the limit when the known slots are
     /// used up): `(host pointer, capacity, our descriptor)`, the descriptor
     /// when we are a slave writing whole descriptors for our own buffers.
-    #[inline]
+    #[inline(always)]
     fn buffer(&mut self, slot: u16) -> Result<(*mut u8, u32, Option<Desc>), TxError> {
         if slot == self.limit {
-            self.refresh().map_err(TxError::Fault)?;
+            self.refresh().map_err(TxError::fault)?;
             if slot == self.limit {
                 return Err(TxError::Full);
             }
@@ -311,25 +311,24 @@ impl MemifTx {
         match (self.side, self.own) {
             (Side::Slave, Some(own)) => {
                 let d = own.desc(&self.ring, slot, own.size, 0);
-                let p = self
-                    .regions
-                    .resolve(0, d.offset, own.size)
-                    .ok_or(TxError::Fault(QueueFault::Other(
-                        "own buffer outside region".into(),
-                    )))?;
+                let p = self.regions.resolve(0, d.offset, own.size).ok_or_else(|| {
+                    TxError::fault(QueueFault::Other("own buffer outside region".into()))
+                })?;
                 Ok((p, own.size, Some(d)))
             }
             _ => {
                 let d = self.ring.desc(slot);
-                let p =
-                    self.regions
-                        .resolve(d.region, d.offset, d.length)
-                        .ok_or(TxError::Fault(QueueFault::BadDescriptor {
+                let p = self
+                    .regions
+                    .resolve(d.region, d.offset, d.length)
+                    .ok_or_else(|| {
+                        TxError::fault(QueueFault::BadDescriptor {
                             slot,
                             region: d.region,
                             offset: d.offset,
                             length: d.length,
-                        }))?;
+                        })
+                    })?;
                 Ok((p, d.length, None))
             }
         }
@@ -352,7 +351,7 @@ impl MemifTx {
     }
 
     /// Copies `frame` into the next buffers (see [`TxQueue::tx`]).
-    #[inline]
+    #[inline(always)]
     fn put(&mut self, frame: &TxFrame<'_>) -> Result<(), TxError> {
         let start = self.cursor;
         let (ptr, cap, own_desc) = self.buffer(start)?;
@@ -367,9 +366,23 @@ impl MemifTx {
             self.cursor = start.wrapping_add(1);
             return Ok(());
         }
+        self.put_chained(frame, start, (ptr, cap, own_desc))
+    }
+
+    /// [`MemifTx::put`] of a frame that is rewritten, in several segments
+    /// or larger than one buffer: through a [`crate::queue::FrameReader`],
+    /// into as many buffers as it takes, the first of them `first` (at
+    /// `start`).
+    #[inline(never)]
+    fn put_chained(
+        &mut self,
+        frame: &TxFrame<'_>,
+        start: u16,
+        first: (*mut u8, u32, Option<Desc>),
+    ) -> Result<(), TxError> {
         let mut reader = frame.reader();
         let mut slot = start;
-        let (mut ptr, mut cap, mut own_desc) = (ptr, cap, own_desc);
+        let (mut ptr, mut cap, mut own_desc) = first;
         loop {
             // SAFETY: `ptr..ptr+cap` was checked to lie in a mapped region; the
             // source frame is in another port's memory (or another buffer).
@@ -390,10 +403,22 @@ impl MemifTx {
     }
 }
 
-impl TxQueue for MemifTx {
-    fn tx(&mut self, frame: &TxFrame<'_>) -> Result<(), TxError> {
+impl MemifTx {
+    /// [`TxQueue::tx`], inlined into [`TxQueue::tx_burst`]'s loop.
+    #[inline(always)]
+    fn tx_one(&mut self, frame: &TxFrame<'_>) -> Result<(), TxError> {
         let got = self.put(frame);
         tx_unless_truncated(got, || self.regions.truncated())
+    }
+}
+
+impl TxQueue for MemifTx {
+    fn tx(&mut self, frame: &TxFrame<'_>) -> Result<(), TxError> {
+        self.tx_one(frame)
+    }
+
+    fn tx_burst(&mut self, frames: &[TxFrame<'_>]) -> TxOutcome {
+        tx_each(frames, |f| self.tx_one(f))
     }
 
     fn flush(&mut self) {

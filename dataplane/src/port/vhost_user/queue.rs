@@ -26,8 +26,8 @@ use super::split::{Broken, Desc, MemTable, SplitRing};
 use crate::eventfd::kick_eventfd;
 use crate::port::sigbus::Tripwire;
 use crate::queue::{
-    prefetch, rx_unless_truncated, tx_unless_truncated, QueueFault, RxBurst, RxFrame, RxQueue,
-    Segment, TxError, TxFrame, TxQueue, BURST_SIZE,
+    prefetch, rx_unless_truncated, tx_each, tx_unless_truncated, QueueFault, RxBurst, RxFrame,
+    RxQueue, Segment, TxError, TxFrame, TxOutcome, TxQueue, BURST_SIZE,
 };
 use crate::wire::virtio_net::{header_bytes, HEADER_LEN};
 
@@ -495,10 +495,11 @@ impl VirtioTx {
     /// Copies the frame into as many chains as it needs; returns how many,
     /// with `(head, bytes)` of each in `self.used`. The chains are taken
     /// (next_avail moves) only when the whole frame fits.
+    #[inline(always)]
     fn fill(&mut self, frame: &TxFrame<'_>) -> Result<usize, TxError> {
-        let mut next = self.vq.queue.next_avail();
+        let next = self.vq.queue.next_avail();
         if next == self.avail {
-            self.avail = self.vq.avail().map_err(TxError::Fault)?;
+            self.avail = self.vq.avail().map_err(TxError::fault)?;
             if next == self.avail {
                 return Err(TxError::Full);
             }
@@ -506,7 +507,7 @@ impl VirtioTx {
         // The common case: a frame of one segment, unchanged, into a chain
         // of one writable buffer that holds it and its header.
         if let Some(seg) = frame.single() {
-            let head = self.vq.head_at(next).map_err(TxError::Fault)?;
+            let head = self.vq.head_at(next).map_err(TxError::fault)?;
             if let Some(d) = self.vq.ring.desc(head).filter(|d| d.lone_writable()) {
                 let len = HEADER_LEN + seg.len as usize;
                 if len <= d.len as usize {
@@ -522,6 +523,14 @@ impl VirtioTx {
                 }
             }
         }
+        self.fill_chains(frame, next)
+    }
+
+    /// [`VirtioTx::fill`] of a frame that is rewritten, in several
+    /// segments, or for chains of several buffers or several chains: through
+    /// a [`crate::queue::FrameReader`], from the chain at `next`.
+    #[inline(never)]
+    fn fill_chains(&mut self, frame: &TxFrame<'_>, mut next: u16) -> Result<usize, TxError> {
         let VirtioTx {
             vq,
             mergeable,
@@ -540,19 +549,19 @@ impl VirtioTx {
                 return Err(TxError::TooLong);
             }
             if next == *avail {
-                *avail = vq.avail().map_err(TxError::Fault)?;
+                *avail = vq.avail().map_err(TxError::fault)?;
                 if next == *avail {
                     return Err(TxError::Full);
                 }
             }
-            let head = vq.head_at(next).map_err(TxError::Fault)?;
+            let head = vq.head_at(next).map_err(TxError::fault)?;
             next = next.wrapping_add(1);
             if let Err(e) = sink.load(&vq.ring, &vq.table, head) {
                 let why = match e {
                     ChainError::Bad(why) => why,
                     ChainError::TooManyPieces => "more buffers in one chain than followed",
                 };
-                return Err(TxError::Fault(QueueFault::Other(format!(
+                return Err(TxError::fault(QueueFault::Other(format!(
                     "receive chain at descriptor {head}: {why}"
                 ))));
             }
@@ -681,8 +690,10 @@ unsafe fn put_single(p: *mut u8, seg: Segment) {
 // memory they point into is owned through `vq.mem`, which is `Send`.
 unsafe impl Send for VirtioTx {}
 
-impl TxQueue for VirtioTx {
-    fn tx(&mut self, frame: &TxFrame<'_>) -> Result<(), TxError> {
+impl VirtioTx {
+    /// [`TxQueue::tx`], inlined into [`TxQueue::tx_burst`]'s loop.
+    #[inline(always)]
+    fn tx_one(&mut self, frame: &TxFrame<'_>) -> Result<(), TxError> {
         let got = self.fill(frame);
         let chains = tx_unless_truncated(got, || self.vq.memory_gone())?;
         for i in 0..chains {
@@ -691,6 +702,16 @@ impl TxQueue for VirtioTx {
         }
         self.added += 1;
         Ok(())
+    }
+}
+
+impl TxQueue for VirtioTx {
+    fn tx(&mut self, frame: &TxFrame<'_>) -> Result<(), TxError> {
+        self.tx_one(frame)
+    }
+
+    fn tx_burst(&mut self, frames: &[TxFrame<'_>]) -> TxOutcome {
+        tx_each(frames, |f| self.tx_one(f))
     }
 
     fn flush(&mut self) {
