@@ -63,6 +63,13 @@ a measuring window after a warm-up: the frames the DUT delivered, both
 directions together. Gbit/s is pps * size * 8 (no preamble or gap). Each cell is the
 median of --repeat runs.
 
+The machine's state: before each round the script samples for 1 s how long
+a cache line takes from the DUT's CPU to the generator's and back
+(`cacheline_rtt`, benches/src/bin/cacheline_rtt.rs) and prints it; on a VM
+it jumps with where the host runs the vCPUs, and every shared-memory loop
+with it. LOOP_BENCH_PERF=DIR records the DUT's CPU with perf for 2 s after
+each measuring window.
+
 Run as root on an otherwise idle machine (see README, "Benchmarks"):
   cargo build --release -p switchyard
   benches/loop/loop_bench.py [--dut switchyard,testpmd-io,ovs-dpdk]
@@ -739,6 +746,54 @@ def run_hosts(dut, size, seconds, bursts):
         gen.stop()
 
 
+def profile_dut(what, pps):
+    """With $LOOP_BENCH_PERF=DIR, records the DUT's CPU for 2 s after the
+    measuring window (the loop still running), as
+    DIR/<dut>-<kind>-<size>-<Mpps>.data: where a run's cycles went, to
+    tell a slow run from a fast one. Off by default."""
+    out = os.environ.get("LOOP_BENCH_PERF")
+    if not out:
+        return
+    os.makedirs(out, exist_ok=True)
+    data = os.path.join(out, f"{what}-{pps / 1e6:.2f}.data")
+    subprocess.run(["perf", "record", "-q", "-e", "cpu-clock", "-C", str(DUT_CPU), "-g",
+                    "-o", data, "--", "sleep", "2"], capture_output=True)
+
+
+# The cross-CPU cache-line round trip sampled before each round (see
+# machine_state): (p50 ns, share of windows far apart) per sample.
+STATES = []
+
+
+def machine_state():
+    """Samples for 1 s how long a cache line takes from the DUT's CPU to the
+    generator's and back (benches/src/bin/cacheline_rtt.rs): on a VM it
+    jumps with where the host runs the vCPUs (here about 30, 85 or 470 ns),
+    and every shared-memory loop slows with it. Returns the line printed,
+    and records (p50, far share) in STATES."""
+    binary = os.path.join(REPO, "target", "release", "cacheline_rtt")
+    if not os.path.exists(binary):
+        subprocess.run(["cargo", "build", "--release", "-q", "-p", "switchyard-benches",
+                        "--bin", "cacheline_rtt"], cwd=REPO, check=True)
+    out = subprocess.run([binary, str(DUT_CPU), "1", "1"], capture_output=True,
+                         text=True).stdout.strip()
+    m = re.search(r"p50 (\d+) p90 \d+ far ([\d.]+)", out)
+    if m:
+        STATES.append((int(m.group(1)), float(m.group(2))))
+    return out
+
+
+def print_states():
+    """The machine's state over the run, from the samples before each round."""
+    if not STATES:
+        return
+    p50 = sorted(p for p, _ in STATES)
+    far = statistics.mean(f for _, f in STATES)
+    print(f"\nmachine: cross-CPU cache-line round trip (CPU {DUT_CPU} <-> 1) sampled for 1 s "
+          f"before each of {len(STATES)} rounds: median {p50[0]}-{p50[-1]} ns, "
+          f"{far * 100:.0f}% of the time over 200 ns (vCPUs far apart, every DUT slower)")
+
+
 def run_once(dut_name, kind, size, seconds, bursts, rtt=False):
     tmp = tempfile.mkdtemp(prefix="sy-loop-")
     dut = DUTS[dut_name](kind, tmp)
@@ -795,6 +850,7 @@ def run_once(dut_name, kind, size, seconds, bursts, rtt=False):
         pps = port_pps(gen)
         if pps and not rtt:
             LOADS.setdefault((dut_name, kind, size, None), []).append(dut.load())
+            profile_dut(f"{dut_name}-{kind}-{size}", pps)
         if rtt:
             # One frame per port and queue circulates: each is received
             # once per trip through the DUT and back.
@@ -887,6 +943,8 @@ def main():
                 print_hosts(many, duts, args)
                 print_loads(duts, sorted({(k, 64, n) for (_, k, n) in many}))
             LOADS.clear()
+            print_states()
+            STATES.clear()
             print_settings(duts, args)
     finally:
         if huge:
@@ -901,6 +959,7 @@ def measure(duts, cells, args, rtt):
     runs = {(dut, kind, size): [] for dut in duts for kind, size in cells}
     failed = set()
     for r in range(args.repeat):
+        print(f"# round {r + 1}: {machine_state()}", file=sys.stderr, flush=True)
         for kind, size, dut in [(k, s, d) for k, s in cells for d in duts]:
             if (dut, kind, size) in failed:
                 continue
@@ -928,6 +987,10 @@ def measure(duts, cells, args, rtt):
                 continue
             runs[(dut, kind, size)].append(v)
             shown = f"{v * 1e6:.2f} us RTT" if rtt else f"{v / 1e6:.3f} Mpps"
+            load = LOADS.get((dut, kind, size, SET.hosts), [])
+            if not rtt and load and load[-1][0] is not None:
+                busy, burst = load[-1]
+                shown += f" (busy {busy * 100:.1f}%" + (f", burst {burst:.1f})" if burst else ")")
             print(f"# {SET.memory:9} {dut:10} {kind:12} {what} run {r + 1}: {shown}",
                   file=sys.stderr, flush=True)
     return {key: (statistics.median(v) if v else None) for key, v in runs.items()}
