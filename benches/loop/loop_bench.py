@@ -67,8 +67,10 @@ The machine's state: before each round the script samples for 1 s how long
 a cache line takes from the DUT's CPU to the generator's and back
 (`cacheline_rtt`, benches/src/bin/cacheline_rtt.rs) and prints it; on a VM
 it jumps with where the host runs the vCPUs, and every shared-memory loop
-with it. LOOP_BENCH_PERF=DIR records the DUT's CPU with perf for 2 s after
-each measuring window.
+with it. The measuring window is read in 0.5 s slices (testpmd-generated
+cells): a second table gives each cell's median slice, the rate in the
+machine's most frequent state. LOOP_BENCH_PERF=DIR records the DUT's CPU
+with perf for 2 s after each measuring window.
 
 Run as root on an otherwise idle machine (see README, "Benchmarks"):
   cargo build --release -p switchyard
@@ -760,6 +762,13 @@ def profile_dut(what, pps):
                     "-o", data, "--", "sleep", "2"], capture_output=True)
 
 
+# The measuring window is read in slices of this many seconds (plus the
+# read's own ~0.1 s): the machine's state changes within a window, and the
+# slices show how much (testpmd-generated cells).
+SLICE = 0.4
+# (dut, kind, size) -> the slices' rates (pps) of each run.
+SLICES = {}
+
 # The cross-CPU cache-line round trip sampled before each round (see
 # machine_state): (p50 ns, share of windows far apart) per sample.
 STATES = []
@@ -846,8 +855,19 @@ def run_once(dut_name, kind, size, seconds, bursts, rtt=False):
         time.sleep(2.0)  # warm-up
         port_pps(gen)  # testpmd's pps is over the time between two calls
         dut.load_mark()
-        time.sleep(seconds)
-        pps = port_pps(gen)
+        if rtt:
+            time.sleep(seconds)
+            pps = port_pps(gen)
+        else:
+            # The window in slices: the machine's state changes within it.
+            slices = []
+            end = time.time() + seconds
+            while time.time() < end:
+                time.sleep(min(SLICE, max(0.0, end - time.time())))
+                slices.append(port_pps(gen))
+            pps = statistics.mean(slices)
+            if pps:
+                SLICES.setdefault((dut_name, kind, size), []).append(slices)
         if pps and not rtt:
             LOADS.setdefault((dut_name, kind, size, None), []).append(dut.load())
             profile_dut(f"{dut_name}-{kind}-{size}", pps)
@@ -936,6 +956,7 @@ def main():
                     SET.hosts = None
             if results:
                 print_table(results, duts, args)
+                print_slices(duts, args)
                 print_loads(duts, sorted({(k, s, None) for (_, k, s) in results}))
             if rtts:
                 print_rtt(rtts, duts)
@@ -943,6 +964,7 @@ def main():
                 print_hosts(many, duts, args)
                 print_loads(duts, sorted({(k, 64, n) for (_, k, n) in many}))
             LOADS.clear()
+            SLICES.clear()
             print_states()
             STATES.clear()
             print_settings(duts, args)
@@ -987,6 +1009,11 @@ def measure(duts, cells, args, rtt):
                 continue
             runs[(dut, kind, size)].append(v)
             shown = f"{v * 1e6:.2f} us RTT" if rtt else f"{v / 1e6:.3f} Mpps"
+            sl = SLICES.get((dut, kind, size), []) if SET.hosts is None else []
+            if not rtt and sl and len(sl) == len(runs[(dut, kind, size)]):
+                q = sorted(sl[-1])
+                shown += (f" [slices {q[0] / 1e6:.2f}-{q[-1] / 1e6:.2f}, median "
+                          f"{statistics.median(q) / 1e6:.2f}]")
             load = LOADS.get((dut, kind, size, SET.hosts), [])
             if not rtt and load and load[-1][0] is not None:
                 busy, burst = load[-1]
@@ -1015,6 +1042,24 @@ def print_grid(first, rows, duts, width, value, fmt, ratios=True):
             o = value(d, key)
             row += f" | {(f'{sy / o:.2f}x' if sy and o else '-'):<13}"
         print(row + " |")
+
+
+def print_slices(duts, args):
+    """The table again from the windows' slices: per run the median slice
+    (the rate in the state the machine was in most of that window), then
+    the median over the runs. Where the plain table and this one differ,
+    a cell's runs were a mix of the machine's states."""
+    if not SLICES:
+        return
+    med = {key: statistics.median(statistics.median(r) for r in runs)
+           for key, runs in SLICES.items()}
+    print(f"\nthe same cells, median {SLICE + 0.1:.1f} s slice of each window, median over "
+          "the runs (the rate in the machine's most frequent state)\n")
+    print_grid([("kind", "12"), ("size", ">5")],
+               [((k, sz), [k, "imix" if sz == IMIX else sz])
+                for (k, sz) in sorted({(k, sz) for (_, k, sz) in med})],
+               duts, 12, lambda d, key: med.get((d,) + key),
+               lambda v, _: f"{v / 1e6:.2f} Mpps" if v else "-")
 
 
 def print_rtt(rtts, duts):
