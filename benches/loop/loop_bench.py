@@ -97,7 +97,8 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TESTPMD = "/usr/bin/dpdk-testpmd"
 DUT_CPU = 0
-GEN_LCORES = "0@0,1@1"  # main lcore (idle) on CPU 0, forwarding on CPU 1
+GEN_CPU = 1
+GEN_LCORES = f"0@{DUT_CPU},1@{GEN_CPU}"  # main lcore (idle) on the DUT's CPU, forwarding on its own
 QUEUE = 1024
 # The veth pair of the uplink cells: the DUT's end and the generator's.
 DUT_IF = f"sylbd{os.getpid() % 100000}"
@@ -784,12 +785,12 @@ def machine_state():
     if not os.path.exists(binary):
         subprocess.run(["cargo", "build", "--release", "-q", "-p", "switchyard-benches",
                         "--bin", "cacheline_rtt"], cwd=REPO, check=True)
-    out = subprocess.run([binary, str(DUT_CPU), "1", "1"], capture_output=True,
-                         text=True).stdout.strip()
-    m = re.search(r"p50 (\d+) p90 \d+ far ([\d.]+)", out)
-    if m:
-        STATES.append((int(m.group(1)), float(m.group(2))))
-    return out
+    r = subprocess.run([binary, str(DUT_CPU), str(GEN_CPU), "1"], capture_output=True, text=True)
+    m = re.search(r"p50 (\d+) p90 \d+ far ([\d.]+)", r.stdout)
+    if not m:
+        return f"cacheline_rtt failed: {r.stderr.strip()}"
+    STATES.append((int(m.group(1)), float(m.group(2))))
+    return r.stdout.strip()
 
 
 def print_states():
@@ -798,8 +799,8 @@ def print_states():
         return
     p50 = sorted(p for p, _ in STATES)
     far = statistics.mean(f for _, f in STATES)
-    print(f"\nmachine: cross-CPU cache-line round trip (CPU {DUT_CPU} <-> 1) sampled for 1 s "
-          f"before each of {len(STATES)} rounds: median {p50[0]}-{p50[-1]} ns, "
+    print(f"\nmachine: cross-CPU cache-line round trip (CPU {DUT_CPU} <-> {GEN_CPU}) sampled for "
+          f"1 s before each of {len(STATES)} rounds: p50 {p50[0]}-{p50[-1]} ns over the rounds, "
           f"{far * 100:.0f}% of the time over 200 ns (vCPUs far apart, every DUT slower)")
 
 
@@ -956,7 +957,7 @@ def main():
                     SET.hosts = None
             if results:
                 print_table(results, duts, args)
-                print_slices(duts, args)
+                print_slices(duts)
                 print_loads(duts, sorted({(k, s, None) for (_, k, s) in results}))
             if rtts:
                 print_rtt(rtts, duts)
@@ -1044,7 +1045,18 @@ def print_grid(first, rows, duts, width, value, fmt, ratios=True):
         print(row + " |")
 
 
-def print_slices(duts, args):
+# The leading columns of the tables by kind and frame size.
+SIZE_COLUMNS = [("kind", "12"), ("size", ">5")]
+
+
+def size_rows(cells):
+    """Rows for SIZE_COLUMNS: one per (kind, size) among the keys of `cells`
+    ((dut, kind, size) -> value)."""
+    return [((k, sz), [k, "imix" if sz == IMIX else sz])
+            for (k, sz) in sorted({(k, sz) for (_, k, sz) in cells})]
+
+
+def print_slices(duts):
     """The table again from the windows' slices: per run the median slice
     (the rate in the state the machine was in most of that window), then
     the median over the runs. Where the plain table and this one differ,
@@ -1055,10 +1067,7 @@ def print_slices(duts, args):
            for key, runs in SLICES.items()}
     print(f"\nthe same cells, median {SLICE + 0.1:.1f} s slice of each window, median over "
           "the runs (the rate in the machine's most frequent state)\n")
-    print_grid([("kind", "12"), ("size", ">5")],
-               [((k, sz), [k, "imix" if sz == IMIX else sz])
-                for (k, sz) in sorted({(k, sz) for (_, k, sz) in med})],
-               duts, 12, lambda d, key: med.get((d,) + key),
+    print_grid(SIZE_COLUMNS, size_rows(med), duts, 12, lambda d, key: med.get((d,) + key),
                lambda v, _: f"{v / 1e6:.2f} Mpps" if v else "-")
 
 
@@ -1136,10 +1145,8 @@ def print_table(results, duts, args):
     print(f"\nloop benchmark ({SET.memory}, {SET.traffic} traffic): median of {args.repeat} "
           f"runs of {args.seconds}s, both directions summed, DUT on CPU {DUT_CPU}, "
           f"testpmd forwarding on CPU 1\n")
-    print_grid([("kind", "12"), ("size", ">5")],
-               [((k, sz), [k, "imix" if sz == IMIX else sz])
-                for (k, sz) in sorted({(k, sz) for (_, k, sz) in results})],
-               duts, 22, lambda d, key: results.get((d,) + key),
+    print_grid(SIZE_COLUMNS, size_rows(results), duts, 22,
+               lambda d, key: results.get((d,) + key),
                lambda v, key: cell(v, key[1]))
 
 

@@ -54,12 +54,15 @@ fn window(line: &Line, start: u64) -> f64 {
 
 fn main() -> Result<(), String> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let arg = |i: usize, default: &str| -> Result<f64, String> {
+    fn arg<T: std::str::FromStr>(args: &[String], i: usize, default: &str) -> Result<T, String>
+    where
+        T::Err: std::fmt::Display,
+    {
         let s = args.get(i).map_or(default, String::as_str);
         s.parse().map_err(|e| format!("argument {s:?}: {e}"))
-    };
-    let (a, b) = (arg(0, "0")? as usize, arg(1, "1")? as usize);
-    let seconds = arg(2, "1")?;
+    }
+    let (a, b): (usize, usize) = (arg(&args, 0, "0")?, arg(&args, 1, "1")?);
+    let seconds: f64 = arg(&args, 2, "1")?;
     if !(seconds > 0.0 && seconds <= 600.0) {
         return Err(format!("SECONDS {seconds}: from 0 to 600"));
     }
