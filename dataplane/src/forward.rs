@@ -685,6 +685,26 @@ mod tests {
         MacAddr([2, 0, 0, 0, 0, last])
     }
 
+    /// Forwards `bufs` as one burst received on port `inp`, through a
+    /// fresh view and forwarder.
+    fn forward_bufs(dp: &Dataplane, inp: PortId, bufs: &[Vec<u8>]) {
+        let frames: Vec<RxFrame> = bufs
+            .iter()
+            .map(|b| {
+                let mut f = RxFrame::default();
+                // SAFETY: `bufs` outlives the frames, which are dropped
+                // before this returns.
+                assert!(unsafe { f.push(b.as_ptr(), b.len() as u32) });
+                f
+            })
+            .collect();
+        let mut view = WorkerView::default();
+        dp.build_view(0, &mut view);
+        let mut fwd = Forwarder::default();
+        fwd.resize(&view);
+        fwd.forward_burst(dp, &view, 0, inp, &frames);
+    }
+
     fn frame(dst: u8, src: u8) -> Vec<u8> {
         let mut f = vec![0u8; 60];
         f[0..6].copy_from_slice(&mac(dst).0);
@@ -734,20 +754,7 @@ mod tests {
         table.learn(mac(0x0e), 0, at(inp), 0);
         let run = |pairs: &[(u8, u8)]| {
             let bufs: Vec<Vec<u8>> = pairs.iter().map(|&(d, s)| frame(d, s)).collect();
-            let frames: Vec<RxFrame> = bufs
-                .iter()
-                .map(|b| {
-                    let mut f = RxFrame::default();
-                    // SAFETY: `bufs` outlives the frames.
-                    assert!(unsafe { f.push(b.as_ptr(), b.len() as u32) });
-                    f
-                })
-                .collect();
-            let mut view = WorkerView::default();
-            dp.build_view(0, &mut view);
-            let mut fwd = Forwarder::default();
-            fwd.resize(&view);
-            fwd.forward_burst(&dp, &view, 0, inp, &frames);
+            forward_bufs(&dp, inp, &bufs);
             let out: Vec<Vec<u8>> = sent
                 .iter()
                 .map(|l| std::mem::take(&mut *l.lock().unwrap()))
@@ -815,20 +822,7 @@ mod tests {
                 f
             })
             .collect();
-        let frames: Vec<RxFrame> = bufs
-            .iter()
-            .map(|b| {
-                let mut f = RxFrame::default();
-                // SAFETY: `bufs` outlives the frames.
-                assert!(unsafe { f.push(b.as_ptr(), b.len() as u32) });
-                f
-            })
-            .collect();
-        let mut view = WorkerView::default();
-        dp.build_view(0, &mut view);
-        let mut fwd = Forwarder::default();
-        fwd.resize(&view);
-        fwd.forward_burst(&dp, &view, 0, inp, &frames);
+        forward_bufs(&dp, inp, &bufs);
         // The too-long frame is skipped, the queue fills after the third.
         assert_eq!(*log.lock().unwrap(), [60, 60]);
         let t = out_shared.totals();
