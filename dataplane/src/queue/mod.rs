@@ -162,9 +162,8 @@ impl TxOutcome {
     }
 }
 
-/// [`TxQueue::tx_burst`] as a loop of `one` over the frames: the default,
-/// and what queues that override it call with their per-frame transmit
-/// inlined. Takes at most [`BURST_SIZE`] frames.
+/// [`TxQueue::tx_burst`] as a loop of `one` over the frames (the default
+/// `tx_burst`). Takes at most [`BURST_SIZE`] frames.
 #[inline(always)]
 pub fn tx_each(
     frames: &[TxFrame<'_>],
@@ -199,7 +198,9 @@ pub trait TxQueue: Send {
     fn tx(&mut self, frame: &TxFrame<'_>) -> Result<(), TxError>;
     /// Copies up to [`BURST_SIZE`] frames in order, as [`TxQueue::tx`] each,
     /// stopping at the first that finds the queue full or broken. One call
-    /// a burst: queues override it with their per-frame code inlined.
+    /// a burst; the default is compiled for each queue type, so a queue
+    /// whose `tx` is `#[inline(always)]` (memif, vhost-user) has its
+    /// per-frame copy inlined in this loop.
     fn tx_burst(&mut self, frames: &[TxFrame<'_>]) -> TxOutcome {
         tx_each(frames, |f| self.tx(f))
     }

@@ -18,8 +18,8 @@ use super::region::Regions;
 use super::ring::{Desc, Ring};
 use crate::eventfd::kick_eventfd;
 use crate::queue::{
-    prefetch, rx_unless_truncated, tx_each, tx_unless_truncated, QueueFault, RxBurst, RxQueue,
-    TxError, TxFrame, TxOutcome, TxQueue,
+    prefetch, rx_unless_truncated, tx_unless_truncated, QueueFault, RxBurst, RxQueue, TxError,
+    TxFrame, TxQueue,
 };
 use crate::wire::memif::{DESC_FLAG_NEXT, RING_FLAG_MASK_INT};
 
@@ -403,22 +403,12 @@ impl MemifTx {
     }
 }
 
-impl MemifTx {
-    /// [`TxQueue::tx`], inlined into [`TxQueue::tx_burst`]'s loop.
+impl TxQueue for MemifTx {
+    /// Inlined into [`TxQueue::tx_burst`]'s (default) loop.
     #[inline(always)]
-    fn tx_one(&mut self, frame: &TxFrame<'_>) -> Result<(), TxError> {
+    fn tx(&mut self, frame: &TxFrame<'_>) -> Result<(), TxError> {
         let got = self.put(frame);
         tx_unless_truncated(got, || self.regions.truncated())
-    }
-}
-
-impl TxQueue for MemifTx {
-    fn tx(&mut self, frame: &TxFrame<'_>) -> Result<(), TxError> {
-        self.tx_one(frame)
-    }
-
-    fn tx_burst(&mut self, frames: &[TxFrame<'_>]) -> TxOutcome {
-        tx_each(frames, |f| self.tx_one(f))
     }
 
     fn flush(&mut self) {

@@ -26,8 +26,8 @@ use super::split::{Broken, Desc, MemTable, SplitRing};
 use crate::eventfd::kick_eventfd;
 use crate::port::sigbus::Tripwire;
 use crate::queue::{
-    prefetch, rx_unless_truncated, tx_each, tx_unless_truncated, QueueFault, RxBurst, RxFrame,
-    RxQueue, Segment, TxError, TxFrame, TxOutcome, TxQueue, BURST_SIZE,
+    prefetch, rx_unless_truncated, tx_unless_truncated, QueueFault, RxBurst, RxFrame, RxQueue,
+    Segment, TxError, TxFrame, TxQueue, BURST_SIZE,
 };
 use crate::wire::virtio_net::{header_bytes, HEADER_LEN};
 
@@ -690,10 +690,10 @@ unsafe fn put_single(p: *mut u8, seg: Segment) {
 // memory they point into is owned through `vq.mem`, which is `Send`.
 unsafe impl Send for VirtioTx {}
 
-impl VirtioTx {
-    /// [`TxQueue::tx`], inlined into [`TxQueue::tx_burst`]'s loop.
+impl TxQueue for VirtioTx {
+    /// Inlined into [`TxQueue::tx_burst`]'s (default) loop.
     #[inline(always)]
-    fn tx_one(&mut self, frame: &TxFrame<'_>) -> Result<(), TxError> {
+    fn tx(&mut self, frame: &TxFrame<'_>) -> Result<(), TxError> {
         let got = self.fill(frame);
         let chains = tx_unless_truncated(got, || self.vq.memory_gone())?;
         for i in 0..chains {
@@ -702,16 +702,6 @@ impl VirtioTx {
         }
         self.added += 1;
         Ok(())
-    }
-}
-
-impl TxQueue for VirtioTx {
-    fn tx(&mut self, frame: &TxFrame<'_>) -> Result<(), TxError> {
-        self.tx_one(frame)
-    }
-
-    fn tx_burst(&mut self, frames: &[TxFrame<'_>]) -> TxOutcome {
-        tx_each(frames, |f| self.tx_one(f))
     }
 
     fn flush(&mut self) {
