@@ -25,19 +25,32 @@ pub const BUCKET_ENTRIES: usize = 7;
 
 const KEY_VALID: u64 = 1 << 63;
 
-#[repr(align(64))]
+/// One entry: its key (0 when free) beside its value, so that a hit reads
+/// one cache line.
+#[derive(Default)]
+struct Slot {
+    key: AtomicU64,
+    val: AtomicU64,
+}
+
+/// The counter and the first three slots share the first cache line, where
+/// a lookup in a lightly loaded table finds its entry; the other four fill
+/// the second.
+#[repr(C, align(64))]
 struct Bucket {
     seq: AtomicU32,
-    keys: [AtomicU64; BUCKET_ENTRIES],
-    vals: [AtomicU64; BUCKET_ENTRIES],
+    slots: [Slot; BUCKET_ENTRIES],
 }
+
+// Two cache lines, the first holding the counter and three whole slots.
+const _: () = assert!(std::mem::size_of::<Bucket>() == 128);
+const _: () = assert!(std::mem::offset_of!(Bucket, slots) + 3 * 16 <= 64);
 
 impl Bucket {
     fn new() -> Bucket {
         Bucket {
             seq: AtomicU32::new(0),
-            keys: Default::default(),
-            vals: Default::default(),
+            slots: Default::default(),
         }
     }
 
@@ -60,6 +73,25 @@ impl Bucket {
             }
             std::hint::spin_loop();
         }
+    }
+
+    /// One consistent read of `key`'s value (`Some(None)`: absent), or
+    /// `None` when a writer held the bucket or wrote it meanwhile.
+    #[inline(always)]
+    fn read(&self, key: u64) -> Option<Option<u64>> {
+        let s1 = self.seq.load(Ordering::Acquire);
+        if s1 & 1 != 0 {
+            return None;
+        }
+        let mut found = None;
+        for slot in &self.slots {
+            if slot.key.load(Ordering::Relaxed) == key {
+                found = Some(slot.val.load(Ordering::Relaxed));
+                break;
+            }
+        }
+        fence(Ordering::Acquire);
+        (self.seq.load(Ordering::Relaxed) == s1).then_some(found)
     }
 
     fn unlock(&self, s: u32) {
@@ -173,7 +205,11 @@ impl MacTable {
     fn bucket(&self, key: u64) -> &Bucket {
         // Fibonacci hashing: the high bits of the product mix every key bit.
         let h = key.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        &self.buckets[(h >> 32) as usize & self.mask]
+        let i = (h >> 32) as usize & self.mask;
+        debug_assert!(i < self.buckets.len());
+        // SAFETY: `mask` is the number of buckets (a power of two) minus
+        // one, and `buckets` never changes length, so `i` is in bounds.
+        unsafe { self.buckets.get_unchecked(i) }
     }
 
     /// Looks up where `mac` on `vlan` was learned. Never blocks: if writers keep
@@ -182,21 +218,21 @@ impl MacTable {
     pub fn lookup(&self, mac: MacAddr, vlan: u16) -> Option<MacEntry> {
         let key = key_of(mac, vlan);
         let b = self.bucket(key);
-        for _ in 0..8 {
-            let s1 = b.seq.load(Ordering::Acquire);
-            if s1 & 1 != 0 {
-                std::hint::spin_loop();
-                continue;
-            }
-            let mut found = None;
-            for i in 0..BUCKET_ENTRIES {
-                if b.keys[i].load(Ordering::Relaxed) == key {
-                    found = Some(b.vals[i].load(Ordering::Relaxed));
-                    break;
-                }
-            }
-            fence(Ordering::Acquire);
-            if b.seq.load(Ordering::Relaxed) == s1 {
+        // One read inline; the retries, when a writer holds the bucket, out
+        // of line (a retry loop here makes the compiler keep all seven slot
+        // addresses in registers and on the stack).
+        match b.read(key) {
+            Some(found) => found.map(MacEntry::unpack),
+            None => Self::lookup_contended(b, key),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn lookup_contended(b: &Bucket, key: u64) -> Option<MacEntry> {
+        for _ in 0..7 {
+            std::hint::spin_loop();
+            if let Some(found) = b.read(key) {
                 return found.map(MacEntry::unpack);
             }
         }
@@ -238,9 +274,9 @@ impl MacTable {
         let mut oldest: Option<(u32, usize)> = None;
         let mut outcome = None;
         for i in 0..BUCKET_ENTRIES {
-            let k = b.keys[i].load(Ordering::Relaxed);
+            let k = b.slots[i].key.load(Ordering::Relaxed);
             if k == key {
-                let old = MacEntry::unpack(b.vals[i].load(Ordering::Relaxed));
+                let old = MacEntry::unpack(b.slots[i].val.load(Ordering::Relaxed));
                 let (write, what) = if old.same_port(&entry) {
                     // A pinned entry stays pinned when its port refreshes it.
                     let e = MacEntry {
@@ -256,7 +292,7 @@ impl MacTable {
                     (Some(entry), Learned::Moved(old))
                 };
                 if let Some(e) = write {
-                    b.vals[i].store(e.pack(), Ordering::Relaxed);
+                    b.slots[i].val.store(e.pack(), Ordering::Relaxed);
                 }
                 outcome = Some(what);
                 break;
@@ -264,7 +300,7 @@ impl MacTable {
             if k == 0 {
                 empty.get_or_insert(i);
             } else {
-                let e = MacEntry::unpack(b.vals[i].load(Ordering::Relaxed));
+                let e = MacEntry::unpack(b.slots[i].val.load(Ordering::Relaxed));
                 if !e.pinned && oldest.is_none_or(|(seen, _)| e.last_seen < seen) {
                     oldest = Some((e.last_seen, i));
                 }
@@ -275,12 +311,12 @@ impl MacTable {
                 (Some(i), _) => (i, Learned::New),
                 (None, Some((_, i))) => (
                     i,
-                    Learned::Evicted(MacEntry::unpack(b.vals[i].load(Ordering::Relaxed))),
+                    Learned::Evicted(MacEntry::unpack(b.slots[i].val.load(Ordering::Relaxed))),
                 ),
                 (None, None) => return Learned::Full,
             };
-            b.vals[slot].store(entry.pack(), Ordering::Relaxed);
-            b.keys[slot].store(key, Ordering::Relaxed);
+            b.slots[slot].val.store(entry.pack(), Ordering::Relaxed);
+            b.slots[slot].key.store(key, Ordering::Relaxed);
             what
         });
         b.unlock(s);
@@ -292,19 +328,19 @@ impl MacTable {
         let mut removed = 0;
         for b in self.buckets.iter() {
             // Skip empty buckets without taking the lock.
-            if b.keys.iter().all(|k| k.load(Ordering::Relaxed) == 0) {
+            if b.slots.iter().all(|e| e.key.load(Ordering::Relaxed) == 0) {
                 continue;
             }
             let s = b.lock();
             for i in 0..BUCKET_ENTRIES {
-                let k = b.keys[i].load(Ordering::Relaxed);
+                let k = b.slots[i].key.load(Ordering::Relaxed);
                 if k == 0 {
                     continue;
                 }
-                let rec = record(k, b.vals[i].load(Ordering::Relaxed));
+                let rec = record(k, b.slots[i].val.load(Ordering::Relaxed));
                 if !keep(&rec) {
-                    b.keys[i].store(0, Ordering::Relaxed);
-                    b.vals[i].store(0, Ordering::Relaxed);
+                    b.slots[i].key.store(0, Ordering::Relaxed);
+                    b.slots[i].val.store(0, Ordering::Relaxed);
                     removed += 1;
                 }
             }
@@ -343,9 +379,9 @@ impl MacTable {
                 }
                 let start = out.len();
                 for i in 0..BUCKET_ENTRIES {
-                    let k = b.keys[i].load(Ordering::Relaxed);
+                    let k = b.slots[i].key.load(Ordering::Relaxed);
                     if k != 0 {
-                        out.push(record(k, b.vals[i].load(Ordering::Relaxed)));
+                        out.push(record(k, b.slots[i].val.load(Ordering::Relaxed)));
                     }
                 }
                 fence(Ordering::Acquire);
@@ -487,6 +523,31 @@ mod tests {
             Learned::Moved(at(1, 100))
         );
         assert_eq!(t.lookup(mac(1), 0).unwrap().port, 2);
+    }
+
+    #[test]
+    fn a_lookup_in_a_held_bucket_misses_without_blocking() {
+        let t = MacTable::new(64);
+        t.learn(mac(1), 0, at(1, 0), 0);
+        let b = t.bucket(key_of(mac(1), 0));
+        let s = b.lock();
+        assert_eq!(t.lookup(mac(1), 0), None);
+        b.unlock(s);
+        assert_eq!(t.lookup(mac(1), 0).unwrap().port, 1);
+    }
+
+    #[test]
+    fn entries_fill_every_slot_of_a_bucket() {
+        // One bucket: every key lands in it, so all seven slots are used,
+        // the ones on the second cache line too.
+        let t = MacTable::new(BUCKET_ENTRIES);
+        for i in 0..BUCKET_ENTRIES as u64 {
+            assert_eq!(t.learn(mac(i), 0, at(1, 0), 0), Learned::New);
+        }
+        for i in 0..BUCKET_ENTRIES as u64 {
+            assert_eq!(t.lookup(mac(i), 0).unwrap().port, 1);
+        }
+        assert_eq!(t.len(), BUCKET_ENTRIES);
     }
 
     #[test]
