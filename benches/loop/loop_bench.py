@@ -473,7 +473,7 @@ class TestpmdIo(Dut):
         self.procs[-1].send("start")
 
     def settings(self):
-        return (f"io forwarding, one lcore on CPU 0, 16384 mbufs ({SET.memory}), "
+        return (f"io forwarding, one lcore on CPU {DUT_CPU}, 16384 mbufs ({SET.memory}), "
                 f"{QUEUE} descriptors")
 
     def ready(self, gen):
@@ -1144,7 +1144,7 @@ def print_table(results, duts, args):
 
     print(f"\nloop benchmark ({SET.memory}, {SET.traffic} traffic): median of {args.repeat} "
           f"runs of {args.seconds}s, both directions summed, DUT on CPU {DUT_CPU}, "
-          f"testpmd forwarding on CPU 1\n")
+          f"testpmd forwarding on CPU {GEN_CPU}\n")
     print_grid(SIZE_COLUMNS, size_rows(results), duts, 22,
                lambda d, key: results.get((d,) + key),
                lambda v, key: cell(v, key[1]))

@@ -75,23 +75,30 @@ impl Bucket {
         }
     }
 
-    /// One consistent read of `key`'s value (`Some(None)`: absent), or
-    /// `None` when a writer held the bucket or wrote it meanwhile.
+    /// Runs `f` over the slots under the seqlock: its result if no writer
+    /// held the bucket or wrote it meanwhile, else `None` (the caller
+    /// retries or gives up).
     #[inline(always)]
-    fn read(&self, key: u64) -> Option<Option<u64>> {
+    fn read_consistent<T>(&self, f: impl FnOnce(&[Slot; BUCKET_ENTRIES]) -> T) -> Option<T> {
         let s1 = self.seq.load(Ordering::Acquire);
         if s1 & 1 != 0 {
             return None;
         }
-        let mut found = None;
-        for slot in &self.slots {
-            if slot.key.load(Ordering::Relaxed) == key {
-                found = Some(slot.val.load(Ordering::Relaxed));
-                break;
-            }
-        }
+        let r = f(&self.slots);
         fence(Ordering::Acquire);
-        (self.seq.load(Ordering::Relaxed) == s1).then_some(found)
+        (self.seq.load(Ordering::Relaxed) == s1).then_some(r)
+    }
+
+    /// One consistent read of `key`'s value (`Some(None)`: absent), or
+    /// `None` when a writer held the bucket or wrote it meanwhile.
+    #[inline(always)]
+    fn read(&self, key: u64) -> Option<Option<u64>> {
+        self.read_consistent(|slots| {
+            slots
+                .iter()
+                .find(|slot| slot.key.load(Ordering::Relaxed) == key)
+                .map(|slot| slot.val.load(Ordering::Relaxed))
+        })
     }
 
     fn unlock(&self, s: u32) {
@@ -372,23 +379,20 @@ impl MacTable {
         let mut out = Vec::new();
         for b in self.buckets.iter() {
             loop {
-                let s1 = b.seq.load(Ordering::Acquire);
-                if s1 & 1 != 0 {
-                    std::hint::spin_loop();
-                    continue;
-                }
                 let start = out.len();
-                for i in 0..BUCKET_ENTRIES {
-                    let k = b.slots[i].key.load(Ordering::Relaxed);
-                    if k != 0 {
-                        out.push(record(k, b.slots[i].val.load(Ordering::Relaxed)));
+                let read = b.read_consistent(|slots| {
+                    for slot in slots {
+                        let k = slot.key.load(Ordering::Relaxed);
+                        if k != 0 {
+                            out.push(record(k, slot.val.load(Ordering::Relaxed)));
+                        }
                     }
-                }
-                fence(Ordering::Acquire);
-                if b.seq.load(Ordering::Relaxed) == s1 {
+                });
+                if read.is_some() {
                     break;
                 }
                 out.truncate(start);
+                std::hint::spin_loop();
             }
         }
         out
