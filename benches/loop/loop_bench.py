@@ -70,7 +70,7 @@ it jumps with where the host runs the vCPUs, and every shared-memory loop
 with it. The measuring window is read in 0.5 s slices (testpmd-generated
 cells): a second table gives each cell's median slice, the rate in the
 machine's most frequent state. LOOP_BENCH_PERF=DIR records the DUT's CPU
-with perf for 2 s after each measuring window.
+and the generator's with perf for 2 s after each measuring window.
 
 Run as root on an otherwise idle machine (see README, "Benchmarks"):
   cargo build --release -p switchyard
@@ -750,16 +750,17 @@ def run_hosts(dut, size, seconds, bursts):
 
 
 def profile_dut(what, pps):
-    """With $LOOP_BENCH_PERF=DIR, records the DUT's CPU for 2 s after the
-    measuring window (the loop still running), as
-    DIR/<dut>-<kind>-<size>-<Mpps>.data: where a run's cycles went, to
-    tell a slow run from a fast one. Off by default."""
+    """With $LOOP_BENCH_PERF=DIR, records the DUT's CPU and the generator's
+    for 2 s after the measuring window (the loop still running), as
+    DIR/<dut>-<kind>-<size>-<Mpps>.data (`perf report -C N` splits them):
+    where a run's cycles went, on both sides of the loop, to tell a slow
+    run from a fast one. Off by default."""
     out = os.environ.get("LOOP_BENCH_PERF")
     if not out:
         return
     os.makedirs(out, exist_ok=True)
     data = os.path.join(out, f"{what}-{pps / 1e6:.2f}.data")
-    subprocess.run(["perf", "record", "-q", "-e", "cpu-clock", "-C", str(DUT_CPU), "-g",
+    subprocess.run(["perf", "record", "-q", "-e", "cpu-clock", "-C", f"{DUT_CPU},{GEN_CPU}", "-g",
                     "-o", data, "--", "sleep", "2"], capture_output=True)
 
 
