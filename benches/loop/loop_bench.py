@@ -359,6 +359,11 @@ class Dut:
         all the time waits for the generator, and the cell measures that."""
         return None, None
 
+    def counters(self):
+        """The DUT's own per-port counters as text, shown when a run
+        carried nothing (where the frames went), or "" if it has none."""
+        return ""
+
     def stop(self):
         for p in reversed(self.procs):
             if TESTPMD in p.argv:
@@ -441,6 +446,11 @@ class Switchyard(Dut):
 
     def load_mark(self):
         self.mark = self.workers()
+
+    def counters(self):
+        return subprocess.run([switchyard_bin(), "stats"],
+                              env=dict(os.environ, SWITCHYARD_CONTROL=self.ctl),
+                              capture_output=True, text=True).stdout
 
     def load(self):
         b0, i0, f0, n0 = self.mark
@@ -736,7 +746,14 @@ def run_hosts(dut, size, seconds, bursts):
     gen = hostgen(gen_vdevs(dut.kind, dut.sockets(), q0), f"{q0},{q}", size, bursts, warmup,
                   seconds, SET.hosts or 1)
     try:
-        dut.ready(gen)
+        try:
+            dut.ready(gen)
+        except RuntimeError as e:
+            # Say why the generator's side gave up, if it said (DPDK's memif
+            # client now and then fails its own handshake: "sendmsg fail:
+            # Bad file descriptor", and the run is tried again).
+            why = [l for l in "".join(gen.err).splitlines() if "fail" in l.lower()]
+            raise RuntimeError(f"{e} | generator: {' | '.join(why[-3:]) or '-'}") from None
         gen.wait_for("links up", 90)
         time.sleep(warmup + 0.5)
         dut.load_mark()
@@ -744,6 +761,9 @@ def run_hosts(dut, size, seconds, bursts):
         pps = int(re.search(r"rx_pps (\d+)", gen.text()).group(1))
         if pps:
             LOADS.setdefault((dut.name, dut.kind, size, SET.hosts), []).append(dut.load())
+        else:
+            print(f"# the loop carried nothing; {dut.name}'s counters:\n{dut.counters()}",
+                  file=sys.stderr, flush=True)
         return pps
     finally:
         gen.stop()

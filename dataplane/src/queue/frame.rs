@@ -87,6 +87,18 @@ impl RxFrame {
     /// into `out`, across segments. Returns how many were copied.
     #[inline]
     pub fn read_prefix(&self, out: &mut [u8]) -> usize {
+        // The usual case: the first segment holds the whole prefix, one
+        // copy of a length the caller usually knows at compile time (no
+        // call to `memcpy` for a header).
+        if let Some(s) = self
+            .segments()
+            .first()
+            .filter(|s| s.len as usize >= out.len())
+        {
+            // SAFETY: as below, with `out.len() <= s.len`.
+            unsafe { ptr::copy_nonoverlapping(s.ptr, out.as_mut_ptr(), out.len()) };
+            return out.len();
+        }
         let mut done = 0;
         for s in self.segments() {
             if done == out.len() {
@@ -378,6 +390,16 @@ mod tests {
         assert_eq!(out, [1, 2, 3, 4, 5]);
         let mut big = [0u8; 18];
         assert_eq!(f.read_prefix(&mut big), 7);
+        // A first segment that holds the whole prefix, and one exactly
+        // as long as it.
+        let mut two = [0u8; 2];
+        assert_eq!(f.read_prefix(&mut two), 2);
+        assert_eq!(two, [1, 2]);
+        let mut three = [0u8; 3];
+        assert_eq!(f.read_prefix(&mut three), 3);
+        assert_eq!(three, [1, 2, 3]);
+        let empty = RxFrame::default();
+        assert_eq!(empty.read_prefix(&mut three), 0);
     }
 
     #[test]
