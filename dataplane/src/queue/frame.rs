@@ -95,7 +95,10 @@ impl RxFrame {
             .first()
             .filter(|s| s.len as usize >= out.len())
         {
-            // SAFETY: as below, with `out.len() <= s.len`.
+            // SAFETY: `s.ptr..s.ptr+s.len` was bounds-checked against a
+            // live mapping when the segment was pushed, `out.len() <=
+            // s.len`, and `out` is our own buffer. The source may change
+            // under us: bytes are copied, never referenced.
             unsafe { ptr::copy_nonoverlapping(s.ptr, out.as_mut_ptr(), out.len()) };
             return out.len();
         }
