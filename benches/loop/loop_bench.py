@@ -420,13 +420,16 @@ class Switchyard(Dut):
         while not os.path.exists(self.ctl) and time.time() < end:
             time.sleep(0.05)
 
+    def cli(self, *args):
+        """`switchyard ARGS` against this DUT's control socket: its output."""
+        return subprocess.run([switchyard_bin(), *args],
+                              env=dict(os.environ, SWITCHYARD_CONTROL=self.ctl),
+                              capture_output=True, text=True).stdout
+
     def ready(self, gen):
-        binary = switchyard_bin()
-        env = dict(os.environ, SWITCHYARD_CONTROL=self.ctl)
         end = time.time() + 20
         while time.time() < end:
-            out = subprocess.run([binary, "port", "list", "--json"], env=env,
-                                 capture_output=True, text=True).stdout
+            out = self.cli("port", "list", "--json")
             try:
                 ports = json.loads(out)
             except ValueError:
@@ -438,19 +441,14 @@ class Switchyard(Dut):
         raise RuntimeError(f"switchyard links not up: {out} {log}".replace("\n", " | "))
 
     def workers(self):
-        out = subprocess.run([switchyard_bin(), "worker", "list", "--json"],
-                             env=dict(os.environ, SWITCHYARD_CONTROL=self.ctl),
-                             capture_output=True, text=True).stdout
-        w = json.loads(out)[0]
+        w = json.loads(self.cli("worker", "list", "--json"))[0]
         return w["busy_seconds"], w["idle_seconds"], w["frames"], sum(b[1] for b in w["bursts"])
 
     def load_mark(self):
         self.mark = self.workers()
 
     def counters(self):
-        return subprocess.run([switchyard_bin(), "stats"],
-                              env=dict(os.environ, SWITCHYARD_CONTROL=self.ctl),
-                              capture_output=True, text=True).stdout
+        return self.cli("stats")
 
     def load(self):
         b0, i0, f0, n0 = self.mark
@@ -736,6 +734,18 @@ def hostgen_cell(kind):
     return SET.hosts is not None or af_xdp_generator(kind)
 
 
+def dut_ready(dut, gen):
+    """Waits until the DUT's links to the generator are up; if they never
+    come, says why the generator's side gave up too, if it said (DPDK's
+    memif client now and then fails its own handshake: "sendmsg fail: Bad
+    file descriptor", and the run is tried again)."""
+    try:
+        dut.ready(gen)
+    except RuntimeError as e:
+        why = [l for l in "".join(gen.err).splitlines() if "fail" in l.lower()]
+        raise RuntimeError(f"{e} | generator: {' | '.join(why[-3:]) or '-'}") from None
+
+
 def run_hosts(dut, size, seconds, bursts):
     """One hostgen run (hostgen_cell): hostgen puts the frames in flight and
     measures."""
@@ -746,14 +756,7 @@ def run_hosts(dut, size, seconds, bursts):
     gen = hostgen(gen_vdevs(dut.kind, dut.sockets(), q0), f"{q0},{q}", size, bursts, warmup,
                   seconds, SET.hosts or 1)
     try:
-        try:
-            dut.ready(gen)
-        except RuntimeError as e:
-            # Say why the generator's side gave up, if it said (DPDK's memif
-            # client now and then fails its own handshake: "sendmsg fail:
-            # Bad file descriptor", and the run is tried again).
-            why = [l for l in "".join(gen.err).splitlines() if "fail" in l.lower()]
-            raise RuntimeError(f"{e} | generator: {' | '.join(why[-3:]) or '-'}") from None
+        dut_ready(dut, gen)
         gen.wait_for("links up", 90)
         time.sleep(warmup + 0.5)
         dut.load_mark()
@@ -841,7 +844,7 @@ def run_once(dut_name, kind, size, seconds, bursts, rtt=False):
         # IMIX cell stops and starts forwarding between its sizes).
         gen = testpmd(f"lb-gen-{os.getpid()}", GEN_LCORES, gen_vdevs(kind, dut.sockets(), q),
                       [f"--rxq={q}", f"--txq={q}", "--no-flush-rx"] + extra, fwd=fwd)
-        dut.ready(gen)
+        dut_ready(dut, gen)
         wait_gen_links(gen)
         if SET.memif_zero_copy and kind == "memif":
             # A zero-copy client posts its receive buffers when it first
