@@ -161,6 +161,16 @@ impl Forwarder {
 
     /// Switches one received burst from `in_port` (in chunks of
     /// [`BURST_SIZE`] frames). `w` is the worker index.
+    ///
+    /// `release` gives the burst's buffers back to `in_port`'s peer. It is
+    /// called once: after the last frame has been copied out, before the
+    /// last destination is flushed (or at the end, if no destination took
+    /// a frame). So a peer that forwards what it receives back out (a
+    /// loop, a router pod) always sees its transmit slots free before it
+    /// sees the frames they carried arrive, as with DPDK's vhost library,
+    /// which gives guest buffers back when it dequeues; published the
+    /// other way round, a peer whose frames in flight fill its ring finds
+    /// it full and drops.
     #[inline]
     pub fn forward_burst(
         &mut self,
@@ -169,8 +179,9 @@ impl Forwarder {
         w: usize,
         in_port: PortId,
         frames: &[RxFrame],
+        release: impl FnOnce(),
     ) {
-        self.forward_burst_with::<true>(dp, view, w, in_port, frames)
+        self.forward_burst_with::<true>(dp, view, w, in_port, frames, release)
     }
 
     /// [`Forwarder::forward_burst`], with the capture and trace hooks
@@ -183,6 +194,26 @@ impl Forwarder {
         w: usize,
         in_port: PortId,
         frames: &[RxFrame],
+        release: impl FnOnce(),
+    ) {
+        let mut release = Some(release);
+        self.switch_or_drop::<HOOKS, _>(dp, view, w, in_port, frames, &mut release);
+        if let Some(r) = release {
+            r();
+        }
+    }
+
+    /// [`Forwarder::forward_burst_with`] but for the release of frames no
+    /// destination took, which the caller makes.
+    #[inline(always)]
+    fn switch_or_drop<const HOOKS: bool, R: FnOnce()>(
+        &mut self,
+        dp: &Dataplane,
+        view: &WorkerView,
+        w: usize,
+        in_port: PortId,
+        frames: &[RxFrame],
+        release: &mut Option<R>,
     ) {
         let Some(inp) = view.ports.get(in_port as usize).and_then(Option::as_ref) else {
             return;
@@ -218,7 +249,7 @@ impl Forwarder {
             return;
         };
         match (HOOKS, &view.trace) {
-            (true, Some(t)) => self.switch_burst::<true, true>(
+            (true, Some(t)) => self.switch_burst::<true, true, R>(
                 dp,
                 view,
                 w,
@@ -228,19 +259,20 @@ impl Forwarder {
                 bridge,
                 frames,
                 Some(t),
+                release,
             ),
-            _ => self.switch_burst::<HOOKS, false>(
-                dp, view, w, in_port, inp, bridge_id, bridge, frames, None,
+            _ => self.switch_burst::<HOOKS, false, R>(
+                dp, view, w, in_port, inp, bridge_id, bridge, frames, None, release,
             ),
         }
     }
 
     /// Learns, looks up and sends a burst of `in_port`'s frames in
     /// `bridge`; with `TRACE`, fills a record for each frame `trace`
-    /// claims.
+    /// claims. `release` goes to the last chunk's sending.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
-    fn switch_burst<const HOOKS: bool, const TRACE: bool>(
+    fn switch_burst<const HOOKS: bool, const TRACE: bool, R: FnOnce()>(
         &mut self,
         dp: &Dataplane,
         view: &WorkerView,
@@ -251,6 +283,7 @@ impl Forwarder {
         bridge: &ViewBridge,
         frames: &[RxFrame],
         trace: Option<&Trace>,
+        release: &mut Option<R>,
     ) {
         let in_counters = inp.shared.counters(w);
         let bridge_counters = bridge.stats.counters(w);
@@ -277,7 +310,8 @@ impl Forwarder {
         let mut known_src = u64::MAX;
         let mut last_dst: (u64, Option<(PortId, &ViewPort)>) = (u64::MAX, None);
 
-        for chunk in frames.chunks(BURST_SIZE) {
+        let last_chunk = frames.len().saturating_sub(1) / BURST_SIZE;
+        for (c, chunk) in frames.chunks(BURST_SIZE).enumerate() {
             for (i, frame) in chunk.iter().enumerate() {
                 if TRACE {
                     self.traced[i] = trace
@@ -423,7 +457,13 @@ impl Forwarder {
                     }
                 }
             }
-            self.send_queued::<HOOKS, TRACE>(dp, view, w, chunk);
+            let mut not_yet = None;
+            let release = if c == last_chunk {
+                &mut *release
+            } else {
+                &mut not_yet
+            };
+            self.send_queued::<HOOKS, TRACE, R>(dp, view, w, chunk, release);
             if TRACE {
                 if let Some(t) = trace {
                     for r in self.traced[..chunk.len()].iter_mut() {
@@ -494,13 +534,15 @@ impl Forwarder {
     }
 
     /// Hands each destination its queued frames under one acquisition of
-    /// its transmit queue, then flushes it.
-    fn send_queued<const HOOKS: bool, const TRACE: bool>(
+    /// its transmit queue, then flushes it. `release`, if given, is made
+    /// between the last destination's copies and its flush.
+    fn send_queued<const HOOKS: bool, const TRACE: bool, R: FnOnce()>(
         &mut self,
         dp: &Dataplane,
         view: &WorkerView,
         w: usize,
         frames: &[RxFrame],
+        release: &mut Option<R>,
     ) {
         let Forwarder {
             pending,
@@ -508,7 +550,8 @@ impl Forwarder {
             hdrs,
             traced,
         } = self;
-        for &id in touched.iter() {
+        let last = touched.len().saturating_sub(1);
+        for (k, &id) in touched.iter().enumerate() {
             let q = &mut pending[id as usize];
             let Some(p) = view.ports.get(id as usize).and_then(Option::as_ref) else {
                 q.clear();
@@ -558,6 +601,11 @@ impl Forwarder {
             let txfs = &txfs[..q.as_slice().len()];
             let out = tx.with(|txq| {
                 let out = txq.tx_burst(txfs);
+                if k == last {
+                    if let Some(r) = release.take() {
+                        r();
+                    }
+                }
                 txq.flush();
                 out
             });
@@ -685,9 +733,29 @@ mod tests {
         MacAddr([2, 0, 0, 0, 0, last])
     }
 
+    /// A transmit queue that logs its copies and flushes, as `tx NAME`
+    /// and `flush NAME`.
+    struct Events(Arc<Mutex<Vec<String>>>, &'static str);
+
+    impl TxQueue for Events {
+        fn tx(&mut self, _: &TxFrame<'_>) -> Result<(), TxError> {
+            self.0.lock().unwrap().push(format!("tx {}", self.1));
+            Ok(())
+        }
+
+        fn flush(&mut self) {
+            self.0.lock().unwrap().push(format!("flush {}", self.1));
+        }
+    }
+
     /// Forwards `bufs` as one burst received on port `inp`, through a
     /// fresh view and forwarder.
     fn forward_bufs(dp: &Dataplane, inp: PortId, bufs: &[Vec<u8>]) {
+        forward_bufs_then(dp, inp, bufs, || {});
+    }
+
+    /// [`forward_bufs`], with `release` as the burst's release.
+    fn forward_bufs_then(dp: &Dataplane, inp: PortId, bufs: &[Vec<u8>], release: impl FnOnce()) {
         let frames: Vec<RxFrame> = bufs
             .iter()
             .map(|b| {
@@ -702,7 +770,7 @@ mod tests {
         dp.build_view(0, &mut view);
         let mut fwd = Forwarder::default();
         fwd.resize(&view);
-        fwd.forward_burst(dp, &view, 0, inp, &frames);
+        fwd.forward_burst(dp, &view, 0, inp, &frames, release);
     }
 
     fn frame(dst: u8, src: u8) -> Vec<u8> {
@@ -829,5 +897,50 @@ mod tests {
         assert_eq!((t.tx_packets, t.tx_bytes), (2, 120));
         assert_eq!(t.drops[DropReason::TooLong.name()], 1);
         assert_eq!(t.drops[DropReason::NoBuffer.name()], 2);
+    }
+
+    #[test]
+    fn a_burst_is_released_once_after_its_last_copy_and_before_the_last_flush() {
+        let dp = Dataplane::new(1).unwrap();
+        let br = dp.add_bridge(64);
+        let sec = PortSecurity::default();
+        let (inp, _) = dp.add_port("in", Some(br), VlanMode::default(), &sec);
+        let log = Arc::new(Mutex::new(Vec::new()));
+        for name in ["p1", "p2"] {
+            let (id, _) = dp.add_port(name, Some(br), VlanMode::default(), &sec);
+            dp.attach_queues(
+                id,
+                PortQueues {
+                    rx: vec![],
+                    tx: vec![Box::new(Events(log.clone(), name))],
+                },
+            );
+        }
+        let release = |log: &Arc<Mutex<Vec<String>>>| {
+            let log = log.clone();
+            move || log.lock().unwrap().push("release".into())
+        };
+        // Flooded to both: the first destination is flushed as usual, the
+        // last only after the burst is given back.
+        forward_bufs_then(&dp, inp, &[frame(0x0b, 0x0a)], release(&log));
+        let events = std::mem::take(&mut *log.lock().unwrap());
+        assert_eq!(
+            events,
+            ["tx p1", "flush p1", "tx p2", "release", "flush p2"]
+        );
+        // A burst no destination takes (a hairpin) is released all the same.
+        dp.mac_table(br).unwrap().learn(
+            mac(0x0e),
+            0,
+            MacEntry {
+                port: inp,
+                port_gen: 1,
+                last_seen: dp.now_secs(),
+                pinned: false,
+            },
+            0,
+        );
+        forward_bufs_then(&dp, inp, &[frame(0x0e, 0x0a)], release(&log));
+        assert_eq!(*log.lock().unwrap(), ["release"]);
     }
 }

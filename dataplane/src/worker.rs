@@ -225,7 +225,9 @@ pub fn run(dp: Dataplane, cfg: WorkerConfig) {
             match q.rx_burst(&mut burst) {
                 Ok(n) => {
                     if n > 0 {
-                        fwd.forward_burst(&dp, &view, w, rx.port, burst.frames());
+                        // The burst goes back to its port from inside, once
+                        // copied out (before the destinations' last flush).
+                        fwd.forward_burst(&dp, &view, w, rx.port, burst.frames(), || q.release());
                         work += n;
                         // The queue's share: from the end of the last
                         // queue's burst (empty polls between included).
@@ -243,7 +245,10 @@ pub fn run(dp: Dataplane, cfg: WorkerConfig) {
                         );
                         work += 1;
                     }
-                    q.release();
+                    if n == 0 {
+                        // Nothing to forward; what the queue dropped goes back.
+                        q.release();
+                    }
                 }
                 Err(fault) => dp.report_fault(&port.shared, fault.to_string()),
             }

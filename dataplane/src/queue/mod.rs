@@ -112,7 +112,9 @@ pub trait RxQueue: Send {
     /// Fills `burst` with up to its capacity of frames. The frames' memory
     /// stays valid until [`RxQueue::release`].
     fn rx_burst(&mut self, burst: &mut RxBurst) -> Result<usize, QueueFault>;
-    /// Returns the buffers of the last burst to the peer.
+    /// Returns the buffers of the last burst to the peer. The worker calls
+    /// it as soon as the burst's frames are copied out, which may be before
+    /// the queues they were copied to are flushed.
     fn release(&mut self);
     /// The eventfd the peer signals when it enqueues while we sleep.
     fn interrupt_fd(&self) -> Option<BorrowedFd<'_>>;
