@@ -734,6 +734,13 @@ def hostgen_cell(kind):
     return SET.hosts is not None or af_xdp_generator(kind)
 
 
+def carried_nothing(dut):
+    """Says where the frames of a run that measured nothing went, by the
+    DUT's own counters (Switchyard's; the others print none)."""
+    print(f"# the loop carried nothing; {dut.name}'s counters:\n{dut.counters()}",
+          file=sys.stderr, flush=True)
+
+
 def dut_ready(dut, gen):
     """Waits until the DUT's links to the generator are up; if they never
     come, says why the generator's side gave up too, if it said (DPDK's
@@ -765,8 +772,7 @@ def run_hosts(dut, size, seconds, bursts):
         if pps:
             LOADS.setdefault((dut.name, dut.kind, size, SET.hosts), []).append(dut.load())
         else:
-            print(f"# the loop carried nothing; {dut.name}'s counters:\n{dut.counters()}",
-                  file=sys.stderr, flush=True)
+            carried_nothing(dut)
         return pps
     finally:
         gen.stop()
@@ -893,7 +899,9 @@ def run_once(dut_name, kind, size, seconds, bursts, rtt=False):
             pps = statistics.mean(slices)
             if pps:
                 SLICES.setdefault((dut_name, kind, size), []).append(slices)
-        if pps and not rtt:
+        if not pps:
+            carried_nothing(dut)
+        elif not rtt:
             LOADS.setdefault((dut_name, kind, size, None), []).append(dut.load())
             profile_dut(f"{dut_name}-{kind}-{size}", pps)
         if rtt:
