@@ -197,73 +197,62 @@ impl Forwarder {
         release: impl FnOnce(),
     ) {
         let mut release = Some(release);
-        self.switch_or_drop::<HOOKS, _>(dp, view, w, in_port, frames, &mut release);
+        // Frames no destination takes (no port, no bridge, all dropped)
+        // are released after the block.
+        'switch: {
+            let Some(inp) = view.ports.get(in_port as usize).and_then(Option::as_ref) else {
+                break 'switch;
+            };
+            let in_counters = inp.shared.counters(w);
+            let bytes: u64 = frames.iter().map(|f| u64::from(f.len)).sum();
+            bump(&in_counters.rx_packets, frames.len() as u64);
+            bump(&in_counters.rx_bytes, bytes);
+            if HOOKS {
+                if let Some(c) = &inp.capture {
+                    if c.wants_rx() {
+                        c.take_rx(frames);
+                    }
+                }
+            }
+
+            let bridge = inp.bridge.and_then(|b| {
+                view.bridges
+                    .get(b as usize)
+                    .and_then(Option::as_ref)
+                    .map(|v| (b, v))
+            });
+            let Some(bridge) = bridge else {
+                bump(
+                    &in_counters.drops[DropReason::NoBridge as usize],
+                    frames.len() as u64,
+                );
+                if HOOKS {
+                    if let Some(t) = &view.trace {
+                        trace_unswitched(t, w, in_port, frames, DropReason::NoBridge);
+                    }
+                }
+                break 'switch;
+            };
+            let r = &mut release;
+            match (HOOKS, &view.trace) {
+                (true, Some(t)) => self.switch_burst::<true, true, _>(
+                    dp,
+                    view,
+                    w,
+                    in_port,
+                    inp,
+                    bridge,
+                    frames,
+                    Some(t),
+                    r,
+                ),
+                _ => self.switch_burst::<HOOKS, false, _>(
+                    dp, view, w, in_port, inp, bridge, frames, None, r,
+                ),
+            }
+        }
         if let Some(r) = release {
             r();
-        }
-    }
-
-    /// [`Forwarder::forward_burst_with`] but for the release of frames no
-    /// destination took, which the caller makes.
-    #[inline(always)]
-    fn switch_or_drop<const HOOKS: bool, R: FnOnce()>(
-        &mut self,
-        dp: &Dataplane,
-        view: &WorkerView,
-        w: usize,
-        in_port: PortId,
-        frames: &[RxFrame],
-        release: &mut Option<R>,
-    ) {
-        let Some(inp) = view.ports.get(in_port as usize).and_then(Option::as_ref) else {
-            return;
-        };
-        let in_counters = inp.shared.counters(w);
-        let bytes: u64 = frames.iter().map(|f| u64::from(f.len)).sum();
-        bump(&in_counters.rx_packets, frames.len() as u64);
-        bump(&in_counters.rx_bytes, bytes);
-        if HOOKS {
-            if let Some(c) = &inp.capture {
-                if c.wants_rx() {
-                    c.take_rx(frames);
-                }
-            }
-        }
-
-        let bridge = inp.bridge.and_then(|b| {
-            view.bridges
-                .get(b as usize)
-                .and_then(Option::as_ref)
-                .map(|v| (b, v))
-        });
-        let Some((bridge_id, bridge)) = bridge else {
-            bump(
-                &in_counters.drops[DropReason::NoBridge as usize],
-                frames.len() as u64,
-            );
-            if HOOKS {
-                if let Some(t) = &view.trace {
-                    trace_unswitched(t, w, in_port, frames, DropReason::NoBridge);
-                }
-            }
-            return;
-        };
-        match (HOOKS, &view.trace) {
-            (true, Some(t)) => self.switch_burst::<true, true, R>(
-                dp,
-                view,
-                w,
-                in_port,
-                inp,
-                bridge_id,
-                bridge,
-                frames,
-                Some(t),
-                release,
-            ),
-            _ => self.switch_burst::<HOOKS, false, R>(
-                dp, view, w, in_port, inp, bridge_id, bridge, frames, None, release,
-            ),
         }
     }
 
@@ -279,8 +268,7 @@ impl Forwarder {
         w: usize,
         in_port: PortId,
         inp: &ViewPort,
-        bridge_id: BridgeId,
-        bridge: &ViewBridge,
+        (bridge_id, bridge): (BridgeId, &ViewBridge),
         frames: &[RxFrame],
         trace: Option<&Trace>,
         release: &mut Option<R>,
@@ -685,6 +673,7 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     use super::*;
+    use crate::dataplane::PortShared;
     use crate::queue::{PortQueues, TxQueue};
     use crate::switch::security::PortSecurity;
     use crate::vlan::VlanMode;
@@ -773,6 +762,24 @@ mod tests {
         fwd.forward_burst(dp, &view, 0, inp, &frames, release);
     }
 
+    /// A data plane with one bridge and its port `in`.
+    fn one_bridge() -> (Dataplane, BridgeId, PortId, Arc<PortShared>) {
+        let dp = Dataplane::new(1).unwrap();
+        let br = dp.add_bridge(64);
+        let (inp, in_shared) = add(&dp, br, "in");
+        (dp, br, inp, in_shared)
+    }
+
+    /// Adds port `name` to bridge `br`, untagged and unsecured.
+    fn add(dp: &Dataplane, br: BridgeId, name: &str) -> (PortId, Arc<PortShared>) {
+        dp.add_port(
+            name,
+            Some(br),
+            VlanMode::default(),
+            &PortSecurity::default(),
+        )
+    }
+
     fn frame(dst: u8, src: u8) -> Vec<u8> {
         let mut f = vec![0u8; 60];
         f[0..6].copy_from_slice(&mac(dst).0);
@@ -783,14 +790,11 @@ mod tests {
 
     #[test]
     fn repeated_addresses_in_a_burst_go_where_the_table_says() {
-        let dp = Dataplane::new(1).unwrap();
-        let br = dp.add_bridge(64);
-        let sec = PortSecurity::default();
-        let (inp, in_shared) = dp.add_port("in", Some(br), VlanMode::default(), &sec);
+        let (dp, br, inp, in_shared) = one_bridge();
         let mut sent = Vec::new();
         let mut ports = Vec::new();
         for name in ["p1", "p2"] {
-            let (id, _) = dp.add_port(name, Some(br), VlanMode::default(), &sec);
+            let (id, _) = add(&dp, br, name);
             let log = Arc::new(Mutex::new(Vec::new()));
             dp.attach_queues(
                 id,
@@ -856,11 +860,8 @@ mod tests {
 
     #[test]
     fn frames_a_destination_refuses_are_counted_by_reason() {
-        let dp = Dataplane::new(1).unwrap();
-        let br = dp.add_bridge(64);
-        let sec = PortSecurity::default();
-        let (inp, _) = dp.add_port("in", Some(br), VlanMode::default(), &sec);
-        let (out, out_shared) = dp.add_port("out", Some(br), VlanMode::default(), &sec);
+        let (dp, br, inp, _) = one_bridge();
+        let (out, out_shared) = add(&dp, br, "out");
         let log = Arc::new(Mutex::new(Vec::new()));
         dp.attach_queues(
             out,
@@ -901,13 +902,10 @@ mod tests {
 
     #[test]
     fn a_burst_is_released_once_after_its_last_copy_and_before_the_last_flush() {
-        let dp = Dataplane::new(1).unwrap();
-        let br = dp.add_bridge(64);
-        let sec = PortSecurity::default();
-        let (inp, _) = dp.add_port("in", Some(br), VlanMode::default(), &sec);
+        let (dp, br, inp, _) = one_bridge();
         let log = Arc::new(Mutex::new(Vec::new()));
         for name in ["p1", "p2"] {
-            let (id, _) = dp.add_port(name, Some(br), VlanMode::default(), &sec);
+            let (id, _) = add(&dp, br, name);
             dp.attach_queues(
                 id,
                 PortQueues {
