@@ -361,7 +361,7 @@ class Dut:
 
     def counters(self):
         """The DUT's own per-port counters as text, shown when a run
-        carried nothing (where the frames went), or "" if it has none."""
+        carried nothing (where the frames went)."""
         return ""
 
     def stop(self):
@@ -487,6 +487,13 @@ class TestpmdIo(Dut):
     def ready(self, gen):
         time.sleep(1.0)
 
+    def counters(self):
+        p = self.procs[-1]
+        m = p.mark()
+        p.send("show port stats all")
+        time.sleep(0.5)
+        return p.text(m)
+
 
 class OvsDpdk(Dut):
     name = "ovs-dpdk"
@@ -599,6 +606,9 @@ class OvsDpdk(Dut):
         if r.returncode != 0:
             print(f"# ovs-appctl {' '.join(args)}: {r.stderr.strip()}", file=sys.stderr)
         return r.stdout
+
+    def counters(self):
+        return self.appctl("dpctl/show", "-s")
 
     def load_mark(self):
         self.appctl("dpif-netdev/pmd-stats-clear")
@@ -736,7 +746,8 @@ def hostgen_cell(kind):
 
 def carried_nothing(dut):
     """Says where the frames of a run that measured nothing went, by the
-    DUT's own counters (Switchyard's; the others print none)."""
+    DUT's own counters (Switchyard's `stats`, testpmd's port stats,
+    OVS-DPDK's datapath ports)."""
     print(f"# the loop carried nothing; {dut.name}'s counters:\n{dut.counters()}",
           file=sys.stderr, flush=True)
 
