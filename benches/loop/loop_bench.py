@@ -488,11 +488,7 @@ class TestpmdIo(Dut):
         time.sleep(1.0)
 
     def counters(self):
-        p = self.procs[-1]
-        m = p.mark()
-        p.send("show port stats all")
-        time.sleep(0.5)
-        return p.text(m)
+        return port_stats(self.procs[-1])
 
 
 class OvsDpdk(Dut):
@@ -698,12 +694,17 @@ RX_PPS = re.compile(r"Rx-pps:\s+(\d+)")
 LOADS = {}
 
 
-def port_pps(gen):
-    m = gen.mark()
-    gen.send("show port stats all")
-    gen.wait_for("Tx-bps", 10, m)
+def port_stats(p):
+    """A testpmd's `show port stats all`, as it printed it."""
+    m = p.mark()
+    p.send("show port stats all")
+    p.wait_for("Tx-bps", 10, m)
     time.sleep(0.1)
-    text = gen.text(m)
+    return p.text(m)
+
+
+def port_pps(gen):
+    text = port_stats(gen)
     if os.environ.get("LOOP_BENCH_DEBUG"):
         print(text, file=sys.stderr)
     return sum(int(x) for x in RX_PPS.findall(text))

@@ -780,6 +780,17 @@ mod tests {
         )
     }
 
+    /// Learns `mac(last)` behind `port` in bridge `br`, seen now.
+    fn learn(dp: &Dataplane, br: BridgeId, last: u8, port: PortId) {
+        let entry = MacEntry {
+            port,
+            port_gen: 1,
+            last_seen: dp.now_secs(),
+            pinned: false,
+        };
+        dp.mac_table(br).unwrap().learn(mac(last), 0, entry, 0);
+    }
+
     fn frame(dst: u8, src: u8) -> Vec<u8> {
         let mut f = vec![0u8; 60];
         f[0..6].copy_from_slice(&mac(dst).0);
@@ -814,16 +825,10 @@ mod tests {
             },
         );
         let table = dp.mac_table(br).unwrap();
-        let at = |port: PortId| MacEntry {
-            port,
-            port_gen: 1,
-            last_seen: dp.now_secs(),
-            pinned: false,
-        };
         // 0x0b behind p1, 0x0c behind p2, 0x0e behind the sender's own port.
-        table.learn(mac(0x0b), 0, at(ports[0]), 0);
-        table.learn(mac(0x0c), 0, at(ports[1]), 0);
-        table.learn(mac(0x0e), 0, at(inp), 0);
+        learn(&dp, br, 0x0b, ports[0]);
+        learn(&dp, br, 0x0c, ports[1]);
+        learn(&dp, br, 0x0e, inp);
         let run = |pairs: &[(u8, u8)]| {
             let bufs: Vec<Vec<u8>> = pairs.iter().map(|&(d, s)| frame(d, s)).collect();
             forward_bufs(&dp, inp, &bufs);
@@ -852,7 +857,7 @@ mod tests {
             assert_eq!(table.lookup(mac(src), 0).map(|e| e.port), Some(inp));
         }
         // The table changes between bursts: the next burst follows it.
-        table.learn(mac(0x0b), 0, at(ports[1]), 0);
+        learn(&dp, br, 0x0b, ports[1]);
         let out = run(&[(0x0b, 0x0a), (0x0b, 0x0a)]);
         assert!(out[0].is_empty());
         assert_eq!(out[1], [0x0b, 0x0b]);
@@ -874,14 +879,7 @@ mod tests {
                 })],
             },
         );
-        let table = dp.mac_table(br).unwrap();
-        let entry = MacEntry {
-            port: out,
-            port_gen: 1,
-            last_seen: dp.now_secs(),
-            pinned: false,
-        };
-        table.learn(mac(0x0b), 0, entry, 0);
+        learn(&dp, br, 0x0b, out);
         // 60, 100 (too long), 60 (the last there is room for), 70, 60.
         let bufs: Vec<Vec<u8>> = [60usize, 100, 60, 70, 60]
             .iter()
@@ -927,17 +925,7 @@ mod tests {
             ["tx p1", "flush p1", "tx p2", "release", "flush p2"]
         );
         // A burst no destination takes (a hairpin) is released all the same.
-        dp.mac_table(br).unwrap().learn(
-            mac(0x0e),
-            0,
-            MacEntry {
-                port: inp,
-                port_gen: 1,
-                last_seen: dp.now_secs(),
-                pinned: false,
-            },
-            0,
-        );
+        learn(&dp, br, 0x0e, inp);
         forward_bufs_then(&dp, inp, &[frame(0x0e, 0x0a)], release(&log));
         assert_eq!(*log.lock().unwrap(), ["release"]);
     }

@@ -236,6 +236,9 @@ pub fn run(dp: Dataplane, cfg: WorkerConfig) {
                         bump(&rx.slot.load.frames, n as u64);
                         load.burst(n);
                         t = now;
+                    } else {
+                        // Nothing to forward; what the queue dropped goes back.
+                        q.release();
                     }
                     if burst.dropped > 0 {
                         let c = port.shared.counters(w);
@@ -244,10 +247,6 @@ pub fn run(dp: Dataplane, cfg: WorkerConfig) {
                             u64::from(burst.dropped),
                         );
                         work += 1;
-                    }
-                    if n == 0 {
-                        // Nothing to forward; what the queue dropped goes back.
-                        q.release();
                     }
                 }
                 Err(fault) => dp.report_fault(&port.shared, fault.to_string()),
