@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Runs every cargo-fuzz target for a bounded time on the seeded corpus in
 # fuzz/corpus/<target> (inputs found in this run go to a temp dir, so the
-# work tree stays clean). A crash fails the run; its input is then added to
-# fuzz/corpus/<target>/ so every later run replays it (regression test).
+# work tree stays clean), as many targets at once as the machine has CPUs
+# (each fuzzer is one process on one CPU). A crash fails the run; its input
+# is then added to fuzz/corpus/<target>/ so every later run replays it
+# (regression test).
 #   scripts/fuzz.sh [seconds per target, default 20]
 set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
@@ -14,14 +16,34 @@ export RUSTC_BOOTSTRAP=1
 cargo fuzz build -O </dev/null
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-for t in $(cargo fuzz list); do
+
+# One target: its output in $tmp/<target>.out, its exit status in .rc.
+fuzz_one() {
+  local t="$1" rc=0
   mkdir -p "$tmp/$t"
-  out="$(cargo fuzz run -O "$t" "$tmp/$t" "corpus/$t" -- \
-      -max_total_time="$secs" -rss_limit_mb=2048 -print_final_stats=1 2>&1 </dev/null)" || {
-    echo "$out" | tail -60
+  cargo fuzz run -O "$t" "$tmp/$t" "corpus/$t" -- \
+    -max_total_time="$secs" -rss_limit_mb=2048 -print_final_stats=1 \
+    >"$tmp/$t.out" 2>&1 </dev/null || rc=$?
+  echo "$rc" >"$tmp/$t.rc"
+}
+
+mapfile -t targets < <(cargo fuzz list)
+cpus="$(nproc)"
+for t in "${targets[@]}"; do
+  while [ "$(jobs -rp | wc -l)" -ge "$cpus" ]; do wait -n || true; done
+  fuzz_one "$t" &
+done
+wait
+
+failed=0
+for t in "${targets[@]}"; do
+  if [ "$(cat "$tmp/$t.rc")" != 0 ]; then
+    tail -60 "$tmp/$t.out"
     echo "fuzz target $t FAILED" >&2
-    exit 1
-  }
-  runs="$(echo "$out" | sed -n 's/^stat::number_of_executed_units: *//p')"
+    failed=1
+    continue
+  fi
+  runs="$(sed -n 's/^stat::number_of_executed_units: *//p' "$tmp/$t.out")"
   echo "fuzz: $t: ${runs:-?} executions in ${secs}s, no crash"
 done
+exit "$failed"
