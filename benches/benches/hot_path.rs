@@ -57,18 +57,19 @@ fn frame(size: usize, dst: u64, src: u64, vlan: Option<u16>) -> Vec<u8> {
     f
 }
 
-/// One memif ring with 1024 buffers in one region, as a slave lays it out;
-/// the bench plays the slave.
+/// One memif ring of 1024 slots with `bufs` buffers (at least 1024) in one
+/// region, as a slave lays it out; the bench plays the slave.
 struct MemifRing {
     regions: Arc<Regions>,
     ring: Ring,
     first: u32,
+    bufs: u32,
 }
 
 impl MemifRing {
-    fn new(name: &str) -> MemifRing {
+    fn new(name: &str, bufs: u32) -> MemifRing {
         let first = ring_bytes(LOG2) as u32;
-        let size = u64::from(first) + (1u64 << LOG2) * u64::from(BUF);
+        let size = u64::from(first) + u64::from(bufs) * u64::from(BUF);
         let r = Region::create(name, size).unwrap();
         // SAFETY: the ring fits at offset 0 of the fresh, page-aligned
         // mapping, which `regions` keeps alive as long as the ring is used.
@@ -78,6 +79,7 @@ impl MemifRing {
             regions: Arc::new(Regions::new(vec![r])),
             ring,
             first,
+            bufs,
         }
     }
 
@@ -88,31 +90,37 @@ impl MemifRing {
         unsafe { Ring::new(self.regions.get(0).unwrap().base(), LOG2) }
     }
 
-    fn desc(&self, slot: u16, len: u32) -> Desc {
+    fn desc(&self, buf: u32, len: u32) -> Desc {
         Desc {
             flags: 0,
             region: 0,
             length: len,
-            offset: self.first + u32::from(slot) * BUF,
+            offset: self.first + buf * BUF,
         }
     }
 
-    /// The peer's transmit side: slot `i` holds `frame(i)`.
-    fn fill_with(&self, frame: impl Fn(u16) -> Vec<u8>) {
-        for slot in 0..(1u16 << LOG2) {
-            let data = frame(slot);
-            let d = self.desc(slot, data.len() as u32);
-            let p = self.regions.resolve(0, d.offset, d.length).unwrap();
-            // SAFETY: the range was just resolved inside the mapping.
-            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) };
-            self.ring.set_desc(slot, d);
-        }
+    /// The peer's transmit side: buffer `i` holds `frame(i)`, and slot `i`
+    /// buffer `i`. Returns every buffer's descriptor.
+    fn fill_with(&self, frame: impl Fn(u32) -> Vec<u8>) -> Vec<Desc> {
+        (0..self.bufs)
+            .map(|buf| {
+                let data = frame(buf);
+                let d = self.desc(buf, data.len() as u32);
+                let p = self.regions.resolve(0, d.offset, d.length).unwrap();
+                // SAFETY: the range was just resolved inside the mapping.
+                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) };
+                if buf < 1 << LOG2 {
+                    self.ring.set_desc(buf as u16, d);
+                }
+                d
+            })
+            .collect()
     }
 
     /// The peer's receive side: every slot is an empty buffer.
     fn post_all(&self) {
         for slot in 0..(1u16 << LOG2) {
-            self.ring.set_desc(slot, self.desc(slot, BUF));
+            self.ring.set_desc(slot, self.desc(u32::from(slot), BUF));
         }
     }
 }
@@ -122,19 +130,24 @@ impl MemifRing {
 struct Peers {
     a: MemifRing,
     b: MemifRing,
+    /// A's frames, sent in turn.
+    frames: Vec<Desc>,
+    /// How many A has sent.
+    sent: std::cell::Cell<usize>,
 }
 
 impl Peers {
     /// The peers and the switch's queues (master side) on their rings.
     fn new(data: &[u8]) -> (Peers, MemifRx, MemifTx) {
-        Peers::with_frames(|_| data.to_vec())
+        Peers::with_frames(1 << LOG2, |_| data.to_vec())
     }
 
-    /// The same, with A's ring slot `i` holding `frame(i)`.
-    fn with_frames(frame: impl Fn(u16) -> Vec<u8>) -> (Peers, MemifRx, MemifTx) {
-        let a = MemifRing::new("bench-a");
-        let b = MemifRing::new("bench-b");
-        a.fill_with(frame);
+    /// The same, with A sending the frames `frame(i)` of `bufs` buffers
+    /// in turn (`bufs` a multiple of the ring's size).
+    fn with_frames(bufs: u32, frame: impl Fn(u32) -> Vec<u8>) -> (Peers, MemifRx, MemifTx) {
+        let a = MemifRing::new("bench-a", bufs);
+        let b = MemifRing::new("bench-b", 1 << LOG2);
+        let frames = a.fill_with(frame);
         b.post_all();
         b.ring.set_head(1 << LOG2);
         let rx = MemifRx::new(
@@ -151,12 +164,23 @@ impl Peers {
             new_eventfd().unwrap(),
             None,
         );
-        (Peers { a, b }, rx, tx)
+        let sent = std::cell::Cell::new(0);
+        (Peers { a, b, frames, sent }, rx, tx)
     }
 
-    /// A sends a burst; B takes what it received and posts the buffers again.
+    /// A sends a burst (the next buffers, when it has more than its ring
+    /// holds); B takes what it received and posts the buffers again.
     fn step(&self) {
-        let h = self.a.ring.head().wrapping_add(BURST as u16);
+        let head = self.a.ring.head();
+        if self.frames.len() > 1 << LOG2 {
+            let sent = self.sent.get();
+            for k in 0..BURST {
+                let d = self.frames[(sent + k) % self.frames.len()];
+                self.a.ring.set_desc(head.wrapping_add(k as u16), d);
+            }
+            self.sent.set(sent + BURST);
+        }
+        let h = head.wrapping_add(BURST as u16);
         self.a.ring.set_head(h);
         let t = self.b.ring.tail();
         for s in t.wrapping_sub(BURST as u16)..t {
@@ -423,8 +447,11 @@ fn plane_with(
     macs_b: &[u64],
 ) -> (Dataplane, WorkerView) {
     let dp = Dataplane::new(1).unwrap();
-    let br = dp.add_bridge(4096);
-    // No MAC limit: the many-hosts bench has 1024 hosts behind each port.
+    // Room for the hosts of both sides twice over, as the loop benchmark
+    // gives its DUTs.
+    let br = dp.add_bridge(4 * macs_b.len().max(1024));
+    // No MAC limit: the many-hosts benches have thousands of hosts behind
+    // each port.
     let open = PortSecurity {
         mac_limit: 0,
         ..PortSecurity::default()
@@ -506,22 +533,21 @@ fn forward(c: &mut Criterion) {
         );
     }
 
-    // Many hosts, memif to memif: slot i of A's ring carries a frame from
-    // host A_i to host B_i (1024 of each, every B_i learned on b), so each
-    // frame of a burst is learned and looked up apart from its neighbours,
-    // as in the loop benchmark's many-hosts cell.
-    {
-        let hosts = 1u64 << LOG2;
-        let host_a = |i: u64| 0x02_50_00_00_00_00 | i;
-        let host_b = |i: u64| 0x02_51_00_00_00_00 | i;
-        let (peers, rx, tx) =
-            Peers::with_frames(|i| frame(60, host_b(u64::from(i)), host_a(u64::from(i)), None));
+    // Many hosts, memif to memif: A's i-th frame goes from host A_i to
+    // host B_i (every B_i learned on b), so each frame of a burst is
+    // learned and looked up apart from its neighbours, as in the loop
+    // benchmark's many-hosts cells: 1024 hosts a side, whose table lines
+    // stay in the cache, and 16384, whose do not.
+    for hosts in [1u32 << LOG2, 16384] {
+        let host_a = |i: u32| 0x02_50_00_00_00_00 | u64::from(i);
+        let host_b = |i: u32| 0x02_51_00_00_00_00 | u64::from(i);
+        let (peers, rx, tx) = Peers::with_frames(hosts, |i| frame(60, host_b(i), host_a(i), None));
         let macs_b: Vec<u64> = (0..hosts).map(host_b).collect();
         let (dp, view) = plane_with(Box::new(rx), Box::new(tx), &macs_b);
         let mut fwd = Forwarder::default();
         fwd.resize(&view);
         g.bench_function(
-            BenchmarkId::new("worker_memif_to_memif_1024_hosts", 64),
+            BenchmarkId::new(format!("worker_memif_to_memif_{hosts}_hosts"), 64),
             |bench| {
                 bench.iter(|| {
                     peers.step();
