@@ -494,7 +494,7 @@ fn iterate_with<const HOOKS: bool>(
         let mut q = rx.slot.lock();
         burst.clear();
         n += q.rx_burst(burst).unwrap();
-        fwd.forward_burst_with::<HOOKS>(dp, view, 0, rx.port, burst.frames(), || q.release());
+        fwd.forward_burst_with::<HOOKS>(dp, view, 0, rx.ingress(), burst.frames(), || q.release());
     }
     n
 }

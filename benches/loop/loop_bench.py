@@ -70,7 +70,9 @@ it jumps with where the host runs the vCPUs, and every shared-memory loop
 with it. The measuring window is read in 0.5 s slices (testpmd-generated
 cells): a second table gives each cell's median slice, the rate in the
 machine's most frequent state. LOOP_BENCH_PERF=DIR records the DUT's CPU
-and the generator's with perf for 2 s after each measuring window.
+and the generator's with perf for 2 s after each measuring window;
+LOOP_BENCH_COUNTERS=1 prints the DUT's own counters after every run (where
+frames were dropped), not only after a run that carried nothing.
 
 Run as root on an otherwise idle machine (see README, "Benchmarks"):
   cargo build --release -p switchyard
@@ -913,7 +915,9 @@ def run_once(dut_name, kind, size, seconds, bursts, rtt=False):
                 SLICES.setdefault((dut_name, kind, size), []).append(slices)
         if not pps:
             carried_nothing(dut)
-        elif not rtt:
+        elif os.environ.get("LOOP_BENCH_COUNTERS"):
+            print(f"# {dut.name}'s counters:\n{dut.counters()}", file=sys.stderr, flush=True)
+        if pps and not rtt:
             LOADS.setdefault((dut_name, kind, size, None), []).append(dut.load())
             profile_dut(f"{dut_name}-{kind}-{size}", pps)
         if rtt:

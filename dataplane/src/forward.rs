@@ -11,7 +11,7 @@
 //! the VLANs of its list tagged, and untagged frames as VLAN 0 when the list
 //! holds 0.
 
-use crate::dataplane::{Dataplane, ViewBridge, ViewPort, WorkerView};
+use crate::dataplane::{Dataplane, Ingress, ViewBridge, ViewPort, WorkerView};
 use crate::observe::{capture, Trace, TraceLearn, TraceLookup, TraceRecord};
 use crate::queue::{RxFrame, TxError, TxFrame, BURST_SIZE};
 use crate::switch::mac_table::MacEntry;
@@ -159,10 +159,11 @@ impl Forwarder {
         self.traced = vec![None; BURST_SIZE];
     }
 
-    /// Switches one received burst from `in_port` (in chunks of
+    /// Switches one burst received from `from` (in chunks of
     /// [`BURST_SIZE`] frames). `w` is the worker index.
     ///
-    /// `release` gives the burst's buffers back to `in_port`'s peer. It is
+    /// `release` gives the burst's buffers back to the receiving port's
+    /// peer. It is
     /// called once: after the last frame has been copied out, before the
     /// last destination is flushed (or at the end, if no destination took
     /// a frame). So a peer that forwards what it receives back out (a
@@ -177,11 +178,11 @@ impl Forwarder {
         dp: &Dataplane,
         view: &WorkerView,
         w: usize,
-        in_port: PortId,
+        from: Ingress,
         frames: &[RxFrame],
         release: impl FnOnce(),
     ) {
-        self.forward_burst_with::<true>(dp, view, w, in_port, frames, release)
+        self.forward_burst_with::<true>(dp, view, w, from, frames, release)
     }
 
     /// [`Forwarder::forward_burst`], with the capture and trace hooks
@@ -192,10 +193,11 @@ impl Forwarder {
         dp: &Dataplane,
         view: &WorkerView,
         w: usize,
-        in_port: PortId,
+        from: Ingress,
         frames: &[RxFrame],
         release: impl FnOnce(),
     ) {
+        let in_port = from.port;
         let mut release = Some(release);
         // Frames no destination takes (no port, no bridge, all dropped)
         // are released after the block.
@@ -239,7 +241,7 @@ impl Forwarder {
                     dp,
                     view,
                     w,
-                    in_port,
+                    from,
                     inp,
                     bridge,
                     frames,
@@ -247,7 +249,7 @@ impl Forwarder {
                     r,
                 ),
                 _ => self.switch_burst::<HOOKS, false, _>(
-                    dp, view, w, in_port, inp, bridge, frames, None, r,
+                    dp, view, w, from, inp, bridge, frames, None, r,
                 ),
             }
         }
@@ -256,8 +258,8 @@ impl Forwarder {
         }
     }
 
-    /// Learns, looks up and sends a burst of `in_port`'s frames in
-    /// `bridge`; with `TRACE`, fills a record for each frame `trace`
+    /// Learns, looks up and sends a burst of frames received from `from`
+    /// in `bridge`; with `TRACE`, fills a record for each frame `trace`
     /// claims. `release` goes to the last chunk's sending.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
@@ -266,13 +268,14 @@ impl Forwarder {
         dp: &Dataplane,
         view: &WorkerView,
         w: usize,
-        in_port: PortId,
+        from: Ingress,
         inp: &ViewPort,
         (bridge_id, bridge): (BridgeId, &ViewBridge),
         frames: &[RxFrame],
         trace: Option<&Trace>,
         release: &mut Option<R>,
     ) {
+        let in_port = from.port;
         let in_counters = inp.shared.counters(w);
         let bridge_counters = bridge.stats.counters(w);
         let now = dp.now_secs();
@@ -451,7 +454,7 @@ impl Forwarder {
             } else {
                 &mut not_yet
             };
-            self.send_queued::<HOOKS, TRACE, R>(dp, view, w, chunk, release);
+            self.send_queued::<HOOKS, TRACE, R>(dp, view, w, from.queue, chunk, release);
             if TRACE {
                 if let Some(t) = trace {
                     for r in self.traced[..chunk.len()].iter_mut() {
@@ -522,13 +525,15 @@ impl Forwarder {
     }
 
     /// Hands each destination its queued frames under one acquisition of
-    /// its transmit queue, then flushes it. `release`, if given, is made
-    /// between the last destination's copies and its flush.
+    /// its transmit queue (the one for receive queue `rxq`), then flushes
+    /// it. `release`, if given, is made between the last destination's
+    /// copies and its flush.
     fn send_queued<const HOOKS: bool, const TRACE: bool, R: FnOnce()>(
         &mut self,
         dp: &Dataplane,
         view: &WorkerView,
         w: usize,
+        rxq: usize,
         frames: &[RxFrame],
         release: &mut Option<R>,
     ) {
@@ -545,7 +550,7 @@ impl Forwarder {
                 q.clear();
                 continue;
             };
-            let Some(tx) = &p.tx else {
+            let Some(tx) = p.tx_for(rxq) else {
                 q.clear();
                 continue;
             };
@@ -743,8 +748,28 @@ mod tests {
         forward_bufs_then(dp, inp, bufs, || {});
     }
 
+    /// [`forward_bufs`] by worker `w`, as received on queue `queue`.
+    fn forward_on(dp: &Dataplane, w: usize, port: PortId, queue: usize, bufs: &[Vec<u8>]) {
+        forward_from(dp, w, Ingress { port, queue }, bufs, || {});
+    }
+
     /// [`forward_bufs`], with `release` as the burst's release.
     fn forward_bufs_then(dp: &Dataplane, inp: PortId, bufs: &[Vec<u8>], release: impl FnOnce()) {
+        let from = Ingress {
+            port: inp,
+            queue: 0,
+        };
+        forward_from(dp, 0, from, bufs, release);
+    }
+
+    /// Worker `w` forwards `bufs` received from `from` through a fresh view.
+    fn forward_from(
+        dp: &Dataplane,
+        w: usize,
+        from: Ingress,
+        bufs: &[Vec<u8>],
+        release: impl FnOnce(),
+    ) {
         let frames: Vec<RxFrame> = bufs
             .iter()
             .map(|b| {
@@ -756,10 +781,10 @@ mod tests {
             })
             .collect();
         let mut view = WorkerView::default();
-        dp.build_view(0, &mut view);
+        dp.build_view(w, &mut view);
         let mut fwd = Forwarder::default();
         fwd.resize(&view);
-        fwd.forward_burst(dp, &view, 0, inp, &frames, release);
+        fwd.forward_burst(dp, &view, w, from, &frames, release);
     }
 
     /// A data plane with one bridge and its port `in`.
@@ -928,5 +953,47 @@ mod tests {
         learn(&dp, br, 0x0e, inp);
         forward_bufs_then(&dp, inp, &[frame(0x0e, 0x0a)], release(&log));
         assert_eq!(*log.lock().unwrap(), ["release"]);
+    }
+    #[test]
+    fn the_receive_queue_picks_the_transmit_queue_among_the_workers_own() {
+        // Two workers; "out" has four transmit queues (each worker owns
+        // two: 0 and 2, 1 and 3), "one" a single queue both share.
+        let dp = Dataplane::new(2).unwrap();
+        let br = dp.add_bridge(64);
+        let (inp, _) = add(&dp, br, "in");
+        let attach = |name: &str, queues: usize| {
+            let (id, _) = add(&dp, br, name);
+            let logs: Vec<_> = (0..queues)
+                .map(|_| Arc::new(Mutex::new(Vec::new())))
+                .collect();
+            let tx = logs
+                .iter()
+                .map(|l| Box::new(Sink(l.clone())) as Box<dyn TxQueue>)
+                .collect();
+            dp.attach_queues(id, PortQueues { rx: vec![], tx });
+            logs
+        };
+        let out = attach("out", 4);
+        let one = attach("one", 1);
+        // Flooded: every frame reaches both ports.
+        let sent = |logs: &[Arc<Mutex<Vec<u8>>>]| -> Vec<usize> {
+            logs.iter()
+                .map(|l| std::mem::take(&mut *l.lock().unwrap()).len())
+                .collect()
+        };
+        let cases = [
+            // (worker, receive queue, frames per queue of "out")
+            (0, 0, [1, 0, 0, 0]),
+            (0, 1, [0, 0, 1, 0]),
+            (0, 2, [1, 0, 0, 0]),
+            (1, 0, [0, 1, 0, 0]),
+            (1, 1, [0, 0, 0, 1]),
+            (1, 5, [0, 0, 0, 1]),
+        ];
+        for (w, q, want) in cases {
+            forward_on(&dp, w, inp, q, &[frame(0xff, 0x0a)]);
+            assert_eq!(sent(&out), want, "worker {w}, receive queue {q}");
+            assert_eq!(sent(&one), [1], "worker {w}, receive queue {q}");
+        }
     }
 }

@@ -227,7 +227,9 @@ pub fn run(dp: Dataplane, cfg: WorkerConfig) {
                     if n > 0 {
                         // The burst goes back to its port from inside, once
                         // copied out (before the destinations' last flush).
-                        fwd.forward_burst(&dp, &view, w, rx.port, burst.frames(), || q.release());
+                        fwd.forward_burst(&dp, &view, w, rx.ingress(), burst.frames(), || {
+                            q.release()
+                        });
                         work += n;
                         // The queue's share: from the end of the last
                         // queue's burst (empty polls between included).

@@ -389,3 +389,41 @@ fn multiqueue_ports_are_spread_over_two_workers() {
     b.send_bursts(2);
     assert_eq!(a.wait_rx(0, 128), 128);
 }
+
+/// Frames received on `port`'s receive queue `queue`, from testpmd's
+/// per-queue extended statistics (`rx_qN_packets`).
+fn rx_on_queue(t: &mut Testpmd, port: u16, queue: u16) -> u64 {
+    let from = t.output().len();
+    t.cmd(&format!("show port xstats {port}"));
+    let key = format!("rx_q{queue}_packets:");
+    let o = t.wait_output_from(from, Duration::from_secs(10), &key);
+    let at = o.find(&key).unwrap() + key.len();
+    o[at..].split_whitespace().next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn one_worker_sends_each_receive_queue_s_frames_on_the_same_queue_number() {
+    let _g = serial();
+    // One worker: it owns both transmit queues of each port.
+    let sw = Switch::start(BRIDGE);
+    let queues = ["--bridge", "default", "--queues", "2"];
+    let sa = add_port(&sw, "a", "master", &queues);
+    let sb = add_port(&sw, "b", "master", &queues);
+    let mut a = client(&sa, 0x5a, &["--rxq=2", "--txq=2"]);
+    let mut b = client(&sb, 0x5b, &["--rxq=2", "--txq=2"]);
+    sw.wait_link("a", true);
+    sw.wait_link("b", true);
+    // tx_first: a burst of 32 on each of a's queues, 2 bursts on b's.
+    a.send_bursts(1);
+    assert_eq!(b.wait_rx(0, 64), 64);
+    assert_eq!(
+        (rx_on_queue(&mut b, 0, 0), rx_on_queue(&mut b, 0, 1)),
+        (32, 32)
+    );
+    b.send_bursts(2);
+    assert_eq!(a.wait_rx(0, 128), 128);
+    assert_eq!(
+        (rx_on_queue(&mut a, 0, 0), rx_on_queue(&mut a, 0, 1)),
+        (64, 64)
+    );
+}
