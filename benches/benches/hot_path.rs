@@ -536,8 +536,8 @@ fn forward(c: &mut Criterion) {
     // Many hosts, memif to memif: A's i-th frame goes from host A_i to
     // host B_i (every B_i learned on b), so each frame of a burst is
     // learned and looked up apart from its neighbours, as in the loop
-    // benchmark's many-hosts cells: 1024 hosts a side, whose table lines
-    // stay in the cache, and 16384, whose do not.
+    // benchmark's many-hosts cells: 1024 hosts a side, whose table fits
+    // the caches nearest the core, and 16384, whose table outgrows them.
     for hosts in [1u32 << LOG2, 16384] {
         let host_a = |i: u32| 0x02_50_00_00_00_00 | u64::from(i);
         let host_b = |i: u32| 0x02_51_00_00_00_00 | u64::from(i);

@@ -928,6 +928,7 @@ impl Dataplane {
         view.rx.clear();
         view.ports.clear();
         view.bridges.clear();
+        let workers = self.inner.workers.max(1);
         for (i, p) in t.ports.iter().enumerate() {
             let Some(p) = p else {
                 view.ports.push(None);
@@ -942,7 +943,6 @@ impl Dataplane {
                     });
                 }
             }
-            let workers = self.inner.workers.max(1);
             let txs: Box<[_]> = if p.tx.len() > workers {
                 p.tx.iter().skip(w).step_by(workers).cloned().collect()
             } else if p.tx.is_empty() {

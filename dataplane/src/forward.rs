@@ -163,10 +163,9 @@ impl Forwarder {
     /// [`BURST_SIZE`] frames). `w` is the worker index.
     ///
     /// `release` gives the burst's buffers back to the receiving port's
-    /// peer. It is
-    /// called once: after the last frame has been copied out, before the
-    /// last destination is flushed (or at the end, if no destination took
-    /// a frame). So a peer that forwards what it receives back out (a
+    /// peer. It is called once: after the last frame has been copied out,
+    /// before the last destination is flushed (or at the end, if no
+    /// destination took a frame). So a peer that forwards what it receives back out (a
     /// loop, a router pod) always sees its transmit slots free before it
     /// sees the frames they carried arrive, as with DPDK's vhost library,
     /// which gives guest buffers back when it dequeues; published the
@@ -954,6 +953,7 @@ mod tests {
         forward_bufs_then(&dp, inp, &[frame(0x0e, 0x0a)], release(&log));
         assert_eq!(*log.lock().unwrap(), ["release"]);
     }
+
     #[test]
     fn the_receive_queue_picks_the_transmit_queue_among_the_workers_own() {
         // Two workers; "out" has four transmit queues (each worker owns

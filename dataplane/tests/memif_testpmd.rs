@@ -390,17 +390,6 @@ fn multiqueue_ports_are_spread_over_two_workers() {
     assert_eq!(a.wait_rx(0, 128), 128);
 }
 
-/// Frames received on `port`'s receive queue `queue`, from testpmd's
-/// per-queue extended statistics (`rx_qN_packets`).
-fn rx_on_queue(t: &mut Testpmd, port: u16, queue: u16) -> u64 {
-    let from = t.output().len();
-    t.cmd(&format!("show port xstats {port}"));
-    let key = format!("rx_q{queue}_packets:");
-    let o = t.wait_output_from(from, Duration::from_secs(10), &key);
-    let at = o.find(&key).unwrap() + key.len();
-    o[at..].split_whitespace().next().unwrap().parse().unwrap()
-}
-
 #[test]
 fn one_worker_sends_each_receive_queue_s_frames_on_the_same_queue_number() {
     let _g = serial();
@@ -417,13 +406,13 @@ fn one_worker_sends_each_receive_queue_s_frames_on_the_same_queue_number() {
     a.send_bursts(1);
     assert_eq!(b.wait_rx(0, 64), 64);
     assert_eq!(
-        (rx_on_queue(&mut b, 0, 0), rx_on_queue(&mut b, 0, 1)),
+        (b.xstat(0, "rx_q0_packets"), b.xstat(0, "rx_q1_packets")),
         (32, 32)
     );
     b.send_bursts(2);
     assert_eq!(a.wait_rx(0, 128), 128);
     assert_eq!(
-        (rx_on_queue(&mut a, 0, 0), rx_on_queue(&mut a, 0, 1)),
+        (a.xstat(0, "rx_q0_packets"), a.xstat(0, "rx_q1_packets")),
         (64, 64)
     );
 }

@@ -234,14 +234,21 @@ impl Testpmd {
         let from = self.output().len();
         self.cmd(&format!("show port stats {port}"));
         let o = self.wait_output_from(from, Duration::from_secs(10), "Tx-pps");
-        let num = |key: &str| -> u64 {
-            let at = o.find(key).unwrap_or_else(|| panic!("{key} in {o}")) + key.len();
-            o[at..].split_whitespace().next().unwrap().parse().unwrap()
-        };
+        let num = |key: &str| number_after(&o, key);
         (
             (num("RX-packets:"), num("TX-packets:")),
             (num("RX-bytes:"), num("TX-bytes:")),
         )
+    }
+
+    /// One of `port`'s extended statistics ("show port xstats"), such as
+    /// `rx_q1_packets`.
+    pub fn xstat(&mut self, port: u16, name: &str) -> u64 {
+        let from = self.output().len();
+        self.cmd(&format!("show port xstats {port}"));
+        let key = format!("{name}:");
+        let o = self.wait_output_from(from, Duration::from_secs(10), &key);
+        number_after(&o, &key)
     }
 
     /// RX and TX packet counters of `port`.
@@ -314,6 +321,12 @@ impl Drop for Testpmd {
         let _ = std::fs::remove_dir_all(format!("/var/run/dpdk/{}", self.prefix));
         let _ = std::fs::remove_dir_all(format!("/tmp/{}", self.prefix));
     }
+}
+
+/// The number printed right after the first `key` in testpmd's output `o`.
+fn number_after(o: &str, key: &str) -> u64 {
+    let at = o.find(key).unwrap_or_else(|| panic!("{key} in {o}")) + key.len();
+    o[at..].split_whitespace().next().unwrap().parse().unwrap()
 }
 
 /// A testpmd pod with MAC `mac` on the memif socket `sock` (testpmd the
