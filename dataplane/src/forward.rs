@@ -14,7 +14,7 @@
 use crate::dataplane::{Dataplane, Ingress, ViewBridge, ViewPort, WorkerView};
 use crate::observe::{capture, Trace, TraceLearn, TraceLookup, TraceRecord};
 use crate::queue::{RxFrame, TxError, TxFrame, BURST_SIZE};
-use crate::switch::mac_table::MacEntry;
+use crate::switch::mac_table::{MacEntry, MacKey};
 use crate::switch::security::{self, Admitted};
 use crate::types::{bump, BridgeId, DropReason, PortId};
 use crate::wire::ethernet::{ETHERTYPE_VLAN, HEADER_LEN, VLAN_TAG_LEN};
@@ -119,12 +119,6 @@ struct L2 {
     vid: u16,
 }
 
-/// A (VLAN, MAC) pair as one number, for the per-burst lookup caches.
-#[inline]
-fn cache_key(mac: MacAddr, vlan: u16) -> u64 {
-    mac.to_u64() | u64::from(vlan) << 48
-}
-
 fn parse_l2(frame: &RxFrame) -> Result<L2, DropReason> {
     let mut hdr = [0u8; HEADER_LEN + VLAN_TAG_LEN];
     let n = frame.read_prefix(&mut hdr);
@@ -148,6 +142,74 @@ fn parse_l2(frame: &RxFrame) -> Result<L2, DropReason> {
         tagged,
         vid,
     })
+}
+
+/// The full admission of a source that the fast checks did not find
+/// known (new, moved, refreshed once a second, or sent by a port that pins
+/// its sources): learns it, counts what changed in the bridge's counters of
+/// worker `w` and notes it in the frame's trace record. `Ok(true)`: known
+/// on this port, nothing written; `Err`: why the frame is dropped (noted
+/// in the record, not counted). Out of line, so that the per-frame loop
+/// keeps its registers for the usual case.
+#[cold]
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+fn admit<'a>(
+    w: usize,
+    bridge: &ViewBridge,
+    inp: &ViewPort,
+    in_port: PortId,
+    src: MacAddr,
+    domain: u16,
+    now: u32,
+    hold: u32,
+    owner: &impl Fn(&MacEntry) -> Option<&'a security::SecurityState>,
+    traced: Option<&mut TraceRecord>,
+) -> Result<bool, DropReason> {
+    let entry = MacEntry {
+        port: in_port,
+        port_gen: inp.generation,
+        last_seen: now,
+        pinned: false,
+    };
+    let admitted = security::admit_source(
+        &bridge.macs,
+        &inp.shared.security,
+        src,
+        domain,
+        entry,
+        hold,
+        owner,
+    );
+    let counters = bridge.stats.counters(w);
+    let learn = match admitted {
+        Err(r) => {
+            if let Some(t) = traced {
+                t.drop = Some(r);
+            }
+            return Err(r);
+        }
+        Ok(Admitted::Known) => TraceLearn::Known,
+        Ok(Admitted::Refreshed) => TraceLearn::Refreshed,
+        Ok(Admitted::New) => {
+            bump(&counters.learned, 1);
+            TraceLearn::New
+        }
+        Ok(Admitted::Moved(old)) => {
+            bump(&counters.moved, 1);
+            TraceLearn::Moved(old.port)
+        }
+        Ok(Admitted::Evicted(old)) => {
+            bump(&counters.learned, 1);
+            bump(&counters.evicted, 1);
+            TraceLearn::Evicted(old.port)
+        }
+        Ok(Admitted::NotLearned) => TraceLearn::TableFull,
+    };
+    if let Some(t) = traced {
+        t.learn = learn;
+    }
+    Ok(matches!(admitted, Ok(Admitted::Known)))
 }
 
 impl Forwarder {
@@ -297,8 +359,8 @@ impl Forwarder {
         // burst, a few microseconds: what another worker changes in the
         // table meanwhile applies from the next burst, as it would had the
         // burst been received a moment earlier.
-        let mut known_src = u64::MAX;
-        let mut last_dst: (u64, Option<(PortId, &ViewPort)>) = (u64::MAX, None);
+        let mut known_src = MacKey::NONE;
+        let mut last_dst: (MacKey, Option<(PortId, &ViewPort)>) = (MacKey::NONE, None);
 
         let last_chunk = frames.len().saturating_sub(1) / BURST_SIZE;
         for (c, chunk) in frames.chunks(BURST_SIZE).enumerate() {
@@ -338,6 +400,7 @@ impl Forwarder {
                     continue;
                 };
                 note!(|t| t.vlan = Some(domain));
+                let src_key = MacKey::new(l2.src, domain);
                 if l2.src.is_multicast() {
                     note!(|t| t.learn = TraceLearn::Multicast);
                     // Never a station's own address: learned nowhere, and
@@ -347,66 +410,48 @@ impl Forwarder {
                         note!(|t| t.drop = Some(DropReason::SpoofedSource));
                         continue;
                     }
-                } else if !TRACE && cache_key(l2.src, domain) == known_src {
+                } else if !TRACE && src_key == known_src {
                     // Known on this port, as the frame before.
+                } else if !inp.shared.security.filters_sources()
+                    && bridge.macs.get(src_key).is_some_and(|e| {
+                        // This port's entry as learning now would write it:
+                        // known (the usual case with many hosts, where the
+                        // cache above misses). A port that pins its sources
+                        // has the full admission below.
+                        e.is_fresh(
+                            MacEntry {
+                                port: in_port,
+                                port_gen: inp.generation,
+                                last_seen: now,
+                                pinned: false,
+                            }
+                            .packed(),
+                        )
+                    })
+                {
+                    known_src = src_key;
+                    note!(|t| t.learn = TraceLearn::Known);
                 } else {
-                    let entry = MacEntry {
-                        port: in_port,
-                        port_gen: inp.generation,
-                        last_seen: now,
-                        pinned: false,
-                    };
-                    let admitted = security::admit_source(
-                        &bridge.macs,
-                        &inp.shared.security,
-                        l2.src,
-                        domain,
-                        entry,
-                        hold,
-                        owner,
-                    );
-                    match admitted {
+                    let traced = if TRACE { self.traced[i].as_mut() } else { None };
+                    match admit(
+                        w, bridge, inp, in_port, l2.src, domain, now, hold, &owner, traced,
+                    ) {
                         Err(r) => {
                             bump(&in_counters.drops[r as usize], 1);
-                            note!(|t| t.drop = Some(r));
                             continue;
                         }
-                        Ok(Admitted::Known) => {
-                            known_src = cache_key(l2.src, domain);
-                            note!(|t| t.learn = TraceLearn::Known)
-                        }
-                        Ok(a) => {
-                            // Rare (a new or moved station): counted per
-                            // bridge.
-                            let learn = match a {
-                                Admitted::Refreshed => TraceLearn::Refreshed,
-                                Admitted::New => {
-                                    bump(&bridge_counters.learned, 1);
-                                    TraceLearn::New
-                                }
-                                Admitted::Moved(old) => {
-                                    bump(&bridge_counters.moved, 1);
-                                    TraceLearn::Moved(old.port)
-                                }
-                                Admitted::Evicted(old) => {
-                                    bump(&bridge_counters.learned, 1);
-                                    bump(&bridge_counters.evicted, 1);
-                                    TraceLearn::Evicted(old.port)
-                                }
-                                Admitted::NotLearned => TraceLearn::TableFull,
-                                Admitted::Known => TraceLearn::Known,
-                            };
-                            note!(|t| t.learn = learn);
-                        }
+                        Ok(true) => known_src = src_key,
+                        Ok(false) => {}
                     }
                 }
                 let mut unicast = None;
-                let dst_key = cache_key(l2.dst, domain);
+                let dst_key = MacKey::new(l2.dst, domain);
                 if !TRACE && last_dst.1.is_some() && dst_key == last_dst.0 {
                     unicast = last_dst.1;
                 } else if !l2.dst.is_multicast() {
-                    if let Some(e) = bridge.macs.lookup(l2.dst, domain) {
-                        if e.port == in_port {
+                    if let Some(e) = bridge.macs.get(dst_key) {
+                        let (port, port_gen) = (e.port(), e.port_gen());
+                        if port == in_port {
                             bump(&in_counters.drops[DropReason::Hairpin as usize], 1);
                             note!(|t| {
                                 t.lookup = TraceLookup::Unicast(in_port);
@@ -414,9 +459,9 @@ impl Forwarder {
                             });
                             continue;
                         }
-                        if let Some(p) = view.ports.get(e.port as usize).and_then(Option::as_ref) {
-                            if p.generation == e.port_gen && p.bridge == Some(bridge_id) {
-                                unicast = Some((e.port, p));
+                        if let Some(p) = view.ports.get(port as usize).and_then(Option::as_ref) {
+                            if p.generation == port_gen && p.bridge == Some(bridge_id) {
+                                unicast = Some((port, p));
                                 last_dst = (dst_key, unicast);
                             }
                         }
@@ -885,6 +930,58 @@ mod tests {
         let out = run(&[(0x0b, 0x0a), (0x0b, 0x0a)]);
         assert!(out[0].is_empty());
         assert_eq!(out[1], [0x0b, 0x0b]);
+    }
+
+    #[test]
+    fn a_source_known_but_stale_moved_or_pinned_takes_the_full_admission() {
+        let (dp, br, inp, in_shared) = one_bridge();
+        let (other, _) = add(&dp, br, "other");
+        let table = dp.mac_table(br).unwrap();
+        let stats = dp.bridge_stats(br).unwrap();
+        let now = dp.now_secs();
+        let at = |port, last_seen| MacEntry {
+            port,
+            port_gen: 1,
+            last_seen,
+            pinned: false,
+        };
+        // Fresh on this port: known, nothing written or counted.
+        table.learn(mac(0x0a), 0, at(inp, now), 0);
+        forward_bufs(&dp, inp, &[frame(0xff, 0x0a)]);
+        assert_eq!(table.lookup(mac(0x0a), 0), Some(at(inp, now)));
+        assert_eq!(stats.totals().learned, 0);
+        // Seen at another time on this port: refreshed to now.
+        table.learn(mac(0x0a), 0, at(inp, now.wrapping_add(7)), 0);
+        forward_bufs(&dp, inp, &[frame(0xff, 0x0a)]);
+        assert_eq!(table.lookup(mac(0x0a), 0), Some(at(inp, now)));
+        // Behind another port, quiet for longer than the hold: moves.
+        dp.set_mac_move_hold(0);
+        table.learn(mac(0x0a), 0, at(other, now), 0);
+        forward_bufs(&dp, inp, &[frame(0xff, 0x0a)]);
+        assert_eq!(table.lookup(mac(0x0a), 0).map(|e| e.port), Some(inp));
+        assert_eq!(stats.totals().moved, 1);
+        // An entry of the port's slot from before it was reused (another
+        // generation) is not the port's: learned anew.
+        table.learn(
+            mac(0x0c),
+            0,
+            MacEntry {
+                port_gen: 2,
+                ..at(inp, now)
+            },
+            0,
+        );
+        forward_bufs(&dp, inp, &[frame(0xff, 0x0c)]);
+        assert_eq!(table.lookup(mac(0x0c), 0), Some(at(inp, now)));
+        // Pinned to this port: known as well, and stays pinned.
+        let pinned = MacEntry {
+            pinned: true,
+            ..at(inp, now)
+        };
+        table.pin(mac(0x0d), 0, pinned);
+        forward_bufs(&dp, inp, &[frame(0xff, 0x0d)]);
+        assert_eq!(table.lookup(mac(0x0d), 0), Some(pinned));
+        assert_eq!(in_shared.totals().drops.values().sum::<u64>(), 0);
     }
 
     #[test]

@@ -147,6 +147,69 @@ impl MacEntry {
     pub fn same_port(&self, other: &MacEntry) -> bool {
         self.port == other.port && self.port_gen == other.port_gen
     }
+
+    /// The entry as the table stores it.
+    #[inline]
+    pub fn packed(&self) -> PackedEntry {
+        PackedEntry(self.pack())
+    }
+}
+
+/// An entry as the table stores it, for the forwarding path: compared and
+/// read without unpacking it into a [`MacEntry`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PackedEntry(u64);
+
+impl PackedEntry {
+    /// Port slot.
+    #[inline]
+    pub fn port(self) -> u16 {
+        (self.0 >> 48) as u16
+    }
+
+    /// Generation of the port slot when learned.
+    #[inline]
+    pub fn port_gen(self) -> u16 {
+        (self.0 >> 32) as u16 & GENERATION_MASK
+    }
+
+    /// Same port slot, generation and time of last sight as `fresh` (an
+    /// unpinned entry), pinned or not: what learning `fresh` for a port
+    /// that pins nothing leaves as it is.
+    #[inline]
+    pub fn is_fresh(self, fresh: PackedEntry) -> bool {
+        self.0 & !PINNED == fresh.0
+    }
+
+    /// The entry's fields.
+    #[inline]
+    pub fn unpack(self) -> MacEntry {
+        MacEntry::unpack(self.0)
+    }
+}
+
+/// A (MAC, VLAN) pair as one number: made once per frame, for its
+/// lookups and the forwarder's per-burst caches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MacKey(u64);
+
+impl MacKey {
+    /// A key no address has (an empty cache): the VLAN bits of a real key
+    /// are at most 4095.
+    pub const NONE: MacKey = MacKey(u64::MAX);
+
+    /// The key of `mac` on `vlan` (a VLAN ID, at most 4095).
+    #[inline]
+    pub fn new(mac: MacAddr, vlan: u16) -> MacKey {
+        debug_assert!(vlan <= 0x0fff);
+        MacKey(mac.to_u64() | u64::from(vlan) << 48)
+    }
+
+    /// The key as the table's slots hold it (never 0, a free slot).
+    #[inline]
+    fn slot_key(self) -> u64 {
+        KEY_VALID | self.0
+    }
 }
 
 /// One (MAC, VLAN) → port mapping, as listed by [`MacTable::entries`].
@@ -223,24 +286,31 @@ impl MacTable {
     /// the bucket busy the lookup reports a miss (the frame is then flooded).
     #[inline]
     pub fn lookup(&self, mac: MacAddr, vlan: u16) -> Option<MacEntry> {
-        let key = key_of(mac, vlan);
+        self.get(MacKey::new(mac, vlan & 0x0fff))
+            .map(PackedEntry::unpack)
+    }
+
+    /// [`MacTable::lookup`] by key, the entry as stored.
+    #[inline]
+    pub fn get(&self, key: MacKey) -> Option<PackedEntry> {
+        let key = key.slot_key();
         let b = self.bucket(key);
         // One read inline; the retries, when a writer holds the bucket, out
         // of line (a retry loop here makes the compiler keep all seven slot
         // addresses in registers and on the stack).
         match b.read(key) {
-            Some(found) => found.map(MacEntry::unpack),
+            Some(found) => found.map(PackedEntry),
             None => Self::lookup_contended(b, key),
         }
     }
 
     #[cold]
     #[inline(never)]
-    fn lookup_contended(b: &Bucket, key: u64) -> Option<MacEntry> {
+    fn lookup_contended(b: &Bucket, key: u64) -> Option<PackedEntry> {
         for _ in 0..7 {
             std::hint::spin_loop();
             if let Some(found) = b.read(key) {
-                return found.map(MacEntry::unpack);
+                return found.map(PackedEntry);
             }
         }
         None
@@ -432,6 +502,31 @@ mod tests {
             last_seen: t,
             pinned: false,
         }
+    }
+
+    #[test]
+    fn a_key_finds_the_entry_as_stored() {
+        let t = MacTable::new(64);
+        t.learn(mac(1), 7, at(3, 10), 0);
+        let e = t.get(MacKey::new(mac(1), 7)).unwrap();
+        assert_eq!(e.unpack(), at(3, 10));
+        assert_eq!((e.port(), e.port_gen()), (3, 1));
+        assert_eq!(t.get(MacKey::new(mac(1), 0)), None, "VLANs are separate");
+        assert_ne!(MacKey::new(mac(1), 0), MacKey::NONE);
+        // Fresh: same port, generation and time, pinned or not.
+        assert!(e.is_fresh(at(3, 10).packed()));
+        assert!(!e.is_fresh(at(3, 11).packed()));
+        assert!(!e.is_fresh(at(4, 10).packed()));
+        let other_gen = MacEntry {
+            port_gen: 2,
+            ..at(3, 10)
+        };
+        assert!(!e.is_fresh(other_gen.packed()));
+        let pinned = MacEntry {
+            pinned: true,
+            ..at(3, 10)
+        };
+        assert!(pinned.packed().is_fresh(at(3, 10).packed()));
     }
 
     #[test]
