@@ -77,6 +77,19 @@ impl RxFrame {
         true
     }
 
+    /// Makes the frame the one segment `ptr..ptr+len`: the usual frame, in
+    /// one buffer, set with three stores instead of a clear and a push.
+    ///
+    /// # Safety
+    ///
+    /// As for [`RxFrame::push`].
+    #[inline]
+    pub unsafe fn set_single(&mut self, ptr: *const u8, len: u32) {
+        self.segs[0] = Segment { ptr, len };
+        self.nsegs = 1;
+        self.len = len;
+    }
+
     /// The frame's segments.
     #[inline]
     pub fn segments(&self) -> &[Segment] {

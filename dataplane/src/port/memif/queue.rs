@@ -125,6 +125,20 @@ impl MemifRx {
 
 impl MemifRx {
     /// Gathers up to a burst of the peer's frames.
+    /// Where descriptor `d` of `slot` points, bounds-checked against the
+    /// peer's regions.
+    #[inline]
+    fn resolve(&self, slot: u16, d: &Desc) -> Result<*mut u8, QueueFault> {
+        self.regions
+            .resolve(d.region, d.offset, d.length)
+            .ok_or(QueueFault::BadDescriptor {
+                slot,
+                region: d.region,
+                offset: d.offset,
+                length: d.length,
+            })
+    }
+
     fn take_burst(&mut self, burst: &mut RxBurst) -> Result<usize, QueueFault> {
         let limit = self.peer_counter();
         let avail = limit.wrapping_sub(self.cursor);
@@ -147,35 +161,37 @@ impl MemifRx {
         let mut slot = self.cursor;
         while slot != limit && !burst.is_full() {
             let start = slot;
+            let d = self.ring.desc(slot);
+            let ptr = self.resolve(slot, &d)?;
+            // The peer has just written this frame, so its first line is
+            // in the peer's cache: the switch reads it next (the Ethernet
+            // header). Hinting the whole burst's headers here lets those
+            // misses overlap.
+            prefetch::read(ptr);
+            slot = slot.wrapping_add(1);
             let frame = burst.next_slot();
-            let mut fits = true;
+            if d.flags & DESC_FLAG_NEXT == 0 {
+                // The usual frame: one buffer.
+                // SAFETY: `resolve` bounds-checked the descriptor against
+                // a region this queue maps until it is dropped, and a
+                // burst is released before its queue can be.
+                unsafe { frame.set_single(ptr, d.length) };
+                burst.commit();
+                continue;
+            }
+            // SAFETY: as above.
+            let mut fits = unsafe { frame.push(ptr, d.length) };
             loop {
-                let d = self.ring.desc(slot);
-                let ptr = self.regions.resolve(d.region, d.offset, d.length).ok_or(
-                    QueueFault::BadDescriptor {
-                        slot,
-                        region: d.region,
-                        offset: d.offset,
-                        length: d.length,
-                    },
-                )?;
-                if slot == start {
-                    // The peer has just written this frame, so its first
-                    // line is in the peer's cache: the switch reads it next
-                    // (the Ethernet header). Hinting the whole burst's
-                    // headers here lets those misses overlap.
-                    prefetch::read(ptr);
+                if slot == limit {
+                    return Err(QueueFault::UnterminatedChain { slot: start });
                 }
-                // SAFETY: `resolve` bounds-checked the descriptor against a
-                // region this queue maps until it is dropped, and a burst is
-                // released before its queue can be.
+                let d = self.ring.desc(slot);
+                let ptr = self.resolve(slot, &d)?;
+                // SAFETY: as above.
                 fits &= unsafe { frame.push(ptr, d.length) };
                 slot = slot.wrapping_add(1);
                 if d.flags & DESC_FLAG_NEXT == 0 {
                     break;
-                }
-                if slot == limit {
-                    return Err(QueueFault::UnterminatedChain { slot: start });
                 }
             }
             if fits {
@@ -433,7 +449,7 @@ impl TxQueue for MemifTx {
 mod tests {
     use super::*;
     use crate::port::memif::region::Region;
-    use crate::queue::TxFrame;
+    use crate::queue::{TxFrame, MAX_SEGS};
     use crate::wire::memif::{ring_bytes, COOKIE};
 
     const LOG2: u8 = 4;
@@ -441,12 +457,17 @@ mod tests {
 
     /// One region holding a ring at 0 and 16 buffers after it, as a slave lays it out.
     fn setup() -> (Arc<Regions>, Ring, u32) {
-        let first = ring_bytes(LOG2) as u32;
+        setup_sized(LOG2)
+    }
+
+    /// [`setup`] with a ring of `1 << log2` slots (still 16 buffers).
+    fn setup_sized(log2: u8) -> (Arc<Regions>, Ring, u32) {
+        let first = ring_bytes(log2) as u32;
         let size = u64::from(first) + 16 * u64::from(BUF);
         let r = Region::create("q", size).unwrap();
         // SAFETY: the ring fits at offset 0 of a fresh, page-aligned mapping
         // kept alive by the returned Regions.
-        let ring = unsafe { Ring::new(r.base(), LOG2) };
+        let ring = unsafe { Ring::new(r.base(), log2) };
         ring.set_cookie(COOKIE);
         (Arc::new(Regions::new(vec![r])), ring, first)
     }
@@ -486,6 +507,47 @@ mod tests {
         assert_eq!(burst.frames()[1].segments().len(), 2);
         rx.release();
         assert_eq!(ring.tail(), 3);
+    }
+
+    #[test]
+    fn master_rx_drops_a_chain_of_too_many_buffers_and_keeps_its_neighbours() {
+        let (regions, ring, first) = setup_sized(5);
+        let mut rx = MemifRx::new(
+            Side::Master,
+            ring,
+            regions.clone(),
+            crate::eventfd::new_eventfd().unwrap(),
+            None,
+        );
+        let d = |len: u32, flags: u16| Desc {
+            flags,
+            region: 0,
+            length: len,
+            offset: first,
+        };
+        // A one-buffer frame, a chain of MAX_SEGS + 1 buffers, one of
+        // MAX_SEGS - 3 and a one-buffer frame: the 32 slots of the ring.
+        let mut slot = 0u16;
+        let mut put = |n: usize, len: u32| {
+            for i in 0..n {
+                let flags = if i + 1 < n { DESC_FLAG_NEXT } else { 0 };
+                ring.set_desc(slot, d(len, flags));
+                slot += 1;
+            }
+        };
+        put(1, 60);
+        put(MAX_SEGS + 1, 10);
+        put(MAX_SEGS - 3, 10);
+        put(1, 61);
+        ring.set_head(slot);
+        let mut burst = RxBurst::default();
+        assert_eq!(rx.rx_burst(&mut burst).unwrap(), 3);
+        let lens: Vec<u32> = burst.frames().iter().map(|f| f.len).collect();
+        assert_eq!(lens, [60, 10 * (MAX_SEGS as u32 - 3), 61]);
+        assert_eq!(burst.frames()[1].segments().len(), MAX_SEGS - 3);
+        assert_eq!(burst.dropped, 1, "the chain of MAX_SEGS + 1");
+        rx.release();
+        assert_eq!(ring.tail(), slot);
     }
 
     #[test]

@@ -309,7 +309,7 @@ impl VirtioRx {
                     // SAFETY: `translate` bounds-checked the whole buffer
                     // against a mapping held past the burst's release, and
                     // HEADER_LEN < d.len keeps the segment inside it.
-                    unsafe { frame.push(p.add(HEADER_LEN), d.len - HEADER_LEN as u32) };
+                    unsafe { frame.set_single(p.add(HEADER_LEN), d.len - HEADER_LEN as u32) };
                     return Ok(());
                 }
             }
