@@ -18,8 +18,8 @@ use super::region::Regions;
 use super::ring::{Desc, Ring};
 use crate::eventfd::kick_eventfd;
 use crate::queue::{
-    prefetch, rx_unless_truncated, tx_unless_truncated, QueueFault, RxBurst, RxQueue, TxError,
-    TxFrame, TxQueue,
+    prefetch, rx_unless_truncated, tx_each, tx_unless_truncated, QueueFault, RxBurst, RxQueue,
+    TxError, TxFrame, TxOutcome, TxQueue,
 };
 use crate::wire::memif::{DESC_FLAG_NEXT, RING_FLAG_MASK_INT};
 
@@ -420,11 +420,42 @@ impl MemifTx {
 }
 
 impl TxQueue for MemifTx {
-    /// Inlined into [`TxQueue::tx_burst`]'s (default) loop.
+    /// Inlined into [`TxQueue::tx_burst`]'s loop.
     #[inline(always)]
     fn tx(&mut self, frame: &TxFrame<'_>) -> Result<(), TxError> {
         let got = self.put(frame);
         tx_unless_truncated(got, || self.regions.truncated())
+    }
+
+    /// A master's usual frame (one segment, unchanged, that fits the
+    /// buffer the slave posted, with room known in the ring) is copied
+    /// straight in; any other frame, and a slave's, goes through
+    /// [`MemifTx::tx`], which refreshes the room and reports errors.
+    fn tx_burst(&mut self, frames: &[TxFrame<'_>]) -> TxOutcome {
+        if self.side == Side::Slave {
+            return tx_each(frames, |f| self.tx(f));
+        }
+        tx_each(frames, |f| {
+            let slot = self.cursor;
+            if slot != self.limit {
+                if let Some(seg) = f.single() {
+                    let d = self.ring.desc(slot);
+                    if seg.len <= d.length {
+                        if let Some(p) = self.regions.resolve(d.region, d.offset, d.length) {
+                            // SAFETY: as in `MemifTx::put`: `p..p+d.length`
+                            // lies in a mapped region, `seg.len <=
+                            // d.length`, and the segment is another port's
+                            // memory, checked on receive.
+                            unsafe { std::ptr::copy_nonoverlapping(seg.ptr, p, seg.len as usize) };
+                            self.ring.set_len_flags(slot, seg.len, 0);
+                            self.cursor = slot.wrapping_add(1);
+                            return Ok(());
+                        }
+                    }
+                }
+            }
+            self.tx(f)
+        })
     }
 
     fn flush(&mut self) {
@@ -622,6 +653,92 @@ mod tests {
                 "{d:?} head {head} accepted"
             );
         }
+    }
+
+    #[test]
+    fn master_tx_burst_fills_posted_buffers_and_chains_what_does_not_fit() {
+        let (regions, ring, first) = setup();
+        let mut tx = MemifTx::new(
+            Side::Master,
+            ring,
+            regions.clone(),
+            crate::eventfd::new_eventfd().unwrap(),
+            None,
+        );
+        // The slave posts 6 buffers of BUF bytes, slot i at buffer i.
+        let post = |slot: u16| Desc {
+            flags: 0,
+            region: 0,
+            length: BUF,
+            offset: first + u32::from(slot) * BUF,
+        };
+        for slot in 0..6 {
+            ring.set_desc(slot, post(slot));
+        }
+        ring.set_head(6);
+        let bytes = |slot: u16, n: usize| {
+            let d = ring.desc(slot);
+            let p = regions.resolve(d.region, d.offset, d.length).unwrap();
+            // SAFETY: `resolve` checked the range against the mapping.
+            unsafe { std::slice::from_raw_parts(p, n) }.to_vec()
+        };
+        let short: Vec<u8> = (0..60u8).collect();
+        let long: Vec<u8> = (0..300u32).map(|i| i as u8).collect();
+        let (mut a, mut b) = (
+            crate::queue::RxFrame::default(),
+            crate::queue::RxFrame::default(),
+        );
+        // SAFETY: `short` and `long` outlive the frames.
+        unsafe {
+            assert!(a.push(short.as_ptr(), 60));
+            assert!(b.push(long.as_ptr(), 300));
+        }
+        let tag = [0xeeu8; 16];
+        let tagged = TxFrame {
+            frame: &a,
+            prefix: &tag,
+            skip: 12,
+        };
+        // One-buffer, a 300-byte frame over two buffers, a rewritten frame,
+        // one-buffer again; then the ring is full.
+        let frames = [
+            TxFrame::plain(&a),
+            TxFrame::plain(&b),
+            tagged,
+            TxFrame::plain(&a),
+            TxFrame::plain(&b),
+        ];
+        let out = tx.tx_burst(&frames);
+        assert_eq!((out.sent, out.tried), (0b1111, 4));
+        assert!(matches!(out.stop, Some(TxError::Full)));
+        tx.flush();
+        assert_eq!(ring.tail(), 5);
+        assert_eq!((ring.desc(0).length, ring.desc(0).flags), (60, 0));
+        assert_eq!(bytes(0, 60), short);
+        assert_eq!(
+            (ring.desc(1).length, ring.desc(1).flags),
+            (BUF, DESC_FLAG_NEXT)
+        );
+        assert_eq!((ring.desc(2).length, ring.desc(2).flags), (300 - BUF, 0));
+        assert_eq!(
+            [bytes(1, BUF as usize), bytes(2, 300 - BUF as usize)].concat(),
+            long
+        );
+        assert_eq!(ring.desc(3).length, 16 + 48);
+        assert_eq!(bytes(3, 16), tag);
+        assert_eq!(bytes(3, 64)[16..], short[12..]);
+        assert_eq!((ring.desc(4).length, ring.desc(4).flags), (60, 0));
+        // A posted buffer outside the slave's region is a fault, not a copy.
+        ring.set_desc(
+            5,
+            Desc {
+                offset: u32::MAX - 8,
+                ..post(5)
+            },
+        );
+        let out = tx.tx_burst(&frames[..1]);
+        assert_eq!(out.sent, 0);
+        assert!(matches!(out.stop, Some(TxError::Fault(_))));
     }
 
     #[test]
