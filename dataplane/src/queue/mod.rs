@@ -201,8 +201,9 @@ pub trait TxQueue: Send {
     /// Copies up to [`BURST_SIZE`] frames in order, as [`TxQueue::tx`] each,
     /// stopping at the first that finds the queue full or broken. One call
     /// a burst; the default is compiled for each queue type, so a queue
-    /// whose `tx` is `#[inline(always)]` (memif, vhost-user) has its
-    /// per-frame copy inlined in this loop.
+    /// whose `tx` is `#[inline(always)]` has its per-frame copy inlined in
+    /// this loop. memif and vhost-user write their usual frame (one
+    /// buffer, unchanged) in a loop of their own, through [`tx_each`].
     fn tx_burst(&mut self, frames: &[TxFrame<'_>]) -> TxOutcome {
         tx_each(frames, |f| self.tx(f))
     }

@@ -420,7 +420,8 @@ impl MemifTx {
 }
 
 impl TxQueue for MemifTx {
-    /// Inlined into [`TxQueue::tx_burst`]'s loop.
+    /// Inlined into this queue's `tx_burst` loop, for the frames that
+    /// loop does not copy itself.
     #[inline(always)]
     fn tx(&mut self, frame: &TxFrame<'_>) -> Result<(), TxError> {
         let got = self.put(frame);
