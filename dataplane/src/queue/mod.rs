@@ -221,6 +221,35 @@ pub struct PortQueues {
     pub tx: Vec<Box<dyn TxQueue>>,
 }
 
+/// What the queues' tests share.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::{RxFrame, TxFrame};
+
+    /// A transmit burst that takes every way through a queue: `short`
+    /// as it is (one buffer), `long` (more than one buffer), `short`
+    /// with `tag` in place of its addresses (rewritten), then `short`
+    /// and `long` again.
+    pub(crate) fn mixed_burst<'a>(
+        short: &'a RxFrame,
+        long: &'a RxFrame,
+        tag: &'a [u8; 16],
+    ) -> [TxFrame<'a>; 5] {
+        let tagged = TxFrame {
+            frame: short,
+            prefix: tag,
+            skip: 12,
+        };
+        [
+            TxFrame::plain(short),
+            TxFrame::plain(long),
+            tagged,
+            TxFrame::plain(short),
+            TxFrame::plain(long),
+        ]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -481,6 +481,7 @@ impl TxQueue for MemifTx {
 mod tests {
     use super::*;
     use crate::port::memif::region::Region;
+    use crate::queue::testing::mixed_burst;
     use crate::queue::{TxFrame, MAX_SEGS};
     use crate::wire::memif::{ring_bytes, COOKIE};
 
@@ -504,6 +505,12 @@ mod tests {
         (Arc::new(Regions::new(vec![r])), ring, first)
     }
 
+    /// A master's receive queue on `ring`, in `regions`.
+    fn master_rx(ring: Ring, regions: &Arc<Regions>) -> MemifRx {
+        let irq = crate::eventfd::new_eventfd().unwrap();
+        MemifRx::new(Side::Master, ring, regions.clone(), irq, None)
+    }
+
     fn peer_fill(regions: &Regions, ring: &Ring, slot: u16, d: Desc, byte: u8) {
         if let Some(p) = regions.resolve(d.region, d.offset, d.length) {
             // SAFETY: the range was just checked against the mapping.
@@ -515,13 +522,7 @@ mod tests {
     #[test]
     fn master_rx_reads_frames_and_chains() {
         let (regions, ring, first) = setup();
-        let mut rx = MemifRx::new(
-            Side::Master,
-            ring,
-            regions.clone(),
-            crate::eventfd::new_eventfd().unwrap(),
-            None,
-        );
+        let mut rx = master_rx(ring, &regions);
         let d = |i: u32, len: u32, flags: u16| Desc {
             flags,
             region: 0,
@@ -544,13 +545,7 @@ mod tests {
     #[test]
     fn master_rx_drops_a_chain_of_too_many_buffers_and_keeps_its_neighbours() {
         let (regions, ring, first) = setup_sized(5);
-        let mut rx = MemifRx::new(
-            Side::Master,
-            ring,
-            regions.clone(),
-            crate::eventfd::new_eventfd().unwrap(),
-            None,
-        );
+        let mut rx = master_rx(ring, &regions);
         let d = |len: u32, flags: u16| Desc {
             flags,
             region: 0,
@@ -637,13 +632,7 @@ mod tests {
         ];
         for (d, head) in cases {
             let (regions, ring, _) = setup();
-            let mut rx = MemifRx::new(
-                Side::Master,
-                ring,
-                regions,
-                crate::eventfd::new_eventfd().unwrap(),
-                None,
-            );
+            let mut rx = master_rx(ring, &regions);
             for s in 0..16 {
                 ring.set_desc(s, d);
             }
@@ -659,13 +648,8 @@ mod tests {
     #[test]
     fn master_tx_burst_fills_posted_buffers_and_chains_what_does_not_fit() {
         let (regions, ring, first) = setup();
-        let mut tx = MemifTx::new(
-            Side::Master,
-            ring,
-            regions.clone(),
-            crate::eventfd::new_eventfd().unwrap(),
-            None,
-        );
+        let irq = crate::eventfd::new_eventfd().unwrap();
+        let mut tx = MemifTx::new(Side::Master, ring, regions.clone(), irq, None);
         // The slave posts 6 buffers of BUF bytes, slot i at buffer i.
         let post = |slot: u16| Desc {
             flags: 0,
@@ -695,20 +679,7 @@ mod tests {
             assert!(b.push(long.as_ptr(), 300));
         }
         let tag = [0xeeu8; 16];
-        let tagged = TxFrame {
-            frame: &a,
-            prefix: &tag,
-            skip: 12,
-        };
-        // One-buffer, a 300-byte frame over two buffers, a rewritten frame,
-        // one-buffer again; then the ring is full.
-        let frames = [
-            TxFrame::plain(&a),
-            TxFrame::plain(&b),
-            tagged,
-            TxFrame::plain(&a),
-            TxFrame::plain(&b),
-        ];
+        let frames = mixed_burst(&a, &b, &tag);
         let out = tx.tx_burst(&frames);
         assert_eq!((out.sent, out.tried), (0b1111, 4));
         assert!(matches!(out.stop, Some(TxError::Full)));

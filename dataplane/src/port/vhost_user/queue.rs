@@ -749,6 +749,7 @@ impl TxQueue for VirtioTx {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::queue::testing::mixed_burst;
     use vm_memory::{Bytes, GuestAddress};
 
     const SIZE: u16 = 16;
@@ -1044,17 +1045,7 @@ mod tests {
         let long = [9u8; 100];
         let (a, b) = (frame_of(&short), frame_of(&long));
         let tag = [0xeeu8; 16];
-        let tagged = TxFrame {
-            frame: &a,
-            prefix: &tag,
-            skip: 12,
-        };
-        let frames = [
-            TxFrame::plain(&a),
-            TxFrame::plain(&b),
-            tagged,
-            TxFrame::plain(&a),
-        ];
+        let frames = mixed_burst(&a, &b, &tag);
         let out = q.tx_burst(&frames);
         assert_eq!((out.sent, out.tried), (0b0111, 3));
         assert!(matches!(out.stop, Some(TxError::Full)));
