@@ -915,7 +915,7 @@ def run_once(dut_name, kind, size, seconds, bursts, rtt=False):
                 SLICES.setdefault((dut_name, kind, size), []).append(slices)
         if not pps:
             carried_nothing(dut)
-        elif os.environ.get("LOOP_BENCH_COUNTERS"):
+        elif os.environ.get("LOOP_BENCH_COUNTERS", "0") not in ("", "0"):
             print(f"# {dut.name}'s counters:\n{dut.counters()}", file=sys.stderr, flush=True)
         if pps and not rtt:
             LOADS.setdefault((dut_name, kind, size, None), []).append(dut.load())
