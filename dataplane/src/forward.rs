@@ -144,6 +144,19 @@ fn parse_l2(frame: &RxFrame) -> Result<L2, DropReason> {
     })
 }
 
+/// The entry learning a source on port `id` (`p` in the view) writes at
+/// time `now`: the fast check compares a stored entry with it, the full
+/// admission writes it.
+#[inline(always)]
+fn seen_now(id: PortId, p: &ViewPort, now: u32) -> MacEntry {
+    MacEntry {
+        port: id,
+        port_gen: p.generation,
+        last_seen: now,
+        pinned: false,
+    }
+}
+
 /// The full admission of a source that the fast checks did not find
 /// known (new, moved, refreshed once a second, or sent by a port that pins
 /// its sources): learns it, counts what changed in the bridge's counters of
@@ -166,18 +179,12 @@ fn admit<'a>(
     owner: &impl Fn(&MacEntry) -> Option<&'a security::SecurityState>,
     traced: Option<&mut TraceRecord>,
 ) -> Result<bool, DropReason> {
-    let entry = MacEntry {
-        port: in_port,
-        port_gen: inp.generation,
-        last_seen: now,
-        pinned: false,
-    };
     let admitted = security::admit_source(
         &bridge.macs,
         &inp.shared.security,
         src,
         domain,
-        entry,
+        seen_now(in_port, inp, now),
         hold,
         owner,
     );
@@ -227,12 +234,12 @@ impl Forwarder {
     /// `release` gives the burst's buffers back to the receiving port's
     /// peer. It is called once: after the last frame has been copied out,
     /// before the last destination is flushed (or at the end, if no
-    /// destination took a frame). So a peer that forwards what it receives back out (a
-    /// loop, a router pod) always sees its transmit slots free before it
-    /// sees the frames they carried arrive, as with DPDK's vhost library,
-    /// which gives guest buffers back when it dequeues; published the
-    /// other way round, a peer whose frames in flight fill its ring finds
-    /// it full and drops.
+    /// destination took a frame). So a peer that forwards what it receives
+    /// back out (a loop, a router pod) always sees its transmit slots free
+    /// before it sees the frames they carried arrive, as with DPDK's vhost
+    /// library, which gives guest buffers back when it dequeues; published
+    /// the other way round, a peer whose frames in flight fill its ring
+    /// finds it full and drops.
     #[inline]
     pub fn forward_burst(
         &mut self,
@@ -418,15 +425,7 @@ impl Forwarder {
                         // known (the usual case with many hosts, where the
                         // cache above misses). A port that pins its sources
                         // has the full admission below.
-                        e.is_fresh(
-                            MacEntry {
-                                port: in_port,
-                                port_gen: inp.generation,
-                                last_seen: now,
-                                pinned: false,
-                            }
-                            .packed(),
-                        )
+                        e.is_fresh(seen_now(in_port, inp, now).packed())
                     })
                 {
                     known_src = src_key;

@@ -90,15 +90,24 @@ impl Bucket {
     }
 
     /// One consistent read of `key`'s value (`Some(None)`: absent), or
-    /// `None` when a writer held the bucket or wrote it meanwhile.
+    /// `None` when a writer held the bucket or wrote it meanwhile. It
+    /// returns from the slot that holds the key (a found flag carried to
+    /// the end of the read cost four instructions a lookup).
     #[inline(always)]
     fn read(&self, key: u64) -> Option<Option<u64>> {
-        self.read_consistent(|slots| {
-            slots
-                .iter()
-                .find(|slot| slot.key.load(Ordering::Relaxed) == key)
-                .map(|slot| slot.val.load(Ordering::Relaxed))
-        })
+        let s1 = self.seq.load(Ordering::Acquire);
+        if s1 & 1 != 0 {
+            return None;
+        }
+        for slot in &self.slots {
+            if slot.key.load(Ordering::Relaxed) == key {
+                let v = slot.val.load(Ordering::Relaxed);
+                fence(Ordering::Acquire);
+                return (self.seq.load(Ordering::Relaxed) == s1).then_some(Some(v));
+            }
+        }
+        fence(Ordering::Acquire);
+        (self.seq.load(Ordering::Relaxed) == s1).then_some(None)
     }
 
     fn unlock(&self, s: u32) {
@@ -253,7 +262,7 @@ pub struct MacTable {
 }
 
 fn key_of(mac: MacAddr, vlan: u16) -> u64 {
-    KEY_VALID | (u64::from(vlan & 0x0fff) << 48) | mac.to_u64()
+    MacKey::new(mac, vlan & 0x0fff).slot_key()
 }
 
 impl MacTable {
@@ -295,29 +304,13 @@ impl MacTable {
     pub fn get(&self, key: MacKey) -> Option<PackedEntry> {
         let key = key.slot_key();
         let b = self.bucket(key);
-        // One read inline, returning from where the key is found (a found
-        // flag carried to the end cost four instructions a lookup); the
-        // retries, when a writer holds the bucket, out of line (a retry
-        // loop here makes the compiler keep all seven slot addresses in
-        // registers and on the stack).
-        let s1 = b.seq.load(Ordering::Acquire);
-        if s1 & 1 == 0 {
-            for slot in &b.slots {
-                if slot.key.load(Ordering::Relaxed) == key {
-                    let v = slot.val.load(Ordering::Relaxed);
-                    fence(Ordering::Acquire);
-                    if b.seq.load(Ordering::Relaxed) == s1 {
-                        return Some(PackedEntry(v));
-                    }
-                    return Self::lookup_contended(b, key);
-                }
-            }
-            fence(Ordering::Acquire);
-            if b.seq.load(Ordering::Relaxed) == s1 {
-                return None;
-            }
+        // One read inline; the retries, when a writer holds the bucket, out
+        // of line (a retry loop here makes the compiler keep all seven slot
+        // addresses in registers and on the stack).
+        match b.read(key) {
+            Some(found) => found.map(PackedEntry),
+            None => Self::lookup_contended(b, key),
         }
-        Self::lookup_contended(b, key)
     }
 
     #[cold]

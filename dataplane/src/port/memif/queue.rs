@@ -19,7 +19,7 @@ use super::ring::{Desc, Ring};
 use crate::eventfd::kick_eventfd;
 use crate::queue::{
     prefetch, rx_unless_truncated, tx_each, tx_unless_truncated, QueueFault, RxBurst, RxQueue,
-    TxError, TxFrame, TxOutcome, TxQueue,
+    Segment, TxError, TxFrame, TxOutcome, TxQueue,
 };
 use crate::wire::memif::{DESC_FLAG_NEXT, RING_FLAG_MASK_INT};
 
@@ -123,22 +123,22 @@ impl MemifRx {
     }
 }
 
+/// Where descriptor `d` of `slot` points in `regions`, bounds-checked:
+/// a buffer the peer wrote (receive) or posted (a master's transmit).
+#[inline]
+fn resolve(regions: &Regions, slot: u16, d: &Desc) -> Result<*mut u8, QueueFault> {
+    regions
+        .resolve(d.region, d.offset, d.length)
+        .ok_or(QueueFault::BadDescriptor {
+            slot,
+            region: d.region,
+            offset: d.offset,
+            length: d.length,
+        })
+}
+
 impl MemifRx {
     /// Gathers up to a burst of the peer's frames.
-    /// Where descriptor `d` of `slot` points, bounds-checked against the
-    /// peer's regions.
-    #[inline]
-    fn resolve(&self, slot: u16, d: &Desc) -> Result<*mut u8, QueueFault> {
-        self.regions
-            .resolve(d.region, d.offset, d.length)
-            .ok_or(QueueFault::BadDescriptor {
-                slot,
-                region: d.region,
-                offset: d.offset,
-                length: d.length,
-            })
-    }
-
     fn take_burst(&mut self, burst: &mut RxBurst) -> Result<usize, QueueFault> {
         let limit = self.peer_counter();
         let avail = limit.wrapping_sub(self.cursor);
@@ -162,7 +162,7 @@ impl MemifRx {
         while slot != limit && !burst.is_full() {
             let start = slot;
             let d = self.ring.desc(slot);
-            let ptr = self.resolve(slot, &d)?;
+            let ptr = resolve(&self.regions, slot, &d)?;
             // The peer has just written this frame, so its first line is
             // in the peer's cache: the switch reads it next (the Ethernet
             // header). Hinting the whole burst's headers here lets those
@@ -186,7 +186,7 @@ impl MemifRx {
                     return Err(QueueFault::UnterminatedChain { slot: start });
                 }
                 let d = self.ring.desc(slot);
-                let ptr = self.resolve(slot, &d)?;
+                let ptr = resolve(&self.regions, slot, &d)?;
                 // SAFETY: as above.
                 fits &= unsafe { frame.push(ptr, d.length) };
                 slot = slot.wrapping_add(1);
@@ -334,17 +334,7 @@ impl MemifTx {
             }
             _ => {
                 let d = self.ring.desc(slot);
-                let p = self
-                    .regions
-                    .resolve(d.region, d.offset, d.length)
-                    .ok_or_else(|| {
-                        TxError::fault(QueueFault::BadDescriptor {
-                            slot,
-                            region: d.region,
-                            offset: d.offset,
-                            length: d.length,
-                        })
-                    })?;
+                let p = resolve(&self.regions, slot, &d).map_err(TxError::fault)?;
                 Ok((p, d.length, None))
             }
         }
@@ -374,15 +364,28 @@ impl MemifTx {
         // The common case: one segment, unchanged, that fits one buffer.
         if let Some(seg) = frame.single().filter(|s| s.len <= cap) {
             // SAFETY: `ptr..ptr+cap` was checked to lie in a mapped region
-            // and `seg.len <= cap`; the segment was checked against its own
-            // port's mapping on receive, and the switch never sends a frame
-            // back out of the port it came in on, so the ranges are disjoint.
-            unsafe { std::ptr::copy_nonoverlapping(seg.ptr, ptr, seg.len as usize) };
-            self.filled(start, own_desc, seg.len, 0);
-            self.cursor = start.wrapping_add(1);
+            // and `seg.len <= cap`.
+            unsafe { self.put_single(start, ptr, seg, own_desc) };
             return Ok(());
         }
         self.put_chained(frame, start, (ptr, cap, own_desc))
+    }
+
+    /// Copies `seg`, a frame of one segment, into the buffer of `slot` at
+    /// `ptr`, records it and takes the slot.
+    ///
+    /// # Safety
+    ///
+    /// `ptr..ptr+seg.len` lies in a mapped region. The segment was checked
+    /// against its own port's mapping on receive, and the switch never
+    /// sends a frame back out of the port it came in on, so the ranges are
+    /// disjoint.
+    #[inline(always)]
+    unsafe fn put_single(&mut self, slot: u16, ptr: *mut u8, seg: Segment, own: Option<Desc>) {
+        // SAFETY: as the caller guarantees.
+        unsafe { std::ptr::copy_nonoverlapping(seg.ptr, ptr, seg.len as usize) };
+        self.filled(slot, own, seg.len, 0);
+        self.cursor = slot.wrapping_add(1);
     }
 
     /// [`MemifTx::put`] of a frame that is rewritten, in several segments
@@ -443,13 +446,9 @@ impl TxQueue for MemifTx {
                     let d = self.ring.desc(slot);
                     if seg.len <= d.length {
                         if let Some(p) = self.regions.resolve(d.region, d.offset, d.length) {
-                            // SAFETY: as in `MemifTx::put`: `p..p+d.length`
-                            // lies in a mapped region, `seg.len <=
-                            // d.length`, and the segment is another port's
-                            // memory, checked on receive.
-                            unsafe { std::ptr::copy_nonoverlapping(seg.ptr, p, seg.len as usize) };
-                            self.ring.set_len_flags(slot, seg.len, 0);
-                            self.cursor = slot.wrapping_add(1);
+                            // SAFETY: `p..p+d.length` lies in a mapped
+                            // region and `seg.len <= d.length`.
+                            unsafe { self.put_single(slot, p, seg, None) };
                             return Ok(());
                         }
                     }

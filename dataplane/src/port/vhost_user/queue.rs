@@ -504,26 +504,31 @@ impl VirtioTx {
                 return Err(TxError::Full);
             }
         }
-        // The common case: a frame of one segment, unchanged, into a chain
-        // of one writable buffer that holds it and its header.
-        if let Some(seg) = frame.single() {
-            let head = self.vq.head_at(next).map_err(TxError::fault)?;
-            if let Some(d) = self.vq.ring.desc(head).filter(|d| d.lone_writable()) {
-                let len = HEADER_LEN + seg.len as usize;
-                if len <= d.len as usize {
-                    if let Some(p) = self.vq.table.translate(d.addr, u64::from(d.len)) {
-                        // SAFETY: `translate` bounds-checked the whole
-                        // buffer, a live device-writable guest range, and
-                        // HEADER_LEN + seg.len <= d.len.
-                        unsafe { put_single(p, seg) };
-                        self.used[0] = (head, len as u32);
-                        self.vq.queue.set_next_avail(next.wrapping_add(1));
-                        return Ok(1);
-                    }
-                }
-            }
+        if let Some(used) = frame.single().and_then(|seg| self.fill_single(next, seg)) {
+            self.used[0] = used;
+            return Ok(1);
         }
         self.fill_chains(frame, next)
+    }
+
+    /// The common case: `seg`, a frame of one segment, unchanged, into
+    /// the chain at `next` when that is one writable buffer that holds it
+    /// and its header. Returns the chain's used element, or `None` (nothing
+    /// taken) for the general path, which also reports a bad head.
+    #[inline(always)]
+    fn fill_single(&mut self, next: u16, seg: Segment) -> Option<(u16, u32)> {
+        let head = self.vq.ring.avail_entry(next);
+        let d = self.vq.ring.desc(head).filter(|d| d.lone_writable())?;
+        let len = HEADER_LEN + seg.len as usize;
+        if len > d.len as usize {
+            return None;
+        }
+        let p = self.vq.table.translate(d.addr, u64::from(d.len))?;
+        // SAFETY: `translate` bounds-checked the whole buffer, a live
+        // device-writable guest range, and HEADER_LEN + seg.len <= d.len.
+        unsafe { put_single(p, seg) };
+        self.vq.queue.set_next_avail(next.wrapping_add(1));
+        Some((head, len as u32))
     }
 
     /// [`VirtioTx::fill`] of a frame that is rewritten, in several
@@ -714,24 +719,12 @@ impl TxQueue for VirtioTx {
         tx_each(frames, |frame| {
             let next = self.vq.queue.next_avail();
             if next != self.avail {
-                if let Some(seg) = frame.single() {
-                    let head = self.vq.ring.avail_entry(next);
-                    if let Some(d) = self.vq.ring.desc(head).filter(|d| d.lone_writable()) {
-                        let len = HEADER_LEN + seg.len as usize;
-                        if len <= d.len as usize {
-                            if let Some(p) = self.vq.table.translate(d.addr, u64::from(d.len)) {
-                                // SAFETY: as in `VirtioTx::fill`: `translate`
-                                // bounds-checked the whole buffer, a live
-                                // device-writable guest range, and
-                                // HEADER_LEN + seg.len <= d.len.
-                                unsafe { put_single(p, seg) };
-                                self.vq.queue.set_next_avail(next.wrapping_add(1));
-                                self.vq.write_used(head, len as u32);
-                                self.added += 1;
-                                return Ok(());
-                            }
-                        }
-                    }
+                if let Some((head, len)) =
+                    frame.single().and_then(|seg| self.fill_single(next, seg))
+                {
+                    self.vq.write_used(head, len);
+                    self.added += 1;
+                    return Ok(());
                 }
             }
             self.tx(frame)
