@@ -18,7 +18,7 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use switchyard::dataplane::{Dataplane, WorkerView};
+use switchyard::dataplane::{Dataplane, RxClaim, WorkerView};
 use switchyard::eventfd::new_eventfd;
 use switchyard::forward::Forwarder;
 use switchyard::port::memif::queue::{MemifRx, MemifTx, Side};
@@ -476,22 +476,55 @@ fn plane_with(
 }
 
 /// One worker iteration over the view's receive queues.
-fn iterate(dp: &Dataplane, view: &WorkerView, fwd: &mut Forwarder, burst: &mut RxBurst) -> usize {
-    iterate_with::<true>(dp, view, fwd, burst)
+/// A worker's state: its view, its claims on the view's receive queues
+/// (held from one view to the next, as the worker holds them) and its
+/// forwarder.
+struct Worker {
+    dp: Dataplane,
+    view: WorkerView,
+    claims: Vec<Option<RxClaim>>,
+    fwd: Forwarder,
 }
 
-/// [`iterate`], with the capture and trace hooks compiled in (`HOOKS`, as
-/// the worker runs) or out.
+impl Worker {
+    fn new((dp, view): (Dataplane, WorkerView)) -> Worker {
+        let claims = view.rx.iter().map(|rx| rx.slot.claim()).collect();
+        let mut fwd = Forwarder::default();
+        fwd.resize(&view);
+        Worker {
+            dp,
+            view,
+            claims,
+            fwd,
+        }
+    }
+
+    fn iterate(&mut self, burst: &mut RxBurst) -> usize {
+        iterate_with::<true>(self, burst)
+    }
+}
+
+/// One pass of the worker over its queues ([`Worker::iterate`]), with the
+/// capture and trace hooks compiled in (`HOOKS`, as the worker runs) or
+/// out.
 #[inline(never)]
-fn iterate_with<const HOOKS: bool>(
+fn iterate_with<const HOOKS: bool>(wk: &mut Worker, burst: &mut RxBurst) -> usize {
+    pass::<HOOKS>(&wk.dp, &wk.view, &mut wk.claims, &mut wk.fwd, burst)
+}
+
+/// The pass itself, over the worker's parts borrowed apart, as the
+/// worker's loop has them.
+#[inline(always)]
+fn pass<const HOOKS: bool>(
     dp: &Dataplane,
     view: &WorkerView,
+    claims: &mut [Option<RxClaim>],
     fwd: &mut Forwarder,
     burst: &mut RxBurst,
 ) -> usize {
     let mut n = 0;
-    for rx in &view.rx {
-        let mut q = rx.slot.lock();
+    for (rx, claim) in view.rx.iter().zip(claims.iter_mut()) {
+        let q = claim.as_mut().expect("claimed").queue();
         burst.clear();
         n += q.rx_burst(burst).unwrap();
         fwd.forward_burst_with::<HOOKS>(dp, view, 0, rx.ingress(), burst.frames(), || q.release());
@@ -508,15 +541,13 @@ fn forward(c: &mut Criterion) {
     for size in [60usize, 1514] {
         let data = frame(size, MAC_B, MAC_A, None);
         let (peers, rx, tx) = Peers::new(&data);
-        let (dp, view) = plane_with(Box::new(rx), Box::new(tx), &[MAC_B]);
-        let mut fwd = Forwarder::default();
-        fwd.resize(&view);
+        let mut wk = Worker::new(plane_with(Box::new(rx), Box::new(tx), &[MAC_B]));
         g.bench_function(
             BenchmarkId::new("worker_memif_to_memif", size + 4),
             |bench| {
                 bench.iter(|| {
                     peers.step();
-                    black_box(iterate(&dp, &view, &mut fwd, &mut burst))
+                    black_box(wk.iterate(&mut burst))
                 })
             },
         );
@@ -527,7 +558,7 @@ fn forward(c: &mut Criterion) {
             |bench| {
                 bench.iter(|| {
                     peers.step();
-                    black_box(iterate_with::<false>(&dp, &view, &mut fwd, &mut burst))
+                    black_box(iterate_with::<false>(&mut wk, &mut burst))
                 })
             },
         );
@@ -543,15 +574,13 @@ fn forward(c: &mut Criterion) {
         let host_b = |i: u32| 0x02_51_00_00_00_00 | u64::from(i);
         let (peers, rx, tx) = Peers::with_frames(hosts, |i| frame(60, host_b(i), host_a(i), None));
         let macs_b: Vec<u64> = (0..hosts).map(host_b).collect();
-        let (dp, view) = plane_with(Box::new(rx), Box::new(tx), &macs_b);
-        let mut fwd = Forwarder::default();
-        fwd.resize(&view);
+        let mut wk = Worker::new(plane_with(Box::new(rx), Box::new(tx), &macs_b));
         g.bench_function(
             BenchmarkId::new(format!("worker_memif_to_memif_{hosts}_hosts"), 64),
             |bench| {
                 bench.iter(|| {
                     peers.step();
-                    black_box(iterate(&dp, &view, &mut fwd, &mut burst))
+                    black_box(wk.iterate(&mut burst))
                 })
             },
         );
@@ -565,16 +594,14 @@ fn forward(c: &mut Criterion) {
         let mut db = Driver::new(true, &data);
         let rx = VirtioRx::new(da.vq());
         let tx = VirtioTx::new(db.vq(), true);
-        let (dp, view) = plane_with(Box::new(rx), Box::new(tx), &[MAC_B]);
-        let mut fwd = Forwarder::default();
-        fwd.resize(&view);
+        let mut wk = Worker::new(plane_with(Box::new(rx), Box::new(tx), &[MAC_B]));
         g.bench_function(
             BenchmarkId::new("worker_vhost_to_vhost", size + 4),
             |bench| {
                 bench.iter(|| {
                     da.step(BURST as u16);
                     db.step(BURST as u16);
-                    black_box(iterate(&dp, &view, &mut fwd, &mut burst))
+                    black_box(wk.iterate(&mut burst))
                 })
             },
         );
@@ -586,11 +613,9 @@ fn forward(c: &mut Criterion) {
         let rx = ReplayRx {
             frames: vec![bcast.clone(); BURST],
         };
-        let (dp, view) = plane(Box::new(rx), None, &vec![None; n]);
-        let mut fwd = Forwarder::default();
-        fwd.resize(&view);
+        let mut wk = Worker::new(plane(Box::new(rx), None, &vec![None; n]));
         g.bench_function(BenchmarkId::new("flood_to_ports", n), |bench| {
-            bench.iter(|| black_box(iterate(&dp, &view, &mut fwd, &mut burst)))
+            bench.iter(|| black_box(wk.iterate(&mut burst)))
         });
     }
 
@@ -606,11 +631,9 @@ fn forward(c: &mut Criterion) {
         let rx = ReplayRx {
             frames: vec![frame(60, MAC_B, MAC_A, tag); BURST],
         };
-        let (dp, view) = plane(Box::new(rx), in_vlan, &[out_vlan]);
-        let mut fwd = Forwarder::default();
-        fwd.resize(&view);
+        let mut wk = Worker::new(plane(Box::new(rx), in_vlan, &[out_vlan]));
         g.bench_function(BenchmarkId::new(name, 64), |bench| {
-            bench.iter(|| black_box(iterate(&dp, &view, &mut fwd, &mut burst)))
+            bench.iter(|| black_box(wk.iterate(&mut burst)))
         });
     }
     g.finish();

@@ -813,6 +813,8 @@ def profile_dut(what, pps):
 SLICE = 0.4
 # (dut, kind, size) -> the slices' rates (pps) of each run.
 SLICES = {}
+# (dut, kind) -> the slices' round trips (s) of each short-loop run.
+RTT_SLICES = {}
 
 # The cross-CPU cache-line round trip sampled before each round (see
 # machine_state): (p50 ns, share of windows far apart) per sample.
@@ -846,6 +848,13 @@ def print_states():
     print(f"\nmachine: cross-CPU cache-line round trip (CPU {DUT_CPU} <-> {GEN_CPU}) sampled for "
           f"1 s before each of {len(STATES)} rounds: p50 {p50[0]}-{p50[-1]} ns over the rounds, "
           f"{far * 100:.0f}% of the time over 200 ns (vCPUs far apart, every DUT slower)")
+
+
+def rtt_of(pps, queues):
+    """The round trip of a short loop carrying `pps`: one frame per port and
+    queue circulates, each received once per trip through the DUT and
+    back."""
+    return 2 * queues / pps
 
 
 def run_once(dut_name, kind, size, seconds, bursts, rtt=False):
@@ -900,19 +909,19 @@ def run_once(dut_name, kind, size, seconds, bursts, rtt=False):
         time.sleep(2.0)  # warm-up
         port_pps(gen)  # testpmd's pps is over the time between two calls
         dut.load_mark()
-        if rtt:
-            time.sleep(seconds)
-            pps = port_pps(gen)
-        else:
-            # The window in slices: the machine's state changes within it.
-            slices = []
-            end = time.time() + seconds
-            while time.time() < end:
-                time.sleep(min(SLICE, max(0.0, end - time.time())))
-                slices.append(port_pps(gen))
-            pps = statistics.mean(slices)
-            if pps:
-                SLICES.setdefault((dut_name, kind, size), []).append(slices)
+        # The window in slices: the machine's state changes within it.
+        slices = []
+        end = time.time() + seconds
+        while time.time() < end:
+            time.sleep(min(SLICE, max(0.0, end - time.time())))
+            slices.append(port_pps(gen))
+        pps = statistics.mean(slices)
+        if pps and rtt:
+            # Kept as round trips.
+            RTT_SLICES.setdefault((dut_name, kind), []).append(
+                [rtt_of(p, q) for p in slices if p])
+        elif pps:
+            SLICES.setdefault((dut_name, kind, size), []).append(slices)
         if not pps:
             carried_nothing(dut)
         elif os.environ.get("LOOP_BENCH_COUNTERS", "0") not in ("", "0"):
@@ -921,10 +930,7 @@ def run_once(dut_name, kind, size, seconds, bursts, rtt=False):
             LOADS.setdefault((dut_name, kind, size, None), []).append(dut.load())
             profile_dut(f"{dut_name}-{kind}-{size}", pps)
         if rtt:
-            # One frame per port and queue circulates: each is received
-            # once per trip through the DUT and back.
-            in_flight = 2 * q
-            return in_flight / pps if pps else None
+            return rtt_of(pps, q) if pps else None
         return pps
     finally:
         if gen:
@@ -1014,6 +1020,7 @@ def main():
                 print_loads(duts, sorted({(k, 64, n) for (_, k, n) in many}))
             LOADS.clear()
             SLICES.clear()
+            RTT_SLICES.clear()
             print_states()
             STATES.clear()
             print_settings(duts, args)
@@ -1058,11 +1065,17 @@ def measure(duts, cells, args, rtt):
                 continue
             runs[(dut, kind, size)].append(v)
             shown = f"{v * 1e6:.2f} us RTT" if rtt else f"{v / 1e6:.3f} Mpps"
-            sl = SLICES.get((dut, kind, size), []) if SET.hosts is None else []
-            if not rtt and sl and len(sl) == len(runs[(dut, kind, size)]):
-                q = sorted(sl[-1])
-                shown += (f" [slices {q[0] / 1e6:.2f}-{q[-1] / 1e6:.2f}, median "
-                          f"{statistics.median(q) / 1e6:.2f}]")
+            sl = (RTT_SLICES.get((dut, kind), []) if rtt else
+                  SLICES.get((dut, kind, size), []) if SET.hosts is None else [])
+            if sl and len(sl) == len(runs[(dut, kind, size)]) and sl[-1]:
+                if rtt:
+                    q = sorted(sl[-1])
+                    shown += (f" [slices {q[0] * 1e6:.2f}-{q[-1] * 1e6:.2f} us, median "
+                              f"{statistics.median(q) * 1e6:.2f}]")
+                else:
+                    q = sorted(sl[-1])
+                    shown += (f" [slices {q[0] / 1e6:.2f}-{q[-1] / 1e6:.2f}, median "
+                              f"{statistics.median(q) / 1e6:.2f}]")
             load = LOADS.get((dut, kind, size, SET.hosts), [])
             if not rtt and load and load[-1][0] is not None:
                 busy, burst = load[-1]
@@ -1124,6 +1137,15 @@ def print_rtt(rtts, duts):
           "generator -> DUT -> generator = frames in flight / (frames per second)\n")
     print_grid([("kind", "12")], [(k, [k]) for k in sorted({k for (_, k, _) in rtts})], duts,
                12, lambda d, kind: rtts.get((d, kind, 64)),
+               lambda v, _: f"{v * 1e6:.2f} us" if v else "-", ratios=False)
+    if not RTT_SLICES:
+        return
+    fast = {key: statistics.median(min(r) for r in runs if r)
+            for key, runs in RTT_SLICES.items() if any(runs)}
+    print(f"\nthe same, fastest {SLICE + 0.1:.1f} s slice of each window, median over the "
+          "runs (the round trip with the vCPUs near each other, where a slice had them so)\n")
+    print_grid([("kind", "12")], [(k, [k]) for k in sorted({k for (_, k) in fast})], duts,
+               12, lambda d, kind: fast.get((d, kind)),
                lambda v, _: f"{v * 1e6:.2f} us" if v else "-", ratios=False)
 
 

@@ -85,10 +85,13 @@ impl PortShared {
     }
 }
 
-/// A receive queue and its interrupt fd.
+/// A receive queue and its interrupt fd. The queue is reached only through
+/// an [`RxClaim`], which one worker at a time holds.
 pub struct RxSlot {
-    queue: Mutex<Box<dyn RxQueue>>,
-    /// The queue's interrupt eventfd, cached so sleeping needs no lock
+    queue: UnsafeCell<Box<dyn RxQueue>>,
+    /// Whether an [`RxClaim`] on this slot exists.
+    claimed: AtomicBool,
+    /// The queue's interrupt eventfd, cached so sleeping needs no claim
     /// (read through [`RxSlot::irq_fd`]).
     irq_fd: Option<RawFd>,
     /// Whether the worker drains `irq_fd` when it wakes (an eventfd).
@@ -97,21 +100,75 @@ pub struct RxSlot {
     pub load: QueueCounters,
 }
 
+// SAFETY: the queue inside is only reached through an `RxClaim`, and at most
+// one claim per slot exists at a time (`claimed`, set by a compare-exchange
+// and cleared when the claim drops), so one thread at a time touches it;
+// `RxQueue: Send`.
+unsafe impl Sync for RxSlot {}
+
 impl RxSlot {
-    /// Locks the queue. Each queue is polled by one worker, so this never
-    /// waits except in the instant a queue moves between workers.
-    #[inline]
-    pub fn lock(&self) -> MutexGuard<'_, Box<dyn RxQueue>> {
-        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    fn new(queue: Box<dyn RxQueue>) -> RxSlot {
+        let irq_fd = queue.interrupt_fd().map(|fd| fd.as_raw_fd());
+        let irq_drain = queue.interrupt_is_eventfd();
+        RxSlot {
+            queue: UnsafeCell::new(queue),
+            claimed: AtomicBool::new(false),
+            irq_fd,
+            irq_drain,
+            load: QueueCounters::default(),
+        }
     }
 
-    /// The queue's interrupt eventfd, without taking the queue's lock.
+    /// Takes the queue for the caller until the returned claim drops: None
+    /// while another worker still holds it, which happens only in the
+    /// instant a queue moves between workers (the old one lets go when it
+    /// next rebuilds its view).
+    pub fn claim(self: &Arc<Self>) -> Option<RxClaim> {
+        self.claimed
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .ok()
+            .map(|_| RxClaim(self.clone()))
+    }
+
+    /// The queue's interrupt eventfd, without a claim.
     #[inline]
     pub fn irq_fd(&self) -> Option<BorrowedFd<'_>> {
         // SAFETY: the number was the queue's own fd when the slot was made;
         // the queue owns it (it closes it when dropped) and the slot owns
         // the queue, so it stays open for as long as `self` is borrowed.
         self.irq_fd.map(|fd| unsafe { BorrowedFd::borrow_raw(fd) })
+    }
+}
+
+/// A worker's hold on a receive queue, the one way to reach it. A worker
+/// claims its queues when it builds its view and keeps them until the
+/// next, so that a poll takes no lock: a locked instruction per poll would
+/// also wait for every store of the last burst (into the peers' rings) to
+/// reach their caches, and a one-frame round trip would pay it each time.
+pub struct RxClaim(Arc<RxSlot>);
+
+impl RxClaim {
+    /// The claimed queue.
+    #[inline]
+    pub fn queue(&mut self) -> &mut dyn RxQueue {
+        // SAFETY: this claim set `claimed` and clears it only when dropped,
+        // so no other claim, and no other reference to the queue, exists
+        // meanwhile; `&mut self` makes this borrow the only one through
+        // this claim.
+        unsafe { &mut **self.0.queue.get() }
+    }
+
+    /// The claimed slot.
+    #[inline]
+    pub fn slot(&self) -> &RxSlot {
+        &self.0
+    }
+}
+
+impl Drop for RxClaim {
+    fn drop(&mut self) {
+        // Release: the next claimant sees the queue as this one left it.
+        self.0.claimed.store(false, Ordering::Release);
     }
 }
 
@@ -424,7 +481,7 @@ impl Dataplane {
     /// Moves receive queues between workers: each `(port, queue, slot,
     /// worker)` whose slot is still that port's queue goes to `worker`.
     /// Workers pick the change up at their next pass; a queue's frames wait
-    /// in its ring meanwhile (the slot's lock keeps the two workers from
+    /// in its ring meanwhile (the slot's claim keeps the two workers from
     /// polling it at once), so none is lost. Returns how many moved.
     pub fn move_queues(&self, moves: &[(PortId, usize, Arc<RxSlot>, usize)]) -> usize {
         let mut t = self.table();
@@ -820,19 +877,7 @@ impl Dataplane {
             .collect();
         if let Some(p) = t.ports.get_mut(id as usize).and_then(Option::as_mut) {
             p.rx_worker = rx_worker;
-            p.rx =
-                q.rx.into_iter()
-                    .map(|q| {
-                        let irq_fd = q.interrupt_fd().map(|fd| fd.as_raw_fd());
-                        let irq_drain = q.interrupt_is_eventfd();
-                        Arc::new(RxSlot {
-                            queue: Mutex::new(q),
-                            irq_fd,
-                            irq_drain,
-                            load: QueueCounters::default(),
-                        })
-                    })
-                    .collect();
+            p.rx = q.rx.into_iter().map(|q| Arc::new(RxSlot::new(q))).collect();
             p.tx = q.tx.into_iter().map(|q| Arc::new(TxSlot::new(q))).collect();
             p.shared.link_up.store(true, Ordering::Relaxed);
         }

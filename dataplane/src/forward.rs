@@ -11,6 +11,8 @@
 //! the VLANs of its list tagged, and untagged frames as VLAN 0 when the list
 //! holds 0.
 
+use std::mem::MaybeUninit;
+
 use crate::dataplane::{Dataplane, Ingress, ViewBridge, ViewPort, WorkerView};
 use crate::observe::{capture, Trace, TraceLearn, TraceLookup, TraceRecord};
 use crate::queue::{RxFrame, TxError, TxFrame, BURST_SIZE};
@@ -613,13 +615,17 @@ impl Forwarder {
             } else {
                 Default::default()
             };
-            // The destination's frames, each as it leaves (tag rewritten).
-            let mut txfs = [TxFrame::EMPTY; BURST_SIZE];
+            // The destination's frames, each as it leaves (tag rewritten):
+            // only the slots used are written, not a whole burst's worth
+            // (a kilobyte, which a one-frame burst would pay in full).
+            let mut txfs = [const { MaybeUninit::<TxFrame>::uninit() }; BURST_SIZE];
             let mut all_bytes = 0u64;
-            for (txf, e) in txfs.iter_mut().zip(q.as_slice()) {
+            let queued = q.as_slice();
+            let n = queued.len().min(BURST_SIZE);
+            for (txf, e) in txfs[..n].iter_mut().zip(&queued[..n]) {
                 let frame = &frames[usize::from(e.frame)];
                 let hdr = &hdrs[usize::from(e.frame)];
-                *txf = match e.tag {
+                let f = txf.write(match e.tag {
                     Retag::Keep => TxFrame::plain(frame),
                     Retag::Pop => TxFrame {
                         frame,
@@ -631,10 +637,13 @@ impl Forwarder {
                         prefix: hdr,
                         skip: 12,
                     },
-                };
-                all_bytes += txf.len() as u64;
+                });
+                all_bytes += f.len() as u64;
             }
-            let txfs = &txfs[..q.as_slice().len()];
+            // SAFETY: the loop wrote `txfs[..n]`, and `n <= BURST_SIZE`;
+            // `MaybeUninit<TxFrame>` has `TxFrame`'s layout.
+            let txfs: &[TxFrame] =
+                unsafe { std::slice::from_raw_parts(txfs.as_ptr().cast::<TxFrame>(), n) };
             let out = tx.with(|txq| {
                 let out = txq.tx_burst(txfs);
                 if k == last {

@@ -19,10 +19,10 @@ use std::time::{Duration, Instant};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use tracing::{info, warn};
 
-use crate::dataplane::{Dataplane, ViewRx, WorkerView};
+use crate::dataplane::{Dataplane, RxClaim, ViewRx, WorkerView};
 use crate::eventfd::drain_eventfd;
 use crate::forward::Forwarder;
-use crate::queue::RxBurst;
+use crate::queue::{RxBurst, RxQueue};
 use crate::types::{bump, ticks, DropReason};
 
 /// How workers wait for frames.
@@ -180,6 +180,8 @@ pub fn run(dp: Dataplane, cfg: WorkerConfig) {
         }
     }
     let mut view = WorkerView::default();
+    // This worker's hold on each of `view.rx`, None until it gets it.
+    let mut claims: Vec<Option<RxClaim>> = Vec::new();
     let mut generation = 0u64;
     let mut fwd = Forwarder::default();
     let mut burst = RxBurst::default();
@@ -192,7 +194,11 @@ pub fn run(dp: Dataplane, cfg: WorkerConfig) {
             break;
         }
         if dp.generation() != generation {
+            // The old view's queues go first: one that moved to another
+            // worker is polled there once this one lets go.
+            claims.clear();
             generation = dp.build_view(w, &mut view);
+            claims.extend(view.rx.iter().map(|rx| rx.slot.claim()));
             dp.ack_generation(w, generation);
             fwd.resize(&view);
             // The old set goes first: its queue fds are those of the
@@ -213,14 +219,19 @@ pub fn run(dp: Dataplane, cfg: WorkerConfig) {
         let start = ticks();
         let mut t = start;
         let mut work = 0usize;
-        for rx in &view.rx {
+        // A queue another worker still holds (it moved here a moment ago).
+        let mut unclaimed = false;
+        for (rx, claim) in view.rx.iter().zip(claims.iter_mut()) {
             let Some(port) = view.ports.get(rx.port as usize).and_then(Option::as_ref) else {
                 continue;
             };
             if Dataplane::faulted(&port.shared) {
                 continue;
             }
-            let mut q = rx.slot.lock();
+            let Some(q) = claimed(rx, claim) else {
+                unclaimed = true;
+                continue;
+            };
             burst.clear();
             match q.rx_burst(&mut burst) {
                 Ok(n) => {
@@ -269,15 +280,16 @@ pub fn run(dp: Dataplane, cfg: WorkerConfig) {
             continue;
         }
         bump(&load.idle_ticks, end.wrapping_sub(start));
-        let sleep = match cfg.mode {
-            PollMode::Poll => false,
-            PollMode::Interrupt => true,
-            PollMode::Adaptive => {
-                let now = Instant::now();
-                let since = *idle_since.get_or_insert(now);
-                now.duration_since(since) >= cfg.idle_threshold
-            }
-        };
+        let sleep = !unclaimed
+            && match cfg.mode {
+                PollMode::Poll => false,
+                PollMode::Interrupt => true,
+                PollMode::Adaptive => {
+                    let now = Instant::now();
+                    let since = *idle_since.get_or_insert(now);
+                    now.duration_since(since) >= cfg.idle_threshold
+                }
+            };
         if !sleep {
             std::hint::spin_loop();
             continue;
@@ -289,7 +301,7 @@ pub fn run(dp: Dataplane, cfg: WorkerConfig) {
         }
         match &epoll {
             Some(e) => {
-                if sleep_until_kicked(&dp, w, &view, &e.ep, generation) {
+                if sleep_until_kicked(&dp, w, &view, &mut claims, &e.ep, generation) {
                     bump(&load.wakeups, 1);
                 }
             }
@@ -300,19 +312,29 @@ pub fn run(dp: Dataplane, cfg: WorkerConfig) {
     dp.ack_generation(w, u64::MAX);
 }
 
+/// The queue of `rx` if this worker holds it, claiming it first if it did
+/// not yet.
+#[inline]
+fn claimed<'a>(rx: &ViewRx, claim: &'a mut Option<RxClaim>) -> Option<&'a mut dyn RxQueue> {
+    if claim.is_none() {
+        *claim = rx.slot.claim();
+    }
+    claim.as_mut().map(RxClaim::queue)
+}
+
 /// Sleeps until a queue's interrupt or a kick; true if one came (not the
-/// timeout, nor frames already pending).
+/// timeout, nor frames already pending). Every queue of `view` is claimed.
 fn sleep_until_kicked(
     dp: &Dataplane,
     w: usize,
     view: &WorkerView,
+    claims: &mut [Option<RxClaim>],
     ep: &Epoll,
     generation: u64,
 ) -> bool {
     let mut woken = false;
     let mut pending = false;
-    for rx in &view.rx {
-        let mut q = rx.slot.lock();
+    for q in claims.iter_mut().flatten().map(RxClaim::queue) {
         q.set_interrupt(true);
         pending |= q.has_pending();
     }
@@ -336,8 +358,8 @@ fn sleep_until_kicked(
             }
         }
     }
-    for rx in &view.rx {
-        rx.slot.lock().set_interrupt(false);
+    for q in claims.iter_mut().flatten().map(RxClaim::queue) {
+        q.set_interrupt(false);
     }
     woken
 }
@@ -353,6 +375,7 @@ mod tests {
     use crate::switch::security::PortSecurity;
     use crate::vlan::VlanMode;
     use nix::sys::epoll::{EpollEvent, EpollTimeout};
+    use std::sync::Arc;
 
     /// A queue with nothing to receive but an interrupt eventfd.
     struct Quiet(OwnedFd);
@@ -416,6 +439,42 @@ mod tests {
         assert_eq!(ready(&ints), 1);
         ints.busy(&view);
         assert_eq!(ready(&ints), 0);
+    }
+
+    #[test]
+    fn a_receive_queue_has_one_claim_at_a_time_and_follows_its_move() {
+        let dp = Dataplane::new(2).unwrap();
+        let br = dp.add_bridge(64);
+        let (p, _) = dp.add_port("p", Some(br), VlanMode::default(), &PortSecurity::default());
+        dp.attach_queues(
+            p,
+            PortQueues {
+                rx: vec![Box::new(Quiet(new_eventfd().unwrap()))],
+                tx: vec![],
+            },
+        );
+        let owner = dp.rx_queues()[0].0;
+        let other = 1 - owner;
+        let mut view = WorkerView::default();
+        dp.build_view(owner, &mut view);
+        let slot = view.rx[0].slot.clone();
+        let mut held = slot.claim().expect("a free queue is claimed");
+        assert!(slot.claim().is_none(), "a second claim while one is held");
+        assert!(held.queue().rx_burst(&mut RxBurst::default()).is_ok());
+
+        // The queue moves: the new worker cannot poll it while the old one
+        // still holds it, and can once the old one lets go (its next view).
+        let (_, port, q, s) = dp.rx_queues().remove(0);
+        assert_eq!(dp.move_queues(&[(port, q, s, other)]), 1);
+        let mut next = WorkerView::default();
+        dp.build_view(other, &mut next);
+        assert!(Arc::ptr_eq(&next.rx[0].slot, &slot));
+        let mut claim = None;
+        assert!(super::claimed(&next.rx[0], &mut claim).is_none());
+        drop(held);
+        assert!(super::claimed(&next.rx[0], &mut claim).is_some());
+        assert!(claim.is_some(), "the claim is kept for the next passes");
+        assert!(slot.claim().is_none());
     }
 
     #[test]

@@ -467,9 +467,14 @@ impl TxQueue for MemifTx {
             Side::Slave => self.ring.set_head(self.cursor),
         }
         self.published = self.cursor;
-        // Our counter store must be visible before we read whether the peer
-        // sleeps, or a peer unmasking at this instant could miss the frames.
-        fence(Ordering::SeqCst);
+        // No fence between the counter store and the flag read, as DPDK,
+        // VPP and libmemif publish: a fence here waits for every store of
+        // the burst (the frames, the descriptors, the counter, all in the
+        // peer's cache) to land, once per flush, and a one-frame round trip
+        // pays it in full. The cost is the memif protocol's own: a peer
+        // that unmasks at this instant may read the old counter and sleep
+        // until its next interrupt or timeout (the switch's workers bound
+        // their sleep).
         if self.ring.flags() & RING_FLAG_MASK_INT == 0 {
             kick_eventfd(self.irq.as_fd());
         }
