@@ -53,6 +53,11 @@ pub struct WorkerConfig {
 
 const WAKER_TOKEN: u64 = u64::MAX;
 
+/// How long a worker that unmasked its queues' interrupts keeps looking
+/// for frames before it sleeps (see `sleep_until_kicked`): longer than a
+/// store takes to leave a CPU's store buffer.
+const UNMASK_GRACE: Duration = Duration::from_micros(2);
+
 /// Passes that found frames after which an adaptive worker, awake again,
 /// takes its queues' fds out of its epoll set (a few milliseconds of
 /// steady traffic).
@@ -337,6 +342,16 @@ fn sleep_until_kicked(
     for q in claims.iter_mut().flatten().map(RxClaim::queue) {
         q.set_interrupt(true);
         pending |= q.has_pending();
+    }
+    // memif senders (DPDK, VPP, libmemif, this switch) read whether we
+    // sleep without a fence after publishing, so a frame published just as
+    // we unmasked may come without a kick. Its counter store still lands
+    // within the sender's store-buffer drain: a second look a moment later
+    // sees it, where otherwise the frame would wait out the sleep.
+    let grace = Instant::now() + UNMASK_GRACE;
+    while !pending && Instant::now() < grace {
+        std::hint::spin_loop();
+        pending = claims.iter_mut().flatten().any(|c| c.queue().has_pending());
     }
     if !pending && dp.generation() == generation && !dp.stopping() {
         let mut events = [EpollEvent::empty(); 32];

@@ -9,6 +9,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crossbeam::queue::ArrayQueue;
+use smallvec::SmallVec;
 
 use crate::types::{DropReason, PortId};
 use crate::wire::MacAddr;
@@ -72,8 +73,10 @@ pub struct TraceRecord {
     pub learn: TraceLearn,
     /// What the lookup found.
     pub lookup: TraceLookup,
-    /// Each port it was handed to, and what became of it there.
-    pub out: Vec<(PortId, Result<(), DropReason>)>,
+    /// Each port it was handed to, and what became of it there: held in
+    /// the record up to four ports, so tracing a unicast frame allocates
+    /// nothing (a flood to more ports does).
+    pub out: SmallVec<[(PortId, Result<(), DropReason>); 4]>,
     /// Why it went nowhere, if it was dropped on the way in.
     pub drop: Option<DropReason>,
 }
@@ -91,7 +94,7 @@ impl TraceRecord {
             vlan: None,
             learn: TraceLearn::Skipped,
             lookup: TraceLookup::Skipped,
-            out: Vec::new(),
+            out: SmallVec::new(),
             drop: None,
         }
     }

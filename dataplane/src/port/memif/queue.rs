@@ -473,8 +473,8 @@ impl TxQueue for MemifTx {
         // peer's cache) to land, once per flush, and a one-frame round trip
         // pays it in full. The cost is the memif protocol's own: a peer
         // that unmasks at this instant may read the old counter and sleep
-        // until its next interrupt or timeout (the switch's workers bound
-        // their sleep).
+        // until its next interrupt or timeout (the switch's own workers
+        // look again a moment after unmasking, which catches it).
         if self.ring.flags() & RING_FLAG_MASK_INT == 0 {
             kick_eventfd(self.irq.as_fd());
         }
