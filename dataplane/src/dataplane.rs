@@ -157,12 +157,6 @@ impl RxClaim {
         // this claim.
         unsafe { &mut **self.0.queue.get() }
     }
-
-    /// The claimed slot.
-    #[inline]
-    pub fn slot(&self) -> &RxSlot {
-        &self.0
-    }
 }
 
 impl Drop for RxClaim {
@@ -518,6 +512,16 @@ impl Dataplane {
         }
     }
 
+    /// Publishes what changed under `t` and waits until no worker runs on
+    /// a view from before, so what was taken out of the table is no longer
+    /// touched; false if a worker did not answer in time (see
+    /// [`Dataplane::quiesce`]).
+    fn publish_and_quiesce(&self, t: MutexGuard<'_, DpTable>) -> bool {
+        drop(t);
+        self.publish();
+        self.quiesce(DETACH_TIMEOUT)
+    }
+
     /// The wakeup fd of worker `w`.
     pub fn worker_waker(&self, w: usize) -> &Waker {
         &self.inner.worker_wakers[w]
@@ -684,9 +688,7 @@ impl Dataplane {
             return;
         }
         p.capture = None;
-        drop(t);
-        self.publish();
-        self.quiesce(DETACH_TIMEOUT);
+        self.publish_and_quiesce(t);
     }
 
     /// Starts trace `trace`; false if one runs already.
@@ -709,9 +711,7 @@ impl Dataplane {
             return;
         }
         t.trace = None;
-        drop(t);
-        self.publish();
-        self.quiesce(DETACH_TIMEOUT);
+        self.publish_and_quiesce(t);
     }
 
     /// Adds a port (no queues until it connects).
@@ -907,12 +907,10 @@ impl Dataplane {
                     .map(|b| b.macs.clone());
             }
         }
-        drop(t);
-        self.publish();
         // Clearing the fault flag any earlier would let a worker still on
         // the old view report the same fault again: counted twice, and left
         // standing against the port's next connection.
-        let quiet = self.quiesce(DETACH_TIMEOUT);
+        let quiet = self.publish_and_quiesce(t);
         if let Some(s) = &shared {
             *s.fault.lock().unwrap_or_else(|e| e.into_inner()) = None;
             s.fault_flag.store(false, Ordering::Release);
