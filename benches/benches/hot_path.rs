@@ -475,7 +475,6 @@ fn plane_with(
     learned(dp, br, pb, 0, macs_b)
 }
 
-/// One worker iteration over the view's receive queues.
 /// A worker's state: its view, its claims on the view's receive queues
 /// (held from one view to the next, as the worker holds them) and its
 /// forwarder.

@@ -1068,14 +1068,11 @@ def measure(duts, cells, args, rtt):
             sl = (RTT_SLICES.get((dut, kind), []) if rtt else
                   SLICES.get((dut, kind, size), []) if SET.hosts is None else [])
             if sl and len(sl) == len(runs[(dut, kind, size)]) and sl[-1]:
-                if rtt:
-                    q = sorted(sl[-1])
-                    shown += (f" [slices {q[0] * 1e6:.2f}-{q[-1] * 1e6:.2f} us, median "
-                              f"{statistics.median(q) * 1e6:.2f}]")
-                else:
-                    q = sorted(sl[-1])
-                    shown += (f" [slices {q[0] / 1e6:.2f}-{q[-1] / 1e6:.2f}, median "
-                              f"{statistics.median(q) / 1e6:.2f}]")
+                q = sorted(sl[-1])
+                # Round trips in us, rates in Mpps.
+                scale, unit = (1e6, " us") if rtt else (1e-6, "")
+                shown += (f" [slices {q[0] * scale:.2f}-{q[-1] * scale:.2f}{unit}, median "
+                          f"{statistics.median(q) * scale:.2f}]")
             load = LOADS.get((dut, kind, size, SET.hosts), [])
             if not rtt and load and load[-1][0] is not None:
                 busy, burst = load[-1]
@@ -1135,18 +1132,18 @@ def print_slices(duts):
 def print_rtt(rtts, duts):
     print("\nshort loop (one frame in flight per port and queue, 64 B): median round trip "
           "generator -> DUT -> generator = frames in flight / (frames per second)\n")
-    print_grid([("kind", "12")], [(k, [k]) for k in sorted({k for (_, k, _) in rtts})], duts,
-               12, lambda d, kind: rtts.get((d, kind, 64)),
-               lambda v, _: f"{v * 1e6:.2f} us" if v else "-", ratios=False)
+    def grid(kinds, value):
+        print_grid([("kind", "12")], [(k, [k]) for k in sorted(kinds)], duts, 12, value,
+                   lambda v, _: f"{v * 1e6:.2f} us" if v else "-", ratios=False)
+
+    grid({k for (_, k, _) in rtts}, lambda d, kind: rtts.get((d, kind, 64)))
     if not RTT_SLICES:
         return
     fast = {key: statistics.median(min(r) for r in runs if r)
             for key, runs in RTT_SLICES.items() if any(runs)}
     print(f"\nthe same, fastest {SLICE + 0.1:.1f} s slice of each window, median over the "
           "runs (the round trip with the vCPUs near each other, where a slice had them so)\n")
-    print_grid([("kind", "12")], [(k, [k]) for k in sorted({k for (_, k) in fast})], duts,
-               12, lambda d, kind: fast.get((d, kind)),
-               lambda v, _: f"{v * 1e6:.2f} us" if v else "-", ratios=False)
+    grid({k for (_, k) in fast}, lambda d, kind: fast.get((d, kind)))
 
 
 def print_loads(duts, cells):
