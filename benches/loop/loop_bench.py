@@ -63,6 +63,16 @@ a measuring window after a warm-up: the frames the DUT delivered, both
 directions together. Gbit/s is pps * size * 8 (no preamble or gap). Each cell is the
 median of --repeat runs.
 
+Ratios (sy/DUT columns) pair the runs of a round: each round's ratio of
+Switchyard's run over the other DUT's, which ran just before or after it,
+and the median of those, with each round's shown. This VM changes speed
+by up to 3x from minute to minute; the two DUTs' medians may come from
+rounds in different states, a round's two runs mostly share one.
+
+--build LABEL=PATH adds another Switchyard binary as DUT LABEL (name it in
+--dut): builds compared taking turns in one run, e.g.
+  --dut switchyard,base,testpmd-io --build base=/tmp/switchyard-main
+
 The machine's state: before each round the script samples for 1 s how long
 a cache line takes from the DUT's CPU to the generator's and back
 (`cacheline_rtt`, benches/src/bin/cacheline_rtt.rs) and prints it; on a VM
@@ -375,19 +385,28 @@ class Dut:
 
 
 def switchyard_bin():
-    """The release build, or $SWITCHYARD_BIN (to compare two builds)."""
+    """The release build, or $SWITCHYARD_BIN."""
     return os.environ.get("SWITCHYARD_BIN") or os.path.join(REPO, "target", "release", "switchyard")
+
+
+# Other Switchyard builds taking turns with the DUTs (--build LABEL=PATH):
+# LABEL -> binary.
+BUILDS = {}
 
 
 class Switchyard(Dut):
     name = "switchyard"
+
+    def __init__(self, kind, tmp, binary=None):
+        super().__init__(kind, tmp)
+        self.binary = binary or switchyard_bin()
 
     def settings(self):
         return ("one worker pinned to CPU 0, poll mode; copies each frame from one peer's "
                 "memory into the other's (no buffers of its own)")
 
     def start(self):
-        binary = switchyard_bin()
+        binary = self.binary
         if not os.path.exists(binary):
             sys.exit(f"{binary} is missing: cargo build --release -p switchyard")
         ports = []
@@ -424,7 +443,7 @@ class Switchyard(Dut):
 
     def cli(self, *args):
         """`switchyard ARGS` against this DUT's control socket: its output."""
-        return subprocess.run([switchyard_bin(), *args],
+        return subprocess.run([self.binary, *args],
                               env=dict(os.environ, SWITCHYARD_CONTROL=self.ctl),
                               capture_output=True, text=True).stdout
 
@@ -629,6 +648,15 @@ class OvsDpdk(Dut):
 
 DUTS = {"switchyard": Switchyard, "testpmd-io": TestpmdIo, "ovs-dpdk": OvsDpdk}
 
+
+def make_dut(name, kind, tmp):
+    """DUT `name` for a cell of `kind`: one of DUTS or a --build label."""
+    if name in BUILDS:
+        d = Switchyard(kind, tmp, BUILDS[name])
+        d.name = name
+        return d
+    return DUTS[name](kind, tmp)
+
 # OVS's exact match cache holds 8192 flows.
 EMC_ENTRIES = 8192
 
@@ -816,6 +844,11 @@ SLICES = {}
 # (dut, kind) -> the slices' round trips (s) of each short-loop run.
 RTT_SLICES = {}
 
+# (dut, kind, size, hosts, what) -> {round: value}: each run by its round
+# (`what`: "rate", "slice" for its median slice, "rtt"), for the ratios of
+# DUTs measured one after the other (print_grid).
+ROUNDS = {}
+
 # The cross-CPU cache-line round trip sampled before each round (see
 # machine_state): (p50 ns, share of windows far apart) per sample.
 STATES = []
@@ -859,7 +892,7 @@ def rtt_of(pps, queues):
 
 def run_once(dut_name, kind, size, seconds, bursts, rtt=False):
     tmp = tempfile.mkdtemp(prefix="sy-loop-")
-    dut = DUTS[dut_name](kind, tmp)
+    dut = make_dut(dut_name, kind, tmp)
     gen = None
     if kind in UPLINKS:
         make_veth()
@@ -948,6 +981,9 @@ def run_once(dut_name, kind, size, seconds, bursts, rtt=False):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dut", default="switchyard,testpmd-io,ovs-dpdk")
+    ap.add_argument("--build", action="append", default=[], metavar="LABEL=PATH",
+                    help="another Switchyard binary as DUT LABEL (name it in --dut): "
+                         "builds compared taking turns in one run")
     ap.add_argument("--kinds", default="memif,vhost-server,vhost-client")
     ap.add_argument("--sizes", default="64,1518")
     ap.add_argument("--repeat", type=int, default=3)
@@ -970,7 +1006,16 @@ def main():
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if not os.path.exists(TESTPMD):
         sys.exit("dpdk-testpmd is missing: apt-get install dpdk dpdk-dev librte-net-memif23")
+    for b in args.build:
+        label, sep, path = b.partition("=")
+        if not sep or not label or label in DUTS or not os.path.exists(path):
+            sys.exit(f"--build {b}: want LABEL=PATH, a new label and an existing binary")
+        BUILDS[label] = os.path.abspath(path)
     duts = args.dut.split(",")
+    unknown = [d for d in duts if d not in DUTS and d not in BUILDS]
+    if unknown:
+        sys.exit(f"--dut: unknown {', '.join(unknown)} (known: "
+                 f"{', '.join(list(DUTS) + list(BUILDS))})")
     SET.traffic = args.traffic
     SET.uplink_generator = args.uplink_generator
     huge = None
@@ -1021,6 +1066,7 @@ def main():
             LOADS.clear()
             SLICES.clear()
             RTT_SLICES.clear()
+            ROUNDS.clear()
             print_states()
             STATES.clear()
             print_settings(duts, args)
@@ -1064,11 +1110,15 @@ def measure(duts, cells, args, rtt):
                 failed.add((dut, kind, size))
                 continue
             runs[(dut, kind, size)].append(v)
+            ROUNDS.setdefault((dut, kind, size, SET.hosts, "rtt" if rtt else "rate"), {})[r] = v
             shown = f"{v * 1e6:.2f} us RTT" if rtt else f"{v / 1e6:.3f} Mpps"
             sl = (RTT_SLICES.get((dut, kind), []) if rtt else
                   SLICES.get((dut, kind, size), []) if SET.hosts is None else [])
             if sl and len(sl) == len(runs[(dut, kind, size)]) and sl[-1]:
                 q = sorted(sl[-1])
+                if not rtt:
+                    ROUNDS.setdefault((dut, kind, size, None, "slice"), {})[r] = \
+                        statistics.median(q)
                 # Round trips in us, rates in Mpps.
                 scale, unit = (1e6, " us") if rtt else (1e-6, "")
                 shown += (f" [slices {q[0] * scale:.2f}-{q[-1] * scale:.2f}{unit}, median "
@@ -1082,24 +1132,43 @@ def measure(duts, cells, args, rtt):
     return {key: (statistics.median(v) if v else None) for key, v in runs.items()}
 
 
-def print_grid(first, rows, duts, width, value, fmt, ratios=True):
+def paired_ratio(sy, other):
+    """Switchyard over another DUT from the runs of each round ({round:
+    value}): the median of the rounds' ratios, and those ratios in round
+    order. The DUTs of a round ran one after the other, within a minute,
+    mostly in the same machine state; the medians of each DUT's runs may
+    come from different rounds, and on this VM different states. None if
+    no round has both."""
+    both = sorted(set(sy) & set(other))
+    if not both:
+        return None
+    each = [sy[r] / other[r] for r in both]
+    return statistics.median(each), each
+
+
+def print_grid(first, rows, duts, width, value, fmt, rounds=None):
     """Prints a markdown table: leading columns `first` ((name, format)
     pairs; each row of `rows` is (key, its values for them)), a column per
-    DUT showing `fmt(value(dut, key), key)` in `width`, and with `ratios`
-    Switchyard's value over each other DUT's."""
-    others = [d for d in duts if d != "switchyard"] if ratios else []
+    DUT showing `fmt(value(dut, key), key)` in `width`, and, given
+    `rounds(dut, key)` (each run's value by round), Switchyard's over each
+    other DUT's: the median of the rounds' ratios, then each round's."""
+    others = [d for d in duts if d != "switchyard"] if rounds else []
+    shown = {}
+    for key, _ in rows:
+        for d in others:
+            pr = paired_ratio(rounds("switchyard", key), rounds(d, key))
+            shown[(key, d)] = (f"{pr[0]:.2f}x (" + " ".join(f"{x:.2f}" for x in pr[1]) + ")"
+                               if pr else "-")
+    rw = max([len(v) for v in shown.values()] + [13])
     head = ("| " + " | ".join(f"{n:{f}}" for n, f in first) + " | "
             + " | ".join(f"{d:^{width}}" for d in duts))
-    head += "".join(f" | sy/{d:<10}" for d in others) + " |"
+    head += "".join(f" | {'sy/' + d:<{rw}}" for d in others) + " |"
     print(head)
     print("|" + "|".join("-" * len(c) for c in head.split("|")[1:-1]) + "|")
     for key, cols in rows:
         row = ("| " + " | ".join(f"{c:{f}}" for c, (_, f) in zip(cols, first)) + " | "
                + " | ".join(f"{fmt(value(d, key), key):>{width}}" for d in duts))
-        sy = value("switchyard", key)
-        for d in others:
-            o = value(d, key)
-            row += f" | {(f'{sy / o:.2f}x' if sy and o else '-'):<13}"
+        row += "".join(f" | {shown[(key, d)]:<{rw}}" for d in others)
         print(row + " |")
 
 
@@ -1126,7 +1195,8 @@ def print_slices(duts):
     print(f"\nthe same cells, median {SLICE + 0.1:.1f} s slice of each window, median over "
           "the runs (the rate in the machine's most frequent state)\n")
     print_grid(SIZE_COLUMNS, size_rows(med), duts, 12, lambda d, key: med.get((d,) + key),
-               lambda v, _: f"{v / 1e6:.2f} Mpps" if v else "-")
+               lambda v, _: f"{v / 1e6:.2f} Mpps" if v else "-",
+               rounds=lambda d, key: ROUNDS.get((d,) + key + (None, "slice"), {}))
 
 
 def print_rtt(rtts, duts):
@@ -1134,7 +1204,7 @@ def print_rtt(rtts, duts):
           "generator -> DUT -> generator = frames in flight / (frames per second)\n")
     def grid(kinds, value):
         print_grid([("kind", "12")], [(k, [k]) for k in sorted(kinds)], duts, 12, value,
-                   lambda v, _: f"{v * 1e6:.2f} us" if v else "-", ratios=False)
+                   lambda v, _: f"{v * 1e6:.2f} us" if v else "-")
 
     grid({k for (_, k, _) in rtts}, lambda d, kind: rtts.get((d, kind, 64)))
     if not RTT_SLICES:
@@ -1180,7 +1250,8 @@ def print_hosts(many, duts, args):
     print_grid([("kind", "12"), ("hosts", ">6")],
                [((k, n), [k, n]) for (k, n) in sorted({(k, n) for (_, k, n) in many})], duts,
                12, lambda d, key: many.get((d,) + key),
-               lambda v, _: f"{v / 1e6:.2f} Mpps" if v else "-")
+               lambda v, _: f"{v / 1e6:.2f} Mpps" if v else "-",
+               rounds=lambda d, key: ROUNDS.get((d, key[0], 64, key[1], "rate"), {}))
     print(f"OVS-DPDK: mac-table-size {mac_table_size(max(n for (_, _, n) in many))} at most; "
           f"beyond {EMC_ENTRIES // 2} hosts per side, EMC inserts off and SMC on; "
           "Switchyard: mac_table_size alike")
@@ -1201,7 +1272,8 @@ def print_settings(duts, args):
                  "RTT and IMIX cells: testpmd)" if gen == "af_xdp" else ""))
     print("queue pairs per port: 2 in the memif cell, 1 elsewhere, every DUT alike")
     for d in duts:
-        print(f"- {d}: {DUTS[d]('memif', '/nonexistent').settings()}")
+        dut = make_dut(d, "memif", "/nonexistent")
+        print(f"- {d}: {dut.settings()}" + (f" (build {BUILDS[d]})" if d in BUILDS else ""))
 
 
 def print_table(results, duts, args):
@@ -1214,7 +1286,8 @@ def print_table(results, duts, args):
           f"testpmd forwarding on CPU {GEN_CPU}\n")
     print_grid(SIZE_COLUMNS, size_rows(results), duts, 22,
                lambda d, key: results.get((d,) + key),
-               lambda v, key: cell(v, key[1]))
+               lambda v, key: cell(v, key[1]),
+               rounds=lambda d, key: ROUNDS.get((d,) + key + (None, "rate"), {}))
 
 
 if __name__ == "__main__":
