@@ -845,8 +845,9 @@ SLICES = {}
 RTT_SLICES = {}
 
 # (dut, kind, size, hosts, what) -> {round: value}: each run by its round
-# (`what`: "rate", "slice" for its median slice, "rtt"), for the ratios of
-# DUTs measured one after the other (print_grid).
+# (`what`: "rate", "slice" for its median slice, "rtt", "rtt-fast" for its
+# fastest slice), for the ratios of DUTs measured one after the other
+# (print_grid).
 ROUNDS = {}
 
 # The cross-CPU cache-line round trip sampled before each round (see
@@ -1116,9 +1117,9 @@ def measure(duts, cells, args, rtt):
                   SLICES.get((dut, kind, size), []) if SET.hosts is None else [])
             if sl and len(sl) == len(runs[(dut, kind, size)]) and sl[-1]:
                 q = sorted(sl[-1])
-                if not rtt:
-                    ROUNDS.setdefault((dut, kind, size, None, "slice"), {})[r] = \
-                        statistics.median(q)
+                # A throughput run's median slice, a round trip's fastest.
+                ROUNDS.setdefault((dut, kind, size, None, "rtt-fast" if rtt else "slice"),
+                                  {})[r] = q[0] if rtt else statistics.median(q)
                 # Round trips in us, rates in Mpps.
                 scale, unit = (1e6, " us") if rtt else (1e-6, "")
                 shown += (f" [slices {q[0] * scale:.2f}-{q[-1] * scale:.2f}{unit}, median "
@@ -1201,19 +1202,21 @@ def print_slices(duts):
 
 def print_rtt(rtts, duts):
     print("\nshort loop (one frame in flight per port and queue, 64 B): median round trip "
-          "generator -> DUT -> generator = frames in flight / (frames per second)\n")
-    def grid(kinds, value):
+          "generator -> DUT -> generator = frames in flight / (frames per second); "
+          "a ratio under 1.0x is a shorter round trip through Switchyard\n")
+    def grid(kinds, value, what):
         print_grid([("kind", "12")], [(k, [k]) for k in sorted(kinds)], duts, 12, value,
-                   lambda v, _: f"{v * 1e6:.2f} us" if v else "-")
+                   lambda v, _: f"{v * 1e6:.2f} us" if v else "-",
+                   rounds=lambda d, kind: ROUNDS.get((d, kind, 64, None, what), {}))
 
-    grid({k for (_, k, _) in rtts}, lambda d, kind: rtts.get((d, kind, 64)))
+    grid({k for (_, k, _) in rtts}, lambda d, kind: rtts.get((d, kind, 64)), "rtt")
     if not RTT_SLICES:
         return
     fast = {key: statistics.median(min(r) for r in runs if r)
             for key, runs in RTT_SLICES.items() if any(runs)}
     print(f"\nthe same, fastest {SLICE + 0.1:.1f} s slice of each window, median over the "
           "runs (the round trip with the vCPUs near each other, where a slice had them so)\n")
-    grid({k for (_, k) in fast}, lambda d, kind: fast.get((d, kind)))
+    grid({k for (_, k) in fast}, lambda d, kind: fast.get((d, kind)), "rtt-fast")
 
 
 def print_loads(duts, cells):
