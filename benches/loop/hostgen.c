@@ -72,19 +72,46 @@ static inline rte_be32_t host_ip(int side, uint32_t i)
 }
 
 /*
+ * The one's-complement sum of the IPv4 header's words that are the same in
+ * every frame (addresses and checksum taken as 0), set once the frame size
+ * is known: a frame's checksum is this plus its two addresses, folded.
+ */
+static uint32_t ip_fixed_sum;
+
+/* The IPv4 header checksum of a frame from `src` to `dst` (as stored). */
+static inline uint16_t ip_cksum(rte_be32_t src, rte_be32_t dst)
+{
+	uint32_t s = ip_fixed_sum + (src & 0xffff) + (src >> 16) + (dst & 0xffff) + (dst >> 16);
+	s = (s & 0xffff) + (s >> 16);
+	s = (s & 0xffff) + (s >> 16);
+	return (uint16_t)~s;
+}
+
+/*
  * The addresses of frame k sent out of `port`, Ethernet and IPv4 (hosts
  * differ in both, as real ones do: a DUT that hashes the 5-tuple, as OVS's
- * caches do, sees a flow per host pair).
+ * caches do, sees a flow per host pair). The same bytes as host_mac and
+ * host_ip give, in three stores for the MACs and a checksum from the two
+ * addresses: this runs for every frame the generator forwards, and a
+ * byte-wise version with a whole-header checksum made hostgen, not the
+ * DUT, what limited the memif many-hosts cells.
  */
 static inline void address(struct rte_ether_hdr *eth, uint16_t port, uint32_t k)
 {
-	host_mac(&eth->src_addr, port, k);
-	host_mac(&eth->dst_addr, 1 - port, k);
+	/* k's low three bytes, most significant first (k < 2^22). */
+	uint64_t kb = rte_bswap32(k) >> 8;
+	/* dst 02:(50 + other side):00:k k k, then src's first two bytes 02:(50 + side). */
+	uint64_t w0 = 0x02 | (uint64_t)(0x50 + 1 - port) << 8 | kb << 24 | (uint64_t)0x02 << 48 |
+		      (uint64_t)(0x50 + port) << 56;
+	/* src's last four bytes 00:k k k. */
+	uint32_t w1 = (uint32_t)kb << 8;
+	memcpy(eth, &w0, sizeof(w0));
+	memcpy((uint8_t *)eth + sizeof(w0), &w1, sizeof(w1));
 	struct rte_ipv4_hdr *ip = (struct rte_ipv4_hdr *)(eth + 1);
-	ip->src_addr = host_ip(port, k);
-	ip->dst_addr = host_ip(1 - port, k);
-	ip->hdr_checksum = 0;
-	ip->hdr_checksum = rte_ipv4_cksum(ip);
+	rte_be32_t src = host_ip(port, k), dst = host_ip(1 - port, k);
+	ip->src_addr = src;
+	ip->dst_addr = dst;
+	ip->hdr_checksum = ip_cksum(src, dst);
 }
 
 /* A UDP/IPv4 frame of `len` bytes (no CRC), as testpmd's txonly builds. */
@@ -108,6 +135,18 @@ static struct rte_mbuf *make_frame(struct rte_mempool *pool, uint16_t port, uint
 	ip->next_proto_id = IPPROTO_UDP;
 	ip->total_length = rte_cpu_to_be_16(len - sizeof(*eth));
 	address(eth, port, k);
+	/* The frames put in flight check address() against the slow way. */
+	struct rte_ether_addr src, dst;
+	host_mac(&src, port, k);
+	host_mac(&dst, 1 - port, k);
+	uint16_t fast = ip->hdr_checksum;
+	ip->hdr_checksum = 0;
+	if (!rte_is_same_ether_addr(&src, &eth->src_addr) ||
+	    !rte_is_same_ether_addr(&dst, &eth->dst_addr) || ip->src_addr != host_ip(port, k) ||
+	    ip->dst_addr != host_ip(1 - port, k) || rte_ipv4_cksum(ip) != fast)
+		rte_exit(EXIT_FAILURE, "frame %u of port %u: addresses or checksum wrong\n", k,
+			 port);
+	ip->hdr_checksum = fast;
 	struct rte_udp_hdr *udp = (struct rte_udp_hdr *)(ip + 1);
 	udp->src_port = rte_cpu_to_be_16(9);
 	udp->dst_port = rte_cpu_to_be_16(9);
@@ -252,6 +291,13 @@ int main(int argc, char **argv)
 
 	/* Frames in flight: host k's frames out of each port, the same number
 	 * of bursts on both, each port's spread over its queues in turn. */
+	struct rte_ipv4_hdr fixed = {
+		.version_ihl = RTE_IPV4_VHL_DEF,
+		.time_to_live = 64,
+		.next_proto_id = IPPROTO_UDP,
+		.total_length = rte_cpu_to_be_16(size - 4 - sizeof(struct rte_ether_hdr)),
+	};
+	ip_fixed_sum = rte_raw_cksum(&fixed, sizeof(fixed));
 	uint32_t k[2] = {0, 0};
 	for (uint32_t b = 0; b < bursts * fewest; b++)
 		for (uint16_t port = 0; port < 2; port++) {

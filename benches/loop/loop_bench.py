@@ -671,7 +671,10 @@ HOSTGEN_SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hostgen.
 
 
 def hostgen_bin():
-    """Builds the many-hosts generator (hostgen.c) against the system's DPDK."""
+    """Builds the many-hosts generator (hostgen.c) against the system's DPDK;
+    $HOSTGEN_BIN instead runs another build of it (to compare two)."""
+    if os.environ.get("HOSTGEN_BIN"):
+        return os.environ["HOSTGEN_BIN"]
     out = os.path.join(REPO, "target", "loop-bench", "hostgen")
     if os.path.exists(out) and os.path.getmtime(out) >= os.path.getmtime(HOSTGEN_SRC):
         return out
