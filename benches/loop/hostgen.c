@@ -91,8 +91,8 @@ static inline uint16_t ip_cksum(rte_be32_t src, rte_be32_t dst)
  * The addresses of frame k sent out of `port`, Ethernet and IPv4 (hosts
  * differ in both, as real ones do: a DUT that hashes the 5-tuple, as OVS's
  * caches do, sees a flow per host pair). The same bytes as host_mac and
- * host_ip give, in three stores for the MACs and a checksum from the two
- * addresses: this runs for every frame the generator forwards, and a
+ * host_ip give, in two stores for the MACs and a checksum from the two
+ * addresses (check_address compares them): this runs for every frame the generator forwards, and a
  * byte-wise version with a whole-header checksum made hostgen, not the
  * DUT, what limited the memif many-hosts cells.
  */
@@ -112,6 +112,35 @@ static inline void address(struct rte_ether_hdr *eth, uint16_t port, uint32_t k)
 	ip->src_addr = src;
 	ip->dst_addr = dst;
 	ip->hdr_checksum = ip_cksum(src, dst);
+}
+
+/*
+ * Exits unless address() writes frame k of `port` (a frame of `size`
+ * bytes, CRC counted) as host_mac, host_ip and DPDK's rte_ipv4_cksum
+ * would.
+ */
+static void check_address(uint16_t port, uint32_t k, uint16_t size)
+{
+	/* The headers as in a frame: IPv4 right after Ethernet. */
+	uint64_t buf[8];
+	memset(buf, 0, sizeof(buf));
+	struct rte_ether_hdr *eth = (struct rte_ether_hdr *)buf;
+	struct rte_ipv4_hdr *ip = (struct rte_ipv4_hdr *)(eth + 1);
+	ip->version_ihl = RTE_IPV4_VHL_DEF;
+	ip->time_to_live = 64;
+	ip->next_proto_id = IPPROTO_UDP;
+	ip->total_length = rte_cpu_to_be_16(size - 4 - sizeof(*eth));
+	address(eth, port, k);
+	struct rte_ether_addr src, dst;
+	host_mac(&src, port, k);
+	host_mac(&dst, 1 - port, k);
+	uint16_t fast = ip->hdr_checksum;
+	ip->hdr_checksum = 0;
+	if (!rte_is_same_ether_addr(&src, &eth->src_addr) ||
+	    !rte_is_same_ether_addr(&dst, &eth->dst_addr) || ip->src_addr != host_ip(port, k) ||
+	    ip->dst_addr != host_ip(1 - port, k) || rte_ipv4_cksum(ip) != fast)
+		rte_exit(EXIT_FAILURE, "frame %u of port %u: addresses or checksum wrong\n", k,
+			 port);
 }
 
 /* A UDP/IPv4 frame of `len` bytes (no CRC), as testpmd's txonly builds. */
@@ -135,18 +164,6 @@ static struct rte_mbuf *make_frame(struct rte_mempool *pool, uint16_t port, uint
 	ip->next_proto_id = IPPROTO_UDP;
 	ip->total_length = rte_cpu_to_be_16(len - sizeof(*eth));
 	address(eth, port, k);
-	/* The frames put in flight check address() against the slow way. */
-	struct rte_ether_addr src, dst;
-	host_mac(&src, port, k);
-	host_mac(&dst, 1 - port, k);
-	uint16_t fast = ip->hdr_checksum;
-	ip->hdr_checksum = 0;
-	if (!rte_is_same_ether_addr(&src, &eth->src_addr) ||
-	    !rte_is_same_ether_addr(&dst, &eth->dst_addr) || ip->src_addr != host_ip(port, k) ||
-	    ip->dst_addr != host_ip(1 - port, k) || rte_ipv4_cksum(ip) != fast)
-		rte_exit(EXIT_FAILURE, "frame %u of port %u: addresses or checksum wrong\n", k,
-			 port);
-	ip->hdr_checksum = fast;
 	struct rte_udp_hdr *udp = (struct rte_udp_hdr *)(ip + 1);
 	udp->src_port = rte_cpu_to_be_16(9);
 	udp->dst_port = rte_cpu_to_be_16(9);
@@ -289,8 +306,6 @@ int main(int argc, char **argv)
 		}
 	usleep(100000);
 
-	/* Frames in flight: host k's frames out of each port, the same number
-	 * of bursts on both, each port's spread over its queues in turn. */
 	struct rte_ipv4_hdr fixed = {
 		.version_ihl = RTE_IPV4_VHL_DEF,
 		.time_to_live = 64,
@@ -298,6 +313,19 @@ int main(int argc, char **argv)
 		.total_length = rte_cpu_to_be_16(size - 4 - sizeof(struct rte_ether_hdr)),
 	};
 	ip_fixed_sum = rte_raw_cksum(&fixed, sizeof(fixed));
+	/* The fast rewrite against the slow one: the first 4096 hosts, each
+	 * byte of the host number carrying, and the last host. */
+	const uint32_t probes[] = {0, 1, 255, 256, 65535, 65536, 1u << 21, hosts - 1};
+	for (uint16_t port = 0; port < 2; port++) {
+		for (size_t i = 0; i < RTE_DIM(probes); i++)
+			if (probes[i] < hosts)
+				check_address(port, probes[i], size);
+		for (uint32_t j = 0; j < hosts && j < 4096; j++)
+			check_address(port, j, size);
+	}
+
+	/* Frames in flight: host k's frames out of each port, the same number
+	 * of bursts on both, each port's spread over its queues in turn. */
 	uint32_t k[2] = {0, 0};
 	for (uint32_t b = 0; b < bursts * fewest; b++)
 		for (uint16_t port = 0; port < 2; port++) {
