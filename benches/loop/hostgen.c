@@ -28,11 +28,14 @@
  * then, after WARMUP seconds of forwarding, the frames both ports received
  * over SECONDS as "rx_pps N", and exits.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <rte_eal.h>
@@ -42,6 +45,7 @@
 #include <rte_launch.h>
 #include <rte_lcore.h>
 #include <rte_mbuf.h>
+#include <rte_memory.h>
 #include <rte_udp.h>
 
 #define BURST 32
@@ -206,6 +210,62 @@ static int forward(void *arg)
 	return 0;
 }
 
+/*
+ * DPDK's zero-copy memif client (22.11, memif_connect) closes the file
+ * descriptor of each memseg list it shared once its port connects, but the
+ * descriptor is the EAL's own (rte_memseg_get_fd), shared by every port. A
+ * second port whose handshake comes later then sends a closed descriptor
+ * (its sendmsg fails with EBADF and the port never connects) or whatever
+ * has taken the number since. So the ports start one after the other, each
+ * once the one before is up, and the EAL's descriptors are put back in
+ * between, from copies taken before any port started.
+ */
+#define MAX_FDS 64
+static int eal_fd[MAX_FDS], copy_fd[MAX_FDS];
+static int nb_fds;
+
+static int save_fd(const struct rte_memseg_list *msl, const struct rte_memseg *ms, void *arg)
+{
+	(void)msl;
+	(void)arg;
+	int fd = rte_memseg_get_fd_thread_unsafe(ms);
+	if (fd < 0)
+		return 0; /* no descriptor (memory no port can share) */
+	for (int i = 0; i < nb_fds; i++)
+		if (eal_fd[i] == fd)
+			return 0;
+	if (nb_fds == MAX_FDS)
+		rte_exit(EXIT_FAILURE, "more than %d memseg descriptors\n", MAX_FDS);
+	int copy = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+	if (copy < 0)
+		rte_exit(EXIT_FAILURE, "dup of memseg descriptor %d: %s\n", fd, strerror(errno));
+	eal_fd[nb_fds] = fd;
+	copy_fd[nb_fds++] = copy;
+	return 0;
+}
+
+/* Puts back each EAL descriptor a port closed; stops if its number went
+ * to another file meanwhile (the run is then tried again). */
+static void restore_fds(void)
+{
+	for (int i = 0; i < nb_fds; i++) {
+		struct stat now, want;
+		if (fstat(copy_fd[i], &want) < 0)
+			rte_exit(EXIT_FAILURE, "memseg copy %d: %s\n", copy_fd[i], strerror(errno));
+		if (fstat(eal_fd[i], &now) == 0) {
+			if (now.st_dev != want.st_dev || now.st_ino != want.st_ino)
+				rte_exit(EXIT_FAILURE,
+					 "memseg descriptor %d closed and reused meanwhile\n",
+					 eal_fd[i]);
+			continue; /* still open */
+		}
+		if (errno != EBADF || dup2(copy_fd[i], eal_fd[i]) < 0)
+			rte_exit(EXIT_FAILURE, "memseg descriptor %d: %s\n", eal_fd[i],
+				 strerror(errno));
+		printf("memseg descriptor %d put back after a port closed it\n", eal_fd[i]);
+	}
+}
+
 static void on_signal(int sig)
 {
 	(void)sig;
@@ -280,21 +340,26 @@ int main(int argc, char **argv)
 				rte_exit(EXIT_FAILURE, "port %u txq %u: %s\n", port, q,
 					 rte_strerror(-r));
 		}
+		/* After the queues' memory is in place: the descriptors a
+		 * zero-copy memif port shares (see save_fd). */
+		if (port == 0 && rte_memseg_walk(save_fd, NULL) < 0)
+			rte_exit(EXIT_FAILURE, "memseg walk failed\n");
 		r = rte_eth_dev_start(port);
 		if (r < 0)
 			rte_exit(EXIT_FAILURE, "port %u: start: %s\n", port, rte_strerror(-r));
 		rte_eth_promiscuous_enable(port);
-	}
-	/* The device under test connects in its own time. */
-	for (int i = 0;; i++) {
-		struct rte_eth_link l0, l1;
-		rte_eth_link_get_nowait(0, &l0);
-		rte_eth_link_get_nowait(1, &l1);
-		if (l0.link_status && l1.link_status)
-			break;
-		if (!running || i == 600)
-			rte_exit(EXIT_FAILURE, "links not up within 60 s\n");
-		usleep(100000);
+		/* The device under test connects in its own time; the next
+		 * port starts once this one is up (see save_fd). */
+		for (int i = 0;; i++) {
+			struct rte_eth_link l;
+			rte_eth_link_get_nowait(port, &l);
+			if (l.link_status)
+				break;
+			if (!running || i == 6000)
+				rte_exit(EXIT_FAILURE, "port %u: link not up within 60 s\n", port);
+			usleep(10000);
+		}
+		restore_fds();
 	}
 	printf("links up\n");
 	fflush(stdout);

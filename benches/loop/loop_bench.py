@@ -788,9 +788,11 @@ def carried_nothing(dut):
 
 def dut_ready(dut, gen):
     """Waits until the DUT's links to the generator are up; if they never
-    come, says why the generator's side gave up too, if it said (DPDK's
-    memif client now and then fails its own handshake: "sendmsg fail: Bad
-    file descriptor", and the run is tried again)."""
+    come, says why the generator's side gave up too, if it said, and the
+    run is tried again. (DPDK's zero-copy memif client closes the EAL's
+    memseg descriptor when its port connects, so a second port's handshake
+    could fail with "sendmsg fail: Bad file descriptor"; hostgen now starts
+    its ports one after the other and puts the descriptor back between.)"""
     try:
         dut.ready(gen)
     except RuntimeError as e:
