@@ -844,10 +844,10 @@ def profile_dut(what, pps):
 # read's own ~0.1 s): the machine's state changes within a window, and the
 # slices show how much (testpmd-generated cells).
 SLICE = 0.4
-# (dut, kind, size) -> the slices' rates (pps) of each run.
-SLICES = {}
-# (dut, kind) -> the slices' round trips (s) of each short-loop run.
-RTT_SLICES = {}
+# The slices of the last testpmd-generated run: its rates (pps), or for a
+# short-loop run its round trips (s); None for a hostgen run. measure()
+# keeps what it needs of them in ROUNDS.
+LAST_SLICES = None
 
 # (dut, kind, size, hosts, what) -> {round: value}: each run by its round
 # (`what`: "rate", "slice" for its median slice, "rtt", "rtt-fast" for its
@@ -897,6 +897,7 @@ def rtt_of(pps, queues):
 
 
 def run_once(dut_name, kind, size, seconds, bursts, rtt=False):
+    global LAST_SLICES
     tmp = tempfile.mkdtemp(prefix="sy-loop-")
     dut = make_dut(dut_name, kind, tmp)
     gen = None
@@ -955,12 +956,8 @@ def run_once(dut_name, kind, size, seconds, bursts, rtt=False):
             time.sleep(min(SLICE, max(0.0, end - time.time())))
             slices.append(port_pps(gen))
         pps = statistics.mean(slices)
-        if pps and rtt:
-            # Kept as round trips.
-            RTT_SLICES.setdefault((dut_name, kind), []).append(
-                [rtt_of(p, q) for p in slices if p])
-        elif pps:
-            SLICES.setdefault((dut_name, kind, size), []).append(slices)
+        # Kept as round trips for a short loop.
+        LAST_SLICES = [rtt_of(p, q) for p in slices if p] if rtt else slices
         if not pps:
             carried_nothing(dut)
         elif os.environ.get("LOOP_BENCH_COUNTERS", "0") not in ("", "0"):
@@ -1070,8 +1067,6 @@ def main():
                 print_hosts(many, duts, args)
                 print_loads(duts, sorted({(k, 64, n) for (_, k, n) in many}))
             LOADS.clear()
-            SLICES.clear()
-            RTT_SLICES.clear()
             ROUNDS.clear()
             print_states()
             STATES.clear()
@@ -1086,6 +1081,7 @@ def measure(duts, cells, args, rtt):
     cell once per round and the DUTs taking turns in each: this VM's speed
     drifts over minutes, and a DUT (or a cell) measured in one slow stretch
     would otherwise be compared with others measured in a fast one."""
+    global LAST_SLICES
     runs = {(dut, kind, size): [] for dut in duts for kind, size in cells}
     failed = set()
     for r in range(args.repeat):
@@ -1101,6 +1097,7 @@ def measure(duts, cells, args, rtt):
             # DUT is out of the cell.
             v = None
             for attempt in range(2):
+                LAST_SLICES = None
                 try:
                     v = run_once(dut, kind, size, args.seconds, args.bursts, rtt)
                 except Exception as e:  # noqa: BLE001 - report and go on
@@ -1118,10 +1115,8 @@ def measure(duts, cells, args, rtt):
             runs[(dut, kind, size)].append(v)
             ROUNDS.setdefault((dut, kind, size, SET.hosts, "rtt" if rtt else "rate"), {})[r] = v
             shown = f"{v * 1e6:.2f} us RTT" if rtt else f"{v / 1e6:.3f} Mpps"
-            sl = (RTT_SLICES.get((dut, kind), []) if rtt else
-                  SLICES.get((dut, kind, size), []) if SET.hosts is None else [])
-            if sl and len(sl) == len(runs[(dut, kind, size)]) and sl[-1]:
-                q = sorted(sl[-1])
+            if LAST_SLICES:
+                q = sorted(LAST_SLICES)
                 # A throughput run's median slice, a round trip's fastest.
                 ROUNDS.setdefault((dut, kind, size, None, "rtt-fast" if rtt else "slice"),
                                   {})[r] = q[0] if rtt else statistics.median(q)
@@ -1194,10 +1189,10 @@ def print_slices(duts):
     (the rate in the state the machine was in most of that window), then
     the median over the runs. Where the plain table and this one differ,
     a cell's runs were a mix of the machine's states."""
-    if not SLICES:
+    med = {key[:3]: statistics.median(by_round.values())
+           for key, by_round in ROUNDS.items() if key[4] == "slice" and by_round}
+    if not med:
         return
-    med = {key: statistics.median(statistics.median(r) for r in runs)
-           for key, runs in SLICES.items()}
     print(f"\nthe same cells, median {SLICE + 0.1:.1f} s slice of each window, median over "
           "the runs (the rate in the machine's most frequent state)\n")
     print_grid(SIZE_COLUMNS, size_rows(med), duts, 12, lambda d, key: med.get((d,) + key),
@@ -1215,10 +1210,10 @@ def print_rtt(rtts, duts):
                    rounds=lambda d, kind: ROUNDS.get((d, kind, 64, None, what), {}))
 
     grid({k for (_, k, _) in rtts}, lambda d, kind: rtts.get((d, kind, 64)), "rtt")
-    if not RTT_SLICES:
+    fast = {key[:2]: statistics.median(by_round.values())
+            for key, by_round in ROUNDS.items() if key[4] == "rtt-fast" and by_round}
+    if not fast:
         return
-    fast = {key: statistics.median(min(r) for r in runs if r)
-            for key, runs in RTT_SLICES.items() if any(runs)}
     print(f"\nthe same, fastest {SLICE + 0.1:.1f} s slice of each window, median over the "
           "runs (the round trip with the vCPUs near each other, where a slice had them so)\n")
     grid({k for (_, k) in fast}, lambda d, kind: fast.get((d, kind)), "rtt-fast")
