@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 use switchyard_api::{AfPacketSpec, PortStatus};
 use tracing::{info, warn};
 
-use crate::port::netdev::{ifindex, read_mtu};
+use crate::port::netdev::{exceeds_mtu, ifindex, read_mtu};
 use crate::port::{Port, PortCtx, PortError};
 use crate::queue::{
     PortQueues, QueueFault, RxBurst, RxQueue, TxError, TxFrame, TxQueue, BURST_SIZE,
@@ -486,17 +486,8 @@ struct AfpTx {
 
 impl TxQueue for AfpTx {
     fn tx(&mut self, frame: &TxFrame<'_>) -> Result<(), TxError> {
-        let mut head = [0u8; ETH_HEADER_LEN];
-        let got = {
-            let mut r = frame.reader();
-            // SAFETY: `head` is a local buffer of the length given.
-            unsafe { r.copy_to(head.as_mut_ptr(), head.len()) }
-        };
-        let tagged =
-            got == ETH_HEADER_LEN && u16::from_be_bytes([head[12], head[13]]) == ETHERTYPE_VLAN;
-        let overhead = ETH_HEADER_LEN + if tagged { VLAN_TAG_LEN } else { 0 };
         let len = frame.len();
-        if len > self.mtu.load(Ordering::Relaxed) as usize + overhead
+        if exceeds_mtu(frame, self.mtu.load(Ordering::Relaxed))
             || TX_DATA + len > self.ring.frame_size
         {
             return Err(TxError::TooLong);

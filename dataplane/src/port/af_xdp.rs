@@ -26,12 +26,12 @@ use std::time::{Duration, Instant};
 use switchyard_api::{AfXdpSpec, PortStatus, XdpMode};
 use tracing::{info, warn};
 
-use crate::port::netdev::{ifindex, read_mtu};
+use crate::port::netdev::{exceeds_mtu, ifindex, read_mtu};
 use crate::port::{Port, PortCtx, PortError};
 use crate::queue::{
     PortQueues, QueueFault, RxBurst, RxQueue, TxError, TxFrame, TxQueue, BURST_SIZE,
 };
-use crate::wire::ethernet::{ETHERTYPE_VLAN, HEADER_LEN as ETH_HEADER_LEN, VLAN_TAG_LEN};
+use crate::wire::ethernet::HEADER_LEN as ETH_HEADER_LEN;
 
 /// Bytes of a UMEM frame.
 const FRAME: u64 = 4096;
@@ -615,17 +615,8 @@ impl XdpTx {
 
 impl TxQueue for XdpTx {
     fn tx(&mut self, frame: &TxFrame<'_>) -> Result<(), TxError> {
-        let mut head = [0u8; ETH_HEADER_LEN];
-        let got = {
-            let mut r = frame.reader();
-            // SAFETY: `head` is a local buffer of the length given.
-            unsafe { r.copy_to(head.as_mut_ptr(), head.len()) }
-        };
-        let tagged =
-            got == ETH_HEADER_LEN && u16::from_be_bytes([head[12], head[13]]) == ETHERTYPE_VLAN;
-        let overhead = ETH_HEADER_LEN + if tagged { VLAN_TAG_LEN } else { 0 };
         let len = frame.len();
-        if len > self.mtu.load(Ordering::Relaxed) as usize + overhead || len as u64 > FRAME {
+        if exceeds_mtu(frame, self.mtu.load(Ordering::Relaxed)) || len as u64 > FRAME {
             return Err(TxError::TooLong);
         }
         if self.pool.is_empty() {

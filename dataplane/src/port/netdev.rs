@@ -5,6 +5,9 @@ use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
+use crate::queue::TxFrame;
+use crate::wire::ethernet::{ETHERTYPE_VLAN, HEADER_LEN as ETH_HEADER_LEN, VLAN_TAG_LEN};
+
 /// `struct ifreq` with the fields we use (name, then a short or an int).
 #[repr(C)]
 pub struct IfReq {
@@ -78,4 +81,53 @@ pub fn is_running(ifname: &str) -> io::Result<bool> {
     }
     let f = i16::from_ne_bytes([req.data[0], req.data[1]]) as libc::c_int;
     Ok(f & libc::IFF_UP != 0 && f & libc::IFF_RUNNING != 0)
+}
+
+/// Whether `frame` is longer than an interface of MTU `mtu` carries: the
+/// MTU bounds what follows the Ethernet header and, in a tagged frame, its
+/// VLAN tag (the uplinks' transmit check, frame by frame).
+#[inline]
+pub fn exceeds_mtu(frame: &TxFrame<'_>, mtu: u32) -> bool {
+    let mut head = [0u8; ETH_HEADER_LEN];
+    let got = {
+        let mut r = frame.reader();
+        // SAFETY: `head` is a local buffer of the length given.
+        unsafe { r.copy_to(head.as_mut_ptr(), head.len()) }
+    };
+    let tagged =
+        got == ETH_HEADER_LEN && u16::from_be_bytes([head[12], head[13]]) == ETHERTYPE_VLAN;
+    let overhead = ETH_HEADER_LEN + if tagged { VLAN_TAG_LEN } else { 0 };
+    frame.len() > mtu as usize + overhead
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::queue::RxFrame;
+
+    /// Whether a frame of `len` bytes, tagged or not, exceeds MTU `mtu`.
+    fn exceeds(len: usize, tagged: bool, mtu: u32) -> bool {
+        let mut bytes = vec![0u8; len];
+        if tagged && len >= 14 {
+            bytes[12..14].copy_from_slice(&ETHERTYPE_VLAN.to_be_bytes());
+        }
+        let mut f = RxFrame::default();
+        // SAFETY: `bytes` outlives the frame and every read of it.
+        assert!(unsafe { f.push(bytes.as_ptr(), len as u32) });
+        exceeds_mtu(&TxFrame::plain(&f), mtu)
+    }
+
+    #[test]
+    fn the_mtu_bounds_what_follows_the_ethernet_header_and_its_tag() {
+        assert!(!exceeds(1514, false, 1500));
+        assert!(exceeds(1515, false, 1500));
+        // A tagged frame carries 4 bytes more for the same payload.
+        assert!(!exceeds(1518, true, 1500));
+        assert!(exceeds(1519, true, 1500));
+        assert!(!exceeds(9018, true, 9000));
+        // Shorter than a header: never over.
+        assert!(!exceeds(10, false, 0));
+        assert!(!exceeds(14, false, 0));
+        assert!(exceeds(15, false, 0));
+    }
 }

@@ -27,12 +27,11 @@ use std::time::{Duration, Instant};
 use switchyard_api::{PortStatus, TapSpec};
 use tracing::{info, warn};
 
-use crate::port::netdev::{read_mtu, IfReq};
+use crate::port::netdev::{exceeds_mtu, read_mtu, IfReq};
 use crate::port::{Port, PortCtx, PortError};
 use crate::queue::{
     PortQueues, QueueFault, RxBurst, RxQueue, TxError, TxFrame, TxQueue, BURST_SIZE,
 };
-use crate::wire::ethernet::{ETHERTYPE_VLAN, HEADER_LEN as ETH_HEADER_LEN, VLAN_TAG_LEN};
 use crate::wire::virtio_net::HEADER_LEN as VNET_LEN;
 
 /// Bytes of one receive buffer: the header and the largest frame a tap
@@ -146,18 +145,7 @@ struct TapTx {
 
 impl TxQueue for TapTx {
     fn tx(&mut self, frame: &TxFrame<'_>) -> Result<(), TxError> {
-        // The MTU bounds what follows the Ethernet header (and a VLAN tag).
-        let mut head = [0u8; ETH_HEADER_LEN];
-        let got = {
-            let mut r = frame.reader();
-            // SAFETY: `head` is a local buffer of the length given.
-            unsafe { r.copy_to(head.as_mut_ptr(), head.len()) }
-        };
-        let tagged =
-            got == ETH_HEADER_LEN && u16::from_be_bytes([head[12], head[13]]) == ETHERTYPE_VLAN;
-        let overhead = ETH_HEADER_LEN + if tagged { VLAN_TAG_LEN } else { 0 };
-        let mtu = self.mtu.load(Ordering::Relaxed) as usize;
-        if frame.len() > mtu + overhead {
+        if exceeds_mtu(frame, self.mtu.load(Ordering::Relaxed)) {
             return Err(TxError::TooLong);
         }
         let vnet = [0u8; VNET_LEN];
