@@ -3,8 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::tap::validate_ifname;
-use super::{KindOptions, SpecError, MAX_QUEUES};
+use super::tap::validate_interface_and_queues;
+use super::{KindOptions, SpecError};
 
 /// An af-xdp port.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -52,19 +52,6 @@ impl KindOptions for AfXdpSpec {
     fn kind_name(&self) -> &'static str {
         "af-xdp"
     }
-    fn role(&self) -> &'static str {
-        ""
-    }
-    fn socket(&self) -> Option<&str> {
-        None
-    }
-    fn set_socket(&mut self, _: String) {}
-    fn socket_is_path(&self) -> bool {
-        false
-    }
-    fn creates_socket(&self) -> bool {
-        false
-    }
     fn queues(&self) -> Option<u16> {
         self.queues
     }
@@ -77,15 +64,7 @@ impl KindOptions for AfXdpSpec {
     }
 
     fn validate(&self, at: &str) -> Result<(), SpecError> {
-        validate_ifname(&format!("{at}interface"), &self.interface)?;
-        let q = self.queues.unwrap_or(1);
-        if q == 0 || q > MAX_QUEUES {
-            return Err(SpecError::new(
-                format!("{at}queues"),
-                format!("{q} is out of range 1..={MAX_QUEUES}"),
-            ));
-        }
-        Ok(())
+        validate_interface_and_queues(at, &self.interface, self.queues)
     }
 }
 

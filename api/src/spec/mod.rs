@@ -194,16 +194,24 @@ impl KindSpec {
 pub trait KindOptions {
     /// The kind's name, as the `kind` field spells it.
     fn kind_name(&self) -> &'static str;
-    /// The switch's role, as specs spell it.
-    fn role(&self) -> &'static str;
+    /// The switch's role, as specs spell it (kinds without roles: "").
+    fn role(&self) -> &'static str {
+        ""
+    }
     /// The socket, for kinds that have one.
-    fn socket(&self) -> Option<&str>;
+    fn socket(&self) -> Option<&str> {
+        None
+    }
     /// Replaces the socket (ignored by kinds without one).
-    fn set_socket(&mut self, socket: String);
+    fn set_socket(&mut self, _socket: String) {}
     /// Whether the socket is a filesystem path.
-    fn socket_is_path(&self) -> bool;
+    fn socket_is_path(&self) -> bool {
+        false
+    }
     /// Whether the switch creates the socket.
-    fn creates_socket(&self) -> bool;
+    fn creates_socket(&self) -> bool {
+        false
+    }
     /// Queue pairs asked for, if any.
     fn queues(&self) -> Option<u16>;
     /// The kernel interface, for kinds attached to one.

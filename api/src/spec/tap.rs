@@ -54,22 +54,27 @@ pub fn validate_ifname(field: &str, name: &str) -> Result<(), SpecError> {
     Ok(())
 }
 
+/// Checks what the kinds on a kernel interface share: the interface's
+/// name and the queue pairs (1 when unset).
+pub(crate) fn validate_interface_and_queues(
+    at: &str,
+    interface: &str,
+    queues: Option<u16>,
+) -> Result<(), SpecError> {
+    validate_ifname(&format!("{at}interface"), interface)?;
+    let q = queues.unwrap_or(1);
+    if q == 0 || q > MAX_QUEUES {
+        return Err(SpecError::new(
+            format!("{at}queues"),
+            format!("{q} is out of range 1..={MAX_QUEUES}"),
+        ));
+    }
+    Ok(())
+}
+
 impl KindOptions for TapSpec {
     fn kind_name(&self) -> &'static str {
         "tap"
-    }
-    fn role(&self) -> &'static str {
-        ""
-    }
-    fn socket(&self) -> Option<&str> {
-        None
-    }
-    fn set_socket(&mut self, _: String) {}
-    fn socket_is_path(&self) -> bool {
-        false
-    }
-    fn creates_socket(&self) -> bool {
-        false
     }
     fn queues(&self) -> Option<u16> {
         self.queues
@@ -79,14 +84,6 @@ impl KindOptions for TapSpec {
     }
 
     fn validate(&self, at: &str) -> Result<(), SpecError> {
-        validate_ifname(&format!("{at}interface"), &self.interface)?;
-        let q = self.queues.unwrap_or(1);
-        if q == 0 || q > MAX_QUEUES {
-            return Err(SpecError::new(
-                format!("{at}queues"),
-                format!("{q} is out of range 1..={MAX_QUEUES}"),
-            ));
-        }
-        Ok(())
+        validate_interface_and_queues(at, &self.interface, self.queues)
     }
 }
