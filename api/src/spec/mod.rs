@@ -261,6 +261,11 @@ pub(crate) fn validate_socket_and_queues(
             format!("longer than a Unix socket path allows ({MAX_SOCKET_PATH} bytes)"),
         ));
     }
+    validate_queues(at, queues)
+}
+
+/// Checks the queue pairs asked for (1 when unset): 1 to [`MAX_QUEUES`].
+pub(crate) fn validate_queues(at: &str, queues: Option<u16>) -> Result<(), SpecError> {
     let q = queues.unwrap_or(1);
     if q == 0 || q > MAX_QUEUES {
         return Err(SpecError::new(

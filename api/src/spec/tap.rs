@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{KindOptions, SpecError, MAX_QUEUES};
+use super::{validate_queues, KindOptions, SpecError};
 
 /// Longest Linux interface name (`IFNAMSIZ` less its NUL).
 pub const MAX_IFNAME: usize = 15;
@@ -62,14 +62,7 @@ pub(crate) fn validate_interface_and_queues(
     queues: Option<u16>,
 ) -> Result<(), SpecError> {
     validate_ifname(&format!("{at}interface"), interface)?;
-    let q = queues.unwrap_or(1);
-    if q == 0 || q > MAX_QUEUES {
-        return Err(SpecError::new(
-            format!("{at}queues"),
-            format!("{q} is out of range 1..={MAX_QUEUES}"),
-        ));
-    }
-    Ok(())
+    validate_queues(at, queues)
 }
 
 impl KindOptions for TapSpec {
