@@ -94,6 +94,7 @@ Run as root on an otherwise idle machine (see README, "Benchmarks"):
 """
 
 import argparse
+import glob
 import json
 import os
 import re
@@ -108,6 +109,7 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TESTPMD = "/usr/bin/dpdk-testpmd"
+OVS_VSWITCHD = "/usr/lib/openvswitch-switch-dpdk/ovs-vswitchd-dpdk"
 DUT_CPU = 0
 GEN_CPU = 1
 GEN_LCORES = f"0@{DUT_CPU},1@{GEN_CPU}"  # main lcore (idle) on the DUT's CPU, forwarding on its own
@@ -537,7 +539,7 @@ class OvsDpdk(Dut):
         for tool in ["ovsdb-tool", "ovsdb-server", "ovs-vsctl"]:
             if not shutil.which(tool):
                 raise RuntimeError("openvswitch-switch-dpdk is not installed")
-        vswitchd = "/usr/lib/openvswitch-switch-dpdk/ovs-vswitchd-dpdk"
+        vswitchd = OVS_VSWITCHD
         if not os.path.exists(vswitchd):
             raise RuntimeError(f"{vswitchd} is missing (openvswitch-switch-dpdk)")
         t = self.tmp
@@ -670,13 +672,70 @@ def many_flows():
 HOSTGEN_SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hostgen.c")
 
 
+def missing_packages(args):
+    """The Debian packages this run needs and the machine lacks: testpmd
+    and DPDK's memif driver always; a C compiler, pkg-config and DPDK's
+    headers when hostgen is built; OVS-DPDK for its column; perf for
+    $LOOP_BENCH_PERF."""
+    need = []
+    if not os.path.exists(TESTPMD):
+        need.append("dpdk")
+    if not any(glob.glob(p) for p in ("/usr/lib/*/dpdk/pmds-*/librte_net_memif.so*",
+                                      "/usr/lib/*/librte_net_memif.so*")):
+        need.append("librte-net-memif23")
+    if (args.hosts or args.uplink_generator == "af-xdp") and hostgen_to_build():
+        if not shutil.which("pkg-config"):
+            need.append("pkg-config")
+        if not shutil.which("pkg-config") or subprocess.run(
+                ["pkg-config", "--exists", "libdpdk"], capture_output=True).returncode:
+            need.append("dpdk-dev")
+        if not shutil.which("cc"):
+            need.append("gcc")
+    if "ovs-dpdk" in args.dut.split(",") and not os.path.exists(OVS_VSWITCHD):
+        need.append("openvswitch-switch-dpdk")
+    if os.environ.get("LOOP_BENCH_PERF") and not shutil.which("perf"):
+        need.append("linux-perf")
+    return need
+
+
+def ensure_packages(args):
+    """Installs what missing_packages() names (apt-get, as root; the test
+    command does the same for its peers), or says what to install."""
+    need = missing_packages(args)
+    if not need:
+        return
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        sys.exit(f"missing: apt-get install {' '.join(need)}")
+    print(f"# installing {' '.join(need)}", file=sys.stderr, flush=True)
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    for cmd in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", *need]):
+        if subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL).returncode != 0:
+            sys.exit(f"{' '.join(cmd)} failed")
+    still = missing_packages(args)
+    if still:
+        sys.exit(f"still missing after apt-get: {' '.join(still)}")
+
+
+def hostgen_out():
+    """Where the script builds hostgen."""
+    return os.path.join(REPO, "target", "loop-bench", "hostgen")
+
+
+def hostgen_to_build():
+    """Whether hostgen_bin() will (re)build hostgen: no $HOSTGEN_BIN, and no
+    build as new as its source."""
+    out = hostgen_out()
+    return not os.environ.get("HOSTGEN_BIN") and not (
+        os.path.exists(out) and os.path.getmtime(out) >= os.path.getmtime(HOSTGEN_SRC))
+
+
 def hostgen_bin():
     """Builds the many-hosts generator (hostgen.c) against the system's DPDK;
     $HOSTGEN_BIN instead runs another build of it (to compare two)."""
     if os.environ.get("HOSTGEN_BIN"):
         return os.environ["HOSTGEN_BIN"]
-    out = os.path.join(REPO, "target", "loop-bench", "hostgen")
-    if os.path.exists(out) and os.path.getmtime(out) >= os.path.getmtime(HOSTGEN_SRC):
+    out = hostgen_out()
+    if not hostgen_to_build():
         return out
     os.makedirs(os.path.dirname(out), exist_ok=True)
     flags = subprocess.run(["pkg-config", "--cflags", "--libs", "libdpdk"], check=True,
@@ -1007,8 +1066,7 @@ def main():
     args = ap.parse_args()
     # SIGTERM runs the cleanup too (hugepages given back, mount removed).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    if not os.path.exists(TESTPMD):
-        sys.exit("dpdk-testpmd is missing: apt-get install dpdk dpdk-dev librte-net-memif23")
+    ensure_packages(args)
     for b in args.build:
         label, sep, path = b.partition("=")
         if not sep or not label or label in DUTS or not os.path.exists(path):
