@@ -223,6 +223,17 @@ fn attack_as_slave(sw: &mut Switch, good: &GoodLoop) -> usize {
     });
     t.check(sw, "region 0: region fd holds");
 
+    // A descriptor that is not memory at all as the region (what DPDK's
+    // zero-copy memif client sends when the memseg descriptor it closed on
+    // another port's connect was reused by an eventfd): refused, not mapped.
+    let not_memory = vmm_sys_util::eventfd::EventFd::new(0).unwrap();
+    bent_slave(
+        &sock,
+        "region 0: region fd is not a file of memory",
+        |_, s| s[1].1 = Some(not_memory.as_raw_fd()),
+    );
+    t.check(sw, "region 0: region fd is not a file of memory");
+
     // A region that is not sealed against shrinking (DPDK's zero-copy
     // slaves pass hugetlbfs memory, which cannot be sealed) is accepted and
     // watched: the slave truncating it under the switch costs the slave its

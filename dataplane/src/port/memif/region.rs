@@ -35,6 +35,10 @@ pub enum RegionError {
         /// Real size.
         actual: u64,
     },
+    /// The fd is not a file whose pages can be shared (a memfd, a tmpfs or
+    /// hugetlbfs file) but, say, an eventfd or a socket.
+    #[error("region fd is not a file of memory (memfd, tmpfs or hugetlbfs)")]
+    NotAFile,
     /// Every range the fault handler can watch is taken.
     #[error("{0}")]
     Watch(#[from] sigbus::Full),
@@ -61,6 +65,10 @@ impl Region {
         if size == 0 || size > MAX_REGION_SIZE {
             return Err(RegionError::BadSize(size));
         }
+        let st = nix::sys::stat::fstat(fd.as_raw_fd()).map_err(std::io::Error::from)?;
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+            return Err(RegionError::NotAFile);
+        }
         // Not a memfd (hugetlbfs, tmpfs files): no seals, like an unsealed one.
         let sealed = fcntl(fd.as_raw_fd(), FcntlArg::F_GET_SEALS).is_ok_and(|seals| {
             SealFlag::from_bits_truncate(seals).contains(SealFlag::F_SEAL_SHRINK)
@@ -70,7 +78,6 @@ impl Region {
         // lists, of which only the pages in use are backed): a buffer past
         // the file's end trips the wire like a truncation.
         if sealed {
-            let st = nix::sys::stat::fstat(fd.as_raw_fd()).map_err(std::io::Error::from)?;
             let actual = st.st_size as u64;
             if actual < size {
                 return Err(RegionError::TooSmall {
