@@ -6,7 +6,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use crate::queue::TxFrame;
-use crate::wire::ethernet::{ETHERTYPE_VLAN, HEADER_LEN as ETH_HEADER_LEN, VLAN_TAG_LEN};
+use crate::wire::ethernet::{EthernetFrame, HEADER_LEN as ETH_HEADER_LEN};
 
 /// `struct ifreq` with the fields we use (name, then a short or an int).
 #[repr(C)]
@@ -94,9 +94,13 @@ pub fn exceeds_mtu(frame: &TxFrame<'_>, mtu: u32) -> bool {
         // SAFETY: `head` is a local buffer of the length given.
         unsafe { r.copy_to(head.as_mut_ptr(), head.len()) }
     };
-    let tagged =
-        got == ETH_HEADER_LEN && u16::from_be_bytes([head[12], head[13]]) == ETHERTYPE_VLAN;
-    let overhead = ETH_HEADER_LEN + if tagged { VLAN_TAG_LEN } else { 0 };
+    // The header, with the tag if the frame has one (a frame shorter than
+    // a header has none).
+    let overhead = if got == ETH_HEADER_LEN {
+        EthernetFrame::new_unchecked(&head).header_len()
+    } else {
+        ETH_HEADER_LEN
+    };
     frame.len() > mtu as usize + overhead
 }
 
@@ -104,6 +108,7 @@ pub fn exceeds_mtu(frame: &TxFrame<'_>, mtu: u32) -> bool {
 mod tests {
     use super::*;
     use crate::queue::RxFrame;
+    use crate::wire::ethernet::ETHERTYPE_VLAN;
 
     /// Whether a frame of `len` bytes, tagged or not, exceeds MTU `mtu`.
     fn exceeds(len: usize, tagged: bool, mtu: u32) -> bool {
