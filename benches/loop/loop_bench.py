@@ -684,10 +684,11 @@ def missing_packages(args):
                                       "/usr/lib/*/librte_net_memif.so*")):
         need.append("librte-net-memif23")
     if (args.hosts or args.uplink_generator == "af-xdp") and hostgen_to_build():
-        if not shutil.which("pkg-config"):
+        pkg_config = shutil.which("pkg-config")
+        if not pkg_config:
             need.append("pkg-config")
-        if not shutil.which("pkg-config") or subprocess.run(
-                ["pkg-config", "--exists", "libdpdk"], capture_output=True).returncode:
+        if not pkg_config or subprocess.run(
+                [pkg_config, "--exists", "libdpdk"], capture_output=True).returncode:
             need.append("dpdk-dev")
         if not shutil.which("cc"):
             need.append("gcc")
@@ -903,11 +904,6 @@ def profile_dut(what, pps):
 # read's own ~0.1 s): the machine's state changes within a window, and the
 # slices show how much (testpmd-generated cells).
 SLICE = 0.4
-# The slices of the last testpmd-generated run: its rates (pps), or for a
-# short-loop run its round trips (s); None for a hostgen run. measure()
-# keeps what it needs of them in ROUNDS.
-LAST_SLICES = None
-
 # (dut, kind, size, hosts, what) -> {round: value}: each run by its round
 # (`what`: "rate", "slice" for its median slice, "rtt", "rtt-fast" for its
 # fastest slice), for the ratios of DUTs measured one after the other
@@ -956,7 +952,9 @@ def rtt_of(pps, queues):
 
 
 def run_once(dut_name, kind, size, seconds, bursts, rtt=False):
-    global LAST_SLICES
+    """One run of a cell: its rate (pps) or round trip (s), None if it carried
+    nothing, and its window's slices (rates, or round trips for a short
+    loop; None for a hostgen run, which is not read in slices)."""
     tmp = tempfile.mkdtemp(prefix="sy-loop-")
     dut = make_dut(dut_name, kind, tmp)
     gen = None
@@ -965,7 +963,7 @@ def run_once(dut_name, kind, size, seconds, bursts, rtt=False):
     try:
         dut.start()
         if hostgen_cell(kind) and not rtt and size != IMIX:
-            return run_hosts(dut, size, seconds, bursts)
+            return run_hosts(dut, size, seconds, bursts), None
         q = dut.gen_queues
         fwd, extra = gen_traffic()
         # --no-flush-rx: `start` keeps frames waiting in the rx rings (the
@@ -1015,8 +1013,6 @@ def run_once(dut_name, kind, size, seconds, bursts, rtt=False):
             time.sleep(min(SLICE, max(0.0, end - time.time())))
             slices.append(port_pps(gen))
         pps = statistics.mean(slices)
-        # Kept as round trips for a short loop.
-        LAST_SLICES = [rtt_of(p, q) for p in slices if p] if rtt else slices
         if not pps:
             carried_nothing(dut)
         elif os.environ.get("LOOP_BENCH_COUNTERS", "0") not in ("", "0"):
@@ -1025,8 +1021,8 @@ def run_once(dut_name, kind, size, seconds, bursts, rtt=False):
             LOADS.setdefault((dut_name, kind, size, None), []).append(dut.load())
             profile_dut(f"{dut_name}-{kind}-{size}", pps)
         if rtt:
-            return rtt_of(pps, q) if pps else None
-        return pps
+            return (rtt_of(pps, q) if pps else None), [rtt_of(p, q) for p in slices if p]
+        return pps, slices
     finally:
         if gen:
             stop_testpmd(gen)
@@ -1139,7 +1135,6 @@ def measure(duts, cells, args, rtt):
     cell once per round and the DUTs taking turns in each: this VM's speed
     drifts over minutes, and a DUT (or a cell) measured in one slow stretch
     would otherwise be compared with others measured in a fast one."""
-    global LAST_SLICES
     runs = {(dut, kind, size): [] for dut in duts for kind, size in cells}
     failed = set()
     for r in range(args.repeat):
@@ -1153,15 +1148,14 @@ def measure(duts, cells, args, rtt):
             # A run whose loop carried nothing (a peer that never came up)
             # is a failure, not a measurement: tried once more, then the
             # DUT is out of the cell.
-            v = None
+            v, slices = None, None
             for attempt in range(2):
-                LAST_SLICES = None
                 try:
-                    v = run_once(dut, kind, size, args.seconds, args.bursts, rtt)
+                    v, slices = run_once(dut, kind, size, args.seconds, args.bursts, rtt)
                 except Exception as e:  # noqa: BLE001 - report and go on
                     print(f"# {dut} {kind} {what}: {str(e).splitlines()[0]}",
                           file=sys.stderr, flush=True)
-                    v = None
+                    v, slices = None, None
                 if v:
                     break
                 print(f"# {dut} {kind} {what} run {r + 1}: nothing measured"
@@ -1173,8 +1167,8 @@ def measure(duts, cells, args, rtt):
             runs[(dut, kind, size)].append(v)
             ROUNDS.setdefault((dut, kind, size, SET.hosts, "rtt" if rtt else "rate"), {})[r] = v
             shown = f"{v * 1e6:.2f} us RTT" if rtt else f"{v / 1e6:.3f} Mpps"
-            if LAST_SLICES:
-                q = sorted(LAST_SLICES)
+            if slices:
+                q = sorted(slices)
                 # A throughput run's median slice, a round trip's fastest.
                 ROUNDS.setdefault((dut, kind, size, None, "rtt-fast" if rtt else "slice"),
                                   {})[r] = q[0] if rtt else statistics.median(q)
