@@ -57,6 +57,11 @@ static uint32_t hosts;
 static uint16_t nb_queues[2];
 /* Frames received per port, written by the forwarding lcore only. */
 static volatile uint64_t rx_count[2];
+/* TSC cycles of the forwarding loop, and those spent in passes over the
+ * receive queues that found no frame: the idle share says whether the
+ * generator waited for the DUT (a generator that never waits may be the
+ * loop's limit). */
+static volatile uint64_t loop_cycles, idle_cycles;
 
 /* Host i of side s (0: port 0's, 1: port 1's), locally administered. */
 static void host_mac(struct rte_ether_addr *a, int side, uint32_t i)
@@ -186,13 +191,16 @@ static int forward(void *arg)
 	(void)arg;
 	uint32_t next[2] = {0, 0}; /* the next host index per sending port */
 	struct rte_mbuf *pkts[BURST];
+	uint64_t last = rte_rdtsc();
 	while (running) {
+		uint16_t got = 0;
 		for (uint16_t in = 0; in < 2; in++) {
 			uint16_t out = 1 - in;
 			for (uint16_t q = 0; q < nb_queues[in]; q++) {
 				uint16_t n = rte_eth_rx_burst(in, q, pkts, BURST);
 				if (n == 0)
 					continue;
+				got += n;
 				rx_count[in] += n;
 				uint32_t k = next[out];
 				for (uint16_t i = 0; i < n; i++) {
@@ -206,6 +214,11 @@ static int forward(void *arg)
 					rte_pktmbuf_free_bulk(&pkts[sent], n - sent);
 			}
 		}
+		uint64_t now = rte_rdtsc();
+		loop_cycles += now - last;
+		if (got == 0)
+			idle_cycles += now - last;
+		last = now;
 	}
 	return 0;
 }
@@ -414,11 +427,15 @@ int main(int argc, char **argv)
 	rte_eal_remote_launch(forward, NULL, fwd_lcore);
 	usleep((useconds_t)(warmup * 1e6));
 	uint64_t before = rx_count[0] + rx_count[1];
+	uint64_t loop0 = loop_cycles, idle0 = idle_cycles;
 	uint64_t t0 = rte_get_timer_cycles();
 	usleep((useconds_t)(seconds * 1e6));
 	uint64_t after = rx_count[0] + rx_count[1];
+	uint64_t loop1 = loop_cycles, idle1 = idle_cycles;
 	uint64_t t1 = rte_get_timer_cycles();
 	double secs = (double)(t1 - t0) / (double)rte_get_timer_hz();
+	/* Before rx_pps, which the benchmark waits for. */
+	printf("cycles %" PRIu64 " idle %" PRIu64 "\n", loop1 - loop0, idle1 - idle0);
 	printf("rx_pps %.0f\n", (double)(after - before) / secs);
 	fflush(stdout);
 	running = 0;

@@ -785,6 +785,11 @@ RX_PPS = re.compile(r"Rx-pps:\s+(\d+)")
 # that carried frames (the RTT cells' are not taken: one frame in flight
 # leaves any DUT idle).
 LOADS = {}
+# (dut, kind, size, hosts) -> [share of the generator's time in passes over
+# its receive queues that found nothing] of each hostgen run: near 0, the
+# generator never waited for the DUT and may be the loop's limit (testpmd
+# io reports no load of its own; this is the check for it).
+GEN_IDLE = {}
 
 
 def port_stats(p):
@@ -875,9 +880,14 @@ def run_hosts(dut, size, seconds, bursts):
         time.sleep(warmup + 0.5)
         dut.load_mark()
         gen.wait_for("rx_pps", 30 + seconds)
-        pps = int(re.search(r"rx_pps (\d+)", gen.text()).group(1))
+        text = gen.text()
+        pps = int(re.search(r"rx_pps (\d+)", text).group(1))
         if pps:
             LOADS.setdefault((dut.name, dut.kind, size, SET.hosts), []).append(dut.load())
+            cycles = re.search(r"cycles (\d+) idle (\d+)", text)
+            if cycles and int(cycles.group(1)):
+                GEN_IDLE.setdefault((dut.name, dut.kind, size, SET.hosts), []).append(
+                    int(cycles.group(2)) / int(cycles.group(1)))
         else:
             carried_nothing(dut)
         return pps
@@ -1121,6 +1131,7 @@ def main():
                 print_hosts(many, duts, args)
                 print_loads(duts, sorted({(k, 64, n) for (_, k, n) in many}))
             LOADS.clear()
+            GEN_IDLE.clear()
             ROUNDS.clear()
             print_states()
             STATES.clear()
@@ -1180,6 +1191,9 @@ def measure(duts, cells, args, rtt):
             if not rtt and load and load[-1][0] is not None:
                 busy, burst = load[-1]
                 shown += f" (busy {busy * 100:.1f}%" + (f", burst {burst:.1f})" if burst else ")")
+            idle = GEN_IDLE.get((dut, kind, size, SET.hosts), [])
+            if hostgen_cell(kind) and not rtt and size != IMIX and idle:
+                shown += f" (generator idle {idle[-1] * 100:.1f}%)"
             print(f"# {SET.memory:9} {dut:10} {kind:12} {what} run {r + 1}: {shown}",
                   file=sys.stderr, flush=True)
     return {key: (statistics.median(v) if v else None) for key, v in runs.items()}
@@ -1272,30 +1286,38 @@ def print_rtt(rtts, duts):
 
 
 def print_loads(duts, cells):
-    """The switching DUTs' load in the measuring windows of `cells` (the
-    keys of LOADS), median over the runs."""
+    """The DUTs' load in the measuring windows of `cells` (the keys of
+    LOADS), median over the runs, and for hostgen's cells the generator's idle
+    share (GEN_IDLE)."""
     rows = []
     for key in cells:
         for d in duts:
             runs = LOADS.get((d,) + key, [])
             busy = [b for b, _ in runs if b is not None]
             burst = [n for _, n in runs if n is not None]
-            if not busy and not burst:
-                continue  # a DUT that reports no load (testpmd io)
+            idle = GEN_IDLE.get((d,) + key, [])
+            if not busy and not burst and not idle:
+                continue  # a DUT that reports no load (testpmd io), one-host cells
             rows.append((key, d, statistics.median(busy) if busy else None,
-                         statistics.median(burst) if burst else None))
+                         statistics.median(burst) if burst else None,
+                         statistics.median(idle) if idle else None))
     if not rows:
         return
     print("\nDUT load over the measuring window (median): busy share of its CPU "
           "(Switchyard: passes that found frames; OVS-DPDK: processing cycles) and mean "
           "burst (Switchyard: frames per non-empty receive burst; OVS-DPDK: packets per "
-          "output batch). A DUT under 100% busy waits for the generator.\n")
-    for (kind, size, extra), d, busy, burst in rows:
+          "output batch). A DUT under 100% busy waits for the generator."
+          + (" For hostgen's cells, the generator's idle share: its time in passes over "
+             "its receive queues that found no frame. Near 0%, it did not wait for the DUT "
+             "and may be what limits the loop." if any(r[4] is not None for r in rows) else "")
+          + "\n")
+    for (kind, size, extra), d, busy, burst, idle in rows:
         shown = "imix" if size == IMIX else size
         what = f" {extra} hosts" if extra is not None else ""
         b = f"{busy * 100:5.1f}%" if busy is not None else "    -"
         n = f"{burst:5.1f}" if burst is not None else "    -"
-        print(f"- {kind:12} {shown:>5}{what}: {d:10} busy {b}, burst {n}")
+        g = f", generator idle {idle * 100:5.1f}%" if idle is not None else ""
+        print(f"- {kind:12} {shown:>5}{what}: {d:10} busy {b}, burst {n}{g}")
 
 
 def print_hosts(many, duts, args):
