@@ -925,22 +925,33 @@ ROUNDS = {}
 STATES = []
 
 
-def machine_state():
-    """Samples for 1 s how long a cache line takes from the DUT's CPU to the
-    generator's and back (benches/src/bin/cacheline_rtt.rs): on a VM it
-    jumps with where the host runs the vCPUs (here about 30, 85 or 470 ns),
-    and every shared-memory loop slows with it. Returns the line printed,
-    and records (p50, far share) in STATES."""
+def machine_state(seconds=1.0, record=True):
+    """Samples for `seconds` how long a cache line takes from the DUT's CPU
+    to the generator's and back (benches/src/bin/cacheline_rtt.rs): on a VM
+    it jumps with where the host runs the vCPUs (here about 30, 85 or 470
+    ns), and every shared-memory loop slows with it. Returns the line
+    printed, and with `record` keeps (p50, far share) in STATES."""
     binary = os.path.join(REPO, "target", "release", "cacheline_rtt")
     if not os.path.exists(binary):
         subprocess.run(["cargo", "build", "--release", "-q", "-p", "switchyard-benches",
                         "--bin", "cacheline_rtt"], cwd=REPO, check=True)
-    r = subprocess.run([binary, str(DUT_CPU), str(GEN_CPU), "1"], capture_output=True, text=True)
+    r = subprocess.run([binary, str(DUT_CPU), str(GEN_CPU), str(seconds)], capture_output=True,
+                       text=True)
     m = re.search(r"p50 (\d+) p90 \d+ far ([\d.]+)", r.stdout)
     if not m:
         return f"cacheline_rtt failed: {r.stderr.strip()}"
-    STATES.append((int(m.group(1)), float(m.group(2))))
+    if record:
+        STATES.append((int(m.group(1)), float(m.group(2))))
     return r.stdout.strip()
+
+
+def state_after_run():
+    """The state right after a run (0.5 s of the probe): with the probe
+    before the round, it brackets the run; a run whose two probes differ
+    may have had either state, or both."""
+    line = machine_state(0.5, record=False)
+    m = re.search(r"p50 (\d+) p90 \d+ far ([\d.]+)", line)
+    return f"probe after: p50 {m.group(1)} ns, far {float(m.group(2)) * 100:.0f}%" if m else line
 
 
 def print_states():
@@ -1194,6 +1205,7 @@ def measure(duts, cells, args, rtt):
             idle = GEN_IDLE.get((dut, kind, size, SET.hosts), [])
             if hostgen_cell(kind) and not rtt and size != IMIX and idle:
                 shown += f" (generator idle {idle[-1] * 100:.1f}%)"
+            shown += f" [{state_after_run()}]"
             print(f"# {SET.memory:9} {dut:10} {kind:12} {what} run {r + 1}: {shown}",
                   file=sys.stderr, flush=True)
     return {key: (statistics.median(v) if v else None) for key, v in runs.items()}
