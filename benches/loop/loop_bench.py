@@ -94,6 +94,7 @@ Run as root on an otherwise idle machine (see README, "Benchmarks"):
 """
 
 import argparse
+import fcntl
 import glob
 import json
 import os
@@ -153,6 +154,36 @@ def mac_table_size(hosts):
 
 
 SET = Settings()
+
+
+LOCK = os.path.join(tempfile.gettempdir(), "switchyard-loop-bench.lock")
+# The open lock file: held (flock) until the process exits.
+LOCK_FILE = None
+
+
+def one_at_a_time():
+    """Takes the benchmark's lock, or exits: two runs at once would share
+    the CPUs (every figure of both would be wrong) and the hugepage mount
+    (the first to finish could not unmount it). Also unmounts the
+    hugetlbfs mounts an earlier run killed before its cleanup left."""
+    global LOCK_FILE
+    f = open(LOCK, "w")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        sys.exit(f"another loop_bench.py is running (lock {LOCK}): one at a time, or "
+                 "both measure each other")
+    f.write(f"{os.getpid()}\n")
+    f.flush()
+    stale = os.path.join(tempfile.gettempdir(), "sy-huge-")
+    for line in open("/proc/mounts"):
+        where = line.split()[1]
+        if line.split()[2] == "hugetlbfs" and where.startswith(stale):
+            if subprocess.run(["umount", where], capture_output=True).returncode == 0:
+                os.rmdir(where)
+                print(f"# unmounted {where}, left by a run that did not finish",
+                      file=sys.stderr)
+    LOCK_FILE = f
 
 
 class Hugepages:
@@ -1083,6 +1114,7 @@ def main():
     args = ap.parse_args()
     # SIGTERM runs the cleanup too (hugepages given back, mount removed).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    one_at_a_time()
     ensure_packages(args)
     for b in args.build:
         label, sep, path = b.partition("=")
