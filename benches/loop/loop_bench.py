@@ -351,7 +351,13 @@ def testpmd(prefix, lcores, vdevs, extra, mbufs=16384, fwd="io"):
     argv += ["--", "-i", f"--total-num-mbufs={mbufs}", f"--forward-mode={fwd}",
              f"--rxd={QUEUE}", f"--txd={QUEUE}"] + extra
     p = Proc(argv, stdin=True)
-    p.wait_for("testpmd> ", 60)
+    try:
+        p.wait_for("testpmd> ", 60)
+    except BaseException:
+        # Not returned, so no caller's cleanup would stop it (a start that
+        # failed, or Ctrl-C while it starts).
+        p.stop()
+        raise
     return p
 
 
