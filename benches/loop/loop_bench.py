@@ -177,8 +177,8 @@ def one_at_a_time():
     f.flush()
     stale = os.path.join(tempfile.gettempdir(), "sy-huge-")
     for line in open("/proc/mounts"):
-        where = line.split()[1]
-        if line.split()[2] == "hugetlbfs" and where.startswith(stale):
+        _, where, fstype = line.split()[:3]
+        if fstype == "hugetlbfs" and where.startswith(stale):
             if subprocess.run(["umount", where], capture_output=True).returncode == 0:
                 os.rmdir(where)
                 print(f"# unmounted {where}, left by a run that did not finish",
@@ -962,12 +962,13 @@ ROUNDS = {}
 STATES = []
 
 
-def machine_state(seconds=1.0, record=True):
+def probe(seconds):
     """Samples for `seconds` how long a cache line takes from the DUT's CPU
     to the generator's and back (benches/src/bin/cacheline_rtt.rs): on a VM
     it jumps with where the host runs the vCPUs (here about 30, 85 or 470
-    ns), and every shared-memory loop slows with it. Returns the line
-    printed, and with `record` keeps (p50, far share) in STATES."""
+    ns), and every shared-memory loop slows with it. Returns the line the
+    probe printed (or why it failed), its p50 in ns and its far share (None,
+    None on failure)."""
     binary = os.path.join(REPO, "target", "release", "cacheline_rtt")
     if not os.path.exists(binary):
         subprocess.run(["cargo", "build", "--release", "-q", "-p", "switchyard-benches",
@@ -976,19 +977,25 @@ def machine_state(seconds=1.0, record=True):
                        text=True)
     m = re.search(r"p50 (\d+) p90 \d+ far ([\d.]+)", r.stdout)
     if not m:
-        return f"cacheline_rtt failed: {r.stderr.strip()}"
-    if record:
-        STATES.append((int(m.group(1)), float(m.group(2))))
-    return r.stdout.strip()
+        return f"cacheline_rtt failed: {r.stderr.strip()}", None, None
+    return r.stdout.strip(), int(m.group(1)), float(m.group(2))
+
+
+def machine_state():
+    """The state before a round (1 s of the probe): the line printed; its
+    (p50, far share) kept in STATES."""
+    line, p50, far = probe(1.0)
+    if p50 is not None:
+        STATES.append((p50, far))
+    return line
 
 
 def state_after_run():
     """The state right after a run (0.5 s of the probe): with the probe
     before the round, it brackets the run; a run whose two probes differ
     may have had either state, or both."""
-    line = machine_state(0.5, record=False)
-    m = re.search(r"p50 (\d+) p90 \d+ far ([\d.]+)", line)
-    return f"probe after: p50 {m.group(1)} ns, far {float(m.group(2)) * 100:.0f}%" if m else line
+    line, p50, far = probe(0.5)
+    return f"probe after: p50 {p50} ns, far {far * 100:.0f}%" if p50 is not None else line
 
 
 def print_states():
@@ -1240,8 +1247,9 @@ def measure(duts, cells, args, rtt):
             if not rtt and load and load[-1][0] is not None:
                 busy, burst = load[-1]
                 shown += f" (busy {busy * 100:.1f}%" + (f", burst {burst:.1f})" if burst else ")")
+            # Only hostgen runs record it (no round trips: testpmd's).
             idle = GEN_IDLE.get((dut, kind, size, SET.hosts), [])
-            if hostgen_cell(kind) and not rtt and size != IMIX and idle:
+            if not rtt and idle:
                 shown += f" (generator idle {idle[-1] * 100:.1f}%)"
             shown += f" [{state_after_run()}]"
             print(f"# {SET.memory:9} {dut:10} {kind:12} {what} run {r + 1}: {shown}",
