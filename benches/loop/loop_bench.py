@@ -1199,14 +1199,19 @@ def main():
 
 def measure(duts, cells, args, rtt):
     """Median per DUT of each (kind, size) cell; round after round, every
-    cell once per round and the DUTs taking turns in each: this VM's speed
+    cell once per round and the DUTs taking turns in each (each round
+    starting with the next DUT): this VM's speed
     drifts over minutes, and a DUT (or a cell) measured in one slow stretch
     would otherwise be compared with others measured in a fast one."""
     runs = {(dut, kind, size): [] for dut in duts for kind, size in cells}
     failed = set()
     for r in range(args.repeat):
         print(f"# round {r + 1}: {machine_state()}", file=sys.stderr, flush=True)
-        for kind, size, dut in [(k, s, d) for k, s in cells for d in duts]:
+        # Each round starts with the next DUT: a DUT always run in the same
+        # place in the sequence (after the same other DUT, on the memory it
+        # gave back) would carry whatever that place does to its rate.
+        order = duts[r % len(duts):] + duts[:r % len(duts)]
+        for kind, size, dut in [(k, s, d) for k, s in cells for d in order]:
             if (dut, kind, size) in failed:
                 continue
             what = "rtt" if rtt else ("imix" if size == IMIX else f"{size:5}")
