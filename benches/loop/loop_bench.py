@@ -67,7 +67,9 @@ Ratios (sy/DUT columns) pair the runs of a round: each round's ratio of
 Switchyard's run over the other DUT's, which ran just before or after it,
 and the median of those, with each round's shown. This VM changes speed
 by up to 3x from minute to minute; the two DUTs' medians may come from
-rounds in different states, a round's two runs mostly share one.
+rounds in different states, a round's two runs mostly share one. Each
+round starts with the next DUT, so every DUT runs in every place of the
+sequence equally often.
 
 --build LABEL=PATH adds another Switchyard binary as DUT LABEL (name it in
 --dut): builds compared taking turns in one run, e.g.
