@@ -159,6 +159,8 @@ SET = Settings()
 
 
 LOCK = os.path.join(tempfile.gettempdir(), "switchyard-loop-bench.lock")
+# The hugetlbfs mounts Hugepages makes are temporary directories named so.
+HUGE_MOUNT_PREFIX = "sy-huge-"
 # The open lock file: held (flock) until the process exits.
 LOCK_FILE = None
 
@@ -177,15 +179,20 @@ def one_at_a_time():
                  "both measure each other")
     f.write(f"{os.getpid()}\n")
     f.flush()
-    stale = os.path.join(tempfile.gettempdir(), "sy-huge-")
-    for line in open("/proc/mounts"):
-        _, where, fstype = line.split()[:3]
-        if fstype == "hugetlbfs" and where.startswith(stale):
+    stale = os.path.join(tempfile.gettempdir(), HUGE_MOUNT_PREFIX)
+    for where, _ in hugetlbfs_mounts():
+        if where.startswith(stale):
             if subprocess.run(["umount", where], capture_output=True).returncode == 0:
                 os.rmdir(where)
                 print(f"# unmounted {where}, left by a run that did not finish",
                       file=sys.stderr)
     LOCK_FILE = f
+
+
+def hugetlbfs_mounts():
+    """The hugetlbfs mounts in /proc/mounts: (directory, mount options)."""
+    with open("/proc/mounts") as f:
+        return [(m[1], m[3]) for m in (line.split() for line in f) if m[2] == "hugetlbfs"]
 
 
 class Hugepages:
@@ -207,13 +214,12 @@ class Hugepages:
                 print(f"# only {total} of {pages} hugepages could be reserved",
                       file=sys.stderr)
                 return
-            for line in open("/proc/mounts"):
-                f = line.split()
-                if f[2] == "hugetlbfs" and "pagesize=1G" not in f[3]:
-                    self.dir = f[1]
+            for where, options in hugetlbfs_mounts():
+                if "pagesize=1G" not in options:
+                    self.dir = where
                     break
             if self.dir is None:
-                self.dir = tempfile.mkdtemp(prefix="sy-huge-")
+                self.dir = tempfile.mkdtemp(prefix=HUGE_MOUNT_PREFIX)
                 subprocess.run(["mount", "-t", "hugetlbfs", "-o", "pagesize=2M", "nodev",
                                 self.dir], check=True)
                 self.mounted = self.dir
@@ -922,10 +928,11 @@ def run_hosts(dut, size, seconds, bursts):
         text = gen.text()
         pps = int(re.search(r"rx_pps (\d+)", text).group(1))
         if pps:
-            LOADS.setdefault((dut.name, dut.kind, size, SET.hosts), []).append(dut.load())
+            key = (dut.name, dut.kind, size, SET.hosts)
+            LOADS.setdefault(key, []).append(dut.load())
             cycles = re.search(r"cycles (\d+) idle (\d+)", text)
             if cycles and int(cycles.group(1)):
-                GEN_IDLE.setdefault((dut.name, dut.kind, size, SET.hosts), []).append(
+                GEN_IDLE.setdefault(key, []).append(
                     int(cycles.group(2)) / int(cycles.group(1)))
         else:
             carried_nothing(dut)
