@@ -12,6 +12,7 @@
 //! holds 0.
 
 use std::mem::MaybeUninit;
+use std::ptr;
 
 use crate::dataplane::{Dataplane, Ingress, ViewBridge, ViewPort, WorkerView};
 use crate::observe::{capture, Trace, TraceLearn, TraceLookup, TraceRecord};
@@ -37,7 +38,7 @@ pub struct Forwarder {
     /// Destinations with frames queued, in first-use order.
     touched: Vec<PortId>,
     /// For each frame of the burst whose VLAN tag changes somewhere, its
-    /// rewritten header from a private copy: the two addresses, then
+    /// rewritten header, from the addresses read once ([`L2`]): the two, then
     /// (tag pushed) the new tag. A frame is either tagged (its tag may be
     /// popped) or not (one may be pushed, of its one VLAN), so one header
     /// serves every destination.
@@ -97,53 +98,125 @@ impl PendingQueue {
     }
 }
 
-/// How a frame's VLAN tag changes on its way out.
-#[derive(Clone, Copy)]
+/// How a frame's VLAN tag changes on its way out (the tag a push writes is
+/// in the frame's rewritten header, [`Forwarder::hdrs`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Retag {
     /// Leaves as it came.
     Keep,
     /// Its tag is removed.
     Pop,
-    /// A tag of this VLAN is pushed.
-    Push(u16),
+    /// A tag of its VLAN is pushed.
+    Push,
 }
 
 /// Length of the header written in front of a frame whose tag is pushed:
 /// the addresses and the new tag.
 const PUSHED_LEN: usize = 12 + VLAN_TAG_LEN;
 
-/// A frame's L2 facts, parsed from a private copy of its first bytes.
+/// A frame's L2 facts, each read once from its first bytes (the peer may
+/// write them meanwhile: the lookups and a rewritten header see the same
+/// values). The addresses are the low 48 bits of a little-endian load of
+/// their six bytes (the first byte, with the group bit, lowest; the top
+/// 16 bits are the next field's).
 struct L2 {
-    hdr: [u8; HEADER_LEN + VLAN_TAG_LEN],
-    dst: MacAddr,
-    src: MacAddr,
+    dst: u64,
+    src: u64,
     tagged: bool,
     vid: u16,
 }
 
+impl L2 {
+    fn dst_mac(&self) -> MacAddr {
+        MacAddr::from_bytes(&self.dst.to_le_bytes())
+    }
+
+    fn src_mac(&self) -> MacAddr {
+        MacAddr::from_bytes(&self.src.to_le_bytes())
+    }
+
+    /// The destination is a group (multicast or broadcast) address.
+    #[inline]
+    fn dst_multicast(&self) -> bool {
+        self.dst & 1 != 0
+    }
+
+    /// The source is a group address (never a station's own).
+    #[inline]
+    fn src_multicast(&self) -> bool {
+        self.src & 1 != 0
+    }
+
+    /// The two addresses as they lead the frame.
+    fn addrs(&self) -> [u8; 12] {
+        let mut a = [0u8; 12];
+        a[..6].copy_from_slice(&self.dst.to_le_bytes()[..6]);
+        a[6..].copy_from_slice(&self.src.to_le_bytes()[..6]);
+        a
+    }
+}
+
+/// Bytes of a frame's head that [`parse_l2`] reads.
+const HEAD: usize = HEADER_LEN + VLAN_TAG_LEN;
+
+#[inline]
 fn parse_l2(frame: &RxFrame) -> Result<L2, DropReason> {
-    let mut hdr = [0u8; HEADER_LEN + VLAN_TAG_LEN];
-    let n = frame.read_prefix(&mut hdr);
+    // The usual frame's first segment holds the header: read in place.
+    let (a, b, c, n) = match frame.first_segment() {
+        // SAFETY: the segment was bounds-checked against a live mapping
+        // when it was pushed, and holds `HEAD` bytes at least.
+        Some(s) if s.len as usize >= HEAD => unsafe { head_words(s.ptr, HEAD) },
+        _ => head_words_copied(frame),
+    };
     if n < HEADER_LEN {
         return Err(DropReason::Runt);
     }
-    let ethertype = u16::from_be_bytes([hdr[12], hdr[13]]);
-    let tagged = ethertype == ETHERTYPE_VLAN;
-    if tagged && n < HEADER_LEN + VLAN_TAG_LEN {
+    let tagged = u16::from_be(c as u16) == ETHERTYPE_VLAN;
+    if tagged && n < HEAD {
         return Err(DropReason::Runt);
     }
     let vid = if tagged {
-        u16::from_be_bytes([hdr[14], hdr[15]]) & 0x0fff
+        u16::from_be((c >> 16) as u16) & 0x0fff
     } else {
         0
     };
     Ok(L2 {
-        dst: MacAddr::from_bytes(&hdr[0..6]),
-        src: MacAddr::from_bytes(&hdr[6..12]),
-        hdr,
+        dst: u64::from_le(a),
+        src: u64::from_le(b),
         tagged,
         vid,
     })
+}
+
+/// Bytes 0..8, 6..14 and 12..16 at `p` (the destination, the source, the
+/// type and tag), each loaded once by value, and `n`.
+///
+/// # Safety
+///
+/// `p..p+HEAD` must be readable. It may be memory a peer writes meanwhile:
+/// it is only loaded, never referenced.
+#[inline(always)]
+unsafe fn head_words(p: *const u8, n: usize) -> (u64, u64, u32, usize) {
+    // SAFETY: the caller's promise; unaligned loads of plain integers.
+    unsafe {
+        (
+            ptr::read_unaligned(p.cast::<u64>()),
+            ptr::read_unaligned(p.add(6).cast::<u64>()),
+            ptr::read_unaligned(p.add(12).cast::<u32>()),
+            n,
+        )
+    }
+}
+
+/// [`head_words`] of a frame whose first segment is shorter than `HEAD`
+/// (a chain split early, or a runt), from a copy zero-padded to `HEAD`.
+#[cold]
+#[inline(never)]
+fn head_words_copied(frame: &RxFrame) -> (u64, u64, u32, usize) {
+    let mut copy = [0u8; HEAD];
+    let n = frame.read_prefix(&mut copy);
+    // SAFETY: `copy` is our own `HEAD` bytes.
+    unsafe { head_words(copy.as_ptr(), n) }
 }
 
 /// The entry learning a source on port `id` (`p` in the view) writes at
@@ -398,8 +471,8 @@ impl Forwarder {
                     }
                 };
                 note!(|t| {
-                    t.src = l2.src;
-                    t.dst = l2.dst;
+                    t.src = l2.src_mac();
+                    t.dst = l2.dst_mac();
                     t.tag = l2.tagged.then_some(l2.vid);
                 });
                 // The VLAN this frame belongs to inside the bridge.
@@ -409,8 +482,8 @@ impl Forwarder {
                     continue;
                 };
                 note!(|t| t.vlan = Some(domain));
-                let src_key = MacKey::new(l2.src, domain);
-                if l2.src.is_multicast() {
+                let src_key = MacKey::from_wire(l2.src, domain);
+                if l2.src_multicast() {
                     note!(|t| t.learn = TraceLearn::Multicast);
                     // Never a station's own address: learned nowhere, and
                     // refused from a port bound to its MACs.
@@ -435,7 +508,16 @@ impl Forwarder {
                 } else {
                     let traced = if TRACE { self.traced[i].as_mut() } else { None };
                     match admit(
-                        w, bridge, inp, in_port, l2.src, domain, now, hold, &owner, traced,
+                        w,
+                        bridge,
+                        inp,
+                        in_port,
+                        l2.src_mac(),
+                        domain,
+                        now,
+                        hold,
+                        &owner,
+                        traced,
                     ) {
                         Err(r) => {
                             bump(&in_counters.drops[r as usize], 1);
@@ -446,10 +528,10 @@ impl Forwarder {
                     }
                 }
                 let mut unicast = None;
-                let dst_key = MacKey::new(l2.dst, domain);
+                let dst_key = MacKey::from_wire(l2.dst, domain);
                 if !TRACE && last_dst.1.is_some() && dst_key == last_dst.0 {
                     unicast = last_dst.1;
-                } else if !l2.dst.is_multicast() {
+                } else if !l2.dst_multicast() {
                     if let Some(e) = bridge.macs.get(dst_key) {
                         let (port, port_gen) = (e.port(), e.port_gen());
                         if port == in_port {
@@ -476,7 +558,7 @@ impl Forwarder {
                     None => {
                         bump(&bridge_counters.flooded, 1);
                         note!(|t| {
-                            t.lookup = if l2.dst.is_multicast() {
+                            t.lookup = if l2.dst_multicast() {
                                 TraceLookup::Multicast
                             } else {
                                 TraceLookup::Unknown
@@ -541,25 +623,15 @@ impl Forwarder {
             }
             return;
         }
-        let tag = match (l2.tagged, out_tagged) {
-            (true, true) | (false, false) => Retag::Keep,
-            (true, false) => Retag::Pop,
-            (false, true) => Retag::Push(domain),
-        };
         let Some(q) = self.pending.get_mut(id as usize) else {
             return;
         };
-        // The rewrite's header comes from the private copy.
-        match tag {
-            Retag::Keep => {}
-            Retag::Pop => self.hdrs[i][..12].copy_from_slice(&l2.hdr[..12]),
-            Retag::Push(domain) => {
-                let h = &mut self.hdrs[i];
-                h[..12].copy_from_slice(&l2.hdr[..12]);
-                h[12..14].copy_from_slice(&ETHERTYPE_VLAN.to_be_bytes());
-                h[14..16].copy_from_slice(&(domain & 0x0fff).to_be_bytes());
-            }
-        }
+        let tag = if l2.tagged == out_tagged {
+            Retag::Keep
+        } else {
+            // The rewrite's header comes from the frame's facts.
+            Self::rewrite(&mut self.hdrs[i], l2, domain)
+        };
         if q.is_empty() {
             self.touched.push(id);
         }
@@ -567,6 +639,20 @@ impl Forwarder {
             frame: i as u8,
             tag,
         });
+    }
+
+    /// Writes the header frame `l2` leaves with where its tag changes
+    /// (tagged in, untagged out or the other way round) into `hdr`.
+    #[cold]
+    #[inline(never)]
+    fn rewrite(hdr: &mut [u8; PUSHED_LEN], l2: &L2, domain: u16) -> Retag {
+        hdr[..12].copy_from_slice(&l2.addrs());
+        if l2.tagged {
+            return Retag::Pop;
+        }
+        hdr[12..14].copy_from_slice(&ETHERTYPE_VLAN.to_be_bytes());
+        hdr[14..16].copy_from_slice(&(domain & 0x0fff).to_be_bytes());
+        Retag::Push
     }
 
     /// Hands each destination its queued frames under one acquisition of
@@ -624,21 +710,25 @@ impl Forwarder {
             let n = queued.len().min(BURST_SIZE);
             for (txf, e) in txfs[..n].iter_mut().zip(&queued[..n]) {
                 let frame = &frames[usize::from(e.frame)];
-                let hdr = &hdrs[usize::from(e.frame)];
-                let f = txf.write(match e.tag {
-                    Retag::Keep => TxFrame::plain(frame),
-                    Retag::Pop => TxFrame {
-                        frame,
-                        prefix: &hdr[..12],
-                        skip: (HEADER_LEN + VLAN_TAG_LEN - 2) as u32,
-                    },
-                    Retag::Push(_) => TxFrame {
-                        frame,
-                        prefix: hdr,
-                        skip: 12,
-                    },
+                all_bytes += u64::from(if e.tag == Retag::Keep {
+                    txf.write(TxFrame::plain(frame));
+                    frame.len
+                } else {
+                    let hdr = &hdrs[usize::from(e.frame)];
+                    txf.write(match e.tag {
+                        Retag::Pop => TxFrame {
+                            frame,
+                            prefix: &hdr[..12],
+                            skip: (HEADER_LEN + VLAN_TAG_LEN - 2) as u32,
+                        },
+                        _ => TxFrame {
+                            frame,
+                            prefix: hdr,
+                            skip: 12,
+                        },
+                    })
+                    .len() as u32
                 });
-                all_bytes += f.len() as u64;
             }
             // SAFETY: the loop wrote `txfs[..n]`, and `n <= BURST_SIZE`;
             // `MaybeUninit<TxFrame>` has `TxFrame`'s layout.
@@ -715,8 +805,8 @@ fn trace_unswitched(t: &Trace, w: usize, in_port: PortId, frames: &[RxFrame], wh
         if t.claim(in_port) {
             let mut r = TraceRecord::new(w, in_port, f.len);
             if let Ok(l2) = parse_l2(f) {
-                r.src = l2.src;
-                r.dst = l2.dst;
+                r.src = l2.src_mac();
+                r.dst = l2.dst_mac();
                 r.tag = l2.tagged.then_some(l2.vid);
             }
             r.drop = Some(why);
@@ -874,6 +964,105 @@ mod tests {
         f[6..12].copy_from_slice(&mac(src).0);
         f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
         f
+    }
+
+    /// A transmit queue that records every frame it sends, whole.
+    struct Whole(Arc<Mutex<Vec<Vec<u8>>>>);
+
+    impl TxQueue for Whole {
+        fn tx(&mut self, frame: &TxFrame<'_>) -> Result<(), TxError> {
+            let mut b = vec![0u8; frame.len()];
+            // SAFETY: `b` has room for the frame.
+            let n = unsafe { frame.reader().copy_to(b.as_mut_ptr(), b.len()) };
+            assert_eq!(n, b.len());
+            self.0.lock().unwrap().push(b);
+            Ok(())
+        }
+
+        fn flush(&mut self) {}
+    }
+
+    #[test]
+    fn a_header_reads_the_same_in_place_or_from_a_copy() {
+        let mut tagged = frame(0x0b, 0x0a);
+        tagged.splice(12..12, [0x81, 0x00, 0x20, 0x64]); // PCP 1, VLAN 100
+        let one = |b: &[u8]| {
+            let mut f = RxFrame::default();
+            // SAFETY: `b` outlives the frame.
+            assert!(unsafe { f.push(b.as_ptr(), b.len() as u32) });
+            f
+        };
+        // The header split after 5 bytes: read from a copy.
+        let split = |b: &[u8]| {
+            let mut f = RxFrame::default();
+            // SAFETY: as above.
+            unsafe {
+                assert!(f.push(b.as_ptr(), 5));
+                assert!(f.push(b.as_ptr().add(5), b.len() as u32 - 5));
+            }
+            f
+        };
+        let facts = |l2: L2| (l2.dst_mac(), l2.src_mac(), l2.tagged, l2.vid);
+        let untagged = frame(0x0b, 0x0a);
+        for b in [&untagged, &tagged] {
+            let (a, c) = (parse_l2(&one(b)).ok(), parse_l2(&split(b)).ok());
+            let (a, c) = (facts(a.unwrap()), facts(c.unwrap()));
+            assert_eq!(a, c);
+            assert_eq!((a.0, a.1), (mac(0x0b), mac(0x0a)));
+        }
+        assert_eq!(facts(parse_l2(&one(&tagged)).ok().unwrap()).3, 100);
+        let group = frame(0x0b, 0x0a);
+        let mut group = group.clone();
+        group[0] = 0x01;
+        let l2 = parse_l2(&one(&group)).ok().unwrap();
+        assert!(l2.dst_multicast() && !l2.src_multicast());
+        // Runts: shorter than a header, or a tag cut short.
+        for b in [&untagged[..13], &tagged[..17]] {
+            for f in [one(b), split(b)] {
+                assert!(matches!(parse_l2(&f), Err(DropReason::Runt)));
+            }
+        }
+        // A bare header, 14 bytes, untagged: read from a copy.
+        let l2 = parse_l2(&one(&untagged[..14])).ok().unwrap();
+        assert_eq!(
+            (l2.dst_mac(), l2.src_mac(), l2.tagged),
+            (mac(0x0b), mac(0x0a), false)
+        );
+    }
+
+    #[test]
+    fn tags_are_pushed_and_popped_between_access_ports_and_trunks() {
+        let dp = Dataplane::new(1).unwrap();
+        let br = dp.add_bridge(64);
+        let trunk = VlanMode::from_spec(None, Some(&"100".parse().unwrap()));
+        let mut logs = Vec::new();
+        let mut ids = Vec::new();
+        for (name, mode) in [("access", VlanMode::Access(100)), ("trunk", trunk)] {
+            let (id, _) = dp.add_port(name, Some(br), mode, &PortSecurity::default());
+            let log = Arc::new(Mutex::new(Vec::new()));
+            dp.attach_queues(
+                id,
+                PortQueues {
+                    rx: vec![],
+                    tx: vec![Box::new(Whole(log.clone()))],
+                },
+            );
+            logs.push(log);
+            ids.push(id);
+        }
+        let tag = |mut f: Vec<u8>| {
+            f.splice(12..12, [0x81, 0x00, 0x00, 0x64]);
+            f
+        };
+        // 0x0a behind the access port, 0x0b behind the trunk: flooded the
+        // first time round, unicast once both are learned.
+        for _ in 0..2 {
+            forward_bufs(&dp, ids[0], &[frame(0x0b, 0x0a)]);
+            assert_eq!(logs[1].lock().unwrap().pop(), Some(tag(frame(0x0b, 0x0a))));
+            forward_bufs(&dp, ids[1], &[tag(frame(0x0a, 0x0b))]);
+            assert_eq!(logs[0].lock().unwrap().pop(), Some(frame(0x0a, 0x0b)));
+        }
+        assert!(logs.iter().all(|l| l.lock().unwrap().is_empty()));
     }
 
     #[test]

@@ -9,7 +9,9 @@ pub mod prefetch;
 
 use std::os::fd::BorrowedFd;
 
-pub use frame::{FrameReader, RxBurst, RxFrame, Segment, TxFrame, BURST_SIZE, MAX_SEGS};
+pub use frame::{
+    copy_frame, FrameReader, RxBurst, RxFrame, Segment, TxFrame, BURST_SIZE, MAX_SEGS,
+};
 
 /// A peer broke the shared-memory protocol; its port must be reset.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -214,6 +214,16 @@ impl MacKey {
         MacKey(mac.to_u64() | u64::from(vlan) << 48)
     }
 
+    /// The key of the address whose six bytes, in wire order, are the low
+    /// 48 bits of the little-endian word `wire` (a load of them; the top
+    /// 16 bits are ignored), on `vlan` (at most 4095): [`MacKey::new`]
+    /// without building the address.
+    #[inline]
+    pub fn from_wire(wire: u64, vlan: u16) -> MacKey {
+        debug_assert!(vlan <= 0x0fff);
+        MacKey((wire << 16).swap_bytes() | u64::from(vlan) << 48)
+    }
+
     /// The key as the table's slots hold it (never 0, a free slot).
     #[inline]
     fn slot_key(self) -> u64 {
@@ -522,6 +532,16 @@ mod tests {
         assert_eq!((e.port(), e.port_gen()), (3, 1));
         assert_eq!(t.get(MacKey::new(mac(1), 0)), None, "VLANs are separate");
         assert_ne!(MacKey::new(mac(1), 0), MacKey::NONE);
+        // A key made from the wire's bytes is the address's key, whatever
+        // the two bytes after the address.
+        for (m, vlan) in [(mac(1), 0), (MacAddr([0xff; 6]), 4095), (mac(0xabcd), 7)] {
+            let mut b = [0xa5u8; 8];
+            b[..6].copy_from_slice(&m.0);
+            assert_eq!(
+                MacKey::from_wire(u64::from_le_bytes(b), vlan),
+                MacKey::new(m, vlan)
+            );
+        }
         // Fresh: same port, generation and time, pinned or not.
         assert!(e.is_fresh(at(3, 10).packed()));
         assert!(!e.is_fresh(at(3, 11).packed()));

@@ -383,7 +383,7 @@ impl MemifTx {
     #[inline(always)]
     unsafe fn put_single(&mut self, slot: u16, ptr: *mut u8, seg: Segment, own: Option<Desc>) {
         // SAFETY: as the caller guarantees.
-        unsafe { std::ptr::copy_nonoverlapping(seg.ptr, ptr, seg.len as usize) };
+        unsafe { crate::queue::copy_frame(seg.ptr, ptr, seg.len as usize) };
         self.filled(slot, own, seg.len, 0);
         self.cursor = slot.wrapping_add(1);
     }

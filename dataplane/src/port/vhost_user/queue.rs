@@ -686,7 +686,7 @@ unsafe fn put_single(p: *mut u8, seg: Segment) {
     // SAFETY: per the caller.
     unsafe {
         write_unless_equal(p, &header_bytes(1));
-        std::ptr::copy_nonoverlapping(seg.ptr, p.add(HEADER_LEN), seg.len as usize);
+        crate::queue::copy_frame(seg.ptr, p.add(HEADER_LEN), seg.len as usize);
     }
 }
 
