@@ -235,6 +235,20 @@ impl RxBurst {
         debug_assert!(self.len < BURST_SIZE);
         self.len += 1;
     }
+    /// Every frame slot and how many are held, for a queue that fills
+    /// several in a row and then says how many it holds once
+    /// ([`RxBurst::set_len`]) rather than committing each.
+    #[inline]
+    pub fn slots(&mut self) -> (&mut [RxFrame; BURST_SIZE], usize) {
+        (&mut self.frames, self.len)
+    }
+    /// Holds the first `n` frame slots (filled through
+    /// [`RxBurst::slots`]); `n` is at most [`BURST_SIZE`].
+    #[inline]
+    pub fn set_len(&mut self, n: usize) {
+        debug_assert!(n <= BURST_SIZE);
+        self.len = n.min(BURST_SIZE);
+    }
     /// The frames.
     #[inline]
     pub fn frames(&self) -> &[RxFrame] {

@@ -19,7 +19,7 @@ use super::ring::{Desc, Ring};
 use crate::eventfd::kick_eventfd;
 use crate::queue::{
     prefetch, rx_unless_truncated, tx_each, tx_unless_truncated, QueueFault, RxBurst, RxQueue,
-    Segment, TxError, TxFrame, TxOutcome, TxQueue,
+    Segment, TxError, TxFrame, TxOutcome, TxQueue, BURST_SIZE,
 };
 use crate::wire::memif::{DESC_FLAG_NEXT, RING_FLAG_MASK_INT};
 
@@ -159,7 +159,11 @@ impl MemifRx {
             });
         }
         let mut slot = self.cursor;
-        while slot != limit && !burst.is_full() {
+        // The count of frames held and of frames dropped are kept here and
+        // stored once, after the loop.
+        let (frames, mut n) = burst.slots();
+        let mut dropped = 0;
+        while slot != limit && n < BURST_SIZE {
             let start = slot;
             let d = self.ring.desc(slot);
             let ptr = resolve(&self.regions, slot, &d)?;
@@ -169,16 +173,17 @@ impl MemifRx {
             // misses overlap.
             prefetch::read(ptr);
             slot = slot.wrapping_add(1);
-            let frame = burst.next_slot();
+            let frame = &mut frames[n];
             if d.flags & DESC_FLAG_NEXT == 0 {
                 // The usual frame: one buffer.
                 // SAFETY: `resolve` bounds-checked the descriptor against
                 // a region this queue maps until it is dropped, and a
                 // burst is released before its queue can be.
                 unsafe { frame.set_single(ptr, d.length) };
-                burst.commit();
+                n += 1;
                 continue;
             }
+            frame.clear();
             // SAFETY: as above.
             let mut fits = unsafe { frame.push(ptr, d.length) };
             loop {
@@ -195,11 +200,13 @@ impl MemifRx {
                 }
             }
             if fits {
-                burst.commit();
+                n += 1;
             } else {
-                burst.dropped += 1;
+                dropped += 1;
             }
         }
+        burst.set_len(n);
+        burst.dropped += dropped;
         self.consumed = slot.wrapping_sub(self.cursor);
         Ok(burst.len())
     }

@@ -314,6 +314,7 @@ impl VirtioRx {
                 }
             }
         }
+        frame.clear();
         let mut skip = HEADER_LEN as u32;
         // Past MAX_SEGS pieces the frame is dropped, but the chain is still
         // walked to its end (bounded by the queue size): only a chain that
@@ -354,24 +355,28 @@ impl VirtioRx {
     fn take_burst(&mut self, burst: &mut RxBurst) -> Result<usize, QueueFault> {
         let avail = self.vq.avail()?;
         let mut next = self.vq.queue.next_avail();
-        while next != avail && self.nheads < BURST_SIZE && !burst.is_full() {
+        // The count of frames held and of frames dropped are kept here and
+        // stored once, after the loop.
+        let (frames, mut n) = burst.slots();
+        let mut dropped = 0;
+        while next != avail && self.nheads < BURST_SIZE && n < BURST_SIZE {
             let head = self.vq.head_at(next)?;
             next = next.wrapping_add(1);
             self.heads[self.nheads] = head;
             self.nheads += 1;
-            let slot = burst.next_slot();
+            let slot = &mut frames[n];
             match Self::gather(&self.vq.ring, &self.vq.table, head, slot) {
                 Ok(()) => {
                     // The switch reads each frame's Ethernet header next; a
                     // driver that wrote the frame has that line in its own
                     // cache. Hinting the whole burst's headers here lets
                     // those misses overlap (as for memif).
-                    if let Some(s) = slot.segments().first() {
+                    if let Some(s) = slot.first_segment() {
                         prefetch::read(s.ptr);
                     }
-                    burst.commit()
+                    n += 1;
                 }
-                Err(ChainError::TooManyPieces) => burst.dropped += 1,
+                Err(ChainError::TooManyPieces) => dropped += 1,
                 // As kernel vhost-net and QEMU stop a device whose driver
                 // broke a ring, the port is reset (counted and logged).
                 Err(ChainError::Bad(why)) => {
@@ -381,6 +386,8 @@ impl VirtioRx {
                 }
             }
         }
+        burst.set_len(n);
+        burst.dropped += dropped;
         self.vq.queue.set_next_avail(next);
         Ok(burst.len())
     }
