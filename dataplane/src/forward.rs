@@ -947,6 +947,17 @@ mod tests {
         )
     }
 
+    /// Gives port `id` the one transmit queue `tx` (and no receive queue).
+    fn attach_tx(dp: &Dataplane, id: PortId, tx: impl TxQueue + 'static) {
+        dp.attach_queues(
+            id,
+            PortQueues {
+                rx: vec![],
+                tx: vec![Box::new(tx)],
+            },
+        );
+    }
+
     /// Learns `mac(last)` behind `port` in bridge `br`, seen now.
     fn learn(dp: &Dataplane, br: BridgeId, last: u8, port: PortId) {
         let entry = MacEntry {
@@ -1040,13 +1051,7 @@ mod tests {
         for (name, mode) in [("access", VlanMode::Access(100)), ("trunk", trunk)] {
             let (id, _) = dp.add_port(name, Some(br), mode, &PortSecurity::default());
             let log = Arc::new(Mutex::new(Vec::new()));
-            dp.attach_queues(
-                id,
-                PortQueues {
-                    rx: vec![],
-                    tx: vec![Box::new(Whole(log.clone()))],
-                },
-            );
+            attach_tx(&dp, id, Whole(log.clone()));
             logs.push(log);
             ids.push(id);
         }
@@ -1073,23 +1078,11 @@ mod tests {
         for name in ["p1", "p2"] {
             let (id, _) = add(&dp, br, name);
             let log = Arc::new(Mutex::new(Vec::new()));
-            dp.attach_queues(
-                id,
-                PortQueues {
-                    rx: vec![],
-                    tx: vec![Box::new(Sink(log.clone()))],
-                },
-            );
+            attach_tx(&dp, id, Sink(log.clone()));
             sent.push(log);
             ports.push(id);
         }
-        dp.attach_queues(
-            inp,
-            PortQueues {
-                rx: vec![],
-                tx: vec![Box::new(Sink(Arc::new(Mutex::new(Vec::new()))))],
-            },
-        );
+        attach_tx(&dp, inp, Sink(Arc::new(Mutex::new(Vec::new()))));
         let table = dp.mac_table(br).unwrap();
         // 0x0b behind p1, 0x0c behind p2, 0x0e behind the sender's own port.
         learn(&dp, br, 0x0b, ports[0]);
@@ -1186,15 +1179,13 @@ mod tests {
         let (dp, br, inp, _) = one_bridge();
         let (out, out_shared) = add(&dp, br, "out");
         let log = Arc::new(Mutex::new(Vec::new()));
-        dp.attach_queues(
+        attach_tx(
+            &dp,
             out,
-            PortQueues {
-                rx: vec![],
-                tx: vec![Box::new(Limited {
-                    log: log.clone(),
-                    room: 2,
-                    max_len: 80,
-                })],
+            Limited {
+                log: log.clone(),
+                room: 2,
+                max_len: 80,
             },
         );
         learn(&dp, br, 0x0b, out);
@@ -1222,13 +1213,7 @@ mod tests {
         let log = Arc::new(Mutex::new(Vec::new()));
         for name in ["p1", "p2"] {
             let (id, _) = add(&dp, br, name);
-            dp.attach_queues(
-                id,
-                PortQueues {
-                    rx: vec![],
-                    tx: vec![Box::new(Events(log.clone(), name))],
-                },
-            );
+            attach_tx(&dp, id, Events(log.clone(), name));
         }
         let release = |log: &Arc<Mutex<Vec<String>>>| {
             let log = log.clone();
