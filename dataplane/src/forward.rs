@@ -150,8 +150,8 @@ impl L2 {
     /// The two addresses as they lead the frame.
     fn addrs(&self) -> [u8; 12] {
         let mut a = [0u8; 12];
-        a[..6].copy_from_slice(&self.dst.to_le_bytes()[..6]);
-        a[6..].copy_from_slice(&self.src.to_le_bytes()[..6]);
+        a[..6].copy_from_slice(&self.dst_mac().0);
+        a[6..].copy_from_slice(&self.src_mac().0);
         a
     }
 }
@@ -171,6 +171,9 @@ fn parse_l2(frame: &RxFrame) -> Result<L2, DropReason> {
     if n < HEADER_LEN {
         return Err(DropReason::Runt);
     }
+    // In wire order, as the addresses: the type in bytes 0..2, the tag's
+    // control field in bytes 2..4.
+    let c = u32::from_le(c);
     let tagged = u16::from_be(c as u16) == ETHERTYPE_VLAN;
     if tagged && n < HEAD {
         return Err(DropReason::Runt);

@@ -115,11 +115,7 @@ impl RxFrame {
         // The usual case: the first segment holds the whole prefix, one
         // copy of a length the caller usually knows at compile time (no
         // call to `memcpy` for a header).
-        if let Some(s) = self
-            .segments()
-            .first()
-            .filter(|s| s.len as usize >= out.len())
-        {
+        if let Some(s) = self.first_segment().filter(|s| s.len as usize >= out.len()) {
             // SAFETY: `s.ptr..s.ptr+s.len` was bounds-checked against a
             // live mapping when the segment was pushed, `out.len() <=
             // s.len`, and `out` is our own buffer. The source may change
