@@ -38,7 +38,7 @@ pub fn run(env: &plugin::Env, stdin: &[u8]) -> (Option<serde_json::Value>, bool)
 
 fn dispatch(env: &plugin::Env, stdin: &[u8]) -> Result<Option<serde_json::Value>, CniError> {
     if env.command == "VERSION" {
-        return Ok(Some(plugin::version()));
+        return Ok(Some(plugin::version(stdin)));
     }
     let raw: serde_json::Value = serde_json::from_slice(stdin)
         .map_err(|e| CniError::new(DECODE_FAILURE, format!("netconf: {e}")))?;

@@ -600,3 +600,125 @@ while time.time() < end:
     src = ":".join(f"{b:02x}" for b in d[6:12])
     print(f"vlan={vid} src={src}", flush=True)
 "#;
+
+/// The ports of `node`'s switch, by name, sorted.
+fn port_names(node: &Node) -> Vec<String> {
+    let mut v: Vec<String> = node.ports().iter().map(|p| p.spec.name.clone()).collect();
+    v.sort();
+    v
+}
+
+/// The ports DELs left for the switch to remove.
+fn owed_ports(node: &Node) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(node.socket_dir().join(".switchyard-cni/owed"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// DEL succeeds and releases what it can whatever state the switch is in:
+/// killed (its control socket left behind, refusing connections, as while
+/// it crash-loops), stopped (no socket), and after a node reboot (no switch
+/// state and no CNI records at all). A port the switch still has is removed
+/// by the next call that reaches the switch.
+#[test]
+fn del_cleans_up_whatever_state_the_switch_is_in() {
+    let _g = serial();
+    let mut node = Node::start();
+    let conf = node.netconf(
+        "away-net",
+        json!({"interfaceType": "memif", "ipam": node.ipam("10.81.0.0/24")}),
+    );
+    let pod = |c: &str| (c.repeat(64), pod_args(&format!("uid-{c}")));
+    let add = |c: &str| {
+        let (id, args) = pod(c);
+        ok("ADD", &id, "net1", &args, &conf)
+    };
+    let del = |c: &str, conf: &Value| {
+        let (id, args) = pod(c);
+        let (good, v) = cni("DEL", &id, "net1", &args, conf);
+        assert!(good, "DEL {c} with the switch away: {v}");
+    };
+    let name = |c: &str| switchyard_cni::plugin::port_name(&c.repeat(64), "net1");
+
+    // Killed: the control socket is left and refuses connections.
+    add("a");
+    add("b");
+    node.kill9();
+    assert!(node.control().exists());
+    del("a", &conf);
+    assert_eq!(
+        reserved_ips(&node, "away-net").len(),
+        1,
+        "a's lease released"
+    );
+    assert!(!node.socket_dir().join("uid-a").exists());
+    assert_eq!(owed_ports(&node), [name("a")]);
+    // Back, the switch restores both ports; the next call that reaches it
+    // removes the one it owes.
+    node.spawn();
+    assert_eq!(port_names(&node), {
+        let mut v = vec![name("a"), name("b")];
+        v.sort();
+        v
+    });
+    del("b", &conf);
+    assert!(node.ports().is_empty());
+    assert!(owed_ports(&node).is_empty());
+
+    // Stopped: no control socket at all.
+    add("c");
+    node.stop();
+    assert!(!node.control().exists());
+    del("c", &conf);
+    assert!(reserved_ips(&node, "away-net").is_empty());
+    assert_eq!(owed_ports(&node), [name("c")]);
+    node.spawn();
+    add("d"); // ADD settles what is owed first
+    assert_eq!(port_names(&node), [name("d")]);
+    assert!(owed_ports(&node).is_empty());
+    del("d", &conf);
+    assert!(node.ports().is_empty());
+
+    // A node reboot: /run is empty (no control socket, no pod directories,
+    // no records of the plugin's) and the switch has no state; the lease
+    // (host-local keeps it on disk) is still released.
+    add("e");
+    node.kill9();
+    std::fs::remove_dir_all(node.socket_dir()).unwrap();
+    std::fs::remove_dir_all(node.dir.path().join("state")).unwrap();
+    std::fs::remove_file(node.control()).unwrap();
+    del("e", &conf);
+    assert!(reserved_ips(&node, "away-net").is_empty());
+    node.spawn();
+    assert!(node.ports().is_empty());
+    // What was owed and is already gone is forgotten by the next call.
+    assert_eq!(owed_ports(&node), [name("e")]);
+    add("f");
+    del("f", &conf);
+    assert!(owed_ports(&node).is_empty());
+    assert!(node.ports().is_empty());
+    assert_eq!(leftovers(&node), Vec::<String>::new());
+}
+
+#[test]
+fn version_answers_in_the_version_asked() {
+    for (asked, answer) in [
+        (json!({"cniVersion": "0.4.0"}), "0.4.0"),
+        (json!({"cniVersion": "1.0.0"}), "1.0.0"),
+        (json!({"cniVersion": "9.9.9"}), "1.1.0"),
+        (json!({}), "1.1.0"),
+    ] {
+        let (good, v) = cni("VERSION", "", "", "", &asked);
+        assert!(good, "{v}");
+        assert_eq!(v["cniVersion"], answer, "asked {asked}");
+        assert_eq!(
+            v["supportedVersions"],
+            json!(["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"])
+        );
+    }
+}

@@ -79,6 +79,35 @@ pub(crate) fn record_path(nc: &NetConf, container_id: &str, ifname: &str) -> Pat
     state_dir(nc).join(format!("{:016x}-{ifname}.json", stable_hash(container_id)))
 }
 
+/// Ports a DEL could not remove because the switch was not there (stopped,
+/// crash-looping, or gone with a node reboot): one file per port, named
+/// after it, holding the control socket of the switch that owes it. The
+/// next call that reaches that switch removes them ([`settle_owed`]).
+fn owed_dir(nc: &NetConf) -> PathBuf {
+    state_dir(nc).join("owed")
+}
+
+/// Remembers that the switch at `nc.control_socket` still has `port`.
+pub(crate) fn owe(nc: &NetConf, port: &str) -> Result<(), CniError> {
+    let dir = owed_dir(nc);
+    mkdir(&dir, 0o700)?;
+    let path = dir.join(port);
+    let body = nc.control_socket.as_os_str().as_encoded_bytes();
+    write_atomic(&path, body, 0o600).map_err(|e| io(path.display(), e))
+}
+
+/// The ports owed by the switch at `nc.control_socket`.
+pub(crate) fn owed(nc: &NetConf) -> Vec<(String, PathBuf)> {
+    let want = nc.control_socket.as_os_str().as_encoded_bytes();
+    fs::read_dir(owed_dir(nc))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| fs::read(e.path()).is_ok_and(|b| b == want))
+        .filter_map(|e| Some((e.file_name().into_string().ok()?, e.path())))
+        .collect()
+}
+
 pub(crate) fn mkdir(p: &Path, mode: u32) -> Result<(), CniError> {
     match fs::DirBuilder::new().mode(mode).create(p) {
         Ok(()) => Ok(()),

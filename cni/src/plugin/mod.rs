@@ -18,8 +18,8 @@ use crate::ipam;
 use crate::netconf::{NetConf, SUPPORTED_VERSIONS};
 use crate::result::{add_result, Interface, ResultView};
 use attachment::{
-    derived_mac, lock, mkdir, pod_key, read_record, record_path, safe_component, state_dir,
-    write_record,
+    derived_mac, lock, mkdir, owe, owed, pod_key, read_record, record_path, safe_component,
+    state_dir, write_record,
 };
 use switch::{
     call, choose_socket, client, device_info, device_plugin_info, is_not_found, kind_with_devinfo,
@@ -107,6 +107,7 @@ pub fn add(
     let name = port_name(container_id, ifname);
 
     let mut c = client(nc)?;
+    settle_owed(nc, &mut c);
     match call(
         &mut c,
         &Request::BridgeAdd {
@@ -211,15 +212,27 @@ fn teardown(
     let rec_path = record_path(nc, container_id, ifname);
     let rec = read_record(&rec_path);
     let name = port_name(container_id, ifname);
-    // The daemon being absent (no socket at all) is not a reason to keep a
-    // pod from terminating; a daemon that exists but fails is retried.
-    if nc.control_socket.exists() {
-        let mut c = client(nc)?;
-        match call(&mut c, &Request::PortDel { name }) {
-            Ok(_) => {}
-            Err(e) if is_not_found(&e) => {}
-            Err(e) => return Err(switch_err("port", e)),
+    // A switch that is away (stopped, crash-looping, a node rebooted) must
+    // not keep the pod from terminating (CNI spec: DEL cleans up as far as
+    // it can): the lease and the files go now, and the port is remembered
+    // for the next call that reaches this switch.
+    let removed = match client(nc) {
+        Ok(mut c) => {
+            settle_owed(nc, &mut c);
+            match call(&mut c, &Request::PortDel { name: name.clone() }) {
+                Ok(_) => Ok(()),
+                Err(e) if is_not_found(&e) => Ok(()),
+                Err(e) => Err(switch_err("port", e)),
+            }
         }
+        Err(e) => Err(e),
+    };
+    if let Err(e) = removed {
+        owe(nc, &name)?;
+        eprintln!(
+            "switchyard-cni: warning: port {name} not removed from the switch now ({}); the next CNI call that reaches it removes it",
+            e.msg
+        );
     }
     let ipam_conf = nc
         .raw
@@ -252,6 +265,19 @@ fn teardown(
     }
     let _ = fs::remove_file(&rec_path);
     Ok(())
+}
+
+/// Removes the ports earlier DELs left owed by this switch (see
+/// [`attachment::owe`]); one it still cannot remove stays owed.
+fn settle_owed(nc: &NetConf, c: &mut Client) {
+    for (port, file) in owed(nc) {
+        match call(c, &Request::PortDel { name: port }) {
+            Ok(_) => {}
+            Err(e) if is_not_found(&e) => {}
+            Err(_) => continue,
+        }
+        let _ = fs::remove_file(file);
+    }
 }
 
 /// DEL (idempotent).
@@ -400,10 +426,16 @@ pub fn gc(env: &Env, nc: &NetConf, stdin: &serde_json::Value) -> Result<(), CniE
     first_err.map_or(Ok(()), Err)
 }
 
-/// VERSION.
-pub fn version() -> serde_json::Value {
+/// VERSION: the answer's `cniVersion` is the request's (libcni sends
+/// `{"cniVersion": <its own>}`), when it is one this plugin speaks;
+/// otherwise, and with no request at all, the newest it speaks.
+pub fn version(stdin: &[u8]) -> serde_json::Value {
+    let asked = serde_json::from_slice::<serde_json::Value>(stdin)
+        .ok()
+        .and_then(|v| v["cniVersion"].as_str().map(str::to_string))
+        .filter(|v| SUPPORTED_VERSIONS.contains(&v.as_str()));
     serde_json::json!({
-        "cniVersion": "1.1.0",
+        "cniVersion": asked.as_deref().unwrap_or(SUPPORTED_VERSIONS[SUPPORTED_VERSIONS.len() - 1]),
         "supportedVersions": SUPPORTED_VERSIONS,
     })
 }

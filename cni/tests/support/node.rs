@@ -177,7 +177,10 @@ pub fn leftovers(node: &Node) -> Vec<String> {
     let mut out = Vec::new();
     for e in walk(&node.socket_dir()) {
         let s = e.display().to_string();
-        if s.ends_with(".switchyard-cni/lock") || s.ends_with(".switchyard-cni") {
+        if s.ends_with(".switchyard-cni/lock")
+            || s.ends_with(".switchyard-cni")
+            || s.ends_with(".switchyard-cni/owed")
+        {
             continue;
         }
         out.push(s);
