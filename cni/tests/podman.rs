@@ -85,6 +85,9 @@ impl Drop for Podman {
         if let Some(mut dp) = self.device_plugin.take() {
             terminate(&mut dp, Duration::from_secs(5));
         }
+        // The device plugin keeps its CDI spec when it stops; this test's
+        // is removed with the test.
+        let _ = std::fs::remove_file(Path::new(CDI_DIR).join("switchyard.io-socket.json"));
     }
 }
 
@@ -305,9 +308,33 @@ fn podman_containers_on_switchyard_networks_through_cni_and_cdi() {
         .collect();
     assert!(records.is_empty(), "{records:?}");
 
-    // The device plugin removes its CDI spec when it stops.
+    // The device plugin stopped (a rollout replaces it): its CDI spec stays,
+    // so a container the kubelet (re)creates meanwhile with the same CDI
+    // name still starts, with the device's mount and environment.
     if let Some(mut dp) = pm.device_plugin.take() {
         terminate(&mut dp, Duration::from_secs(5));
     }
-    assert!(!spec.exists());
+    assert!(spec.exists());
+    let c = format!("sy-c-{id}");
+    pm.names = vec![c.clone()];
+    let out = pm.run(&[
+        "run",
+        "--name",
+        &c,
+        "--network",
+        "none",
+        "--device",
+        "switchyard.io/socket=memif-0",
+        "-v",
+        "/usr:/usr:ro",
+        "--rootfs",
+        rootfs.to_str().unwrap(),
+        "/bin/sh",
+        "-c",
+        "test -d \"${SWITCHYARD_SOCKET_MEMIF_0%/*}\" && echo \"$SWITCHYARD_SOCKET_MEMIF_0\"",
+    ]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        dev_sock.display().to_string()
+    );
 }

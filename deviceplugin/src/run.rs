@@ -225,8 +225,8 @@ async fn pool_loop(
     }
 }
 
-/// Runs the plugin until `shutdown` completes, then removes its sockets,
-/// its device-info files and its CDI spec.
+/// Runs the plugin until `shutdown` completes, then removes its sockets and
+/// its device-info files (the CDI spec stays for container restarts).
 pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), RunError> {
     let cfg = Arc::new(cfg);
     std::fs::create_dir_all(&cfg.plugin_dir).map_err(io(cfg.plugin_dir.display()))?;
@@ -247,6 +247,9 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), 
     if cfg.cdi {
         let path = cdi::write(&cfg).map_err(io(cdi::spec_path(&cfg).display()))?;
         tracing::info!(spec = %path.display(), "wrote the CDI spec");
+    } else if std::fs::remove_file(cdi::spec_path(&cfg)).is_ok() {
+        // An earlier run's, from when CDI was on.
+        tracing::info!(spec = %cdi::spec_path(&cfg).display(), "removed the CDI spec (cdi = false)");
     }
     let (health, health_task) = spawn_health(&cfg);
     let (quit_tx, quit) = watch::channel(false);
@@ -274,8 +277,9 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), 
     for f in devinfo_files(&cfg) {
         let _ = std::fs::remove_file(f);
     }
-    if cfg.cdi {
-        let _ = std::fs::remove_file(cdi::spec_path(&cfg));
-    }
+    // The CDI spec stays: the kubelet passes the same CDI device names on
+    // every container restart, including while this plugin is being
+    // replaced (a rollout), and a runtime that finds no spec for a name
+    // fails the container. The next start rewrites it atomically.
     result
 }

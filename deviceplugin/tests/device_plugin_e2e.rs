@@ -388,7 +388,10 @@ fn registers_lists_allocates_follows_health_and_kubelet_restarts_then_cleans_up(
     let kubelet = Kubelet::start(&node.rt, &node.path("plugins"));
     assert_eq!(kubelet.registrations(2).len(), 2);
 
-    // SIGTERM: sockets, device-info files and the CDI spec are removed.
+    // SIGTERM: sockets and device-info files are removed; the CDI spec
+    // stays, since the kubelet restarts containers with the same CDI names
+    // while the plugin is replaced (a rollout).
+    let spec_before = std::fs::read(node.path("cdi/switchyard.io-socket.json")).unwrap();
     let mut p = node.plugin.take().unwrap();
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(p.id() as i32),
@@ -399,7 +402,10 @@ fn registers_lists_allocates_follows_health_and_kubelet_restarts_then_cleans_up(
     assert!(status.success(), "{}", node.log());
     assert_eq!(files_under(&node.path("plugins")), ["kubelet.sock"]);
     assert!(files_under(&node.path("devinfo/dp")).is_empty());
-    assert!(files_under(&node.path("cdi")).is_empty());
+    assert_eq!(
+        std::fs::read(node.path("cdi/switchyard.io-socket.json")).unwrap(),
+        spec_before
+    );
 
     // Started again, the plugin writes every file again before the kubelet
     // allocates anything: a pod re-created now finds its device's file.

@@ -46,18 +46,20 @@ pub fn terminate(child: &mut Child, grace: Duration) {
 }
 
 /// A binary of this workspace, from the target directory this test runs
-/// from (built first if this test was built alone).
+/// from, built from the current sources first.
 pub fn workspace_bin(package: &str, name: &str) -> std::path::PathBuf {
     let exe = std::env::current_exe().unwrap();
     // target/<profile>/deps/<test> -> target/<profile>/<name>
     let p = exe.parent().unwrap().parent().unwrap().join(name);
-    if !p.exists() {
-        let st = Command::new(env!("CARGO"))
-            .args(["build", "-p", package, "--bin", name])
-            .status()
-            .unwrap();
-        assert!(st.success(), "cargo build -p {package} --bin {name}");
+    // Always: a binary left by an earlier build of other sources would be
+    // tested in place of this one (cargo does nothing when it is current).
+    let mut build = Command::new(env!("CARGO"));
+    build.args(["build", "-p", package, "--bin", name]);
+    if p.parent().and_then(|d| d.file_name()) == Some("release".as_ref()) {
+        build.arg("--release");
     }
+    let st = build.status().unwrap();
+    assert!(st.success(), "cargo build -p {package} --bin {name}");
     p
 }
 
