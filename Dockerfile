@@ -6,16 +6,20 @@ FROM rust:1-bookworm AS build
 WORKDIR /src
 COPY . .
 RUN cargo build --release --locked \
-      -p switchyard -p switchyard-cni -p switchyard-device-plugin -p switchyard-webhook
+      -p switchyard -p switchyard-device-plugin -p switchyard-webhook
+# The CNI plugin runs in the host's root, with the host's libraries: static.
+RUN ./scripts/build-cni.sh /out/switchyard-cni
 
 FROM debian:bookworm-slim
 # af-xdp uplinks open libxdp (and its XDP programs) at run time.
 RUN apt-get update && apt-get install -y --no-install-recommends libxdp1 \
     && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/target/release/switchyard \
-                  /src/target/release/switchyard-cni \
                   /src/target/release/switchyard-device-plugin \
                   /src/target/release/switchyard-webhook \
                   /usr/local/bin/
+# The init container of config/kubernetes/switchyard.yaml installs it on the
+# host as /opt/cni/bin/switchyard, the name the netconf's "type" gives.
+COPY --from=build /out/switchyard-cni /usr/local/bin/switchyard-cni
 ENTRYPOINT ["switchyard"]
 CMD ["run"]

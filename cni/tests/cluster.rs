@@ -17,15 +17,31 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use multus::{Multus, Nad, Pod, Selection};
+use multus::{Multus, MultusVersion, Nad, Pod, Selection};
 use node::*;
 use serde_json::{json, Value};
 use testpmd::{memif_vdev, serial, virtio_vdev, wait_for, Testpmd};
 
 const LIMIT: Duration = Duration::from_secs(20);
 
+/// A Multus v4.1 on `node`, its binDir holding the plugin under the name
+/// the README gives (`/opt/cni/bin/switchyard`; the shipped DaemonSet's
+/// install is tested in the device plugin's `whole_node`).
 fn multus(node: &Node) -> Multus {
+    multus_version(node, MultusVersion::V4_1)
+}
+
+fn multus_version(node: &Node, version: MultusVersion) -> Multus {
+    let bin_dir = node.dir.path().join("opt-cni-bin");
+    if !bin_dir.join("switchyard").exists() {
+        std::fs::create_dir_all(&bin_dir).unwrap();
+        std::fs::copy(cni_bin(), bin_dir.join("switchyard")).unwrap();
+    }
     Multus {
+        version,
+        bin_dir,
+        host_root: "/".into(),
+        enter: Vec::new(),
         cni_dir: node.dir.path().join("multus"),
         devinfo_base: node.dir.path().join("devinfo"),
         cni_path: format!("/nonexistent:{HOST_LOCAL_DIR}"),
@@ -97,7 +113,6 @@ fn multus_delegate_calls_cache_and_network_status() {
     let _g = serial();
     let node = Node::start();
     let m = multus(&node);
-    let bin = Path::new(cni_bin());
     // A typo'd key of ours and a key of another plugin's: warned, not fatal.
     let memif = nad(
         "memif-net",
@@ -128,7 +143,6 @@ fn multus_delegate_calls_cache_and_network_status() {
     };
     let added = m
         .add(
-            bin,
             &p,
             &[
                 (memif.clone(), sel1, None),
@@ -214,7 +228,7 @@ fn multus_delegate_calls_cache_and_network_status() {
 
     // DEL from Multus's cache (with the cached results as prevResult)
     // removes everything, the device-info file included.
-    assert!(m.del(bin, &p).is_empty());
+    assert!(m.del(&p).is_empty());
     assert!(node.ports().is_empty());
     assert_eq!(leftovers(&node), Vec::<String>::new());
     assert!(std::fs::read_dir(node.ipam_dir().join("memif-net"))
@@ -232,7 +246,6 @@ fn a_device_plugin_network_without_its_device_info_fails_add() {
     let _g = serial();
     let node = Node::start();
     let m = multus(&node);
-    let bin = Path::new(cni_bin());
     let net = nad(
         "dp-net",
         nad_config(&node, json!({"ipam": node.ipam("10.91.0.0/24")})),
@@ -242,7 +255,6 @@ fn a_device_plugin_network_without_its_device_info_fails_add() {
     // The kubelet allocated memif-9, but no device plugin wrote its file.
     let e = m
         .add(
-            bin,
             &p,
             &[(net.clone(), Selection::default(), Some("memif-9".into()))],
         )
@@ -275,11 +287,7 @@ fn a_device_plugin_network_without_its_device_info_fails_add() {
     )
     .unwrap();
     let added = m
-        .add(
-            bin,
-            &p,
-            &[(net, Selection::default(), Some("memif-9".into()))],
-        )
+        .add(&p, &[(net, Selection::default(), Some("memif-9".into()))])
         .unwrap_or_else(|e| panic!("ADD: {:?}", e.0));
     assert_eq!(added[0].netconf["deviceID"], "memif-9");
     assert_eq!(added[0].netconf["pciBusID"], "memif-9");
@@ -297,7 +305,7 @@ fn a_device_plugin_network_without_its_device_info_fails_add() {
         added[0].network_status["device-info"]["memif"]["path"],
         sock.display().to_string()
     );
-    assert!(m.del(bin, &p).is_empty());
+    assert!(m.del(&p).is_empty());
     assert!(node.ports().is_empty());
     assert!(
         dp.exists(),
@@ -545,4 +553,88 @@ fn verbs_follow_the_netconf_version_and_reach_ipam() {
     assert_eq!(r["routes"][0]["mtu"], 1400);
     assert_eq!(r["interfaces"][1]["name"], "net2");
     ok("DEL", &c, "net2", "", &chained);
+}
+
+/// Which netconf `cniVersion` each Multus can take: the result is parsed by
+/// the libcni it links (see `MultusVersion`), so a version its libcni
+/// cannot create fails the attachment, and the networks added before it
+/// are deleted. The shipped NADs say 0.4.0, which every one parses.
+#[test]
+fn each_multus_parses_the_result_versions_its_libcni_knows() {
+    let _g = serial();
+    let node = Node::start();
+    for (version, works) in [
+        (MultusVersion::V3_9, ["0.3.1", "0.4.0"].as_slice()),
+        (MultusVersion::V4_0, ["0.3.1", "0.4.0", "1.0.0"].as_slice()),
+        (
+            MultusVersion::V4_1,
+            ["0.3.1", "0.4.0", "1.0.0", "1.1.0"].as_slice(),
+        ),
+    ] {
+        let m = multus_version(&node, version);
+        for cni_version in ["0.3.1", "0.4.0", "1.0.0", "1.1.0"] {
+            let conf = nad_config(&node, json!({"cniVersion": cni_version}));
+            let p = pod(&format!("v{}", cni_version.replace('.', "")));
+            let first = nad(
+                "first",
+                nad_config(&node, json!({"cniVersion": "0.4.0"})),
+                None,
+            );
+            let got = m.add(
+                &p,
+                &[
+                    (first, Selection::default(), None),
+                    (nad("versioned", conf, None), Selection::default(), None),
+                ],
+            );
+            if works.contains(&cni_version) {
+                let added = got.unwrap_or_else(|e| panic!("{version:?} {cni_version}: {:?}", e.0));
+                assert_eq!(added[1].result["cniVersion"], cni_version);
+                assert_eq!(added[1].network_status["interface"], "net2");
+                assert_eq!(node.ports().len(), 2);
+                assert!(m.del(&p).is_empty());
+            } else {
+                let e = got.unwrap_err().0;
+                assert_eq!(
+                    e["msg"],
+                    format!("unsupported CNI result version {cni_version:?}"),
+                    "{version:?}"
+                );
+            }
+            assert!(node.ports().is_empty(), "{version:?} {cni_version}");
+        }
+    }
+}
+
+/// Multus runs the binary named by the netconf's `type` from its binDir
+/// (libcni `FindInPath`): a plugin installed under another name is not
+/// found, and the ADD fails before anything is made.
+#[test]
+fn multus_finds_the_plugin_by_type_only() {
+    let _g = serial();
+    let node = Node::start();
+    let mut m = multus(&node);
+    let elsewhere = node.dir.path().join("other-bin");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    std::fs::copy(cni_bin(), elsewhere.join("switchyard-cni")).unwrap();
+    m.bin_dir = elsewhere.clone();
+    let e = m
+        .add(
+            &pod("t"),
+            &[(
+                nad("t-net", nad_config(&node, json!({})), None),
+                Selection::default(),
+                None,
+            )],
+        )
+        .unwrap_err()
+        .0;
+    assert!(
+        e["msg"]
+            .as_str()
+            .unwrap()
+            .starts_with("failed to find plugin \"switchyard\""),
+        "{e}"
+    );
+    assert!(node.ports().is_empty());
 }

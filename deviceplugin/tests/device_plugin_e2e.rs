@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{serial, terminate, wait_for, workspace_bin, Switch, Testpmd};
-use multus::{Multus, Nad, Pod as MultusPod, Selection};
+use multus::{Multus, MultusVersion, Nad, Pod as MultusPod, Selection};
 use serde_json::{json, Value};
 use switchyard_api::PortInfo;
 use switchyard_api::Request as CtlRequest;
@@ -511,7 +511,14 @@ fn device_plugin_to_cni_to_switch_to_testpmd() {
     // the allocated device as deviceID/pciBusID, copies the plugin's
     // device-info file to the CNIDeviceInfoFile it generates, and calls the
     // CNI (support/multus.rs follows its source).
+    let cni_bin = workspace_bin("switchyard-cni", "switchyard-cni");
+    std::fs::create_dir_all(node.path("opt-cni-bin")).unwrap();
+    std::fs::copy(&cni_bin, node.path("opt-cni-bin/switchyard")).unwrap();
     let multus = Multus {
+        version: MultusVersion::V4_1,
+        bin_dir: node.path("opt-cni-bin"),
+        host_root: "/".into(),
+        enter: Vec::new(),
         cni_dir: node.path("multus"),
         devinfo_base: node.path("devinfo"),
         cni_path: "/usr/lib/cni".into(),
@@ -535,14 +542,9 @@ fn device_plugin_to_cni_to_switch_to_testpmd() {
         sandbox: name.repeat(64),
         netns: format!("/var/run/netns/{name}"),
     };
-    let cni_bin = workspace_bin("switchyard-cni", "switchyard-cni");
     let attach = |p: &MultusPod, net: Nad, device: &str| {
         multus
-            .add(
-                &cni_bin,
-                p,
-                &[(net, Selection::default(), Some(device.into()))],
-            )
+            .add(p, &[(net, Selection::default(), Some(device.into()))])
             .unwrap_or_else(|e| panic!("ADD {}: {:?}", p.name, e.0))
             .remove(0)
     };
@@ -611,8 +613,8 @@ fn device_plugin_to_cni_to_switch_to_testpmd() {
     // Pods deleted: Multus replays its cache; the CNI's DEL removes ports
     // and sockets, Multus the CNI device-info files; the plugin's device
     // directories and files stay for the next allocation.
-    assert!(multus.del(&cni_bin, &pod_a).is_empty());
-    assert!(multus.del(&cni_bin, &pod_b).is_empty());
+    assert!(multus.del(&pod_a).is_empty());
+    assert!(multus.del(&pod_b).is_empty());
     let ports: Vec<PortInfo> = switch.client().call_as(&CtlRequest::PortList).unwrap();
     assert!(ports.is_empty());
     assert!(!Path::new(&a_sock).exists() && !Path::new(&b_sock).exists());

@@ -37,7 +37,26 @@ pub fn exec_cni(
 /// Runs a plugin with exactly the environment `env` and `conf` on stdin:
 /// (exit success, stdout JSON or null).
 pub fn run_plugin(bin: &Path, env: &[(&str, &str)], conf: &Value) -> (bool, Value) {
-    let mut child = Command::new(bin)
+    run_plugin_in(&[], bin, env, conf)
+}
+
+/// [`run_plugin`] with the command prefix `enter` (e.g. `nsenter -t PID -m
+/// --`, to run it in a node's root).
+pub fn run_plugin_in(
+    enter: &[String],
+    bin: &Path,
+    env: &[(&str, &str)],
+    conf: &Value,
+) -> (bool, Value) {
+    let mut cmd = match enter.split_first() {
+        Some((first, rest)) => {
+            let mut c = Command::new(first);
+            c.args(rest).arg(bin);
+            c
+        }
+        None => Command::new(bin),
+    };
+    let mut child = cmd
         .env_clear()
         .envs(env.iter().copied())
         .stdin(Stdio::piped())

@@ -21,9 +21,20 @@
 //! - the delegates cached per container, and DEL replayed from that cache
 //!   with libcni's cached result as `prevResult`, then the CNI device-info
 //!   file removed;
+//! - the plugin found by the netconf's `type` in Multus's `binDir` and then
+//!   `CNI_PATH` (`confAdd`: `binDirs = append([]string{BinDir}, CNI_PATH...)`;
+//!   libcni `pkg/invoke/find.go` `FindInPath`: the first regular file
+//!   `<dir>/<type>`, else "failed to find plugin");
+//! - the plugin's stdout parsed as a Result the way the libcni this Multus
+//!   links does ([`MultusVersion`]): a result version that libcni cannot
+//!   create fails the ADD;
 //! - after ADD, the network-status entry built from the result and the
 //!   CNIDeviceInfoFile's content (`getDelegateDeviceInfo`,
 //!   `CreateNetworkStatus`).
+//!
+//! Multus sends STATUS and GC only to the cluster network's delegate, never
+//! to these (`pkg/server/api` and `multus.go` `CmdStatus`/`CmdGC`), so the
+//! stand-in has neither.
 #![allow(dead_code)]
 
 use std::io::Write;
@@ -75,9 +86,95 @@ pub struct Selection {
     pub cni_args: Option<Value>,
 }
 
+/// Which Multus: what it can parse is fixed by the containernetworking/cni
+/// library its `go.mod` links (v3.9.x: v0.8.1; v4.0.x: v1.1.2; v4.1.0 on:
+/// v1.2.0-rc1 and later).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MultusVersion {
+    /// v3.9.x (libcni v0.8.1).
+    V3_9,
+    /// v4.0.x (libcni v1.1.2).
+    V4_0,
+    /// v4.1.0 and later (libcni v1.2.x).
+    V4_1,
+}
+
+impl MultusVersion {
+    /// Every one, oldest first.
+    pub const ALL: [MultusVersion; 3] = [
+        MultusVersion::V3_9,
+        MultusVersion::V4_0,
+        MultusVersion::V4_1,
+    ];
+
+    /// The version libcni parses a plugin's stdout as.
+    fn result_version(self, conf: &Value, stdout: &Value) -> String {
+        let of = |v: &Value| {
+            v["cniVersion"]
+                .as_str()
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+        };
+        match self {
+            // v0.8.1 pkg/invoke/exec.go ExecPluginWithResult: "Plugin must
+            // return result in same version as specified in netconf"
+            // (ConfigDecoder: an empty version is 0.1.0).
+            MultusVersion::V3_9 => of(conf).unwrap_or_else(|| "0.1.0".into()),
+            // v1.1.2 and later, fixupResultVersion: the result's own
+            // cniVersion, else the netconf's.
+            _ => of(stdout)
+                .or_else(|| of(conf))
+                .unwrap_or_else(|| "0.1.0".into()),
+        }
+    }
+
+    /// The result versions its libcni can create.
+    fn result_versions(self) -> &'static [&'static str] {
+        match self {
+            // v0.8.1 pkg/version/version.go resultFactories: types/current
+            // (0.3.0, 0.3.1, 0.4.0) and types/020 (0.1.0, 0.2.0).
+            MultusVersion::V3_9 => &["0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0"],
+            // v1.1.2 pkg/types/create: 020, 040 and types/100, whose
+            // ImplementedSpecVersion is 1.0.0 only.
+            MultusVersion::V4_0 => &["0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0"],
+            // v1.2.0-rc1 on: types/100 also creates 1.1.0.
+            MultusVersion::V4_1 => &[
+                "0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0",
+            ],
+        }
+    }
+
+    /// libcni's `create.Create` (or v0.8.1's `version.NewResult`) on the
+    /// plugin's stdout.
+    fn parse_result(self, conf: &Value, stdout: Value) -> Result<Value, Failed> {
+        let v = self.result_version(conf, &stdout);
+        if self.result_versions().contains(&v.as_str()) {
+            Ok(stdout)
+        } else {
+            Err(Failed(json!({
+                "code": 999,
+                "msg": format!("unsupported CNI result version {v:?}"),
+                "multus": format!("{self:?}"),
+            })))
+        }
+    }
+}
+
 /// A node's Multus: where it keeps its cache and device-info files, and
 /// where the plugins are.
 pub struct Multus {
+    /// Which Multus (what result versions it parses).
+    pub version: MultusVersion,
+    /// Multus's `binDir` (`/opt/cni/bin`), searched first for the plugin
+    /// named by `type`.
+    pub bin_dir: PathBuf,
+    /// The node's root as this process reaches it (`/`, or
+    /// `/proc/<pid>/root` of a process in the node's mount namespace): every
+    /// path above is the node's and is read and written under it.
+    pub host_root: PathBuf,
+    /// A command prefix that runs the plugin in the node's root (Multus
+    /// thick chroots to the host; empty when the node is this host).
+    pub enter: Vec<String>,
     /// Multus's `cniDir` (`/var/lib/cni/multus`): delegate cache, and
     /// libcni's result cache.
     pub cni_dir: PathBuf,
@@ -216,17 +313,35 @@ impl Multus {
         conf
     }
 
-    fn exec(
-        &self,
-        command: &str,
-        bin: &Path,
-        pod: &Pod,
-        d: &Delegate,
-        conf: &Value,
-    ) -> Result<Value, Failed> {
+    /// A path of the node, as this process reaches it.
+    pub fn on_host(&self, p: &Path) -> PathBuf {
+        self.host_root.join(p.strip_prefix("/").unwrap_or(p))
+    }
+
+    /// libcni `FindInPath(type, [binDir] + CNI_PATH)`.
+    fn find_in_path(&self, plugin: &str) -> Result<PathBuf, Failed> {
+        let dirs: Vec<PathBuf> = std::iter::once(self.bin_dir.clone())
+            .chain(std::env::split_paths(&self.cni_path))
+            .collect();
+        if plugin.is_empty() || plugin.contains('/') {
+            return Err(Failed(
+                json!({"msg": format!("invalid plugin name: {plugin}")}),
+            ));
+        }
+        dirs.iter()
+            .map(|d| d.join(plugin))
+            .find(|p| std::fs::metadata(self.on_host(p)).is_ok_and(|m| m.file_type().is_file()))
+            .ok_or_else(|| {
+                Failed(json!({"msg": format!("failed to find plugin {plugin:?} in path {dirs:?}")}))
+            })
+    }
+
+    fn exec(&self, command: &str, pod: &Pod, d: &Delegate, conf: &Value) -> Result<Value, Failed> {
+        let bin = self.find_in_path(d.bytes["type"].as_str().unwrap_or_default())?;
         let args = Self::cni_args(pod);
-        let (ok, v) = super::exec::run_plugin(
-            bin,
+        let (ok, v) = super::exec::run_plugin_in(
+            &self.enter,
+            &bin,
             &[
                 ("CNI_COMMAND", command),
                 ("CNI_CONTAINERID", &pod.sandbox),
@@ -237,10 +352,10 @@ impl Multus {
             ],
             conf,
         );
-        if ok {
-            Ok(v)
-        } else {
-            Err(Failed(v))
+        match (ok, command) {
+            (true, "ADD") => self.version.parse_result(conf, v),
+            (true, _) => Ok(v),
+            (false, _) => Err(Failed(v)),
         }
     }
 
@@ -260,7 +375,6 @@ impl Multus {
     /// failure, the networks added before are deleted, as Multus does.
     pub fn add(
         &self,
-        bin: &Path,
         pod: &Pod,
         nets: &[(Nad, Selection, Option<String>)],
     ) -> Result<Vec<Added>, Failed> {
@@ -270,7 +384,7 @@ impl Multus {
             .map(|(i, (nad, sel, dev))| self.delegate(nad, sel, dev.as_deref(), i))
             .collect();
         // saveDelegates: the cache DEL replays.
-        std::fs::create_dir_all(&self.cni_dir).unwrap();
+        std::fs::create_dir_all(self.on_host(&self.cni_dir)).unwrap();
         let cache: Vec<Value> = delegates
             .iter()
             .map(|d| {
@@ -280,7 +394,7 @@ impl Multus {
             })
             .collect();
         std::fs::write(
-            self.delegate_cache(pod),
+            self.on_host(&self.delegate_cache(pod)),
             serde_json::to_vec(&cache).unwrap(),
         )
         .unwrap();
@@ -288,12 +402,15 @@ impl Multus {
         for (i, d) in delegates.iter().enumerate() {
             let (caps, file) = self.capability_args(d, &pod.sandbox);
             if let (Some(f), Some(res), Some(id)) = (&file, &d.resource_name, &d.device_id) {
-                copy_device_info(&self.dp_device_info_path(res, id), f);
+                copy_device_info(
+                    &self.on_host(&self.dp_device_info_path(res, id)),
+                    &self.on_host(f),
+                );
             }
             let conf = Self::netconf(d, &caps, None);
-            match self.exec("ADD", bin, pod, d, &conf) {
+            match self.exec("ADD", pod, d, &conf) {
                 Ok(result) => {
-                    let cache = self.result_cache(d, pod);
+                    let cache = self.on_host(&self.result_cache(d, pod));
                     std::fs::create_dir_all(cache.parent().unwrap()).unwrap();
                     std::fs::write(
                         &cache,
@@ -304,7 +421,7 @@ impl Multus {
                     // getDelegateDeviceInfo: whatever CNIDeviceInfoFile holds now.
                     let devinfo = file
                         .as_ref()
-                        .and_then(|f| std::fs::read(f).ok())
+                        .and_then(|f| std::fs::read(self.on_host(f)).ok())
                         .and_then(|b| serde_json::from_slice::<Value>(&b).ok());
                     out.push(Added {
                         network_status: network_status(&result, &d.name, devinfo),
@@ -315,7 +432,7 @@ impl Multus {
                     });
                 }
                 Err(e) => {
-                    self.del_delegates(bin, pod, &delegates[..=i]);
+                    self.del_delegates(pod, &delegates[..=i]);
                     return Err(e);
                 }
             }
@@ -327,8 +444,8 @@ impl Multus {
     /// cached result as `prevResult`, then removes the CNI device-info file
     /// and the cache. Errors are collected, not fatal, as in Multus; they
     /// are returned.
-    pub fn del(&self, bin: &Path, pod: &Pod) -> Vec<Failed> {
-        let Ok(bytes) = std::fs::read(self.delegate_cache(pod)) else {
+    pub fn del(&self, pod: &Pod) -> Vec<Failed> {
+        let Ok(bytes) = std::fs::read(self.on_host(&self.delegate_cache(pod))) else {
             return Vec::new(); // Multus logs and succeeds
         };
         let cached: Vec<Value> = serde_json::from_slice(&bytes).unwrap();
@@ -347,28 +464,28 @@ impl Multus {
                 },
             })
             .collect();
-        let errs = self.del_delegates(bin, pod, &delegates);
-        let _ = std::fs::remove_file(self.delegate_cache(pod));
+        let errs = self.del_delegates(pod, &delegates);
+        let _ = std::fs::remove_file(self.on_host(&self.delegate_cache(pod)));
         errs
     }
 
-    fn del_delegates(&self, bin: &Path, pod: &Pod, delegates: &[Delegate]) -> Vec<Failed> {
+    fn del_delegates(&self, pod: &Pod, delegates: &[Delegate]) -> Vec<Failed> {
         let mut errs = Vec::new();
         for d in delegates.iter().rev() {
             let (caps, file) = self.capability_args(d, &pod.sandbox);
-            let cache = self.result_cache(d, pod);
+            let cache = self.on_host(&self.result_cache(d, pod));
             let prev = std::fs::read(&cache)
                 .ok()
                 .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
                 .map(|c| c["result"].clone());
             let conf = Self::netconf(d, &caps, prev.as_ref());
-            if let Err(e) = self.exec("DEL", bin, pod, d, &conf) {
+            if let Err(e) = self.exec("DEL", pod, d, &conf) {
                 errs.push(e);
             } else {
                 let _ = std::fs::remove_file(&cache);
             }
             if let Some(f) = file {
-                let _ = std::fs::remove_file(f);
+                let _ = std::fs::remove_file(self.on_host(&f));
             }
         }
         errs
