@@ -36,7 +36,10 @@ pub(crate) fn is_not_found(e: &ClientError) -> bool {
 
 /// The socket to use: the one a device plugin named in the device-info
 /// file, else `<pod dir>/<ifname>.sock`. Either way it must lie inside the
-/// socket dir.
+/// socket dir (checked with symlinks resolved). The path is kept as the
+/// device plugin wrote it: that is where the pod has it mounted (the pod's
+/// image need not have the host's `/var/run -> /run`), and device-info and
+/// the result must name the same path.
 pub(crate) fn choose_socket(
     nc: &NetConf,
     pod_dir: &Path,
@@ -63,7 +66,7 @@ pub(crate) fn choose_socket(
             ),
         ));
     }
-    Ok(parent.join(p.file_name().unwrap_or_default()))
+    Ok(p)
 }
 
 /// The device plugin's device info for this attachment, if it has one.

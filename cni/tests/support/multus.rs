@@ -315,7 +315,7 @@ impl Multus {
 
     /// A path of the node, as this process reaches it.
     pub fn on_host(&self, p: &Path) -> PathBuf {
-        self.host_root.join(p.strip_prefix("/").unwrap_or(p))
+        in_root(&self.host_root, p)
     }
 
     /// libcni `FindInPath(type, [binDir] + CNI_PATH)`.
@@ -544,4 +544,51 @@ pub fn network_status(result: &Value, name: &str, devinfo: Option<Value>) -> Val
         st["device-info"] = d;
     }
     st
+}
+
+/// `p` (absolute) resolved inside `root` as a process whose root it is
+/// would resolve it: a symlink on the way with an absolute target (Debian's
+/// `/var/run -> /run`) starts again from `root`, not from this process's
+/// root. The last component is not followed.
+pub fn in_root(root: &Path, p: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut todo: Vec<std::ffi::OsString> = p
+        .components()
+        .rev()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(n.to_os_string()),
+            _ => None,
+        })
+        .collect();
+    let mut done = PathBuf::new();
+    let mut hops = 0;
+    while let Some(c) = todo.pop() {
+        let at = root.join(&done).join(&c);
+        let link = if todo.is_empty() {
+            None
+        } else {
+            std::fs::read_link(&at).ok()
+        };
+        match link {
+            Some(target) => {
+                hops += 1;
+                assert!(hops < 40, "{}: too many links", p.display());
+                if target.is_absolute() {
+                    done = PathBuf::new();
+                }
+                for t in target.components().rev() {
+                    match t {
+                        Component::Normal(n) => todo.push(n.to_os_string()),
+                        Component::ParentDir => todo.push("..".into()),
+                        _ => {}
+                    }
+                }
+            }
+            None if c == ".." => {
+                done.pop();
+            }
+            None => done.push(c),
+        }
+    }
+    root.join(done)
 }

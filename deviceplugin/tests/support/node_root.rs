@@ -1,0 +1,408 @@
+//! A scratch Kubernetes node on this machine, for tests of what we ship as
+//! we ship it: a mount namespace whose `/run`, `/var/lib` and `/opt` are
+//! empty tmpfs (so every absolute path in `config/kubernetes/` means there
+//! what it means on a node, and nothing of this machine's is touched), the
+//! image the Dockerfile describes, and the DaemonSet's containers run by a
+//! real container runtime (podman with runc) exactly as their specs say.
+//! (Included with `#[path]` by the device plugin tests.)
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+
+use serde_yaml::Value;
+
+/// The repository.
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The YAML documents of a shipped file (relative to the repository).
+pub fn documents(rel: &str) -> Vec<Value> {
+    use serde::Deserialize;
+    let text = std::fs::read_to_string(repo().join(rel)).unwrap();
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|d| Value::deserialize(d).unwrap_or_else(|e| panic!("{rel}: {e}")))
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+/// The one document of `kind` named `name` among `docs`.
+pub fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    docs.iter()
+        .find(|d| d["kind"].as_str() == Some(kind) && d["metadata"]["name"].as_str() == Some(name))
+        .unwrap_or_else(|| panic!("no {kind} {name}"))
+}
+
+/// The static CNI plugin, built by the script the Dockerfile runs.
+pub fn static_cni() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        // target/<profile>/deps/<test> -> target
+        let exe = std::env::current_exe().unwrap();
+        let target = exe.ancestors().nth(3).unwrap().to_path_buf();
+        let out = target.join("static-cni/switchyard-cni");
+        let st = Command::new(repo().join("scripts/build-cni.sh"))
+            .arg(&out)
+            .arg(target.join("static-cni"))
+            .status()
+            .unwrap();
+        assert!(st.success(), "scripts/build-cni.sh");
+        out
+    })
+    .clone()
+}
+
+/// The image the Dockerfile builds: its final stage is Debian 12 (this
+/// machine's `/usr`, mounted read-only, stands for `debian:bookworm-slim`
+/// with `libxdp1`) plus our binaries where its `COPY --from=build` lines put
+/// them, each built as the Dockerfile builds it (the CNI plugin by
+/// `scripts/build-cni.sh`, static).
+pub struct Image {
+    /// The root file system.
+    pub rootfs: PathBuf,
+    /// Read-only mounts that complete it (`-v` arguments).
+    pub layers: Vec<String>,
+}
+
+impl Image {
+    /// Builds the image in `dir`; `binary(name)` gives the workspace binary
+    /// `name` (the daemon, the device plugin, the webhook).
+    pub fn build(dir: &Path, binary: impl Fn(&str) -> PathBuf) -> Image {
+        let rootfs = dir.join("rootfs");
+        for d in ["etc", "tmp", "proc", "dev", "sys", "run", "var", "usr"] {
+            std::fs::create_dir_all(rootfs.join(d)).unwrap();
+        }
+        // Debian's merged /usr, and /var/run.
+        for l in ["bin", "lib", "lib64", "sbin"] {
+            std::os::unix::fs::symlink(format!("usr/{l}"), rootfs.join(l)).unwrap();
+        }
+        std::os::unix::fs::symlink("/run", rootfs.join("var/run")).unwrap();
+        let dockerfile = std::fs::read_to_string(repo().join("Dockerfile")).unwrap();
+        // The final stage's COPY --from=build instructions (with their
+        // continuation lines): sources, then the destination.
+        let joined = dockerfile.replace("\\\n", " ");
+        let mut copied = Vec::new();
+        for line in joined.lines().map(str::trim) {
+            let Some(rest) = line.strip_prefix("COPY --from=build ") else {
+                continue;
+            };
+            let words: Vec<&str> = rest.split_whitespace().collect();
+            let (dest, sources) = words.split_last().unwrap();
+            for src in sources {
+                let name = Path::new(src).file_name().unwrap().to_str().unwrap();
+                let to = if dest.ends_with('/') {
+                    Path::new(dest).join(name)
+                } else {
+                    PathBuf::from(dest)
+                };
+                let from = if name == "switchyard-cni" {
+                    static_cni()
+                } else {
+                    binary(name)
+                };
+                let at = rootfs.join(to.strip_prefix("/").unwrap());
+                std::fs::create_dir_all(at.parent().unwrap()).unwrap();
+                std::fs::copy(&from, &at).unwrap();
+                copied.push(to.display().to_string());
+            }
+        }
+        assert!(
+            copied.iter().any(|c| c.ends_with("/switchyard-cni")),
+            "the Dockerfile copies no switchyard-cni: {copied:?}"
+        );
+        let layers = ["bin", "sbin", "lib", "lib64", "share"]
+            .iter()
+            .map(|d| format!("/usr/{d}:/usr/{d}:ro"))
+            .collect();
+        Image { rootfs, layers }
+    }
+}
+
+/// The scratch node: a process holding a mount namespace.
+pub struct NodeRoot {
+    holder: Child,
+    /// The holder's PID: its `/proc/<pid>/root` is the node's root.
+    pub pid: u32,
+    /// Temporary files of the test (on this machine's `/tmp`, which the
+    /// node shares).
+    pub dir: tempfile::TempDir,
+    containers: Vec<String>,
+}
+
+impl NodeRoot {
+    /// A new node: `/run`, `/var/lib` and `/opt` empty.
+    pub fn new() -> NodeRoot {
+        let dir = tempfile::Builder::new()
+            .prefix("sy-node")
+            .tempdir()
+            .unwrap();
+        let mut holder = Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "--", "sh", "-c"])
+            .arg(
+                "for d in /run /var/lib /opt; do mount -t tmpfs -o mode=755 tmpfs $d || exit 1; done; \
+                 echo ready; exec sleep infinity",
+            )
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(holder.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "ready", "the node's mount namespace");
+        let pid = holder.id();
+        let node = NodeRoot {
+            holder,
+            pid,
+            dir,
+            containers: Vec::new(),
+        };
+        std::fs::write(
+            node.dir.path().join("containers.conf"),
+            // crun fails on this machine's hybrid cgroups; the default
+            // ulimits are above its hard limit; no journald here.
+            "[engine]\nruntime = \"runc\"\ncgroup_manager = \"cgroupfs\"\nevents_logger = \"file\"\n\
+             [containers]\ndefault_ulimits = [\"nofile=20000:20000\", \"nproc=4096:4096\"]\n\
+             [network]\nnetwork_backend = \"cni\"\n",
+        )
+        .unwrap();
+        node
+    }
+
+    /// The node's `p`, as this process reaches it (symlinks resolved in
+    /// the node: `/var/run` is `/run` there too).
+    pub fn path(&self, p: &str) -> PathBuf {
+        super::multus::in_root(Path::new(&format!("/proc/{}/root", self.pid)), Path::new(p))
+    }
+
+    /// The command prefix that runs a program in the node.
+    pub fn enter(&self) -> Vec<String> {
+        ["/usr/bin/nsenter", "-t", &self.pid.to_string(), "-m", "--"]
+            .map(String::from)
+            .to_vec()
+    }
+
+    /// `program` in the node.
+    pub fn command(&self, program: &str) -> Command {
+        let e = self.enter();
+        let mut c = Command::new(&e[0]);
+        c.args(&e[1..]).arg(program);
+        c
+    }
+
+    /// podman in the node, with the node's storage.
+    pub fn podman(&self, args: &[&str]) -> Command {
+        let mut c = self.command("podman");
+        c.env("CONTAINERS_CONF", self.dir.path().join("containers.conf"))
+            .args(["--storage-driver", "vfs"])
+            .args(args);
+        c
+    }
+
+    /// podman in the node, which must succeed.
+    pub fn podman_ok(&self, args: &[&str]) -> Output {
+        let out = self
+            .podman(args)
+            .output()
+            .expect("podman (./scripts/test.sh installs it)");
+        assert!(
+            out.status.success(),
+            "podman {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    }
+
+    /// A container's output so far.
+    pub fn logs(&self, name: &str) -> String {
+        let o = self.podman(&["logs", name]).output().unwrap();
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    }
+
+    /// Runs `podman run` with `args`; the container is removed with the
+    /// node.
+    pub fn run(&mut self, name: &str, args: &[String]) -> Output {
+        self.containers.push(name.to_string());
+        let mut all = vec!["run".to_string(), "--name".into(), name.into()];
+        all.extend_from_slice(args);
+        let all: Vec<&str> = all.iter().map(String::as_str).collect();
+        self.podman_ok(&all)
+    }
+
+    /// Stops a container as the kubelet does (SIGTERM, then SIGKILL after
+    /// `grace` seconds) and removes it.
+    pub fn remove(&mut self, name: &str, grace: u32) {
+        let g = grace.to_string();
+        let _ = self.podman(&["stop", "-t", &g, name]).output();
+        let _ = self.podman(&["rm", "-f", name]).output();
+        self.containers.retain(|c| c != name);
+    }
+
+    /// `podman run` arguments for `container` of the pod template `spec`
+    /// (a DaemonSet's `.spec.template.spec`), as the kubelet would create it
+    /// on this node: its image, command, environment, volumes, security
+    /// context and network. `config_maps` gives a ConfigMap's data by name.
+    /// A field this does not translate fails the test, so the manifest
+    /// cannot say more than the test runs.
+    pub fn container_args(
+        &self,
+        spec: &Value,
+        container: &Value,
+        image: &Image,
+        config_maps: &dyn Fn(&str) -> Value,
+        detach: bool,
+    ) -> Vec<String> {
+        for (k, _) in container.as_mapping().unwrap() {
+            let k = k.as_str().unwrap();
+            assert!(
+                [
+                    "name",
+                    "image",
+                    "imagePullPolicy",
+                    "command",
+                    "args",
+                    "env",
+                    "resources",
+                    "securityContext",
+                    "volumeMounts",
+                    "ports",
+                    "livenessProbe",
+                    "readinessProbe",
+                ]
+                .contains(&k),
+                "container field {k}: not translated to the runtime"
+            );
+        }
+        let mut a: Vec<String> = Vec::new();
+        if detach {
+            a.push("-d".into());
+        }
+        let host_network = spec["hostNetwork"].as_bool().unwrap_or(false);
+        a.extend([
+            "--network".into(),
+            if host_network { "host" } else { "none" }.into(),
+        ]);
+        let sc = &container["securityContext"];
+        for (k, v) in sc.as_mapping().into_iter().flatten() {
+            match k.as_str().unwrap() {
+                "runAsUser" => a.extend(["--user".into(), v.as_u64().unwrap().to_string()]),
+                "allowPrivilegeEscalation" => {
+                    if v.as_bool() == Some(false) {
+                        a.extend(["--security-opt".into(), "no-new-privileges".into()]);
+                    }
+                }
+                "readOnlyRootFilesystem" => {
+                    if v.as_bool() == Some(true) {
+                        a.push("--read-only".into());
+                    }
+                }
+                "capabilities" => {
+                    for d in v["drop"].as_sequence().into_iter().flatten() {
+                        a.extend(["--cap-drop".into(), d.as_str().unwrap().to_lowercase()]);
+                    }
+                    for c in v["add"].as_sequence().into_iter().flatten() {
+                        a.extend(["--cap-add".into(), c.as_str().unwrap().to_string()]);
+                    }
+                }
+                other => panic!("securityContext.{other}: not translated to the runtime"),
+            }
+        }
+        for e in container["env"].as_sequence().into_iter().flatten() {
+            a.extend([
+                "-e".into(),
+                format!(
+                    "{}={}",
+                    e["name"].as_str().unwrap(),
+                    e["value"].as_str().expect("env value")
+                ),
+            ]);
+        }
+        for m in container["volumeMounts"]
+            .as_sequence()
+            .into_iter()
+            .flatten()
+        {
+            let name = m["name"].as_str().unwrap();
+            let at = m["mountPath"].as_str().unwrap();
+            let ro = if m["readOnly"].as_bool() == Some(true) {
+                ":ro"
+            } else {
+                ""
+            };
+            let vol = spec["volumes"]
+                .as_sequence()
+                .unwrap()
+                .iter()
+                .find(|v| v["name"].as_str() == Some(name))
+                .unwrap_or_else(|| panic!("volume {name}"));
+            let source = if let Some(hp) = vol.get("hostPath") {
+                self.host_path(hp)
+            } else if let Some(cm) = vol.get("configMap") {
+                let cm_name = cm["name"].as_str().unwrap();
+                let dir = self.dir.path().join(format!("configmap-{cm_name}"));
+                std::fs::create_dir_all(&dir).unwrap();
+                for (k, v) in config_maps(cm_name).as_mapping().unwrap() {
+                    std::fs::write(dir.join(k.as_str().unwrap()), v.as_str().unwrap()).unwrap();
+                }
+                dir.display().to_string()
+            } else {
+                panic!("volume {name}: only hostPath and configMap are translated")
+            };
+            a.extend(["-v".into(), format!("{source}:{at}{ro}")]);
+        }
+        for l in &image.layers {
+            a.extend(["-v".into(), l.clone()]);
+        }
+        a.extend(["--rootfs".into(), image.rootfs.display().to_string()]);
+        let cmd = container["command"].as_sequence().expect("command");
+        a.extend(cmd.iter().map(|c| c.as_str().unwrap().to_string()));
+        a.extend(
+            container["args"]
+                .as_sequence()
+                .into_iter()
+                .flatten()
+                .map(|c| c.as_str().unwrap().to_string()),
+        );
+        a
+    }
+
+    /// A hostPath volume's path on the node, checked or made as its `type`
+    /// says (as the kubelet does).
+    fn host_path(&self, hp: &Value) -> String {
+        let path = hp["path"].as_str().unwrap();
+        let on_node = self.path(path);
+        match hp["type"].as_str().unwrap_or("") {
+            "DirectoryOrCreate" => std::fs::create_dir_all(&on_node).unwrap(),
+            "Directory" => assert!(on_node.is_dir(), "hostPath {path}: not a directory"),
+            "CharDevice" => {
+                use std::os::unix::fs::FileTypeExt;
+                let m = std::fs::metadata(&on_node).unwrap_or_else(|e| panic!("{path}: {e}"));
+                assert!(m.file_type().is_char_device(), "hostPath {path}");
+            }
+            "" => {}
+            t => panic!("hostPath type {t}: not translated"),
+        }
+        path.to_string()
+    }
+}
+
+impl Drop for NodeRoot {
+    fn drop(&mut self) {
+        for c in std::mem::take(&mut self.containers) {
+            if std::thread::panicking() {
+                eprintln!("---- {c} ----\n{}", self.logs(&c));
+            }
+            let _ = self.podman(&["rm", "-f", "-t", "2", &c]).output();
+        }
+        let _ = self.holder.kill();
+        let _ = self.holder.wait();
+    }
+}

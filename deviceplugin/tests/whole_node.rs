@@ -1,0 +1,285 @@
+//! The whole node, from the files we ship as they are: on a scratch node
+//! (`support/node_root.rs`: a mount namespace where `/run`, `/var/lib` and
+//! `/opt` are empty), the DaemonSet of `config/kubernetes/switchyard.yaml`
+//! runs under podman exactly as its pod spec says (the image the Dockerfile
+//! describes, the init container's script, the ConfigMap's configurations,
+//! the security contexts, the volumes); the kubelet stand-in registers the
+//! device plugin and allocates its devices; the Multus stand-in (of each
+//! version users run) attaches pods to the NADs of
+//! `network-attachments.yaml`, finding the plugin by `type` in
+//! `/opt/cni/bin` and running it in the node's root; and containers started
+//! as the kubelet starts them (the Allocate response's environment and
+//! mounts, its CDI devices) exchange frames through the switch on the
+//! socket their environment names, the way `testpmd-pod.yaml` finds it.
+
+#[path = "../../dataplane/tests/common/mod.rs"]
+mod common;
+#[path = "../../cni/tests/support/exec.rs"]
+mod exec;
+#[path = "support/kubelet.rs"]
+mod kubelet;
+#[path = "../../cni/tests/support/multus.rs"]
+mod multus;
+#[path = "support/node_root.rs"]
+mod node_root;
+
+use std::time::Duration;
+
+use common::{serial, wait_for, workspace_bin};
+use kubelet::Kubelet;
+use multus::{Multus, MultusVersion, Nad, Pod};
+use node_root::{documents, find, Image, NodeRoot};
+use switchyard_api::{Client, PortInfo, Request};
+use switchyard_device_plugin::api::device_plugin_client::DevicePluginClient;
+use switchyard_device_plugin::api::{
+    AllocateRequest, ContainerAllocateRequest, ContainerAllocateResponse,
+};
+use switchyard_device_plugin::run::uds_channel;
+use tokio::runtime::Runtime;
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+/// The largest `RX-packets` testpmd printed.
+fn rx_packets(log: &str) -> u64 {
+    log.split("RX-packets:")
+        .skip(1)
+        .filter_map(|s| s.split_whitespace().next()?.parse().ok())
+        .max()
+        .unwrap_or(0)
+}
+
+fn toml_value(cfg: &str, key: &str) -> String {
+    let v: toml::Value = toml::from_str(cfg).unwrap();
+    v[key].as_str().unwrap().to_string()
+}
+
+#[test]
+fn whole_node() {
+    let _g = serial();
+    let ds_docs = documents("config/kubernetes/switchyard.yaml");
+    let nad_docs = documents("config/kubernetes/network-attachments.yaml");
+    let pod_docs = documents("config/kubernetes/testpmd-pod.yaml");
+    let ds = find(&ds_docs, "DaemonSet", "switchyard");
+    let config_maps = |name: &str| find(&ds_docs, "ConfigMap", name)["data"].clone();
+    let spec = &ds["spec"]["template"]["spec"];
+    let switch_cfg = config_maps("switchyard-config")["switchyard.toml"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let dp_cfg = config_maps("switchyard-config")["device-plugin.toml"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    let mut node = NodeRoot::new();
+    let image = Image::build(node.dir.path(), |name| workspace_bin(name, name));
+
+    // The kubelet: its device plugin directory and registration server.
+    let rt = Runtime::new().unwrap();
+    let plugin_dir = node.path(&toml_value(&dp_cfg, "plugin_dir"));
+    std::fs::create_dir_all(&plugin_dir).unwrap();
+    let kubelet = Kubelet::start(&rt, &plugin_dir);
+
+    // The init containers, in order, each to completion.
+    for c in spec["initContainers"].as_sequence().unwrap() {
+        let args = node.container_args(spec, c, &image, &config_maps, false);
+        node.run(&format!("init-{}", c["name"].as_str().unwrap()), &args);
+    }
+    // Every NAD's type names a plugin the init container installed where
+    // Multus looks first (its binDir, /opt/cni/bin).
+    let nads: Vec<Nad> = nad_docs
+        .iter()
+        .filter(|d| d["kind"].as_str() == Some("NetworkAttachmentDefinition"))
+        .map(|d| Nad {
+            namespace: d["metadata"]["namespace"].as_str().unwrap().into(),
+            name: d["metadata"]["name"].as_str().unwrap().into(),
+            config: serde_json::from_str(d["spec"]["config"].as_str().unwrap()).unwrap(),
+            resource_name: d["metadata"]["annotations"]["k8s.v1.cni.cncf.io/resourceName"]
+                .as_str()
+                .map(str::to_string),
+        })
+        .collect();
+    assert!(!nads.is_empty());
+    for n in &nads {
+        let ty = n.config["type"].as_str().unwrap();
+        let bin = node.path("/opt/cni/bin").join(ty);
+        assert!(
+            bin.is_file(),
+            "NAD {}: type {ty:?}, but the init container installed {:?}",
+            n.name,
+            std::fs::read_dir(node.path("/opt/cni/bin"))
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name())
+                .collect::<Vec<_>>()
+        );
+    }
+    // The reference plugins a cluster has there (IPAM).
+    std::fs::copy(
+        "/usr/lib/cni/host-local",
+        node.path("/opt/cni/bin/host-local"),
+    )
+    .expect("host-local (./scripts/test.sh installs containernetworking-plugins)");
+
+    // The DaemonSet's containers.
+    let mut names = Vec::new();
+    for c in spec["containers"].as_sequence().unwrap() {
+        let args = node.container_args(spec, c, &image, &config_maps, true);
+        let name = format!("ds-{}", c["name"].as_str().unwrap());
+        node.run(&name, &args);
+        names.push(name);
+    }
+    let control = node.path(&toml_value(&switch_cfg, "control_socket"));
+    let ports = || -> Vec<PortInfo> {
+        Client::connect(&control)
+            .unwrap()
+            .call_as(&Request::PortList)
+            .unwrap()
+    };
+    wait_for(LIMIT, "the switch", || {
+        Client::connect(&control)
+            .ok()
+            .and_then(|mut c| c.call(&Request::Ping).ok())
+    });
+    let regs = kubelet.registrations(2);
+    let memif_reg = regs
+        .iter()
+        .find(|r| r.resource_name == "switchyard.io/memif")
+        .expect("the memif pool registered");
+
+    // The memif network, as shipped.
+    let net = nads
+        .iter()
+        .find(|n| n.resource_name.as_deref() == Some("switchyard.io/memif"))
+        .expect("a NAD of the memif pool")
+        .clone();
+    // How the shipped pod finds its socket: its testpmd --vdev, which reads
+    // the device plugin's environment.
+    let pod_script = find(&pod_docs, "Pod", "testpmd-memif")["spec"]["containers"][0]["command"][2]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let vdev = pod_script
+        .split_whitespace()
+        .find(|w| w.starts_with("--vdev="))
+        .expect("the pod's --vdev")
+        .to_string();
+
+    let allocate = |id: &str| -> ContainerAllocateResponse {
+        let ep = plugin_dir.join(&memif_reg.endpoint);
+        rt.block_on(async {
+            let mut c = DevicePluginClient::new(uds_channel(&ep).await.unwrap());
+            c.allocate(AllocateRequest {
+                container_requests: vec![ContainerAllocateRequest {
+                    devices_ids: vec![id.to_string()],
+                }],
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .container_responses
+            .remove(0)
+        })
+    };
+
+    for (round, version) in MultusVersion::ALL.into_iter().enumerate() {
+        let m = Multus {
+            version,
+            bin_dir: "/opt/cni/bin".into(),
+            host_root: node.path("/"),
+            enter: node.enter(),
+            cni_dir: "/var/lib/cni/multus".into(),
+            devinfo_base: "/var/run/k8s.cni.cncf.io/devinfo".into(),
+            cni_path: "/opt/cni/bin".into(),
+        };
+        let mut pods = Vec::new();
+        for (i, role) in ["txonly", "rxonly"].into_iter().enumerate() {
+            let device = format!("memif-{}", 2 * round + i);
+            let alloc = allocate(&device);
+            let pod = Pod {
+                namespace: "default".into(),
+                name: format!("testpmd-{round}-{i}"),
+                uid: format!("0000000{round}-0000-0000-0000-00000000000{i}"),
+                sandbox: format!("{round}{i}").repeat(32),
+                netns: format!("/var/run/netns/testpmd-{round}-{i}"),
+            };
+            let added = m
+                .add(
+                    &pod,
+                    &[(net.clone(), Default::default(), Some(device.clone()))],
+                )
+                .unwrap_or_else(|e| panic!("{version:?}: ADD {device}: {:?}", e.0))
+                .remove(0);
+            // network-status names the socket the device plugin gave the
+            // pod (its environment) and the pod's role.
+            let socket = &alloc.envs[&format!("SWITCHYARD_SOCKET_MEMIF_{}", 2 * round + i)];
+            assert_eq!(
+                added.network_status["device-info"]["memif"]["path"],
+                socket.as_str(),
+                "{version:?}"
+            );
+            assert_eq!(
+                added.network_status["device-info"]["memif"]["role"],
+                "slave"
+            );
+            // The container, as the kubelet creates it from the Allocate
+            // response: environment, mounts, CDI devices.
+            let mut args: Vec<String> = vec!["-d".into(), "--network".into(), "none".into()];
+            for (k, v) in &alloc.envs {
+                args.extend(["-e".into(), format!("{k}={v}")]);
+            }
+            for mnt in &alloc.mounts {
+                let ro = if mnt.read_only { ":ro" } else { "" };
+                args.extend([
+                    "-v".into(),
+                    format!("{}:{}{ro}", mnt.host_path, mnt.container_path),
+                ]);
+            }
+            for d in &alloc.cdi_devices {
+                args.extend(["--device".into(), d.name.clone()]);
+            }
+            for l in &image.layers {
+                args.extend(["-v".into(), l.clone()]);
+            }
+            args.extend([
+                "--rootfs".into(),
+                image.rootfs.display().to_string(),
+                "/bin/sh".into(),
+                "-c".into(),
+                format!(
+                    "exec dpdk-testpmd --no-huge -m 256 --no-pci --file-prefix {} --lcores 0@0,1@1 \
+                     {vdev} -- --total-num-mbufs=8192 --forward-mode={role} --stats-period 1",
+                    pod.name
+                ),
+            ]);
+            node.run(&pod.name, &args);
+            pods.push(pod);
+        }
+        wait_for(LIMIT, "frames from one pod at the other", || {
+            (rx_packets(&node.logs(&pods[1].name)) > 1000).then_some(())
+        });
+        let p = ports();
+        assert_eq!(p.len(), 2, "{p:?}");
+        assert!(p.iter().all(|p| p.status.link_up && p.role() == "master"));
+
+        // The pods go: their containers, then Multus's DEL.
+        for pod in &pods {
+            node.remove(&pod.name, 2);
+            let errs = m.del(pod);
+            assert!(errs.is_empty(), "{version:?}: DEL: {:?}", errs[0].0);
+        }
+        assert!(ports().is_empty(), "{version:?}");
+    }
+
+    // The DaemonSet's containers stop as in a rollout; the CDI spec stays
+    // for containers the kubelet restarts meanwhile.
+    let grace = spec["terminationGracePeriodSeconds"].as_u64().unwrap_or(30) as u32;
+    for n in names {
+        node.remove(&n, grace);
+    }
+    let cdi_dir = toml_value(&dp_cfg, "cdi_dir");
+    assert!(node
+        .path(&cdi_dir)
+        .join("switchyard.io-socket.json")
+        .is_file());
+}
