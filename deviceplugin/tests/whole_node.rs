@@ -271,6 +271,76 @@ fn whole_node() {
         assert!(ports().is_empty(), "{version:?}");
     }
 
+    // Every other port kind the README offers works in the switch container
+    // as the DaemonSet defines it (its capabilities, seccomp profile and
+    // devices): a tap port (the host on the bridge), af-xdp and af-packet
+    // uplinks on the node's interfaces, a vhost-user port.
+    let veth = Veth::new();
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(workspace_bin("switchyard", "switchyard"))
+            .arg("--control")
+            .arg(&control)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "switchyard {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    cli(&[
+        "port",
+        "add",
+        "k-tap",
+        "--kind",
+        "tap",
+        "--interface",
+        &veth.tap,
+    ]);
+    cli(&[
+        "port",
+        "add",
+        "k-xdp",
+        "--kind",
+        "af-xdp",
+        "--interface",
+        &veth.a,
+    ]);
+    cli(&[
+        "port",
+        "add",
+        "k-pkt",
+        "--kind",
+        "af-packet",
+        "--interface",
+        &veth.b,
+    ]);
+    cli(&[
+        "port",
+        "add",
+        "k-vhost",
+        "--kind",
+        "vhost-user",
+        "--role",
+        "server",
+        "--socket",
+        "/run/switchyard/k-vhost.sock",
+    ]);
+    wait_for(LIMIT, "the kernel ports up", || {
+        let p = ports();
+        (p.len() == 4
+            && p.iter()
+                .filter(|p| p.spec.name != "k-vhost")
+                .all(|p| p.status.link_up))
+        .then_some(())
+    });
+    assert!(node.path("/run/switchyard/k-vhost.sock").exists());
+    for n in ["k-tap", "k-xdp", "k-pkt", "k-vhost"] {
+        cli(&["port", "del", n]);
+    }
+    drop(veth);
+
     // The DaemonSet's containers stop as in a rollout; the CDI spec stays
     // for containers the kubelet restarts meanwhile.
     let grace = spec["terminationGracePeriodSeconds"].as_u64().unwrap_or(30) as u32;
@@ -282,4 +352,45 @@ fn whole_node() {
         .path(&cdi_dir)
         .join("switchyard.io-socket.json")
         .is_file());
+}
+
+/// A veth pair on this machine (the node's network namespace: the switch
+/// runs on the host network) and a tap name, removed on drop.
+struct Veth {
+    a: String,
+    b: String,
+    tap: String,
+}
+
+impl Veth {
+    fn new() -> Veth {
+        let id = std::process::id() % 100_000;
+        let v = Veth {
+            a: format!("sywa{id}"),
+            b: format!("sywb{id}"),
+            tap: format!("sywt{id}"),
+        };
+        let ip = |args: &[&str]| {
+            let st = std::process::Command::new("ip")
+                .args(args)
+                .status()
+                .unwrap();
+            assert!(st.success(), "ip {args:?}");
+        };
+        ip(&["link", "add", &v.a, "type", "veth", "peer", "name", &v.b]);
+        ip(&["link", "set", &v.a, "up"]);
+        ip(&["link", "set", &v.b, "up"]);
+        v
+    }
+}
+
+impl Drop for Veth {
+    fn drop(&mut self) {
+        for i in [&self.a, &self.tap] {
+            let _ = std::process::Command::new("ip")
+                .args(["link", "del", i])
+                .stderr(std::process::Stdio::null())
+                .status();
+        }
+    }
 }

@@ -765,7 +765,7 @@ impl Port for AfXdpPort {
         self.open(cx).map_err(|e| {
             let hint = match e.raw_os_error() {
                 Some(libc::EPERM | libc::EACCES) => {
-                    " (AF_XDP needs CAP_NET_RAW, CAP_NET_ADMIN and CAP_BPF or CAP_SYS_ADMIN)"
+                    " (AF_XDP needs CAP_NET_RAW, CAP_NET_ADMIN, CAP_BPF and CAP_SYS_ADMIN: libxdp looks programs up by id)"
                 }
                 Some(libc::EAFNOSUPPORT) => {
                     " (the kernel has no AF_XDP: CONFIG_XDP_SOCKETS; use kind af-packet)"
