@@ -2,7 +2,7 @@
 //! the pod's containers that the resource patch is computed from.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use switchyard_webhook::mutate::{patch, Needs};
+use switchyard_webhook::mutate::{patch, Needs, NodeSelector};
 use switchyard_webhook::selection::parse;
 
 fuzz_target!(|data: &[u8]| {
@@ -17,13 +17,25 @@ fuzz_target!(|data: &[u8]| {
     }
     // Any pod JSON: the patch applies, and afterwards the first container
     // has at least what the networks need (unless the user's value is not a
-    // count, which is left alone).
+    // count, or another container asks for the resource: both are left
+    // alone), and the pod has the node selector.
     if let Ok(pod) = serde_json::from_str::<serde_json::Value>(pod) {
         let needs: Needs = [("switchyard.io/memif".to_string(), 2u64)].into();
-        let (p, warnings) = patch(&pod, &needs);
+        let sel: NodeSelector = [("switchyard.io/physnet-a".to_string(), "true".to_string())].into();
+        let (p, warnings) = patch(&pod, &needs, &sel);
         let mut out = pod.clone();
         json_patch::patch(&mut out, &p).expect("the patch applies to the pod it was made for");
-        if pod.pointer("/spec/containers/0").is_some() && warnings.is_empty() {
+        if pod["spec"].is_object() {
+            assert_eq!(out["spec"]["nodeSelector"]["switchyard.io/physnet-a"], "true");
+        }
+        let elsewhere = pod["spec"]["containers"].as_array().is_some_and(|c| {
+            c.iter().skip(1).any(|c| {
+                ["requests", "limits"]
+                    .iter()
+                    .any(|w| c["resources"][w].get("switchyard.io/memif").is_some())
+            })
+        });
+        if pod.pointer("/spec/containers/0").is_some() && warnings.is_empty() && !elsewhere {
             for which in ["requests", "limits"] {
                 let v = out
                     .pointer(&format!("/spec/containers/0/resources/{which}/switchyard.io~1memif"))

@@ -4,7 +4,7 @@
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 
-use crate::mutate::{self, Needs, RESOURCE_ANNOTATION};
+use crate::mutate::{self, Needs, NODE_SELECTOR_ANNOTATION, RESOURCE_ANNOTATION};
 use crate::selection::{self, Selection, NETWORKS_ANNOTATION};
 
 /// What to do when the API server cannot be asked about a network.
@@ -27,8 +27,19 @@ pub struct Nads {
 pub enum Lookup {
     /// No such NAD.
     Missing,
-    /// The NAD and its resource, if it names one.
-    Found(Option<String>),
+    /// The NAD.
+    Found(NadAnnotations),
+}
+
+/// What the webhook reads of a NAD: two of its annotations.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NadAnnotations {
+    /// `k8s.v1.cni.cncf.io/resourceName`: the device-plugin resource the
+    /// network needs.
+    pub resource: Option<String>,
+    /// `k8s.v1.cni.cncf.io/nodeSelector`: `key=value` (or `key`) the pod's
+    /// node must have, e.g. the nodes that have the network's physnet.
+    pub node_selector: Option<String>,
 }
 
 fn nad_resource() -> ApiResource {
@@ -53,14 +64,20 @@ impl Nads {
             Api::namespaced_with(self.client.clone(), namespace, &nad_resource());
         Ok(match api.get_opt(name).await? {
             None => Lookup::Missing,
-            Some(nad) => Lookup::Found(
-                nad.metadata
-                    .annotations
-                    .as_ref()
-                    .and_then(|a| a.get(RESOURCE_ANNOTATION))
-                    .filter(|r| !r.is_empty())
-                    .cloned(),
-            ),
+            Some(nad) => {
+                let get = |k: &str| {
+                    nad.metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get(k))
+                        .filter(|r| !r.is_empty())
+                        .cloned()
+                };
+                Lookup::Found(NadAnnotations {
+                    resource: get(RESOURCE_ANNOTATION),
+                    node_selector: get(NODE_SELECTOR_ANNOTATION),
+                })
+            }
         })
     }
 }
@@ -107,8 +124,15 @@ pub async fn review(
         Ok(n) => n,
         Err(e) => return resp.deny(e).into_review(),
     };
-    let needs = match needs(nads, &nets).await {
+    let (needs, node_selector) = match needs(nads, &nets).await {
         Ok(n) => n,
+        Err(Refusal::NodeSelector(net, v)) => {
+            return resp
+                .deny(format!(
+                    "network {net}: annotation {NODE_SELECTOR_ANNOTATION} {v:?} is not one label (key=value or key)"
+                ))
+                .into_review()
+        }
         Err(Refusal::Missing(net)) => {
             return resp
                 .deny(format!(
@@ -129,10 +153,12 @@ pub async fn review(
             };
         }
     };
-    if needs.is_empty() {
+    if needs.is_empty() && node_selector.is_empty() {
         return resp.into_review();
     }
-    let (patch, warnings) = mutate::patch(&pod.data, &needs);
+    // The whole object: metadata (labels) and the rest (spec).
+    let whole = serde_json::to_value(pod).unwrap_or_else(|_| pod.data.clone());
+    let (patch, warnings) = mutate::patch(&whole, &needs, &node_selector);
     tracing::info!(pod = %format!("{namespace}/{who}"), ?needs, operations = patch.0.len(), "network resources");
     let mut resp = if patch.0.is_empty() {
         resp
@@ -151,19 +177,35 @@ pub async fn review(
 enum Refusal {
     Missing(String),
     Api(String, kube::Error),
+    NodeSelector(String, String),
 }
 
-async fn needs(nads: &Nads, nets: &[Selection]) -> Result<Needs, Refusal> {
+/// The devices the networks need, and the node labels their NADs ask for
+/// (network-resources-injector `parseNetworkAttachDefinition`: one
+/// `key=value` or `key` per NAD, more than one `=` refused).
+async fn needs(nads: &Nads, nets: &[Selection]) -> Result<(Needs, mutate::NodeSelector), Refusal> {
     let mut needs = Needs::new();
+    let mut selector = mutate::NodeSelector::new();
     for s in nets {
         let ns = s.namespace.as_deref().unwrap_or("default");
         let full = format!("{ns}/{}", s.name);
         match nads.lookup(ns, &s.name).await {
             Ok(Lookup::Missing) => return Err(Refusal::Missing(full)),
-            Ok(Lookup::Found(Some(res))) => *needs.entry(res).or_default() += 1,
-            Ok(Lookup::Found(None)) => {}
+            Ok(Lookup::Found(a)) => {
+                if let Some(res) = a.resource {
+                    *needs.entry(res).or_default() += 1;
+                }
+                if let Some(sel) = a.node_selector {
+                    let parts: Vec<&str> = sel.split('=').collect();
+                    match parts[..] {
+                        [k] => selector.insert(k.trim().to_string(), String::new()),
+                        [k, v] => selector.insert(k.trim().to_string(), v.trim().to_string()),
+                        _ => return Err(Refusal::NodeSelector(full, sel)),
+                    };
+                }
+            }
             Err(e) => return Err(Refusal::Api(full, e)),
         }
     }
-    Ok(needs)
+    Ok((needs, selector))
 }

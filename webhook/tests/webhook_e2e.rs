@@ -101,9 +101,16 @@ fn nad_store() -> BTreeMap<(String, String), Value> {
         }
         ((ns.to_string(), name.to_string()), v)
     };
+    let mut physnet = nad("team-a", "physnet-net", Some("switchyard.io/memif"));
+    physnet.1["metadata"]["annotations"]["k8s.v1.cni.cncf.io/nodeSelector"] =
+        json!("switchyard.io/physnet-physnet1=true");
+    let mut bad_sel = nad("team-a", "bad-selector", None);
+    bad_sel.1["metadata"]["annotations"] = json!({"k8s.v1.cni.cncf.io/nodeSelector": "a=b=c"});
     store.extend([
         nad("team-b", "blue", Some("switchyard.io/memif")),
         nad("team-b", "plain", None),
+        physnet,
+        bad_sel,
     ]);
     store
 }
@@ -417,7 +424,64 @@ fn pods_get_the_resources_of_their_networks() {
     let memif = json!({"switchyard.io/memif": "1"});
     assert_eq!(resources_of(&out), (memif.clone(), memif));
     assert!(out["spec"]["containers"][1].get("resources").is_none());
+    // Every container reads the pod's network-status (each network's
+    // device-info) at /etc/podnetinfo, as network-resources-injector
+    // arranges it.
+    for c in 0..2 {
+        assert_eq!(
+            out["spec"]["containers"][c]["volumeMounts"],
+            json!([{"name": "podnetinfo", "mountPath": "/etc/podnetinfo", "readOnly": true}])
+        );
+    }
+    assert_eq!(
+        out["spec"]["volumes"],
+        json!([{"name": "podnetinfo", "downwardAPI": {"items": [
+            {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}},
+            {"path": "annotations", "fieldRef": {"fieldPath": "metadata.annotations"}}]}}])
+    );
     valid.push(out);
+
+    // A resource the user gave another container is left to it; init
+    // containers get no mount (they run before the networks are there).
+    let mut p = pod("sidecar-set", Some("default/switchyard-memif"), Value::Null);
+    let mut v = serde_json::to_value(&p).unwrap();
+    v["spec"]["containers"][1]["resources"] =
+        json!({"limits": {"switchyard.io/memif": "1"}, "requests": {"switchyard.io/memif": "1"}});
+    v["spec"]["initContainers"] = json!([{"name": "init", "image": "registry.example/init:1"}]);
+    p = serde_json::from_value(v).unwrap();
+    let out = patched(&p, &hook.admit(&tls, &review(&p, "team-a", "CREATE")));
+    assert!(
+        out["spec"]["containers"][0].get("resources").is_none(),
+        "{out}"
+    );
+    assert!(out["spec"]["initContainers"][0]
+        .get("volumeMounts")
+        .is_none());
+    assert_eq!(
+        out["spec"]["containers"][0]["volumeMounts"][0]["mountPath"],
+        "/etc/podnetinfo"
+    );
+    valid.push(out);
+
+    // A NAD's node selector (the nodes that have its physnet) joins the
+    // pod's.
+    let mut p = pod("physnet", Some("physnet-net"), Value::Null);
+    let mut v = serde_json::to_value(&p).unwrap();
+    v["spec"]["nodeSelector"] = json!({"kubernetes.io/os": "linux"});
+    p = serde_json::from_value(v).unwrap();
+    let out = patched(&p, &hook.admit(&tls, &review(&p, "team-a", "CREATE")));
+    assert_eq!(
+        out["spec"]["nodeSelector"],
+        json!({"kubernetes.io/os": "linux", "switchyard.io/physnet-physnet1": "true"})
+    );
+    valid.push(out);
+    let p = pod("bad-selector", Some("bad-selector"), Value::Null);
+    let r = hook.admit(&tls, &review(&p, "team-a", "CREATE"));
+    assert_eq!(r["allowed"], false);
+    assert!(
+        r["status"]["message"].as_str().unwrap().contains("a=b=c"),
+        "{r}"
+    );
 
     // Several, in both forms, across namespaces; the pod's own namespace by
     // default; a network without a resource adds nothing.
