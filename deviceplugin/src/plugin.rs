@@ -94,7 +94,7 @@ impl PoolPlugin {
     fn allocate_container(&self, ids: &[String]) -> Result<ContainerAllocateResponse, Status> {
         let mut resp = ContainerAllocateResponse::default();
         let mut sockets = Vec::new();
-        for id in ids {
+        for id in &multus_order(ids) {
             let d = self.device(id).ok_or_else(|| {
                 Status::invalid_argument(format!("{}: no device {id:?}", self.pool().resource))
             })?;
@@ -117,6 +117,17 @@ impl PoolPlugin {
         resp.envs.insert(self.pool().list_env(), sockets.join(","));
         Ok(resp)
     }
+}
+
+/// The device IDs in the order Multus hands them to a pod's networks of
+/// one resource, in the networks annotation's order: sorted as strings
+/// (multus-cni `pkg/types` `SortDeviceIDs`, v4.3.0 on: `memif-10` before
+/// `memif-2`). The `SWITCHYARD_<POOL>_SOCKETS` list follows it, so its n-th
+/// socket is the n-th such network's.
+pub fn multus_order(ids: &[String]) -> Vec<String> {
+    let mut v = ids.to_vec();
+    v.sort();
+    v
 }
 
 type ListStream = Pin<Box<dyn Stream<Item = Result<ListAndWatchResponse, Status>> + Send>>;
@@ -253,4 +264,17 @@ pub fn devinfo_files(cfg: &Config) -> Vec<std::path::PathBuf> {
         .iter()
         .flat_map(|p| cfg.devices(p).map(move |d| cfg.devinfo_file(p, &d.id)))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn devices_go_in_multus_order() {
+        let ids: Vec<String> = ["memif-2", "memif-10", "memif-1"]
+            .map(String::from)
+            .to_vec();
+        assert_eq!(multus_order(&ids), ["memif-1", "memif-10", "memif-2"]);
+    }
 }

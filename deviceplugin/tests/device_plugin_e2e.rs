@@ -215,21 +215,22 @@ fn registers_lists_allocates_follows_health_and_kubelet_restarts_then_cleans_up(
     let c0 = &r.container_responses[0];
     let dev = |id: &str| node.path("pods/devices").join(id);
     let sock = |id: &str| dev(id).join("memif.sock").display().to_string();
+    // In Multus's order (sorted as strings), whatever the kubelet's.
     assert_eq!(c0.mounts.len(), 2);
-    assert_eq!(c0.mounts[0].host_path, dev("memif-2").display().to_string());
+    assert_eq!(c0.mounts[0].host_path, dev("memif-0").display().to_string());
     assert_eq!(c0.mounts[0].container_path, c0.mounts[0].host_path);
     assert!(!c0.mounts[0].read_only);
     assert_eq!(c0.envs["SWITCHYARD_SOCKET_MEMIF_2"], sock("memif-2"));
     assert_eq!(
         c0.envs["SWITCHYARD_MEMIF_SOCKETS"],
-        format!("{},{}", sock("memif-2"), sock("memif-0"))
+        format!("{},{}", sock("memif-0"), sock("memif-2"))
     );
     let cdi_names: Vec<&str> = c0.cdi_devices.iter().map(|d| d.name.as_str()).collect();
     assert_eq!(
         cdi_names,
         [
-            "switchyard.io/socket=memif-2",
-            "switchyard.io/socket=memif-0"
+            "switchyard.io/socket=memif-0",
+            "switchyard.io/socket=memif-2"
         ]
     );
     assert!(dev("memif-2").is_dir());
