@@ -357,6 +357,10 @@ pub struct BridgeInfo {
     pub macs: usize,
     /// True if it came from the config file.
     pub from_config: bool,
+    /// The interface of the physical network this bridge is (daemon config
+    /// `[physnets]`: the bridge has its name), when it is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub physnet: Option<String>,
     /// Counters since the bridge was made.
     #[serde(default)]
     pub counters: BridgeCounts,

@@ -576,6 +576,22 @@ fn a_physnet_network_leaves_the_node_tagged_with_its_vlan() {
     );
     drop(pod);
     ok("DEL", &"e".repeat(64), "net1", &pod_args("uid-phys"), &net);
+
+    // A physnet this node has no uplink for: refused, naming the node's,
+    // instead of a bridge that reaches no other node.
+    let other = node.netconf("tenant-2", json!({"physnet": "physnet2", "vlan": 100}));
+    let (good, e) = cni("ADD", &"f".repeat(64), "net1", &pod_args("uid-p2"), &other);
+    assert!(!good);
+    assert_eq!(e["code"], 7, "{e}");
+    assert_eq!(
+        e["msg"],
+        format!(
+            "physnet: \"physnet2\" is not a physical network of this node's switch (its [physnets]: physnet1 ({up}))"
+        )
+    );
+    let names: Vec<String> = node.ports().iter().map(|p| p.spec.name.clone()).collect();
+    assert_eq!(names, ["uplink-physnet1"]);
+    ok("DEL", &"f".repeat(64), "net1", &pod_args("uid-p2"), &other);
 }
 
 /// Captures frames on an interface for 4 s: `vlan=<id> src=<mac>` each.

@@ -192,6 +192,13 @@ impl Physnet {
         })
     }
 
+    /// The interface the uplink attaches to.
+    pub fn interface(&self) -> &str {
+        match self {
+            Physnet::Interface(i) | Physnet::Uplink { interface: i, .. } => i,
+        }
+    }
+
     fn parts(&self) -> (String, Option<u16>, Option<&str>) {
         match self {
             Physnet::Interface(i) => (i.clone(), None, None),

@@ -108,6 +108,9 @@ pub fn add(
 
     let mut c = client(nc)?;
     settle_owed(nc, &mut c);
+    if let Some(physnet) = &nc.raw.physnet {
+        check_physnet(&mut c, physnet)?;
+    }
     match call(
         &mut c,
         &Request::BridgeAdd {
@@ -265,6 +268,38 @@ fn teardown(
     }
     let _ = fs::remove_file(&rec_path);
     Ok(())
+}
+
+/// A network on a physnet this node has no uplink for would be a bridge
+/// of its own, reaching no other node: refused, naming the node's physnets
+/// (a NAD's `k8s.v1.cni.cncf.io/nodeSelector` keeps such pods off nodes
+/// without it).
+fn check_physnet(c: &mut Client, physnet: &str) -> Result<(), CniError> {
+    let bridges: Vec<switchyard_api::BridgeInfo> = serde_json::from_value(
+        call(c, &Request::BridgeList).map_err(|e| switch_err("bridge list", e))?,
+    )
+    .map_err(|e| CniError::new(DECODE_FAILURE, format!("bridge list: {e}")))?;
+    if bridges
+        .iter()
+        .any(|b| b.name == physnet && b.physnet.is_some())
+    {
+        return Ok(());
+    }
+    let have: Vec<String> = bridges
+        .iter()
+        .filter_map(|b| Some(format!("{} ({})", b.name, b.physnet.as_ref()?)))
+        .collect();
+    Err(CniError::new(
+        INVALID_CONFIG,
+        format!(
+            "physnet: {physnet:?} is not a physical network of this node's switch (its [physnets]: {})",
+            if have.is_empty() {
+                "none".to_string()
+            } else {
+                have.join(", ")
+            }
+        ),
+    ))
 }
 
 /// Removes the ports earlier DELs left owed by this switch (see

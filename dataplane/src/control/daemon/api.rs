@@ -304,6 +304,7 @@ impl Daemon {
                             .collect(),
                         macs: self.dp.mac_table(b.id).map(|m| m.len()).unwrap_or(0),
                         from_config: b.from_config,
+                        physnet: self.cfg.physnets.get(n).map(|p| p.interface().to_string()),
                         counters: self
                             .dp
                             .bridge_stats(b.id)
