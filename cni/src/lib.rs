@@ -6,6 +6,7 @@
 //! - [`devinfo`]: Device Information Specification 1.1.0 files;
 //! - [`ipam`]: delegation to an IPAM plugin;
 //! - [`result`]: results in the requested CNI version;
+//! - [`podresources`]: the kubelet's word on which devices a pod holds;
 //! - [`plugin`]: the verbs (ADD, DEL, CHECK, STATUS, GC, VERSION).
 
 #![warn(missing_docs)]
@@ -16,6 +17,7 @@ pub mod error;
 pub mod ipam;
 pub mod netconf;
 pub mod plugin;
+pub mod podresources;
 pub mod result;
 
 use std::io::Read;

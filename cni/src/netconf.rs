@@ -140,6 +140,9 @@ pub struct RawNetConf {
     /// Where the device plugin writes its device-info files (searched for
     /// `deviceID`).
     pub device_info_dir: Option<String>,
+    /// The kubelet's Pod Resources API socket, asked whether a Kubernetes
+    /// pod holds its `deviceID`.
+    pub pod_resources_socket: Option<String>,
     /// The device the kubelet allocated to the pod for this network, added
     /// by Multus when the network names a device-plugin resource.
     #[serde(rename = "deviceID")]
@@ -264,6 +267,8 @@ pub struct NetConf {
     pub device_id: Option<String>,
     /// The device plugin's device-info directory.
     pub device_info_dir: PathBuf,
+    /// The kubelet's Pod Resources API socket.
+    pub pod_resources_socket: PathBuf,
     /// Keys that were ignored (logged as warnings).
     pub ignored: Vec<String>,
 }
@@ -495,6 +500,12 @@ impl NetConf {
                 .as_deref()
                 .unwrap_or(DEFAULT_DEVICE_INFO_DIR),
         )?;
+        let pod_resources_socket = clean_absolute(
+            "podResourcesSocket",
+            raw.pod_resources_socket
+                .as_deref()
+                .unwrap_or(crate::podresources::DEFAULT_SOCKET),
+        )?;
         let device_id = raw.device_id.clone().filter(|d| !d.is_empty());
         if let Some(d) = &device_id {
             let ok = d.len() <= 253
@@ -528,6 +539,7 @@ impl NetConf {
             pin,
             device_id,
             device_info_dir,
+            pod_resources_socket,
             ignored: Vec::new(),
             raw,
         })

@@ -10,6 +10,8 @@ mod exec;
 mod multus;
 #[path = "support/node.rs"]
 mod node;
+#[path = "support/pod_resources.rs"]
+mod pod_resources;
 #[path = "../../dataplane/tests/common/testpmd.rs"]
 mod testpmd;
 
@@ -19,6 +21,7 @@ use std::time::Duration;
 
 use multus::{Multus, MultusVersion, Nad, Pod, Selection};
 use node::*;
+use pod_resources::PodResourcesApi;
 use serde_json::{json, Value};
 use testpmd::{memif_vdev, serial, virtio_vdev, wait_for, Testpmd};
 
@@ -42,6 +45,7 @@ fn multus_version(node: &Node, version: MultusVersion) -> Multus {
         bin_dir,
         host_root: "/".into(),
         enter: Vec::new(),
+        pod_resources: None,
         cni_dir: node.dir.path().join("multus"),
         devinfo_base: node.dir.path().join("devinfo"),
         cni_path: format!("/nonexistent:{HOST_LOCAL_DIR}"),
@@ -81,7 +85,12 @@ fn nad_config(node: &Node, extra: Value) -> Value {
         .display()
         .to_string()
         .into();
+    c["podResourcesSocket"] = pod_resources_socket(node).display().to_string().into();
     c
+}
+
+fn pod_resources_socket(node: &Node) -> PathBuf {
+    node.dir.path().join("pod-resources/kubelet.sock")
 }
 
 fn leftovers(node: &Node) -> Vec<String> {
@@ -253,11 +262,12 @@ fn a_device_plugin_network_without_its_device_info_fails_add() {
     );
     let p = pod("b");
     // The kubelet allocated memif-9, but no device plugin wrote its file.
+    let kubelet = PodResourcesApi::start(&pod_resources_socket(&node));
+    kubelet.allocate("default", "b", "app", "switchyard.io/memif", &["memif-9"]);
+    let mut m = m;
+    m.pod_resources = Some(kubelet.socket.clone());
     let e = m
-        .add(
-            &p,
-            &[(net.clone(), Selection::default(), Some("memif-9".into()))],
-        )
+        .add(&p, &[(net.clone(), Selection::default(), None)])
         .unwrap_err()
         .0;
     assert_eq!(e["code"], 11, "{e}");
@@ -287,7 +297,7 @@ fn a_device_plugin_network_without_its_device_info_fails_add() {
     )
     .unwrap();
     let added = m
-        .add(&p, &[(net, Selection::default(), Some("memif-9".into()))])
+        .add(&p, &[(net, Selection::default(), None)])
         .unwrap_or_else(|e| panic!("ADD: {:?}", e.0));
     assert_eq!(added[0].netconf["deviceID"], "memif-9");
     assert_eq!(added[0].netconf["pciBusID"], "memif-9");
@@ -636,5 +646,89 @@ fn multus_finds_the_plugin_by_type_only() {
             .starts_with("failed to find plugin \"switchyard\""),
         "{e}"
     );
+    assert!(node.ports().is_empty());
+}
+
+/// A `deviceID` written into a NAD's config (by whoever may create NADs)
+/// names a device only the pod the kubelet allocated it to may use: the
+/// plugin asks the kubelet's Pod Resources API, and refuses another pod.
+#[test]
+fn a_netconf_device_id_of_another_pods_device_is_refused() {
+    let _g = serial();
+    let node = Node::start();
+    let mut m = multus(&node);
+    let kubelet = PodResourcesApi::start(&pod_resources_socket(&node));
+    m.pod_resources = Some(kubelet.socket.clone());
+    // The device plugin's file for memif-3, which the kubelet allocated to
+    // pod "victim".
+    let dev_dir = node.socket_dir().join("devices/memif-3");
+    std::fs::create_dir_all(&dev_dir).unwrap();
+    let dp = node
+        .dir
+        .path()
+        .join("devinfo/dp/switchyard.io-memif-memif-3-device.json");
+    std::fs::create_dir_all(dp.parent().unwrap()).unwrap();
+    std::fs::write(
+        &dp,
+        json!({"type": "memif", "version": "1.1.0",
+               "memif": {"role": "slave", "mode": "ethernet", "path": dev_dir.join("memif.sock")}})
+        .to_string(),
+    )
+    .unwrap();
+    kubelet.allocate(
+        "default",
+        "victim",
+        "app",
+        "switchyard.io/memif",
+        &["memif-3"],
+    );
+    kubelet.allocate(
+        "default",
+        "tenant",
+        "app",
+        "switchyard.io/memif",
+        &["memif-4"],
+    );
+    // A NAD without a resource whose config names the victim's device.
+    let stolen = nad(
+        "stolen",
+        nad_config(&node, json!({"deviceID": "memif-3"})),
+        None,
+    );
+    let e = m
+        .add(
+            &pod("tenant"),
+            &[(stolen.clone(), Selection::default(), None)],
+        )
+        .unwrap_err()
+        .0;
+    assert_eq!(e["code"], 7, "{e}");
+    assert_eq!(
+        e["msg"],
+        "deviceID: pod default/tenant holds no device \"memif-3\" of switchyard.io-memif (kubelet pod resources: switchyard.io/memif=memif-4); a deviceID comes from the kubelet's allocation, not from a netconf"
+    );
+    assert!(node.ports().is_empty());
+    // The pod that holds it may.
+    let added = m
+        .add(&pod("victim"), &[(stolen, Selection::default(), None)])
+        .unwrap_or_else(|e| panic!("{:?}", e.0));
+    assert_eq!(
+        added[0].result["interfaces"][0]["socketPath"],
+        dev_dir.join("memif.sock").display().to_string()
+    );
+    assert!(m.del(&pod("victim")).is_empty());
+    // The kubelet away: the device cannot be vouched for; retry later.
+    drop(kubelet);
+    m.pod_resources = None;
+    let again = nad(
+        "again",
+        nad_config(&node, json!({"deviceID": "memif-3"})),
+        None,
+    );
+    let e = m
+        .add(&pod("victim"), &[(again, Selection::default(), None)])
+        .unwrap_err()
+        .0;
+    assert_eq!(e["code"], 11, "{e}");
     assert!(node.ports().is_empty());
 }

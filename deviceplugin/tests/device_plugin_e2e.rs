@@ -11,6 +11,8 @@ mod exec;
 mod kubelet;
 #[path = "../../cni/tests/support/multus.rs"]
 mod multus;
+#[path = "../../cni/tests/support/pod_resources.rs"]
+mod pod_resources;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -19,6 +21,7 @@ use std::time::Duration;
 use common::{serial, terminate, wait_for, workspace_bin, Switch, Testpmd};
 use kubelet::Kubelet;
 use multus::{Multus, MultusVersion, Nad, Pod as MultusPod, Selection};
+use pod_resources::PodResourcesApi;
 use serde_json::{json, Value};
 use switchyard_api::PortInfo;
 use switchyard_api::Request as CtlRequest;
@@ -425,6 +428,16 @@ fn device_plugin_to_cni_to_switch_to_testpmd() {
         .unwrap();
     let a_sock = a.container_responses[0].envs["SWITCHYARD_SOCKET_MEMIF_1"].clone();
     let b_sock = b.container_responses[0].envs["SWITCHYARD_SOCKET_VHOST_USER_0"].clone();
+    // ... and its Pod Resources API says so.
+    let pod_resources = PodResourcesApi::start(&node.path("pod-resources/kubelet.sock"));
+    pod_resources.allocate("default", "a", "app", "switchyard.io/memif", &["memif-1"]);
+    pod_resources.allocate(
+        "default",
+        "b",
+        "app",
+        "switchyard.io/vhost-user",
+        &["vhost-user-0"],
+    );
 
     // Multus, for networks whose NADs name the pools' resources: it injects
     // the allocated device as deviceID/pciBusID, copies the plugin's
@@ -438,6 +451,7 @@ fn device_plugin_to_cni_to_switch_to_testpmd() {
         bin_dir: node.path("opt-cni-bin"),
         host_root: "/".into(),
         enter: Vec::new(),
+        pod_resources: Some(pod_resources.socket.clone()),
         cni_dir: node.path("multus"),
         devinfo_base: node.path("devinfo"),
         cni_path: "/usr/lib/cni".into(),
@@ -450,6 +464,7 @@ fn device_plugin_to_cni_to_switch_to_testpmd() {
             "bridge": "br-dp", "interfaceType": kind,
             "socketDir": node.path("pods"), "controlSocket": switch.control(),
             "deviceInfoDir": node.path("devinfo/dp"),
+            "podResourcesSocket": node.path("pod-resources/kubelet.sock"),
             "capabilities": {"CNIDeviceInfoFile": true, "deviceID": true},
         }),
         resource_name: Some(resource.into()),
@@ -461,11 +476,15 @@ fn device_plugin_to_cni_to_switch_to_testpmd() {
         sandbox: name.repeat(64),
         netns: format!("/var/run/netns/{name}"),
     };
+    // The device comes from the kubelet's Pod Resources API, as Multus
+    // takes it; `device` is what the test expects it to be.
     let attach = |p: &MultusPod, net: Nad, device: &str| {
-        multus
-            .add(p, &[(net, Selection::default(), Some(device.into()))])
+        let added = multus
+            .add(p, &[(net, Selection::default(), None)])
             .unwrap_or_else(|e| panic!("ADD {}: {:?}", p.name, e.0))
-            .remove(0)
+            .remove(0);
+        assert_eq!(added.netconf["deviceID"], device);
+        added
     };
     let (pod_a, pod_b) = (pod("a"), pod("b"));
     let a_added = attach(

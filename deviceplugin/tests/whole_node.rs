@@ -22,6 +22,8 @@ mod kubelet;
 mod multus;
 #[path = "support/node_root.rs"]
 mod node_root;
+#[path = "../../cni/tests/support/pod_resources.rs"]
+mod pod_resources;
 
 use std::time::Duration;
 
@@ -29,6 +31,7 @@ use common::{serial, wait_for, workspace_bin};
 use kubelet::Kubelet;
 use multus::{Multus, MultusVersion, Nad, Pod};
 use node_root::{documents, find, Image, NodeRoot};
+use pod_resources::PodResourcesApi;
 use switchyard_api::{Client, PortInfo, Request};
 use switchyard_device_plugin::api::device_plugin_client::DevicePluginClient;
 use switchyard_device_plugin::api::{
@@ -79,6 +82,9 @@ fn whole_node() {
     let plugin_dir = node.path(&toml_value(&dp_cfg, "plugin_dir"));
     std::fs::create_dir_all(&plugin_dir).unwrap();
     let kubelet = Kubelet::start(&rt, &plugin_dir);
+    // ... and its Pod Resources API, where Multus and the plugin ask it.
+    let pod_resources_socket = "/var/lib/kubelet/pod-resources/kubelet.sock";
+    let pod_resources = PodResourcesApi::start(&node.path(pod_resources_socket));
 
     // The init containers, in order, each to completion.
     for c in spec["initContainers"].as_sequence().unwrap() {
@@ -188,6 +194,7 @@ fn whole_node() {
             bin_dir: "/opt/cni/bin".into(),
             host_root: node.path("/"),
             enter: node.enter(),
+            pod_resources: Some(pod_resources_socket.into()),
             cni_dir: "/var/lib/cni/multus".into(),
             devinfo_base: "/var/run/k8s.cni.cncf.io/devinfo".into(),
             cni_path: "/opt/cni/bin".into(),
@@ -203,13 +210,18 @@ fn whole_node() {
                 sandbox: format!("{round}{i}").repeat(32),
                 netns: format!("/var/run/netns/testpmd-{round}-{i}"),
             };
+            pod_resources.allocate(
+                &pod.namespace,
+                &pod.name,
+                "testpmd",
+                &net.resource_name.clone().unwrap(),
+                &[&device],
+            );
             let added = m
-                .add(
-                    &pod,
-                    &[(net.clone(), Default::default(), Some(device.clone()))],
-                )
+                .add(&pod, &[(net.clone(), Default::default(), None)])
                 .unwrap_or_else(|e| panic!("{version:?}: ADD {device}: {:?}", e.0))
                 .remove(0);
+            assert_eq!(added.netconf["deviceID"], device.as_str());
             // network-status names the socket the device plugin gave the
             // pod (its environment) and the pod's role.
             let socket = &alloc.envs[&format!("SWITCHYARD_SOCKET_MEMIF_{}", 2 * round + i)];
@@ -267,6 +279,7 @@ fn whole_node() {
             node.remove(&pod.name, 2);
             let errs = m.del(pod);
             assert!(errs.is_empty(), "{version:?}: DEL: {:?}", errs[0].0);
+            pod_resources.remove(&pod.namespace, &pod.name);
         }
         assert!(ports().is_empty(), "{version:?}");
     }

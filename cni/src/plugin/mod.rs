@@ -102,6 +102,9 @@ pub fn add(
         share_with_group(&pod_dir, gid, 0o770).map_err(|e| io(pod_dir.display(), e))?;
     }
     let dp = device_plugin_info(nc)?;
+    if let Some(id) = &nc.device_id {
+        check_device_owner(nc, &args, id)?;
+    }
     let kind = kind_with_devinfo(nc, dp.as_ref())?;
     let socket = choose_socket(nc, &pod_dir, ifname, dp.as_ref())?;
     let name = port_name(container_id, ifname);
@@ -268,6 +271,52 @@ fn teardown(
     }
     let _ = fs::remove_file(&rec_path);
     Ok(())
+}
+
+/// A Kubernetes pod (the runtime's `CNI_ARGS` name it) may use only a
+/// device the kubelet allocated to it: the netconf's `deviceID` is anyone's
+/// who may write a NetworkAttachmentDefinition, so the kubelet's Pod
+/// Resources API is asked, as Multus asks it. Where the device plugin's
+/// device-info file names the resource (`<resource>-<id>-device.json`), the
+/// pod must hold the device under that resource. Outside Kubernetes (no pod
+/// name: podman, a runtime of the node's admin) the netconf is the admin's.
+fn check_device_owner(nc: &NetConf, args: &CniArgs, id: &str) -> Result<(), CniError> {
+    let (Some(ns), Some(pod)) = (&args.pod_namespace, &args.pod_name) else {
+        return Ok(());
+    };
+    let file_resource =
+        crate::devinfo::find_device_plugin_file(&nc.device_info_dir, id)?.and_then(|f| {
+            let name = f.file_name()?.to_str()?.to_string();
+            let suffix = format!("-{}-device.json", id.replace('/', "-"));
+            Some(name.strip_suffix(&suffix)?.to_string())
+        });
+    let held = crate::podresources::pod_devices(&nc.pod_resources_socket, ns, pod)?;
+    let owns = held.iter().any(|(res, dev)| {
+        dev == id
+            && file_resource
+                .as_ref()
+                .is_none_or(|f| *f == res.replace('/', "-"))
+    });
+    if owns {
+        return Ok(());
+    }
+    Err(CniError::new(
+        INVALID_CONFIG,
+        format!(
+            "deviceID: pod {ns}/{pod} holds no device {id:?}{} (kubelet pod resources: {}); a deviceID comes from the kubelet's allocation, not from a netconf",
+            file_resource
+                .map(|r| format!(" of {r}"))
+                .unwrap_or_default(),
+            if held.is_empty() {
+                "none".to_string()
+            } else {
+                held.iter()
+                    .map(|(r, d)| format!("{r}={d}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
+        ),
+    ))
 }
 
 /// A network on a physnet this node has no uplink for would be a bridge

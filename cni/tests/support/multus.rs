@@ -175,6 +175,13 @@ pub struct Multus {
     /// A command prefix that runs the plugin in the node's root (Multus
     /// thick chroots to the host; empty when the node is this host).
     pub enter: Vec<String>,
+    /// The kubelet's Pod Resources API socket (a node path). With it, the
+    /// devices of networks whose NAD names a resource come from the
+    /// kubelet, as Multus takes them (`k8sclient.getKubernetesDelegate`,
+    /// `kubeletclient.GetPodResourceMap`: `List`, the pod's containers'
+    /// devices by resource, sorted as strings since v4.3.0 `SortDeviceIDs`,
+    /// handed out in the networks' order); without, from the caller.
+    pub pod_resources: Option<PathBuf>,
     /// Multus's `cniDir` (`/var/lib/cni/multus`): delegate cache, and
     /// libcni's result cache.
     pub cni_dir: PathBuf,
@@ -378,10 +385,40 @@ impl Multus {
         pod: &Pod,
         nets: &[(Nad, Selection, Option<String>)],
     ) -> Result<Vec<Added>, Failed> {
+        let mut resource_map: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+        if let Some(sock) = &self.pod_resources {
+            let held = switchyard_cni::podresources::pod_devices(
+                &self.on_host(sock),
+                &pod.namespace,
+                &pod.name,
+            )
+            .map_err(|e| Failed(json!({"msg": e.msg})))?;
+            for (res, id) in held {
+                resource_map.entry(res).or_default().push(id);
+            }
+            for ids in resource_map.values_mut() {
+                ids.sort();
+            }
+        }
+        let mut next: std::collections::BTreeMap<String, usize> = Default::default();
         let delegates: Vec<Delegate> = nets
             .iter()
             .enumerate()
-            .map(|(i, (nad, sel, dev))| self.delegate(nad, sel, dev.as_deref(), i))
+            .map(|(i, (nad, sel, dev))| {
+                let dev = match &self.pod_resources {
+                    None => dev.clone(),
+                    Some(_) => {
+                        assert!(dev.is_none(), "the kubelet's devices come from its API");
+                        nad.resource_name.as_ref().and_then(|r| {
+                            let at = next.entry(r.clone()).or_default();
+                            let d = resource_map.get(r)?.get(*at).cloned();
+                            *at += 1;
+                            d
+                        })
+                    }
+                };
+                self.delegate(nad, sel, dev.as_deref(), i)
+            })
             .collect();
         // saveDelegates: the cache DEL replays.
         std::fs::create_dir_all(self.on_host(&self.cni_dir)).unwrap();

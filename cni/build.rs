@@ -1,0 +1,14 @@
+//! Compiles the kubelet Pod Resources API .proto with protox (no `protoc`
+//! needed) and generates the tonic client (and the server the tests'
+//! kubelet stand-in serves).
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let proto = "proto/podresources_v1.proto";
+    println!("cargo:rerun-if-changed={proto}");
+    let fds = protox::compile([proto], ["proto"])?;
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .compile_fds(fds)?;
+    Ok(())
+}
