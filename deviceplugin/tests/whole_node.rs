@@ -407,3 +407,78 @@ impl Drop for Veth {
         }
     }
 }
+
+/// The CNI plugin as the image ships it (`scripts/build-cni.sh`, static)
+/// runs in a root that holds nothing but itself and `/proc` (Multus thick
+/// runs it chrooted into the host, whose libraries are not the build
+/// machine's): VERSION, and a whole ADD and DEL against a running switch
+/// whose directory is bind-mounted at the same path.
+#[test]
+fn the_cni_plugin_runs_in_an_empty_root() {
+    let _g = serial();
+    let switch = common::Switch::start("");
+    let root = tempfile::Builder::new()
+        .prefix("sy-chroot")
+        .tempdir()
+        .unwrap();
+    let r = root.path();
+    std::fs::copy(node_root::static_cni(), r.join("switchyard")).unwrap();
+    let dir = switch.dir.path().display().to_string();
+    // A private mount namespace: /proc and the switch's directory appear in
+    // the root only for the plugin.
+    let script = format!(
+        "/bin/mkdir -p {r}/proc {r}{dir} && /bin/mount -t proc proc {r}/proc && \
+         /bin/mount --bind {dir} {r}{dir} && exec /usr/sbin/chroot {r} \"$1\"",
+        r = r.display()
+    );
+    let enter: Vec<String> = [
+        "/usr/bin/unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "--",
+        "/bin/sh",
+        "-c",
+        &script,
+        "sh",
+    ]
+    .map(String::from)
+    .to_vec();
+    let run = |command: &str, conf: &serde_json::Value| {
+        exec::run_plugin_in(
+            &enter,
+            std::path::Path::new("/switchyard"),
+            &[
+                ("CNI_COMMAND", command),
+                ("CNI_CONTAINERID", &"c".repeat(64)),
+                ("CNI_NETNS", "/var/run/netns/chrooted"),
+                ("CNI_IFNAME", "net1"),
+                (
+                    "CNI_ARGS",
+                    "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=chrooted;K8S_POD_UID=uid-chrooted",
+                ),
+                ("CNI_PATH", "/opt/cni/bin"),
+            ],
+            conf,
+        )
+    };
+    let (ok, v) = run("VERSION", &serde_json::json!({"cniVersion": "0.4.0"}));
+    assert!(ok, "{v}");
+    assert_eq!(v["cniVersion"], "0.4.0");
+    let conf = serde_json::json!({
+        "cniVersion": "0.4.0", "name": "chrooted", "type": "switchyard",
+        "socketDir": switch.dir.path().join("pods"), "controlSocket": switch.control(),
+    });
+    let (ok, v) = run("ADD", &conf);
+    assert!(ok, "ADD: {v}");
+    let sock = switch.dir.path().join("pods/uid-chrooted/net1.sock");
+    let ports: Vec<PortInfo> = switch.client().call_as(&Request::PortList).unwrap();
+    assert_eq!(ports.len(), 1);
+    assert_eq!(ports[0].socket(), sock.display().to_string());
+    assert!(sock.exists());
+    let (ok, v) = run("DEL", &conf);
+    assert!(ok, "DEL: {v}");
+    let ports: Vec<PortInfo> = switch.client().call_as(&Request::PortList).unwrap();
+    assert!(ports.is_empty());
+    assert!(!sock.exists());
+}
