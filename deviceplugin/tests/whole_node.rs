@@ -32,6 +32,7 @@ use kubelet::Kubelet;
 use multus::{Multus, MultusVersion, Nad, Pod};
 use node_root::{documents, find, Image, NodeRoot};
 use pod_resources::PodResourcesApi;
+use serde_json::json;
 use switchyard_api::{Client, PortInfo, Request};
 use switchyard_device_plugin::api::device_plugin_client::DevicePluginClient;
 use switchyard_device_plugin::api::{
@@ -171,6 +172,15 @@ fn whole_node() {
         .expect("the pod's --vdev")
         .to_string();
 
+    // The README's way to find a network's socket by name.
+    let readme = std::fs::read_to_string(node_root::repo().join("README.md")).unwrap();
+    let podnetinfo_example = readme
+        .split_once("<!-- podnetinfo-example -->\n```sh\n")
+        .and_then(|(_, rest)| rest.split_once("\n```"))
+        .expect("the README's podnetinfo example")
+        .0
+        .to_string();
+
     let allocate = |id: &str| -> ContainerAllocateResponse {
         let ep = plugin_dir.join(&memif_reg.endpoint);
         rt.block_on(async {
@@ -250,17 +260,49 @@ fn whole_node() {
             for d in &alloc.cdi_devices {
                 args.extend(["--device".into(), d.name.clone()]);
             }
+            // The webhook's podnetinfo volume, as the kubelet fills it: the
+            // pod's annotations, network-status among them as Multus
+            // writes it (the cluster network's entry first).
+            let podnetinfo = node.dir.path().join(format!("podnetinfo-{}", pod.name));
+            std::fs::create_dir_all(&podnetinfo).unwrap();
+            let status = json!([
+                {"name": "cbr0", "interface": "eth0", "ips": ["10.244.1.7"],
+                 "mac": "0a:58:0a:f4:01:07", "default": true, "dns": {}},
+                added.network_status,
+            ]);
+            std::fs::write(
+                podnetinfo.join("annotations"),
+                downward_api_annotations(&[
+                    ("k8s.v1.cni.cncf.io/networks", net.name.clone()),
+                    ("k8s.v1.cni.cncf.io/network-status", multus_indent(&status)),
+                ]),
+            )
+            .unwrap();
+            args.extend([
+                "-v".into(),
+                format!("{}:/etc/podnetinfo:ro", podnetinfo.display()),
+            ]);
             for l in &image.layers {
                 args.extend(["-v".into(), l.clone()]);
             }
+            // One pod finds its socket as the shipped pod does (its
+            // --vdev, from the environment), the other by the network's
+            // name, with the README's example.
+            let find_socket = if i == 0 {
+                vdev.clone()
+            } else {
+                assert!(podnetinfo_example.contains(&format!("{}/{}", net.namespace, net.name)));
+                "--vdev=net_memif0,role=client,socket=$sock,socket-abstract=no".to_string()
+            };
             args.extend([
                 "--rootfs".into(),
                 image.rootfs.display().to_string(),
                 "/bin/sh".into(),
                 "-c".into(),
                 format!(
-                    "exec dpdk-testpmd --no-huge -m 256 --no-pci --file-prefix {} --lcores 0@0,1@1 \
-                     {vdev} -- --total-num-mbufs=8192 --forward-mode={role} --stats-period 1",
+                    "sock=$({podnetinfo_example}) && test -S \"$sock\" && \
+                     exec dpdk-testpmd --no-huge -m 256 --no-pci --file-prefix {} --lcores 0@0,1@1 \
+                     {find_socket} -- --total-num-mbufs=8192 --forward-mode={role} --stats-period 1",
                     pod.name
                 ),
             ]);
@@ -481,4 +523,44 @@ fn the_cni_plugin_runs_in_an_empty_root() {
     let ports: Vec<PortInfo> = switch.client().call_as(&Request::PortList).unwrap();
     assert!(ports.is_empty());
     assert!(!sock.exists());
+}
+
+/// What the kubelet writes for a downward-API `metadata.annotations` file
+/// (`pkg/fieldpath` `FormatMap`: keys sorted, each `key=%q` and a newline).
+fn downward_api_annotations(entries: &[(&str, String)]) -> String {
+    let mut e = entries.to_vec();
+    e.sort();
+    e.iter()
+        .map(|(k, v)| format!("{k}={}\n", go_quote(v)))
+        .collect()
+}
+
+/// Go's `%q` of a string: a double-quoted literal, `"` and `\` escaped,
+/// control characters as `\n`, `\t`, `\r` or `\xNN`.
+fn go_quote(s: &str) -> String {
+    let mut o = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => o.push_str("\\\""),
+            '\\' => o.push_str("\\\\"),
+            '\n' => o.push_str("\\n"),
+            '\t' => o.push_str("\\t"),
+            '\r' => o.push_str("\\r"),
+            c if (c as u32) < 0x20 || c == '\x7f' => o.push_str(&format!("\\x{:02x}", c as u32)),
+            c => o.push(c),
+        }
+    }
+    o.push('"');
+    o
+}
+
+/// network-status as the NAD client's `SetNetworkStatus` writes it:
+/// `json.MarshalIndent(statuses, "", "    ")`.
+fn multus_indent(v: &serde_json::Value) -> String {
+    use serde::Serialize;
+    let mut out = Vec::new();
+    let fmt = serde_json::ser::PrettyFormatter::with_indent(b"    ");
+    let mut ser = serde_json::Serializer::with_formatter(&mut out, fmt);
+    v.serialize(&mut ser).unwrap();
+    String::from_utf8(out).unwrap()
 }
