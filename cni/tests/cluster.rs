@@ -6,6 +6,8 @@
 
 #[path = "support/exec.rs"]
 mod exec;
+#[path = "support/grpc_unix.rs"]
+mod grpc_unix;
 #[path = "support/multus.rs"]
 mod multus;
 #[path = "support/node.rs"]

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use node::*;
 use serde_json::json;
-use testpmd::{serial, terminate, wait_for, workspace_bin};
+use testpmd::{rx_packets, serial, terminate, wait_for, workspace_bin};
 
 const NOBODY: u32 = 65534;
 /// Where podman 4.3 reads CDI specs (it has no setting for another).
@@ -89,15 +89,6 @@ impl Drop for Podman {
         // is removed with the test.
         let _ = std::fs::remove_file(Path::new(CDI_DIR).join("switchyard.io-socket.json"));
     }
-}
-
-/// The largest `RX-packets` testpmd printed.
-fn rx_packets(log: &str) -> u64 {
-    log.split("RX-packets:")
-        .skip(1)
-        .filter_map(|s| s.split_whitespace().next()?.parse().ok())
-        .max()
-        .unwrap_or(0)
 }
 
 #[test]

@@ -7,6 +7,8 @@
 mod common;
 #[path = "../../cni/tests/support/exec.rs"]
 mod exec;
+#[path = "../../cni/tests/support/grpc_unix.rs"]
+mod grpc_unix;
 #[path = "support/kubelet.rs"]
 mod kubelet;
 #[path = "../../cni/tests/support/multus.rs"]

@@ -16,6 +16,8 @@
 mod common;
 #[path = "../../cni/tests/support/exec.rs"]
 mod exec;
+#[path = "../../cni/tests/support/grpc_unix.rs"]
+mod grpc_unix;
 #[path = "support/kubelet.rs"]
 mod kubelet;
 #[path = "../../cni/tests/support/multus.rs"]
@@ -27,7 +29,7 @@ mod pod_resources;
 
 use std::time::Duration;
 
-use common::{serial, wait_for, workspace_bin};
+use common::{rx_packets, serial, wait_for, workspace_bin};
 use kubelet::Kubelet;
 use multus::{Multus, MultusVersion, Nad, Pod};
 use node_root::{documents, find, Image, NodeRoot};
@@ -42,15 +44,6 @@ use switchyard_device_plugin::run::uds_channel;
 use tokio::runtime::Runtime;
 
 const LIMIT: Duration = Duration::from_secs(30);
-
-/// The largest `RX-packets` testpmd printed.
-fn rx_packets(log: &str) -> u64 {
-    log.split("RX-packets:")
-        .skip(1)
-        .filter_map(|s| s.split_whitespace().next()?.parse().ok())
-        .max()
-        .unwrap_or(0)
-}
 
 fn toml_value(cfg: &str, key: &str) -> String {
     let v: toml::Value = toml::from_str(cfg).unwrap();

@@ -4,7 +4,8 @@
 //! `v1PodResourcesServer.List`): every pod on the node with its containers
 //! and, per container, the devices the device manager allocated, by
 //! resource. The tests record allocations as the kubelet's device manager
-//! makes them. (Included with `#[path]` by the CNI and device plugin tests.)
+//! makes them. (Included with `#[path]` by the CNI and device plugin tests,
+//! beside `grpc_unix.rs`.)
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -81,26 +82,12 @@ impl PodResourcesApi {
             .build()
             .unwrap();
         std::fs::create_dir_all(socket.parent().unwrap()).unwrap();
-        let _ = std::fs::remove_file(socket);
-        let listener = {
-            let _g = rt.enter();
-            tokio::net::UnixListener::bind(socket).unwrap()
-        };
         let lister = Lister::default();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let svc = lister.clone();
-        rt.spawn(async move {
-            tonic::transport::Server::builder()
-                .add_service(PodResourcesListerServer::new(svc))
-                .serve_with_incoming_shutdown(
-                    tokio_stream::wrappers::UnixListenerStream::new(listener),
-                    async {
-                        let _ = stopped.await;
-                    },
-                )
-                .await
-                .unwrap();
-        });
+        let stop = super::grpc_unix::serve_unix(
+            &rt,
+            socket,
+            tonic::service::Routes::new(PodResourcesListerServer::new(lister.clone())),
+        );
         PodResourcesApi {
             socket: socket.to_path_buf(),
             lister,

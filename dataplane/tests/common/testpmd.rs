@@ -63,6 +63,16 @@ pub fn workspace_bin(package: &str, name: &str) -> std::path::PathBuf {
     p
 }
 
+/// The largest `RX-packets` a testpmd printed in its output (its
+/// `--stats-period` reports, or `show port stats`).
+pub fn rx_packets(log: &str) -> u64 {
+    log.split("RX-packets:")
+        .skip(1)
+        .filter_map(|s| s.split_whitespace().next()?.parse().ok())
+        .max()
+        .unwrap_or(0)
+}
+
 static PREFIX: AtomicUsize = AtomicUsize::new(0);
 
 /// The testpmd binary; tests fail loudly without it (the test script installs it).

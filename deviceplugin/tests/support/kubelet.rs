@@ -1,7 +1,8 @@
 //! The kubelet's side of the Device Plugin API, as the kubelet behaves
 //! (`pkg/kubelet/cm/devicemanager`): a registration server on
 //! `kubelet.sock` that dials the plugin's endpoint inside Register and asks
-//! for its options. (Included with `#[path]` by the device plugin tests.)
+//! for its options. (Included with `#[path]` by the device plugin tests,
+//! beside `cni/tests/support/grpc_unix.rs`.)
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -53,29 +54,16 @@ impl Kubelet {
     pub fn start(rt: &Runtime, plugin_dir: &Path) -> Kubelet {
         std::fs::create_dir_all(plugin_dir).unwrap();
         let sock = plugin_dir.join("kubelet.sock");
-        let _ = std::fs::remove_file(&sock);
         let seen = Arc::new(Mutex::new(Vec::new()));
         let svc = Recorder {
             plugin_dir: plugin_dir.to_path_buf(),
             seen: seen.clone(),
         };
-        let (stop, stopped) = oneshot::channel::<()>();
-        let listener = {
-            let _g = rt.enter();
-            tokio::net::UnixListener::bind(&sock).unwrap()
-        };
-        rt.spawn(async move {
-            tonic::transport::Server::builder()
-                .add_service(RegistrationServer::new(svc))
-                .serve_with_incoming_shutdown(
-                    tokio_stream::wrappers::UnixListenerStream::new(listener),
-                    async {
-                        let _ = stopped.await;
-                    },
-                )
-                .await
-                .unwrap();
-        });
+        let stop = super::grpc_unix::serve_unix(
+            rt,
+            &sock,
+            tonic::service::Routes::new(RegistrationServer::new(svc)),
+        );
         Kubelet {
             seen,
             stop: Some(stop),
