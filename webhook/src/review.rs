@@ -28,18 +28,44 @@ pub enum Lookup {
     /// No such NAD.
     Missing,
     /// The NAD.
-    Found(NadAnnotations),
+    Found(NadInfo),
 }
 
-/// What the webhook reads of a NAD: two of its annotations.
+/// What the webhook reads of a NAD: two of its annotations, and its
+/// config's plugin chain.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct NadAnnotations {
+pub struct NadInfo {
     /// `k8s.v1.cni.cncf.io/resourceName`: the device-plugin resource the
     /// network needs.
     pub resource: Option<String>,
     /// `k8s.v1.cni.cncf.io/nodeSelector`: `key=value` (or `key`) the pod's
     /// node must have, e.g. the nodes that have the network's physnet.
     pub node_selector: Option<String>,
+    /// A plugin chained after `switchyard` in the config that works on the
+    /// pod's kernel interface, which a socket attachment does not have.
+    pub needs_interface: Option<String>,
+}
+
+/// Plugins that act on the attachment's kernel interface in the pod
+/// (sysctls, MAC and MTU; traffic shaping; routes per interface; a VRF):
+/// chained after `switchyard`, whose attachment is a socket, they fail every
+/// ADD.
+pub const KERNEL_INTERFACE_PLUGINS: [&str; 4] = ["tuning", "bandwidth", "sbr", "vrf"];
+
+/// The first plugin of `config` (a NAD's `spec.config`) that comes after
+/// `switchyard` in its chain and needs a kernel interface.
+pub fn kernel_plugin_after_switchyard(config: &str) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(config).ok()?;
+    let types: Vec<&str> = v["plugins"]
+        .as_array()?
+        .iter()
+        .filter_map(|p| p["type"].as_str())
+        .collect();
+    let at = types.iter().position(|t| *t == "switchyard")?;
+    types[at + 1..]
+        .iter()
+        .find(|t| KERNEL_INTERFACE_PLUGINS.contains(t))
+        .map(|t| t.to_string())
 }
 
 fn nad_resource() -> ApiResource {
@@ -73,9 +99,11 @@ impl Nads {
                         .filter(|r| !r.is_empty())
                         .cloned()
                 };
-                Lookup::Found(NadAnnotations {
+                let config = nad.data["spec"]["config"].as_str().unwrap_or_default();
+                Lookup::Found(NadInfo {
                     resource: get(RESOURCE_ANNOTATION),
                     node_selector: get(NODE_SELECTOR_ANNOTATION),
+                    needs_interface: kernel_plugin_after_switchyard(config),
                 })
             }
         })
@@ -126,6 +154,13 @@ pub async fn review(
     };
     let (needs, node_selector) = match needs(nads, &nets).await {
         Ok(n) => n,
+        Err(Refusal::NeedsInterface(net, plugin)) => {
+            return resp
+                .deny(format!(
+                    "network {net}: plugin {plugin:?} is chained after switchyard, but a switchyard attachment is a socket, not a kernel interface for {plugin} to work on; remove it from the NAD's plugins"
+                ))
+                .into_review()
+        }
         Err(Refusal::NodeSelector(net, v)) => {
             return resp
                 .deny(format!(
@@ -178,6 +213,7 @@ enum Refusal {
     Missing(String),
     Api(String, kube::Error),
     NodeSelector(String, String),
+    NeedsInterface(String, String),
 }
 
 /// The devices the networks need, and the node labels their NADs ask for
@@ -192,6 +228,9 @@ async fn needs(nads: &Nads, nets: &[Selection]) -> Result<(Needs, mutate::NodeSe
         match nads.lookup(ns, &s.name).await {
             Ok(Lookup::Missing) => return Err(Refusal::Missing(full)),
             Ok(Lookup::Found(a)) => {
+                if let Some(p) = a.needs_interface {
+                    return Err(Refusal::NeedsInterface(full, p));
+                }
                 if let Some(res) = a.resource {
                     *needs.entry(res).or_default() += 1;
                 }
@@ -208,4 +247,37 @@ async fn needs(nads: &Nads, nets: &[Selection]) -> Result<(Needs, mutate::NodeSe
         }
     }
     Ok((needs, selector))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_plugins_after_switchyard_are_found() {
+        let chain = |types: &[&str]| {
+            let plugins: Vec<serde_json::Value> = types
+                .iter()
+                .map(|t| serde_json::json!({"type": t}))
+                .collect();
+            serde_json::json!({"cniVersion": "0.4.0", "name": "n", "plugins": plugins}).to_string()
+        };
+        assert_eq!(
+            kernel_plugin_after_switchyard(&chain(&["switchyard", "portmap", "tuning"])),
+            Some("tuning".into())
+        );
+        assert_eq!(
+            kernel_plugin_after_switchyard(&chain(&["tuning", "switchyard"])),
+            None
+        );
+        assert_eq!(
+            kernel_plugin_after_switchyard(&chain(&["macvlan", "tuning"])),
+            None
+        );
+        assert_eq!(
+            kernel_plugin_after_switchyard(r#"{"cniVersion":"0.4.0","type":"switchyard"}"#),
+            None
+        );
+        assert_eq!(kernel_plugin_after_switchyard("not json"), None);
+    }
 }

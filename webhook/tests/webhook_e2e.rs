@@ -106,7 +106,12 @@ fn nad_store() -> BTreeMap<(String, String), Value> {
         json!("switchyard.io/physnet-physnet1=true");
     let mut bad_sel = nad("team-a", "bad-selector", None);
     bad_sel.1["metadata"]["annotations"] = json!({"k8s.v1.cni.cncf.io/nodeSelector": "a=b=c"});
+    let mut tuned = nad("team-a", "tuned", None);
+    tuned.1["spec"]["config"] = json!(json!({"cniVersion": "0.4.0", "name": "tuned",
+        "plugins": [{"type": "switchyard"}, {"type": "tuning", "mtu": 9000}]})
+    .to_string());
     store.extend([
+        tuned,
         nad("team-b", "blue", Some("switchyard.io/memif")),
         nad("team-b", "plain", None),
         physnet,
@@ -475,6 +480,16 @@ fn pods_get_the_resources_of_their_networks() {
         json!({"kubernetes.io/os": "linux", "switchyard.io/physnet-physnet1": "true"})
     );
     valid.push(out);
+    // A chain that puts a kernel-interface plugin after switchyard would
+    // fail every ADD: refused at admission, naming the plugin.
+    let p = pod("tuned", Some("tuned"), Value::Null);
+    let r = hook.admit(&tls, &review(&p, "team-a", "CREATE"));
+    assert_eq!(r["allowed"], false);
+    let msg = r["status"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("team-a/tuned") && msg.contains("\"tuning\""),
+        "{msg}"
+    );
     let p = pod("bad-selector", Some("bad-selector"), Value::Null);
     let r = hook.admit(&tls, &review(&p, "team-a", "CREATE"));
     assert_eq!(r["allowed"], false);
