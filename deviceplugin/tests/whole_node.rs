@@ -147,18 +147,64 @@ fn whole_node() {
         .find(|r| r.resource_name == "switchyard.io/memif")
         .expect("the memif pool registered");
 
-    // The memif network, as shipped.
-    let net = nads
+    // The example pod, admitted as the webhook admits it: the NADs its
+    // annotation names (as the API server holds them: the shipped ones)
+    // give the resources, and the webhook's own patch is applied
+    // (webhook_e2e sends the same pod through the webhook binary).
+    let example: serde_json::Value =
+        serde_json::to_value(find(&pod_docs, "Pod", "testpmd-memif")).unwrap();
+    let pod_ns = example["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or("default");
+    let selections = switchyard_webhook::selection::parse(
+        example["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"]
+            .as_str()
+            .unwrap(),
+        pod_ns,
+    )
+    .unwrap();
+    let mut needs = switchyard_webhook::mutate::Needs::new();
+    let pod_nets: Vec<Nad> = selections
         .iter()
-        .find(|n| n.resource_name.as_deref() == Some("switchyard.io/memif"))
-        .expect("a NAD of the memif pool")
-        .clone();
-    // How the shipped pod finds its socket: its testpmd --vdev, which reads
-    // the device plugin's environment.
-    let pod_script = find(&pod_docs, "Pod", "testpmd-memif")["spec"]["containers"][0]["command"][2]
+        .map(|s| {
+            let nad = nads
+                .iter()
+                .find(|n| Some(&n.namespace) == s.namespace.as_ref() && n.name == s.name)
+                .unwrap_or_else(|| panic!("the example pod's network {s:?} is not shipped"))
+                .clone();
+            if let Some(r) = &nad.resource_name {
+                *needs.entry(r.clone()).or_default() += 1;
+            }
+            nad
+        })
+        .collect();
+    let (patch, warnings) =
+        switchyard_webhook::mutate::patch(&example, &needs, &Default::default());
+    assert!(warnings.is_empty(), "{warnings:?}");
+    let mut admitted = example.clone();
+    json_patch::patch(&mut admitted, &patch).unwrap();
+    let container = &admitted["spec"]["containers"][0];
+    let podnetinfo_at = container["volumeMounts"]
+        .as_array()
+        .and_then(|m| m.iter().find(|m| m["name"] == "podnetinfo"))
+        .expect("the webhook mounts podnetinfo")["mountPath"]
         .as_str()
         .unwrap()
         .to_string();
+    // The one network, and how many of its devices the pod asks for.
+    let [net] = &pod_nets[..] else {
+        panic!("the example pod has one network")
+    };
+    let resource = net.resource_name.clone().expect("a device-plugin network");
+    assert_eq!(
+        container["resources"]["limits"][resource.as_str()],
+        "1",
+        "{admitted}"
+    );
+    assert_eq!(container["resources"]["requests"][resource.as_str()], "1");
+    // How the shipped pod finds its socket: its testpmd --vdev, which reads
+    // the device plugin's environment.
+    let pod_script = container["command"][2].as_str().unwrap().to_string();
     let vdev = pod_script
         .split_whitespace()
         .find(|w| w.starts_with("--vdev="))
@@ -216,8 +262,8 @@ fn whole_node() {
             pod_resources.allocate(
                 &pod.namespace,
                 &pod.name,
-                "testpmd",
-                &net.resource_name.clone().unwrap(),
+                container["name"].as_str().unwrap(),
+                &resource,
                 &[&device],
             );
             let added = m
@@ -266,14 +312,20 @@ fn whole_node() {
             std::fs::write(
                 podnetinfo.join("annotations"),
                 downward_api_annotations(&[
-                    ("k8s.v1.cni.cncf.io/networks", net.name.clone()),
+                    (
+                        "k8s.v1.cni.cncf.io/networks",
+                        admitted["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"]
+                            .as_str()
+                            .unwrap()
+                            .to_string(),
+                    ),
                     ("k8s.v1.cni.cncf.io/network-status", multus_indent(&status)),
                 ]),
             )
             .unwrap();
             args.extend([
                 "-v".into(),
-                format!("{}:/etc/podnetinfo:ro", podnetinfo.display()),
+                format!("{}:{podnetinfo_at}:ro", podnetinfo.display()),
             ]);
             for l in &image.layers {
                 args.extend(["-v".into(), l.clone()]);
