@@ -719,6 +719,23 @@ fn del_cleans_up_whatever_state_the_switch_is_in() {
     assert!(owed_ports(&node).is_empty());
     assert!(node.ports().is_empty());
     assert_eq!(leftovers(&node), Vec::<String>::new());
+
+    // A reboot that keeps the switch's state (/var/lib) but not /run: the
+    // switch restores the port of a pod whose records are gone and for
+    // which no DEL may ever come; the next call that reaches the switch
+    // removes it.
+    add("g");
+    node.kill9();
+    std::fs::remove_dir_all(node.socket_dir()).unwrap();
+    std::fs::remove_file(node.control()).unwrap();
+    node.spawn();
+    assert_eq!(port_names(&node), [name("g")]);
+    add("h");
+    assert_eq!(port_names(&node), [name("h")]);
+    del("h", &conf);
+    del("g", &conf); // the runtime's, if it comes: the lease
+    assert!(node.ports().is_empty());
+    assert!(reserved_ips(&node, "away-net").is_empty());
 }
 
 #[test]

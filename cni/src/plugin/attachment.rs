@@ -32,9 +32,12 @@ pub(crate) fn safe_component(what: &str, s: &str, max: usize) -> Result<(), CniE
     }
 }
 
+/// The prefix of the names of the ports this plugin makes.
+pub(crate) const PORT_PREFIX: &str = "cni-";
+
 /// The switch port name of an attachment.
 pub fn port_name(container_id: &str, ifname: &str) -> String {
-    format!("cni-{:016x}-{ifname}", stable_hash(container_id))
+    format!("{PORT_PREFIX}{:016x}-{ifname}", stable_hash(container_id))
 }
 
 /// A locally administered MAC derived from the attachment.

@@ -351,8 +351,14 @@ fn check_physnet(c: &mut Client, physnet: &str) -> Result<(), CniError> {
     ))
 }
 
-/// Removes the ports earlier DELs left owed by this switch (see
-/// [`attachment::owe`]); one it still cannot remove stays owed.
+/// The plugin's own garbage collection (Multus sends GC only to the
+/// cluster network, so no runtime asks this plugin for it), run by every
+/// call that reaches the switch, under the node lock:
+/// - the ports earlier DELs left owed by this switch (see
+///   [`attachment::owe`]); one it still cannot remove stays owed;
+/// - ports this plugin made in this socket directory that no record claims
+///   any more: after a node reboot the records (in `/run`) are gone while
+///   the switch's state (in `/var/lib`) brings the ports back.
 fn settle_owed(nc: &NetConf, c: &mut Client) {
     for (port, file) in owed(nc) {
         match call(c, &Request::PortDel { name: port }) {
@@ -361,6 +367,32 @@ fn settle_owed(nc: &NetConf, c: &mut Client) {
             Err(_) => continue,
         }
         let _ = fs::remove_file(file);
+    }
+    let Ok(entries) = fs::read_dir(state_dir(nc)) else {
+        return;
+    };
+    let claimed: std::collections::HashSet<String> = entries
+        .flatten()
+        .filter_map(|e| read_record(&e.path()))
+        .map(|r| r.port)
+        .collect();
+    let Ok(ports) = call(c, &Request::PortList)
+        .map_err(|_| ())
+        .and_then(|v| serde_json::from_value::<Vec<PortInfo>>(v).map_err(|_| ()))
+    else {
+        return;
+    };
+    for p in ports {
+        let ours = p.spec.name.starts_with(attachment::PORT_PREFIX)
+            && std::path::Path::new(p.socket()).starts_with(&nc.socket_dir);
+        if ours && !claimed.contains(&p.spec.name) {
+            eprintln!(
+                "switchyard-cni: removing port {} (socket {}): no attachment of this node claims it",
+                p.spec.name,
+                p.socket()
+            );
+            let _ = call(c, &Request::PortDel { name: p.spec.name });
+        }
     }
 }
 
