@@ -50,14 +50,45 @@ fn toml_value(cfg: &str, key: &str) -> String {
     v[key].as_str().unwrap().to_string()
 }
 
+/// How a run departs from the shipped files.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Pods {
+    /// Not at all: pods run as root.
+    AsShipped,
+    /// Pods run as this uid and gid, with the edits the shipped files'
+    /// comments give for that: `socketGroup` in the NAD, `socket_group` in
+    /// the device plugin's config.
+    NonRoot(u32),
+}
+
 #[test]
 fn whole_node() {
+    run(Pods::AsShipped, &MultusVersion::ALL);
+}
+
+#[test]
+fn whole_node_with_non_root_pods() {
+    run(Pods::NonRoot(65534), &[MultusVersion::V4_1]);
+}
+
+fn run(pods_as: Pods, versions: &[MultusVersion]) {
     let _g = serial();
     let ds_docs = documents("config/kubernetes/switchyard.yaml");
     let nad_docs = documents("config/kubernetes/network-attachments.yaml");
     let pod_docs = documents("config/kubernetes/testpmd-pod.yaml");
     let ds = find(&ds_docs, "DaemonSet", "switchyard");
-    let config_maps = |name: &str| find(&ds_docs, "ConfigMap", name)["data"].clone();
+    let mut switchyard_config = find(&ds_docs, "ConfigMap", "switchyard-config")["data"].clone();
+    if let Pods::NonRoot(gid) = pods_as {
+        // Top-level keys go before the first table.
+        let dp = switchyard_config["device-plugin.toml"].as_str().unwrap();
+        assert!(!dp.contains("socket_group"));
+        let dp = dp.replacen("[[pool]]", &format!("socket_group = {gid}\n\n[[pool]]"), 1);
+        switchyard_config["device-plugin.toml"] = dp.into();
+    }
+    let config_maps = |name: &str| {
+        assert_eq!(name, "switchyard-config");
+        switchyard_config.clone()
+    };
     let spec = &ds["spec"]["template"]["spec"];
     let switch_cfg = config_maps("switchyard-config")["switchyard.toml"]
         .as_str()
@@ -90,13 +121,21 @@ fn whole_node() {
     let nads: Vec<Nad> = nad_docs
         .iter()
         .filter(|d| d["kind"].as_str() == Some("NetworkAttachmentDefinition"))
-        .map(|d| Nad {
-            namespace: d["metadata"]["namespace"].as_str().unwrap().into(),
-            name: d["metadata"]["name"].as_str().unwrap().into(),
-            config: serde_json::from_str(d["spec"]["config"].as_str().unwrap()).unwrap(),
-            resource_name: d["metadata"]["annotations"]["k8s.v1.cni.cncf.io/resourceName"]
-                .as_str()
-                .map(str::to_string),
+        .map(|d| {
+            let mut config: serde_json::Value =
+                serde_json::from_str(d["spec"]["config"].as_str().unwrap()).unwrap();
+            if let Pods::NonRoot(gid) = pods_as {
+                assert!(config.get("socketGroup").is_none());
+                config["socketGroup"] = gid.into();
+            }
+            Nad {
+                namespace: d["metadata"]["namespace"].as_str().unwrap().into(),
+                name: d["metadata"]["name"].as_str().unwrap().into(),
+                config,
+                resource_name: d["metadata"]["annotations"]["k8s.v1.cni.cncf.io/resourceName"]
+                    .as_str()
+                    .map(str::to_string),
+            }
         })
         .collect();
     assert!(!nads.is_empty());
@@ -237,7 +276,7 @@ fn whole_node() {
         })
     };
 
-    for (round, version) in MultusVersion::ALL.into_iter().enumerate() {
+    for (round, &version) in versions.iter().enumerate() {
         let m = Multus {
             version,
             bin_dir: "/opt/cni/bin".into(),
@@ -286,6 +325,9 @@ fn whole_node() {
             // The container, as the kubelet creates it from the Allocate
             // response: environment, mounts, CDI devices.
             let mut args: Vec<String> = vec!["-d".into(), "--network".into(), "none".into()];
+            if let Pods::NonRoot(id) = pods_as {
+                args.extend(["--user".into(), format!("{id}:{id}")]);
+            }
             for (k, v) in &alloc.envs {
                 args.extend(["-e".into(), format!("{k}={v}")]);
             }
@@ -371,6 +413,9 @@ fn whole_node() {
         assert!(ports().is_empty(), "{version:?}");
     }
 
+    if pods_as != Pods::AsShipped {
+        return;
+    }
     // Every other port kind the README offers works in the switch container
     // as the DaemonSet defines it (its capabilities, seccomp profile and
     // devices): a tap port (the host on the bridge), af-xdp and af-packet

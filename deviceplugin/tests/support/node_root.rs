@@ -75,7 +75,12 @@ impl Image {
         for d in ["etc", "tmp", "proc", "dev", "sys", "run", "var", "usr"] {
             std::fs::create_dir_all(rootfs.join(d)).unwrap();
         }
-        // Debian's merged /usr, and /var/run.
+        // Debian's /tmp, merged /usr, and /var/run.
+        std::fs::set_permissions(
+            rootfs.join("tmp"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o1777),
+        )
+        .unwrap();
         for l in ["bin", "lib", "lib64", "sbin"] {
             std::os::unix::fs::symlink(format!("usr/{l}"), rootfs.join(l)).unwrap();
         }
