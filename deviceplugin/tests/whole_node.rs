@@ -3,14 +3,19 @@
 //! `/opt` are empty), the DaemonSet of `config/kubernetes/switchyard.yaml`
 //! runs under podman exactly as its pod spec says (the image the Dockerfile
 //! describes, the init container's script, the ConfigMap's configurations,
-//! the security contexts, the volumes); the kubelet stand-in registers the
-//! device plugin and allocates its devices; the Multus stand-in (of each
-//! version users run) attaches pods to the NADs of
+//! the security contexts, the volumes); the example pod of
+//! `testpmd-pod.yaml` is admitted with the webhook's patch; the kubelet
+//! stand-in registers the device plugin, allocates what the admitted pod
+//! asks for and answers the Pod Resources API; the Multus stand-in (of each
+//! version users run) attaches the pod to its NAD from
 //! `network-attachments.yaml`, finding the plugin by `type` in
 //! `/opt/cni/bin` and running it in the node's root; and containers started
 //! as the kubelet starts them (the Allocate response's environment and
-//! mounts, its CDI devices) exchange frames through the switch on the
-//! socket their environment names, the way `testpmd-pod.yaml` finds it.
+//! mounts, its CDI devices, the podnetinfo volume) exchange frames through
+//! the switch, one on the socket the shipped pod's `--vdev` finds, the
+//! other on the one the README's example finds by the network's name. Then
+//! the same with non-root pods, and the switch container serving every
+//! other port kind.
 
 #[path = "../../dataplane/tests/common/mod.rs"]
 mod common;
