@@ -264,8 +264,8 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
         .0
         .to_string();
 
-    let allocate = |id: &str| -> ContainerAllocateResponse {
-        let ep = plugin_dir.join(&memif_reg.endpoint);
+    let allocate = |endpoint: &str, id: &str| -> ContainerAllocateResponse {
+        let ep = plugin_dir.join(endpoint);
         rt.block_on(async {
             let mut c = DevicePluginClient::new(uds_channel(&ep).await.unwrap());
             c.allocate(AllocateRequest {
@@ -295,7 +295,7 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
         let mut pods = Vec::new();
         for (i, role) in ["txonly", "rxonly"].into_iter().enumerate() {
             let device = format!("memif-{}", 2 * round + i);
-            let alloc = allocate(&device);
+            let alloc = allocate(&memif_reg.endpoint, &device);
             let pod = Pod {
                 namespace: "default".into(),
                 name: format!("testpmd-{round}-{i}"),
@@ -327,24 +327,9 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
                 added.network_status["device-info"]["memif"]["role"],
                 "slave"
             );
-            // The container, as the kubelet creates it from the Allocate
-            // response: environment, mounts, CDI devices.
-            let mut args: Vec<String> = vec!["-d".into(), "--network".into(), "none".into()];
+            let mut args = kubelet_container_args(&alloc);
             if let Pods::NonRoot(id) = pods_as {
                 args.extend(["--user".into(), format!("{id}:{id}")]);
-            }
-            for (k, v) in &alloc.envs {
-                args.extend(["-e".into(), format!("{k}={v}")]);
-            }
-            for mnt in &alloc.mounts {
-                let ro = if mnt.read_only { ":ro" } else { "" };
-                args.extend([
-                    "-v".into(),
-                    format!("{}:{}{ro}", mnt.host_path, mnt.container_path),
-                ]);
-            }
-            for d in &alloc.cdi_devices {
-                args.extend(["--device".into(), d.name.clone()]);
             }
             // The webhook's podnetinfo volume, as the kubelet fills it: the
             // pod's annotations, network-status among them as Multus
@@ -421,6 +406,90 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
     if pods_as != Pods::AsShipped {
         return;
     }
+    // The other shipped network, vhost-user (VLAN 200): two pods whose DPDK
+    // virtio-user connects to the socket their environment names, with the
+    // MAC their network-status reports (the network pins it).
+    let vnet = nads
+        .iter()
+        .find(|n| n.resource_name.as_deref() == Some("switchyard.io/vhost-user"))
+        .expect("a NAD of the vhost-user pool")
+        .clone();
+    let vreg = regs
+        .iter()
+        .find(|r| r.resource_name == "switchyard.io/vhost-user")
+        .expect("the vhost-user pool registered");
+    let m = Multus {
+        version: MultusVersion::V3_9,
+        bin_dir: "/opt/cni/bin".into(),
+        host_root: node.path("/"),
+        enter: node.enter(),
+        pod_resources: Some(pod_resources_socket.into()),
+        cni_dir: "/var/lib/cni/multus".into(),
+        devinfo_base: "/var/run/k8s.cni.cncf.io/devinfo".into(),
+        cni_path: "/opt/cni/bin".into(),
+    };
+    let mut vpods = Vec::new();
+    for (i, role) in ["txonly", "rxonly"].into_iter().enumerate() {
+        let device = format!("vhost-user-{i}");
+        let alloc = allocate(&vreg.endpoint, &device);
+        let pod = Pod {
+            namespace: "default".into(),
+            name: format!("vhost-{i}"),
+            uid: format!("10000000-0000-0000-0000-00000000000{i}"),
+            sandbox: format!("v{i}").repeat(32),
+            netns: format!("/var/run/netns/vhost-{i}"),
+        };
+        pod_resources.allocate(
+            &pod.namespace,
+            &pod.name,
+            "app",
+            &vreg.resource_name,
+            &[&device],
+        );
+        let added = m
+            .add(&pod, &[(vnet.clone(), Default::default(), None)])
+            .unwrap_or_else(|e| panic!("ADD {device}: {:?}", e.0))
+            .remove(0);
+        assert_eq!(
+            added.network_status["device-info"]["vhost-user"]["mode"],
+            "client"
+        );
+        let mac = added.network_status["mac"].as_str().unwrap().to_string();
+        let mut args = kubelet_container_args(&alloc);
+        for l in &image.layers {
+            args.extend(["-v".into(), l.clone()]);
+        }
+        args.extend([
+            "--rootfs".into(),
+            image.rootfs.display().to_string(),
+            "/bin/sh".into(),
+            "-c".into(),
+            format!(
+                "exec dpdk-testpmd --no-huge -m 256 --no-pci --file-prefix {} --lcores 0@0,1@1 \
+                 --vdev=net_virtio_user0,path=$SWITCHYARD_VHOST_USER_SOCKETS,mac={mac} \
+                 -- --total-num-mbufs=8192 --forward-mode={role} --stats-period 1",
+                pod.name
+            ),
+        ]);
+        node.run(&pod.name, &args);
+        vpods.push(pod);
+    }
+    wait_for(LIMIT, "frames from one vhost-user pod at the other", || {
+        (rx_packets(&node.logs(&vpods[1].name)) > 1000).then_some(())
+    });
+    let p = ports();
+    assert_eq!(p.len(), 2, "{p:?}");
+    assert!(p
+        .iter()
+        .all(|p| p.status.link_up && p.role() == "server" && p.spec.vlan == Some(200)));
+    for pod in &vpods {
+        node.remove(&pod.name, 2);
+        let errs = m.del(pod);
+        assert!(errs.is_empty(), "DEL: {:?}", errs[0].0);
+        pod_resources.remove(&pod.namespace, &pod.name);
+    }
+    assert!(ports().is_empty());
+
     // Every other port kind the README offers works in the switch container
     // as the DaemonSet defines it (its capabilities, seccomp profile and
     // devices): a tap port (the host on the bridge), af-xdp and af-packet
@@ -658,4 +727,25 @@ fn multus_indent(v: &serde_json::Value) -> String {
     let mut ser = serde_json::Serializer::with_formatter(&mut out, fmt);
     v.serialize(&mut ser).unwrap();
     String::from_utf8(out).unwrap()
+}
+
+/// The `podman run` arguments a container gets from the device plugin's
+/// Allocate response, as the kubelet passes them to the runtime:
+/// environment, mounts and CDI devices (detached, no network of its own).
+fn kubelet_container_args(alloc: &ContainerAllocateResponse) -> Vec<String> {
+    let mut args: Vec<String> = vec!["-d".into(), "--network".into(), "none".into()];
+    for (k, v) in &alloc.envs {
+        args.extend(["-e".into(), format!("{k}={v}")]);
+    }
+    for mnt in &alloc.mounts {
+        let ro = if mnt.read_only { ":ro" } else { "" };
+        args.extend([
+            "-v".into(),
+            format!("{}:{}{ro}", mnt.host_path, mnt.container_path),
+        ]);
+    }
+    for d in &alloc.cdi_devices {
+        args.extend(["--device".into(), d.name.clone()]);
+    }
+    args
 }
