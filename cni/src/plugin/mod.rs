@@ -110,7 +110,7 @@ pub fn add(
     let name = port_name(container_id, ifname);
 
     let mut c = client(nc)?;
-    settle_owed(nc, &mut c);
+    collect_garbage(nc, &mut c);
     if let Some(physnet) = &nc.raw.physnet {
         check_physnet(&mut c, physnet)?;
     }
@@ -224,7 +224,7 @@ fn teardown(
     // for the next call that reaches this switch.
     let removed = match client(nc) {
         Ok(mut c) => {
-            settle_owed(nc, &mut c);
+            collect_garbage(nc, &mut c);
             match call(&mut c, &Request::PortDel { name: name.clone() }) {
                 Ok(_) => Ok(()),
                 Err(e) if is_not_found(&e) => Ok(()),
@@ -359,7 +359,7 @@ fn check_physnet(c: &mut Client, physnet: &str) -> Result<(), CniError> {
 /// - ports this plugin made in this socket directory that no record claims
 ///   any more: after a node reboot the records (in `/run`) are gone while
 ///   the switch's state (in `/var/lib`) brings the ports back.
-fn settle_owed(nc: &NetConf, c: &mut Client) {
+fn collect_garbage(nc: &NetConf, c: &mut Client) {
     for (port, file) in owed(nc) {
         match call(c, &Request::PortDel { name: port }) {
             Ok(_) => {}
