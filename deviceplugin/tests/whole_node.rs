@@ -264,6 +264,18 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
         .0
         .to_string();
 
+    // Multus on this node, with its default directories.
+    let (node_root, enter) = (node.path("/"), node.enter());
+    let multus = |version| Multus {
+        version,
+        bin_dir: "/opt/cni/bin".into(),
+        host_root: node_root.clone(),
+        enter: enter.clone(),
+        pod_resources: Some(pod_resources_socket.into()),
+        cni_dir: "/var/lib/cni/multus".into(),
+        devinfo_base: "/var/run/k8s.cni.cncf.io/devinfo".into(),
+        cni_path: "/opt/cni/bin".into(),
+    };
     let allocate = |endpoint: &str, id: &str| -> ContainerAllocateResponse {
         let ep = plugin_dir.join(endpoint);
         rt.block_on(async {
@@ -282,27 +294,12 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
     };
 
     for (round, &version) in versions.iter().enumerate() {
-        let m = Multus {
-            version,
-            bin_dir: "/opt/cni/bin".into(),
-            host_root: node.path("/"),
-            enter: node.enter(),
-            pod_resources: Some(pod_resources_socket.into()),
-            cni_dir: "/var/lib/cni/multus".into(),
-            devinfo_base: "/var/run/k8s.cni.cncf.io/devinfo".into(),
-            cni_path: "/opt/cni/bin".into(),
-        };
+        let m = multus(version);
         let mut pods = Vec::new();
         for (i, role) in ["txonly", "rxonly"].into_iter().enumerate() {
             let device = format!("memif-{}", 2 * round + i);
             let alloc = allocate(&memif_reg.endpoint, &device);
-            let pod = Pod {
-                namespace: "default".into(),
-                name: format!("testpmd-{round}-{i}"),
-                uid: format!("0000000{round}-0000-0000-0000-00000000000{i}"),
-                sandbox: format!("{round}{i}").repeat(32),
-                netns: format!("/var/run/netns/testpmd-{round}-{i}"),
-            };
+            let pod = scratch_pod(&format!("testpmd-{round}-{i}"));
             pod_resources.allocate(
                 &pod.namespace,
                 &pod.name,
@@ -393,13 +390,7 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
         assert_eq!(p.len(), 2, "{p:?}");
         assert!(p.iter().all(|p| p.status.link_up && p.role() == "master"));
 
-        // The pods go: their containers, then Multus's DEL.
-        for pod in &pods {
-            node.remove(&pod.name, 2);
-            let errs = m.del(pod);
-            assert!(errs.is_empty(), "{version:?}: DEL: {:?}", errs[0].0);
-            pod_resources.remove(&pod.namespace, &pod.name);
-        }
+        delete_pods(&mut node, &m, &pod_resources, &pods);
         assert!(ports().is_empty(), "{version:?}");
     }
 
@@ -418,27 +409,12 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
         .iter()
         .find(|r| r.resource_name == "switchyard.io/vhost-user")
         .expect("the vhost-user pool registered");
-    let m = Multus {
-        version: MultusVersion::V3_9,
-        bin_dir: "/opt/cni/bin".into(),
-        host_root: node.path("/"),
-        enter: node.enter(),
-        pod_resources: Some(pod_resources_socket.into()),
-        cni_dir: "/var/lib/cni/multus".into(),
-        devinfo_base: "/var/run/k8s.cni.cncf.io/devinfo".into(),
-        cni_path: "/opt/cni/bin".into(),
-    };
+    let m = multus(MultusVersion::V3_9);
     let mut vpods = Vec::new();
     for (i, role) in ["txonly", "rxonly"].into_iter().enumerate() {
         let device = format!("vhost-user-{i}");
         let alloc = allocate(&vreg.endpoint, &device);
-        let pod = Pod {
-            namespace: "default".into(),
-            name: format!("vhost-{i}"),
-            uid: format!("10000000-0000-0000-0000-00000000000{i}"),
-            sandbox: format!("v{i}").repeat(32),
-            netns: format!("/var/run/netns/vhost-{i}"),
-        };
+        let pod = scratch_pod(&format!("vhost-{i}"));
         pod_resources.allocate(
             &pod.namespace,
             &pod.name,
@@ -482,12 +458,7 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
     assert!(p
         .iter()
         .all(|p| p.status.link_up && p.role() == "server" && p.spec.vlan == Some(200)));
-    for pod in &vpods {
-        node.remove(&pod.name, 2);
-        let errs = m.del(pod);
-        assert!(errs.is_empty(), "DEL: {:?}", errs[0].0);
-        pod_resources.remove(&pod.namespace, &pod.name);
-    }
+    delete_pods(&mut node, &m, &pod_resources, &vpods);
     assert!(ports().is_empty());
 
     // Every other port kind the README offers works in the switch container
@@ -748,4 +719,42 @@ fn kubelet_container_args(alloc: &ContainerAllocateResponse) -> Vec<String> {
         args.extend(["--device".into(), d.name.clone()]);
     }
     args
+}
+
+/// A pod `name` in namespace default, with a UID and sandbox id of its own.
+fn scratch_pod(name: &str) -> Pod {
+    let h = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    });
+    Pod {
+        namespace: "default".into(),
+        name: name.into(),
+        uid: format!(
+            "{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
+            h >> 32,
+            (h >> 16) & 0xffff,
+            h & 0xffff,
+            (h >> 48) & 0xffff,
+            h & 0xffff_ffff_ffff
+        ),
+        sandbox: format!("{h:016x}").repeat(4),
+        netns: format!("/var/run/netns/{name}"),
+    }
+}
+
+/// The pods go as the kubelet deletes them: their containers stop, Multus
+/// runs DEL, the kubelet forgets their devices.
+fn delete_pods(node: &mut NodeRoot, m: &Multus, kubelet: &PodResourcesApi, pods: &[Pod]) {
+    for pod in pods {
+        node.remove(&pod.name, 2);
+        let errs = m.del(pod);
+        assert!(
+            errs.is_empty(),
+            "{:?}: DEL {}: {:?}",
+            m.version,
+            pod.name,
+            errs[0].0
+        );
+        kubelet.remove(&pod.namespace, &pod.name);
+    }
 }
