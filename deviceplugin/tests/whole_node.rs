@@ -374,10 +374,8 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
                 "/bin/sh".into(),
                 "-c".into(),
                 format!(
-                    "sock=$({podnetinfo_example}) && test -S \"$sock\" && \
-                     exec dpdk-testpmd --no-huge -m 256 --no-pci --file-prefix {} --lcores 0@0,1@1 \
-                     {find_socket} -- --total-num-mbufs=8192 --forward-mode={role} --stats-period 1",
-                    pod.name
+                    "sock=$({podnetinfo_example}) && test -S \"$sock\" && {}",
+                    testpmd(&pod.name, &find_socket, role)
                 ),
             ]);
             node.run(&pod.name, &args);
@@ -440,11 +438,10 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
             image.rootfs.display().to_string(),
             "/bin/sh".into(),
             "-c".into(),
-            format!(
-                "exec dpdk-testpmd --no-huge -m 256 --no-pci --file-prefix {} --lcores 0@0,1@1 \
-                 --vdev=net_virtio_user0,path=$SWITCHYARD_VHOST_USER_SOCKETS,mac={mac} \
-                 -- --total-num-mbufs=8192 --forward-mode={role} --stats-period 1",
-                pod.name
+            testpmd(
+                &pod.name,
+                &format!("--vdev=net_virtio_user0,path=$SWITCHYARD_VHOST_USER_SOCKETS,mac={mac}"),
+                role,
             ),
         ]);
         node.run(&pod.name, &args);
@@ -757,4 +754,13 @@ fn delete_pods(node: &mut NodeRoot, m: &Multus, kubelet: &PodResourcesApi, pods:
         );
         kubelet.remove(&pod.namespace, &pod.name);
     }
+}
+
+/// The shell command of a pod's DPDK testpmd on `vdev`, forwarding in
+/// `mode` and printing its counters every second.
+fn testpmd(pod: &str, vdev: &str, mode: &str) -> String {
+    format!(
+        "exec dpdk-testpmd --no-huge -m 256 --no-pci --file-prefix {pod} --lcores 0@0,1@1 \
+         {vdev} -- --total-num-mbufs=8192 --forward-mode={mode} --stats-period 1"
+    )
 }
