@@ -199,6 +199,9 @@ struct PortAdd {
     /// Pin the first source MAC the port sends from.
     #[arg(long, conflicts_with = "macs")]
     pin_first: bool,
+    /// tap: the interface's MAC (default: one chosen once, kept for good).
+    #[arg(long)]
+    interface_mac: Option<MacAddr>,
 }
 
 #[derive(Subcommand)]
@@ -268,6 +271,7 @@ impl PortAdd {
         put("mac_limit", json!(self.mac_limit));
         put("macs", json!((!self.macs.is_empty()).then_some(self.macs)));
         put("pin_first", json!(self.pin_first.then_some(true)));
+        put("interface_mac", json!(self.interface_mac));
         serde_json::from_value(Value::Object(m)).map_err(|e| {
             // The flags are not JSON to the user: no line and column.
             let text = e.to_string();

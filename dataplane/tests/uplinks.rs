@@ -155,18 +155,40 @@ fn the_host_reaches_a_pod_through_a_tap_port() {
     assert!(ping(&ns, "-s 1400"));
     drop((conn, mem));
 
-    // A restarted switch makes the interface again (its address is the
-    // host's to set again, as with any interface that was deleted).
-    sw.stop();
-    let o = ns.sh(&format!("ip link show {tap}"));
-    assert!(!o.status.success(), "the tap outlived the switch");
-    sw.spawn();
-    sw.wait_link("tap0", true);
-    ns.sh_ok(&format!(
-        "ip link set {tap} up && ip addr add 10.77.0.1/24 dev {tap}"
-    ));
-    relink_echo_pod(&sw, &mut pod, &pod_sock, "pod");
-    assert!(ping(&ns, ""), "no reply after a restart");
+    // The interface outlives the switch, stopped or killed, with its MAC
+    // (the one the port chose when it was added, kept in its spec) and
+    // the host's address; the restarted switch attaches to it again and
+    // the host's pings go on without anyone re-resolving it.
+    let mac = |o: &str| {
+        o.split("link/ether ")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .map(str::to_string)
+            .unwrap()
+    };
+    let before = mac(&ns.sh_ok(&format!("ip link show {tap}")));
+    assert_eq!(
+        sw.port("tap0").spec.kind,
+        switchyard_api::KindSpec::Tap(switchyard_api::TapSpec {
+            interface_mac: Some(before.parse().unwrap()),
+            ..switchyard_api::TapSpec::new(&tap)
+        })
+    );
+    for crash in [false, true] {
+        if crash {
+            sw.kill9();
+        } else {
+            sw.stop();
+        }
+        let o = ns.sh_ok(&format!("ip addr show {tap}"));
+        assert!(o.contains("inet 10.77.0.1/24"), "crash={crash}: {o}");
+        assert_eq!(mac(&o), before, "crash={crash}");
+        sw.spawn();
+        sw.wait_link("tap0", true);
+        relink_echo_pod(&sw, &mut pod, &pod_sock, "pod");
+        assert!(ping(&ns, ""), "no reply after a restart (crash={crash})");
+        assert_eq!(mac(&ns.sh_ok(&format!("ip link show {tap}"))), before);
+    }
 
     // Deleting the port deletes the interface.
     sw.cli_ok(&["port", "del", "tap0"]);

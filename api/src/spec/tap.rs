@@ -13,11 +13,18 @@ pub const MAX_IFNAME: usize = 15;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TapSpec {
-    /// The interface's name (created by the switch, gone when it stops).
+    /// The interface's name (created by the switch; it outlives the
+    /// switch's restarts and goes with the port).
     pub interface: String,
     /// Queue pairs (`IFF_MULTI_QUEUE`; default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queues: Option<u16>,
+    /// The interface's MAC. A port added through the API gets one chosen
+    /// once and kept in its persisted spec, so the host keeps its address
+    /// across reboots too; unset (a port of the config file), the
+    /// interface keeps whatever MAC it has.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interface_mac: Option<crate::MacAddr>,
 }
 
 impl TapSpec {
@@ -26,6 +33,7 @@ impl TapSpec {
         TapSpec {
             interface: interface.into(),
             queues: None,
+            interface_mac: None,
         }
     }
 }
@@ -77,6 +85,14 @@ impl KindOptions for TapSpec {
     }
 
     fn validate(&self, at: &str) -> Result<(), SpecError> {
+        if let Some(m) = self.interface_mac {
+            if m.is_multicast() || m == crate::MacAddr::default() {
+                return Err(SpecError::new(
+                    format!("{at}interface_mac"),
+                    format!("{m}: an interface's MAC is a unicast address, not zero"),
+                ));
+            }
+        }
         validate_interface_and_queues(at, &self.interface, self.queues)
     }
 }

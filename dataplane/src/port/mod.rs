@@ -157,4 +157,9 @@ pub trait Port: Send {
     fn status(&self) -> PortStatus;
     /// Disconnects the peer and removes sockets this port created.
     fn stop(&mut self, cx: &PortCtx<'_>);
+    /// The port is deleted, not only stopped with the switch: also removes
+    /// what a port keeps across the switch's restarts (a tap's interface).
+    fn remove(&mut self, cx: &PortCtx<'_>) {
+        self.stop(cx);
+    }
 }

@@ -60,6 +60,33 @@ pub fn read_mtu(ifname: &str) -> io::Result<u32> {
     Ok(u32::try_from(i32::from_ne_bytes(m)).unwrap_or(0))
 }
 
+/// The interface's MAC (`SIOCGIFHWADDR`).
+pub fn read_mac(ifname: &str) -> io::Result<switchyard_api::MacAddr> {
+    let s = inet_socket()?;
+    let mut req = IfReq::new(ifname)?;
+    // SAFETY: SIOCGIFHWADDR fills `ifr_hwaddr` (a `struct sockaddr`: a
+    // family, then the address bytes) of the `struct ifreq` that `req`
+    // lays out and that outlives the call.
+    if unsafe { libc::ioctl(s.as_raw_fd(), libc::SIOCGIFHWADDR, &mut req as *mut IfReq) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(switchyard_api::MacAddr::from_bytes(&req.data[2..8]))
+}
+
+/// Sets the interface's MAC (`SIOCSIFHWADDR`, an Ethernet address).
+pub fn write_mac(ifname: &str, mac: switchyard_api::MacAddr) -> io::Result<()> {
+    let s = inet_socket()?;
+    let mut req = IfReq::new(ifname)?;
+    req.data[..2].copy_from_slice(&libc::ARPHRD_ETHER.to_ne_bytes());
+    req.data[2..8].copy_from_slice(&mac.0);
+    // SAFETY: SIOCSIFHWADDR reads `ifr_hwaddr` (family, then the address)
+    // of the `struct ifreq` that `req` lays out and that outlives the call.
+    if unsafe { libc::ioctl(s.as_raw_fd(), libc::SIOCSIFHWADDR, &mut req as *mut IfReq) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// The interface's index, if it exists (in the switch's namespace).
 pub fn ifindex(ifname: &str) -> Option<u32> {
     let c = CString::new(ifname).ok()?;

@@ -14,9 +14,13 @@
 //! copy is the only one. A frame longer than the interface's MTU allows is
 //! dropped and counted as `too_long`, never truncated.
 //!
-//! The interface exists while the port does: it is deleted with the port
-//! and when the switch stops, and made again when it starts. Its address
-//! and link state are the host's to set (`ip addr add`, `ip link set up`).
+//! The interface exists while the port does, as an Open vSwitch internal
+//! port's does: it is persistent (`TUNSETPERSIST`), so it outlives the
+//! switch's stop, restart or crash with its MAC, addresses, routes and link
+//! state (the carrier is off while no switch holds it), and the restarted
+//! switch attaches to it again; `port del` deletes it. Its MAC is the
+//! spec's `interface_mac` when given (set when it differs); its address and
+//! link state are the host's to set (`ip addr add`, `ip link set up`).
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
@@ -43,6 +47,7 @@ const MTU_REFRESH: Duration = Duration::from_secs(2);
 // From <linux/if_tun.h>.
 const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
 const TUNSETVNETHDRSZ: libc::c_ulong = 0x4004_54d8;
+const TUNSETPERSIST: libc::c_ulong = 0x4004_54cb;
 const IFF_TAP: libc::c_short = 0x0002;
 const IFF_NO_PI: libc::c_short = 0x1000;
 const IFF_VNET_HDR: libc::c_short = 0x4000;
@@ -77,6 +82,25 @@ fn open_queue(ifname: &str) -> io::Result<OwnedFd> {
         return Err(io::Error::last_os_error());
     }
     Ok(fd)
+}
+
+/// Makes the tap behind `fd` persistent (it outlives its last fd) or not
+/// (it goes with its last fd).
+fn set_persist(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
+    // SAFETY: TUNSETPERSIST takes its argument by value.
+    if unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETPERSIST, libc::c_ulong::from(on)) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Sets the interface's MAC unless it has it already (a change would make
+/// every neighbour re-resolve the host).
+fn set_mac(ifname: &str, mac: switchyard_api::MacAddr) -> io::Result<()> {
+    if crate::port::netdev::read_mac(ifname)? == mac {
+        return Ok(());
+    }
+    crate::port::netdev::write_mac(ifname, mac)
 }
 
 /// The receive side of one tap queue.
@@ -230,6 +254,10 @@ impl Port for TapPort {
         for _ in 0..n {
             fds.push(Arc::new(open_queue(&ifname).map_err(err)?));
         }
+        set_persist(fds[0].as_fd(), true).map_err(err)?;
+        if let Some(mac) = self.spec.interface_mac {
+            set_mac(&ifname, mac).map_err(err)?;
+        }
         self.queues = fds;
         self.refresh_mtu();
         let mut q = PortQueues::default();
@@ -279,8 +307,21 @@ impl Port for TapPort {
             cx.detach();
         }
         self.status.link_up = false;
-        // The last fd closing deletes the interface (it is not persistent).
+        // The interface stays (persistent), with the host's configuration.
         self.queues.clear();
         self.mtu_at = None;
+    }
+
+    fn remove(&mut self, cx: &PortCtx<'_>) {
+        // Not persistent any more: the last fd closing deletes it. A port
+        // that holds no fd (it failed to start) opens one to say so.
+        let held = self.queues.first().cloned();
+        let fd = held.or_else(|| open_queue(&self.spec.interface).ok().map(Arc::new));
+        if let Some(fd) = fd {
+            if let Err(e) = set_persist(fd.as_fd(), false) {
+                warn!(port = %self.name, interface = %self.spec.interface, "cannot delete the tap: {e}");
+            }
+        }
+        self.stop(cx);
     }
 }

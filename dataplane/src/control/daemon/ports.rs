@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
 
-use switchyard_api::{ApiError, ErrorCode};
+use switchyard_api::{ApiError, ErrorCode, KindSpec, MacAddr};
 
 use super::{BridgeEntry, Daemon, PortEntry};
 use crate::config::{confine_socket, BridgeSpec, PortSpec};
@@ -80,6 +80,13 @@ impl Daemon {
                     .id,
             ),
         };
+        // A tap added through the API keeps one MAC for good (in its
+        // persisted spec): the host's neighbours never see it change.
+        if let (false, KindSpec::Tap(t)) = (from_config, &mut spec.kind) {
+            if t.interface_mac.is_none() {
+                t.interface_mac = Some(random_local_mac());
+            }
+        }
         let workers = u16::try_from(self.dp.workers().max(1)).unwrap_or(1);
         let mut port = crate::port::build(&spec.name, &spec.kind, workers);
         let vlan = VlanMode::from_spec(spec.vlan, spec.trunk.as_ref());
@@ -233,10 +240,29 @@ impl Daemon {
             ));
         };
         if let Some(mut e) = self.ports[id as usize].take() {
-            e.port.stop(&self.ctx(id));
+            e.port.remove(&self.ctx(id));
         }
         self.dp.remove_port(id);
         info!(port = %name, "port deleted");
         Ok(())
     }
+}
+
+/// A random locally administered unicast MAC (`x2:..`, as the kernel picks
+/// for a new tap).
+fn random_local_mac() -> MacAddr {
+    let mut b = [0u8; 6];
+    // SAFETY: `getrandom` writes at most `b.len()` bytes into `b`.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    if n != b.len() as isize {
+        // No entropy to be had: the clock's nanoseconds still differ
+        // between switches.
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default();
+        b.copy_from_slice(&t.to_le_bytes()[..6]);
+    }
+    b[0] = (b[0] & 0xfe) | 0x02;
+    MacAddr(b)
 }
