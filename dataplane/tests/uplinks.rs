@@ -566,3 +566,88 @@ fn an_uplink_made_at_start_waits_for_its_interface() {
     sw.wait_link("u1", true);
     sw.assert_alive();
 }
+
+/// Prints the length and bytes of the first frame from `argv[2]` (a source
+/// MAC) that interface `argv[1]` receives, within 10 s; "ready" once
+/// listening.
+const FIRST_FRAME_FROM: &str = r#"
+import socket, sys, time
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))
+s.bind((sys.argv[1], 0))
+s.settimeout(0.5)
+print("ready", flush=True)
+src = bytes.fromhex(sys.argv[2].replace(":", ""))
+end = time.time() + 10
+while time.time() < end:
+    try:
+        d = s.recv(65536)
+    except socket.timeout:
+        continue
+    if d[6:12] == src:
+        print(len(d), d.hex(), flush=True)
+        break
+"#;
+
+/// A frame shorter than the Ethernet minimum (a 42-byte ARP from a tap or
+/// a pod) leaves an uplink padded with zeros to 60 bytes, as a NIC driver
+/// pads a short skb, for both uplink kinds.
+#[test]
+fn short_frames_leave_uplinks_padded() {
+    use std::io::BufRead;
+    let _g = serial();
+    for kind in ["af-packet", "af-xdp"] {
+        let (node, host) = (Netns::new("padn"), Netns::new("padh"));
+        veth(&node, "up0", &host, "h0");
+        let sw = Switch::start_in(Some(&node.name), BRIDGE);
+        add(&sw, &["up", "--kind", kind, "--interface", "up0"]);
+        let raw = sw.path("raw.sock");
+        add(
+            &sw,
+            &[
+                "raw", "--kind", "memif", "--role", "master", "--socket", &raw,
+            ],
+        );
+        let mem = SlaveMem::new();
+        let conn = Conn::connect(&raw);
+        peer::run_slave(&conn, &mem.script()).expect("handshake");
+        mem.post_m2s_buffers();
+        sw.wait_link("raw", true);
+        sw.wait_link("up", true);
+        let mut cap = std::process::Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &host.name,
+                "python3",
+                "-c",
+                FIRST_FRAME_FROM,
+            ])
+            .args(["h0", "02:00:00:00:77:01"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = std::io::BufReader::new(cap.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "ready");
+        // 42 bytes: broadcast, our source, a local ethertype, 28 bytes of
+        // 0xab.
+        let mut f = vec![0xabu8; 42];
+        f[..6].copy_from_slice(&[0xff; 6]);
+        f[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0x77, 1]);
+        f[12..14].copy_from_slice(&0x88b5u16.to_be_bytes());
+        assert!(mem.send(&f));
+        line.clear();
+        out.read_line(&mut line).unwrap();
+        let _ = cap.wait();
+        let (len, hex) = line
+            .trim()
+            .split_once(' ')
+            .unwrap_or_else(|| panic!("{kind}: nothing from the uplink"));
+        assert_eq!(len, "60", "{kind}: {hex}");
+        let mut want: String = f.iter().map(|b| format!("{b:02x}")).collect();
+        want.push_str(&"00".repeat(18));
+        assert_eq!(hex, want, "{kind}");
+        drop((conn, mem, sw));
+    }
+}

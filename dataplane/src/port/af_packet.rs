@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 use switchyard_api::{AfPacketSpec, PortStatus};
 use tracing::{info, warn};
 
-use crate::port::netdev::{exceeds_mtu, ifindex, read_mtu};
+use crate::port::netdev::{exceeds_mtu, ifindex, pad_short, read_mtu};
 use crate::port::{Port, PortCtx, PortError};
 use crate::queue::{
     PortQueues, QueueFault, RxBurst, RxQueue, TxError, TxFrame, TxQueue, BURST_SIZE,
@@ -500,8 +500,14 @@ impl TxQueue for AfpTx {
         let slot = self.ring.slot(i);
         // SAFETY: `TX_DATA + len <= frame_size` (checked), so the copy stays
         // in this slot, which is ours (status AVAILABLE) until we hand it
-        // over below; the source is the frame's (live) pieces.
-        let n = unsafe { frame.reader().copy_to(slot.add(TX_DATA), len) };
+        // over below; the source is the frame's (live) pieces. The padding
+        // stays in it too: a slot holds far more than TX_DATA + 60 bytes.
+        let n = unsafe {
+            pad_short(
+                slot.add(TX_DATA),
+                frame.reader().copy_to(slot.add(TX_DATA), len),
+            )
+        };
         let l = (n as u32).to_ne_bytes();
         // SAFETY: `tp_len` and `tp_snaplen` lie in the slot's header.
         unsafe {

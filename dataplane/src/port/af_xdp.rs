@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use switchyard_api::{AfXdpSpec, PortStatus, XdpMode};
 use tracing::{info, warn};
 
-use crate::port::netdev::{exceeds_mtu, ifindex, read_mtu};
+use crate::port::netdev::{exceeds_mtu, ifindex, pad_short, read_mtu};
 use crate::port::{Port, PortCtx, PortError};
 use crate::queue::{
     PortQueues, QueueFault, RxBurst, RxQueue, TxError, TxFrame, TxQueue, BURST_SIZE,
@@ -631,11 +631,11 @@ impl TxQueue for XdpTx {
             return Err(TxError::Full);
         };
         // SAFETY: `addr` is a pool frame of the UMEM area (ours until the
-        // kernel completes it) and `len <= FRAME`.
+        // kernel completes it) and `len <= FRAME`; the padding stays in it
+        // (FRAME holds far more than 60 bytes).
         let n = unsafe {
-            frame
-                .reader()
-                .copy_to(self.xsk.area.add(addr as usize), len)
+            let at = self.xsk.area.add(addr as usize);
+            pad_short(at, frame.reader().copy_to(at, len))
         };
         // SAFETY: there is room in the tx ring (checked above).
         unsafe {

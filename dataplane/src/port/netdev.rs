@@ -60,6 +60,25 @@ pub fn read_mtu(ifname: &str) -> io::Result<u32> {
     Ok(u32::try_from(i32::from_ne_bytes(m)).unwrap_or(0))
 }
 
+/// The shortest Ethernet frame on a wire, without its FCS (`ETH_ZLEN`).
+pub const ETH_MIN_FRAME: usize = 60;
+
+/// Pads a frame of `len` bytes at `dst` to [`ETH_MIN_FRAME`] with zeros, as
+/// a NIC driver pads a short skb (`eth_skb_pad`): a 42-byte ARP from a tap
+/// or a pod leaves an uplink as a valid Ethernet frame, whatever the driver
+/// or the far end does with runts. Returns the length to send.
+///
+/// # Safety
+/// `dst` must be valid for writes of `max(len, ETH_MIN_FRAME)` bytes.
+pub unsafe fn pad_short(dst: *mut u8, len: usize) -> usize {
+    if len >= ETH_MIN_FRAME {
+        return len;
+    }
+    // SAFETY: the caller's buffer holds ETH_MIN_FRAME bytes.
+    unsafe { std::ptr::write_bytes(dst.add(len), 0, ETH_MIN_FRAME - len) };
+    ETH_MIN_FRAME
+}
+
 /// The interface's MAC (`SIOCGIFHWADDR`).
 pub fn read_mac(ifname: &str) -> io::Result<switchyard_api::MacAddr> {
     let s = inet_socket()?;
