@@ -18,6 +18,8 @@ command -v stdbuf >/dev/null || need_pkgs+=(coreutils)
 # open libxdp (and its XDP programs) at run time.
 command -v ip >/dev/null || need_pkgs+=(iproute2)
 ls /usr/lib/*/libxdp.so.1 >/dev/null 2>&1 || need_pkgs+=(libxdp1)
+# ethtool reads the features an af-xdp port turns off on its interface.
+command -v ethtool >/dev/null || need_pkgs+=(ethtool)
 # The CNI tests delegate IPAM to the real host-local plugin.
 [ -x /usr/lib/cni/host-local ] || need_pkgs+=(containernetworking-plugins)
 # A real container runtime runs the plugin (podman's CNI backend, runc).

@@ -241,12 +241,24 @@ fn a_namespace_reaches_a_pod_through_an_af_xdp_uplink() {
     // The mode chosen is shown: veth has native XDP but no zero-copy.
     let peer = t.sw.port("up").status.peer.unwrap();
     assert!(peer.contains("af-xdp, native XDP, copy"), "{peer}");
-    // Deleting the port takes the XDP program off the interface.
+    // While the port owns the interface (made again once by the helper)
+    // receive VLAN stripping is off, so tags stay in the data XDP sees;
+    // deleting the port puts it back and takes the XDP program off.
+    let rxvlan = || {
+        t.node
+            .sh_ok("ethtool -k up0")
+            .lines()
+            .find(|l| l.starts_with("rx-vlan-offload:"))
+            .map(str::to_string)
+            .unwrap()
+    };
+    assert_eq!(rxvlan(), "rx-vlan-offload: off");
     let link = t.node.sh_ok("ip link show up0");
     assert!(link.contains("xdp"), "an XDP program is attached: {link}");
     t.sw.cli_ok(&["port", "del", "up"]);
     let link = t.node.sh_ok("ip link show up0");
     assert!(!link.contains("xdp"), "{link}");
+    assert_eq!(rxvlan(), "rx-vlan-offload: on");
 
     // A mode asked for: zero-copy, which veth has not, is refused by name;
     // generic (skb) XDP works on any interface.

@@ -26,7 +26,9 @@ use std::time::{Duration, Instant};
 use switchyard_api::{AfXdpSpec, PortStatus, XdpMode};
 use tracing::{info, warn};
 
-use crate::port::netdev::{exceeds_mtu, ifindex, pad_short, read_mtu};
+use crate::port::netdev::{
+    exceeds_mtu, ifindex, pad_short, read_mtu, rx_vlan_offload, set_rx_vlan_offload,
+};
 use crate::port::{Port, PortCtx, PortError};
 use crate::queue::{
     PortQueues, QueueFault, RxBurst, RxQueue, TxError, TxFrame, TxQueue, BURST_SIZE,
@@ -676,6 +678,9 @@ impl TxQueue for XdpTx {
 
 /// An af-xdp port.
 pub struct AfXdpPort {
+    /// Whether this port turned the interface's receive VLAN offload off
+    /// (and puts it back when it lets the interface go).
+    rx_vlan_restore: bool,
     name: String,
     spec: AfXdpSpec,
     mtu: Arc<AtomicU32>,
@@ -696,6 +701,38 @@ impl AfXdpPort {
             mode: None,
             check_at: None,
             status: PortStatus::default(),
+            rx_vlan_restore: false,
+        }
+    }
+
+    /// Receive VLAN stripping off while the port owns the interface: an
+    /// XDP program sees only the frame's data, so a tag the NIC strips into
+    /// its descriptor never reaches the switch (ixgbe, i40e, ice, mlx5 strip
+    /// by default). With stripping off the tag stays in the data; the
+    /// host's own VLAN interfaces untag in software. Put back when the port
+    /// lets the interface go.
+    fn own_rx_vlan(&mut self) {
+        let ifname = &self.spec.interface;
+        // Off already, or no such feature: tags stay in the data.
+        if !rx_vlan_offload(ifname).unwrap_or(false) {
+            return;
+        }
+        match set_rx_vlan_offload(ifname, false) {
+            Ok(()) => {
+                self.rx_vlan_restore = true;
+                info!(port = %self.name, interface = %ifname, "receive VLAN offload off while the port owns the interface");
+            }
+            Err(e) => warn!(
+                port = %self.name, interface = %ifname,
+                "cannot turn receive VLAN offload off ({e}): VLAN tags the interface strips do not reach the switch; run `ethtool -K {ifname} rxvlan off` or use kind af-packet"
+            ),
+        }
+    }
+
+    fn release_rx_vlan(&mut self) {
+        if std::mem::take(&mut self.rx_vlan_restore) {
+            // The interface may be gone; nothing to put back then.
+            let _ = set_rx_vlan_offload(&self.spec.interface, true);
         }
     }
 
@@ -704,6 +741,8 @@ impl AfXdpPort {
         let index = ifindex(&ifname)
             .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no such interface"))?;
         self.mtu.store(read_mtu(&ifname)?, Ordering::Relaxed);
+        // Each time: an interface made again strips by default.
+        self.own_rx_vlan();
         let n = self.spec.queues.unwrap_or(1);
         let mut q = PortQueues::default();
         let mut mode = None;
@@ -763,6 +802,8 @@ impl Port for AfXdpPort {
     fn start(&mut self, cx: &PortCtx<'_>) -> Result<(), PortError> {
         self.check_at = Some(Instant::now() + CHECK_EVERY);
         self.open(cx).map_err(|e| {
+            // No port is made: the interface is left as it was.
+            self.release_rx_vlan();
             let hint = match e.raw_os_error() {
                 Some(libc::EPERM | libc::EACCES) => {
                     " (AF_XDP needs CAP_NET_RAW, CAP_NET_ADMIN, CAP_BPF and CAP_SYS_ADMIN: libxdp looks programs up by id)"
@@ -831,6 +872,7 @@ impl Port for AfXdpPort {
 
     fn stop(&mut self, cx: &PortCtx<'_>) {
         self.close(cx, "port deleted");
+        self.release_rx_vlan();
         self.check_at = None;
     }
 }

@@ -79,6 +79,53 @@ pub unsafe fn pad_short(dst: *mut u8, len: usize) -> usize {
     ETH_MIN_FRAME
 }
 
+// <linux/ethtool.h>: the legacy flags commands, which map `ETH_FLAG_RXVLAN`
+// to the `rx-vlan-offload` feature (NETIF_F_HW_VLAN_CTAG_RX).
+const ETHTOOL_GFLAGS: u32 = 0x25;
+const ETHTOOL_SFLAGS: u32 = 0x26;
+const ETH_FLAG_RXVLAN: u32 = 1 << 8;
+
+/// One `SIOCETHTOOL` call with a `struct ethtool_value`.
+fn ethtool_value(ifname: &str, cmd: u32, data: u32) -> io::Result<u32> {
+    let s = inet_socket()?;
+    let mut req = IfReq::new(ifname)?;
+    let mut value: [u32; 2] = [cmd, data];
+    let ptr = value.as_mut_ptr() as usize;
+    req.data[..std::mem::size_of::<usize>()].copy_from_slice(&ptr.to_ne_bytes());
+    // SAFETY: SIOCETHTOOL reads `ifr_data` (a pointer at the union's start,
+    // set above) and reads and writes the `struct ethtool_value` it points
+    // at (`value`, two u32s), which outlives the call.
+    if unsafe { libc::ioctl(s.as_raw_fd(), libc::SIOCETHTOOL, &mut req as *mut IfReq) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(value[1])
+}
+
+/// Whether the interface strips VLAN tags on receive (`rx-vlan-offload`,
+/// `ethtool -k`).
+pub fn rx_vlan_offload(ifname: &str) -> io::Result<bool> {
+    Ok(ethtool_value(ifname, ETHTOOL_GFLAGS, 0)? & ETH_FLAG_RXVLAN != 0)
+}
+
+/// Turns receive VLAN stripping on or off (`ethtool -K IF rxvlan on|off`).
+pub fn set_rx_vlan_offload(ifname: &str, on: bool) -> io::Result<()> {
+    let flags = ethtool_value(ifname, ETHTOOL_GFLAGS, 0)?;
+    let want = if on {
+        flags | ETH_FLAG_RXVLAN
+    } else {
+        flags & !ETH_FLAG_RXVLAN
+    };
+    ethtool_value(ifname, ETHTOOL_SFLAGS, want)?;
+    // A driver may take the call and keep the feature (it is fixed).
+    if rx_vlan_offload(ifname)? != on {
+        return Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "the driver keeps rx-vlan-offload as it is",
+        ));
+    }
+    Ok(())
+}
+
 /// The interface's MAC (`SIOCGIFHWADDR`).
 pub fn read_mac(ifname: &str) -> io::Result<switchyard_api::MacAddr> {
     let s = inet_socket()?;
