@@ -103,6 +103,27 @@ impl DeviceInfo {
     }
 }
 
+/// How a resource name or device ID appears in an NPWG file name ('/' as
+/// '-').
+pub fn file_name_part(name: &str) -> String {
+    name.replace('/', "-")
+}
+
+/// The end of the NPWG file name of `device_id`'s device-info file.
+fn device_plugin_suffix(device_id: &str) -> String {
+    format!("-{}-device.json", file_name_part(device_id))
+}
+
+/// The resource part of `file`'s name (`file_name_part` of the resource),
+/// a device plugin's device-info file for `device_id`.
+pub fn device_plugin_file_resource(file: &Path, device_id: &str) -> Option<String> {
+    let name = file.file_name()?.to_str()?;
+    Some(
+        name.strip_suffix(&device_plugin_suffix(device_id))?
+            .to_string(),
+    )
+}
+
 /// The file a device plugin wrote for `device_id` in `dir`: the NPWG name
 /// is `<resource with '/' as '-'>-<device ID with '/' as '-'>-device.json`,
 /// and the CNI is not told the resource, so the name is matched by its end
@@ -112,7 +133,7 @@ pub fn find_device_plugin_file(
     dir: &Path,
     device_id: &str,
 ) -> Result<Option<std::path::PathBuf>, CniError> {
-    let suffix = format!("-{}-device.json", device_id.replace('/', "-"));
+    let suffix = device_plugin_suffix(device_id);
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),

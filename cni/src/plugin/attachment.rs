@@ -85,7 +85,8 @@ pub(crate) fn record_path(nc: &NetConf, container_id: &str, ifname: &str) -> Pat
 /// Ports a DEL could not remove because the switch was not there (stopped,
 /// crash-looping, or gone with a node reboot): one file per port, named
 /// after it, holding the control socket of the switch that owes it. The
-/// next call that reaches that switch removes them ([`settle_owed`]).
+/// next call that reaches that switch removes them (the plugin's
+/// `collect_garbage`).
 fn owed_dir(nc: &NetConf) -> PathBuf {
     state_dir(nc).join("owed")
 }

@@ -22,8 +22,8 @@ use attachment::{
     state_dir, write_record,
 };
 use switch::{
-    call, choose_socket, client, device_info, device_plugin_info, is_not_found, kind_with_devinfo,
-    port_spec, switch_err,
+    call, choose_socket, client, device_info, device_plugin_info, kind_with_devinfo, port_spec,
+    remove_port, switch_err,
 };
 
 /// The `CNI_*` environment.
@@ -155,13 +155,9 @@ pub fn add(
         }
     };
     // A port with this name can only be a leftover of this attachment.
-    match call(&mut c, &Request::PortDel { name: name.clone() }) {
-        Ok(_) => {}
-        Err(e) if is_not_found(&e) => {}
-        Err(e) => {
-            undo_ipam();
-            return Err(switch_err("port", e));
-        }
+    if let Err(e) = remove_port(&mut c, &name) {
+        undo_ipam();
+        return Err(switch_err("port", e));
     }
     let spec = port_spec(nc, &kind, &name, &socket, &mac);
     if let Err(e) = call(
@@ -196,7 +192,7 @@ pub fn add(
         )
     };
     if let Err(e) = finish() {
-        let _ = call(&mut c, &Request::PortDel { name: name.clone() });
+        let _ = remove_port(&mut c, &name);
         undo_ipam();
         return Err(e);
     }
@@ -204,12 +200,23 @@ pub fn add(
     Ok(result)
 }
 
+/// The switch for DEL and GC, with the plugin's own garbage collected
+/// first, or why it cannot be reached (which does not stop a teardown).
+fn switch_for_teardown(nc: &NetConf) -> Result<Client, CniError> {
+    let mut c = client(nc)?;
+    collect_garbage(nc, &mut c);
+    Ok(c)
+}
+
 /// Removes everything of one attachment. `ipam_env` overrides the
-/// environment for the IPAM plugin (GC of other containers).
+/// environment for the IPAM plugin (GC of other containers); `switch` is
+/// [`switch_for_teardown`]'s answer.
+#[allow(clippy::too_many_arguments)]
 fn teardown(
     nc: &NetConf,
     stdin: &serde_json::Value,
     env: &Env,
+    switch: &mut Result<Client, CniError>,
     container_id: &str,
     ifname: &str,
     pod_key: Option<String>,
@@ -222,16 +229,9 @@ fn teardown(
     // not keep the pod from terminating (CNI spec: DEL cleans up as far as
     // it can): the lease and the files go now, and the port is remembered
     // for the next call that reaches this switch.
-    let removed = match client(nc) {
-        Ok(mut c) => {
-            collect_garbage(nc, &mut c);
-            match call(&mut c, &Request::PortDel { name: name.clone() }) {
-                Ok(_) => Ok(()),
-                Err(e) if is_not_found(&e) => Ok(()),
-                Err(e) => Err(switch_err("port", e)),
-            }
-        }
-        Err(e) => Err(e),
+    let removed = match switch {
+        Ok(c) => remove_port(c, &name).map_err(|e| switch_err("port", e)),
+        Err(e) => Err(e.clone()),
     };
     if let Err(e) = removed {
         owe(nc, &name)?;
@@ -284,18 +284,14 @@ fn check_device_owner(nc: &NetConf, args: &CniArgs, id: &str) -> Result<(), CniE
     let (Some(ns), Some(pod)) = (&args.pod_namespace, &args.pod_name) else {
         return Ok(());
     };
-    let file_resource =
-        crate::devinfo::find_device_plugin_file(&nc.device_info_dir, id)?.and_then(|f| {
-            let name = f.file_name()?.to_str()?.to_string();
-            let suffix = format!("-{}-device.json", id.replace('/', "-"));
-            Some(name.strip_suffix(&suffix)?.to_string())
-        });
+    let file_resource = crate::devinfo::find_device_plugin_file(&nc.device_info_dir, id)?
+        .and_then(|f| crate::devinfo::device_plugin_file_resource(&f, id));
     let held = crate::podresources::pod_devices(&nc.pod_resources_socket, ns, pod)?;
     let owns = held.iter().any(|(res, dev)| {
         dev == id
             && file_resource
                 .as_ref()
-                .is_none_or(|f| *f == res.replace('/', "-"))
+                .is_none_or(|f| *f == crate::devinfo::file_name_part(res))
     });
     if owns {
         return Ok(());
@@ -307,14 +303,7 @@ fn check_device_owner(nc: &NetConf, args: &CniArgs, id: &str) -> Result<(), CniE
             file_resource
                 .map(|r| format!(" of {r}"))
                 .unwrap_or_default(),
-            if held.is_empty() {
-                "none".to_string()
-            } else {
-                held.iter()
-                    .map(|(r, d)| format!("{r}={d}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            }
+            listed(held.iter().map(|(r, d)| format!("{r}={d}")))
         ),
     ))
 }
@@ -334,21 +323,27 @@ fn check_physnet(c: &mut Client, physnet: &str) -> Result<(), CniError> {
     {
         return Ok(());
     }
-    let have: Vec<String> = bridges
-        .iter()
-        .filter_map(|b| Some(format!("{} ({})", b.name, b.physnet.as_ref()?)))
-        .collect();
+    let have = listed(
+        bridges
+            .iter()
+            .filter_map(|b| Some(format!("{} ({})", b.name, b.physnet.as_ref()?))),
+    );
     Err(CniError::new(
         INVALID_CONFIG,
         format!(
-            "physnet: {physnet:?} is not a physical network of this node's switch (its [physnets]: {})",
-            if have.is_empty() {
-                "none".to_string()
-            } else {
-                have.join(", ")
-            }
+            "physnet: {physnet:?} is not a physical network of this node's switch (its [physnets]: {have})",
         ),
     ))
+}
+
+/// Items for an error message: comma-separated, or `none`.
+fn listed(items: impl Iterator<Item = String>) -> String {
+    let v: Vec<String> = items.collect();
+    if v.is_empty() {
+        "none".into()
+    } else {
+        v.join(", ")
+    }
 }
 
 /// The plugin's own garbage collection (Multus sends GC only to the
@@ -361,12 +356,9 @@ fn check_physnet(c: &mut Client, physnet: &str) -> Result<(), CniError> {
 ///   the switch's state (in `/var/lib`) brings the ports back.
 fn collect_garbage(nc: &NetConf, c: &mut Client) {
     for (port, file) in owed(nc) {
-        match call(c, &Request::PortDel { name: port }) {
-            Ok(_) => {}
-            Err(e) if is_not_found(&e) => {}
-            Err(_) => continue,
+        if remove_port(c, &port).is_ok() {
+            let _ = fs::remove_file(file);
         }
-        let _ = fs::remove_file(file);
     }
     let Ok(entries) = fs::read_dir(state_dir(nc)) else {
         return;
@@ -391,7 +383,7 @@ fn collect_garbage(nc: &NetConf, c: &mut Client) {
                 p.spec.name,
                 p.socket()
             );
-            let _ = call(c, &Request::PortDel { name: p.spec.name });
+            let _ = remove_port(c, &p.spec.name);
         }
     }
 }
@@ -409,7 +401,8 @@ pub fn del(env: &Env, nc: &NetConf, stdin: &serde_json::Value) -> Result<(), Cni
             .map(|_| container_id.to_string()),
     };
     let _lock = lock(nc)?;
-    teardown(nc, stdin, env, container_id, ifname, key, &[])
+    let mut switch = switch_for_teardown(nc);
+    teardown(nc, stdin, env, &mut switch, container_id, ifname, key, &[])
 }
 
 /// CHECK.
@@ -497,6 +490,7 @@ pub fn gc(env: &Env, nc: &NetConf, stdin: &serde_json::Value) -> Result<(), CniE
         .map(|a| (a.container_id.clone(), a.ifname.clone()))
         .collect();
     let _lock = lock(nc)?;
+    let mut switch = switch_for_teardown(nc);
     let dir = state_dir(nc);
     let entries = fs::read_dir(&dir).map_err(|e| io(dir.display(), e))?;
     let mut first_err = None;
@@ -526,6 +520,7 @@ pub fn gc(env: &Env, nc: &NetConf, stdin: &serde_json::Value) -> Result<(), CniE
             nc,
             &conf,
             env,
+            &mut switch,
             &rec.container_id,
             &rec.ifname,
             Some(rec.pod_key.clone()),

@@ -30,8 +30,21 @@ pub(crate) fn switch_err(what: &str, e: ClientError) -> CniError {
     }
 }
 
-pub(crate) fn is_not_found(e: &ClientError) -> bool {
+fn is_not_found(e: &ClientError) -> bool {
     matches!(e, ClientError::Api(a) if a.code == ErrorCode::NotFound)
+}
+
+/// Deletes port `name`; a port that is not there is not an error.
+pub(crate) fn remove_port(c: &mut Client, name: &str) -> Result<(), ClientError> {
+    match call(
+        c,
+        &Request::PortDel {
+            name: name.to_string(),
+        },
+    ) {
+        Err(e) if !is_not_found(&e) => Err(e),
+        _ => Ok(()),
+    }
 }
 
 /// The socket to use: the one a device plugin named in the device-info
