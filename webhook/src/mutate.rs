@@ -101,18 +101,11 @@ fn podnetinfo(pod: &Value) -> Vec<PatchOperation> {
         let mount =
             json!({"name": PODNETINFO_VOLUME, "mountPath": PODNETINFO_PATH, "readOnly": true});
         let idx = i.to_string();
-        ops.push(PatchOperation::Add(AddOperation {
-            path: if mounts.is_some() {
-                pointer(&["spec", "containers", &idx, "volumeMounts", "-"])
-            } else {
-                pointer(&["spec", "containers", &idx, "volumeMounts"])
-            },
-            value: if mounts.is_some() {
-                mount
-            } else {
-                json!([mount])
-            },
-        }));
+        ops.push(append(
+            &["spec", "containers", &idx, "volumeMounts"],
+            mounts.is_some(),
+            mount,
+        ));
     }
     let volumes = spec["volumes"].as_array();
     if !volumes
@@ -131,20 +124,25 @@ fn podnetinfo(pod: &Value) -> Vec<PatchOperation> {
             json!({"path": "annotations", "fieldRef": {"fieldPath": "metadata.annotations"}}),
         );
         let volume = json!({"name": PODNETINFO_VOLUME, "downwardAPI": {"items": items}});
-        ops.push(PatchOperation::Add(AddOperation {
-            path: if volumes.is_some() {
-                pointer(&["spec", "volumes", "-"])
-            } else {
-                pointer(&["spec", "volumes"])
-            },
-            value: if volumes.is_some() {
-                volume
-            } else {
-                json!([volume])
-            },
-        }));
+        ops.push(append(&["spec", "volumes"], volumes.is_some(), volume));
     }
     ops
+}
+
+/// Adds `item` to the list at `list`: appended when the list is there,
+/// else the list made with it (what is at `list` then is replaced).
+fn append(list: &[&str], exists: bool, item: Value) -> PatchOperation {
+    let mut tokens = list.to_vec();
+    let value = if exists {
+        tokens.push("-");
+        item
+    } else {
+        json!([item])
+    };
+    PatchOperation::Add(AddOperation {
+        path: pointer(&tokens),
+        value,
+    })
 }
 
 /// The resource part of the patch. A count the user set in the first
