@@ -582,6 +582,10 @@ fn each_multus_parses_the_result_versions_its_libcni_knows() {
             MultusVersion::V4_1,
             ["0.3.1", "0.4.0", "1.0.0", "1.1.0"].as_slice(),
         ),
+        (
+            MultusVersion::V4_3,
+            ["0.3.1", "0.4.0", "1.0.0", "1.1.0"].as_slice(),
+        ),
     ] {
         let m = multus_version(&node, version);
         for cni_version in ["0.3.1", "0.4.0", "1.0.0", "1.1.0"] {

@@ -87,25 +87,36 @@ pub struct Selection {
 }
 
 /// Which Multus: what it can parse is fixed by the containernetworking/cni
-/// library its `go.mod` links (v3.9.x: v0.8.1; v4.0.x: v1.1.2; v4.1.0 on:
-/// v1.2.0-rc1 and later).
+/// library its `go.mod` links (v3.9.x: v0.8.1; v4.0.x: v1.1.2; v4.1.x and
+/// v4.2.x: v1.2.x; v4.3.0 on: v1.3.0), and from v4.3.0 on it sorts a pod's
+/// device IDs before handing them to networks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MultusVersion {
     /// v3.9.x (libcni v0.8.1).
     V3_9,
     /// v4.0.x (libcni v1.1.2).
     V4_0,
-    /// v4.1.0 and later (libcni v1.2.x).
+    /// v4.1.x and v4.2.x (libcni v1.2.x).
     V4_1,
+    /// v4.3.0 and later (libcni v1.3.0; `SortDeviceIDs`).
+    V4_3,
 }
 
 impl MultusVersion {
     /// Every one, oldest first.
-    pub const ALL: [MultusVersion; 3] = [
+    pub const ALL: [MultusVersion; 4] = [
         MultusVersion::V3_9,
         MultusVersion::V4_0,
         MultusVersion::V4_1,
+        MultusVersion::V4_3,
     ];
+
+    /// Whether it sorts each resource's device IDs as strings
+    /// (`kubeletclient.GetPodResourceMap` calls `types.SortDeviceIDs` from
+    /// v4.3.0 on); before, they go in the order the kubelet's `List` gives.
+    fn sorts_device_ids(self) -> bool {
+        self == MultusVersion::V4_3
+    }
 
     /// The version libcni parses a plugin's stdout as.
     fn result_version(self, conf: &Value, stdout: &Value) -> String {
@@ -138,7 +149,7 @@ impl MultusVersion {
             // ImplementedSpecVersion is 1.0.0 only.
             MultusVersion::V4_0 => &["0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0"],
             // v1.2.0-rc1 on: types/100 also creates 1.1.0.
-            MultusVersion::V4_1 => &[
+            MultusVersion::V4_1 | MultusVersion::V4_3 => &[
                 "0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0",
             ],
         }
@@ -179,8 +190,9 @@ pub struct Multus {
     /// devices of networks whose NAD names a resource come from the
     /// kubelet, as Multus takes them (`k8sclient.getKubernetesDelegate`,
     /// `kubeletclient.GetPodResourceMap`: `List`, the pod's containers'
-    /// devices by resource, sorted as strings since v4.3.0 `SortDeviceIDs`,
-    /// handed out in the networks' order); without, from the caller.
+    /// devices by resource, sorted as strings from v4.3.0 on
+    /// (`SortDeviceIDs`), handed out in the networks' order); without, from
+    /// the caller.
     pub pod_resources: Option<PathBuf>,
     /// Multus's `cniDir` (`/var/lib/cni/multus`): delegate cache, and
     /// libcni's result cache.
@@ -396,8 +408,10 @@ impl Multus {
             for (res, id) in held {
                 resource_map.entry(res).or_default().push(id);
             }
-            for ids in resource_map.values_mut() {
-                ids.sort();
+            if self.version.sorts_device_ids() {
+                for ids in resource_map.values_mut() {
+                    ids.sort();
+                }
             }
         }
         let mut next: std::collections::BTreeMap<String, usize> = Default::default();
