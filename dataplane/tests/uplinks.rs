@@ -32,6 +32,34 @@ fn ping_to(ns: &Netns, args: &str, to: &str) -> bool {
         .success()
 }
 
+/// A raw memif peer of ours, slave of a new master port "raw" of the
+/// bridge, linked: it sends the test's own bytes.
+fn raw_peer(sw: &Switch) -> (Conn, SlaveMem) {
+    let raw = sw.path("raw.sock");
+    add(
+        sw,
+        &[
+            "raw", "--kind", "memif", "--role", "master", "--socket", &raw,
+        ],
+    );
+    let mem = SlaveMem::new();
+    let conn = Conn::connect(&raw);
+    peer::run_slave(&conn, &mem.script()).expect("handshake");
+    mem.post_m2s_buffers();
+    sw.wait_link("raw", true);
+    (conn, mem)
+}
+
+/// A `len`-byte broadcast from 02:00:00:00:77:01 with a local ethertype
+/// (0x88b5) and a payload of `fill` bytes.
+fn raw_broadcast(len: usize, fill: u8) -> Vec<u8> {
+    let mut f = vec![fill; len];
+    f[..6].copy_from_slice(&[0xff; 6]);
+    f[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0x77, 1]);
+    f[12..14].copy_from_slice(&0x88b5u16.to_be_bytes());
+    f
+}
+
 /// A veth pair `a` (in `na`) - `b` (in `nb`), both up.
 fn veth(na: &Netns, a: &str, nb: &Netns, b: &str) {
     let ok = std::process::Command::new("ip")
@@ -126,26 +154,11 @@ fn the_host_reaches_a_pod_through_a_tap_port() {
     // never truncated: a raw memif peer floods a 1200-byte broadcast while
     // the MTU is 1000.
     ns.sh_ok(&format!("ip link set {tap} mtu 1000"));
-    let raw = sw.path("raw.sock");
-    add(
-        &sw,
-        &[
-            "raw", "--kind", "memif", "--role", "master", "--socket", &raw,
-        ],
-    );
-    let mem = SlaveMem::new();
-    let conn = Conn::connect(&raw);
-    peer::run_slave(&conn, &mem.script()).expect("handshake");
-    mem.post_m2s_buffers();
-    sw.wait_link("raw", true);
+    let (conn, mem) = raw_peer(&sw);
     // The port reads the MTU again within 2 s.
     std::thread::sleep(Duration::from_millis(2500));
     let before = sw.stats("tap0").totals;
-    let mut f = vec![0u8; 1200];
-    f[..6].copy_from_slice(&[0xff; 6]);
-    f[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0x77, 1]);
-    f[12..14].copy_from_slice(&0x88b5u16.to_be_bytes());
-    assert!(mem.send(&f));
+    assert!(mem.send(&raw_broadcast(1200, 0)));
     wait_for(Duration::from_secs(10), "the long frame dropped", || {
         (sw.stats("tap0").totals.drops["too_long"] > before.drops["too_long"]).then_some(())
     });
@@ -612,18 +625,7 @@ fn short_frames_leave_uplinks_padded() {
         veth(&node, "up0", &host, "h0");
         let sw = Switch::start_in(Some(&node.name), BRIDGE);
         add(&sw, &["up", "--kind", kind, "--interface", "up0"]);
-        let raw = sw.path("raw.sock");
-        add(
-            &sw,
-            &[
-                "raw", "--kind", "memif", "--role", "master", "--socket", &raw,
-            ],
-        );
-        let mem = SlaveMem::new();
-        let conn = Conn::connect(&raw);
-        peer::run_slave(&conn, &mem.script()).expect("handshake");
-        mem.post_m2s_buffers();
-        sw.wait_link("raw", true);
+        let (conn, mem) = raw_peer(&sw);
         sw.wait_link("up", true);
         let mut cap = std::process::Command::new("ip")
             .args([
@@ -642,12 +644,8 @@ fn short_frames_leave_uplinks_padded() {
         let mut line = String::new();
         out.read_line(&mut line).unwrap();
         assert_eq!(line.trim(), "ready");
-        // 42 bytes: broadcast, our source, a local ethertype, 28 bytes of
-        // 0xab.
-        let mut f = vec![0xabu8; 42];
-        f[..6].copy_from_slice(&[0xff; 6]);
-        f[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0x77, 1]);
-        f[12..14].copy_from_slice(&0x88b5u16.to_be_bytes());
+        // 42 bytes, the payload 28 bytes of 0xab.
+        let f = raw_broadcast(42, 0xab);
         assert!(mem.send(&f));
         line.clear();
         out.read_line(&mut line).unwrap();

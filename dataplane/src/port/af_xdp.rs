@@ -678,9 +678,6 @@ impl TxQueue for XdpTx {
 
 /// An af-xdp port.
 pub struct AfXdpPort {
-    /// Whether this port turned the interface's receive VLAN offload off
-    /// (and puts it back when it lets the interface go).
-    rx_vlan_restore: bool,
     name: String,
     spec: AfXdpSpec,
     mtu: Arc<AtomicU32>,
@@ -688,6 +685,9 @@ pub struct AfXdpPort {
     mode: Option<Mode>,
     check_at: Option<Instant>,
     status: PortStatus,
+    /// Whether this port turned the interface's receive VLAN offload off
+    /// (and puts it back when it lets the interface go).
+    rx_vlan_restore: bool,
 }
 
 impl AfXdpPort {
