@@ -382,92 +382,288 @@ fn a_namespace_reaches_a_pod_through(kind: &str) -> UplinkSetup {
     }
 }
 
-#[test]
-fn two_nodes_form_one_network_per_vlan_over_physnet_uplinks() {
-    let _g = serial();
-    // Two switches, each in its own namespace ("node"), whose uplinks are
-    // the two ends of one veth pair: the wire between the nodes.
-    let (na, nb) = (Netns::new("na"), Netns::new("nb"));
-    veth(&na, "up0", &nb, "up0");
-    // Each node maps physnet1 to its end of the wire: the switch makes the
-    // bridge "physnet1" and its uplink, a trunk of every VLAN: af-xdp on
-    // node A (the default), af-packet on node B (asked for).
-    let (swa, swb) = (
-        Switch::start_in(Some(&na.name), "[physnets]\nphysnet1 = \"up0\"\n"),
-        Switch::start_in(
-            Some(&nb.name),
-            "[physnets]\nphysnet1 = { interface = \"up0\", kind = \"af-packet\" }\n",
-        ),
-    );
-    let on = |sw: &Switch, args: &[&str]| {
-        let mut all = vec!["port", "add"];
-        all.extend_from_slice(args);
-        all.extend_from_slice(&["--bridge", "physnet1"]);
-        sw.cli_ok(&all);
-    };
-    for (sw, kind) in [(&swa, "af-xdp"), (&swb, "af-packet")] {
-        let up = sw.port("uplink-physnet1");
-        assert!(up.status.link_up, "{up:?}");
-        assert_eq!(up.spec.kind.options().kind_name(), kind);
-        assert_eq!(up.spec.trunk.unwrap().to_string(), "all");
+/// `tcpdump` on interface `ifname` of `ns`, from the moment it says it
+/// listens until [`Tcpdump::lines`].
+struct Tcpdump {
+    child: std::process::Child,
+    file: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Tcpdump {
+    fn start(ns: &Netns, ifname: &str, filter: &str) -> Tcpdump {
+        use std::io::BufRead;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("wire.pcap");
+        let mut child = std::process::Command::new("ip")
+            .args([
+                "netns", "exec", &ns.name, "tcpdump", "-i", ifname, "-nn", "-U",
+            ])
+            .arg("-w")
+            .arg(&file)
+            .arg(filter)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("tcpdump (Debian: tcpdump)");
+        // It says so once its socket is bound and filtering.
+        let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+        let mut line = String::new();
+        while !line.contains("listening on") {
+            line.clear();
+            assert!(
+                err.read_line(&mut line).unwrap() > 0,
+                "tcpdump -i {ifname} ended"
+            );
+        }
+        std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+        Tcpdump {
+            child,
+            file,
+            _dir: dir,
+        }
     }
-    // Node A: the host's stack on VLAN 100 (a tap). Node B: a pod on VLAN
-    // 100 and one on VLAN 200, both answering any ARP and ping.
-    let tap = format!("sa{}", std::process::id() % 100_000);
-    on(
-        &swa,
-        &[
-            "host",
-            "--kind",
-            "tap",
-            "--interface",
-            &tap,
-            "--vlan",
-            "100",
-        ],
-    );
-    let (s100, s200) = (swb.path("b100.sock"), swb.path("b200.sock"));
-    on(
-        &swb,
-        &[
-            "b100", "--kind", "memif", "--role", "slave", "--socket", &s100, "--vlan", "100",
-        ],
-    );
-    on(
-        &swb,
-        &[
-            "b200", "--kind", "memif", "--role", "slave", "--socket", &s200, "--vlan", "200",
-        ],
-    );
-    let mut p100 = echo_pod(&s100);
-    let mut p200 = echo_pod(&s200);
-    swb.wait_link("b100", true);
-    swb.wait_link("b200", true);
-    na.sh_ok(&format!(
-        "ip link set {tap} up && ip addr add 10.79.0.1/24 dev {tap}"
-    ));
-    assert!(
-        ping_to(&na, "", "10.79.0.2"),
-        "node A's VLAN 100 does not reach node B's"
-    );
-    assert!(p100.port_stats(0).0 > 0);
-    assert_eq!(p200.port_stats(0).0, 0, "VLAN 200 saw VLAN 100's frames");
-    assert_eq!(swb.stats("b200").totals.tx_packets, 0);
-    // The frames crossed the wire tagged 100: node B learned node A's host
-    // on its uplink in VLAN 100 (its trunk carries no untagged frames).
-    let link = na.sh_ok(&format!("ip link show {tap}"));
-    let mac = link
-        .split("link/ether ")
+
+    /// `tcpdump -r -nn -e` of what it saw so far, a line a frame (`-U`
+    /// writes each frame as it comes).
+    fn read(&self) -> Vec<String> {
+        let out = std::process::Command::new("tcpdump")
+            .args(["-nn", "-e", "-r"])
+            .arg(&self.file)
+            .stderr(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// What it saw once `enough` says so (the capture reads frames a
+    /// moment after they pass), then stops.
+    fn lines_once(mut self, what: &str, enough: impl Fn(&[String]) -> bool) -> Vec<String> {
+        let lines = wait_for(Duration::from_secs(10), what, || {
+            let l = self.read();
+            enough(&l).then_some(l)
+        });
+        terminate(&mut self.child, Duration::from_secs(10));
+        lines
+    }
+}
+
+impl Drop for Tcpdump {
+    fn drop(&mut self) {
+        // A test that failed before reading it: the capture goes too.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The MAC address in `ip link show` output.
+fn link_mac(o: &str) -> String {
+    o.split("link/ether ")
         .nth(1)
         .and_then(|r| r.split_whitespace().next())
         .unwrap()
-        .to_string();
-    let learned = swb.macs("physnet1");
+        .to_string()
+}
+
+#[test]
+fn two_nodes_meet_on_a_linux_bridge_one_network_per_vlan() {
+    for kind in ["af-xdp", "af-packet"] {
+        two_nodes_meet_on_a_linux_bridge(kind);
+    }
+}
+
+/// Two switches, each in its own namespace ("node"), whose physnet uplinks
+/// of `kind` meet on a Linux bridge in a third (the top-of-rack switch).
+/// The bridge's receive path moves every VLAN tag out of the frame's data
+/// into the skb, so the veth to the far node hands it over outside the
+/// data: an XDP program sees untagged frames unless the tag is put back.
+fn two_nodes_meet_on_a_linux_bridge(kind: &str) {
+    let _g = serial();
+    let (na, nb, wire) = (Netns::new("na"), Netns::new("nb"), Netns::new("tor"));
+    // Only the test's own frames on the wire: no IPv6 chatter from the
+    // stations or the bridge's ports.
+    for ns in [&na, &nb, &wire] {
+        ns.sh_ok("sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1 net.ipv4.conf.all.arp_ignore=1");
+    }
+    wire.sh_ok("ip link add br0 type bridge && ip link set br0 up");
+    veth(&na, "up0", &wire, "pa");
+    veth(&nb, "up0", &wire, "pb");
+    wire.sh_ok("ip link set pa master br0 && ip link set pb master br0");
+    let physnet = format!("[physnets]\nphysnet1 = {{ interface = \"up0\", kind = \"{kind}\" }}\n");
+    let (mut swa, swb) = (
+        Switch::start_in(Some(&na.name), &physnet),
+        Switch::start_in(Some(&nb.name), &physnet),
+    );
+    for sw in [&swa, &swb] {
+        let up = sw.port("uplink-physnet1");
+        assert!(up.status.link_up, "{kind}: {up:?}");
+        assert_eq!(up.spec.kind.options().kind_name(), kind);
+        assert_eq!(up.spec.trunk.unwrap().to_string(), "all");
+    }
+    // On each node, the host's stack on VLAN 100 and on VLAN 200 (taps):
+    // 10.79.0.0/24 is VLAN 100's subnet, 10.80.0.0/24 VLAN 200's; node A
+    // is .1, node B .2.
+    let id = std::process::id() % 10_000;
+    let mut taps = Vec::new();
+    for (sw, ns, node, host) in [(&swa, &na, "a", 1), (&swb, &nb, "b", 2)] {
+        for (vlan, net) in [("100", 79), ("200", 80)] {
+            let tap = format!("{node}{vlan}x{id}");
+            let port = format!("{node}{vlan}");
+            sw.cli_ok(&[
+                "port",
+                "add",
+                &port,
+                "--kind",
+                "tap",
+                "--interface",
+                &tap,
+                "--vlan",
+                vlan,
+                "--bridge",
+                "physnet1",
+            ]);
+            ns.sh_ok(&format!(
+                "ip link set {tap} up && ip addr add 10.{net}.0.{host}/24 dev {tap}"
+            ));
+            taps.push((node, vlan, port, tap));
+        }
+    }
+    let tap_of = |node: &str, vlan: &str| {
+        taps.iter()
+            .find(|t| t.0 == node && t.1 == vlan)
+            .map(|t| (t.2.clone(), t.3.clone()))
+            .unwrap()
+    };
+    let mac_of = |node: &str, vlan: &str| {
+        let ns = if node == "a" { &na } else { &nb };
+        link_mac(&ns.sh_ok(&format!("ip link show {}", tap_of(node, vlan).1)))
+    };
+    // Node B's stations, watched for the whole exchange: each hears node
+    // A's station of its own VLAN and no other (every frame the switch
+    // sends them).
+    let heard = |vlan: &str| {
+        let own = mac_of("b", vlan);
+        Tcpdump::start(&nb, &tap_of("b", vlan).1, &format!("not ether src {own}"))
+    };
+    let (heard100, heard200) = (heard("100"), heard("200"));
+    // VLAN 100, watched on the wire at node A's bridge port: node A's
+    // station reaches node B's.
+    // (The bridge's own frames, an IGMP report now and then, are not the
+    // nodes'.)
+    let br0 = wire.sh_ok("cat /sys/class/net/br0/address");
+    let cap = Tcpdump::start(&wire, "pa", &format!("not ether src {}", br0.trim()));
     assert!(
-        learned
-            .iter()
-            .any(|m| m.mac == mac && m.vlan == 100 && m.port == "uplink-physnet1"),
-        "{mac} not learned on B's uplink in VLAN 100: {learned:?}"
+        ping_to(&na, "", "10.79.0.2"),
+        "{kind}: node A's VLAN 100 does not reach node B's: {}",
+        swb.log()
+    );
+    let lines = cap.lines_once("three echo replies on the wire", |l| {
+        l.iter().filter(|l| l.contains("ICMP echo reply")).count() >= 3
+    });
+    // Every frame on the wire carries tag 100 (tcpdump reads the tag the
+    // kernel moved out of the data from its packet socket).
+    assert!(lines.len() >= 8, "{kind}: {lines:#?}");
+    for l in &lines {
+        assert!(
+            l.contains("ethertype 802.1Q (0x8100), length") && l.contains("vlan 100,"),
+            "{kind}: not tagged 100 on the wire: {l}"
+        );
+    }
+    for want in [
+        "Request who-has 10.79.0.2",
+        "Reply 10.79.0.2 is-at",
+        "ICMP echo request",
+        "ICMP echo reply",
+    ] {
+        assert!(
+            lines.iter().any(|l| l.contains(want)),
+            "{kind}: no {want} on the wire: {lines:#?}"
+        );
+    }
+    // Frames from the wire keep their VLAN: each node learned the other's
+    // station on its uplink in VLAN 100.
+    for (sw, far, far_node) in [(&swb, &na, "a"), (&swa, &nb, "b")] {
+        let mac = link_mac(&far.sh_ok(&format!("ip link show {}", tap_of(far_node, "100").1)));
+        let learned = sw.macs("physnet1");
+        assert!(
+            learned
+                .iter()
+                .any(|m| m.mac == mac && m.vlan == 100 && m.port == "uplink-physnet1"),
+            "{kind}: {mac} not learned on the uplink in VLAN 100: {learned:?}"
+        );
+    }
+    // VLAN 200 likewise.
+    assert!(
+        ping_to(&na, "", "10.80.0.2"),
+        "{kind}: node A's VLAN 200 does not reach node B's"
+    );
+    // A station cannot cross VLANs: node A asks for node B's VLAN 200
+    // address on VLAN 100 (a host route through its VLAN 100 tap). Node B
+    // answers ARP only on the interface that has the address (arp_ignore),
+    // so only a frame that leaked into VLAN 200 could be answered.
+    let (_, a100) = tap_of("a", "100");
+    na.sh_ok(&format!("ip route add 10.80.0.2/32 dev {a100}"));
+    assert!(
+        !ping_to(&na, "", "10.80.0.2"),
+        "{kind}: VLAN 100 reached VLAN 200's station"
+    );
+    na.sh_ok(
+        "ip route del 10.80.0.2/32 && ip neigh flush dev {a100}"
+            .replace("{a100}", &a100)
+            .as_str(),
+    );
+
+    for (cap, vlan, net) in [(heard100, "100", "79"), (heard200, "200", "80")] {
+        let far = mac_of("a", vlan);
+        let lines = cap.lines_once(
+            &format!("node B's VLAN {vlan} station heard 3 pings"),
+            |l| {
+                l.iter()
+                    .filter(|l| {
+                        l.contains(&format!("10.{net}.0.1 > 10.{net}.0.2: ICMP echo request"))
+                    })
+                    .count()
+                    >= 3
+            },
+        );
+        for l in &lines {
+            assert!(
+                l.split_whitespace().nth(1) == Some(far.as_str()),
+                "{kind}: node B's VLAN {vlan} station heard another VLAN's ({far} is its peer): {l}"
+            );
+        }
+    }
+
+    // Node A's switch dies (kill -9) and comes back: its taps keep their
+    // MACs and addresses, and the pings go on with every neighbour entry
+    // as it was (node B's for node A's stations is not flushed).
+    let (p100, t100) = tap_of("a", "100");
+    let mac_before = link_mac(&na.sh_ok(&format!("ip link show {t100}")));
+    let neigh = nb.sh_ok("ip neigh show 10.79.0.1");
+    assert!(neigh.contains(&mac_before), "{kind}: {neigh}");
+    swa.kill9();
+    let o = na.sh_ok(&format!("ip addr show {t100}"));
+    assert!(o.contains("inet 10.79.0.1/24"), "{kind}: {o}");
+    swa.spawn();
+    swa.wait_link(&p100, true);
+    swa.wait_link("uplink-physnet1", true);
+    assert_eq!(
+        link_mac(&na.sh_ok(&format!("ip link show {t100}"))),
+        mac_before,
+        "{kind}"
+    );
+    for net in [79, 80] {
+        assert!(
+            ping_to(&na, "", &format!("10.{net}.0.2")),
+            "{kind}: no reply on 10.{net}.0.0/24 after node A's switch was killed: {}",
+            swa.log()
+        );
+    }
+    assert!(
+        nb.sh_ok("ip neigh show 10.79.0.1").contains(&mac_before),
+        "{kind}"
     );
 }
 
@@ -516,6 +712,34 @@ fn without_cap_net_raw_an_uplink_is_refused_naming_the_field() {
     );
     add(&sw, &["up", "--kind", "af-packet", "--interface", "up0"]);
     assert!(sw.port("up").status.link_up);
+    drop(sw);
+
+    // CAP_SYS_ADMIN is not needed: the switch loads its own XDP program
+    // (CAP_BPF and CAP_NET_ADMIN), as a trunk that keeps VLAN tags.
+    let sw = Switch::start_wrapped(
+        Some(&ns.name),
+        &["setpriv", "--bounding-set", "-sys_admin"],
+        BRIDGE,
+    );
+    add(
+        &sw,
+        &[
+            "up",
+            "--kind",
+            "af-xdp",
+            "--interface",
+            "up0",
+            "--trunk",
+            "all",
+        ],
+    );
+    let up = sw.port("up");
+    assert!(up.status.link_up, "{up:?}");
+    let peer = up.status.peer.unwrap_or_default();
+    assert!(
+        peer.contains("VLAN tags the driver holds put back"),
+        "{peer}"
+    );
 }
 
 /// Adds uplink "up" of `kind` on up0, which must fail: its error.

@@ -1,5 +1,5 @@
 //! The af-xdp part of a port spec: an existing kernel interface as an
-//! uplink, through AF_XDP sockets and libxdp's default XDP program.
+//! uplink, through AF_XDP sockets and the switch's own XDP program.
 
 use serde::{Deserialize, Serialize};
 

@@ -24,7 +24,7 @@ use std::time::Instant;
 
 use crate::queue::PortQueues;
 
-use switchyard_api::{KindSpec, PortStatus};
+use switchyard_api::{KindSpec, PortSpec, PortStatus};
 
 use crate::dataplane::Dataplane;
 use crate::reactor::Reactor;
@@ -33,8 +33,14 @@ use crate::types::PortId;
 /// Builds the port a validated spec describes (not started yet); a
 /// vhost-user port that names no queue count offers `queues` (one per
 /// worker, as OVS-DPDK). The one place that lists every port kind.
-pub fn build(name: &str, kind: &KindSpec, queues: u16) -> Box<dyn Port> {
-    match kind {
+pub fn build(spec: &PortSpec, queues: u16) -> Box<dyn Port> {
+    let name = spec.name.as_str();
+    // A trunk of some VLAN sends and receives tagged frames.
+    let carries_tags = spec
+        .trunk
+        .as_ref()
+        .is_some_and(|t| t.ranges().iter().any(|&(_, hi)| hi > 0));
+    match &spec.kind {
         KindSpec::Memif(m) => Box::new(memif::MemifPort::new(
             name,
             memif::MemifConfig::from_spec(name, m),
@@ -49,7 +55,7 @@ pub fn build(name: &str, kind: &KindSpec, queues: u16) -> Box<dyn Port> {
             a,
             switchyard_api::stable_hash(name) as u16,
         )),
-        KindSpec::AfXdp(x) => Box::new(af_xdp::AfXdpPort::new(name, x)),
+        KindSpec::AfXdp(x) => Box::new(af_xdp::AfXdpPort::new(name, x, carries_tags)),
     }
 }
 

@@ -2,11 +2,10 @@
 //! sockets, one per queue, each with its own UMEM.
 //!
 //! The XDP program that redirects the interface's frames to the sockets is
-//! libxdp's default one: `xsk_socket__create` loads it (through libxdp's
-//! dispatcher, so other XDP programs may share the interface) and fills its
-//! socket map. libxdp is opened at run time (`libxdp.so.1`, Debian's
-//! `libxdp1`), so a machine without it gets a clear error on this kind and
-//! nothing else changes.
+//! ours ([`prog`]: it puts back VLAN tags the driver holds outside the
+//! data); the sockets and UMEMs are libxdp's, opened at run time
+//! (`libxdp.so.1`, Debian's `libxdp1`), so a machine without it gets a clear
+//! error on this kind and nothing else changes.
 //!
 //! Mode: native XDP with zero-copy where the driver has it, native with
 //! copy next, generic (skb) XDP otherwise; the port logs and shows which.
@@ -30,10 +29,13 @@ use crate::port::netdev::{
     exceeds_mtu, ifindex, pad_short, read_mtu, rx_vlan_offload, set_rx_vlan_offload,
 };
 use crate::port::{Port, PortCtx, PortError};
+
+mod prog;
 use crate::queue::{
     PortQueues, QueueFault, RxBurst, RxQueue, TxError, TxFrame, TxQueue, BURST_SIZE,
 };
 use crate::wire::ethernet::HEADER_LEN as ETH_HEADER_LEN;
+use prog::XdpProgram;
 
 /// Bytes of a UMEM frame.
 const FRAME: u64 = 4096;
@@ -53,6 +55,8 @@ const XDP_USE_NEED_WAKEUP: u16 = 1 << 3;
 const XDP_RING_NEED_WAKEUP: u32 = 1;
 const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
 const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
+// <xdp/xsk.h>
+const XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD: u32 = 1;
 
 /// `struct xsk_ring_prod` / `struct xsk_ring_cons` of `<xdp/xsk.h>`.
 ///
@@ -332,65 +336,48 @@ impl Mode {
     }
 }
 
-/// Opens queue `queue` of `ifname`, in the first mode of those `asked`
-/// that works (`first`: where the interface's other queues ended up).
-fn open_queue(
-    ifname: &str,
-    queue: u32,
-    asked: XdpMode,
-    first: Option<Mode>,
-) -> io::Result<(Arc<Xsk>, [XskRing; 4], Mode)> {
+/// The modes to try, in order, for what the spec asks.
+fn modes(asked: XdpMode) -> &'static [Mode] {
+    match asked {
+        XdpMode::BestEffort => &[Mode::NativeZeroCopy, Mode::NativeCopy, Mode::Generic],
+        XdpMode::NativeWithZerocopy => &[Mode::NativeZeroCopy],
+        XdpMode::Native => &[Mode::NativeCopy],
+        XdpMode::Generic => &[Mode::Generic],
+    }
+}
+
+/// Opens queue `queue` of `ifname` in `mode`.
+fn open_queue(ifname: &CString, queue: u32, mode: Mode) -> io::Result<(Arc<Xsk>, [XskRing; 4])> {
     let lib = lib().map_err(io::Error::other)?;
-    let c = CString::new(ifname).map_err(io::Error::other)?;
-    let modes: &[Mode] = match (first, asked) {
-        (Some(m), _) => &[m][..],
-        (None, XdpMode::BestEffort) => &[Mode::NativeZeroCopy, Mode::NativeCopy, Mode::Generic],
-        (None, XdpMode::NativeWithZerocopy) => &[Mode::NativeZeroCopy],
-        (None, XdpMode::Native) => &[Mode::NativeCopy],
-        (None, XdpMode::Generic) => &[Mode::Generic],
-    };
-    let mut errors = Vec::new();
-    for &mode in modes {
-        let mut tries = 0;
-        let attempt = loop {
-            let r = open_in(lib, &c, queue, mode);
-            // A closed socket (a failed attempt's, or a deleted port's
-            // just before) gives its queue back a moment later: the kernel
-            // releases its buffer pool in a work item, and the queue is
-            // busy until then. Wait for it, a little (on the control
-            // thread: at most BUSY_TRIES times 10 ms, and only when the queue is busy).
-            match r {
-                Err(e) if e.raw_os_error() == Some(libc::EBUSY) && tries < BUSY_TRIES => {
-                    tries += 1;
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-                r => break r,
+    let mut tries = 0;
+    loop {
+        // A closed socket (a failed attempt's, or a deleted port's just
+        // before) gives its queue back a moment later: the kernel releases
+        // its buffer pool in a work item, and the queue is busy until
+        // then. Wait for it, a little (on the control thread: at most
+        // BUSY_TRIES times 10 ms, and only when the queue is busy).
+        match open_in(lib, ifname, queue, mode) {
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) && tries < BUSY_TRIES => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(10));
             }
-        };
-        match attempt {
-            Ok((x, rings)) => return Ok((x, rings, mode)),
-            Err(e) => {
-                tracing::debug!(
-                    interface = ifname,
-                    queue,
-                    mode = mode.name(),
-                    "no AF_XDP socket: {e}"
-                );
-                errors.push(e);
-            }
+            r => return r,
         }
     }
-    // The error that says most: a missing permission, else the last mode's
-    // (the most widely supported one).
+}
+
+/// The error that says most of those met: a missing permission, else the
+/// last mode's (the most widely supported one).
+fn most_telling(mut errors: Vec<io::Error>) -> io::Error {
     let denied = errors
         .iter()
         .position(|e| matches!(e.raw_os_error(), Some(libc::EPERM | libc::EACCES)));
-    Err(match denied {
+    match denied {
         Some(i) => errors.swap_remove(i),
         None => errors
             .pop()
             .unwrap_or_else(|| io::Error::other("no XDP mode to try")),
-    })
+    }
 }
 
 /// One attempt at a socket in `mode`, on a UMEM of its own (a socket that
@@ -443,7 +430,8 @@ fn open_in(
     let scfg = SocketConfig {
         rx_size: RING,
         tx_size: RING,
-        libxdp_flags: 0,
+        // Our program, not libxdp's: it restores VLAN tags (prog.rs).
+        libxdp_flags: XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD,
         xdp_flags,
         bind_flags: bind | XDP_USE_NEED_WAKEUP,
     };
@@ -471,6 +459,37 @@ fn open_in(
         fd,
     });
     Ok((x, copies))
+}
+
+/// Attaches our program in `mode`'s XDP mode and opens a socket in `mode`
+/// for each of the `n` queues of interface `ifname` (index `index`).
+#[allow(clippy::type_complexity)]
+fn open_all(
+    ifname: &CString,
+    index: u32,
+    n: u32,
+    mode: Mode,
+) -> io::Result<(Vec<(Arc<Xsk>, [XskRing; 4])>, XdpProgram)> {
+    let prog = XdpProgram::attach(index, n, mode != Mode::Generic).map_err(|e| {
+        if e.raw_os_error() == Some(libc::EBUSY) {
+            io::Error::new(
+                e.kind(),
+                format!(
+                    "{e}: another XDP program is attached to the interface (`ip link show {0}`; `ip link set dev {0} xdp off` takes it away)",
+                    ifname.to_string_lossy()
+                ),
+            )
+        } else {
+            e
+        }
+    })?;
+    let mut sockets = Vec::with_capacity(n as usize);
+    for queue in 0..n {
+        let (xsk, rings) = open_queue(ifname, queue, mode)?;
+        prog.set_socket(queue, xsk.fd)?;
+        sockets.push((xsk, rings));
+    }
+    Ok((sockets, prog))
 }
 
 /// The receive side of one socket: its fill and rx rings.
@@ -688,11 +707,17 @@ pub struct AfXdpPort {
     /// Whether this port turned the interface's receive VLAN offload off
     /// (and puts it back when it lets the interface go).
     rx_vlan_restore: bool,
+    /// The XDP program that sends the interface's frames to the sockets.
+    prog: Option<XdpProgram>,
+    /// Whether the port carries VLAN tags (a trunk of some VLAN).
+    carries_tags: bool,
 }
 
 impl AfXdpPort {
-    /// A port that is not started yet.
-    pub fn new(name: &str, spec: &AfXdpSpec) -> AfXdpPort {
+    /// A port that is not started yet; `carries_tags`: whether its frames
+    /// carry VLAN tags (it is a trunk of some VLAN), which it then refuses
+    /// to lose.
+    pub fn new(name: &str, spec: &AfXdpSpec, carries_tags: bool) -> AfXdpPort {
         AfXdpPort {
             name: name.to_string(),
             spec: spec.clone(),
@@ -702,6 +727,8 @@ impl AfXdpPort {
             check_at: None,
             status: PortStatus::default(),
             rx_vlan_restore: false,
+            prog: None,
+            carries_tags,
         }
     }
 
@@ -743,13 +770,27 @@ impl AfXdpPort {
         self.mtu.store(read_mtu(&ifname)?, Ordering::Relaxed);
         // Each time: an interface made again strips by default.
         self.own_rx_vlan();
-        let n = self.spec.queues.unwrap_or(1);
+        let n = u32::from(self.spec.queues.unwrap_or(1));
+        let c = CString::new(ifname.as_str()).map_err(io::Error::other)?;
+        let mut errors = Vec::new();
+        let mut opened = None;
+        for &mode in modes(self.spec.mode.unwrap_or_default()) {
+            match open_all(&c, index, n, mode) {
+                Ok(o) => {
+                    opened = Some((o, mode));
+                    break;
+                }
+                Err(e) => {
+                    tracing::debug!(interface = %ifname, mode = mode.name(), "no AF_XDP sockets: {e}");
+                    errors.push(e);
+                }
+            }
+        }
+        let Some(((sockets, prog), mode)) = opened else {
+            return Err(most_telling(errors));
+        };
         let mut q = PortQueues::default();
-        let mut mode = None;
-        for queue in 0..u32::from(n) {
-            let (xsk, [fill, comp, rx, tx], m) =
-                open_queue(&ifname, queue, self.spec.mode.unwrap_or_default(), mode)?;
-            mode = Some(m);
+        for (xsk, [fill, comp, rx, tx]) in sockets {
             let mut r = XdpRx {
                 xsk: xsk.clone(),
                 fill,
@@ -768,26 +809,44 @@ impl AfXdpPort {
                 mtu: self.mtu.clone(),
             }));
         }
-        let mode = mode.unwrap_or(Mode::Generic);
+        // Tags reach the switch if they stay in the data (no receive
+        // stripping) or the program puts back what the driver holds.
+        let restored = prog.restores_vlan_tags && prog::driver_gives_vlan_tags(index);
+        if self.carries_tags && !restored && rx_vlan_offload(&ifname).unwrap_or(false) {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!(
+                    "the interface strips received VLAN tags (rx-vlan-offload stays on) and gives XDP no tag in {}: this trunk's VLANs would arrive untagged; run `ethtool -K {ifname} rxvlan off` or use kind af-packet",
+                    mode.name()
+                ),
+            ));
+        }
+        let tags = if restored {
+            "VLAN tags the driver holds put back"
+        } else {
+            "VLAN tags as in the data"
+        };
+        self.prog = Some(prog);
         cx.attach(q);
         self.open = Some(index);
         self.mode = Some(mode);
         self.status.link_up = true;
         self.status.connects += 1;
-        self.status.rx_queues = n.into();
-        self.status.tx_queues = n.into();
+        self.status.rx_queues = n as usize;
+        self.status.tx_queues = n as usize;
         self.status.last_error = None;
         self.status.peer = Some(format!(
-            "kernel interface {ifname} (af-xdp, {})",
+            "kernel interface {ifname} (af-xdp, {}, {tags})",
             mode.name()
         ));
-        info!(port = %self.name, interface = %ifname, queues = n, mode = mode.name(), "af-xdp link up");
+        info!(port = %self.name, interface = %ifname, queues = n, mode = mode.name(), tags, "af-xdp link up");
         Ok(())
     }
 
     fn close(&mut self, cx: &PortCtx<'_>, why: &str) {
         if self.open.take().is_some() {
             cx.detach();
+            self.prog = None;
             info!(port = %self.name, interface = %self.spec.interface, "link down: {why}");
         }
         self.status.link_up = false;
@@ -806,7 +865,7 @@ impl Port for AfXdpPort {
             self.release_rx_vlan();
             let hint = match e.raw_os_error() {
                 Some(libc::EPERM | libc::EACCES) => {
-                    " (AF_XDP needs CAP_NET_RAW, CAP_NET_ADMIN, CAP_BPF and CAP_SYS_ADMIN: libxdp looks programs up by id)"
+                    " (AF_XDP needs CAP_NET_RAW, CAP_NET_ADMIN and CAP_BPF)"
                 }
                 Some(libc::EAFNOSUPPORT) => {
                     " (the kernel has no AF_XDP: CONFIG_XDP_SOCKETS; use kind af-packet)"
