@@ -36,8 +36,12 @@ command -v openssl >/dev/null || need_pkgs+=(openssl)
 no_recommends=()
 # The metrics test has a real Prometheus server scrape the switch.
 command -v prometheus >/dev/null || no_recommends+=(prometheus)
-# tcpdump reads the captures the observe test writes.
+# tcpdump reads the captures the observe test writes and the VLAN tags on
+# the uplink tests' wire.
 command -v tcpdump >/dev/null || need_pkgs+=(tcpdump)
+# Open vSwitch (userspace datapath) is the VLAN-aware top-of-rack switch
+# between the uplink tests' nodes: trunk ports, access-port stations.
+command -v ovs-vswitchd >/dev/null || no_recommends+=(openvswitch-switch)
 command -v qemu-system-x86_64 >/dev/null || no_recommends+=(qemu-system-x86)
 dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q "ok installed" \
   || no_recommends+=(busybox-static)

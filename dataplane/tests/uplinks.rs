@@ -467,19 +467,139 @@ fn link_mac(o: &str) -> String {
         .to_string()
 }
 
+/// The switch between the nodes' uplinks, in its own namespace.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Tor {
+    /// A Linux bridge (no VLAN filtering: this kernel has no
+    /// CONFIG_BRIDGE_VLAN_FILTERING, nor 802.1Q sub-interfaces).
+    LinuxBridge,
+    /// Open vSwitch (userspace datapath), VLAN-aware as a real top-of-rack
+    /// switch is: the nodes' ports are trunks of VLANs 100 and 200 only,
+    /// and a station of each VLAN sits on an access port (an internal
+    /// interface with `tag`), checking the tags the nodes send.
+    OpenVswitch,
+}
+
 #[test]
 fn two_nodes_meet_on_a_linux_bridge_one_network_per_vlan() {
     for kind in ["af-xdp", "af-packet"] {
-        two_nodes_meet_on_a_linux_bridge(kind);
+        two_nodes_meet_on(Tor::LinuxBridge, kind);
+    }
+}
+
+#[test]
+fn two_nodes_meet_on_open_vswitch_trunks_one_network_per_vlan() {
+    for kind in ["af-xdp", "af-packet"] {
+        two_nodes_meet_on(Tor::OpenVswitch, kind);
+    }
+}
+
+/// An Open vSwitch of its own (ovsdb-server and ovs-vswitchd, userspace
+/// datapath) in namespace `ns`; stopped by PID when dropped.
+struct Ovs {
+    dir: tempfile::TempDir,
+    procs: Vec<std::process::Child>,
+}
+
+impl Ovs {
+    fn start(ns: &Netns) -> Ovs {
+        let dir = tempfile::Builder::new().prefix("sy-ovs").tempdir().unwrap();
+        let d = dir.path().to_path_buf();
+        let mut ovs = Ovs {
+            dir,
+            procs: Vec::new(),
+        };
+        let db = d.join("conf.db");
+        let ok = ovs
+            .tool("ovsdb-tool")
+            .arg("create")
+            .arg(&db)
+            .arg("/usr/share/openvswitch/vswitch.ovsschema")
+            .status()
+            .expect("ovsdb-tool (Debian: openvswitch-switch)");
+        assert!(ok.success());
+        let sock = d.join("db.sock");
+        let log = |n: &str| std::fs::File::create(d.join(n)).unwrap();
+        let server = ovs
+            .in_ns(ns, "ovsdb-server")
+            .arg(&db)
+            .arg(format!("--remote=punix:{}", sock.display()))
+            .arg(format!("--unixctl={}", d.join("ovsdb.ctl").display()))
+            .stderr(log("ovsdb-server.log"))
+            .spawn()
+            .unwrap();
+        ovs.procs.push(server);
+        wait_for(Duration::from_secs(10), "ovsdb-server's socket", || {
+            sock.exists().then_some(())
+        });
+        ovs.vsctl(&["--no-wait", "init"]);
+        let vswitchd = ovs
+            .in_ns(ns, "ovs-vswitchd")
+            .arg(format!("unix:{}", sock.display()))
+            .arg(format!("--unixctl={}", d.join("vswitchd.ctl").display()))
+            .stderr(log("ovs-vswitchd.log"))
+            .spawn()
+            .unwrap();
+        ovs.procs.push(vswitchd);
+        ovs
+    }
+
+    fn env(&self, c: &mut std::process::Command) {
+        for v in ["OVS_RUNDIR", "OVS_DBDIR", "OVS_LOGDIR", "OVS_SYSCONFDIR"] {
+            c.env(v, self.dir.path());
+        }
+    }
+
+    fn tool(&self, name: &str) -> std::process::Command {
+        let mut c = std::process::Command::new(name);
+        self.env(&mut c);
+        c
+    }
+
+    fn in_ns(&self, ns: &Netns, name: &str) -> std::process::Command {
+        let mut c = std::process::Command::new("ip");
+        c.args(["netns", "exec", &ns.name, name]);
+        self.env(&mut c);
+        c
+    }
+
+    /// `ovs-vsctl ARGS` (which waits for ovs-vswitchd to apply a change).
+    fn vsctl(&self, args: &[&str]) {
+        let o = self
+            .tool("ovs-vsctl")
+            .arg(format!(
+                "--db=unix:{}",
+                self.dir.path().join("db.sock").display()
+            ))
+            .arg("--timeout=20")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "ovs-vsctl {args:?}: {}{}",
+            String::from_utf8_lossy(&o.stderr),
+            std::fs::read_to_string(self.dir.path().join("ovs-vswitchd.log")).unwrap_or_default()
+        );
+    }
+}
+
+impl Drop for Ovs {
+    fn drop(&mut self) {
+        for p in self.procs.iter_mut().rev() {
+            terminate(p, Duration::from_secs(10));
+        }
     }
 }
 
 /// Two switches, each in its own namespace ("node"), whose physnet uplinks
-/// of `kind` meet on a Linux bridge in a third (the top-of-rack switch).
-/// The bridge's receive path moves every VLAN tag out of the frame's data
-/// into the skb, so the veth to the far node hands it over outside the
-/// data: an XDP program sees untagged frames unless the tag is put back.
-fn two_nodes_meet_on_a_linux_bridge(kind: &str) {
+/// of `kind` meet on `tor` in a third (the top-of-rack switch). The Linux
+/// bridge's receive path moves every VLAN tag out of the frame's data into
+/// the skb, so the veth to the far node hands it over beside the data: an
+/// XDP program sees untagged frames unless the tag is put back (af-xdp
+/// without its tag program fails here). Open vSwitch writes the tags back
+/// into the data it sends, and checks the ones it receives.
+fn two_nodes_meet_on(tor: Tor, kind: &str) {
     let _g = serial();
     let (na, nb, wire) = (Netns::new("na"), Netns::new("nb"), Netns::new("tor"));
     // Only the test's own frames on the wire: no IPv6 chatter from the
@@ -487,10 +607,52 @@ fn two_nodes_meet_on_a_linux_bridge(kind: &str) {
     for ns in [&na, &nb, &wire] {
         ns.sh_ok("sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1 net.ipv4.conf.all.arp_ignore=1");
     }
-    wire.sh_ok("ip link add br0 type bridge && ip link set br0 up");
     veth(&na, "up0", &wire, "pa");
     veth(&nb, "up0", &wire, "pb");
-    wire.sh_ok("ip link set pa master br0 && ip link set pb master br0");
+    let _ovs = match tor {
+        Tor::LinuxBridge => {
+            wire.sh_ok("ip link add br0 type bridge && ip link set br0 up");
+            wire.sh_ok("ip link set pa master br0 && ip link set pb master br0");
+            None
+        }
+        Tor::OpenVswitch => {
+            let ovs = Ovs::start(&wire);
+            ovs.vsctl(&[
+                "add-br",
+                "br0",
+                "--",
+                "set",
+                "bridge",
+                "br0",
+                "datapath_type=netdev",
+            ]);
+            for p in ["pa", "pb"] {
+                ovs.vsctl(&["add-port", "br0", p, "trunks=100,200"]);
+            }
+            // The far stations: VLAN 100's at .3 of its subnet, VLAN
+            // 200's at .3 of its.
+            for (vlan, net) in [("100", 79), ("200", 80)] {
+                let st = format!("s{vlan}");
+                ovs.vsctl(&[
+                    "add-port",
+                    "br0",
+                    &st,
+                    &format!("tag={vlan}"),
+                    "--",
+                    "set",
+                    "interface",
+                    &st,
+                    "type=internal",
+                ]);
+                wire.sh_ok(&format!(
+                    "ip link set {st} up && ip addr add 10.{net}.0.3/24 dev {st}"
+                ));
+            }
+            wire.sh_ok("ip link set br0 up");
+            Some(ovs)
+        }
+    };
+    let what = format!("{kind} via {tor:?}");
     let physnet = format!("[physnets]\nphysnet1 = {{ interface = \"up0\", kind = \"{kind}\" }}\n");
     let (mut swa, swb) = (
         Switch::start_in(Some(&na.name), &physnet),
@@ -498,8 +660,9 @@ fn two_nodes_meet_on_a_linux_bridge(kind: &str) {
     );
     for sw in [&swa, &swb] {
         let up = sw.port("uplink-physnet1");
-        assert!(up.status.link_up, "{kind}: {up:?}");
+        assert!(up.status.link_up, "{what}: {up:?}");
         assert_eq!(up.spec.kind.options().kind_name(), kind);
+
         assert_eq!(up.spec.trunk.unwrap().to_string(), "all");
     }
     // On each node, the host's stack on VLAN 100 and on VLAN 200 (taps):
@@ -550,13 +713,12 @@ fn two_nodes_meet_on_a_linux_bridge(kind: &str) {
     let (heard100, heard200) = (heard("100"), heard("200"));
     // VLAN 100, watched on the wire at node A's bridge port: node A's
     // station reaches node B's.
-    // (The bridge's own frames, an IGMP report now and then, are not the
-    // nodes'.)
-    let br0 = wire.sh_ok("cat /sys/class/net/br0/address");
-    let cap = Tcpdump::start(&wire, "pa", &format!("not ether src {}", br0.trim()));
+    // (Frames from and to node A's VLAN 100 station: the top-of-rack
+    // switch's own, an IGMP report now and then, are not the nodes'.)
+    let cap = Tcpdump::start(&wire, "pa", &format!("ether host {}", mac_of("a", "100")));
     assert!(
         ping_to(&na, "", "10.79.0.2"),
-        "{kind}: node A's VLAN 100 does not reach node B's: {}",
+        "{what}: node A's VLAN 100 does not reach node B's: {}",
         swb.log()
     );
     let lines = cap.lines_once("three echo replies on the wire", |l| {
@@ -564,11 +726,11 @@ fn two_nodes_meet_on_a_linux_bridge(kind: &str) {
     });
     // Every frame on the wire carries tag 100 (tcpdump reads the tag the
     // kernel moved out of the data from its packet socket).
-    assert!(lines.len() >= 8, "{kind}: {lines:#?}");
+    assert!(lines.len() >= 8, "{what}: {lines:#?}");
     for l in &lines {
         assert!(
             l.contains("ethertype 802.1Q (0x8100), length") && l.contains("vlan 100,"),
-            "{kind}: not tagged 100 on the wire: {l}"
+            "{what}: not tagged 100 on the wire: {l}"
         );
     }
     for want in [
@@ -579,7 +741,7 @@ fn two_nodes_meet_on_a_linux_bridge(kind: &str) {
     ] {
         assert!(
             lines.iter().any(|l| l.contains(want)),
-            "{kind}: no {want} on the wire: {lines:#?}"
+            "{what}: no {want} on the wire: {lines:#?}"
         );
     }
     // Frames from the wire keep their VLAN: each node learned the other's
@@ -591,13 +753,13 @@ fn two_nodes_meet_on_a_linux_bridge(kind: &str) {
             learned
                 .iter()
                 .any(|m| m.mac == mac && m.vlan == 100 && m.port == "uplink-physnet1"),
-            "{kind}: {mac} not learned on the uplink in VLAN 100: {learned:?}"
+            "{what}: {mac} not learned on the uplink in VLAN 100: {learned:?}"
         );
     }
     // VLAN 200 likewise.
     assert!(
         ping_to(&na, "", "10.80.0.2"),
-        "{kind}: node A's VLAN 200 does not reach node B's"
+        "{what}: node A's VLAN 200 does not reach node B's"
     );
     // A station cannot cross VLANs: node A asks for node B's VLAN 200
     // address on VLAN 100 (a host route through its VLAN 100 tap). Node B
@@ -607,16 +769,29 @@ fn two_nodes_meet_on_a_linux_bridge(kind: &str) {
     na.sh_ok(&format!("ip route add 10.80.0.2/32 dev {a100}"));
     assert!(
         !ping_to(&na, "", "10.80.0.2"),
-        "{kind}: VLAN 100 reached VLAN 200's station"
+        "{what}: VLAN 100 reached VLAN 200's station"
     );
-    na.sh_ok(
+    na.sh_ok(&format!(
         "ip route del 10.80.0.2/32 && ip neigh flush dev {a100}"
-            .replace("{a100}", &a100)
-            .as_str(),
-    );
+    ));
+    // Open vSwitch's access-port stations answer each node on their own
+    // VLAN only: OVS took the nodes' tags as 802.1Q and delivered the
+    // frames untagged, as a VLAN sub-interface would.
+    if tor == Tor::OpenVswitch {
+        for (ns, net) in [(&na, 79), (&na, 80), (&nb, 79), (&nb, 80)] {
+            assert!(
+                ping_to(ns, "", &format!("10.{net}.0.3")),
+                "{what}: no reply from the top-of-rack station at 10.{net}.0.3"
+            );
+        }
+    }
 
     for (cap, vlan, net) in [(heard100, "100", "79"), (heard200, "200", "80")] {
-        let far = mac_of("a", vlan);
+        // Node A's station of the VLAN, and the top-of-rack one.
+        let mut same_vlan = vec![mac_of("a", vlan)];
+        if tor == Tor::OpenVswitch {
+            same_vlan.push(link_mac(&wire.sh_ok(&format!("ip link show s{vlan}"))));
+        }
         let lines = cap.lines_once(
             &format!("node B's VLAN {vlan} station heard 3 pings"),
             |l| {
@@ -629,9 +804,10 @@ fn two_nodes_meet_on_a_linux_bridge(kind: &str) {
             },
         );
         for l in &lines {
+            let src = l.split_whitespace().nth(1).unwrap_or_default();
             assert!(
-                l.split_whitespace().nth(1) == Some(far.as_str()),
-                "{kind}: node B's VLAN {vlan} station heard another VLAN's ({far} is its peer): {l}"
+                same_vlan.iter().any(|m| m == src),
+                "{what}: node B's VLAN {vlan} station heard another VLAN's ({same_vlan:?} are its peers): {l}"
             );
         }
     }
@@ -642,28 +818,28 @@ fn two_nodes_meet_on_a_linux_bridge(kind: &str) {
     let (p100, t100) = tap_of("a", "100");
     let mac_before = link_mac(&na.sh_ok(&format!("ip link show {t100}")));
     let neigh = nb.sh_ok("ip neigh show 10.79.0.1");
-    assert!(neigh.contains(&mac_before), "{kind}: {neigh}");
+    assert!(neigh.contains(&mac_before), "{what}: {neigh}");
     swa.kill9();
     let o = na.sh_ok(&format!("ip addr show {t100}"));
-    assert!(o.contains("inet 10.79.0.1/24"), "{kind}: {o}");
+    assert!(o.contains("inet 10.79.0.1/24"), "{what}: {o}");
     swa.spawn();
     swa.wait_link(&p100, true);
     swa.wait_link("uplink-physnet1", true);
     assert_eq!(
         link_mac(&na.sh_ok(&format!("ip link show {t100}"))),
         mac_before,
-        "{kind}"
+        "{what}"
     );
     for net in [79, 80] {
         assert!(
             ping_to(&na, "", &format!("10.{net}.0.2")),
-            "{kind}: no reply on 10.{net}.0.0/24 after node A's switch was killed: {}",
+            "{what}: no reply on 10.{net}.0.0/24 after node A's switch was killed: {}",
             swa.log()
         );
     }
     assert!(
         nb.sh_ok("ip neigh show 10.79.0.1").contains(&mac_before),
-        "{kind}"
+        "{what}"
     );
 }
 
