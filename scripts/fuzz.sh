@@ -3,8 +3,8 @@
 # fuzz/corpus/<target> (inputs found in this run go to a temp dir, so the
 # work tree stays clean), as many targets at once as the machine has CPUs
 # (each fuzzer is one process on one CPU). A crash fails the run; its input
-# is then added to fuzz/corpus/<target>/ so every later run replays it
-# (regression test).
+# is then copied into fuzz/corpus/<target>/ (the path is printed: commit it)
+# so every later run replays it (regression test).
 #   scripts/fuzz.sh [seconds per target, default 20]
 set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
@@ -21,8 +21,11 @@ trap 'rm -rf "$tmp"' EXIT
 fuzz_one() {
   local t="$1" rc=0
   mkdir -p "$tmp/$t"
+  # Crash inputs go to $tmp/<target>.crash-<sha1> (the last
+  # -artifact_prefix given wins over cargo-fuzz's own).
   cargo fuzz run -O "$t" "$tmp/$t" "corpus/$t" -- \
     -max_total_time="$secs" -rss_limit_mb=2048 -print_final_stats=1 \
+    -artifact_prefix="$tmp/$t." \
     >"$tmp/$t.out" 2>&1 </dev/null || rc=$?
   echo "$rc" >"$tmp/$t.rc"
 }
@@ -39,6 +42,11 @@ failed=0
 for t in "${targets[@]}"; do
   if [ "$(cat "$tmp/$t.rc")" != 0 ]; then
     tail -60 "$tmp/$t.out"
+    for a in "$tmp/$t".crash-* "$tmp/$t".leak-* "$tmp/$t".oom-* "$tmp/$t".timeout-*; do
+      [ -e "$a" ] || continue
+      cp "$a" "corpus/$t/${a##*/$t.}"
+      echo "fuzz: $t: the failing input is now fuzz/corpus/$t/${a##*/$t.} (commit it)" >&2
+    done
     echo "fuzz target $t FAILED" >&2
     failed=1
     continue

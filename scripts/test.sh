@@ -77,6 +77,10 @@ for c in rustfmt clippy; do
 done
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings </dev/null
+# The fuzz crate is outside the workspace (cargo-fuzz's flags): the same
+# checks there.
+(cd fuzz && cargo fmt --check \
+  && RUSTC_BOOTSTRAP=1 cargo clippy --all-targets --locked -- -D warnings </dev/null)
 
 # Every fuzz target for a bounded time on the corpus kept in fuzz/corpus.
 ./scripts/fuzz.sh "${FUZZ_SECONDS:-20}"

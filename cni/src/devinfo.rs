@@ -56,8 +56,20 @@ pub struct DeviceInfo {
 impl DeviceInfo {
     /// Parses a document, checking the part its type requires.
     pub fn parse(bytes: &[u8]) -> Result<DeviceInfo, CniError> {
-        let d: DeviceInfo = serde_json::from_slice(bytes)
-            .map_err(|e| CniError::new(DECODE_FAILURE, format!("device-info: {e}")))?;
+        // JSON text is UTF-8 (RFC 8259 8.1) throughout: serde_json checks
+        // only the strings it keeps, and would pass bad bytes in a field we
+        // ignore.
+        let text = std::str::from_utf8(bytes)
+            .map_err(|e| CniError::new(DECODE_FAILURE, format!("device-info: not UTF-8: {e}")))?;
+        let bad = |e: String| CniError::new(DECODE_FAILURE, format!("device-info: {e}"));
+        // An object, as Go's encoding/json reads one into a struct (serde
+        // would take an array as the fields in order); a key given twice
+        // counts once, the last, as there.
+        let v: serde_json::Value = serde_json::from_str(text).map_err(|e| bad(e.to_string()))?;
+        if !v.is_object() {
+            return Err(bad("not a JSON object".into()));
+        }
+        let d: DeviceInfo = serde_json::from_value(v).map_err(|e| bad(e.to_string()))?;
         let ok = match d.kind.as_str() {
             "memif" => d.memif.is_some(),
             "vhost-user" => d.vhost_user.is_some(),
@@ -178,6 +190,18 @@ mod tests {
         let back = serde_json::to_value(&d).unwrap();
         assert_eq!(back["vhost-user"]["mode"], "server");
         assert!(back.get("memif").is_none());
+    }
+
+    #[test]
+    fn only_a_utf8_json_object_is_a_document() {
+        // Found by the device_info fuzz target (its corpus keeps it):
+        // serde_json skips an unknown field's string unchecked.
+        let e = DeviceInfo::parse(b"{\"type\":\"x\",\"version\":\"1.1.0\",\"other\":\"a\x84b\"}")
+            .unwrap_err();
+        assert!(e.msg.contains("not UTF-8"), "{}", e.msg);
+        // Also found by it: an array is no document.
+        let e = DeviceInfo::parse(br#"["v",","]"#).unwrap_err();
+        assert!(e.msg.contains("not a JSON object"), "{}", e.msg);
     }
 
     #[test]

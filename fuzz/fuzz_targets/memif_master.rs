@@ -10,11 +10,11 @@
 use std::sync::Arc;
 
 use libfuzzer_sys::fuzz_target;
+use switchyard::eventfd::new_eventfd;
 use switchyard::port::memif::handshake::{MasterHandshake, MasterStep, Params};
 use switchyard::port::memif::queue::{MemifRx, MemifTx, Side};
 use switchyard::port::memif::region::Region;
 use switchyard::queue::{RxBurst, RxQueue, TxFrame, TxQueue};
-use switchyard::eventfd::new_eventfd;
 use switchyard::wire::memif::{Message, Mode, MSG_SIZE};
 
 fuzz_target!(|data: &[u8]| {

@@ -7,11 +7,11 @@
 use std::sync::Arc;
 
 use libfuzzer_sys::fuzz_target;
+use switchyard::eventfd::new_eventfd;
 use switchyard::port::memif::queue::{MemifRx, OwnBuffers, Side};
 use switchyard::port::memif::region::{Region, Regions};
 use switchyard::port::memif::ring::Ring;
 use switchyard::queue::{RxBurst, RxQueue};
-use switchyard::eventfd::new_eventfd;
 use switchyard::wire::memif::ring_bytes;
 
 const LOG2: u8 = 3;

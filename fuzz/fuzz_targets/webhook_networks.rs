@@ -21,12 +21,16 @@ fuzz_target!(|data: &[u8]| {
     // alone), and the pod has the node selector.
     if let Ok(pod) = serde_json::from_str::<serde_json::Value>(pod) {
         let needs: Needs = [("switchyard.io/memif".to_string(), 2u64)].into();
-        let sel: NodeSelector = [("switchyard.io/physnet-a".to_string(), "true".to_string())].into();
+        let sel: NodeSelector =
+            [("switchyard.io/physnet-a".to_string(), "true".to_string())].into();
         let (p, warnings) = patch(&pod, &needs, &sel);
         let mut out = pod.clone();
         json_patch::patch(&mut out, &p).expect("the patch applies to the pod it was made for");
         if pod["spec"].is_object() {
-            assert_eq!(out["spec"]["nodeSelector"]["switchyard.io/physnet-a"], "true");
+            assert_eq!(
+                out["spec"]["nodeSelector"]["switchyard.io/physnet-a"],
+                "true"
+            );
         }
         let elsewhere = pod["spec"]["containers"].as_array().is_some_and(|c| {
             c.iter().skip(1).any(|c| {
@@ -38,7 +42,9 @@ fuzz_target!(|data: &[u8]| {
         if pod.pointer("/spec/containers/0").is_some() && warnings.is_empty() && !elsewhere {
             for which in ["requests", "limits"] {
                 let v = out
-                    .pointer(&format!("/spec/containers/0/resources/{which}/switchyard.io~1memif"))
+                    .pointer(&format!(
+                        "/spec/containers/0/resources/{which}/switchyard.io~1memif"
+                    ))
                     .and_then(|v| v.as_str())
                     .and_then(|v| v.parse::<u64>().ok());
                 assert!(v.is_some_and(|v| v >= 2), "{which}: {out}");

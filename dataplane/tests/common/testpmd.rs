@@ -91,6 +91,8 @@ pub struct Testpmd {
     stdin: ChildStdin,
     out: Arc<Mutex<String>>,
     prefix: String,
+    /// Whether `/var/run/dpdk/<prefix>` and `/tmp/<prefix>` are its own.
+    own_files: bool,
 }
 
 impl Testpmd {
@@ -152,6 +154,21 @@ impl Testpmd {
             cmd.arg(format!("--vdev={v}"));
         }
         cmd.args(["--", "-i", "--total-num-mbufs=8192"]).args(opts);
+        Testpmd::run(cmd, prefix, true)
+    }
+
+    /// Runs testpmd as `cmd` gives it (a command line of the README's, in
+    /// a namespace of the test's): it must be interactive (`-i`). Its
+    /// runtime files are wherever `cmd` puts them, left alone.
+    pub fn from_command(cmd: Command) -> Testpmd {
+        let what = format!("{:?}", cmd.get_args().last().unwrap_or_default());
+        Testpmd::run(cmd, what, false)
+    }
+
+    /// Starts `cmd` (testpmd, interactive), waits for its prompt and has
+    /// it start forwarding; `prefix` names it (and, if `own_files`, its
+    /// runtime directories, removed when it is dropped).
+    fn run(mut cmd: Command, prefix: String, own_files: bool) -> Testpmd {
         let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -192,6 +209,7 @@ impl Testpmd {
             stdin,
             out,
             prefix,
+            own_files,
         };
         let mut t = t;
         let end = Instant::now() + Duration::from_secs(30);
@@ -330,8 +348,10 @@ impl Drop for Testpmd {
         let _ = writeln!(self.stdin, "quit");
         let _ = self.stdin.flush();
         terminate(&mut self.child, Duration::from_secs(5));
-        let _ = std::fs::remove_dir_all(format!("/var/run/dpdk/{}", self.prefix));
-        let _ = std::fs::remove_dir_all(format!("/tmp/{}", self.prefix));
+        if self.own_files {
+            let _ = std::fs::remove_dir_all(format!("/var/run/dpdk/{}", self.prefix));
+            let _ = std::fs::remove_dir_all(format!("/tmp/{}", self.prefix));
+        }
     }
 }
 

@@ -1,0 +1,183 @@
+//! The README's quick start, as a reader runs it: `switchyard run` with no
+//! flags (the embedded default config and the default control socket,
+//! `/run/switchyard/control.sock`), then the quick start's own command
+//! lines, read from README.md: its `port add` lines, its two testpmd pods,
+//! and the commands that show what happened.
+//!
+//! It runs in a mount namespace of its own whose `/run` and `/var/lib` are
+//! empty, so the default paths are its own and cannot meet a switch that
+//! runs on this machine.
+
+mod common;
+
+use std::io::BufRead;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+
+/// The shell lines of the quick start's code block, `\`-continued lines
+/// joined, comments and blank lines left out.
+fn quick_start() -> Vec<String> {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
+        .expect("README.md");
+    let section = readme
+        .split("\n## Quick start: two testpmd pods through the switch\n")
+        .nth(1)
+        .expect("the quick start section");
+    let block = section
+        .split("```sh\n")
+        .nth(1)
+        .and_then(|b| b.split("\n```").next())
+        .expect("its code block");
+    let mut lines = Vec::new();
+    let mut cont = String::new();
+    for l in block.lines() {
+        let l = l.trim_end();
+        if let Some(part) = l.strip_suffix('\\') {
+            cont.push_str(part);
+            continue;
+        }
+        let whole = std::mem::take(&mut cont) + l;
+        let whole = whole.trim();
+        if !whole.is_empty() && !whole.starts_with('#') {
+            lines.push(whole.to_string());
+        }
+    }
+    lines
+}
+
+/// A mount namespace with empty `/run` and `/var/lib`, held by a process
+/// that ends when dropped.
+struct PrivateRun {
+    holder: Child,
+}
+
+impl PrivateRun {
+    fn new() -> PrivateRun {
+        let mut holder = Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "--", "sh", "-c"])
+            .arg(
+                "for d in /run /var/lib; do mount -t tmpfs -o mode=755 tmpfs $d || exit 1; done; \
+                 echo ready; exec cat",
+            )
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("unshare");
+        let mut line = String::new();
+        std::io::BufReader::new(holder.stdout.as_mut().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "ready", "the private mount namespace");
+        PrivateRun { holder }
+    }
+
+    /// `sh -c LINE` in the namespace, with our binaries first on PATH (as
+    /// the quick start's `export PATH=...` has them).
+    fn sh(&self, line: &str) -> Command {
+        let bin = switchyard_bin();
+        let dir = bin.parent().unwrap();
+        let mut c = Command::new("nsenter");
+        c.arg("-t")
+            .arg(self.holder.id().to_string())
+            .args(["-m", "--", "sh", "-c", line])
+            .env(
+                "PATH",
+                format!("{}:{}", dir.display(), std::env::var("PATH").unwrap()),
+            )
+            .env_remove("SWITCHYARD_CONTROL");
+        c
+    }
+
+    fn sh_ok(&self, line: &str) -> String {
+        let o = self.sh(line).output().unwrap();
+        assert!(
+            o.status.success(),
+            "{line}: {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+}
+
+impl Drop for PrivateRun {
+    fn drop(&mut self) {
+        let _ = self.holder.kill();
+        let _ = self.holder.wait();
+    }
+}
+
+#[test]
+fn the_quick_start_runs_as_the_readme_has_it() {
+    let _g = serial();
+    let lines = quick_start();
+    let find =
+        |start: &str| -> Vec<&String> { lines.iter().filter(|l| l.starts_with(start)).collect() };
+    // Its first lines build and put the binaries on PATH; the test has
+    // built them (workspace_bin) and puts them there itself.
+    assert_eq!(lines[0], "cargo build --release");
+    assert!(lines[1].starts_with("export PATH=$PWD/target/release"));
+    assert_eq!(lines[2], "switchyard run &", "{lines:#?}");
+    let node = PrivateRun::new();
+    // `switchyard run`: no flags, no config; answers on the default socket.
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let mut switch = node
+        .sh("exec switchyard run")
+        .env("RUST_LOG", "info")
+        .stdout(log.reopen().unwrap())
+        .stderr(log.reopen().unwrap())
+        .spawn()
+        .unwrap();
+    wait_for(
+        Duration::from_secs(10),
+        "the default control socket",
+        || {
+            node.sh("switchyard bridge list")
+                .output()
+                .unwrap()
+                .status
+                .success()
+                .then_some(())
+        },
+    );
+    node.sh_ok("test -S /run/switchyard/control.sock");
+    assert!(node.sh_ok("switchyard bridge list").contains("default"));
+
+    for add in find("switchyard port add") {
+        node.sh_ok(add);
+    }
+    // The pods: the quick start's command lines, typed into as it says
+    // (each starts forwarding; pod A then sends 4 bursts of 32 frames).
+    let pods = find("dpdk-testpmd");
+    assert_eq!(pods.len(), 2, "{lines:#?}");
+    assert!(pods[0].contains("--file-prefix pod-b") && pods[1].contains("--file-prefix pod-a"));
+    let mut b = Testpmd::from_command(node.sh(&format!("exec stdbuf -oL -eL {}", pods[0])));
+    let mut a = Testpmd::from_command(node.sh(&format!("exec stdbuf -oL -eL {}", pods[1])));
+    let sw_cli = |args: &str| node.sh_ok(&format!("switchyard {args}"));
+    wait_for(Duration::from_secs(15), "both pods linked", || {
+        let list = sw_cli("port list");
+        (list.lines().filter(|l| l.contains(" up ")).count() == 2).then_some(())
+    });
+    a.send_bursts(4);
+    assert_eq!(b.wait_rx(0, 128), 128, "pod B's frames");
+    // The commands that show it: every one the quick start lists runs.
+    for show in [
+        "switchyard port list",
+        "switchyard stats",
+        "switchyard mac list default",
+    ] {
+        assert!(
+            lines.iter().any(|l| l == show),
+            "{show} not in the quick start"
+        );
+    }
+    assert!(sw_cli("stats").contains("pod-b"));
+    let macs = sw_cli("mac list default");
+    assert!(macs.contains("pod-a"), "pod A's MAC learned: {macs}");
+    drop((a, b));
+    terminate(&mut switch, Duration::from_secs(10));
+    // The ports were persisted in the default state directory.
+    node.sh_ok("test -s /var/lib/switchyard/state.json");
+}
