@@ -39,7 +39,9 @@ fn quick_start() -> Vec<String> {
             continue;
         }
         let whole = std::mem::take(&mut cont) + l;
-        let whole = whole.trim();
+        // A comment after the command (the quick start's have no `#` of
+        // their own).
+        let whole = whole.split(" #").next().unwrap_or_default().trim();
         if !whole.is_empty() && !whole.starts_with('#') {
             lines.push(whole.to_string());
         }
