@@ -275,3 +275,127 @@ fn a_port_that_cannot_be_restored_stays_in_the_state() {
     sw.spawn();
     assert_eq!(names(&sw), ["p"]);
 }
+
+/// The state files in `tests/fixtures/state/`, one of each released format.
+fn state_fixtures() -> Vec<std::path::PathBuf> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/state");
+    let mut all: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .collect();
+    all.sort();
+    assert!(!all.is_empty());
+    all
+}
+
+#[test]
+fn a_state_file_of_every_released_format_restores() {
+    let _g = common::serial();
+    for fixture in state_fixtures() {
+        let ns = common::Netns::new("state");
+        let mut sw = Switch::start_in(Some(&ns.name), "[[bridge]]\nname = \"default\"\n");
+        sw.stop();
+        let tap = format!("syst{}", std::process::id() % 100_000);
+        let text = std::fs::read_to_string(&fixture)
+            .unwrap()
+            .replace("@DIR@", sw.dir.path().to_str().unwrap())
+            .replace("@TAP@", &tap);
+        let want: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let state_dir = sw.dir.path().join("state");
+        std::fs::create_dir_all(&state_dir).unwrap();
+        std::fs::write(state_dir.join("state.json"), &text).unwrap();
+        sw.spawn();
+        let what = fixture.display();
+        // Every bridge and port, with the spec the file gave it.
+        let bridges = sw.cli_ok(&["bridge", "list"]);
+        for b in want["bridges"].as_array().unwrap() {
+            assert!(
+                bridges.contains(b["name"].as_str().unwrap()),
+                "{what}: {bridges}"
+            );
+        }
+        let ports = want["ports"].as_array().unwrap();
+        for p in ports {
+            let info = sw.port(p["name"].as_str().unwrap());
+            assert_eq!(serde_json::to_value(&info.spec).unwrap(), *p, "{what}");
+        }
+        // Pinned MACs are pinned again: another port cannot take them.
+        let pinned = ports
+            .iter()
+            .find_map(|p| p["macs"].as_array().map(|m| (p, m[0].as_str().unwrap())));
+        if let Some((owner, mac)) = pinned {
+            let sock = sw.path("thief.sock");
+            let o = sw.cli(&[
+                "port",
+                "add",
+                "thief",
+                "--kind",
+                "memif",
+                "--role",
+                "master",
+                "--socket",
+                &sock,
+                "--bridge",
+                owner["bridge"].as_str().unwrap(),
+                "--vlan",
+                &owner["vlan"].to_string(),
+                "--mac",
+                mac,
+            ]);
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert!(
+                !o.status.success() && err.contains("is pinned to port"),
+                "{what}: {err}"
+            );
+        }
+        // The next save writes this build's format, every port kept.
+        sw.cli_ok(&["bridge", "add", "green"]);
+        let saved: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(state_dir.join("state.json")).unwrap()).unwrap();
+        assert_eq!(saved["version"], 1, "{what}");
+        assert_eq!(
+            saved["ports"].as_array().unwrap().len(),
+            ports.len(),
+            "{what}"
+        );
+        // Taps outlive the switch: deleted here, not left in the namespace.
+        for p in ports.iter().filter(|p| p["kind"] == "tap") {
+            sw.cli_ok(&["port", "del", p["name"].as_str().unwrap()]);
+        }
+    }
+}
+
+#[test]
+fn a_newer_state_format_is_refused_not_dropped() {
+    let mut sw = Switch::start("");
+    sw.stop();
+    let state = sw.dir.path().join("state").join("state.json");
+    std::fs::create_dir_all(state.parent().unwrap()).unwrap();
+    let newer = br#"{"version": 2, "bridges": [{"name": "b"}], "ports": []}"#;
+    std::fs::write(&state, newer).unwrap();
+    let mut run = std::process::Command::new(common::switchyard_bin())
+        .args(["run", "--config"])
+        .arg(&sw.config)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = common::wait_for(
+        std::time::Duration::from_secs(10),
+        "the daemon to refuse",
+        || run.try_wait().unwrap(),
+    );
+    let mut err = String::new();
+    std::io::Read::read_to_string(run.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(!status.success());
+    assert!(
+        err.contains("state format 2, newer than this build's 1"),
+        "{err}"
+    );
+    // The file is as it was: nothing set aside, nothing overwritten.
+    assert_eq!(std::fs::read(&state).unwrap(), newer);
+    assert_eq!(
+        std::fs::read_dir(state.parent().unwrap()).unwrap().count(),
+        1
+    );
+}

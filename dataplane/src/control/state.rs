@@ -14,6 +14,41 @@ use crate::config::{BridgeSpec, PortSpec};
 /// File name inside the state directory.
 pub const STATE_FILE: &str = "state.json";
 
+/// The state format this build writes and the newest it reads. Any change
+/// to what the file holds (a field added, a meaning changed) takes the
+/// next number, [`StateStore::load`] learns to read the older ones, and
+/// `dataplane/tests/fixtures/state/` gains a file of the new format.
+pub const STATE_VERSION: u32 = 1;
+
+/// Why the state file was not read.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// Reading it failed.
+    #[error("{path}: {cause}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        cause: std::io::Error,
+    },
+    /// It is not a state document of its version.
+    #[error("{path}: {why}")]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        why: String,
+    },
+    /// A newer release wrote it: this build cannot know what it holds.
+    #[error("{path} has state format {found}, newer than this build's {STATE_VERSION}: a newer release of switchyard wrote it; run that release, or move the file away to start without its bridges and ports")]
+    Newer {
+        /// The file.
+        path: PathBuf,
+        /// Its format.
+        found: u64,
+    },
+}
+
 /// The persisted document.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct State {
@@ -50,21 +85,41 @@ impl StateStore {
         self.dir.join(STATE_FILE)
     }
 
-    /// Loads the state; a missing file is an empty state.
-    pub fn load(&self) -> std::io::Result<State> {
-        match std::fs::read(self.path()) {
-            Ok(b) => serde_json::from_slice(&b).map_err(|e| {
-                std::io::Error::new(
-                    std::io::ErrorKind::InvalidData,
-                    format!("{}: {e}", self.path().display()),
-                )
-            }),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(State {
-                version: 1,
-                ..State::default()
-            }),
-            Err(e) => Err(e),
+    /// Loads the state; a missing file is an empty state. The format's
+    /// version is read first: a newer one is refused whole (nothing of it
+    /// is guessed at), an older one would be brought up to date here.
+    pub fn load(&self) -> Result<State, StateError> {
+        let path = self.path();
+        let corrupt = |why: String| StateError::Corrupt {
+            path: path.clone(),
+            why,
+        };
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(State {
+                    version: STATE_VERSION,
+                    ..State::default()
+                })
+            }
+            Err(cause) => return Err(StateError::Io { path, cause }),
+        };
+        let doc: serde_json::Value =
+            serde_json::from_slice(&bytes).map_err(|e| corrupt(e.to_string()))?;
+        // Files of the first format may lack the field (it was defaulted).
+        let found = match doc.get("version") {
+            None => 1,
+            Some(v) => v
+                .as_u64()
+                .ok_or_else(|| corrupt(format!("version: {v} is not a format number")))?,
+        };
+        if found > u64::from(STATE_VERSION) {
+            return Err(StateError::Newer { path, found });
         }
+        // Format 1 is the only one so far: nothing to bring up to date.
+        let mut state: State = serde_json::from_value(doc).map_err(|e| corrupt(e.to_string()))?;
+        state.version = STATE_VERSION;
+        Ok(state)
     }
 
     /// Moves an unreadable state file aside (`state.json.corrupt-<secs>`)
@@ -120,9 +175,26 @@ mod tests {
         // A damaged state file is an error, and can be set aside intact.
         std::fs::write(s.path(), b"{\"ports\": [").unwrap();
         let e = s.load().unwrap_err();
-        assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
+        assert!(matches!(e, StateError::Corrupt { .. }), "{e}");
         let aside = s.set_aside().unwrap();
         assert_eq!(std::fs::read(&aside).unwrap(), b"{\"ports\": [");
         assert_eq!(s.load().unwrap().ports.len(), 0);
+    }
+
+    #[test]
+    fn the_format_version_is_read_first() {
+        let d = tempfile::tempdir().unwrap();
+        let s = StateStore::new(d.path());
+        // A newer format is refused whole, even one this build could
+        // parse: what it means may have changed.
+        std::fs::write(s.path(), br#"{"version": 2, "bridges": [{"name": "b"}]}"#).unwrap();
+        let e = s.load().unwrap_err();
+        assert!(matches!(e, StateError::Newer { found: 2, .. }), "{e}");
+        assert!(e.to_string().contains("newer than this build's 1"), "{e}");
+        // The first format may lack the field.
+        std::fs::write(s.path(), br#"{"bridges": [{"name": "b"}]}"#).unwrap();
+        assert_eq!(s.load().unwrap().bridges[0].name, "b");
+        std::fs::write(s.path(), br#"{"version": "one"}"#).unwrap();
+        assert!(matches!(s.load(), Err(StateError::Corrupt { .. })));
     }
 }

@@ -17,7 +17,7 @@ use crossbeam::channel::{unbounded, Receiver};
 use tracing::{error, info, warn};
 
 use super::server::{self, Call};
-use super::state::{State, StateStore};
+use super::state::{State, StateError, StateStore};
 use crate::config::{Config, PortSpec};
 use crate::dataplane::{Dataplane, PortShared};
 use crate::port::{Port, PortCtx};
@@ -159,17 +159,25 @@ impl Daemon {
                 error!(port = %p.name, "cannot create configured port: {}", e.message);
             }
         }
-        let saved = d.store.load().unwrap_or_else(|e| {
-            // Keep the damaged file: the next save must not overwrite it.
-            match d.store.set_aside() {
-                Ok(to) => error!(
-                    "cannot read persisted state, starting without it (kept as {}): {e}",
-                    to.display()
-                ),
-                Err(e2) => error!("cannot read persisted state, starting without it: {e} ({e2})"),
+        let saved = match d.store.load() {
+            Ok(s) => s,
+            // A newer release's state: starting without it would lose it
+            // at the first save. Refuse, and say what to do.
+            Err(e @ StateError::Newer { .. }) => return Err(anyhow::anyhow!("{e}")),
+            Err(e) => {
+                // Keep the damaged file: the next save must not overwrite it.
+                match d.store.set_aside() {
+                    Ok(to) => error!(
+                        "cannot read persisted state, starting without it (kept as {}): {e}",
+                        to.display()
+                    ),
+                    Err(e2) => {
+                        error!("cannot read persisted state, starting without it: {e} ({e2})")
+                    }
+                }
+                State::default()
             }
-            State::default()
-        });
+        };
         for b in saved.bridges {
             if d.bridges.contains_key(&b.name) {
                 warn!(bridge = %b.name, "persisted bridge also in config; using config");

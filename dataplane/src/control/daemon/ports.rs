@@ -9,7 +9,7 @@ use switchyard_api::{ApiError, ErrorCode, KindSpec, MacAddr};
 
 use super::{BridgeEntry, Daemon, PortEntry};
 use crate::config::{confine_socket, BridgeSpec, PortSpec};
-use crate::control::state::State;
+use crate::control::state::{State, STATE_VERSION};
 use crate::switch::security::PortSecurity;
 use crate::types::DropReason;
 use crate::vlan::VlanMode;
@@ -200,7 +200,7 @@ impl Daemon {
 
     pub(super) fn persist(&self) -> Result<(), ApiError> {
         let state = State {
-            version: 1,
+            version: STATE_VERSION,
             bridges: self
                 .bridges
                 .iter()
