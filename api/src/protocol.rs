@@ -311,6 +311,10 @@ pub struct PortStatus {
     /// or out-of-order message, a refused handshake (wrong version, secret,
     /// memory or rings), a handshake timeout, or a bad ring or descriptor.
     pub faults: u64,
+    /// The MTU the port holds frames to, for ports on a kernel interface
+    /// (as last read from it: every 2 s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtu: Option<u32>,
 }
 
 /// Totals of a port's counters.

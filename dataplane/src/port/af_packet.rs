@@ -686,7 +686,10 @@ impl Port for AfPacketPort {
     }
 
     fn status(&self) -> PortStatus {
-        self.status.clone()
+        PortStatus {
+            mtu: Some(self.mtu.load(Ordering::Relaxed)),
+            ..self.status.clone()
+        }
     }
 
     fn stop(&mut self, cx: &PortCtx<'_>) {

@@ -299,7 +299,10 @@ impl Port for TapPort {
     }
 
     fn status(&self) -> PortStatus {
-        self.status.clone()
+        PortStatus {
+            mtu: Some(self.mtu.load(Ordering::Relaxed)),
+            ..self.status.clone()
+        }
     }
 
     fn stop(&mut self, cx: &PortCtx<'_>) {
