@@ -532,7 +532,19 @@ fn capture(mut client: Client, req: Request, out: &std::path::Path) -> anyhow::R
                 .with_context(|| format!("-w: cannot create {}", out.display()))?,
         )
     };
-    let (_, conn) = client.call_stream(&req)?;
+    let (armed, conn) = client.call_stream(&req)?;
+    // Armed: said on stderr as tcpdump says "listening on", so a reader (or
+    // a script) knows no frame from now on is missed.
+    if let Ok(info) = serde_json::from_value::<switchyard_api::CaptureInfo>(armed) {
+        let format = match info.format {
+            switchyard_api::CaptureFormat::Pcapng => "pcapng",
+            switchyard_api::CaptureFormat::Pcap => "pcap",
+        };
+        eprintln!(
+            "capturing on {}, {format}, snapshot length {} bytes",
+            info.port, info.snaplen
+        );
+    }
     // Written as it comes, unbuffered: Ctrl-C loses nothing already read.
     let mut buf = vec![0u8; 256 * 1024];
     loop {

@@ -162,15 +162,19 @@ fn captures_are_read_by_tcpdump_and_a_slow_reader_loses_only_capture_frames() {
     let mut first = Command::new(common::switchyard_bin())
         .args(["--control", &sw.control().display().to_string()])
         .args(["capture", "a", "--duration", "5", "-w", "/dev/null"])
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // (Probing in a loop would race it: a probe's own capture makes the
-    // first one busy.)
-    std::thread::sleep(Duration::from_secs(1));
-    assert!(
-        first.try_wait().unwrap().is_none(),
-        "the first capture ended"
+    // It says when it is armed, as tcpdump says "listening on".
+    let mut armed = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(first.stderr.as_mut().unwrap()),
+        &mut armed,
+    )
+    .unwrap();
+    assert_eq!(
+        armed.trim(),
+        "capturing on a, pcapng, snapshot length 262144 bytes"
     );
     let o = sw.cli(&["capture", "a", "-c", "1", "-w", "/dev/null"]);
     let busy = String::from_utf8_lossy(&o.stderr).to_string();
@@ -222,10 +226,13 @@ fn a_trace_shows_a_learned_unicast_and_a_dropped_frame_with_its_reason() {
             })
             .unwrap()
         });
-        // Frames for the trace: A to B, then C's spoofed ones.
-        std::thread::sleep(Duration::from_millis(300));
-        pa.send_bursts(1);
-        pc.send_bursts(1);
+        // Frames for the trace, A to B then C's spoofed ones, until it has
+        // its 64 (it may be armed after the first bursts: no frame is
+        // waited for by time).
+        while !t.is_finished() {
+            pa.send_bursts(1);
+            pc.send_bursts(1);
+        }
         t.join().unwrap()
     });
     assert_eq!(tracer.len(), 64, "{tracer:#?}");
@@ -266,9 +273,10 @@ fn a_trace_shows_a_learned_unicast_and_a_dropped_frame_with_its_reason() {
         let t = s.spawn(move || {
             sw_ref.cli_ok(&["trace", "--count", "2", "--port", "c", "--timeout", "15"])
         });
-        std::thread::sleep(Duration::from_millis(300));
-        pa.send_bursts(1);
-        pc.send_bursts(1);
+        while !t.is_finished() {
+            pa.send_bursts(1);
+            pc.send_bursts(1);
+        }
         t.join().unwrap()
     });
     assert_eq!(text.matches("frame ").count(), 2, "{text}");
