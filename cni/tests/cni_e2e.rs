@@ -548,12 +548,16 @@ fn a_physnet_network_leaves_the_node_tagged_with_its_vlan() {
 
     // What leaves on the wire, seen from its other end (the kernel strips
     // the tag there and reports it beside the frame: PACKET_AUXDATA).
-    let capture = std::process::Command::new("python3")
-        .args(["-c", CAPTURE, &wire])
+    let mut capture = std::process::Command::new("python3")
+        .args(["-c", CAPTURE, &wire, &mac, "32"])
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    // Its socket is bound once it says so.
+    let mut stdout = std::io::BufReader::new(capture.stdout.take().unwrap());
+    let mut ready = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut ready).unwrap();
+    assert_eq!(ready.trim(), "ready");
     let vdev = format!("net_memif0,role=client,socket={sock},socket-abstract=no,mac={mac}");
     let mut pod = Testpmd::start(&[vdev], &[]);
     wait_for(Duration::from_secs(20), "the pod's link up", || {
@@ -563,12 +567,15 @@ fn a_physnet_network_leaves_the_node_tagged_with_its_vlan() {
             .then_some(())
     });
     pod.send_bursts(1);
-    let out = capture.wait_with_output().unwrap();
-    let seen = String::from_utf8_lossy(&out.stdout);
+    // It ends once it has seen the burst's 32 frames from the pod (or
+    // after 20 s).
+    let mut seen = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut seen).unwrap();
+    capture.wait().unwrap();
     let from_pod: Vec<&str> = seen.lines().filter(|l| l.contains(&mac)).collect();
     assert!(
-        !from_pod.is_empty(),
-        "nothing of the pod's on the wire: {seen}"
+        from_pod.len() >= 32,
+        "not the pod's burst on the wire: {seen}"
     );
     assert!(
         from_pod.iter().all(|l| l.starts_with("vlan=100 ")),
@@ -594,15 +601,19 @@ fn a_physnet_network_leaves_the_node_tagged_with_its_vlan() {
     ok("DEL", &"f".repeat(64), "net1", &pod_args("uid-p2"), &other);
 }
 
-/// Captures frames on an interface for 4 s: `vlan=<id> src=<mac>` each.
+/// Captures frames on interface argv[1] (`vlan=<id> src=<mac>` each, after
+/// a first line `ready` once bound) until argv[3] frames from MAC argv[2]
+/// have passed, or 20 s.
 const CAPTURE: &str = r#"
 import socket, sys, time
 s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))
 s.bind((sys.argv[1], 0))
 s.setsockopt(263, 8, 1)  # SOL_PACKET, PACKET_AUXDATA
 s.settimeout(0.5)
-end = time.time() + 4
-while time.time() < end:
+print("ready", flush=True)
+want, seen = int(sys.argv[3]), 0
+end = time.time() + 20
+while time.time() < end and seen < want:
     try:
         d, anc, _, _ = s.recvmsg(65536, 256)
     except socket.timeout:
@@ -614,6 +625,7 @@ while time.time() < end:
             if status & 16:  # TP_STATUS_VLAN_VALID
                 vid = int.from_bytes(data[16:18], "little") & 0xfff
     src = ":".join(f"{b:02x}" for b in d[6:12])
+    seen += src == sys.argv[2]
     print(f"vlan={vid} src={src}", flush=True)
 "#;
 
