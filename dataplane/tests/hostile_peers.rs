@@ -13,7 +13,7 @@ use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use common::memif_peer::{self as peer, Conn, Listener, SlaveMem, SLOTS};
-use common::{memif_vdev, serial, wait_for, Switch, Testpmd};
+use common::{memif_vdev, serial, settled, wait_for, Switch, Testpmd};
 use switchyard::port::memif::ring::Desc;
 use switchyard::wire::memif::{Message, DESC_FLAG_NEXT, VERSION};
 use vhost::vhost_user::VhostUserFrontend;
@@ -85,25 +85,22 @@ impl GoodLoop {
     fn assert_nothing_lost(mut self, sw: &Switch) -> u64 {
         self.t.cmd("stop");
         self.t.wait_output(Duration::from_secs(10), "Done.");
-        std::thread::sleep(Duration::from_millis(500));
-        let (sa, sb) = (sw.stats("a"), sw.stats("b"));
-        for st in [&sa, &sb] {
-            assert!(
-                st.totals.drops.values().all(|&d| d == 0),
-                "{}: {:?}",
-                st.name,
-                st.totals.drops
-            );
+        // The switch's counters once the frames in flight have landed.
+        let (sa, sb) = settled("the loop's counters", || {
+            (sw.stats("a").totals, sw.stats("b").totals)
+        });
+        for (name, st) in [("a", &sa), ("b", &sb)] {
+            assert!(st.drops.values().all(|&d| d == 0), "{name}: {:?}", st.drops);
         }
-        assert_eq!(sa.totals.rx_packets, sb.totals.tx_packets, "a -> b");
-        assert_eq!(sb.totals.rx_packets, sa.totals.tx_packets, "b -> a");
+        assert_eq!(sa.rx_packets, sb.tx_packets, "a -> b");
+        assert_eq!(sb.rx_packets, sa.tx_packets, "b -> a");
         let (rx0, tx0) = self.t.port_stats(0);
         let (rx1, tx1) = self.t.port_stats(1);
-        assert_eq!(tx0, sa.totals.rx_packets, "testpmd port 0 -> switch");
-        assert_eq!(tx1, sb.totals.rx_packets, "testpmd port 1 -> switch");
-        let in_flight = (sa.totals.tx_packets - rx0) + (sb.totals.tx_packets - rx1);
+        assert_eq!(tx0, sa.rx_packets, "testpmd port 0 -> switch");
+        assert_eq!(tx1, sb.rx_packets, "testpmd port 1 -> switch");
+        let in_flight = (sa.tx_packets - rx0) + (sb.tx_packets - rx1);
         assert_eq!(in_flight, LOOP_FRAMES, "frames lost in the loop");
-        sa.totals.rx_packets + sb.totals.rx_packets
+        sa.rx_packets + sb.rx_packets
     }
 }
 

@@ -31,6 +31,24 @@ pub fn wait_for<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>
     }
 }
 
+/// What `read` gives once it stops changing (two reads 100 ms apart
+/// agree): counters after the frames in flight have landed. Bounded.
+pub fn settled<T: PartialEq>(what: &str, mut read: impl FnMut() -> T) -> T {
+    let end = Instant::now() + Duration::from_secs(10);
+    let mut last = read();
+    loop {
+        std::thread::sleep(Duration::from_millis(100));
+        let now = read();
+        if now == last {
+            return now;
+        }
+        if Instant::now() > end {
+            panic!("{what} still changing after 10 s");
+        }
+        last = now;
+    }
+}
+
 pub fn terminate(child: &mut Child, grace: Duration) {
     let pid = nix::unistd::Pid::from_raw(child.id() as i32);
     let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
@@ -291,15 +309,15 @@ impl Testpmd {
         self.counters(port).1
     }
 
-    /// Waits until `port`'s RX counter reaches `n`; returns the final value
-    /// after a short settle time (so extra frames would be seen too).
+    /// Waits until `port`'s RX counter reaches `n`; returns its value once
+    /// it stops moving (so extra frames would be seen too).
     pub fn wait_rx(&mut self, port: u16, n: u64) -> u64 {
         let end = Instant::now() + Duration::from_secs(15);
         loop {
             let (rx, _) = self.port_stats(port);
             if rx >= n {
-                std::thread::sleep(Duration::from_millis(300));
-                return self.port_stats(port).0;
+                // Then until it stops: a frame too many would show.
+                return settled("testpmd's receive counter", || self.port_stats(port).0);
             }
             if Instant::now() > end {
                 panic!("port {port} received {rx} of {n} frames\n{}", self.output());
