@@ -9,7 +9,7 @@ use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::{memif_vdev, serial, wait_for, Switch, Testpmd};
+use common::{memif_vdev, serial, settled, wait_for, Switch, Testpmd};
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -316,7 +316,6 @@ fn two_workers_rebalance_unequal_queues_without_losing_frames() {
     // busy, the balancer gives one of its queues to the other.
     pod.send_bursts(1);
     let after = wait_for(Duration::from_secs(30), "a rebalance", || {
-        std::thread::sleep(Duration::from_millis(200));
         Some(queue_workers(&sw)).filter(|m| m["a"] != m["c"])
     });
     wait_for(Duration::from_secs(5), "the rebalance logged", || {
@@ -341,13 +340,9 @@ fn two_workers_rebalance_unequal_queues_without_losing_frames() {
     // No frame was lost in the move: stopped, every frame a received went
     // out of c and the other way round, and nothing was dropped.
     pod.cmd("stop");
-    let settled = wait_for(Duration::from_secs(10), "counters to settle", || {
-        let s1 = (sw.stats("a").totals, sw.stats("c").totals);
-        std::thread::sleep(Duration::from_millis(300));
-        let s2 = (sw.stats("a").totals, sw.stats("c").totals);
-        (s1 == s2).then_some(s2)
+    let (a, c) = settled("the counters of a and c", || {
+        (sw.stats("a").totals, sw.stats("c").totals)
     });
-    let (a, c) = settled;
     assert_eq!(a.drops.values().sum::<u64>(), 0, "{a:?}");
     assert_eq!(c.drops.values().sum::<u64>(), 0, "{c:?}");
     assert_eq!(a.rx_packets, c.tx_packets, "a {a:?} c {c:?}");
