@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 use switchyard_api::{AfPacketSpec, PortStatus};
 use tracing::{info, warn};
 
-use crate::port::netdev::{exceeds_mtu, ifindex, pad_short, read_mtu};
+use crate::port::netdev::{exceeds_mtu, ifindex, pad_short, read_mtu, status_with_mtu};
 use crate::port::{Port, PortCtx, PortError};
 use crate::queue::{
     PortQueues, QueueFault, RxBurst, RxQueue, TxError, TxFrame, TxQueue, BURST_SIZE,
@@ -686,10 +686,7 @@ impl Port for AfPacketPort {
     }
 
     fn status(&self) -> PortStatus {
-        PortStatus {
-            mtu: Some(self.mtu.load(Ordering::Relaxed)),
-            ..self.status.clone()
-        }
+        status_with_mtu(&self.status, &self.mtu)
     }
 
     fn stop(&mut self, cx: &PortCtx<'_>) {

@@ -4,6 +4,9 @@
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use switchyard_api::PortStatus;
 
 use crate::queue::TxFrame;
 use crate::wire::ethernet::{EthernetFrame, HEADER_LEN as ETH_HEADER_LEN};
@@ -44,6 +47,15 @@ fn inet_socket() -> io::Result<OwnedFd> {
     }
     // SAFETY: `socket` returned a new fd that nothing else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(s) })
+}
+
+/// A kernel-interface port's status, with the MTU it holds frames to (as it
+/// last read it from the interface).
+pub fn status_with_mtu(status: &PortStatus, mtu: &AtomicU32) -> PortStatus {
+    PortStatus {
+        mtu: Some(mtu.load(Ordering::Relaxed)),
+        ..status.clone()
+    }
 }
 
 /// The interface's MTU (`SIOCGIFMTU`, in the switch's network namespace).

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use switchyard_api::{PortStatus, TapSpec};
 use tracing::{info, warn};
 
-use crate::port::netdev::{exceeds_mtu, read_mtu, IfReq};
+use crate::port::netdev::{exceeds_mtu, read_mtu, status_with_mtu, IfReq};
 use crate::port::{Port, PortCtx, PortError};
 use crate::queue::{
     PortQueues, QueueFault, RxBurst, RxQueue, TxError, TxFrame, TxQueue, BURST_SIZE,
@@ -299,10 +299,7 @@ impl Port for TapPort {
     }
 
     fn status(&self) -> PortStatus {
-        PortStatus {
-            mtu: Some(self.mtu.load(Ordering::Relaxed)),
-            ..self.status.clone()
-        }
+        status_with_mtu(&self.status, &self.mtu)
     }
 
     fn stop(&mut self, cx: &PortCtx<'_>) {

@@ -27,14 +27,15 @@ use tracing::{info, warn};
 
 use crate::port::netdev::{
     exceeds_mtu, ifindex, pad_short, read_mtu, rx_vlan_offload, set_rx_vlan_offload,
+    status_with_mtu,
 };
 use crate::port::{Port, PortCtx, PortError};
-
-mod prog;
 use crate::queue::{
     PortQueues, QueueFault, RxBurst, RxQueue, TxError, TxFrame, TxQueue, BURST_SIZE,
 };
 use crate::wire::ethernet::HEADER_LEN as ETH_HEADER_LEN;
+
+mod prog;
 use prog::XdpProgram;
 
 /// Bytes of a UMEM frame.
@@ -318,6 +319,10 @@ impl Drop for Xsk {
     }
 }
 
+/// A socket, and copies of its fill, completion, rx and tx rings for the
+/// queues.
+type Socket = (Arc<Xsk>, [XskRing; 4]);
+
 /// What mode a socket ended up in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Mode {
@@ -347,7 +352,7 @@ fn modes(asked: XdpMode) -> &'static [Mode] {
 }
 
 /// Opens queue `queue` of `ifname` in `mode`.
-fn open_queue(ifname: &CString, queue: u32, mode: Mode) -> io::Result<(Arc<Xsk>, [XskRing; 4])> {
+fn open_queue(ifname: &CString, queue: u32, mode: Mode) -> io::Result<Socket> {
     let lib = lib().map_err(io::Error::other)?;
     let mut tries = 0;
     loop {
@@ -382,12 +387,7 @@ fn most_telling(mut errors: Vec<io::Error>) -> io::Error {
 
 /// One attempt at a socket in `mode`, on a UMEM of its own (a socket that
 /// was bound cannot be unbound: a failed attempt's UMEM is not reused).
-fn open_in(
-    lib: &'static Lib,
-    ifname: &CString,
-    queue: u32,
-    mode: Mode,
-) -> io::Result<(Arc<Xsk>, [XskRing; 4])> {
+fn open_in(lib: &'static Lib, ifname: &CString, queue: u32, mode: Mode) -> io::Result<Socket> {
     let len = (FRAME * FRAMES) as usize;
     // SAFETY: a fresh private anonymous mapping; the result is checked.
     let area = unsafe {
@@ -461,16 +461,10 @@ fn open_in(
     Ok((x, copies))
 }
 
-/// Attaches our program in `mode`'s XDP mode and opens a socket in `mode`
-/// for each of the `n` queues of interface `ifname` (index `index`).
-#[allow(clippy::type_complexity)]
-fn open_all(
-    ifname: &CString,
-    index: u32,
-    n: u32,
-    mode: Mode,
-) -> io::Result<(Vec<(Arc<Xsk>, [XskRing; 4])>, XdpProgram)> {
-    let prog = XdpProgram::attach(index, n, mode != Mode::Generic).map_err(|e| {
+/// Attaches our program to interface `ifname` (index `index`) with room
+/// for `n` sockets, in native XDP or generic.
+fn attach_program(ifname: &CString, index: u32, n: u32, native: bool) -> io::Result<XdpProgram> {
+    XdpProgram::attach(index, n, native).map_err(|e| {
         if e.raw_os_error() == Some(libc::EBUSY) {
             io::Error::new(
                 e.kind(),
@@ -482,14 +476,24 @@ fn open_all(
         } else {
             e
         }
-    })?;
-    let mut sockets = Vec::with_capacity(n as usize);
-    for queue in 0..n {
-        let (xsk, rings) = open_queue(ifname, queue, mode)?;
-        prog.set_socket(queue, xsk.fd)?;
-        sockets.push((xsk, rings));
-    }
-    Ok((sockets, prog))
+    })
+}
+
+/// Opens a socket in `mode` for each of the `n` queues of `ifname` and puts
+/// it in `prog`'s map.
+fn open_sockets(
+    ifname: &CString,
+    n: u32,
+    mode: Mode,
+    prog: &XdpProgram,
+) -> io::Result<Vec<Socket>> {
+    (0..n)
+        .map(|queue| {
+            let (xsk, rings) = open_queue(ifname, queue, mode)?;
+            prog.set_socket(queue, xsk.fd)?;
+            Ok((xsk, rings))
+        })
+        .collect()
 }
 
 /// The receive side of one socket: its fill and rx rings.
@@ -773,11 +777,32 @@ impl AfXdpPort {
         let n = u32::from(self.spec.queues.unwrap_or(1));
         let c = CString::new(ifname.as_str()).map_err(io::Error::other)?;
         let mut errors = Vec::new();
+        // The program stays attached from one mode to the next while the
+        // XDP mode (native or generic) is the same: only the sockets differ.
+        let mut prog: Option<(bool, XdpProgram)> = None;
         let mut opened = None;
         for &mode in modes(self.spec.mode.unwrap_or_default()) {
-            match open_all(&c, index, n, mode) {
-                Ok(o) => {
-                    opened = Some((o, mode));
+            let native = mode != Mode::Generic;
+            if prog
+                .as_ref()
+                .is_none_or(|(was_native, _)| *was_native != native)
+            {
+                // One program on the interface at a time: the old one goes
+                // before the new one is attached.
+                prog = None;
+                match attach_program(&c, index, n, native) {
+                    Ok(p) => prog = Some((native, p)),
+                    Err(e) => {
+                        tracing::debug!(interface = %ifname, mode = mode.name(), "no XDP program: {e}");
+                        errors.push(e);
+                        continue;
+                    }
+                }
+            }
+            let (_, p) = prog.as_ref().expect("attached above");
+            match open_sockets(&c, n, mode, p) {
+                Ok(s) => {
+                    opened = Some((s, mode));
                     break;
                 }
                 Err(e) => {
@@ -786,9 +811,21 @@ impl AfXdpPort {
                 }
             }
         }
-        let Some(((sockets, prog), mode)) = opened else {
+        let (Some((sockets, mode)), Some((_, prog))) = (opened, prog) else {
             return Err(most_telling(errors));
         };
+        // Tags reach the switch if they stay in the data (no receive
+        // stripping) or the program puts back what the driver holds.
+        let restored = prog.restores_vlan_tags && prog::driver_gives_vlan_tags(index);
+        if self.carries_tags && !restored && rx_vlan_offload(&ifname).unwrap_or(false) {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!(
+                    "the interface strips received VLAN tags (rx-vlan-offload stays on) and gives XDP no tag in {}: this trunk's VLANs would arrive untagged; run `ethtool -K {ifname} rxvlan off` or use kind af-packet",
+                    mode.name()
+                ),
+            ));
+        }
         let mut q = PortQueues::default();
         for (xsk, [fill, comp, rx, tx]) in sockets {
             let mut r = XdpRx {
@@ -808,18 +845,6 @@ impl AfXdpPort {
                 queued: false,
                 mtu: self.mtu.clone(),
             }));
-        }
-        // Tags reach the switch if they stay in the data (no receive
-        // stripping) or the program puts back what the driver holds.
-        let restored = prog.restores_vlan_tags && prog::driver_gives_vlan_tags(index);
-        if self.carries_tags && !restored && rx_vlan_offload(&ifname).unwrap_or(false) {
-            return Err(io::Error::new(
-                io::ErrorKind::Unsupported,
-                format!(
-                    "the interface strips received VLAN tags (rx-vlan-offload stays on) and gives XDP no tag in {}: this trunk's VLANs would arrive untagged; run `ethtool -K {ifname} rxvlan off` or use kind af-packet",
-                    mode.name()
-                ),
-            ));
         }
         let tags = if restored {
             "VLAN tags the driver holds put back"
@@ -926,10 +951,7 @@ impl Port for AfXdpPort {
     }
 
     fn status(&self) -> PortStatus {
-        PortStatus {
-            mtu: Some(self.mtu.load(Ordering::Relaxed)),
-            ..self.status.clone()
-        }
+        status_with_mtu(&self.status, &self.mtu)
     }
 
     fn stop(&mut self, cx: &PortCtx<'_>) {

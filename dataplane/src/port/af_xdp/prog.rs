@@ -23,7 +23,6 @@
 //! is attached through a BPF link, so it goes with the port's file
 //! descriptors: at `port del`, at stop and when the process dies.
 
-use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::OnceLock;
@@ -145,9 +144,12 @@ fn program(vlan_kfunc: Option<u32>, map_fd: i32) -> Vec<Insn> {
     p
 }
 
-fn bpf<A>(cmd: libc::c_int, attr: &mut A) -> io::Result<OwnedFd> {
+/// The `bpf()` system call with `attr`, the `union bpf_attr` member for
+/// `cmd`; its non-negative result.
+fn sys_bpf<A>(cmd: libc::c_int, attr: &mut A) -> io::Result<i64> {
     // SAFETY: `attr` is the `union bpf_attr` member for `cmd`, of its size,
-    // padding zeroed by its maker; the kernel reads no further.
+    // padding zeroed by its maker; the kernel reads no further, and any
+    // pointers in it lead to memory alive for the call.
     let r = unsafe {
         libc::syscall(
             libc::SYS_bpf,
@@ -159,9 +161,15 @@ fn bpf<A>(cmd: libc::c_int, attr: &mut A) -> io::Result<OwnedFd> {
     if r < 0 {
         return Err(io::Error::last_os_error());
     }
-    // SAFETY: the commands used here return a new file descriptor on
-    // success (BPF_MAP_UPDATE_ELEM returns 0, handled by its caller).
-    Ok(unsafe { OwnedFd::from_raw_fd(r as i32) })
+    Ok(r)
+}
+
+/// A `bpf()` command that makes an object: its new file descriptor.
+fn bpf_fd<A>(cmd: libc::c_int, attr: &mut A) -> io::Result<OwnedFd> {
+    let fd = sys_bpf(cmd, attr)?;
+    // SAFETY: BPF_MAP_CREATE, BPF_PROG_LOAD and BPF_LINK_CREATE return a
+    // new file descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
 #[repr(C)]
@@ -221,7 +229,7 @@ impl XdpProgram {
     /// Loads the program for interface `ifindex` with room for `queues`
     /// sockets and attaches it, in native (driver) XDP or generic.
     pub fn attach(ifindex: u32, queues: u32, native: bool) -> io::Result<XdpProgram> {
-        let map = bpf(
+        let map = bpf_fd(
             BPF_MAP_CREATE,
             &mut MapCreate {
                 map_type: BPF_MAP_TYPE_XSKMAP,
@@ -236,24 +244,11 @@ impl XdpProgram {
         } else {
             super::XDP_FLAGS_SKB_MODE
         };
-        // Device-bound with the tag kfunc where it can be; else the
-        // redirect alone (generic XDP cannot run device-bound programs).
-        let kfunc = if native { vlan_kfunc_id() } else { None };
-        let mut first_err = None;
-        for k in [kfunc, None] {
-            if first_err.is_some() && k.is_some() {
-                continue;
-            }
-            let prog = match load(&program(k, map.as_raw_fd()), ifindex, k.is_some()) {
-                Ok(p) => p,
-                Err(e) if k.is_some() => {
-                    tracing::debug!(ifindex, "no device-bound XDP program: {e}");
-                    first_err = Some(e);
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            let link = bpf(
+        // The program (with the tag kfunc, or the redirect alone) and the
+        // link that attaches it.
+        let attach = |kfunc: Option<u32>| -> io::Result<(OwnedFd, OwnedFd)> {
+            let prog = load(&program(kfunc, map.as_raw_fd()), ifindex, kfunc.is_some())?;
+            let link = bpf_fd(
                 BPF_LINK_CREATE,
                 &mut LinkCreate {
                     prog_fd: prog.as_raw_fd() as u32,
@@ -261,24 +256,35 @@ impl XdpProgram {
                     attach_type: BPF_XDP,
                     flags,
                 },
-            );
-            match link {
-                Ok(link) => {
-                    return Ok(XdpProgram {
-                        map,
-                        _prog: prog,
-                        _link: link,
-                        restores_vlan_tags: k.is_some(),
-                    })
+            )?;
+            Ok((prog, link))
+        };
+        // Device-bound with the tag kfunc where it can be (generic XDP
+        // cannot run device-bound programs); else the redirect alone.
+        let bound = match vlan_kfunc_id().filter(|_| native) {
+            None => None,
+            Some(id) => match attach(Some(id)) {
+                Ok(attached) => Some(attached),
+                // Another program holds the interface: so it would for the
+                // plain one.
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => return Err(e),
+                Err(e) => {
+                    tracing::debug!(ifindex, "no device-bound XDP program: {e}");
+                    None
                 }
-                Err(e) if k.is_some() && e.raw_os_error() != Some(libc::EBUSY) => {
-                    tracing::debug!(ifindex, "device-bound XDP program not attached: {e}");
-                    first_err = Some(e);
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        Err(first_err.unwrap_or_else(|| io::Error::other("no XDP program")))
+            },
+        };
+        let restores_vlan_tags = bound.is_some();
+        let (prog, link) = match bound {
+            Some(attached) => attached,
+            None => attach(None)?,
+        };
+        Ok(XdpProgram {
+            map,
+            _prog: prog,
+            _link: link,
+            restores_vlan_tags,
+        })
     }
 
     /// Puts the socket `fd` in the map at receive queue `queue`.
@@ -290,27 +296,14 @@ impl XdpProgram {
             value: &fd as *const i32 as u64,
             flags: 0,
         };
-        // SAFETY: a BPF_MAP_UPDATE_ELEM attribute whose key and value point
-        // at 4-byte values (the map's sizes) alive for the call.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_bpf,
-                BPF_MAP_UPDATE_ELEM,
-                &mut attr as *mut MapUpdate as *mut libc::c_void,
-                std::mem::size_of::<MapUpdate>(),
-            )
-        };
-        if r < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+        // Key and value: 4-byte values (the map's sizes) alive for the call.
+        sys_bpf(BPF_MAP_UPDATE_ELEM, &mut attr).map(drop)
     }
 }
 
 /// Loads `insns` as an XDP program (bound to `ifindex` if `bound`); the
 /// verifier's log is in the error.
 fn load(insns: &[Insn], ifindex: u32, bound: bool) -> io::Result<OwnedFd> {
-    let license = CString::from(c"GPL");
     let mut log = vec![0u8; 64 * 1024];
     let mut name = [0u8; 16];
     name[..11].copy_from_slice(b"switchyard\0");
@@ -318,7 +311,7 @@ fn load(insns: &[Insn], ifindex: u32, bound: bool) -> io::Result<OwnedFd> {
         prog_type: BPF_PROG_TYPE_XDP,
         insn_cnt: insns.len() as u32,
         insns: insns.as_ptr() as u64,
-        license: license.as_ptr() as u64,
+        license: c"GPL".as_ptr() as u64,
         log_level: 1,
         log_size: log.len() as u32,
         log_buf: log.as_mut_ptr() as u64,
@@ -328,7 +321,7 @@ fn load(insns: &[Insn], ifindex: u32, bound: bool) -> io::Result<OwnedFd> {
         prog_ifindex: if bound { ifindex } else { 0 },
         expected_attach_type: BPF_XDP,
     };
-    bpf(BPF_PROG_LOAD, &mut attr).map_err(|e| {
+    bpf_fd(BPF_PROG_LOAD, &mut attr).map_err(|e| {
         let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
         let text = String::from_utf8_lossy(&log[..end]);
         let last = text.lines().rev().find(|l| !l.trim().is_empty());
