@@ -78,6 +78,28 @@ impl Daemon {
         dp.set_mac_move_hold(cfg.mac_move_hold_secs);
 
         let listener = server::bind(&cfg.control_socket, cfg.control_group)?;
+        // The state before anything is made: a newer release's state stops
+        // the start before a port or an interface is touched.
+        let store = StateStore::new(&cfg.state_dir);
+        let saved = match store.load() {
+            Ok(s) => s,
+            // A newer release's state: starting without it would lose it
+            // at the first save. Refuse, and say what to do.
+            Err(e @ StateError::Newer { .. }) => return Err(anyhow::anyhow!("{e}")),
+            Err(e) => {
+                // Keep the damaged file: the next save must not overwrite it.
+                match store.set_aside() {
+                    Ok(to) => error!(
+                        "cannot read persisted state, starting without it (kept as {}): {e}",
+                        to.display()
+                    ),
+                    Err(e2) => {
+                        error!("cannot read persisted state, starting without it: {e} ({e2})")
+                    }
+                }
+                State::default()
+            }
+        };
         let (tx, calls) = unbounded();
         let api_waker = Arc::new(Waker::new()?);
         reactor.add(api_waker.fd(), Token::Control(TOKEN_API))?;
@@ -116,7 +138,6 @@ impl Daemon {
 
         std::fs::create_dir_all(&cfg.socket_dir)
             .map_err(|e| anyhow::anyhow!("socket_dir {}: {e}", cfg.socket_dir.display()))?;
-        let store = StateStore::new(&cfg.state_dir);
         let control_socket = cfg.control_socket.clone();
         let mut d = Daemon {
             reactor,
@@ -159,25 +180,6 @@ impl Daemon {
                 error!(port = %p.name, "cannot create configured port: {}", e.message);
             }
         }
-        let saved = match d.store.load() {
-            Ok(s) => s,
-            // A newer release's state: starting without it would lose it
-            // at the first save. Refuse, and say what to do.
-            Err(e @ StateError::Newer { .. }) => return Err(anyhow::anyhow!("{e}")),
-            Err(e) => {
-                // Keep the damaged file: the next save must not overwrite it.
-                match d.store.set_aside() {
-                    Ok(to) => error!(
-                        "cannot read persisted state, starting without it (kept as {}): {e}",
-                        to.display()
-                    ),
-                    Err(e2) => {
-                        error!("cannot read persisted state, starting without it: {e} ({e2})")
-                    }
-                }
-                State::default()
-            }
-        };
         for b in saved.bridges {
             if d.bridges.contains_key(&b.name) {
                 warn!(bridge = %b.name, "persisted bridge also in config; using config");
