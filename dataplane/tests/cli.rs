@@ -321,34 +321,33 @@ fn a_state_file_of_every_released_format_restores() {
             assert_eq!(serde_json::to_value(&info.spec).unwrap(), *p, "{what}");
         }
         // Pinned MACs are pinned again: another port cannot take them.
-        let pinned = ports
+        let (owner, mac) = ports
             .iter()
-            .find_map(|p| p["macs"].as_array().map(|m| (p, m[0].as_str().unwrap())));
-        if let Some((owner, mac)) = pinned {
-            let sock = sw.path("thief.sock");
-            let o = sw.cli(&[
-                "port",
-                "add",
-                "thief",
-                "--kind",
-                "memif",
-                "--role",
-                "master",
-                "--socket",
-                &sock,
-                "--bridge",
-                owner["bridge"].as_str().unwrap(),
-                "--vlan",
-                &owner["vlan"].to_string(),
-                "--mac",
-                mac,
-            ]);
-            let err = String::from_utf8_lossy(&o.stderr);
-            assert!(
-                !o.status.success() && err.contains("is pinned to port"),
-                "{what}: {err}"
-            );
-        }
+            .find_map(|p| p["macs"].as_array().map(|m| (p, m[0].as_str().unwrap())))
+            .unwrap_or_else(|| panic!("{what}: every fixture pins a MAC"));
+        let sock = sw.path("thief.sock");
+        let o = sw.cli(&[
+            "port",
+            "add",
+            "thief",
+            "--kind",
+            "memif",
+            "--role",
+            "master",
+            "--socket",
+            &sock,
+            "--bridge",
+            owner["bridge"].as_str().unwrap(),
+            "--vlan",
+            &owner["vlan"].to_string(),
+            "--mac",
+            mac,
+        ]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !o.status.success() && err.contains("is pinned to port"),
+            "{what}: {err}"
+        );
         // The next save writes this build's format, every port kept.
         sw.cli_ok(&["bridge", "add", "green"]);
         let saved: serde_json::Value =

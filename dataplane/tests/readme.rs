@@ -93,14 +93,7 @@ impl PrivateRun {
     }
 
     fn sh_ok(&self, line: &str) -> String {
-        let o = self.sh(line).output().unwrap();
-        assert!(
-            o.status.success(),
-            "{line}: {}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
-        String::from_utf8_lossy(&o.stdout).into_owned()
+        run_ok(&mut self.sh(line))
     }
 }
 

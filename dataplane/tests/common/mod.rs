@@ -22,6 +22,22 @@ pub fn switchyard_bin() -> PathBuf {
     }
 }
 
+/// Runs `cmd` (stdin empty), panicking with its output unless it succeeds;
+/// returns its stdout.
+pub fn run_ok(cmd: &mut Command) -> String {
+    let out = cmd
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// A network namespace made for one test, deleted (with every interface in
 /// it) when dropped.
 pub struct Netns {
@@ -54,14 +70,7 @@ impl Netns {
 
     /// As [`Netns::sh`], panicking unless it succeeds; returns stdout.
     pub fn sh_ok(&self, cmd: &str) -> String {
-        let o = self.sh(cmd);
-        assert!(
-            o.status.success(),
-            "{cmd}: {}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
-        String::from_utf8_lossy(&o.stdout).into_owned()
+        run_ok(Command::new("ip").args(["netns", "exec", &self.name, "sh", "-c", cmd]))
     }
 }
 

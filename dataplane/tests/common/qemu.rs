@@ -14,6 +14,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use crate::common::run_ok;
+
 /// The meta-package whose dependency is the guest kernel.
 const KERNEL_META: &str = "linux-image-cloud-amd64";
 /// `virtio_net` and what it needs, in load order, for a kernel that builds
@@ -41,20 +43,6 @@ pub struct GuestImage {
     pub initrd: PathBuf,
 }
 
-fn run(cmd: &mut Command) -> String {
-    let out = cmd
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// The guest image, built once per test binary into the target directory
 /// (and kept there: a second run reuses the kernel package it fetched).
 pub fn image() -> &'static GuestImage {
@@ -65,7 +53,7 @@ pub fn image() -> &'static GuestImage {
 fn build_image(cache: &Path) -> GuestImage {
     std::fs::create_dir_all(cache).unwrap();
     // The kernel package the meta-package names today.
-    let deps = run(Command::new("apt-cache").args(["depends", KERNEL_META]));
+    let deps = run_ok(Command::new("apt-cache").args(["depends", KERNEL_META]));
     let package = deps
         .lines()
         .find_map(|l| l.trim().strip_prefix("Depends: "))
@@ -73,16 +61,18 @@ fn build_image(cache: &Path) -> GuestImage {
         .unwrap_or_else(|| panic!("apt-cache depends {KERNEL_META}: no kernel package in {deps}"))
         .to_string();
     let deb = find_deb(cache, &package).unwrap_or_else(|| {
-        run(Command::new("apt-get")
-            .args(["download", &package])
-            .current_dir(cache));
+        run_ok(
+            Command::new("apt-get")
+                .args(["download", &package])
+                .current_dir(cache),
+        );
         find_deb(cache, &package).expect("apt-get download left no .deb")
     });
     let tree = cache.join(&package);
     if !tree.join("boot").exists() {
         let tmp = cache.join(format!("{package}.partial"));
         let _ = std::fs::remove_dir_all(&tmp);
-        run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&tmp));
+        run_ok(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&tmp));
         std::fs::rename(&tmp, &tree).unwrap();
     }
     let kernel = std::fs::read_dir(tree.join("boot"))
@@ -175,7 +165,7 @@ fn find_files(dir: &Path, suffix: &str) -> Vec<PathBuf> {
 /// Debian's `busybox-static` (`busybox` is dynamically linked, and the
 /// initramfs has no libc).
 fn static_busybox() -> PathBuf {
-    let listed = run(Command::new("dpkg-query").args(["-L", "busybox-static"]));
+    let listed = run_ok(Command::new("dpkg-query").args(["-L", "busybox-static"]));
     listed
         .lines()
         .map(PathBuf::from)
