@@ -39,6 +39,11 @@ command -v prometheus >/dev/null || no_recommends+=(prometheus)
 # tcpdump reads the captures the observe test writes and the VLAN tags on
 # the uplink tests' wire.
 command -v tcpdump >/dev/null || need_pkgs+=(tcpdump)
+# TCP through the switch with the kernel's offloads on: iperf3, ethtool
+# (the stations' offloads), a file transfer in python3.
+command -v iperf3 >/dev/null || need_pkgs+=(iperf3)
+command -v ethtool >/dev/null || need_pkgs+=(ethtool)
+command -v python3 >/dev/null || need_pkgs+=(python3)
 # Open vSwitch (userspace datapath) is the VLAN-aware top-of-rack switch
 # between the uplink tests' nodes: trunk ports, access-port stations.
 command -v ovs-vswitchd >/dev/null || no_recommends+=(openvswitch-switch)

@@ -16,7 +16,8 @@ use std::ptr;
 
 use crate::dataplane::{Dataplane, Ingress, ViewBridge, ViewPort, WorkerView};
 use crate::observe::{capture, Trace, TraceLearn, TraceLookup, TraceRecord};
-use crate::queue::{RxFrame, TxError, TxFrame, BURST_SIZE};
+use crate::queue::offload::{self, Finished};
+use crate::queue::{RxFrame, TxError, TxFrame, TxOutcome, TxQueue, BURST_SIZE};
 use crate::switch::mac_table::{MacEntry, MacKey};
 use crate::switch::security::{self, Admitted};
 use crate::types::{bump, BridgeId, DropReason, PortId};
@@ -45,6 +46,8 @@ pub struct Forwarder {
     hdrs: Vec<[u8; PUSHED_LEN]>,
     /// While a trace runs: the records of the chunk's traced frames.
     traced: Vec<Option<TraceRecord>>,
+    /// Headers of the segments of a frame cut in software.
+    soft: offload::Scratch,
 }
 
 /// One frame queued on one destination.
@@ -676,6 +679,7 @@ impl Forwarder {
             touched,
             hdrs,
             traced,
+            soft,
         } = self;
         let last = touched.len().saturating_sub(1);
         for (k, &id) in touched.iter().enumerate() {
@@ -709,26 +713,24 @@ impl Forwarder {
             // (a kilobyte, which a one-frame burst would pay in full).
             let mut txfs = [const { MaybeUninit::<TxFrame>::uninit() }; BURST_SIZE];
             let mut all_bytes = 0u64;
+            let mut work = false;
             let queued = q.as_slice();
             let n = queued.len().min(BURST_SIZE);
             for (txf, e) in txfs[..n].iter_mut().zip(&queued[..n]) {
                 let frame = &frames[usize::from(e.frame)];
+                work |= frame.offload.needs_work();
                 all_bytes += u64::from(if e.tag == Retag::Keep {
                     txf.write(TxFrame::plain(frame));
                     frame.len
                 } else {
                     let hdr = &hdrs[usize::from(e.frame)];
                     txf.write(match e.tag {
-                        Retag::Pop => TxFrame {
+                        Retag::Pop => TxFrame::rewritten(
                             frame,
-                            prefix: &hdr[..12],
-                            skip: (HEADER_LEN + VLAN_TAG_LEN - 2) as u32,
-                        },
-                        _ => TxFrame {
-                            frame,
-                            prefix: hdr,
-                            skip: 12,
-                        },
+                            &hdr[..12],
+                            (HEADER_LEN + VLAN_TAG_LEN - 2) as u32,
+                        ),
+                        _ => TxFrame::rewritten(frame, hdr, 12),
                     })
                     .len() as u32
                 });
@@ -737,35 +739,44 @@ impl Forwarder {
             // `MaybeUninit<TxFrame>` has `TxFrame`'s layout.
             let txfs: &[TxFrame] =
                 unsafe { std::slice::from_raw_parts(txfs.as_ptr().cast::<TxFrame>(), n) };
-            let out = tx.with(|txq| {
-                let out = txq.tx_burst(txfs);
+            let (out, sent) = tx.with(|txq| {
+                let (out, sent) = if work {
+                    send_finishing(txq, txfs, soft)
+                } else {
+                    (txq.tx_burst(txfs), None)
+                };
                 if k == last {
                     if let Some(r) = release.take() {
                         r();
                     }
                 }
                 txq.flush();
-                out
+                (out, sent)
             });
-            let bytes = if out.sent == ((1u64 << txfs.len()) - 1) as u32 {
-                all_bytes
+            let (packets, bytes) = if out.sent == ((1u64 << txfs.len()) - 1) as u32 {
+                (u64::from(out.sent.count_ones()), all_bytes)
             } else {
                 // Some did not go: counted apart.
-                let (mut bytes, mut too_long, mut no_buffer) = (0u64, 0u64, 0u64);
+                let (mut bytes, mut too_long, mut no_buffer, mut bad) = (0u64, 0u64, 0u64, 0u64);
                 for (i, txf) in txfs.iter().enumerate() {
                     match out.of(i) {
                         Some(Ok(())) => bytes += txf.len() as u64,
                         Some(Err(TxError::TooLong)) => too_long += 1,
+                        Some(Err(TxError::Unfinished)) => bad += 1,
                         Some(Err(_)) => no_buffer += 1,
                         None => {}
                     }
                 }
                 bump(&counters.drops[DropReason::TooLong as usize], too_long);
                 bump(&counters.drops[DropReason::NoBuffer as usize], no_buffer);
-                bytes
+                bump(&counters.drops[DropReason::BadOffload as usize], bad);
+                (u64::from(out.sent.count_ones()), bytes)
             };
-            if out.sent != 0 {
-                bump(&counters.tx_packets, u64::from(out.sent.count_ones()));
+            // What software segmentation sent is counted as it left.
+            let (packets, bytes) =
+                sent.map_or((packets, bytes), |s| (u64::from(s.frames), s.bytes));
+            if packets != 0 {
+                bump(&counters.tx_packets, packets);
                 bump(&counters.tx_bytes, bytes);
             }
             if let Some(c) = cap {
@@ -785,6 +796,7 @@ impl Forwarder {
                             id,
                             r.map_err(|e| match e {
                                 TxError::TooLong => DropReason::TooLong,
+                                TxError::Unfinished => DropReason::BadOffload,
                                 _ => DropReason::NoBuffer,
                             }),
                         ));
@@ -799,6 +811,79 @@ impl Forwarder {
         }
         touched.clear();
     }
+}
+
+/// [`TxQueue::tx_burst`] for a burst in which some frames have checksum or
+/// segmentation work left: those whose work the queue's peer does not
+/// take over are finished in software ([`offload::finish`]) and sent as
+/// the frames that makes; the others go as they are, in order. Returns the
+/// outcome per frame of `frames` and, when software made frames of its
+/// own, how many frames and bytes went out in all.
+#[cold]
+#[inline(never)]
+fn send_finishing(
+    txq: &mut dyn TxQueue,
+    frames: &[TxFrame<'_>],
+    scratch: &mut offload::Scratch,
+) -> (TxOutcome, Option<Finished>) {
+    let caps = txq.offloads();
+    let mut out = TxOutcome {
+        sent: 0,
+        tried: 0,
+        stop: None,
+        unfinished: 0,
+    };
+    let mut total = Finished {
+        frames: 0,
+        bytes: 0,
+        result: Ok(()),
+    };
+    let mut i = 0;
+    while i < frames.len() {
+        // A run of frames that go as they are.
+        let run = frames[i..]
+            .iter()
+            .take_while(|f| !f.offload.needs_work() || caps.accepts(&f.offload))
+            .count();
+        if run > 0 {
+            let o = txq.tx_burst(&frames[i..i + run]);
+            for j in 0..o.tried {
+                if o.sent & (1 << j) != 0 {
+                    total.frames += 1;
+                    total.bytes += frames[i + j].len() as u64;
+                }
+            }
+            out.sent |= o.sent << i;
+            out.tried = i + o.tried;
+            if o.stop.is_some() {
+                out.stop = o.stop;
+                return (out, Some(total));
+            }
+            i += run;
+            continue;
+        }
+        let f = &frames[i];
+        let done = offload::finish(f, scratch, |segs| txq.tx_burst(segs));
+        out.tried = i + 1;
+        match done {
+            Ok(d) => {
+                total.frames += d.frames;
+                total.bytes += d.bytes;
+                match d.result {
+                    Ok(()) => out.sent |= 1 << i,
+                    Err(TxError::TooLong) => {}
+                    Err(e) => {
+                        out.tried = i;
+                        out.stop = Some(e);
+                        return (out, Some(total));
+                    }
+                }
+            }
+            Err(offload::Unfinished::BadOffload) => out.unfinished |= 1 << i,
+        }
+        i += 1;
+    }
+    (out, Some(total))
 }
 
 /// Records frames that reached no bridge in a running trace.

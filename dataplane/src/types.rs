@@ -38,11 +38,14 @@ pub enum DropReason {
     /// From a source address in use on another port within the move hold
     /// time.
     MacMove = 10,
+    /// Checksum or segmentation work left on the frame whose metadata does
+    /// not match its headers, for a destination that cannot take it over.
+    BadOffload = 11,
 }
 
 impl DropReason {
     /// Number of reasons.
-    pub const COUNT: usize = 11;
+    pub const COUNT: usize = 12;
     /// Every reason, in counter order.
     pub const ALL: [DropReason; DropReason::COUNT] = [
         DropReason::Runt,
@@ -56,6 +59,7 @@ impl DropReason {
         DropReason::MacLimit,
         DropReason::SpoofedSource,
         DropReason::MacMove,
+        DropReason::BadOffload,
     ];
     /// Stable name used in stats output.
     pub fn name(self) -> &'static str {
@@ -71,6 +75,7 @@ impl DropReason {
             DropReason::MacLimit => "mac_limit",
             DropReason::SpoofedSource => "spoofed_source",
             DropReason::MacMove => "mac_move",
+            DropReason::BadOffload => "bad_offload",
         }
     }
 }

@@ -258,11 +258,15 @@ pub fn run(dp: Dataplane, cfg: WorkerConfig) {
                         // Nothing to forward; what the queue dropped goes back.
                         q.release();
                     }
-                    if burst.dropped > 0 {
+                    if burst.dropped > 0 || burst.bad_offload > 0 {
                         let c = port.shared.counters(w);
                         bump(
                             &c.drops[DropReason::TooManySegments as usize],
                             u64::from(burst.dropped),
+                        );
+                        bump(
+                            &c.drops[DropReason::BadOffload as usize],
+                            u64::from(burst.bad_offload),
                         );
                         work += 1;
                     }

@@ -21,8 +21,20 @@
 //! (`PACKET_OUTGOING`) are not the wire's and are skipped.
 //!
 //! Transmit (`TPACKET_V3` frames, one per slot, as V2 has them): one copy
-//! into a free slot, `TP_STATUS_SEND_REQUEST`, and one `sendto` per burst. A frame longer than the interface's MTU allows is
-//! dropped and counted as `too_long`.
+//! into a free slot, `TP_STATUS_SEND_REQUEST`, and one `sendto` per burst.
+//! A frame longer than the interface's MTU allows is dropped and counted as
+//! `too_long`.
+//!
+//! Offloads (`PACKET_VNET_HDR`): every frame, both ways, has a virtio-net
+//! header in front of it. Received, it says what the sender left undone: a
+//! checksum (a veth's transmit checksum offload leaves only the
+//! pseudo-header's sum), or a TCP or UDP super-frame of up to 64 KB (a
+//! veth peer's TSO, a NIC's GRO), which the frame carries through the
+//! switch ([`crate::queue::Offload`]). Sent, it hands the same work to the
+//! kernel, which does it or passes it on (a veth peer's stack takes a
+//! super-frame whole). A frame larger than a ring slot (a super-frame)
+//! goes out through `sendmsg` from where it lies, after the ring is
+//! flushed, so the order holds.
 //!
 //! The port follows the interface: every 2 s it looks at it again; when it
 //! went away (or was made again with a new index) the port goes down and
@@ -39,8 +51,10 @@ use tracing::{info, warn};
 
 use crate::port::netdev::{exceeds_mtu, ifindex, pad_short, read_mtu, status_with_mtu};
 use crate::port::{Port, PortCtx, PortError};
+use crate::queue::offload::VNET_HDR_LEN;
 use crate::queue::{
-    PortQueues, QueueFault, RxBurst, RxQueue, TxError, TxFrame, TxQueue, BURST_SIZE,
+    Offload, OffloadCaps, PortQueues, QueueFault, RxBurst, RxQueue, TxError, TxFrame, TxQueue,
+    BURST_SIZE, MAX_SEGS,
 };
 use crate::wire::ethernet::{ETHERTYPE_VLAN, HEADER_LEN as ETH_HEADER_LEN, VLAN_TAG_LEN};
 
@@ -48,8 +62,9 @@ use crate::wire::ethernet::{ETHERTYPE_VLAN, HEADER_LEN as ETH_HEADER_LEN, VLAN_T
 const CHECK_EVERY: Duration = Duration::from_secs(2);
 /// Bytes of each ring (receive and transmit alike).
 const RING_BYTES: usize = 4 << 20;
-/// Ring block size (a multiple of every frame size used).
-const BLOCK: usize = 1 << 16;
+/// Ring block size (a multiple of every frame size used): a receive block
+/// holds a 64 KB super-frame with its headers.
+const BLOCK: usize = 1 << 17;
 /// A receive block not yet full is handed over this long after its first
 /// frame (milliseconds): the most a frame waits at low rates.
 const RETIRE_MS: u32 = 1;
@@ -180,14 +195,29 @@ impl BlockRing {
     }
 }
 
-/// Opens one socket on interface `index` with rings of `frame_size`-byte
-/// slots; `fanout`: the group to join when the port has several queues.
-fn open_socket(
-    index: u32,
-    frame_size: usize,
-    fanout: Option<u16>,
-) -> io::Result<(OwnedFd, BlockRing, Ring)> {
-    let proto = (libc::ETH_P_ALL as u16).to_be();
+/// Sets the `SOL_PACKET` option `opt` of `fd` to `val`.
+fn set_opt<T>(fd: &OwnedFd, opt: libc::c_int, val: &T) -> io::Result<()> {
+    // SAFETY: `val` points at `size_of::<T>()` readable bytes of the
+    // option's type, which live past the call.
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_PACKET,
+            opt,
+            (val as *const T).cast(),
+            std::mem::size_of::<T>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// A new packet socket receiving protocol `proto` (network order; 0:
+/// none), not bound yet.
+fn packet_socket(proto: u16) -> io::Result<OwnedFd> {
     // SAFETY: plain arguments; the result is checked.
     let fd = unsafe {
         libc::socket(
@@ -200,31 +230,65 @@ fn open_socket(
         return Err(io::Error::last_os_error());
     }
     // SAFETY: `socket` returned a new fd that nothing else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let set = |opt: libc::c_int, val: *const libc::c_void, len: usize| -> io::Result<()> {
-        // SAFETY: `val` points at `len` readable bytes of the option's type,
-        // which live past the call.
-        let r = unsafe {
-            libc::setsockopt(
-                fd.as_raw_fd(),
-                libc::SOL_PACKET,
-                opt,
-                val,
-                len as libc::socklen_t,
-            )
-        };
-        if r < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(())
-        }
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Binds `fd` to interface `index` for protocol `proto` (network order).
+fn bind_to(fd: &OwnedFd, index: u32, proto: u16) -> io::Result<()> {
+    // SAFETY: all-zero is a valid `sockaddr_ll`; the fields that matter are
+    // set below.
+    let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    sll.sll_family = libc::AF_PACKET as u16;
+    sll.sll_protocol = proto;
+    sll.sll_ifindex = index as libc::c_int;
+    // SAFETY: `sll` is a `sockaddr_ll` of the length given, alive for the call.
+    let r = unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&sll as *const libc::sockaddr_ll).cast(),
+            std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+        )
     };
-    let version: libc::c_int = libc::tpacket_versions::TPACKET_V3 as libc::c_int;
-    set(
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// A socket that only sends, on interface `index`, with a virtio-net
+/// header in front of each frame: for frames larger than a ring slot
+/// (`sendmsg` on a socket with a transmit ring sends the ring, not the
+/// message). It receives nothing (protocol 0).
+fn direct_socket(index: u32) -> io::Result<OwnedFd> {
+    let fd = packet_socket(0)?;
+    set_opt(&fd, libc::PACKET_VNET_HDR, &1 as &libc::c_int)?;
+    // Best effort: kernels before 3.14 go through the qdisc.
+    let _ = set_opt(&fd, libc::PACKET_QDISC_BYPASS, &1 as &libc::c_int);
+    bind_to(&fd, index, 0)?;
+    Ok(fd)
+}
+
+/// Opens one socket on interface `index` with rings of `frame_size`-byte
+/// slots; `fanout`: the group to join when the port has several queues.
+fn open_socket(
+    index: u32,
+    frame_size: usize,
+    fanout: Option<u16>,
+) -> io::Result<(OwnedFd, BlockRing, Ring)> {
+    let proto = (libc::ETH_P_ALL as u16).to_be();
+    let fd = packet_socket(proto)?;
+    set_opt(
+        &fd,
         libc::PACKET_VERSION,
-        (&version as *const libc::c_int).cast(),
-        std::mem::size_of::<libc::c_int>(),
+        &(libc::tpacket_versions::TPACKET_V3 as libc::c_int),
     )?;
+    let one: libc::c_int = 1;
+    // A virtio-net header in front of every frame, both ways (before the
+    // rings are made: the kernel refuses it after).
+    set_opt(&fd, libc::PACKET_VNET_HDR, &one)?;
+    // A transmit slot the kernel refuses (a bad header) is skipped and
+    // handed back, rather than stopping the ring at it for good.
+    set_opt(&fd, libc::PACKET_LOSS, &one)?;
     let block = BLOCK.max(frame_size);
     let mut req = libc::tpacket_req3 {
         tp_block_size: block as u32,
@@ -236,21 +300,12 @@ fn open_socket(
         tp_feature_req_word: 0,
     };
     for opt in [libc::PACKET_RX_RING, libc::PACKET_TX_RING] {
-        set(
-            opt,
-            (&req as *const libc::tpacket_req3).cast(),
-            std::mem::size_of::<libc::tpacket_req3>(),
-        )?;
+        set_opt(&fd, opt, &req)?;
         // The transmit ring is one frame per slot: no block timer.
         req.tp_retire_blk_tov = 0;
     }
-    let one: libc::c_int = 1;
     // Best effort: kernels before 3.14 go through the qdisc.
-    let _ = set(
-        libc::PACKET_QDISC_BYPASS,
-        (&one as *const libc::c_int).cast(),
-        std::mem::size_of::<libc::c_int>(),
-    );
+    let _ = set_opt(&fd, libc::PACKET_QDISC_BYPASS, &one);
     let ring = (req.tp_block_size as usize) * (req.tp_block_nr as usize);
     let len = 2 * ring;
     // SAFETY: a fresh shared mapping of the socket's two rings, as the
@@ -272,40 +327,16 @@ fn open_socket(
         base: base.cast(),
         len,
     });
-    // SAFETY: all-zero is a valid `sockaddr_ll`; the fields that matter are
-    // set below.
-    let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-    sll.sll_family = libc::AF_PACKET as u16;
-    sll.sll_protocol = proto;
-    sll.sll_ifindex = index as libc::c_int;
-    // SAFETY: `sll` is a `sockaddr_ll` of the length given, alive for the call.
-    let r = unsafe {
-        libc::bind(
-            fd.as_raw_fd(),
-            (&sll as *const libc::sockaddr_ll).cast(),
-            std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-        )
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    bind_to(&fd, index, proto)?;
     // SAFETY: all-zero is a valid `packet_mreq`.
     let mut mr: libc::packet_mreq = unsafe { std::mem::zeroed() };
     mr.mr_ifindex = index as libc::c_int;
     mr.mr_type = libc::PACKET_MR_PROMISC as u16;
-    set(
-        libc::PACKET_ADD_MEMBERSHIP,
-        (&mr as *const libc::packet_mreq).cast(),
-        std::mem::size_of::<libc::packet_mreq>(),
-    )?;
+    set_opt(&fd, libc::PACKET_ADD_MEMBERSHIP, &mr)?;
     if let Some(id) = fanout {
         let arg: libc::c_int =
             (libc::PACKET_FANOUT_HASH << 16) as libc::c_int | libc::c_int::from(id);
-        set(
-            libc::PACKET_FANOUT,
-            (&arg as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>(),
-        )?;
+        set_opt(&fd, libc::PACKET_FANOUT, &arg)?;
     }
     let rx = BlockRing {
         map: map.clone(),
@@ -404,7 +435,7 @@ impl RxQueue for AfpRx {
             }
             if pkttype == libc::PACKET_OUTGOING
                 || snap < ETH_HEADER_LEN
-                || (mac as u64) < RX_HEAD as u64
+                || (mac as u64) < (RX_HEAD + VNET_HDR_LEN) as u64
                 || at as u64 + mac as u64 + snap as u64 > size
             {
                 continue;
@@ -415,10 +446,24 @@ impl RxQueue for AfpRx {
                 burst.dropped += 1;
                 continue;
             }
+            // The header lies right before the frame, after the frame's
+            // `tpacket3_hdr` and address (`mac >= RX_HEAD + VNET_HDR_LEN`).
+            let vnet = self.ring.read::<VNET_HDR_LEN>(b, at + mac - VNET_HDR_LEN);
+            let tag_back = status & libc::TP_STATUS_VLAN_VALID != 0;
+            let offload = match Offload::from_vnet(&vnet, snap) {
+                // A tag put back moves what follows the addresses.
+                Ok(o) if tag_back => o.shifted(VLAN_TAG_LEN as i32),
+                Ok(o) => o,
+                Err(_) => {
+                    burst.bad_offload += 1;
+                    continue;
+                }
+            };
             // SAFETY: `at + mac + snap <= block_size` (checked above).
             let data = unsafe { self.ring.block(b).add(at + mac) };
             let slot = burst.next_slot();
-            if status & libc::TP_STATUS_VLAN_VALID != 0 {
+            slot.offload = offload;
+            if tag_back {
                 let tpid = match status & libc::TP_STATUS_VLAN_TPID_VALID {
                     0 => ETHERTYPE_VLAN,
                     _ => tpid,
@@ -478,19 +523,68 @@ impl RxQueue for AfpRx {
 /// The transmit side of one socket.
 struct AfpTx {
     fd: Arc<OwnedFd>,
+    /// The socket frames larger than a slot leave through.
+    direct: OwnedFd,
     ring: Ring,
     cursor: usize,
     queued: bool,
     mtu: Arc<AtomicU32>,
 }
 
+impl AfpTx {
+    /// Sends a frame too large for a ring slot (a super-frame) with
+    /// `sendmsg`, straight from where it lies, after what the ring holds.
+    #[cold]
+    fn send_direct(&mut self, frame: &TxFrame<'_>) -> Result<(), TxError> {
+        self.flush();
+        let vnet = frame.offload.to_vnet();
+        let mut iov = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; MAX_SEGS + 2];
+        iov[0] = libc::iovec {
+            iov_base: vnet.as_ptr() as *mut libc::c_void,
+            iov_len: vnet.len(),
+        };
+        let mut n = 1;
+        frame.for_each_piece(|p, len| {
+            // The pieces are a prefix and at most MAX_SEGS segments.
+            if n < iov.len() {
+                iov[n] = libc::iovec {
+                    iov_base: p as *mut libc::c_void,
+                    iov_len: len,
+                };
+                n += 1;
+            }
+        });
+        // SAFETY: all-zero is a valid `msghdr`; it names no address (the
+        // socket is bound to the interface) and `n` iovecs.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = iov.as_mut_ptr();
+        msg.msg_iovlen = n;
+        // SAFETY: every iovec points at readable bytes alive for the call:
+        // `vnet`, the prefix, and the frame's segments (checked against
+        // their mapping when received). The kernel only reads them.
+        let r = unsafe { libc::sendmsg(self.direct.as_raw_fd(), &msg, libc::MSG_DONTWAIT) };
+        if r >= 0 {
+            return Ok(());
+        }
+        match io::Error::last_os_error().raw_os_error() {
+            Some(libc::EAGAIN | libc::ENOBUFS) => Err(TxError::Full),
+            _ => Err(TxError::TooLong),
+        }
+    }
+}
+
 impl TxQueue for AfpTx {
     fn tx(&mut self, frame: &TxFrame<'_>) -> Result<(), TxError> {
         let len = frame.len();
-        if exceeds_mtu(frame, self.mtu.load(Ordering::Relaxed))
-            || TX_DATA + len > self.ring.frame_size
-        {
+        // A super-frame leaves as segments the MTU allows.
+        if frame.offload.gso().is_none() && exceeds_mtu(frame, self.mtu.load(Ordering::Relaxed)) {
             return Err(TxError::TooLong);
+        }
+        if TX_DATA + VNET_HDR_LEN + len > self.ring.frame_size {
+            return self.send_direct(frame);
         }
         let i = self.cursor;
         let st = self.ring.status(i).load(Ordering::Acquire);
@@ -498,17 +592,19 @@ impl TxQueue for AfpTx {
             return Err(TxError::Full);
         }
         let slot = self.ring.slot(i);
-        // SAFETY: `TX_DATA + len <= frame_size` (checked), so the copy stays
-        // in this slot, which is ours (status AVAILABLE) until we hand it
-        // over below; the source is the frame's (live) pieces. The padding
-        // stays in it too: a slot holds far more than TX_DATA + 60 bytes.
+        let vnet = frame.offload.to_vnet();
+        // SAFETY: `TX_DATA + VNET_HDR_LEN + len <= frame_size` (checked),
+        // so the header and the copy stay in this slot, which is ours
+        // (status AVAILABLE) until we hand it over below; the source is the
+        // frame's (live) pieces. The padding stays in it too: a slot holds
+        // far more than TX_DATA + VNET_HDR_LEN + 60 bytes.
         let n = unsafe {
-            pad_short(
-                slot.add(TX_DATA),
-                frame.reader().copy_to(slot.add(TX_DATA), len),
-            )
+            let data = slot.add(TX_DATA);
+            std::ptr::copy_nonoverlapping(vnet.as_ptr(), data, VNET_HDR_LEN);
+            let data = data.add(VNET_HDR_LEN);
+            pad_short(data, frame.reader().copy_to(data, len))
         };
-        let l = (n as u32).to_ne_bytes();
+        let l = ((VNET_HDR_LEN + n) as u32).to_ne_bytes();
         // SAFETY: `tp_len` and `tp_snaplen` lie in the slot's header.
         unsafe {
             std::ptr::copy_nonoverlapping(l.as_ptr(), slot.add(H_LEN), 4);
@@ -520,6 +616,10 @@ impl TxQueue for AfpTx {
         self.cursor = (i + 1) % self.ring.frames;
         self.queued = true;
         Ok(())
+    }
+
+    fn offloads(&self) -> OffloadCaps {
+        OffloadCaps::ALL
     }
 
     fn flush(&mut self) {
@@ -575,7 +675,7 @@ impl AfPacketPort {
         self.mtu.store(mtu, Ordering::Relaxed);
         // A slot holds the header and the largest frame the MTU allows
         // (a VLAN tag included), in a power of two.
-        let frame_size = (TX_DATA + mtu as usize + ETH_HEADER_LEN + VLAN_TAG_LEN)
+        let frame_size = (TX_DATA + VNET_HDR_LEN + mtu as usize + ETH_HEADER_LEN + VLAN_TAG_LEN)
             .next_power_of_two()
             .max(2048);
         let n = self.spec.queues.unwrap_or(1);
@@ -587,6 +687,7 @@ impl AfPacketPort {
             q.rx.push(Box::new(AfpRx::new(fd.clone(), rx)));
             q.tx.push(Box::new(AfpTx {
                 fd,
+                direct: direct_socket(index)?,
                 ring: tx,
                 cursor: 0,
                 queued: false,

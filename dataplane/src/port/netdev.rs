@@ -113,6 +113,31 @@ fn ethtool_value(ifname: &str, cmd: u32, data: u32) -> io::Result<u32> {
     Ok(value[1])
 }
 
+/// `ETHTOOL_GDRVINFO`.
+const ETHTOOL_GDRVINFO: u32 = 0x03;
+
+/// The interface's driver name (`ethtool -i`): `veth`, `ixgbe`, ...
+pub fn driver(ifname: &str) -> io::Result<String> {
+    let s = inet_socket()?;
+    let mut req = IfReq::new(ifname)?;
+    // `struct ethtool_drvinfo`: the command, then `driver[32]` and more
+    // (196 bytes in all; room for more is harmless).
+    let mut info = [0u32; 64];
+    info[0] = ETHTOOL_GDRVINFO;
+    let ptr = info.as_mut_ptr() as usize;
+    req.data[..std::mem::size_of::<usize>()].copy_from_slice(&ptr.to_ne_bytes());
+    // SAFETY: SIOCETHTOOL reads `ifr_data` (a pointer at the union's start,
+    // set above) and fills the `struct ethtool_drvinfo` it points at
+    // (`info`, 256 bytes, more than the struct's 196), which outlives the
+    // call.
+    if unsafe { libc::ioctl(s.as_raw_fd(), libc::SIOCETHTOOL, &mut req as *mut IfReq) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let bytes: Vec<u8> = info[1..9].iter().flat_map(|w| w.to_ne_bytes()).collect();
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    Ok(String::from_utf8_lossy(&bytes[..end]).into_owned())
+}
+
 /// Whether the interface strips VLAN tags on receive (`rx-vlan-offload`,
 /// `ethtool -k`).
 pub fn rx_vlan_offload(ifname: &str) -> io::Result<bool> {

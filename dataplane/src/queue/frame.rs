@@ -2,6 +2,8 @@
 
 use std::ptr;
 
+use crate::queue::offload::Offload;
+
 /// Frames moved per burst.
 pub const BURST_SIZE: usize = 32;
 /// Most buffers one frame may span (9000-byte frames in 1024-byte buffers fit).
@@ -32,6 +34,9 @@ pub struct RxFrame {
     /// Total length.
     pub len: u32,
     nsegs: u8,
+    /// Checksum or segmentation work the sender left to the switch (or to
+    /// the peer it goes to), from the port's virtio-net header.
+    pub offload: Offload,
     segs: [Segment; MAX_SEGS],
 }
 
@@ -46,6 +51,7 @@ impl RxFrame {
     pub const EMPTY: RxFrame = RxFrame {
         len: 0,
         nsegs: 0,
+        offload: Offload::NONE,
         segs: [Segment::EMPTY; MAX_SEGS],
     };
 
@@ -54,6 +60,7 @@ impl RxFrame {
     pub fn clear(&mut self) {
         self.len = 0;
         self.nsegs = 0;
+        self.offload = Offload::NONE;
     }
 
     /// Appends a segment. Returns false when the frame already has [`MAX_SEGS`].
@@ -88,6 +95,7 @@ impl RxFrame {
         self.segs[0] = Segment { ptr, len };
         self.nsegs = 1;
         self.len = len;
+        self.offload = Offload::NONE;
     }
 
     /// The frame's first segment, if it has one.
@@ -184,6 +192,9 @@ pub struct RxBurst {
     len: usize,
     /// Frames the queue had to discard (more than [`MAX_SEGS`] buffers).
     pub dropped: u32,
+    /// Frames the queue discarded for offload metadata that does not fit
+    /// them ([`crate::queue::offload::BadOffload`]).
+    pub bad_offload: u32,
 }
 
 impl Default for RxBurst {
@@ -192,6 +203,7 @@ impl Default for RxBurst {
             frames: Box::new([RxFrame::default(); BURST_SIZE]),
             len: 0,
             dropped: 0,
+            bad_offload: 0,
         }
     }
 }
@@ -202,6 +214,7 @@ impl RxBurst {
     pub fn clear(&mut self) {
         self.len = 0;
         self.dropped = 0;
+        self.bad_offload = 0;
     }
     /// Frames held.
     #[inline]
@@ -252,17 +265,21 @@ impl RxBurst {
     }
 }
 
-/// A frame to transmit: a rewritten header `prefix`, then the source frame's
-/// bytes from offset `skip`. This is how VLAN tags are pushed or popped while
-/// the payload is copied once.
+/// A frame to transmit: a rewritten header `prefix`, then `take` bytes of
+/// the source frame from offset `skip`. This is how VLAN tags are pushed or
+/// popped while the payload is copied once, and how a segment of a larger
+/// frame is sent with headers of its own.
 #[derive(Clone, Copy)]
 pub struct TxFrame<'a> {
-    /// The source frame.
-    pub frame: &'a RxFrame,
-    /// Bytes emitted first.
-    pub prefix: &'a [u8],
-    /// Bytes of `frame` left out at its start.
-    pub skip: u32,
+    frame: &'a RxFrame,
+    prefix: &'a [u8],
+    skip: u32,
+    take: u32,
+    /// The checksum or segmentation work left on the frame, at its offsets
+    /// as it leaves. Only a queue whose peer takes it over
+    /// ([`crate::queue::TxQueue::offloads`]) is given a frame with work
+    /// left; the forwarder does it in software for the others.
+    pub offload: Offload,
 }
 
 impl TxFrame<'static> {
@@ -271,24 +288,72 @@ impl TxFrame<'static> {
         frame: &RxFrame::EMPTY,
         prefix: &[],
         skip: 0,
+        take: 0,
+        offload: Offload::NONE,
     };
 }
 
 impl<'a> TxFrame<'a> {
     /// The frame unchanged.
+    #[inline(always)]
     pub fn plain(frame: &'a RxFrame) -> Self {
         TxFrame {
             frame,
             prefix: &[],
             skip: 0,
+            take: frame.len,
+            offload: frame.offload,
         }
     }
+
+    /// The frame with its first `skip` bytes replaced by `prefix` (a VLAN
+    /// tag pushed or popped), its offload offsets moved with it.
+    #[inline]
+    pub fn rewritten(frame: &'a RxFrame, prefix: &'a [u8], skip: u32) -> Self {
+        let skip = skip.min(frame.len);
+        TxFrame {
+            frame,
+            prefix,
+            skip,
+            take: frame.len - skip,
+            offload: frame.offload.shifted(prefix.len() as i32 - skip as i32),
+        }
+    }
+
+    /// `len` bytes of this frame from `at` (which is past its prefix),
+    /// after `prefix` (their headers), with no work left: a segment of it,
+    /// or the frame from its checksum on.
+    pub fn window<'b>(&self, at: usize, len: usize, prefix: &'b [u8]) -> TxFrame<'b>
+    where
+        'a: 'b,
+    {
+        let from = (at.saturating_sub(self.prefix.len()) as u64).min(u64::from(self.take)) as u32;
+        TxFrame {
+            frame: self.frame,
+            prefix,
+            skip: self.skip + from,
+            take: (len as u64).min(u64::from(self.take - from)) as u32,
+            offload: Offload::NONE,
+        }
+    }
+
+    /// The same frame with `offload` as the work left on it.
+    pub fn with_offload(self, offload: Offload) -> Self {
+        TxFrame { offload, ..self }
+    }
+
+    /// Bytes of the rewritten header in front.
+    #[inline]
+    pub fn prefix_len(&self) -> usize {
+        self.prefix.len()
+    }
+
     /// The frame's one segment, when it goes out unchanged and whole in
     /// one piece: the common case, which transmit queues copy without a
     /// [`FrameReader`].
     #[inline]
     pub fn single(&self) -> Option<Segment> {
-        if self.prefix.is_empty() && self.skip == 0 {
+        if self.prefix.is_empty() && self.take == self.frame.len {
             self.frame.single_segment()
         } else {
             None
@@ -298,7 +363,7 @@ impl<'a> TxFrame<'a> {
     /// Length on the wire.
     #[inline]
     pub fn len(&self) -> usize {
-        self.prefix.len() + (self.frame.len.saturating_sub(self.skip)) as usize
+        self.prefix.len() + self.take as usize
     }
     /// True for a zero-length frame.
     #[inline]
@@ -314,15 +379,22 @@ impl<'a> TxFrame<'a> {
             f(self.prefix.as_ptr(), self.prefix.len());
         }
         let mut skip = self.skip as usize;
+        let mut left = self.take as usize;
         for s in self.frame.segments() {
             let len = s.len as usize;
             if skip >= len {
                 skip -= len;
                 continue;
             }
-            // SAFETY: `skip < len`, so the offset stays inside the segment,
-            // which was bounds-checked against a live mapping when pushed.
-            f(unsafe { s.ptr.add(skip) }, len - skip);
+            if left == 0 {
+                break;
+            }
+            let n = (len - skip).min(left);
+            // SAFETY: `skip + n <= len`, so the range stays inside the
+            // segment, which was bounds-checked against a live mapping
+            // when pushed.
+            f(unsafe { s.ptr.add(skip) }, n);
+            left -= n;
             skip = 0;
         }
     }
@@ -374,6 +446,7 @@ impl<'a> FrameReader<'a> {
     /// segments.
     #[inline]
     pub unsafe fn copy_to(&mut self, dst: *mut u8, cap: usize) -> usize {
+        let cap = cap.min(self.remaining);
         let mut done = 0;
         if !self.prefix.is_empty() && cap > 0 {
             let n = self.prefix.len().min(cap);
@@ -439,22 +512,28 @@ mod tests {
             assert_eq!(collect(TxFrame::plain(&f), chunk), all);
         }
         // Pop a 4-byte tag at offset 12: prefix = bytes 0..12, skip 16.
-        let tx = TxFrame {
-            frame: &f,
-            prefix: &all[..12],
-            skip: 16,
-        };
+        let tx = TxFrame::rewritten(&f, &all[..12], 16);
         let mut want = all[..12].to_vec();
         want.extend_from_slice(&all[16..]);
         assert_eq!(tx.len(), 46);
         assert_eq!(collect(tx, 5), want);
         // Skip exactly the first segment.
-        let tx = TxFrame {
-            frame: &f,
-            prefix: &[],
-            skip: 20,
-        };
+        let tx = TxFrame::rewritten(&f, &[], 20);
         assert_eq!(collect(tx, 8), b);
+        // A window: 25 bytes from offset 14 (past a 12-byte prefix), after
+        // a header of its own; one piece at a time too.
+        let tx = TxFrame::rewritten(&f, &all[..12], 16);
+        let w = tx.window(14, 25, &[9, 9]);
+        let mut want = vec![9, 9];
+        want.extend_from_slice(&all[18..43]);
+        assert_eq!(w.len(), 27);
+        assert_eq!(collect(w, 4), want);
+        let mut pieces = Vec::new();
+        w.for_each_piece(|p, n| {
+            // SAFETY: the pieces lie in `all`, `a` and `b`, alive here.
+            pieces.extend_from_slice(unsafe { std::slice::from_raw_parts(p, n) })
+        });
+        assert_eq!(pieces, want);
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! buffers, so a frame is copied exactly once.
 
 pub mod frame;
+pub mod offload;
 pub mod prefetch;
 
 use std::os::fd::BorrowedFd;
@@ -12,6 +13,7 @@ use std::os::fd::BorrowedFd;
 pub use frame::{
     copy_frame, FrameReader, RxBurst, RxFrame, Segment, TxFrame, BURST_SIZE, MAX_SEGS,
 };
+pub use offload::{Offload, OffloadCaps};
 
 /// A peer broke the shared-memory protocol; its port must be reset.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -67,6 +69,10 @@ pub enum TxError {
     /// The peer broke the ring. Boxed: a fault is rare, and a small
     /// error keeps the per-frame `Result` in registers.
     Fault(Box<QueueFault>),
+    /// The frame's offload metadata does not match its headers, so its
+    /// checksum or segmentation cannot be done for a peer that does not
+    /// take it over.
+    Unfinished,
 }
 
 impl TxError {
@@ -144,6 +150,9 @@ pub struct TxOutcome {
     /// Why the queue stopped before the end of the burst: it was full
     /// ([`TxError::Full`]) or the peer broke it ([`TxError::Fault`]).
     pub stop: Option<TxError>,
+    /// Bit `i` is set when `frames[i]` was not sent for
+    /// [`TxError::Unfinished`] (rather than [`TxError::TooLong`]).
+    pub unfinished: u32,
 }
 
 impl TxOutcome {
@@ -154,6 +163,8 @@ impl TxOutcome {
         if i < self.tried {
             Some(if self.sent & (1 << i) != 0 {
                 Ok(())
+            } else if self.unfinished & (1 << i) != 0 {
+                Err(TxError::Unfinished)
             } else {
                 Err(TxError::TooLong)
             })
@@ -185,6 +196,7 @@ pub fn tx_each(
                     sent,
                     tried: i,
                     stop: Some(e),
+                    unfinished: 0,
                 }
             }
         }
@@ -193,6 +205,7 @@ pub fn tx_each(
         sent,
         tried: frames.len(),
         stop: None,
+        unfinished: 0,
     }
 }
 
@@ -208,6 +221,11 @@ pub trait TxQueue: Send {
     /// buffer, unchanged) in a loop of their own, through [`tx_each`].
     fn tx_burst(&mut self, frames: &[TxFrame<'_>]) -> TxOutcome {
         tx_each(frames, |f| self.tx(f))
+    }
+    /// The offloads the peer takes over: a frame with other work left is
+    /// finished in software before it reaches this queue.
+    fn offloads(&self) -> OffloadCaps {
+        OffloadCaps::NONE
     }
     /// Publishes what was queued since the last flush and signals the peer if
     /// it asked for interrupts.
@@ -237,11 +255,7 @@ pub(crate) mod testing {
         long: &'a RxFrame,
         tag: &'a [u8; 16],
     ) -> [TxFrame<'a>; 5] {
-        let tagged = TxFrame {
-            frame: short,
-            prefix: tag,
-            skip: 12,
-        };
+        let tagged = TxFrame::rewritten(short, tag, 12);
         [
             TxFrame::plain(short),
             TxFrame::plain(long),

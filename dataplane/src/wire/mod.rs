@@ -5,7 +5,9 @@
 //! no transmutes, and no allocation. Parsing untrusted bytes goes through a
 //! `new_checked` constructor that validates the length once.
 
+pub mod checksum;
 pub mod ethernet;
+pub mod ip;
 pub mod memif;
 pub mod virtio_net;
 

@@ -26,12 +26,13 @@ use switchyard_api::{AfXdpSpec, PortStatus, XdpMode};
 use tracing::{info, warn};
 
 use crate::port::netdev::{
-    exceeds_mtu, ifindex, pad_short, read_mtu, rx_vlan_offload, set_rx_vlan_offload,
+    self, exceeds_mtu, ifindex, pad_short, read_mtu, rx_vlan_offload, set_rx_vlan_offload,
     status_with_mtu,
 };
 use crate::port::{Port, PortCtx, PortError};
+use crate::queue::offload::MAX_HDR;
 use crate::queue::{
-    PortQueues, QueueFault, RxBurst, RxQueue, TxError, TxFrame, TxQueue, BURST_SIZE,
+    Offload, PortQueues, QueueFault, RxBurst, RxQueue, TxError, TxFrame, TxQueue, BURST_SIZE,
 };
 use crate::wire::ethernet::HEADER_LEN as ETH_HEADER_LEN;
 
@@ -506,6 +507,10 @@ struct XdpRx {
     taken: Vec<u64>,
     /// The rx ring's consumer index as last given to the kernel.
     released: u32,
+    /// The interface may hand over frames with their checksum left to
+    /// finish (a veth whose peer offloads it): each TCP or UDP frame is
+    /// looked at ([`Offload::partial_in`]).
+    partial_checksums: bool,
 }
 
 impl XdpRx {
@@ -566,6 +571,13 @@ impl RxQueue for XdpRx {
             // SAFETY: `addr + len` lies in one frame of the UMEM area, ours
             // until the frame goes back to the fill ring at release.
             unsafe { slot.push(self.xsk.area.add(d.addr as usize), d.len) };
+            if self.partial_checksums {
+                let mut head = [0u8; MAX_HDR];
+                let n = slot.read_prefix(&mut head);
+                if let Some(o) = Offload::partial_in(&head[..n]) {
+                    slot.offload = o;
+                }
+            }
             burst.commit();
         }
         self.rx.cached_cons = cons.wrapping_add(n);
@@ -826,6 +838,14 @@ impl AfXdpPort {
                 ),
             ));
         }
+        // Interfaces that carry the host's own frames can hand them over
+        // with the checksum left to the device (`CHECKSUM_PARTIAL`), which
+        // XDP does not say: a veth (its peer's transmit checksum offload),
+        // a tun/tap, a netkit. A NIC's received frames are complete.
+        let partial_checksums = matches!(
+            netdev::driver(&ifname).as_deref(),
+            Ok("veth" | "tun" | "netkit") | Err(_)
+        );
         let mut q = PortQueues::default();
         for (xsk, [fill, comp, rx, tx]) in sockets {
             let mut r = XdpRx {
@@ -834,6 +854,7 @@ impl AfXdpPort {
                 rx,
                 taken: Vec::with_capacity(BURST_SIZE),
                 released: rx.cached_cons,
+                partial_checksums,
             };
             r.refill((0..FRAMES / 2).map(|i| i * FRAME));
             q.rx.push(Box::new(r));

@@ -1,0 +1,659 @@
+//! Checksum and segmentation offloads as a frame carries them through the
+//! switch: what is left to do to it (a checksum to finish, a TCP or UDP
+//! super-frame to cut into segments), in the terms of the virtio-net header
+//! that the kernel (`PACKET_VNET_HDR`, `IFF_VNET_HDR`) and virtio drivers
+//! speak.
+//!
+//! A port that receives such frames records the work in
+//! [`RxFrame::offload`](crate::queue::RxFrame::offload). At the egress, a
+//! transmit queue says which work its peer takes over
+//! ([`crate::queue::TxQueue::offloads`]): a kernel interface or a virtio
+//! driver that negotiated it gets the frame as it is, with its header; for
+//! any other peer [`finish`] does the work in software first (as the
+//! kernel's `skb_gso_segment` and `skb_checksum_help` do for a device
+//! without the offload), so that no peer ever gets an unfinished checksum
+//! or a frame longer than its MTU it did not ask for.
+
+use crate::queue::{TxError, TxFrame, TxOutcome, BURST_SIZE};
+use crate::wire::checksum::{same, Checksum};
+use crate::wire::ip::{self, Headers, IpVersion, PROTO_TCP, PROTO_UDP};
+
+/// `VIRTIO_NET_HDR_F_NEEDS_CSUM`: the checksum from `csum_start` to the
+/// end is to be computed and stored at `csum_start + csum_offset`.
+pub const F_NEEDS_CSUM: u8 = 1;
+/// `VIRTIO_NET_HDR_F_DATA_VALID`: the checksum was verified already.
+pub const F_DATA_VALID: u8 = 2;
+/// `VIRTIO_NET_HDR_GSO_TCPV4`.
+pub const GSO_TCPV4: u8 = 1;
+/// `VIRTIO_NET_HDR_GSO_UDP` (UFO: IP fragmentation, which no current
+/// kernel sends; refused).
+pub const GSO_UDP: u8 = 3;
+/// `VIRTIO_NET_HDR_GSO_TCPV6`.
+pub const GSO_TCPV6: u8 = 4;
+/// `VIRTIO_NET_HDR_GSO_UDP_L4`: UDP segmentation (USO).
+pub const GSO_UDP_L4: u8 = 5;
+/// `VIRTIO_NET_HDR_GSO_ECN`: the TCP flow uses ECN.
+pub const GSO_ECN: u8 = 0x80;
+
+/// Bytes of a virtio-net header's offload fields (`struct virtio_net_hdr`,
+/// without `num_buffers`): what `PACKET_VNET_HDR` and `IFF_VNET_HDR` put
+/// in front of a frame.
+pub const VNET_HDR_LEN: usize = 10;
+
+/// The most header bytes (Ethernet, tags, IP, TCP) a frame finished in
+/// software may have in front of its checksum field or payload.
+pub const MAX_HDR: usize = 192;
+
+/// What is left to do to a frame: a checksum and a segmentation, or none.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Offload {
+    flags: u8,
+    gso_type: u8,
+    gso_size: u16,
+    csum_start: u16,
+    csum_offset: u16,
+}
+
+/// Kinds of segmentation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gso {
+    /// TCP over IPv4.
+    Tcp4,
+    /// TCP over IPv6.
+    Tcp6,
+    /// UDP (over either).
+    Udp,
+}
+
+/// Offload metadata that does not fit the frame it came with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BadOffload {
+    /// The checksum field lies past the frame's end.
+    #[error("checksum at {start}+{offset} outside a frame of {len} bytes")]
+    ChecksumOutside {
+        /// `csum_start`.
+        start: u16,
+        /// `csum_offset`.
+        offset: u16,
+        /// The frame's length.
+        len: usize,
+    },
+    /// A segmentation kind the switch does not do (UFO, or unknown).
+    #[error("segmentation type {0:#x} not supported")]
+    GsoType(u8),
+    /// Segmentation into segments of no bytes.
+    #[error("segmentation with a segment size of 0")]
+    GsoSize,
+}
+
+impl Offload {
+    /// Nothing left to do.
+    pub const NONE: Offload = Offload {
+        flags: 0,
+        gso_type: 0,
+        gso_size: 0,
+        csum_start: 0,
+        csum_offset: 0,
+    };
+
+    /// A checksum to finish: from `start` to the end, stored at
+    /// `start + offset`.
+    pub fn checksum(start: u16, offset: u16) -> Offload {
+        Offload {
+            flags: F_NEEDS_CSUM,
+            csum_start: start,
+            csum_offset: offset,
+            ..Offload::NONE
+        }
+    }
+
+    /// Reads the offload fields of a virtio-net header (little-endian, as
+    /// virtio 1.0 and the kernel on every little-endian host have them) in
+    /// front of a frame of `len` bytes, and checks them against it.
+    pub fn from_vnet(h: &[u8; VNET_HDR_LEN], len: usize) -> Result<Offload, BadOffload> {
+        let le = |at: usize| u16::from_le_bytes([h[at], h[at + 1]]);
+        let o = Offload {
+            flags: h[0] & (F_NEEDS_CSUM | F_DATA_VALID),
+            gso_type: h[1],
+            gso_size: le(4),
+            csum_start: le(6),
+            csum_offset: le(8),
+        };
+        if o.flags & F_NEEDS_CSUM != 0
+            && u64::from(o.csum_start) + u64::from(o.csum_offset) + 2 > len as u64
+        {
+            return Err(BadOffload::ChecksumOutside {
+                start: o.csum_start,
+                offset: o.csum_offset,
+                len,
+            });
+        }
+        match o.gso_type & !GSO_ECN {
+            0 => Ok(Offload {
+                gso_type: 0,
+                gso_size: 0,
+                ..o
+            }),
+            GSO_TCPV4 | GSO_TCPV6 | GSO_UDP_L4 if o.gso_size == 0 => Err(BadOffload::GsoSize),
+            GSO_TCPV4 | GSO_TCPV6 | GSO_UDP_L4 => Ok(o),
+            t => Err(BadOffload::GsoType(t)),
+        }
+    }
+
+    /// The virtio-net header's offload fields for this frame.
+    pub fn to_vnet(&self) -> [u8; VNET_HDR_LEN] {
+        let mut h = [0u8; VNET_HDR_LEN];
+        h[0] = self.flags;
+        h[1] = self.gso_type;
+        // `hdr_len`: the kernel needs at least the checksum field in the
+        // linear part; it finds the rest of the headers itself.
+        let hdr_len = if self.needs_checksum() {
+            self.csum_start
+                .saturating_add(self.csum_offset)
+                .saturating_add(2)
+        } else {
+            0
+        };
+        h[2..4].copy_from_slice(&hdr_len.to_le_bytes());
+        h[4..6].copy_from_slice(&self.gso_size.to_le_bytes());
+        h[6..8].copy_from_slice(&self.csum_start.to_le_bytes());
+        h[8..10].copy_from_slice(&self.csum_offset.to_le_bytes());
+        h
+    }
+
+    /// Nothing to do and nothing to tell (the usual frame).
+    #[inline(always)]
+    pub fn is_none(&self) -> bool {
+        *self == Offload::NONE
+    }
+
+    /// A checksum or a segmentation is still to be done.
+    #[inline(always)]
+    pub fn needs_work(&self) -> bool {
+        self.flags & F_NEEDS_CSUM != 0 || self.gso_type != 0
+    }
+
+    /// A checksum is still to be computed.
+    pub fn needs_checksum(&self) -> bool {
+        self.flags & F_NEEDS_CSUM != 0
+    }
+
+    /// Where the checksum to compute starts and where it goes, from the
+    /// frame's start.
+    pub fn checksum_at(&self) -> Option<(usize, usize)> {
+        self.needs_checksum()
+            .then_some((usize::from(self.csum_start), usize::from(self.csum_offset)))
+    }
+
+    /// The segmentation to do and its segment size (payload bytes).
+    pub fn gso(&self) -> Option<(Gso, u16)> {
+        let kind = match self.gso_type & !GSO_ECN {
+            GSO_TCPV4 => Gso::Tcp4,
+            GSO_TCPV6 => Gso::Tcp6,
+            GSO_UDP_L4 => Gso::Udp,
+            _ => return None,
+        };
+        Some((kind, self.gso_size))
+    }
+
+    /// The checksum work a frame whose first bytes are `head` was sent
+    /// with, as far as its bytes tell: a TCP or UDP checksum field that
+    /// holds its pseudo-header's sum, which is what a sender with checksum
+    /// offload leaves there (`CHECKSUM_PARTIAL`). For a port that receives
+    /// frames without the kernel's metadata (AF_XDP on a veth).
+    ///
+    /// A finished checksum that happens to equal that sum is finished
+    /// again to the same value (it is then the complement of the rest's
+    /// sum, which is what finishing computes), so a complete frame never
+    /// changes.
+    pub fn partial_in(head: &[u8]) -> Option<Offload> {
+        let hs = ip::locate(head)?;
+        let at = hs.l4 + hs.check_offset();
+        let field = u16::from_ne_bytes([*head.get(at)?, *head.get(at + 1)?]);
+        if hs.proto == PROTO_UDP && hs.version == IpVersion::V4 && field == 0 {
+            return None; // no checksum
+        }
+        let mut c = Checksum::new();
+        hs.add_pseudo(head, hs.l4_len, &mut c);
+        same(field, c.folded()).then(|| Offload::checksum(hs.l4 as u16, hs.check_offset() as u16))
+    }
+
+    /// The same work for the frame with `delta` bytes more (or fewer) in
+    /// front of the checksummed part: a VLAN tag pushed or popped.
+    #[inline]
+    pub fn shifted(self, delta: i32) -> Offload {
+        if self.flags & F_NEEDS_CSUM == 0 || delta == 0 {
+            return self;
+        }
+        Offload {
+            csum_start: (i32::from(self.csum_start) + delta).clamp(0, 0xffff) as u16,
+            ..self
+        }
+    }
+}
+
+/// The offloads a transmit queue's peer takes over.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OffloadCaps(u8);
+
+impl OffloadCaps {
+    /// None: every frame leaves finished.
+    pub const NONE: OffloadCaps = OffloadCaps(0);
+    /// Checksums to finish.
+    pub const CSUM: OffloadCaps = OffloadCaps(1);
+    /// TCP over IPv4 segmentation.
+    pub const TSO4: OffloadCaps = OffloadCaps(2);
+    /// TCP over IPv6 segmentation.
+    pub const TSO6: OffloadCaps = OffloadCaps(4);
+    /// UDP segmentation.
+    pub const USO: OffloadCaps = OffloadCaps(8);
+    /// All of them (a kernel interface through a virtio-net header).
+    pub const ALL: OffloadCaps = OffloadCaps(15);
+
+    /// Both sets.
+    pub const fn with(self, other: OffloadCaps) -> OffloadCaps {
+        OffloadCaps(self.0 | other.0)
+    }
+
+    /// Whether every offload of `other` is in this set.
+    pub const fn contains(self, other: OffloadCaps) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// Whether the peer takes `o` as it is.
+    #[inline]
+    pub fn accepts(self, o: &Offload) -> bool {
+        if o.needs_checksum() && !self.contains(OffloadCaps::CSUM) {
+            return false;
+        }
+        match o.gso() {
+            None => o.gso_type == 0,
+            Some((Gso::Tcp4, _)) => self.contains(OffloadCaps::TSO4),
+            Some((Gso::Tcp6, _)) => self.contains(OffloadCaps::TSO6),
+            Some((Gso::Udp, _)) => self.contains(OffloadCaps::USO),
+        }
+    }
+}
+
+/// Header space for a burst of segments, allocated once per worker.
+pub struct Scratch {
+    hdrs: Box<[[u8; MAX_HDR]; BURST_SIZE]>,
+}
+
+impl Default for Scratch {
+    fn default() -> Self {
+        Scratch {
+            hdrs: Box::new([[0; MAX_HDR]; BURST_SIZE]),
+        }
+    }
+}
+
+/// What [`finish`] sent of one frame.
+#[derive(Debug)]
+pub struct Finished {
+    /// Frames that went out (segments, or the one frame).
+    pub frames: u32,
+    /// Their bytes.
+    pub bytes: u64,
+    /// `Ok` when all of it went; otherwise why the rest did not.
+    pub result: Result<(), TxError>,
+}
+
+/// Why [`finish`] could not do a frame's work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unfinished {
+    /// The metadata does not match the frame's headers (or the headers
+    /// are longer than [`MAX_HDR`]).
+    BadOffload,
+}
+
+/// Checksums `len` bytes of `frame` from `at` into `c`.
+fn sum_range(frame: &TxFrame<'_>, at: usize, len: usize, c: &mut Checksum) {
+    let (mut pos, end) = (0usize, at + len);
+    frame.for_each_piece(|p, n| {
+        let (lo, hi) = (pos.max(at), (pos + n).min(end));
+        if lo < hi {
+            // SAFETY: `p..p+n` is a piece of the frame (readable, checked
+            // against its mapping when received) and `lo - pos .. hi - pos`
+            // lies inside it.
+            unsafe { c.add_raw(p.add(lo - pos), hi - lo) };
+        }
+        pos += n;
+    });
+}
+
+/// Does `frame`'s offload work in software and sends the result through
+/// `send` (a queue's `tx_burst`): the checksum finished, or the
+/// super-frame cut into segments of its segment size, each with its own
+/// headers (IP length, IPv4 identification and checksum, TCP sequence
+/// number and flags, UDP length) and checksums, as Linux's
+/// `tcp_gso_segment` / `__udp_gso_segment` make them.
+pub fn finish(
+    frame: &TxFrame<'_>,
+    scratch: &mut Scratch,
+    mut send: impl FnMut(&[TxFrame<'_>]) -> TxOutcome,
+) -> Result<Finished, Unfinished> {
+    let o = frame.offload;
+    let len = frame.len();
+    let mut head = [0u8; MAX_HDR];
+    let got = {
+        let mut r = frame.reader();
+        // SAFETY: `head` is a local buffer of the length given.
+        unsafe { r.copy_to(head.as_mut_ptr(), MAX_HDR) }
+    };
+    let head = &head[..got];
+    let prefix = frame.prefix_len();
+    let Some((kind, mss)) = o.gso() else {
+        // Only the checksum: the headers up to its field, then the rest.
+        let (start, offset) = o.checksum_at().ok_or(Unfinished::BadOffload)?;
+        let field = start + offset;
+        if field + 2 > got || field + 2 < prefix {
+            return Err(Unfinished::BadOffload);
+        }
+        let h = &mut scratch.hdrs[0];
+        h[..field + 2].copy_from_slice(&head[..field + 2]);
+        let mut c = Checksum::new();
+        c.add(&h[start..field + 2]);
+        sum_range(frame, field + 2, len - field - 2, &mut c);
+        h[field..field + 2].copy_from_slice(&c.finish().to_ne_bytes());
+        let one = [frame.window(field + 2, len - field - 2, &h[..field + 2])];
+        let out = send(&one);
+        return Ok(match out.of(0) {
+            Some(Ok(())) => Finished {
+                frames: 1,
+                bytes: len as u64,
+                result: Ok(()),
+            },
+            r => Finished {
+                frames: 0,
+                bytes: 0,
+                result: Err(r
+                    .and_then(Result::err)
+                    .or(out.stop)
+                    .unwrap_or(TxError::Full)),
+            },
+        });
+    };
+    let hs = ip::locate(head).ok_or(Unfinished::BadOffload)?;
+    let fits = match kind {
+        Gso::Tcp4 => hs.proto == PROTO_TCP && hs.version == IpVersion::V4,
+        Gso::Tcp6 => hs.proto == PROTO_TCP && hs.version == IpVersion::V6,
+        Gso::Udp => hs.proto == PROTO_UDP,
+    };
+    if !fits || hs.end < prefix || mss == 0 {
+        return Err(Unfinished::BadOffload);
+    }
+    // The payload as the IP header counts it (padding past it is not
+    // payload), bounded by the bytes there are.
+    let payload = (hs.l4 + hs.l4_len).min(len).saturating_sub(hs.end);
+    let mss = usize::from(mss);
+    let count = payload.div_ceil(mss).max(1);
+    let mut done = Finished {
+        frames: 0,
+        bytes: 0,
+        result: Ok(()),
+    };
+    let mut k = 0;
+    while k < count {
+        let n = (count - k).min(BURST_SIZE);
+        for j in 0..n {
+            let i = k + j;
+            let at = hs.end + i * mss;
+            let seg_len = mss.min(payload - (at - hs.end).min(payload));
+            let h = &mut scratch.hdrs[j];
+            h[..hs.end].copy_from_slice(&head[..hs.end]);
+            segment_headers(h, &hs, i, mss, seg_len, i + 1 == count);
+            let mut c = Checksum::new();
+            hs.add_pseudo(h, hs.end - hs.l4 + seg_len, &mut c);
+            let check = hs.l4 + hs.check_offset();
+            h[check..check + 2].fill(0);
+            c.add(&h[hs.l4..hs.end]);
+            sum_range(frame, at, seg_len, &mut c);
+            let mut sum = c.finish();
+            if hs.proto == PROTO_UDP && sum == 0 {
+                sum = 0xffff;
+            }
+            h[check..check + 2].copy_from_slice(&sum.to_ne_bytes());
+        }
+        let mut segs = [TxFrame::EMPTY; BURST_SIZE];
+        for (j, seg) in segs[..n].iter_mut().enumerate() {
+            let at = hs.end + (k + j) * mss;
+            let seg_len = mss.min(payload - (at - hs.end).min(payload));
+            *seg = frame.window(at, seg_len, &scratch.hdrs[j][..hs.end]);
+        }
+        let out = send(&segs[..n]);
+        for (j, seg) in segs[..n].iter().enumerate() {
+            match out.of(j) {
+                Some(Ok(())) => {
+                    done.frames += 1;
+                    done.bytes += seg.len() as u64;
+                }
+                Some(Err(e)) if done.result.is_ok() => done.result = Err(e),
+                _ => {}
+            }
+        }
+        if let Some(e) = out.stop {
+            done.result = Err(e);
+            return Ok(done);
+        }
+        k += n;
+    }
+    Ok(done)
+}
+
+/// Rewrites the copied headers `h` (through `hs.end`) for segment `i` of
+/// `seg_len` payload bytes, segments being `mss` long; `last`: the final
+/// one. The transport checksum is left to the caller.
+fn segment_headers(h: &mut [u8], hs: &Headers, i: usize, mss: usize, seg_len: usize, last: bool) {
+    let l4_len = hs.end - hs.l4 + seg_len;
+    match hs.version {
+        IpVersion::V4 => {
+            let l3 = hs.l3;
+            let total = (hs.l4 - l3 + l4_len) as u16;
+            h[l3 + 2..l3 + 4].copy_from_slice(&total.to_be_bytes());
+            let id = u16::from_be_bytes([h[l3 + 4], h[l3 + 5]]).wrapping_add(i as u16);
+            h[l3 + 4..l3 + 6].copy_from_slice(&id.to_be_bytes());
+            h[l3 + 10..l3 + 12].fill(0);
+            let mut c = Checksum::new();
+            c.add(&h[l3..hs.l4]);
+            h[l3 + 10..l3 + 12].copy_from_slice(&c.finish().to_ne_bytes());
+        }
+        IpVersion::V6 => {
+            let l3 = hs.l3;
+            h[l3 + 4..l3 + 6].copy_from_slice(&(l4_len as u16).to_be_bytes());
+        }
+    }
+    let l4 = hs.l4;
+    if hs.proto == PROTO_TCP {
+        let seq = u32::from_be_bytes([h[l4 + 4], h[l4 + 5], h[l4 + 6], h[l4 + 7]])
+            .wrapping_add((i * mss) as u32);
+        h[l4 + 4..l4 + 8].copy_from_slice(&seq.to_be_bytes());
+        // FIN and PSH only on the last segment, CWR only on the first.
+        if !last {
+            h[l4 + 13] &= !0x09;
+        }
+        if i > 0 {
+            h[l4 + 13] &= !0x80;
+        }
+    } else {
+        h[l4 + 4..l4 + 6].copy_from_slice(&(l4_len as u16).to_be_bytes());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::queue::RxFrame;
+    use crate::wire::ip::tests::tcp4;
+
+    fn frame(bytes: &[u8]) -> RxFrame {
+        let mut f = RxFrame::default();
+        // Two segments, split at an odd place, to take the piecewise sums.
+        let cut = bytes.len().min(77);
+        // SAFETY: `bytes` outlives the frame in every test.
+        unsafe {
+            assert!(f.push(bytes.as_ptr(), cut as u32));
+            assert!(f.push(bytes.as_ptr().add(cut), (bytes.len() - cut) as u32));
+        }
+        f
+    }
+
+    /// The frames `finish` sends for `tx`, as bytes.
+    fn run(tx: &TxFrame<'_>) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        let mut s = Scratch::default();
+        let fin = finish(tx, &mut s, |segs| {
+            for f in segs {
+                let mut b = vec![0u8; f.len()];
+                // SAFETY: `b` holds `f.len()` bytes.
+                unsafe { f.reader().copy_to(b.as_mut_ptr(), b.len()) };
+                out.push(b);
+            }
+            crate::queue::tx_each(segs, |_| Ok(()))
+        })
+        .unwrap();
+        assert!(fin.result.is_ok());
+        assert_eq!(fin.frames as usize, out.len());
+        out
+    }
+
+    /// Whether the IPv4 TCP frame `b`'s IP and TCP checksums verify.
+    fn verifies(b: &[u8]) -> bool {
+        let h = ip::locate(b).unwrap();
+        let mut ipc = Checksum::new();
+        ipc.add(&b[h.l3..h.l4]);
+        let mut c = Checksum::new();
+        h.add_pseudo(b, h.l4_len, &mut c);
+        c.add(&b[h.l4..h.l4 + h.l4_len]);
+        same(ipc.finish(), 0) && same(c.finish(), 0)
+    }
+
+    /// `b` with its TCP checksum left partial, as a sender with checksum
+    /// offload hands it over.
+    fn partial(mut b: Vec<u8>) -> Vec<u8> {
+        let h = ip::locate(&b).unwrap();
+        let mut c = Checksum::new();
+        h.add_pseudo(&b, h.l4_len, &mut c);
+        let at = h.l4 + ip::TCP_CHECK;
+        b[at..at + 2].copy_from_slice(&c.folded().to_ne_bytes());
+        let mut ipc = Checksum::new();
+        ipc.add(&b[h.l3..h.l4]);
+        b[24..26].copy_from_slice(&ipc.finish().to_ne_bytes());
+        b
+    }
+
+    #[test]
+    fn a_partial_checksum_is_finished() {
+        let b = partial(tcp4(1000));
+        assert!(!verifies(&b));
+        let f = frame(&b);
+        let tx = TxFrame::plain(&f).with_offload(Offload::checksum(34, 16));
+        let out = run(&tx);
+        assert_eq!(out.len(), 1);
+        assert!(verifies(&out[0]));
+        assert_eq!(out[0][..50], b[..50]);
+        assert_eq!(out[0][52..], b[52..]);
+    }
+
+    #[test]
+    fn a_tcp_super_frame_is_cut_into_segments_that_add_up() {
+        let mut b = partial(tcp4(4000));
+        b[18..20].copy_from_slice(&0x1234u16.to_be_bytes()); // IP id
+        b[38..42].copy_from_slice(&0xffff_ff00u32.to_be_bytes()); // seq, wraps
+        b[47] = 0x18 | 0x01 | 0x80; // PSH ACK FIN CWR
+        let b = partial(b);
+        let f = frame(&b);
+        let mut vnet = Offload::checksum(34, 16).to_vnet();
+        vnet[1] = GSO_TCPV4;
+        vnet[4..6].copy_from_slice(&1448u16.to_le_bytes());
+        let o = Offload::from_vnet(&vnet, b.len()).unwrap();
+        let out = run(&TxFrame::plain(&f).with_offload(o));
+        assert_eq!(
+            out.iter().map(Vec::len).collect::<Vec<_>>(),
+            [1502, 1502, 54 + 1104]
+        );
+        let mut payload = Vec::new();
+        for (i, s) in out.iter().enumerate() {
+            assert!(verifies(s), "segment {i}");
+            assert_eq!(u16::from_be_bytes([s[18], s[19]]), 0x1234 + i as u16);
+            let seq = u32::from_be_bytes([s[38], s[39], s[40], s[41]]);
+            assert_eq!(seq, 0xffff_ff00u32.wrapping_add(1448 * i as u32));
+            let last = i == 2;
+            assert_eq!(s[47] & 0x09 != 0, last, "FIN/PSH on the last only");
+            assert_eq!(s[47] & 0x80 != 0, i == 0, "CWR on the first only");
+            assert_eq!(s[..14], b[..14]);
+            payload.extend_from_slice(&s[54..]);
+        }
+        assert_eq!(payload, b[54..]);
+    }
+
+    #[test]
+    fn a_pushed_vlan_tag_moves_the_checksum_with_it() {
+        let b = partial(tcp4(300));
+        let f = frame(&b);
+        let mut hdr = [0u8; 16];
+        hdr[..12].copy_from_slice(&b[..12]);
+        hdr[12..16].copy_from_slice(&[0x81, 0, 0, 100]);
+        let tx = TxFrame::rewritten(&f, &hdr, 12);
+        let tx = tx.with_offload(Offload::checksum(34, 16).shifted(4));
+        let out = run(&tx);
+        let mut untagged = out[0][..12].to_vec();
+        untagged.extend_from_slice(&out[0][16..]);
+        assert!(verifies(&untagged));
+    }
+
+    #[test]
+    fn a_partial_checksum_is_recognised_and_a_finished_one_left_alone() {
+        let b = partial(tcp4(500));
+        let o = Offload::partial_in(&b[..MAX_HDR]).unwrap();
+        assert_eq!(o.checksum_at(), Some((34, 16)));
+        // Finished, it is not partial any more.
+        let f = frame(&b);
+        let done = run(&TxFrame::plain(&f).with_offload(o)).remove(0);
+        assert!(verifies(&done));
+        assert_eq!(Offload::partial_in(&done[..MAX_HDR]), None);
+        // Not TCP or UDP: nothing to say.
+        assert_eq!(Offload::partial_in(&[0u8; 100]), None);
+    }
+
+    #[test]
+    fn metadata_that_does_not_fit_is_refused() {
+        let mut v = Offload::checksum(60, 16).to_vnet();
+        assert!(Offload::from_vnet(&v, 77).is_err());
+        assert!(Offload::from_vnet(&v, 78).is_ok());
+        v[1] = GSO_UDP;
+        v[4] = 100;
+        assert_eq!(
+            Offload::from_vnet(&v, 1000),
+            Err(BadOffload::GsoType(GSO_UDP))
+        );
+        v[1] = GSO_TCPV4;
+        v[4] = 0;
+        assert_eq!(Offload::from_vnet(&v, 1000), Err(BadOffload::GsoSize));
+        // A TCP segmentation of a frame that is not TCP.
+        let b = vec![0u8; 100];
+        let f = frame(&b);
+        v[4] = 100;
+        let o = Offload::from_vnet(&v, 100).unwrap();
+        let r = finish(
+            &TxFrame::plain(&f).with_offload(o),
+            &mut Scratch::default(),
+            |s| crate::queue::tx_each(s, |_| Ok(())),
+        );
+        assert_eq!(r.unwrap_err(), Unfinished::BadOffload);
+    }
+
+    #[test]
+    fn caps_accept_what_they_cover() {
+        let csum = Offload::checksum(34, 16);
+        let mut v = csum.to_vnet();
+        v[1] = GSO_TCPV6;
+        v[4] = 1;
+        let tso6 = Offload::from_vnet(&v, 100).unwrap();
+        assert!(!OffloadCaps::NONE.accepts(&csum));
+        assert!(OffloadCaps::CSUM.accepts(&csum));
+        assert!(!OffloadCaps::CSUM.with(OffloadCaps::TSO4).accepts(&tso6));
+        assert!(OffloadCaps::CSUM.with(OffloadCaps::TSO6).accepts(&tso6));
+        assert!(OffloadCaps::NONE.accepts(&Offload::NONE));
+    }
+}

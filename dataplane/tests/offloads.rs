@@ -1,0 +1,293 @@
+//! TCP through the switch with the kernel's default offloads on: two
+//! stations (network namespaces with their own stacks) on veth pairs
+//! whose other ends are af-packet or af-xdp ports of one bridge. The
+//! stations' veths keep transmit checksum offload and TSO on, as every
+//! Linux host has them, so the switch receives segments whose checksums
+//! are left to finish and (through af-packet) 64 KB super-frames; it must
+//! deliver them finished, segmented or with the kernel's metadata, to
+//! whichever port they leave through. `iperf3` and a file transfer whose
+//! MD5 is compared run both ways over each pairing of port kinds.
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+
+const BRIDGE: &str = "[[bridge]]\nname = \"default\"\n";
+
+/// A process run in a namespace, killed by PID when dropped.
+struct Bg(Child);
+
+impl Bg {
+    fn start(ns: &Netns, args: &[&str]) -> Bg {
+        Bg(Command::new("ip")
+            .args(["netns", "exec", &ns.name])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{args:?}: {e}")))
+    }
+
+    /// Waits for the process to end (bounded) and returns its stdout; it
+    /// must succeed.
+    fn finish(mut self, what: &str) -> String {
+        let status = wait_for(Duration::from_secs(120), what, || {
+            self.0.try_wait().unwrap()
+        });
+        let mut out = String::new();
+        let mut err = String::new();
+        use std::io::Read;
+        self.0
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut out)
+            .unwrap();
+        self.0
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        assert!(status.success(), "{what} failed: {out}{err}");
+        out
+    }
+}
+
+impl Drop for Bg {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// One station: a namespace whose `eth0` is a veth to the switch's
+/// namespace, at 10.66.0.`n`/24.
+struct Station {
+    ns: Netns,
+    ip: String,
+}
+
+impl Station {
+    fn new(n: u8, sw_ns: &Netns, host_end: &str) -> Station {
+        let ns = Netns::new(&format!("st{n}"));
+        let ok = Command::new("ip")
+            .args(["link", "add", "eth0", "netns", &ns.name, "type", "veth"])
+            .args(["peer", "name", host_end, "netns", &sw_ns.name])
+            .status()
+            .unwrap();
+        assert!(ok.success(), "ip link add eth0 type veth");
+        let ip = format!("10.66.0.{n}");
+        ns.sh_ok(&format!(
+            "ip addr add {ip}/24 dev eth0 && ip link set eth0 up && ip link set lo up"
+        ));
+        sw_ns.sh_ok(&format!("ip link set {host_end} up"));
+        Station { ns, ip }
+    }
+
+    /// The offloads of its `eth0` as `ethtool -k` shows them.
+    fn offloads(&self) -> String {
+        self.ns.sh_ok("ethtool -k eth0")
+    }
+
+    /// Waits until something listens on TCP `port` in the namespace.
+    fn wait_listening(&self, port: u16) {
+        wait_for(
+            Duration::from_secs(10),
+            &format!("a listener on port {port} in {}", self.ns.name),
+            || {
+                let out = self.ns.sh_ok("ss -Hltn");
+                out.contains(&format!(":{port} ")).then_some(())
+            },
+        );
+    }
+}
+
+/// Receives one TCP connection on `port` and prints the byte count and MD5
+/// of what it carried (`listening` first, once it listens).
+const SINK: &str = r#"
+import hashlib, socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], int(sys.argv[2])))
+s.listen(1)
+c, _ = s.accept()
+h = hashlib.md5()
+n = 0
+while True:
+    b = c.recv(1 << 16)
+    if not b:
+        break
+    h.update(b)
+    n += len(b)
+print(n, h.hexdigest())
+"#;
+
+/// Sends the file `argv[3]` to `argv[1]:argv[2]` over TCP.
+const SOURCE: &str = r#"
+import socket, sys
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=60)
+with open(sys.argv[3], "rb") as f:
+    s.sendall(f.read())
+s.shutdown(socket.SHUT_WR)
+s.recv(1)
+"#;
+
+/// `from` sends a file of random bytes to `to` over TCP; `to` must get
+/// exactly its bytes.
+fn transfer_file(from: &Station, to: &Station, dir: &std::path::Path) {
+    let file = dir.join(format!("blob-{}", from.ip));
+    let data: Vec<u8> = {
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15 ^ u64::from(from.ip.len() as u32);
+        (0..8 << 20)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
+    };
+    std::fs::write(&file, &data).unwrap();
+    let want = run_ok(Command::new("md5sum").arg(&file));
+    let want = want.split_whitespace().next().unwrap().to_string();
+    let sink = Bg::start(&to.ns, &["python3", "-c", SINK, &to.ip, "7001"]);
+    to.wait_listening(7001);
+    Bg::start(
+        &from.ns,
+        &[
+            "python3",
+            "-c",
+            SOURCE,
+            &to.ip,
+            "7001",
+            file.to_str().unwrap(),
+        ],
+    )
+    .finish(&format!("sending a file from {} to {}", from.ip, to.ip));
+    let got = sink.finish(&format!("receiving the file at {}", to.ip));
+    assert_eq!(
+        got.trim(),
+        format!("{} {want}", data.len()),
+        "the file from {} to {} arrived changed",
+        from.ip,
+        to.ip
+    );
+}
+
+/// `iperf3` from `client` to `server` (and, `reverse`, the other way on
+/// the same connection): 64 MB must arrive, whatever the time it takes.
+fn iperf(client: &Station, server: &Station, reverse: bool) -> serde_json::Value {
+    let srv = Bg::start(
+        &server.ns,
+        &["iperf3", "-s", "-1", "-B", &server.ip, "-p", "5301"],
+    );
+    server.wait_listening(5301);
+    let mut args = vec!["iperf3", "-c", &server.ip, "-p", "5301", "-n", "64M", "-J"];
+    if reverse {
+        args.push("-R");
+    }
+    let out = Bg::start(&client.ns, &args).finish("iperf3 client");
+    drop(srv);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("iperf3 -J output");
+    // The sender's count is exact; the receiver's ends with its last
+    // report interval, so it may miss the tail (the file transfers check
+    // every byte).
+    let sent = v["end"]["sum_sent"]["bytes"].as_u64().unwrap_or(0);
+    let got = v["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0);
+    assert!(
+        sent >= 64 << 20 && got >= 60 << 20,
+        "iperf3 {} -> {}: {sent} bytes sent, {got} received: {out}",
+        client.ip,
+        server.ip
+    );
+    v
+}
+
+/// Two stations through ports of kinds `a` and `b`: TCP both ways.
+fn tcp_through(a: &str, b: &str) {
+    let _g = serial();
+    let sw_ns = Netns::new("tcpsw");
+    let s1 = Station::new(1, &sw_ns, "up1");
+    let s2 = Station::new(2, &sw_ns, "up2");
+    // The kernel's defaults, as the test means to run with them.
+    for s in [&s1, &s2] {
+        let k = s.offloads();
+        assert!(k.contains("tx-checksumming: on"), "{k}");
+        assert!(k.contains("tcp-segmentation-offload: on"), "{k}");
+    }
+    let sw = Switch::start_in(Some(&sw_ns.name), BRIDGE);
+    for (name, kind, ifname) in [("p1", a, "up1"), ("p2", b, "up2")] {
+        sw.cli_ok(&[
+            "port",
+            "add",
+            name,
+            "--kind",
+            kind,
+            "--interface",
+            ifname,
+            "--bridge",
+            "default",
+        ]);
+        sw.wait_link(name, true);
+    }
+    iperf(&s1, &s2, false);
+    iperf(&s1, &s2, true);
+    transfer_file(&s1, &s2, sw.dir.path());
+    transfer_file(&s2, &s1, sw.dir.path());
+    // Nothing was dropped for offload metadata that did not fit.
+    for p in ["p1", "p2"] {
+        let st = sw.stats(p).totals;
+        assert_eq!(
+            st.drops.get("bad_offload").copied().unwrap_or(0),
+            0,
+            "{p}: {st:?}"
+        );
+    }
+    let per_frame = |bytes: u64, frames: u64| bytes / frames.max(1);
+    if a == "af-packet" {
+        // The station's TSO super-frames reached the switch whole: far
+        // more bytes per frame than an MTU holds.
+        let st = sw.stats("p1").totals;
+        assert!(
+            per_frame(st.rx_bytes, st.rx_packets) > 1514,
+            "p1 received {} bytes in {} frames",
+            st.rx_bytes,
+            st.rx_packets
+        );
+        let out = sw.stats("p2").totals;
+        if b == "af-packet" {
+            // ... and left whole, the kernel told to segment them.
+            assert!(
+                per_frame(out.tx_bytes, out.tx_packets) > 1514,
+                "p2 sent {} bytes in {} frames",
+                out.tx_bytes,
+                out.tx_packets
+            );
+        } else {
+            // ... and left cut to the MTU by the switch (an AF_XDP socket
+            // takes no metadata): none was too long.
+            assert!(out.tx_packets > st.rx_packets, "{st:?} {out:?}");
+            assert_eq!(out.drops.get("too_long").copied().unwrap_or(0), 0);
+        }
+    }
+}
+
+#[test]
+fn tcp_between_namespaces_through_af_packet_ports() {
+    tcp_through("af-packet", "af-packet");
+}
+
+#[test]
+fn tcp_between_namespaces_through_af_xdp_ports() {
+    tcp_through("af-xdp", "af-xdp");
+}
+
+#[test]
+fn tcp_from_an_af_packet_port_to_an_af_xdp_port_is_segmented_by_the_switch() {
+    tcp_through("af-packet", "af-xdp");
+}
