@@ -26,7 +26,7 @@ use switchyard::port::memif::region::{Region, Regions};
 use switchyard::port::memif::ring::{Desc, Ring};
 use switchyard::port::vhost_user::queue::{VirtioRx, VirtioTx, Vq};
 use switchyard::queue::{
-    PortQueues, QueueFault, RxBurst, RxQueue, TxError, TxFrame, TxQueue, BURST_SIZE,
+    OffloadCaps, PortQueues, QueueFault, RxBurst, RxQueue, TxError, TxFrame, TxQueue, BURST_SIZE,
 };
 use switchyard::switch::mac_table::MacEntry;
 use switchyard::switch::security::PortSecurity;
@@ -296,7 +296,7 @@ fn virtqueue(c: &mut Criterion) {
         let data = frame(size, MAC_B, MAC_A, None);
         // Pop a burst from the driver's transmit queue and return it.
         let mut d = Driver::new(false, &data);
-        let mut rx = VirtioRx::new(d.vq());
+        let mut rx = VirtioRx::new(d.vq(), false);
         let mut burst = RxBurst::default();
         g.bench_function(BenchmarkId::new("pop_used", size + 4), |b| {
             b.iter(|| {
@@ -313,7 +313,7 @@ fn virtqueue(c: &mut Criterion) {
         src.step();
         src_rx.rx_burst(&mut frames).unwrap();
         let mut drv = Driver::new(true, &data);
-        let mut tx = VirtioTx::new(drv.vq(), true);
+        let mut tx = VirtioTx::new(drv.vq(), true, OffloadCaps::NONE);
         g.bench_function(BenchmarkId::new("fill_used", size + 4), |b| {
             b.iter(|| {
                 drv.step(BURST as u16);
@@ -591,8 +591,8 @@ fn forward(c: &mut Criterion) {
         let data = frame(size, MAC_B, MAC_A, None);
         let mut da = Driver::new(false, &data);
         let mut db = Driver::new(true, &data);
-        let rx = VirtioRx::new(da.vq());
-        let tx = VirtioTx::new(db.vq(), true);
+        let rx = VirtioRx::new(da.vq(), false);
+        let tx = VirtioTx::new(db.vq(), true, OffloadCaps::NONE);
         let mut wk = Worker::new(plane_with(Box::new(rx), Box::new(tx), &[MAC_B]));
         g.bench_function(
             BenchmarkId::new("worker_vhost_to_vhost", size + 4),

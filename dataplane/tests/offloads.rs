@@ -6,7 +6,8 @@
 //! are left to finish and (through af-packet) 64 KB super-frames; it must
 //! deliver them finished, segmented or with the kernel's metadata, to
 //! whichever port they leave through. `iperf3` and a file transfer whose
-//! MD5 is compared run both ways over each pairing of port kinds.
+//! MD5 is compared run both ways over each pairing of port kinds, and
+//! between the host, on a tap port with its offloads on, and a station.
 
 mod common;
 
@@ -275,6 +276,75 @@ fn tcp_through(a: &str, b: &str) {
             assert_eq!(out.drops.get("too_long").copied().unwrap_or(0), 0);
         }
     }
+}
+
+/// The host (the switch's namespace) on a tap port, and a station behind
+/// an uplink of kind `uplink`: TCP both ways.
+fn tcp_from_the_host_through(uplink: &str) {
+    let _g = serial();
+    let host_ns = Netns::new("tcphost");
+    let station = Station::new(2, &host_ns, "up2");
+    let sw = Switch::start_in(Some(&host_ns.name), BRIDGE);
+    sw.cli_ok(&[
+        "port",
+        "add",
+        "host",
+        "--kind",
+        "tap",
+        "--interface",
+        "sy-host",
+        "--bridge",
+        "default",
+    ]);
+    sw.cli_ok(&[
+        "port",
+        "add",
+        "up",
+        "--kind",
+        uplink,
+        "--interface",
+        "up2",
+        "--bridge",
+        "default",
+    ]);
+    sw.wait_link("up", true);
+    host_ns.sh_ok("ip addr add 10.66.0.1/24 dev sy-host && ip link set sy-host up");
+    let host = Station {
+        ns: host_ns,
+        ip: "10.66.0.1".into(),
+    };
+    // The tap offers the host's stack checksum offload and TSO.
+    let k = host.ns.sh_ok("ethtool -k sy-host");
+    assert!(k.contains("tx-checksumming: on"), "{k}");
+    assert!(k.contains("tcp-segmentation-offload: on"), "{k}");
+    iperf(&host, &station, false);
+    iperf(&host, &station, true);
+    transfer_file(&host, &station, sw.dir.path());
+    transfer_file(&station, &host, sw.dir.path());
+    let tap = sw.stats("host").totals;
+    assert_eq!(
+        tap.drops.get("bad_offload").copied().unwrap_or(0),
+        0,
+        "{tap:?}"
+    );
+    // The host's super-frames reached the switch whole.
+    assert!(
+        tap.rx_bytes / tap.rx_packets.max(1) > 1514,
+        "the tap port received {} bytes in {} frames",
+        tap.rx_bytes,
+        tap.rx_packets
+    );
+    drop(sw);
+}
+
+#[test]
+fn tcp_from_the_host_through_a_tap_port_to_a_namespace_behind_af_packet() {
+    tcp_from_the_host_through("af-packet");
+}
+
+#[test]
+fn tcp_from_the_host_through_a_tap_port_to_a_namespace_behind_af_xdp() {
+    tcp_from_the_host_through("af-xdp");
 }
 
 #[test]

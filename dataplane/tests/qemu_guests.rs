@@ -1,6 +1,7 @@
 //! End-to-end: real QEMU guests (Linux `virtio_net` drivers) on vhost-user
 //! ports, one with the switch as socket server and one as client: ping both
-//! ways, a TCP transfer, two queue pairs, a guest's QEMU killed and started
+//! ways, a TCP transfer with checksum offload and TSO negotiated, two
+//! queue pairs, a guest's QEMU killed and started
 //! again, and the switch restarted (SIGTERM and kill -9) under a running
 //! ping, after which the guests go on where they were.
 //!
@@ -164,7 +165,31 @@ fn guests_ping_both_ways_carry_tcp_and_use_both_queue_pairs() {
     for cpu_mask in [1, 2] {
         b.sh_ok(&format!("taskset {cpu_mask} ping -c 2 -W 10 {IP_A}"), CMD);
     }
+    // The drivers took checksum offload and TSO from the switch.
+    for g in [&mut a, &mut b] {
+        let k = g.sh_ok("ethtool -k eth0", CMD);
+        for on in [
+            "tx-checksumming: on",
+            "tcp-segmentation-offload: on",
+            "rx-checksumming: on",
+        ] {
+            assert!(k.contains(on), "{}: {on}:\n{k}", g.spec.name);
+        }
+    }
     tcp_transfer(&mut a, &mut b);
+    // Guest A's TSO super-frames crossed the switch whole, both ports
+    // handing them on with their virtio-net headers.
+    let per_frame = |bytes: u64, frames: u64| bytes / frames.max(1);
+    let from_a = sw.stats("vm-a").totals;
+    let to_b = sw.stats("vm-b").totals;
+    assert!(
+        per_frame(from_a.rx_bytes, from_a.rx_packets) > 1514,
+        "vm-a received {from_a:?}"
+    );
+    assert!(
+        per_frame(to_b.tx_bytes, to_b.tx_packets) > 1514,
+        "vm-b sent {to_b:?}"
+    );
 
     let log = sw.log();
     for pair in 0..PAIRS_B {

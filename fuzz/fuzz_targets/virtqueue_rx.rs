@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use libfuzzer_sys::fuzz_target;
 use switchyard::port::vhost_user::queue::{VirtioRx, VirtioTx, Vq};
-use switchyard::queue::{RxBurst, RxQueue, TxFrame, TxQueue};
+use switchyard::queue::{OffloadCaps, RxBurst, RxQueue, TxFrame, TxQueue};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 const MEM: usize = 0x10000;
@@ -21,7 +21,7 @@ fuzz_target!(|data: &[u8]| {
     let mem = Arc::new(GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), MEM)]).unwrap());
     let n = data.len().min(MEM);
     mem.write_slice(&data[..n], GuestAddress(0)).unwrap();
-    let mut rx = VirtioRx::new(vq(&mem));
+    let mut rx = VirtioRx::new(vq(&mem), true);
     let mut burst = RxBurst::default();
     for _ in 0..2 {
         burst.clear();
@@ -41,7 +41,7 @@ fuzz_target!(|data: &[u8]| {
     // SAFETY: `bytes` outlives the burst.
     unsafe { slot.push(bytes.as_ptr(), bytes.len() as u32) };
     one.commit();
-    let mut tx = VirtioTx::new(vq(&mem), true);
+    let mut tx = VirtioTx::new(vq(&mem), true, OffloadCaps::NONE);
     for _ in 0..3 {
         let _ = tx.tx(&TxFrame::plain(&one.frames()[0]));
     }

@@ -4,15 +4,19 @@
 //!
 //! The interface is multi-queue (`IFF_MULTI_QUEUE`, one fd per queue pair)
 //! and carries a virtio-net header (`IFF_VNET_HDR`, 12 bytes, as
-//! [`crate::wire::virtio_net`]) so checksum and segmentation offloads can be
-//! turned on later; none is offered to the kernel yet (`TUNSETOFFLOAD` is
-//! not called), so the headers it writes are zeros and ours are too.
+//! [`crate::wire::virtio_net`]) with checksum and segmentation offloads on
+//! (`TUNSETOFFLOAD`: checksum, TSO for IPv4 and IPv6, and UDP segmentation
+//! where the kernel has it), as QEMU's tap backend and VPP's tap v2 set
+//! them: the host's stack sends the switch 64 KB super-frames with their
+//! checksums left to finish, and takes such frames from it, the header
+//! saying what is left to do ([`crate::queue::Offload`]).
 //!
 //! Received frames are read into the queue's own buffers (the kernel's copy;
 //! the switch then copies once into the destination). Transmit hands the
 //! frame's pieces to the kernel in one `writev`, header first: the kernel's
-//! copy is the only one. A frame longer than the interface's MTU allows is
-//! dropped and counted as `too_long`, never truncated.
+//! copy is the only one. A frame longer than the interface's MTU allows
+//! (and not a super-frame, which the kernel segments) is dropped and
+//! counted as `too_long`, never truncated.
 //!
 //! The interface exists while the port does, as an Open vSwitch internal
 //! port's does: it is persistent (`TUNSETPERSIST`), so it outlives the
@@ -33,8 +37,10 @@ use tracing::{info, warn};
 
 use crate::port::netdev::{exceeds_mtu, read_mtu, status_with_mtu, IfReq};
 use crate::port::{Port, PortCtx, PortError};
+use crate::queue::offload::VNET_HDR_LEN;
 use crate::queue::{
-    PortQueues, QueueFault, RxBurst, RxQueue, TxError, TxFrame, TxQueue, BURST_SIZE,
+    Offload, OffloadCaps, PortQueues, QueueFault, RxBurst, RxQueue, TxError, TxFrame, TxQueue,
+    BURST_SIZE,
 };
 use crate::wire::virtio_net::HEADER_LEN as VNET_LEN;
 
@@ -48,6 +54,13 @@ const MTU_REFRESH: Duration = Duration::from_secs(2);
 const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
 const TUNSETVNETHDRSZ: libc::c_ulong = 0x4004_54d8;
 const TUNSETPERSIST: libc::c_ulong = 0x4004_54cb;
+const TUNSETOFFLOAD: libc::c_ulong = 0x4004_54d0;
+const TUN_F_CSUM: libc::c_ulong = 0x01;
+const TUN_F_TSO4: libc::c_ulong = 0x02;
+const TUN_F_TSO6: libc::c_ulong = 0x04;
+const TUN_F_TSO_ECN: libc::c_ulong = 0x08;
+const TUN_F_USO4: libc::c_ulong = 0x20;
+const TUN_F_USO6: libc::c_ulong = 0x40;
 const IFF_TAP: libc::c_short = 0x0002;
 const IFF_NO_PI: libc::c_short = 0x1000;
 const IFF_VNET_HDR: libc::c_short = 0x4000;
@@ -82,6 +95,30 @@ fn open_queue(ifname: &str) -> io::Result<OwnedFd> {
         return Err(io::Error::last_os_error());
     }
     Ok(fd)
+}
+
+/// Turns the tap's offloads on: the kernel may then hand the switch
+/// frames with their checksum or segmentation left to do. UDP
+/// segmentation is asked for too and dropped where the kernel does not
+/// know it (before 6.2). Returns what the kernel takes from the switch:
+/// whatever it would hand over.
+fn set_offloads(fd: BorrowedFd<'_>) -> io::Result<OffloadCaps> {
+    let tcp = TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6 | TUN_F_TSO_ECN;
+    for (flags, caps) in [
+        (tcp | TUN_F_USO4 | TUN_F_USO6, OffloadCaps::ALL),
+        (
+            tcp,
+            OffloadCaps::CSUM
+                .with(OffloadCaps::TSO4)
+                .with(OffloadCaps::TSO6),
+        ),
+    ] {
+        // SAFETY: TUNSETOFFLOAD takes its argument by value.
+        if unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETOFFLOAD, flags) } == 0 {
+            return Ok(caps);
+        }
+    }
+    Err(io::Error::last_os_error())
 }
 
 /// Makes the tap behind `fd` persistent (it outlives its last fd) or not
@@ -128,11 +165,18 @@ impl RxQueue for TapRx {
             if n <= VNET_LEN {
                 continue;
             }
+            let mut vnet = [0u8; VNET_HDR_LEN];
+            vnet.copy_from_slice(&buf[..VNET_HDR_LEN]);
+            let Ok(offload) = Offload::from_vnet(&vnet, n - VNET_LEN) else {
+                burst.bad_offload += 1;
+                continue;
+            };
             let slot = burst.next_slot();
             // SAFETY: `VNET_LEN..n` lies inside this queue's own buffer,
             // which is neither freed nor written again before the next
             // `rx_burst` (the burst is released first).
             unsafe { slot.push(buf.as_ptr().add(VNET_LEN), (n - VNET_LEN) as u32) };
+            slot.offload = offload;
             burst.commit();
         }
         Ok(burst.len())
@@ -165,14 +209,17 @@ impl RxQueue for TapRx {
 struct TapTx {
     fd: Arc<OwnedFd>,
     mtu: Arc<AtomicU32>,
+    caps: OffloadCaps,
 }
 
 impl TxQueue for TapTx {
     fn tx(&mut self, frame: &TxFrame<'_>) -> Result<(), TxError> {
-        if exceeds_mtu(frame, self.mtu.load(Ordering::Relaxed)) {
+        // A super-frame leaves as segments the MTU allows.
+        if frame.offload.gso().is_none() && exceeds_mtu(frame, self.mtu.load(Ordering::Relaxed)) {
             return Err(TxError::TooLong);
         }
-        let vnet = [0u8; VNET_LEN];
+        let mut vnet = [0u8; VNET_LEN];
+        vnet[..VNET_HDR_LEN].copy_from_slice(&frame.offload.to_vnet());
         let mut iov = [libc::iovec {
             iov_base: std::ptr::null_mut(),
             iov_len: 0,
@@ -197,11 +244,19 @@ impl TxQueue for TapTx {
         // kernel only reads them.
         let w = unsafe { libc::writev(self.fd.as_raw_fd(), iov.as_ptr(), n as libc::c_int) };
         if w < 0 {
-            // EAGAIN (the kernel's queue is full) or EIO (the interface is
-            // down): the frame is not taken.
-            return Err(TxError::Full);
+            return match io::Error::last_os_error().raw_os_error() {
+                // The kernel's queue is full, or the interface is down:
+                // the frame is not taken.
+                Some(libc::EAGAIN | libc::EIO) => Err(TxError::Full),
+                // A header the kernel refuses.
+                _ => Err(TxError::TooLong),
+            };
         }
         Ok(())
+    }
+
+    fn offloads(&self) -> OffloadCaps {
+        self.caps
     }
 
     fn flush(&mut self) {}
@@ -255,6 +310,8 @@ impl Port for TapPort {
             fds.push(Arc::new(open_queue(&ifname).map_err(err)?));
         }
         set_persist(fds[0].as_fd(), true).map_err(err)?;
+        // Per interface: any queue's fd sets them.
+        let caps = set_offloads(fds[0].as_fd()).map_err(err)?;
         if let Some(mac) = self.spec.interface_mac {
             set_mac(&ifname, mac).map_err(err)?;
         }
@@ -269,6 +326,7 @@ impl Port for TapPort {
             q.tx.push(Box::new(TapTx {
                 fd: fd.clone(),
                 mtu: self.mtu.clone(),
+                caps,
             }));
         }
         cx.attach(q);

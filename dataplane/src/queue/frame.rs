@@ -6,8 +6,9 @@ use crate::queue::offload::Offload;
 
 /// Frames moved per burst.
 pub const BURST_SIZE: usize = 32;
-/// Most buffers one frame may span (9000-byte frames in 1024-byte buffers fit).
-pub const MAX_SEGS: usize = 16;
+/// Most buffers one frame may span (9000-byte frames in 1024-byte buffers
+/// fit, and a 64 KB super-frame in the pages of a virtio driver's skb).
+pub const MAX_SEGS: usize = 32;
 
 /// A byte range in memory mapped from a peer.
 ///

@@ -161,6 +161,17 @@ impl Offload {
         h
     }
 
+    /// [`Offload::to_vnet`] for a peer that takes `caps`: without
+    /// checksum offload a virtio driver may not be told a checksum was
+    /// verified (`DATA_VALID` is only defined with `GUEST_CSUM`).
+    pub fn to_vnet_for(&self, caps: OffloadCaps) -> [u8; VNET_HDR_LEN] {
+        let mut h = self.to_vnet();
+        if !caps.contains(OffloadCaps::CSUM) {
+            h[0] &= !F_DATA_VALID;
+        }
+        h
+    }
+
     /// Nothing to do and nothing to tell (the usual frame).
     #[inline(always)]
     pub fn is_none(&self) -> bool {

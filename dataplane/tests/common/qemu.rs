@@ -96,6 +96,9 @@ fn build_image(cache: &Path) -> GuestImage {
     }
     let busybox = static_busybox();
     std::fs::copy(&busybox, root.path().join("bin/busybox")).unwrap();
+    // ethtool (the host's, with the libraries it links): what the guest's
+    // driver negotiated, as `ethtool -k` shows it.
+    copy_with_libraries(Path::new("/usr/sbin/ethtool"), root.path(), "bin/ethtool");
     let modules = find_files(&tree.join("lib/modules"), ".ko");
     for m in MODULES {
         if let Some(p) = modules
@@ -129,6 +132,28 @@ fn build_image(cache: &Path) -> GuestImage {
         .unwrap();
     assert!(cpio.wait().unwrap().success(), "busybox cpio");
     GuestImage { kernel, initrd }
+}
+
+/// Copies the dynamically linked binary `bin` to `to` under `root`, and
+/// each library `ldd` says it loads (the loader included) to its own path
+/// under `root`.
+fn copy_with_libraries(bin: &Path, root: &Path, to: &str) {
+    std::fs::copy(bin, root.join(to)).unwrap_or_else(|e| panic!("{}: {e}", bin.display()));
+    let ldd = run_ok(Command::new("ldd").arg(bin));
+    for line in ldd.lines() {
+        // `libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)` or
+        // `/lib64/ld-linux-x86-64.so.2 (0x...)`.
+        let path = line
+            .split("=>")
+            .last()
+            .and_then(|r| r.split_whitespace().next())
+            .filter(|p| p.starts_with('/'));
+        if let Some(p) = path {
+            let dst = root.join(p.trim_start_matches('/'));
+            std::fs::create_dir_all(dst.parent().unwrap()).unwrap();
+            std::fs::copy(p, &dst).unwrap_or_else(|e| panic!("{p}: {e}"));
+        }
+    }
 }
 
 fn find_deb(dir: &Path, package: &str) -> Option<PathBuf> {

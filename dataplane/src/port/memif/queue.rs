@@ -555,7 +555,7 @@ mod tests {
 
     #[test]
     fn master_rx_drops_a_chain_of_too_many_buffers_and_keeps_its_neighbours() {
-        let (regions, ring, first) = setup_sized(5);
+        let (regions, ring, first) = setup_sized(6);
         let mut rx = master_rx(ring, &regions);
         let d = |len: u32, flags: u16| Desc {
             flags,
@@ -564,7 +564,7 @@ mod tests {
             offset: first,
         };
         // A one-buffer frame, a chain of MAX_SEGS + 1 buffers, one of
-        // MAX_SEGS - 3 and a one-buffer frame: the 32 slots of the ring.
+        // MAX_SEGS - 3 and a one-buffer frame: the 64 slots of the ring.
         let mut slot = 0u16;
         let mut put = |n: usize, len: u32| {
             for i in 0..n {

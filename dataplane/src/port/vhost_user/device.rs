@@ -30,7 +30,11 @@ use vhost::vhost_user::{Error as VuError, GpuBackend, Result as VuResult};
 use vhost::VhostUserMemoryRegionBase;
 use vhost_user_backend::{VringRwLock, VringT};
 use virtio_bindings::virtio_config::{VIRTIO_F_IN_ORDER, VIRTIO_F_VERSION_1};
-use virtio_bindings::virtio_net::{VIRTIO_NET_F_MQ, VIRTIO_NET_F_MRG_RXBUF};
+use virtio_bindings::virtio_net::{
+    VIRTIO_NET_F_CSUM, VIRTIO_NET_F_GUEST_CSUM, VIRTIO_NET_F_GUEST_ECN, VIRTIO_NET_F_GUEST_TSO4,
+    VIRTIO_NET_F_GUEST_TSO6, VIRTIO_NET_F_HOST_ECN, VIRTIO_NET_F_HOST_TSO4, VIRTIO_NET_F_HOST_TSO6,
+    VIRTIO_NET_F_MQ, VIRTIO_NET_F_MRG_RXBUF,
+};
 use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
 use virtio_queue::{Queue, QueueT};
 use vm_memory::{
@@ -40,7 +44,7 @@ use vm_memory::{
 use super::queue::{RingProgress, VirtioRx, VirtioTx, Vq};
 use crate::port::sigbus::Tripwire;
 use crate::port::QueueLink;
-use crate::queue::{PortQueues, RxQueue, TxQueue};
+use crate::queue::{OffloadCaps, PortQueues, RxQueue, TxQueue};
 
 /// Largest virtqueue the device accepts (the virtio maximum for split rings).
 pub const MAX_QUEUE_SIZE: u16 = 32768;
@@ -54,9 +58,23 @@ const MAX_REGIONS: usize = 8;
 /// transmit chains are taken and used one frame after the other), which
 /// lets a driver free and refill its buffers without reading used ids, as
 /// with DPDK's vhost library.
+///
+/// Checksum and TCP segmentation offloads both ways, as DPDK's vhost
+/// library and QEMU's vhost-net offer them: the driver may send frames with
+/// their checksum left to do (`CSUM`) and 64 KB TCP super-frames
+/// (`HOST_TSO4/6`), and takes such frames (`GUEST_CSUM`, `GUEST_TSO4/6`);
+/// what it does not take, the switch finishes in software.
 pub fn device_features(max_pairs: u16) -> u64 {
     let mut f = 1u64 << VIRTIO_F_VERSION_1
         | 1 << VIRTIO_F_IN_ORDER
+        | 1 << VIRTIO_NET_F_CSUM
+        | 1 << VIRTIO_NET_F_GUEST_CSUM
+        | 1 << VIRTIO_NET_F_HOST_TSO4
+        | 1 << VIRTIO_NET_F_HOST_TSO6
+        | 1 << VIRTIO_NET_F_HOST_ECN
+        | 1 << VIRTIO_NET_F_GUEST_TSO4
+        | 1 << VIRTIO_NET_F_GUEST_TSO6
+        | 1 << VIRTIO_NET_F_GUEST_ECN
         | 1 << VIRTIO_NET_F_MRG_RXBUF
         | 1 << VIRTIO_RING_F_EVENT_IDX
         | 1 << VIRTIO_RING_F_INDIRECT_DESC
@@ -214,9 +232,22 @@ impl NetDevice {
             return Ok(Activation::Unchanged);
         }
         let mem = self.mem.memory().into_inner();
-        let mrg = self
-            .acked_features
-            .is_some_and(|f| f & (1 << VIRTIO_NET_F_MRG_RXBUF) != 0);
+        let acked = self.acked_features.unwrap_or(0);
+        let has = |bit: u32| acked & (1 << bit) != 0;
+        let mrg = has(VIRTIO_NET_F_MRG_RXBUF);
+        // What the driver takes from the switch, and whether it may leave
+        // work in what it sends.
+        let mut caps = OffloadCaps::NONE;
+        if has(VIRTIO_NET_F_GUEST_CSUM) {
+            caps = caps.with(OffloadCaps::CSUM);
+            if has(VIRTIO_NET_F_GUEST_TSO4) {
+                caps = caps.with(OffloadCaps::TSO4);
+            }
+            if has(VIRTIO_NET_F_GUEST_TSO6) {
+                caps = caps.with(OffloadCaps::TSO6);
+            }
+        }
+        let sends_work = has(VIRTIO_NET_F_CSUM);
         let mut q = PortQueues::default();
         let mut live = Vec::new();
         for &p in &pairs {
@@ -234,8 +265,8 @@ impl NetDevice {
                 index: 2 * p + 1,
                 progress: rx.progress(),
             });
-            q.tx.push(Box::new(VirtioTx::new(tx, mrg)) as Box<dyn TxQueue>);
-            q.rx.push(Box::new(VirtioRx::new(rx)) as Box<dyn RxQueue>);
+            q.tx.push(Box::new(VirtioTx::new(tx, mrg, caps)) as Box<dyn TxQueue>);
+            q.rx.push(Box::new(VirtioRx::new(rx, sends_work)) as Box<dyn RxQueue>);
         }
         self.live = live;
         self.link.attach(q);

@@ -25,16 +25,19 @@ use super::split::{Broken, Desc, MemTable, SplitRing};
 
 use crate::eventfd::kick_eventfd;
 use crate::port::sigbus::Tripwire;
+use crate::queue::offload::VNET_HDR_LEN;
 use crate::queue::{
-    prefetch, rx_unless_truncated, tx_each, tx_unless_truncated, QueueFault, RxBurst, RxFrame,
-    RxQueue, Segment, TxError, TxFrame, TxOutcome, TxQueue, BURST_SIZE,
+    prefetch, rx_unless_truncated, tx_each, tx_unless_truncated, Offload, OffloadCaps, QueueFault,
+    RxBurst, RxFrame, RxQueue, Segment, TxError, TxFrame, TxOutcome, TxQueue, BURST_SIZE,
 };
 use crate::wire::virtio_net::{header_bytes, HEADER_LEN};
 
 /// Most guest buffers one transmitted frame may be spread over.
 const MAX_MERGED: usize = 64;
-/// Most memory pieces one guest receive chain may consist of.
-const MAX_PIECES: usize = 16;
+/// Most memory pieces one guest receive chain may consist of (a driver
+/// without mergeable buffers that takes 64 KB frames posts chains of
+/// `MAX_SKB_FRAGS + 2` pages).
+const MAX_PIECES: usize = 32;
 
 /// Where a ring stopped, written when a worker lets go of its queue.
 #[derive(Debug, Default)]
@@ -266,6 +269,9 @@ enum ChainError {
     Bad(Broken),
     /// More pieces than we follow (the frame alone is dropped).
     TooManyPieces,
+    /// The frame's virtio-net header leaves work that does not fit it
+    /// (the frame alone is dropped).
+    BadOffload,
 }
 
 impl From<Broken> for ChainError {
@@ -281,26 +287,32 @@ pub struct VirtioRx {
     vq: Vq,
     heads: [u16; BURST_SIZE],
     nheads: usize,
+    /// The driver negotiated `VIRTIO_NET_F_CSUM`: its headers may leave
+    /// checksum and segmentation work, read into each frame.
+    offloads: bool,
 }
 
 impl VirtioRx {
-    /// Wraps a transmit virtqueue.
-    pub fn new(vq: Vq) -> VirtioRx {
+    /// Wraps a transmit virtqueue; `offloads`: the driver may leave work
+    /// in its frames (`VIRTIO_NET_F_CSUM` negotiated).
+    pub fn new(vq: Vq, offloads: bool) -> VirtioRx {
         VirtioRx {
             vq,
             heads: [0; BURST_SIZE],
             nheads: 0,
+            offloads,
         }
     }
 
     /// Fills `frame` with the buffers of chain `head`, minus the virtio-net
-    /// header.
+    /// header; with `offloads`, the header's work goes in the frame.
     #[inline]
     fn gather(
         ring: &SplitRing,
         table: &MemTable,
         head: u16,
         frame: &mut RxFrame,
+        offloads: bool,
     ) -> Result<(), ChainError> {
         // The common chain: one readable buffer holding header and frame.
         if let Some(d) = ring.desc(head).filter(|d| d.lone_readable()) {
@@ -310,11 +322,20 @@ impl VirtioRx {
                     // against a mapping held past the burst's release, and
                     // HEADER_LEN < d.len keeps the segment inside it.
                     unsafe { frame.set_single(p.add(HEADER_LEN), d.len - HEADER_LEN as u32) };
+                    if offloads {
+                        let mut h = [0u8; VNET_HDR_LEN];
+                        // SAFETY: the header's bytes lie in the buffer
+                        // (checked above); copied, never referenced.
+                        unsafe { std::ptr::copy_nonoverlapping(p, h.as_mut_ptr(), VNET_HDR_LEN) };
+                        frame.offload = Offload::from_vnet(&h, frame.len as usize)
+                            .map_err(|_| ChainError::BadOffload)?;
+                    }
                     return Ok(());
                 }
             }
         }
         frame.clear();
+        let mut hdr = [0u8; HEADER_LEN];
         let mut skip = HEADER_LEN as u32;
         // Past MAX_SEGS pieces the frame is dropped, but the chain is still
         // walked to its end (bounded by the queue size): only a chain that
@@ -327,6 +348,14 @@ impl VirtioRx {
                 ));
             }
             let cut = skip.min(d.len);
+            if cut > 0 {
+                // The header's bytes in this buffer, kept for its offloads.
+                let at = HEADER_LEN - skip as usize;
+                let p = table.translate(d.addr, u64::from(cut)).ok_or(OUTSIDE)?;
+                // SAFETY: `translate` bounds-checked `cut` bytes at `p`,
+                // and `at + cut <= HEADER_LEN`; copied, never referenced.
+                unsafe { std::ptr::copy_nonoverlapping(p, hdr.as_mut_ptr().add(at), cut as usize) };
+            }
             skip -= cut;
             let addr = d.addr.checked_add(u64::from(cut)).ok_or(OUTSIDE)?;
             table.for_each_piece(
@@ -348,6 +377,12 @@ impl VirtioRx {
         if too_many {
             return Err(ChainError::TooManyPieces);
         }
+        if offloads {
+            let mut h = [0u8; VNET_HDR_LEN];
+            h.copy_from_slice(&hdr[..VNET_HDR_LEN]);
+            frame.offload =
+                Offload::from_vnet(&h, frame.len as usize).map_err(|_| ChainError::BadOffload)?;
+        }
         Ok(())
     }
 
@@ -358,14 +393,14 @@ impl VirtioRx {
         // The count of frames held and of frames dropped are kept here and
         // stored once, after the loop.
         let (frames, mut n) = burst.slots();
-        let mut dropped = 0;
+        let (mut dropped, mut bad_offload) = (0, 0);
         while next != avail && self.nheads < BURST_SIZE && n < BURST_SIZE {
             let head = self.vq.head_at(next)?;
             next = next.wrapping_add(1);
             self.heads[self.nheads] = head;
             self.nheads += 1;
             let slot = &mut frames[n];
-            match Self::gather(&self.vq.ring, &self.vq.table, head, slot) {
+            match Self::gather(&self.vq.ring, &self.vq.table, head, slot, self.offloads) {
                 Ok(()) => {
                     // The switch reads each frame's Ethernet header next; a
                     // driver that wrote the frame has that line in its own
@@ -377,6 +412,9 @@ impl VirtioRx {
                     n += 1;
                 }
                 Err(ChainError::TooManyPieces) => dropped += 1,
+                // Metadata that does not fit its frame: that frame is
+                // dropped (counted), the ring is sound.
+                Err(ChainError::BadOffload) => bad_offload += 1,
                 // As kernel vhost-net and QEMU stop a device whose driver
                 // broke a ring, the port is reset (counted and logged).
                 Err(ChainError::Bad(why)) => {
@@ -388,6 +426,7 @@ impl VirtioRx {
         }
         burst.set_len(n);
         burst.dropped += dropped;
+        burst.bad_offload += bad_offload;
         self.vq.queue.set_next_avail(next);
         Ok(burst.len())
     }
@@ -474,6 +513,8 @@ impl Sink {
 pub struct VirtioTx {
     vq: Vq,
     mergeable: bool,
+    /// The offloads the driver negotiated taking.
+    caps: OffloadCaps,
     added: u32,
     /// The driver's avail index as last read: chains up to it are known to
     /// be published, so the shared index (a line the driver keeps writing)
@@ -486,12 +527,14 @@ pub struct VirtioTx {
 }
 
 impl VirtioTx {
-    /// Wraps a receive virtqueue; `mergeable`: MRG_RXBUF was negotiated.
-    pub fn new(vq: Vq, mergeable: bool) -> VirtioTx {
+    /// Wraps a receive virtqueue; `mergeable`: MRG_RXBUF was negotiated;
+    /// `caps`: the offloads the driver takes (`GUEST_CSUM`, `GUEST_TSO4/6`).
+    pub fn new(vq: Vq, mergeable: bool, caps: OffloadCaps) -> VirtioTx {
         VirtioTx {
             avail: vq.queue.next_avail(),
             vq,
             mergeable,
+            caps,
             added: 0,
             sink: Sink::new(),
             header: [(std::ptr::null_mut(), 0); HEADER_LEN],
@@ -511,9 +554,11 @@ impl VirtioTx {
                 return Err(TxError::Full);
             }
         }
-        if let Some(used) = frame.single().and_then(|seg| self.fill_single(next, seg)) {
-            self.used[0] = used;
-            return Ok(1);
+        if frame.offload.is_none() {
+            if let Some(used) = frame.single().and_then(|seg| self.fill_single(next, seg)) {
+                self.used[0] = used;
+                return Ok(1);
+            }
         }
         self.fill_chains(frame, next)
     }
@@ -546,6 +591,7 @@ impl VirtioTx {
         let VirtioTx {
             vq,
             mergeable,
+            caps,
             avail,
             sink,
             header,
@@ -572,12 +618,13 @@ impl VirtioTx {
                 let why = match e {
                     ChainError::Bad(why) => why,
                     ChainError::TooManyPieces => "more buffers in one chain than followed",
+                    ChainError::BadOffload => "a receive chain has no header to read",
                 };
                 return Err(TxError::fault(QueueFault::Other(format!(
                     "receive chain at descriptor {head}: {why}"
                 ))));
             }
-            if chains == 0 {
+            if chains == 0 && frame.offload.is_none() {
                 if let Some(n) = Self::fill_one(sink, frame) {
                     used[0] = (head, n as u32);
                     vq.queue.set_next_avail(next);
@@ -606,7 +653,10 @@ impl VirtioTx {
             used[chains] = (head, written as u32);
             chains += 1;
         }
-        let bytes = header_bytes(chains as u16);
+        let mut bytes = header_bytes(chains as u16);
+        if !frame.offload.is_none() {
+            bytes[..VNET_HDR_LEN].copy_from_slice(&frame.offload.to_vnet_for(*caps));
+        }
         if header_pieces == 1 {
             // SAFETY: the one piece is a live, writable guest range of
             // HEADER_LEN bytes resolved by `Sink::load` for this frame.
@@ -725,7 +775,7 @@ impl TxQueue for VirtioTx {
     fn tx_burst(&mut self, frames: &[TxFrame<'_>]) -> TxOutcome {
         tx_each(frames, |frame| {
             let next = self.vq.queue.next_avail();
-            if next != self.avail {
+            if next != self.avail && frame.offload.is_none() {
                 if let Some((head, len)) =
                     frame.single().and_then(|seg| self.fill_single(next, seg))
                 {
@@ -736,6 +786,10 @@ impl TxQueue for VirtioTx {
             }
             self.tx(frame)
         })
+    }
+
+    fn offloads(&self) -> OffloadCaps {
+        self.caps
     }
 
     fn flush(&mut self) {
@@ -854,7 +908,7 @@ mod tests {
         r.desc(DESC, 2, BUFS + 0x100, 30, F_NEXT, 3);
         r.desc(DESC, 3, BUFS + 0x100 + 30, 34, 0, 0);
         r.publish(1);
-        let mut q = VirtioRx::new(r.vq());
+        let mut q = VirtioRx::new(r.vq(), false);
         let (frames, dropped) = rx_once(&mut q);
         assert_eq!(dropped, 0);
         assert_eq!(frames, vec![payload.clone(), payload]);
@@ -871,7 +925,7 @@ mod tests {
             r.desc(table, 1, BUFS + 12, 50, 0, 0);
             r.desc(DESC, 0, table, 32, F_INDIRECT, 0);
             r.publish(0);
-            let mut q = VirtioRx::new(r.vq());
+            let mut q = VirtioRx::new(r.vq(), false);
             let (frames, _) = rx_once(&mut q);
             assert_eq!(frames[0].len(), 50, "table at {table:#x}");
         }
@@ -932,7 +986,7 @@ mod tests {
             r.publish(5);
             bend(&r);
             r.publish(0);
-            let mut q = VirtioRx::new(r.vq());
+            let mut q = VirtioRx::new(r.vq(), false);
             let mut burst = RxBurst::default();
             let e = q.rx_burst(&mut burst).expect_err("a fault");
             assert!(
@@ -946,7 +1000,7 @@ mod tests {
     fn a_head_index_past_the_table_is_a_fault() {
         let mut r = Ring::new();
         r.publish(200);
-        let mut q = VirtioRx::new(r.vq());
+        let mut q = VirtioRx::new(r.vq(), false);
         let mut burst = RxBurst::default();
         assert!(q.rx_burst(&mut burst).is_err());
     }
@@ -955,7 +1009,7 @@ mod tests {
     fn an_avail_index_beyond_the_ring_is_a_fault() {
         let r = Ring::new();
         r.mem.write_obj(SIZE + 1, GuestAddress(AVAIL + 2)).unwrap();
-        let mut q = VirtioRx::new(r.vq());
+        let mut q = VirtioRx::new(r.vq(), false);
         let mut burst = RxBurst::default();
         assert!(q.rx_burst(&mut burst).is_err());
     }
@@ -976,7 +1030,7 @@ mod tests {
         }
         let data: Vec<u8> = (0..150u8).collect();
         let f = frame_of(&data);
-        let mut q = VirtioTx::new(r.vq(), true);
+        let mut q = VirtioTx::new(r.vq(), true, OffloadCaps::NONE);
         q.tx(&TxFrame::plain(&f)).unwrap();
         q.flush();
         assert_eq!(r.used_idx(), 3);
@@ -1009,7 +1063,7 @@ mod tests {
             r.desc(DESC, i, BUFS + 0x100 * u64::from(i), len, 0, 0);
             r.publish(i);
         }
-        let mut q = VirtioRx::new(r.vq());
+        let mut q = VirtioRx::new(r.vq(), false);
         let (frames, _) = rx_once(&mut q);
         assert_eq!(frames.len(), 4);
         let ids: Vec<u32> = (0..4).map(|s| r.used_id(s)).collect();
@@ -1020,7 +1074,7 @@ mod tests {
             r.desc(DESC, i, BUFS + 0x100 * u64::from(i), 64, F_WRITE, 0);
             r.publish(i);
         }
-        let mut q = VirtioTx::new(r.vq(), true);
+        let mut q = VirtioTx::new(r.vq(), true, OffloadCaps::NONE);
         let data = [5u8; 100];
         q.tx(&TxFrame::plain(&frame_of(&data))).unwrap(); // two chains
         q.tx(&TxFrame::plain(&frame_of(&data[..20]))).unwrap();
@@ -1040,7 +1094,7 @@ mod tests {
             r.desc(DESC, i, BUFS + 0x100 * u64::from(i), 12 + 64, F_WRITE, 0);
             r.publish(i);
         }
-        let mut q = VirtioTx::new(r.vq(), true);
+        let mut q = VirtioTx::new(r.vq(), true, OffloadCaps::NONE);
         let short: Vec<u8> = (0..60u8).collect();
         let long = [9u8; 100];
         let (a, b) = (frame_of(&short), frame_of(&long));
@@ -1077,7 +1131,7 @@ mod tests {
         let mut r = Ring::new();
         let data = [7u8; 100];
         let f = frame_of(&data);
-        let mut q = VirtioTx::new(r.vq(), false);
+        let mut q = VirtioTx::new(r.vq(), false, OffloadCaps::NONE);
         assert_eq!(q.tx(&TxFrame::plain(&f)), Err(TxError::Full));
         r.desc(DESC, 0, BUFS, 64, F_WRITE, 0);
         r.publish(0);
@@ -1111,7 +1165,7 @@ mod tests {
         r.publish(0);
         let data = [1u8; 60];
         let f = frame_of(&data);
-        let mut q = VirtioTx::new(r.vq(), true);
+        let mut q = VirtioTx::new(r.vq(), true, OffloadCaps::NONE);
         assert!(matches!(q.tx(&TxFrame::plain(&f)), Err(TxError::Fault(_))));
         assert_eq!(r.used_idx(), 0);
     }
@@ -1123,7 +1177,7 @@ mod tests {
         r.publish(0);
         let vq = r.vq();
         let progress = vq.progress();
-        let mut q = VirtioRx::new(vq);
+        let mut q = VirtioRx::new(vq, false);
         rx_once(&mut q);
         drop(q);
         assert_eq!(progress.load(), (1, 1));
