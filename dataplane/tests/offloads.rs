@@ -74,20 +74,40 @@ struct Station {
 }
 
 impl Station {
-    fn new(n: u8, sw_ns: &Netns, host_end: &str) -> Station {
+    /// Station `n`, whose veth's other end is `host_end` in `sw_ns` (the
+    /// root namespace if `None`).
+    fn attached(n: u8, sw_ns: Option<&Netns>, host_end: &str) -> Station {
         let ns = Netns::new(&format!("st{n}"));
-        let ok = Command::new("ip")
-            .args(["link", "add", "eth0", "netns", &ns.name, "type", "veth"])
-            .args(["peer", "name", host_end, "netns", &sw_ns.name])
-            .status()
-            .unwrap();
-        assert!(ok.success(), "ip link add eth0 type veth");
+        let mut add = Command::new("ip");
+        add.args(["link", "add", "eth0", "netns", &ns.name, "type", "veth"])
+            .args(["peer", "name", host_end]);
+        if let Some(sw) = sw_ns {
+            add.args(["netns", &sw.name]);
+        }
+        assert!(
+            add.status().unwrap().success(),
+            "ip link add eth0 type veth"
+        );
         let ip = format!("10.66.0.{n}");
         ns.sh_ok(&format!(
             "ip addr add {ip}/24 dev eth0 && ip link set eth0 up && ip link set lo up"
         ));
-        sw_ns.sh_ok(&format!("ip link set {host_end} up"));
+        let up = format!("ip link set {host_end} up");
+        match sw_ns {
+            Some(sw) => {
+                sw.sh_ok(&up);
+            }
+            None => {
+                run_ok(Command::new("sh").args(["-c", &up]));
+            }
+        }
         Station { ns, ip }
+    }
+
+    /// The MAC of its `eth0`.
+    fn mac(&self) -> String {
+        let out = self.ns.sh_ok("cat /sys/class/net/eth0/address");
+        out.trim().to_string()
     }
 
     /// The offloads of its `eth0` as `ethtool -k` shows them.
@@ -213,8 +233,8 @@ fn iperf(client: &Station, server: &Station, reverse: bool) -> serde_json::Value
 fn tcp_through(a: &str, b: &str) {
     let _g = serial();
     let sw_ns = Netns::new("tcpsw");
-    let s1 = Station::new(1, &sw_ns, "up1");
-    let s2 = Station::new(2, &sw_ns, "up2");
+    let s1 = Station::attached(1, Some(&sw_ns), "up1");
+    let s2 = Station::attached(2, Some(&sw_ns), "up2");
     // The kernel's defaults, as the test means to run with them.
     for s in [&s1, &s2] {
         let k = s.offloads();
@@ -283,7 +303,7 @@ fn tcp_through(a: &str, b: &str) {
 fn tcp_from_the_host_through(uplink: &str) {
     let _g = serial();
     let host_ns = Netns::new("tcphost");
-    let station = Station::new(2, &host_ns, "up2");
+    let station = Station::attached(2, Some(&host_ns), "up2");
     let sw = Switch::start_in(Some(&host_ns.name), BRIDGE);
     sw.cli_ok(&[
         "port",
@@ -360,4 +380,164 @@ fn tcp_between_namespaces_through_af_xdp_ports() {
 #[test]
 fn tcp_from_an_af_packet_port_to_an_af_xdp_port_is_segmented_by_the_switch() {
     tcp_through("af-packet", "af-xdp");
+}
+
+/// A DPDK pod between two bridges, as a router or firewall CNF sits: two
+/// `virtio_user` ports on vhost-user ports of the switch, forwarding with
+/// testpmd's `csum` engine, which asks its ports for checksum offload and
+/// TSO (`csum set tcp hw`, `tso set 1448`) and takes super-frames in
+/// (`TCP_LRO`: `GUEST_TSO4/6` negotiated). Station 1 (kernel TCP, default
+/// offloads) is on an af-packet port of bridge `b1`; station 2 is behind
+/// a DPDK memif pod on bridge `b2` (testpmd `io` between its memif port
+/// and an af_packet port on the station's veth). The station's
+/// super-frames cross the first bridge whole, leave the DPDK pod as TSO
+/// super-frames with their checksum left to do, and the switch cuts them
+/// into segments for the memif pod, which takes no metadata.
+#[test]
+fn a_dpdk_pod_with_tso_sends_super_frames_that_the_switch_segments_for_a_memif_pod() {
+    let _g = serial();
+    let tag = std::process::id() % 100_000;
+    let (v1, v2) = (format!("sy{tag}s1"), format!("sy{tag}s2"));
+    let s1 = Station::attached(1, None, &v1);
+    let s2 = Station::attached(2, None, &v2);
+    // Station 2 sits behind DPDK's af_packet PMD, which takes frames of at
+    // most 2 KB with their checksums done: its offloads are off (the
+    // memif pod's side, not the switch's, is what this sets up).
+    s2.ns.sh_ok("ethtool -K eth0 tso off gso off tx off");
+    let sw = Switch::start("[[bridge]]\nname = \"b1\"\n[[bridge]]\nname = \"b2\"\n");
+    let (vu1, vu2, mp) = (
+        sw.path("dpdk-vu1.sock"),
+        sw.path("dpdk-vu2.sock"),
+        sw.path("dpdk-mp.sock"),
+    );
+    for args in [
+        vec![
+            "up",
+            "--kind",
+            "af-packet",
+            "--interface",
+            v1.as_str(),
+            "--bridge",
+            "b1",
+        ],
+        vec![
+            "vu1",
+            "--kind",
+            "vhost-user",
+            "--role",
+            "server",
+            "--socket",
+            &vu1,
+            "--bridge",
+            "b1",
+        ],
+        vec![
+            "vu2",
+            "--kind",
+            "vhost-user",
+            "--role",
+            "server",
+            "--socket",
+            &vu2,
+            "--bridge",
+            "b2",
+        ],
+        vec![
+            "mp", "--kind", "memif", "--role", "master", "--socket", &mp, "--bridge", "b2",
+        ],
+    ] {
+        let mut all = vec!["port", "add"];
+        all.extend(args);
+        sw.cli_ok(&all);
+    }
+    // The router pod: port 0 faces station 1, port 1 station 2; each
+    // frame leaves addressed to the station on that side.
+    let mut router = Testpmd::start(
+        &[
+            virtio_vdev(0, &vu1, false, ""),
+            virtio_vdev(1, &vu2, false, ""),
+        ],
+        &[
+            "--forward-mode=csum",
+            "--mbuf-size=9216",
+            // TCP and UDP checksum, LRO (GUEST_TSO), scatter.
+            "--rx-offloads=0x201c",
+            "--max-pkt-len=9000",
+            &format!("--eth-peer=0,{}", s1.mac()),
+            &format!("--eth-peer=1,{}", s2.mac()),
+        ],
+    );
+    let from = router.output().len();
+    for line in [
+        "stop",
+        "port stop all",
+        "csum set ip hw 0",
+        "csum set tcp hw 0",
+        "csum set ip hw 1",
+        "csum set tcp hw 1",
+        "tso set 1448 0",
+        "tso set 1448 1",
+        "port start all",
+        "start",
+    ] {
+        router.cmd(line);
+    }
+    let out = router.wait_output_from(from, Duration::from_secs(20), "forwarding packets");
+    assert!(
+        !out.contains("Fail"),
+        "testpmd took the offload settings:\n{out}"
+    );
+    let _memif_pod = Testpmd::start(
+        &[
+            memif_vdev(0, "client", &mp, ""),
+            format!("net_af_packet1,iface={v2}"),
+        ],
+        &["--forward-mode=io"],
+    );
+    for p in ["up", "vu1", "vu2", "mp"] {
+        sw.wait_link(p, true);
+    }
+    // The DPDK driver negotiated the offloads both ways.
+    let peer = sw.port("vu2").status.peer.unwrap_or_default();
+    let features = peer
+        .rsplit("0x")
+        .next()
+        .and_then(|h| u64::from_str_radix(h.trim(), 16).ok())
+        .unwrap_or(0);
+    for (bit, name) in [
+        (0, "CSUM"),
+        (1, "GUEST_CSUM"),
+        (7, "GUEST_TSO4"),
+        (11, "HOST_TSO4"),
+    ] {
+        assert!(features & (1 << bit) != 0, "{name} not negotiated: {peer}");
+    }
+    iperf(&s1, &s2, false);
+    transfer_file(&s1, &s2, sw.dir.path());
+    transfer_file(&s2, &s1, sw.dir.path());
+    let per_frame = |bytes: u64, frames: u64| bytes / frames.max(1);
+    let from_dpdk = sw.stats("vu2").totals;
+    let to_memif = sw.stats("mp").totals;
+    assert!(
+        per_frame(from_dpdk.rx_bytes, from_dpdk.rx_packets) > 1514,
+        "the DPDK pod sent TSO super-frames: {from_dpdk:?}"
+    );
+    assert!(
+        to_memif.tx_packets > from_dpdk.rx_packets,
+        "the switch cut them into segments for the memif pod: {from_dpdk:?} {to_memif:?}"
+    );
+    for p in ["up", "vu1", "vu2", "mp"] {
+        let st = sw.stats(p).totals;
+        assert_eq!(
+            st.drops.get("bad_offload").copied().unwrap_or(0),
+            0,
+            "{p}: {st:?}"
+        );
+        assert_eq!(
+            st.drops.get("too_long").copied().unwrap_or(0),
+            0,
+            "{p}: {st:?}"
+        );
+    }
+    drop(router);
 }
