@@ -17,7 +17,7 @@ use std::ptr;
 use crate::dataplane::{Dataplane, Ingress, ViewBridge, ViewPort, WorkerView};
 use crate::observe::{capture, Trace, TraceLearn, TraceLookup, TraceRecord};
 use crate::queue::offload::{self, Finished};
-use crate::queue::{RxFrame, TxError, TxFrame, TxOutcome, TxQueue, BURST_SIZE};
+use crate::queue::{Offload, RxFrame, TxError, TxFrame, TxOutcome, TxQueue, BURST_SIZE};
 use crate::switch::mac_table::{MacEntry, MacKey};
 use crate::switch::security::{self, Admitted};
 use crate::types::{bump, BridgeId, DropReason, PortId};
@@ -713,12 +713,14 @@ impl Forwarder {
             // (a kilobyte, which a one-frame burst would pay in full).
             let mut txfs = [const { MaybeUninit::<TxFrame>::uninit() }; BURST_SIZE];
             let mut all_bytes = 0u64;
-            let mut work = false;
+            // The offload words of the frames OR-ed: whether any has work
+            // left is tested once, after the loop.
+            let mut work = Offload::NONE;
             let queued = q.as_slice();
             let n = queued.len().min(BURST_SIZE);
             for (txf, e) in txfs[..n].iter_mut().zip(&queued[..n]) {
                 let frame = &frames[usize::from(e.frame)];
-                work |= frame.offload.needs_work();
+                work = work.or(frame.offload);
                 all_bytes += u64::from(if e.tag == Retag::Keep {
                     txf.write(TxFrame::plain(frame));
                     frame.len
@@ -740,7 +742,7 @@ impl Forwarder {
             let txfs: &[TxFrame] =
                 unsafe { std::slice::from_raw_parts(txfs.as_ptr().cast::<TxFrame>(), n) };
             let (out, sent) = tx.with(|txq| {
-                let (out, sent) = if work {
+                let (out, sent) = if work.needs_work() {
                     send_finishing(txq, txfs, soft)
                 } else {
                     (txq.tx_burst(txfs), None)

@@ -266,8 +266,8 @@ impl RxBurst {
     }
 }
 
-/// A frame to transmit: a rewritten header `prefix`, then `take` bytes of
-/// the source frame from offset `skip`. This is how VLAN tags are pushed or
+/// A frame to transmit: a rewritten header `prefix`, then the source
+/// frame's bytes from offset `skip` (to `end`, when it is a window). This is how VLAN tags are pushed or
 /// popped while the payload is copied once, and how a segment of a larger
 /// frame is sent with headers of its own.
 #[derive(Clone, Copy)]
@@ -275,7 +275,9 @@ pub struct TxFrame<'a> {
     frame: &'a RxFrame,
     prefix: &'a [u8],
     skip: u32,
-    take: u32,
+    /// Where the source's bytes stop: 0 for its end (every frame but a
+    /// window), so that the usual frame's `skip` and `end` are one zero.
+    end: u32,
     /// The checksum or segmentation work left on the frame, at its offsets
     /// as it leaves. Only a queue whose peer takes it over
     /// ([`crate::queue::TxQueue::offloads`]) is given a frame with work
@@ -289,7 +291,7 @@ impl TxFrame<'static> {
         frame: &RxFrame::EMPTY,
         prefix: &[],
         skip: 0,
-        take: 0,
+        end: 0,
         offload: Offload::NONE,
     };
 }
@@ -302,7 +304,7 @@ impl<'a> TxFrame<'a> {
             frame,
             prefix: &[],
             skip: 0,
-            take: frame.len,
+            end: 0,
             offload: frame.offload,
         }
     }
@@ -316,7 +318,7 @@ impl<'a> TxFrame<'a> {
             frame,
             prefix,
             skip,
-            take: frame.len - skip,
+            end: 0,
             offload: frame.offload.shifted(prefix.len() as i32 - skip as i32),
         }
     }
@@ -328,12 +330,16 @@ impl<'a> TxFrame<'a> {
     where
         'a: 'b,
     {
-        let from = (at.saturating_sub(self.prefix.len()) as u64).min(u64::from(self.take)) as u32;
+        let (start, stop) = (self.skip, self.stop());
+        let skip = (u64::from(start) + at.saturating_sub(self.prefix.len()) as u64)
+            .min(u64::from(stop)) as u32;
+        let end = (u64::from(skip) + len as u64).min(u64::from(stop)) as u32;
         TxFrame {
             frame: self.frame,
             prefix,
-            skip: self.skip + from,
-            take: (len as u64).min(u64::from(self.take - from)) as u32,
+            skip,
+            // A window that reaches the frame's end ends there too (0).
+            end: if end == self.frame.len { 0 } else { end },
             offload: Offload::NONE,
         }
     }
@@ -341,6 +347,16 @@ impl<'a> TxFrame<'a> {
     /// The same frame with `offload` as the work left on it.
     pub fn with_offload(self, offload: Offload) -> Self {
         TxFrame { offload, ..self }
+    }
+
+    /// Where the source's bytes stop.
+    #[inline]
+    fn stop(&self) -> u32 {
+        if self.end == 0 {
+            self.frame.len
+        } else {
+            self.end
+        }
     }
 
     /// Bytes of the rewritten header in front.
@@ -354,7 +370,7 @@ impl<'a> TxFrame<'a> {
     /// [`FrameReader`].
     #[inline]
     pub fn single(&self) -> Option<Segment> {
-        if self.prefix.is_empty() && self.take == self.frame.len {
+        if self.prefix.is_empty() && self.skip == 0 && self.end == 0 {
             self.frame.single_segment()
         } else {
             None
@@ -364,7 +380,7 @@ impl<'a> TxFrame<'a> {
     /// Length on the wire.
     #[inline]
     pub fn len(&self) -> usize {
-        self.prefix.len() + self.take as usize
+        self.prefix.len() + self.stop().saturating_sub(self.skip) as usize
     }
     /// True for a zero-length frame.
     #[inline]
@@ -380,7 +396,7 @@ impl<'a> TxFrame<'a> {
             f(self.prefix.as_ptr(), self.prefix.len());
         }
         let mut skip = self.skip as usize;
-        let mut left = self.take as usize;
+        let mut left = self.stop().saturating_sub(self.skip) as usize;
         for s in self.frame.segments() {
             let len = s.len as usize;
             if skip >= len {
