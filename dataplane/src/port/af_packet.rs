@@ -14,8 +14,9 @@
 //! [`RETIRE_MS`] after its first frame; the switch reads the frames in place
 //! and hands each block back once it has read all of it and released the
 //! burst. A block holds hundreds of small frames, so the kernel and the
-//! switch exchange one status word per block, not per frame. A VLAN tag the kernel
-//! took off (`TP_STATUS_VLAN_VALID`: veth and most NICs strip tags) is put
+//! switch exchange one status word per block, not per frame. Frames leaving
+//! through the interface are not copied in (`PACKET_IGNORE_OUTGOING`). A VLAN
+//! tag the kernel took off (`TP_STATUS_VLAN_VALID`: veth and most NICs strip tags) is put
 //! back as a 4-byte piece in front of the payload, so a trunk sees the frame
 //! as it was on the wire. Frames the host itself sends out of the interface
 //! (`PACKET_OUTGOING`) are not the wire's and are skipped.
@@ -306,6 +307,12 @@ fn open_socket(
     }
     // Best effort: kernels before 3.14 go through the qdisc.
     let _ = set_opt(&fd, libc::PACKET_QDISC_BYPASS, &one);
+    // Frames leaving through the interface (the switch's own, the host's)
+    // are not received: without this the kernel copies each into the
+    // receive ring only for the switch to skip it, a 64 KB copy for every
+    // super-frame sent. Best effort: kernels before 4.20 still copy them
+    // (and they are skipped as `PACKET_OUTGOING`).
+    let _ = set_opt(&fd, libc::PACKET_IGNORE_OUTGOING, &one);
     let ring = (req.tp_block_size as usize) * (req.tp_block_nr as usize);
     let len = 2 * ring;
     // SAFETY: a fresh shared mapping of the socket's two rings, as the
@@ -579,8 +586,8 @@ impl AfpTx {
 impl TxQueue for AfpTx {
     fn tx(&mut self, frame: &TxFrame<'_>) -> Result<(), TxError> {
         let len = frame.len();
-        // A super-frame leaves as segments the MTU allows.
-        if frame.offload.gso().is_none() && exceeds_mtu(frame, self.mtu.load(Ordering::Relaxed)) {
+        // A super-frame's segments, the kernel's to cut, must fit the MTU.
+        if exceeds_mtu(frame, self.mtu.load(Ordering::Relaxed)) {
             return Err(TxError::TooLong);
         }
         if TX_DATA + VNET_HDR_LEN + len > self.ring.frame_size {

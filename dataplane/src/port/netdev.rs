@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use switchyard_api::PortStatus;
 
+use crate::queue::offload::MAX_HDR;
 use crate::queue::TxFrame;
 use crate::wire::ethernet::{EthernetFrame, HEADER_LEN as ETH_HEADER_LEN};
 
@@ -215,7 +216,11 @@ pub fn is_running(ifname: &str) -> io::Result<bool> {
 
 /// Whether `frame` is longer than an interface of MTU `mtu` carries: the
 /// MTU bounds what follows the Ethernet header and, in a tagged frame, its
-/// VLAN tag (the uplinks' transmit check, frame by frame).
+/// VLAN tag (the uplinks' transmit check, frame by frame). For a TCP or
+/// UDP super-frame it bounds each segment the kernel will cut it into (its
+/// headers and one segment's payload), as the kernel's own bridge checks a
+/// GSO frame it forwards (`skb_gso_validate_network_len`): a super-frame
+/// of larger segments than the MTU allows is too long, never cut smaller.
 #[inline]
 pub fn exceeds_mtu(frame: &TxFrame<'_>, mtu: u32) -> bool {
     let mut head = [0u8; ETH_HEADER_LEN];
@@ -231,7 +236,29 @@ pub fn exceeds_mtu(frame: &TxFrame<'_>, mtu: u32) -> bool {
     } else {
         ETH_HEADER_LEN
     };
-    frame.len() > mtu as usize + overhead
+    let len = match frame.offload.gso() {
+        None => frame.len(),
+        Some((_, size)) => segment_len(frame, usize::from(size)),
+    };
+    len > mtu as usize + overhead
+}
+
+/// The length of the largest segment of super-frame `frame` cut into
+/// segments of `size` payload bytes: its headers (as far as the TCP or
+/// UDP header's end) and `size`. A frame whose headers cannot be found is
+/// taken as it is.
+#[cold]
+fn segment_len(frame: &TxFrame<'_>, size: usize) -> usize {
+    let mut head = [0u8; MAX_HDR];
+    let got = {
+        let mut r = frame.reader();
+        // SAFETY: `head` is a local buffer of the length given.
+        unsafe { r.copy_to(head.as_mut_ptr(), head.len()) }
+    };
+    match crate::wire::ip::locate(&head[..got]) {
+        Some(h) => (h.end + size).min(frame.len()),
+        None => frame.len(),
+    }
 }
 
 #[cfg(test)]
@@ -250,6 +277,35 @@ mod tests {
         // SAFETY: `bytes` outlives the frame and every read of it.
         assert!(unsafe { f.push(bytes.as_ptr(), len as u32) });
         exceeds_mtu(&TxFrame::plain(&f), mtu)
+    }
+
+    #[test]
+    fn a_super_frame_is_held_to_the_mtu_segment_by_segment() {
+        use crate::queue::offload::{Offload, GSO_TCPV4};
+        // 20000 bytes of TCP payload behind Ethernet, IPv4 and TCP headers.
+        let mut b = vec![0u8; 54 + 20000];
+        b[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+        b[14] = 0x45;
+        b[16..18].copy_from_slice(&20040u16.to_be_bytes());
+        b[23] = 6;
+        b[46] = 5 << 4;
+        let mut f = RxFrame::default();
+        // SAFETY: `b` outlives the frame and every read of it.
+        assert!(unsafe { f.push(b.as_ptr(), b.len() as u32) });
+        let tso = |size: u16| {
+            let mut v = Offload::checksum(34, 16).to_vnet();
+            v[1] = GSO_TCPV4;
+            v[4..6].copy_from_slice(&size.to_le_bytes());
+            TxFrame::plain(&f).with_offload(Offload::from_vnet(&v, b.len()).unwrap())
+        };
+        // 1460-byte segments: 1500 bytes of IP each.
+        assert!(!exceeds_mtu(&tso(1460), 1500));
+        assert!(exceeds_mtu(&tso(1461), 1500));
+        // A guest's 9000-MTU segments do not fit a 1500 wire.
+        assert!(exceeds_mtu(&tso(8960), 1500));
+        assert!(!exceeds_mtu(&tso(8960), 9000));
+        // Without the segmentation the frame itself is held to it.
+        assert!(exceeds_mtu(&TxFrame::plain(&f), 9000));
     }
 
     #[test]

@@ -214,8 +214,8 @@ struct TapTx {
 
 impl TxQueue for TapTx {
     fn tx(&mut self, frame: &TxFrame<'_>) -> Result<(), TxError> {
-        // A super-frame leaves as segments the MTU allows.
-        if frame.offload.gso().is_none() && exceeds_mtu(frame, self.mtu.load(Ordering::Relaxed)) {
+        // A super-frame's segments, the kernel's to cut, must fit the MTU.
+        if exceeds_mtu(frame, self.mtu.load(Ordering::Relaxed)) {
             return Err(TxError::TooLong);
         }
         let mut vnet = [0u8; VNET_LEN];

@@ -274,10 +274,10 @@ impl RxBurst {
 pub struct TxFrame<'a> {
     frame: &'a RxFrame,
     prefix: &'a [u8],
-    skip: u32,
-    /// Where the source's bytes stop: 0 for its end (every frame but a
-    /// window), so that the usual frame's `skip` and `end` are one zero.
-    end: u32,
+    /// The bytes of the source left out at its start (low 32 bits), and
+    /// where its bytes stop (high 32 bits; 0 for its end, as in every frame
+    /// but a window): the usual frame's is one zero word.
+    span: u64,
     /// The checksum or segmentation work left on the frame, at its offsets
     /// as it leaves. Only a queue whose peer takes it over
     /// ([`crate::queue::TxQueue::offloads`]) is given a frame with work
@@ -290,8 +290,7 @@ impl TxFrame<'static> {
     pub const EMPTY: TxFrame<'static> = TxFrame {
         frame: &RxFrame::EMPTY,
         prefix: &[],
-        skip: 0,
-        end: 0,
+        span: 0,
         offload: Offload::NONE,
     };
 }
@@ -303,8 +302,7 @@ impl<'a> TxFrame<'a> {
         TxFrame {
             frame,
             prefix: &[],
-            skip: 0,
-            end: 0,
+            span: 0,
             offload: frame.offload,
         }
     }
@@ -317,8 +315,7 @@ impl<'a> TxFrame<'a> {
         TxFrame {
             frame,
             prefix,
-            skip,
-            end: 0,
+            span: u64::from(skip),
             offload: frame.offload.shifted(prefix.len() as i32 - skip as i32),
         }
     }
@@ -330,16 +327,15 @@ impl<'a> TxFrame<'a> {
     where
         'a: 'b,
     {
-        let (start, stop) = (self.skip, self.stop());
+        let (start, stop) = (self.skip(), self.stop());
         let skip = (u64::from(start) + at.saturating_sub(self.prefix.len()) as u64)
             .min(u64::from(stop)) as u32;
         let end = (u64::from(skip) + len as u64).min(u64::from(stop)) as u32;
         TxFrame {
             frame: self.frame,
             prefix,
-            skip,
             // A window that reaches the frame's end ends there too (0).
-            end: if end == self.frame.len { 0 } else { end },
+            span: u64::from(skip) | u64::from(if end == self.frame.len { 0 } else { end }) << 32,
             offload: Offload::NONE,
         }
     }
@@ -349,13 +345,18 @@ impl<'a> TxFrame<'a> {
         TxFrame { offload, ..self }
     }
 
+    /// Bytes of the source left out at its start.
+    #[inline]
+    fn skip(&self) -> u32 {
+        self.span as u32
+    }
+
     /// Where the source's bytes stop.
     #[inline]
     fn stop(&self) -> u32 {
-        if self.end == 0 {
-            self.frame.len
-        } else {
-            self.end
+        match (self.span >> 32) as u32 {
+            0 => self.frame.len,
+            end => end,
         }
     }
 
@@ -370,7 +371,7 @@ impl<'a> TxFrame<'a> {
     /// [`FrameReader`].
     #[inline]
     pub fn single(&self) -> Option<Segment> {
-        if self.prefix.is_empty() && self.skip == 0 && self.end == 0 {
+        if self.prefix.is_empty() && self.span == 0 {
             self.frame.single_segment()
         } else {
             None
@@ -380,7 +381,7 @@ impl<'a> TxFrame<'a> {
     /// Length on the wire.
     #[inline]
     pub fn len(&self) -> usize {
-        self.prefix.len() + self.stop().saturating_sub(self.skip) as usize
+        self.prefix.len() + self.stop().saturating_sub(self.skip()) as usize
     }
     /// True for a zero-length frame.
     #[inline]
@@ -395,8 +396,8 @@ impl<'a> TxFrame<'a> {
         if !self.prefix.is_empty() {
             f(self.prefix.as_ptr(), self.prefix.len());
         }
-        let mut skip = self.skip as usize;
-        let mut left = self.stop().saturating_sub(self.skip) as usize;
+        let mut skip = self.skip() as usize;
+        let mut left = self.stop().saturating_sub(self.skip()) as usize;
         for s in self.frame.segments() {
             let len = s.len as usize;
             if skip >= len {
@@ -435,7 +436,7 @@ pub struct FrameReader<'a> {
 impl<'a> FrameReader<'a> {
     fn new(f: TxFrame<'a>) -> Self {
         let segs = f.frame.segments();
-        let mut skip = f.skip as usize;
+        let mut skip = f.skip() as usize;
         let mut seg = 0;
         while seg < segs.len() && skip >= segs[seg].len as usize {
             skip -= segs[seg].len as usize;

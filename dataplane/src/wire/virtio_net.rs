@@ -2,9 +2,10 @@
 //!
 //! With `VIRTIO_F_VERSION_1` the header is always [`HEADER_LEN`] bytes,
 //! little-endian, whether or not mergeable receive buffers were negotiated
-//! (virtio 1.2, section 5.1.6). Switchyard negotiates no checksum or
-//! segmentation offloads, so a header it writes is all zeroes except
-//! `num_buffers`, and a header it reads is skipped.
+//! (virtio 1.2, section 5.1.6). Its offload fields (flags, GSO type and
+//! size, checksum start and offset) are read and written as
+//! [`crate::queue::Offload`]; a header for a frame with no work left is all
+//! zeroes except `num_buffers`.
 
 use std::mem::{offset_of, size_of};
 
