@@ -4,21 +4,24 @@
 //! Layers, from the bottom up. A module imports only from layers below its
 //! own (`tests/layers.rs` reads this list and checks every import):
 //!
-//! 0. [`types`], [`wire`], [`vlan`], [`eventfd`], [`queue`]: slot numbers,
-//!    drop reasons and counters; byte-level views of Ethernet, memif and
-//!    virtio-net headers; VLAN membership; eventfd kicks; the data-plane
-//!    seam (frames and the [`queue::RxQueue`] / [`queue::TxQueue`] traits).
-//! 1. [`reactor`], [`switch`], [`observe`]: the control thread's epoll;
+//! 0. [`types`], [`wire`], [`vlan`], [`eventfd`]: slot numbers, drop
+//!    reasons and counters; byte-level views of Ethernet, IP, memif and
+//!    virtio-net headers and the Internet checksum; VLAN membership;
+//!    eventfd kicks.
+//! 1. [`queue`]: the data-plane seam (frames, their offload work and its
+//!    software finishing, the [`queue::RxQueue`] / [`queue::TxQueue`]
+//!    traits).
+//! 2. [`reactor`], [`switch`], [`observe`]: the control thread's epoll;
 //!    the MAC tables and port security state; packet capture and
 //!    forwarding traces as workers record them.
-//! 2. [`dataplane`]: the state the control thread shares with the workers
+//! 3. [`dataplane`]: the state the control thread shares with the workers
 //!    (ports, bridges, queue slots, counters) and the views workers take.
-//! 3. [`forward`], [`port`]: one worker's L2 forwarding of a burst; the port
+//! 4. [`forward`], [`port`]: one worker's L2 forwarding of a burst; the port
 //!    kinds (memif, vhost-user, tap, af-packet, af-xdp) behind the [`port::Port`] trait and the
 //!    [`port::PortCtx`] seam, each a module that knows nothing of the other.
-//! 4. [`worker`]: the poll-mode worker loop.
-//! 5. [`config`]: the configuration file and the socket path policy.
-//! 6. [`control`]: the daemon (the event loop owning every port), the API
+//! 5. [`worker`]: the poll-mode worker loop.
+//! 6. [`config`]: the configuration file and the socket path policy.
+//! 7. [`control`]: the daemon (the event loop owning every port), the API
 //!    server and the persisted state.
 
 #![warn(missing_docs)]
