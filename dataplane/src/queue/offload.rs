@@ -35,6 +35,10 @@ pub const GSO_UDP_L4: u8 = 5;
 /// `VIRTIO_NET_HDR_GSO_ECN`: the TCP flow uses ECN.
 pub const GSO_ECN: u8 = 0x80;
 
+/// The smallest segment size taken (Linux's `TCP_MIN_MSS`): a super-frame
+/// of up to 64 KB becomes at most about 750 segments.
+pub const MIN_GSO_SIZE: u16 = 88;
+
 /// Bytes of a virtio-net header's offload fields (`struct virtio_net_hdr`,
 /// without `num_buffers`): what `PACKET_VNET_HDR` and `IFF_VNET_HDR` put
 /// in front of a frame.
@@ -92,8 +96,10 @@ pub enum BadOffload {
     /// A segmentation kind the switch does not do (UFO, or unknown).
     #[error("segmentation type {0:#x} not supported")]
     GsoType(u8),
-    /// Segmentation into segments of no bytes.
-    #[error("segmentation with a segment size of 0")]
+    /// Segmentation into segments smaller than any TCP stack makes
+    /// (`TCP_MIN_MSS`, 88 bytes): refused, so that one frame never becomes
+    /// thousands.
+    #[error("segmentation with a segment size under {MIN_GSO_SIZE} bytes")]
     GsoSize,
 }
 
@@ -158,7 +164,9 @@ impl Offload {
         let (start, offset) = if needs { (start, offset) } else { (0, 0) };
         match gso_type & !GSO_ECN {
             0 => Ok(Offload::pack(flags, 0, 0, start, offset)),
-            GSO_TCPV4 | GSO_TCPV6 | GSO_UDP_L4 if gso_size == 0 => Err(BadOffload::GsoSize),
+            GSO_TCPV4 | GSO_TCPV6 | GSO_UDP_L4 if gso_size < MIN_GSO_SIZE => {
+                Err(BadOffload::GsoSize)
+            }
             GSO_TCPV4 | GSO_TCPV6 | GSO_UDP_L4 => {
                 Ok(Offload::pack(flags, gso_type, gso_size, start, offset))
             }
@@ -208,6 +216,13 @@ impl Offload {
     #[inline(always)]
     pub fn needs_work(&self) -> bool {
         self.0 & (u64::from(F_NEEDS_CSUM) | 0xff00) != 0
+    }
+
+    /// The same work without `DATA_VALID`: what a virtio driver sends
+    /// (the flag is the device's to give; a driver's would vouch for its
+    /// own checksums to every other peer).
+    pub fn without_data_valid(self) -> Offload {
+        Offload(self.0 & !u64::from(F_DATA_VALID))
     }
 
     /// Both offloads' bits together: whether either of two frames has work
@@ -719,6 +734,10 @@ mod tests {
         v[1] = GSO_TCPV4;
         v[4] = 0;
         assert_eq!(Offload::from_vnet(&v, 1000), Err(BadOffload::GsoSize));
+        v[4] = MIN_GSO_SIZE as u8 - 1;
+        assert_eq!(Offload::from_vnet(&v, 1000), Err(BadOffload::GsoSize));
+        v[4] = MIN_GSO_SIZE as u8;
+        assert!(Offload::from_vnet(&v, 1000).is_ok());
         // A TCP segmentation of a frame that is not TCP.
         let b = vec![0u8; 100];
         let f = frame(&b);
@@ -737,7 +756,7 @@ mod tests {
         let csum = Offload::checksum(34, 16);
         let mut v = csum.to_vnet();
         v[1] = GSO_TCPV6;
-        v[4] = 1;
+        v[4] = 100;
         let tso6 = Offload::from_vnet(&v, 100).unwrap();
         assert!(!OffloadCaps::NONE.accepts(&csum));
         assert!(OffloadCaps::CSUM.accepts(&csum));

@@ -328,7 +328,8 @@ impl VirtioRx {
                         // (checked above); copied, never referenced.
                         unsafe { std::ptr::copy_nonoverlapping(p, h.as_mut_ptr(), VNET_HDR_LEN) };
                         frame.offload = Offload::from_vnet(&h, frame.len as usize)
-                            .map_err(|_| ChainError::BadOffload)?;
+                            .map_err(|_| ChainError::BadOffload)?
+                            .without_data_valid();
                     }
                     return Ok(());
                 }
@@ -380,8 +381,9 @@ impl VirtioRx {
         if offloads {
             let mut h = [0u8; VNET_HDR_LEN];
             h.copy_from_slice(&hdr[..VNET_HDR_LEN]);
-            frame.offload =
-                Offload::from_vnet(&h, frame.len as usize).map_err(|_| ChainError::BadOffload)?;
+            frame.offload = Offload::from_vnet(&h, frame.len as usize)
+                .map_err(|_| ChainError::BadOffload)?
+                .without_data_valid();
         }
         Ok(())
     }
