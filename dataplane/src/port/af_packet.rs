@@ -50,7 +50,9 @@ use std::time::{Duration, Instant};
 use switchyard_api::{AfPacketSpec, PortStatus};
 use tracing::{info, warn};
 
-use crate::port::netdev::{exceeds_mtu, ifindex, pad_short, read_mtu, status_with_mtu};
+use crate::port::netdev::{
+    exceeds_mtu, ifindex, kernel_at_least, pad_short, read_mtu, status_with_mtu,
+};
 use crate::port::{Port, PortCtx, PortError};
 use crate::queue::offload::VNET_HDR_LEN;
 use crate::queue::{
@@ -532,6 +534,8 @@ struct AfpTx {
     fd: Arc<OwnedFd>,
     /// The socket frames larger than a slot leave through.
     direct: OwnedFd,
+    /// What the kernel takes in a virtio-net header.
+    caps: OffloadCaps,
     ring: Ring,
     cursor: usize,
     queued: bool,
@@ -626,7 +630,7 @@ impl TxQueue for AfpTx {
     }
 
     fn offloads(&self) -> OffloadCaps {
-        OffloadCaps::ALL
+        self.caps
     }
 
     fn flush(&mut self) {
@@ -687,6 +691,16 @@ impl AfPacketPort {
             .max(2048);
         let n = self.spec.queues.unwrap_or(1);
         let fanout = (n > 1).then_some(self.fanout);
+        // The kernel takes checksum and TCP segmentation work in a
+        // virtio-net header; UDP segmentation (`GSO_UDP_L4`) from 6.2.
+        let tcp = OffloadCaps::CSUM
+            .with(OffloadCaps::TSO4)
+            .with(OffloadCaps::TSO6);
+        let caps = if kernel_at_least(6, 2) {
+            tcp.with(OffloadCaps::USO)
+        } else {
+            tcp
+        };
         let mut q = PortQueues::default();
         for _ in 0..n {
             let (fd, rx, tx) = open_socket(index, frame_size, fanout)?;
@@ -695,6 +709,7 @@ impl AfPacketPort {
             q.tx.push(Box::new(AfpTx {
                 fd,
                 direct: direct_socket(index)?,
+                caps,
                 ring: tx,
                 cursor: 0,
                 queued: false,

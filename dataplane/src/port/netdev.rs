@@ -114,6 +114,28 @@ fn ethtool_value(ifname: &str, cmd: u32, data: u32) -> io::Result<u32> {
     Ok(value[1])
 }
 
+/// Whether the running kernel is `major.minor` or later (`uname`), for
+/// features a socket option cannot be asked about.
+pub fn kernel_at_least(major: u32, minor: u32) -> bool {
+    // SAFETY: all-zero is a valid `utsname`; `uname` fills it.
+    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: `u` is a writable `utsname` that outlives the call.
+    if unsafe { libc::uname(&mut u) } != 0 {
+        return false;
+    }
+    let release: String = u
+        .release
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8 as char)
+        .collect();
+    let mut parts = release
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|p| p.parse::<u32>().ok());
+    let (a, b) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    (a, b) >= (major, minor)
+}
+
 /// `ETHTOOL_GDRVINFO`.
 const ETHTOOL_GDRVINFO: u32 = 0x03;
 
@@ -277,6 +299,12 @@ mod tests {
         // SAFETY: `bytes` outlives the frame and every read of it.
         assert!(unsafe { f.push(bytes.as_ptr(), len as u32) });
         exceeds_mtu(&TxFrame::plain(&f), mtu)
+    }
+
+    #[test]
+    fn the_kernel_version_is_read() {
+        assert!(kernel_at_least(3, 0));
+        assert!(!kernel_at_least(999, 0));
     }
 
     #[test]
