@@ -16,7 +16,7 @@ use std::ptr;
 
 use crate::dataplane::{Dataplane, Ingress, ViewBridge, ViewPort, WorkerView};
 use crate::observe::{capture, Trace, TraceLearn, TraceLookup, TraceRecord};
-use crate::queue::offload::{self, Finished};
+use crate::queue::offload;
 use crate::queue::{Offload, RxFrame, TxError, TxFrame, TxOutcome, TxQueue, BURST_SIZE};
 use crate::switch::mac_table::{MacEntry, MacKey};
 use crate::switch::security::{self, Admitted};
@@ -743,7 +743,8 @@ impl Forwarder {
                 unsafe { std::slice::from_raw_parts(txfs.as_ptr().cast::<TxFrame>(), n) };
             let (out, sent) = tx.with(|txq| {
                 let (out, sent) = if work.needs_work() {
-                    send_finishing(txq, txfs, soft)
+                    let (out, sent) = send_finishing(txq, txfs, soft);
+                    (out, Some(sent))
                 } else {
                     (txq.tx_burst(txfs), None)
                 };
@@ -775,8 +776,7 @@ impl Forwarder {
                 (u64::from(out.sent.count_ones()), bytes)
             };
             // What software segmentation sent is counted as it left.
-            let (packets, bytes) =
-                sent.map_or((packets, bytes), |s| (u64::from(s.frames), s.bytes));
+            let (packets, bytes) = sent.unwrap_or((packets, bytes));
             if packets != 0 {
                 bump(&counters.tx_packets, packets);
                 bump(&counters.tx_bytes, bytes);
@@ -819,15 +819,15 @@ impl Forwarder {
 /// segmentation work left: those whose work the queue's peer does not
 /// take over are finished in software ([`offload::finish`]) and sent as
 /// the frames that makes; the others go as they are, in order. Returns the
-/// outcome per frame of `frames` and, when software made frames of its
-/// own, how many frames and bytes went out in all.
+/// outcome per frame of `frames`, and how many frames and bytes went out
+/// in all (software's segments counted as they left).
 #[cold]
 #[inline(never)]
 fn send_finishing(
     txq: &mut dyn TxQueue,
     frames: &[TxFrame<'_>],
     scratch: &mut offload::Scratch,
-) -> (TxOutcome, Option<Finished>) {
+) -> (TxOutcome, (u64, u64)) {
     let caps = txq.offloads();
     let mut out = TxOutcome {
         sent: 0,
@@ -835,11 +835,8 @@ fn send_finishing(
         stop: None,
         unfinished: 0,
     };
-    let mut total = Finished {
-        frames: 0,
-        bytes: 0,
-        result: Ok(()),
-    };
+    // Frames and bytes that left.
+    let mut total = (0u64, 0u64);
     let mut i = 0;
     while i < frames.len() {
         // A run of frames that go as they are.
@@ -851,15 +848,15 @@ fn send_finishing(
             let o = txq.tx_burst(&frames[i..i + run]);
             for j in 0..o.tried {
                 if o.sent & (1 << j) != 0 {
-                    total.frames += 1;
-                    total.bytes += frames[i + j].len() as u64;
+                    total.0 += 1;
+                    total.1 += frames[i + j].len() as u64;
                 }
             }
             out.sent |= o.sent << i;
             out.tried = i + o.tried;
             if o.stop.is_some() {
                 out.stop = o.stop;
-                return (out, Some(total));
+                return (out, total);
             }
             i += run;
             continue;
@@ -869,15 +866,15 @@ fn send_finishing(
         out.tried = i + 1;
         match done {
             Ok(d) => {
-                total.frames += d.frames;
-                total.bytes += d.bytes;
+                total.0 += u64::from(d.frames);
+                total.1 += d.bytes;
                 match d.result {
                     Ok(()) => out.sent |= 1 << i,
                     Err(TxError::TooLong) => {}
                     Err(e) => {
                         out.tried = i;
                         out.stop = Some(e);
-                        return (out, Some(total));
+                        return (out, total);
                     }
                 }
             }
@@ -885,7 +882,7 @@ fn send_finishing(
         }
         i += 1;
     }
-    (out, Some(total))
+    (out, total)
 }
 
 /// Records frames that reached no bridge in a running trace.

@@ -18,6 +18,11 @@ use common::*;
 
 const BRIDGE: &str = "[[bridge]]\nname = \"default\"\n";
 
+/// A port's drops for `reason` (0 when it has none).
+fn dropped(t: &switchyard_api::PortTotals, reason: &str) -> u64 {
+    t.drops.get(reason).copied().unwrap_or(0)
+}
+
 /// A process run in a namespace, killed by PID when dropped.
 struct Bg(Child);
 
@@ -263,19 +268,14 @@ fn tcp_through(a: &str, b: &str) {
     // Nothing was dropped for offload metadata that did not fit.
     for p in ["p1", "p2"] {
         let st = sw.stats(p).totals;
-        assert_eq!(
-            st.drops.get("bad_offload").copied().unwrap_or(0),
-            0,
-            "{p}: {st:?}"
-        );
+        assert_eq!(dropped(&st, "bad_offload"), 0, "{p}: {st:?}");
     }
-    let per_frame = |bytes: u64, frames: u64| bytes / frames.max(1);
     if a == "af-packet" {
         // The station's TSO super-frames reached the switch whole: far
         // more bytes per frame than an MTU holds.
         let st = sw.stats("p1").totals;
         assert!(
-            per_frame(st.rx_bytes, st.rx_packets) > 1514,
+            super_frames(st.rx_bytes, st.rx_packets),
             "p1 received {} bytes in {} frames",
             st.rx_bytes,
             st.rx_packets
@@ -284,7 +284,7 @@ fn tcp_through(a: &str, b: &str) {
         if b == "af-packet" {
             // ... and left whole, the kernel told to segment them.
             assert!(
-                per_frame(out.tx_bytes, out.tx_packets) > 1514,
+                super_frames(out.tx_bytes, out.tx_packets),
                 "p2 sent {} bytes in {} frames",
                 out.tx_bytes,
                 out.tx_packets
@@ -293,7 +293,7 @@ fn tcp_through(a: &str, b: &str) {
             // ... and left cut to the MTU by the switch (an AF_XDP socket
             // takes no metadata): none was too long.
             assert!(out.tx_packets > st.rx_packets, "{st:?} {out:?}");
-            assert_eq!(out.drops.get("too_long").copied().unwrap_or(0), 0);
+            assert_eq!(dropped(&out, "too_long"), 0);
         }
     }
 }
@@ -342,14 +342,10 @@ fn tcp_from_the_host_through(uplink: &str) {
     transfer_file(&host, &station, sw.dir.path());
     transfer_file(&station, &host, sw.dir.path());
     let tap = sw.stats("host").totals;
-    assert_eq!(
-        tap.drops.get("bad_offload").copied().unwrap_or(0),
-        0,
-        "{tap:?}"
-    );
+    assert_eq!(dropped(&tap, "bad_offload"), 0, "{tap:?}");
     // The host's super-frames reached the switch whole.
     assert!(
-        tap.rx_bytes / tap.rx_packets.max(1) > 1514,
+        super_frames(tap.rx_bytes, tap.rx_packets),
         "the tap port received {} bytes in {} frames",
         tap.rx_bytes,
         tap.rx_packets
@@ -515,11 +511,10 @@ fn a_dpdk_pod_with_tso_sends_super_frames_that_the_switch_segments_for_a_memif_p
     iperf(&s1, &s2, false);
     transfer_file(&s1, &s2, sw.dir.path());
     transfer_file(&s2, &s1, sw.dir.path());
-    let per_frame = |bytes: u64, frames: u64| bytes / frames.max(1);
     let from_dpdk = sw.stats("vu2").totals;
     let to_memif = sw.stats("mp").totals;
     assert!(
-        per_frame(from_dpdk.rx_bytes, from_dpdk.rx_packets) > 1514,
+        super_frames(from_dpdk.rx_bytes, from_dpdk.rx_packets),
         "the DPDK pod sent TSO super-frames: {from_dpdk:?}"
     );
     assert!(
@@ -528,16 +523,8 @@ fn a_dpdk_pod_with_tso_sends_super_frames_that_the_switch_segments_for_a_memif_p
     );
     for p in ["up", "vu1", "vu2", "mp"] {
         let st = sw.stats(p).totals;
-        assert_eq!(
-            st.drops.get("bad_offload").copied().unwrap_or(0),
-            0,
-            "{p}: {st:?}"
-        );
-        assert_eq!(
-            st.drops.get("too_long").copied().unwrap_or(0),
-            0,
-            "{p}: {st:?}"
-        );
+        assert_eq!(dropped(&st, "bad_offload"), 0, "{p}: {st:?}");
+        assert_eq!(dropped(&st, "too_long"), 0, "{p}: {st:?}");
     }
     drop(router);
 }

@@ -51,13 +51,13 @@ use switchyard_api::{AfPacketSpec, PortStatus};
 use tracing::{info, warn};
 
 use crate::port::netdev::{
-    exceeds_mtu, ifindex, kernel_at_least, pad_short, read_mtu, status_with_mtu,
+    exceeds_mtu, ifindex, kernel_at_least, pad_short, read_mtu, status_with_mtu, FrameIovecs,
 };
 use crate::port::{Port, PortCtx, PortError};
 use crate::queue::offload::VNET_HDR_LEN;
 use crate::queue::{
     Offload, OffloadCaps, PortQueues, QueueFault, RxBurst, RxQueue, TxError, TxFrame, TxQueue,
-    BURST_SIZE, MAX_SEGS,
+    BURST_SIZE,
 };
 use crate::wire::ethernet::{ETHERTYPE_VLAN, HEADER_LEN as ETH_HEADER_LEN, VLAN_TAG_LEN};
 
@@ -549,30 +549,11 @@ impl AfpTx {
     fn send_direct(&mut self, frame: &TxFrame<'_>) -> Result<(), TxError> {
         self.flush();
         let vnet = frame.offload.to_vnet();
-        let mut iov = [libc::iovec {
-            iov_base: std::ptr::null_mut(),
-            iov_len: 0,
-        }; MAX_SEGS + 2];
-        iov[0] = libc::iovec {
-            iov_base: vnet.as_ptr() as *mut libc::c_void,
-            iov_len: vnet.len(),
-        };
-        let mut n = 1;
-        frame.for_each_piece(|p, len| {
-            // The pieces are a prefix and at most MAX_SEGS segments.
-            if n < iov.len() {
-                iov[n] = libc::iovec {
-                    iov_base: p as *mut libc::c_void,
-                    iov_len: len,
-                };
-                n += 1;
-            }
-        });
+        let mut iov = FrameIovecs::new(&vnet, frame);
         // SAFETY: all-zero is a valid `msghdr`; it names no address (the
-        // socket is bound to the interface) and `n` iovecs.
+        // socket is bound to the interface) and the frame's iovecs.
         let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-        msg.msg_iov = iov.as_mut_ptr();
-        msg.msg_iovlen = n;
+        (msg.msg_iov, msg.msg_iovlen) = iov.raw();
         // SAFETY: every iovec points at readable bytes alive for the call:
         // `vnet`, the prefix, and the frame's segments (checked against
         // their mapping when received). The kernel only reads them.

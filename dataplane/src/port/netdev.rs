@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use switchyard_api::PortStatus;
 
 use crate::queue::offload::MAX_HDR;
-use crate::queue::TxFrame;
+use crate::queue::{TxFrame, MAX_SEGS};
 use crate::wire::ethernet::{EthernetFrame, HEADER_LEN as ETH_HEADER_LEN};
 
 /// `struct ifreq` with the fields we use (name, then a short or an int).
@@ -234,6 +234,51 @@ pub fn is_running(ifname: &str) -> io::Result<bool> {
     }
     let f = i16::from_ne_bytes([req.data[0], req.data[1]]) as libc::c_int;
     Ok(f & libc::IFF_UP != 0 && f & libc::IFF_RUNNING != 0)
+}
+
+/// A header and a frame's pieces as the iovecs of one `writev` or
+/// `sendmsg`, so that the kernel's copy is the only one. The iovecs point
+/// into `header` and the frame, which the lifetime keeps alive.
+pub struct FrameIovecs<'a> {
+    iov: [libc::iovec; MAX_SEGS + 2],
+    n: usize,
+    _borrow: std::marker::PhantomData<&'a [u8]>,
+}
+
+impl<'a> FrameIovecs<'a> {
+    /// `header`, then the frame's prefix and segments.
+    pub fn new(header: &'a [u8], frame: &'a TxFrame<'a>) -> FrameIovecs<'a> {
+        let mut iov = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; MAX_SEGS + 2];
+        iov[0] = libc::iovec {
+            iov_base: header.as_ptr() as *mut libc::c_void,
+            iov_len: header.len(),
+        };
+        let mut n = 1;
+        frame.for_each_piece(|p, len| {
+            // The pieces are a prefix and at most MAX_SEGS segments.
+            if n < iov.len() {
+                iov[n] = libc::iovec {
+                    iov_base: p as *mut libc::c_void,
+                    iov_len: len,
+                };
+                n += 1;
+            }
+        });
+        FrameIovecs {
+            iov,
+            n,
+            _borrow: std::marker::PhantomData,
+        }
+    }
+
+    /// The iovecs (for `msghdr.msg_iov`, which the kernel only reads on
+    /// send) and their count.
+    pub fn raw(&mut self) -> (*mut libc::iovec, usize) {
+        (self.iov.as_mut_ptr(), self.n)
+    }
 }
 
 /// Whether `frame` is longer than an interface of MTU `mtu` carries: the

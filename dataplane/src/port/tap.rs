@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use switchyard_api::{PortStatus, TapSpec};
 use tracing::{info, warn};
 
-use crate::port::netdev::{exceeds_mtu, read_mtu, status_with_mtu, IfReq};
+use crate::port::netdev::{exceeds_mtu, read_mtu, status_with_mtu, FrameIovecs, IfReq};
 use crate::port::{Port, PortCtx, PortError};
 use crate::queue::offload::VNET_HDR_LEN;
 use crate::queue::{
@@ -220,29 +220,13 @@ impl TxQueue for TapTx {
         }
         let mut vnet = [0u8; VNET_LEN];
         vnet[..VNET_HDR_LEN].copy_from_slice(&frame.offload.to_vnet());
-        let mut iov = [libc::iovec {
-            iov_base: std::ptr::null_mut(),
-            iov_len: 0,
-        }; crate::queue::MAX_SEGS + 2];
-        iov[0] = libc::iovec {
-            iov_base: vnet.as_ptr() as *mut libc::c_void,
-            iov_len: VNET_LEN,
-        };
-        let mut n = 1;
-        frame.for_each_piece(|p, len| {
-            if n < iov.len() {
-                iov[n] = libc::iovec {
-                    iov_base: p as *mut libc::c_void,
-                    iov_len: len,
-                };
-                n += 1;
-            }
-        });
+        let mut iov = FrameIovecs::new(&vnet, frame);
+        let (iov, n) = iov.raw();
         // SAFETY: every iovec points at memory valid for reads for the
         // call: the local header, the frame's prefix, and segments that
         // stay mapped until the burst is released (`RxFrame::push`). The
         // kernel only reads them.
-        let w = unsafe { libc::writev(self.fd.as_raw_fd(), iov.as_ptr(), n as libc::c_int) };
+        let w = unsafe { libc::writev(self.fd.as_raw_fd(), iov, n as libc::c_int) };
         if w < 0 {
             return match io::Error::last_os_error().raw_os_error() {
                 // The kernel's queue is full, or the interface is down:

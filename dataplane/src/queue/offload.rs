@@ -358,6 +358,36 @@ pub struct Finished {
     pub result: Result<(), TxError>,
 }
 
+impl Finished {
+    const NOTHING: Finished = Finished {
+        frames: 0,
+        bytes: 0,
+        result: Ok(()),
+    };
+
+    /// Counts what `send` made of `segs`; true when it stopped (full or
+    /// broken), so that no more are sent.
+    fn tally(&mut self, segs: &[TxFrame<'_>], out: TxOutcome) -> bool {
+        for (j, seg) in segs.iter().enumerate() {
+            match out.of(j) {
+                Some(Ok(())) => {
+                    self.frames += 1;
+                    self.bytes += seg.len() as u64;
+                }
+                Some(Err(e)) if self.result.is_ok() => self.result = Err(e),
+                _ => {}
+            }
+        }
+        match out.stop {
+            Some(e) => {
+                self.result = Err(e);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
 /// Why [`finish`] could not do a frame's work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Unfinished {
@@ -416,22 +446,9 @@ pub fn finish(
         sum_range(frame, field + 2, len - field - 2, &mut c);
         h[field..field + 2].copy_from_slice(&c.finish().to_ne_bytes());
         let one = [frame.window(field + 2, len - field - 2, &h[..field + 2])];
-        let out = send(&one);
-        return Ok(match out.of(0) {
-            Some(Ok(())) => Finished {
-                frames: 1,
-                bytes: len as u64,
-                result: Ok(()),
-            },
-            r => Finished {
-                frames: 0,
-                bytes: 0,
-                result: Err(r
-                    .and_then(Result::err)
-                    .or(out.stop)
-                    .unwrap_or(TxError::Full)),
-            },
-        });
+        let mut done = Finished::NOTHING;
+        done.tally(&one, send(&one));
+        return Ok(done);
     };
     let hs = ip::locate(head).ok_or(Unfinished::BadOffload)?;
     let fits = match kind {
@@ -447,18 +464,18 @@ pub fn finish(
     let payload = (hs.l4 + hs.l4_len).min(len).saturating_sub(hs.end);
     let mss = usize::from(mss);
     let count = payload.div_ceil(mss).max(1);
-    let mut done = Finished {
-        frames: 0,
-        bytes: 0,
-        result: Ok(()),
+    // Segment `i`: where its payload starts in the frame, and its length.
+    let bounds = |i: usize| {
+        let at = hs.end + i * mss;
+        (at, mss.min(payload - (i * mss).min(payload)))
     };
+    let mut done = Finished::NOTHING;
     let mut k = 0;
     while k < count {
         let n = (count - k).min(BURST_SIZE);
         for j in 0..n {
             let i = k + j;
-            let at = hs.end + i * mss;
-            let seg_len = mss.min(payload - (at - hs.end).min(payload));
+            let (at, seg_len) = bounds(i);
             let h = &mut scratch.hdrs[j];
             h[..hs.end].copy_from_slice(&head[..hs.end]);
             segment_headers(h, &hs, i, mss, seg_len, i + 1 == count);
@@ -476,24 +493,11 @@ pub fn finish(
         }
         let mut segs = [TxFrame::EMPTY; BURST_SIZE];
         for (j, seg) in segs[..n].iter_mut().enumerate() {
-            let at = hs.end + (k + j) * mss;
-            let seg_len = mss.min(payload - (at - hs.end).min(payload));
+            let (at, seg_len) = bounds(k + j);
             *seg = frame.window(at, seg_len, &scratch.hdrs[j][..hs.end]);
         }
-        let out = send(&segs[..n]);
-        for (j, seg) in segs[..n].iter().enumerate() {
-            match out.of(j) {
-                Some(Ok(())) => {
-                    done.frames += 1;
-                    done.bytes += seg.len() as u64;
-                }
-                Some(Err(e)) if done.result.is_ok() => done.result = Err(e),
-                _ => {}
-            }
-        }
-        if let Some(e) = out.stop {
-            done.result = Err(e);
-            return Ok(done);
+        if done.tally(&segs[..n], send(&segs[..n])) {
+            break;
         }
         k += n;
     }

@@ -38,6 +38,13 @@ pub fn run_ok(cmd: &mut Command) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Whether `frames` frames of `bytes` bytes in all are on average larger
+/// than a 1500-byte MTU's frame (1514 bytes with its Ethernet header): TCP
+/// super-frames crossed whole.
+pub fn super_frames(bytes: u64, frames: u64) -> bool {
+    bytes / frames.max(1) > 1514
+}
+
 /// A network namespace made for one test, deleted (with every interface in
 /// it) when dropped.
 pub struct Netns {
