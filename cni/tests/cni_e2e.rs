@@ -481,11 +481,9 @@ fn a_pinned_pod_passes_its_own_frames_and_no_spoofed_one() {
     assert_eq!(b.wait_rx(0, 32), 32, "A's own frames pass");
     assert_eq!(spoofed(), 0);
     // testpmd changes its peer only while it is not forwarding.
-    let from = b.output().len();
-    b.cmd("stop");
-    b.wait_output_from(from, Duration::from_secs(10), "Done.");
+    b.pause();
     b.cmd("set eth-peer 0 02:00:00:00:77:77");
-    b.cmd("start");
+    b.resume();
     b.send_bursts(1);
     wait_for(
         Duration::from_secs(10),

@@ -83,8 +83,7 @@ impl GoodLoop {
     /// flight (sent by the switch, not yet taken by the stopped testpmd).
     /// Returns the frames looped.
     fn assert_nothing_lost(mut self, sw: &Switch) -> u64 {
-        self.t.cmd("stop");
-        self.t.wait_output(Duration::from_secs(10), "Done.");
+        self.t.pause();
         // The switch's counters once the frames in flight have landed.
         let (sa, sb) = settled("the loop's counters", || {
             (sw.stats("a").totals, sw.stats("b").totals)
@@ -834,12 +833,14 @@ impl Target {
     }
 }
 
-/// Runs `shape` against `path` until `until`, on threads of its own.
+/// Runs `shape` against `path` until `until`, on threads of its own; each
+/// thread says on `ready` when it has connected (false: it could not).
 fn attack(
     target: Target,
     path: &str,
     shape: Shape,
     until: std::time::Instant,
+    ready: &std::sync::mpsc::Sender<bool>,
 ) -> Vec<std::thread::JoinHandle<()>> {
     use nix::sys::socket::{send, MsgFlags};
     let hold = move |fd: std::os::fd::OwnedFd| {
@@ -855,10 +856,13 @@ fn attack(
     (0..count)
         .map(|_| {
             let path = path.to_string();
+            let ready = ready.clone();
             std::thread::spawn(move || {
                 let Some(fd) = target.connect(&path) else {
+                    let _ = ready.send(false);
                     return;
                 };
+                let _ = ready.send(true);
                 let put = |b: &[u8]| {
                     send(
                         fd.as_raw_fd(),
@@ -1022,12 +1026,17 @@ fn no_peer_or_client_stalls_the_api() {
         (Target::Control, &on_control),
     ] {
         let until = std::time::Instant::now() + Duration::from_secs(4);
+        let (ready, connected) = std::sync::mpsc::channel();
         let threads: Vec<_> = SHAPES
             .iter()
             .zip(paths)
-            .flat_map(|(s, path)| attack(target, path, *s, until))
+            .flat_map(|(s, path)| attack(target, path, *s, until, &ready))
             .collect();
-        std::thread::sleep(Duration::from_millis(200));
+        // The round trips are timed once every attacker is in place.
+        for _ in &threads {
+            let ok = connected.recv_timeout(Duration::from_secs(10));
+            assert_eq!(ok, Ok(true), "{target:?}: an attacker could not connect");
+        }
         let times = api_round_trips(&sw, until);
         eprintln!("{target:?} under attack, round trips: {times:?}");
         // A stall a peer causes lasts as long as the attack: no operation

@@ -222,7 +222,7 @@ fn io_forwarding_loop_and_master_peer_restart() {
         (sw.stats("a").totals.rx_packets > 10_000 && sw.stats("b").totals.rx_packets > 10_000)
             .then_some(())
     });
-    t.cmd("stop");
+    t.pause();
 
     // kill -9 the peer mid-traffic; the port goes down, counters stay.
     let before = sw.stats("a").totals.rx_packets;
@@ -270,7 +270,7 @@ fn zero_copy_clients_loop_through_the_switch() {
         (sw.stats("a").totals.rx_packets > 10_000 && sw.stats("b").totals.rx_packets > 10_000)
             .then_some(())
     });
-    t.cmd("stop");
+    t.pause();
     // Region 0 (rings) is a sealed memfd; the mbuf memory is not.
     let log = sw.log();
     let up = log
@@ -333,7 +333,10 @@ fn ports_persist_across_daemon_restarts() {
     a.send_bursts(1);
     assert_eq!(b.wait_rx(0, 32), 32);
 
-    // Deleting a port is persisted too.
+    // Deleting a port is persisted too. The pods go first: the switch
+    // would otherwise end their connections while they poll (see
+    // Testpmd::pause).
+    drop((a, b));
     sw.cli_ok(&["port", "del", "b"]);
     sw.stop();
     sw.spawn();

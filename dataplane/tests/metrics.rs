@@ -339,7 +339,7 @@ fn two_workers_rebalance_unequal_queues_without_losing_frames() {
 
     // No frame was lost in the move: stopped, every frame a received went
     // out of c and the other way round, and nothing was dropped.
-    pod.cmd("stop");
+    pod.pause();
     let (a, c) = settled("the counters of a and c", || {
         (sw.stats("a").totals, sw.stats("c").totals)
     });

@@ -141,8 +141,11 @@ fn captures_are_read_by_tcpdump_and_a_slow_reader_loses_only_capture_frames() {
     let (frames, lost) = pcapng(&bytes);
     let lost = lost.expect("statistics block");
     assert!(lost > 0, "{} frames written, none lost", frames.len());
+    // A worker held up by the capture would pass no more than its rings
+    // hold (two ports, 1024 slots each way, 4,096 frames); the loop moves
+    // far more in two seconds even in a debug build on a loaded machine.
     assert!(
-        during > before + 100_000,
+        during > before + 10_000,
         "traffic stalled behind the capture: {before} -> {during}"
     );
     // The port's own drop counters do not hold the capture's losses.

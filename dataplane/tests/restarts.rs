@@ -9,7 +9,7 @@ use std::collections::HashSet;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{memif_vdev, serial, virtio_vdev, wait_for, Switch, Testpmd};
+use common::{memif_vdev, serial, virtio_vdev, wait_for, Netns, Switch, Testpmd};
 use switchyard_api::{Client, Request};
 use switchyard_api::{KindSpec, MemifRole, MemifSpec, PortInfo, PortSpec};
 
@@ -113,47 +113,6 @@ fn start_loop(sw: &Switch, t: &mut Testpmd, pod: [&str; 2]) {
     flowing(sw, pod);
 }
 
-/// Brings a pod's loop back after the switch restarted: `reattach` is what
-/// the application does on link down (false if the pod died meanwhile);
-/// a pod found dead, before or while its links come back, is restarted
-/// with `restart`, as Kubernetes would restart it.
-fn resume_loop(
-    sw: &Switch,
-    t: &mut Testpmd,
-    pod: [&str; 2],
-    reattach: &dyn Fn(&mut Testpmd) -> bool,
-    restart: &dyn Fn() -> Testpmd,
-) {
-    let up = || pod.iter().all(|p| sw.stats(p).link_up);
-    let mut alive = reattach(t);
-    for _ in 0..3 {
-        if !alive || t.exited().is_some() {
-            eprintln!(
-                "pod {pod:?} died with the switch ({:?}): a DPDK bug, restarting it",
-                t.exited()
-            );
-            *t = restart();
-        }
-        alive = wait_for(
-            Duration::from_secs(15),
-            &format!("links of {pod:?} up, or the pod gone"),
-            || {
-                if up() {
-                    Some(true)
-                } else {
-                    t.exited().map(|_| false)
-                }
-            },
-        );
-        if alive {
-            t.send_bursts(1);
-            flowing(sw, pod);
-            return;
-        }
-    }
-    panic!("pod {pod:?} kept dying");
-}
-
 /// Kills `victim` (the peer of ports `dead`) with SIGKILL while frames
 /// flow, checks that only those ports went down and that `still` (the
 /// rest of the traffic) keeps flowing, then starts the pod again.
@@ -218,10 +177,71 @@ fn testpmd_killed_mid_traffic_in_every_role_comes_back() {
     drop((a, b, c));
 }
 
+/// A kernel flood through bridge `k`: broadcast frames written by a raw
+/// socket onto tap `k1` (a port of the switch) as fast as Python can, which
+/// the switch floods to its tap port `k2`. Killed when dropped.
+struct KernelFlood(std::process::Child);
+
+impl KernelFlood {
+    const SCRIPT: &'static str = "import socket\n\
+        s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)\n\
+        s.bind(('k1', 0))\n\
+        f = bytes.fromhex('ffffffffffff02000000f00188b5') + bytes(46)\n\
+        while True:\n\
+        \x20   try:\n\
+        \x20       s.send(f)\n\
+        \x20   except OSError:\n\
+        \x20       pass\n";
+
+    fn start(sw: &Switch, ns: &Netns) -> KernelFlood {
+        for p in ["k1", "k2"] {
+            sw.cli_ok(&[
+                "port",
+                "add",
+                p,
+                "--kind",
+                "tap",
+                "--interface",
+                p,
+                "--bridge",
+                "k",
+            ]);
+            ns.sh_ok(&format!("ip link set {p} up"));
+        }
+        let child = std::process::Command::new("ip")
+            .args(["netns", "exec", &ns.name, "python3", "-c", Self::SCRIPT])
+            .spawn()
+            .expect("python3");
+        KernelFlood(child)
+    }
+
+    /// The switch keeps carrying the flood.
+    fn flowing(sw: &Switch) {
+        let tx = || sw.stats("k2").totals.tx_packets;
+        let before = tx();
+        wait_for(
+            Duration::from_secs(15),
+            "the kernel's flood through k",
+            || (tx() > before + 1000).then_some(()),
+        );
+    }
+}
+
+impl Drop for KernelFlood {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 #[test]
 fn daemon_stopped_or_killed_under_traffic_restores_ports_and_traffic_resumes() {
     let _g = serial();
-    let mut sw = Switch::start(BRIDGES);
+    let ns = Netns::new("restart");
+    let mut sw = Switch::start_in(
+        Some(&ns.name),
+        &format!("{BRIDGES}[[bridge]]\nname = \"k\"\n"),
+    );
     let s = add_ports(&sw);
     let specs = |sw: &Switch| -> Vec<(String, String, String)> {
         let mut v: Vec<_> = sw
@@ -229,6 +249,7 @@ fn daemon_stopped_or_killed_under_traffic_restores_ports_and_traffic_resumes() {
             .call_as::<Vec<PortInfo>>(&Request::PortList)
             .unwrap()
             .into_iter()
+            .filter(|p| p.spec.kind.interface().is_none())
             .map(|p| (p.name().into(), p.role().into(), p.socket().into()))
             .collect();
         v.sort();
@@ -237,11 +258,20 @@ fn daemon_stopped_or_killed_under_traffic_restores_ports_and_traffic_resumes() {
     let before = specs(&sw);
     assert_eq!(before.len(), 5);
     let (mut a, mut b, mut c) = start_all(&sw, &s);
+    let _flood = KernelFlood::start(&sw, &ns);
 
     for kill in [false, true] {
-        // Traffic is flowing through both bridges when the daemon goes.
+        // Traffic is flowing through every bridge.
         flowing(&sw, POD_A);
         flowing(&sw, POD_B);
+        KernelFlood::flowing(&sw);
+        // The DPDK pods stop polling while the switch is away: DPDK's memif
+        // driver may crash otherwise (see Testpmd::pause). The kernel's
+        // flood keeps the switch under traffic when it goes.
+        for t in [&mut a, &mut b, &mut c] {
+            t.pause();
+        }
+        KernelFlood::flowing(&sw);
         if kill {
             sw.kill9();
         } else {
@@ -252,27 +282,20 @@ fn daemon_stopped_or_killed_under_traffic_restores_ports_and_traffic_resumes() {
         for sock in [&s.mm, &s.mm2, &s.vs] {
             assert!(Path::new(sock).exists(), "{sock} listens again");
         }
-        // DPDK 22.11's memif driver unmaps a vanished peer's regions in its
-        // interrupt thread while its forwarding lcore may still be reading
-        // them: a memif pod sometimes dies with SIGSEGV when the switch goes
-        // away under traffic (see the README), at any moment until its links
-        // are up again. A pod that crashed is restarted, as Kubernetes would
-        // restart it.
-        //
+        for t in [&mut a, &mut b, &mut c] {
+            t.assert_alive();
+        }
+        KernelFlood::flowing(&sw);
         // Pod A owns its sockets: the switch redials, and pod A's loop
         // resumes once it sends again (frames in flight died with the
         // switch).
-        resume_loop(&sw, &mut a, POD_A, &|_| true, &|| pod_a(&s));
+        start_loop(&sw, &mut a, POD_A);
         // Pod B's memif clients reattach when the application restarts its
         // ports, as it does on link down.
-        let reattach = |t: &mut Testpmd| {
-            ["stop", "port stop all", "port start all", "start"]
-                .iter()
-                .all(|line| t.try_cmd(line))
-        };
-        resume_loop(&sw, &mut b, POD_B, &reattach, &|| pod_b(&s));
-        // DPDK's client-mode virtio_user cannot redial (see the README), and
-        // DPDK 22.11 may even crash when its backend vanishes under traffic:
+        b.cmd("port stop all");
+        b.cmd("port start all");
+        start_loop(&sw, &mut b, POD_B);
+        // DPDK's client-mode virtio_user cannot redial (see the README):
         // pod C restarts, as Kubernetes would restart it.
         drop(c);
         c = pod_c(&s);

@@ -190,12 +190,16 @@ fn server_role_frontend_restart_and_daemon_restart() {
     // The daemon dies: both ports come back from the state dir; the
     // testpmd that owns its socket takes the switch back, the other one
     // reattaches by restarting (DPDK client-mode frontends do not redial).
+    // Both stop polling while the switch is away (see Testpmd::pause).
+    a.pause();
+    b.pause();
     sw.kill9();
     sw.spawn();
     sw.wait_link("cb", true);
     drop(a);
     let mut a = frontend(&sa, 0x3a, false, &[]);
     sw.wait_link("va", true);
+    b.assert_alive();
     b.send_bursts(1);
     assert_eq!(a.wait_rx(0, 32), 32);
 }

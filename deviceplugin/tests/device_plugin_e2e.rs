@@ -352,16 +352,20 @@ fn hostile_clients_on_the_plugin_socket_do_not_stall_the_kubelet() {
     let until = std::time::Instant::now() + Duration::from_secs(3);
     let preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
     let shapes: Vec<&[u8]> = vec![b"", &preface[..10], b"\x00garbage\xff\xff", preface];
+    let (ready, connected) = std::sync::mpsc::channel();
     let threads: Vec<_> = (0..40)
         .map(|i| {
             let sock = sock.clone();
             let bytes = shapes[i % shapes.len()].to_vec();
             let drip = i % shapes.len() == 3;
+            let ready = ready.clone();
             std::thread::spawn(move || {
                 use std::io::Write;
                 let Ok(mut c) = std::os::unix::net::UnixStream::connect(&sock) else {
+                    let _ = ready.send(false);
                     return;
                 };
+                let _ = ready.send(true);
                 if drip {
                     for b in bytes {
                         if std::time::Instant::now() > until || c.write_all(&[b]).is_err() {
@@ -378,7 +382,10 @@ fn hostile_clients_on_the_plugin_socket_do_not_stall_the_kubelet() {
             })
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(200));
+    for _ in &threads {
+        let ok = connected.recv_timeout(Duration::from_secs(10));
+        assert_eq!(ok, Ok(true), "an attacker could not connect");
+    }
     // Meanwhile the kubelet's calls answer at once.
     while std::time::Instant::now() < until {
         let t = std::time::Instant::now();
@@ -479,29 +486,22 @@ fn device_plugin_to_cni_to_switch_to_testpmd() {
         netns: format!("/var/run/netns/{name}"),
     };
     // The device comes from the kubelet's Pod Resources API, as Multus
-    // takes it; `device` is what the test expects it to be.
-    let attach = |p: &MultusPod, net: Nad, device: &str| {
-        let added = multus
+    // takes it.
+    let attach = |p: &MultusPod, net: Nad| {
+        multus
             .add(p, &[(net, Selection::default(), None)])
             .unwrap_or_else(|e| panic!("ADD {}: {:?}", p.name, e.0))
-            .remove(0);
-        assert_eq!(added.netconf["deviceID"], device);
-        added
+            .remove(0)
     };
     let (pod_a, pod_b) = (pod("a"), pod("b"));
-    let a_added = attach(
-        &pod_a,
-        nad("memif-net", "memif", "switchyard.io/memif"),
-        "memif-1",
-    );
+    let a_added = attach(&pod_a, nad("memif-net", "memif", "switchyard.io/memif"));
     let b_added = attach(
         &pod_b,
         nad("vhost-net", "vhost-user", "switchyard.io/vhost-user"),
-        "vhost-user-0",
     );
+    // The plugin attached each pod on the socket of the device the kubelet
+    // allocated it (the one its environment names).
     let (ra, rb) = (&a_added.result, &b_added.result);
-    assert_eq!(a_added.netconf["deviceID"], "memif-1");
-    assert_eq!(a_added.netconf["pciBusID"], "memif-1");
     assert_eq!(ra["interfaces"][0]["socketPath"], a_sock.as_str());
     assert_eq!(rb["interfaces"][0]["socketPath"], b_sock.as_str());
     // The pod's network-status carries the device info, as Multus fills it

@@ -311,9 +311,9 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
                 .add(&pod, &[(net.clone(), Default::default(), None)])
                 .unwrap_or_else(|e| panic!("{version:?}: ADD {device}: {:?}", e.0))
                 .remove(0);
-            assert_eq!(added.netconf["deviceID"], device.as_str());
             // network-status names the socket the device plugin gave the
-            // pod (its environment) and the pod's role.
+            // pod for the allocated device (its environment) and the pod's
+            // role.
             let socket = &alloc.envs[&format!("SWITCHYARD_SOCKET_MEMIF_{}", 2 * round + i)];
             assert_eq!(
                 added.network_status["device-info"]["memif"]["path"],

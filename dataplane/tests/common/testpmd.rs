@@ -111,6 +111,8 @@ pub struct Testpmd {
     prefix: String,
     /// Whether `/var/run/dpdk/<prefix>` and `/tmp/<prefix>` are its own.
     own_files: bool,
+    /// Killed by the test ([`Testpmd::kill9`]): its exit is no crash.
+    killed: bool,
 }
 
 impl Testpmd {
@@ -228,6 +230,7 @@ impl Testpmd {
             out,
             prefix,
             own_files,
+            killed: false,
         };
         let mut t = t;
         let end = Instant::now() + Duration::from_secs(30);
@@ -329,23 +332,64 @@ impl Testpmd {
     /// Sends `bursts` bursts of 32 frames from every port ("start tx_first"),
     /// then keeps forwarding in the configured mode.
     pub fn send_bursts(&mut self, bursts: u32) {
-        let from = self.output().len();
-        self.cmd("stop");
-        self.wait_output_from(from, Duration::from_secs(10), "Done.");
+        self.pause();
         let from = self.output().len();
         self.cmd(&format!("start tx_first {bursts}"));
         self.wait_output_from(from, Duration::from_secs(10), "forwarding packets");
     }
 
+    /// Stops forwarding ("stop") and waits until the forwarding lcores have
+    /// left their loop: no lcore polls the ports until [`Testpmd::resume`].
+    ///
+    /// DPDK's memif driver (22.11 and main alike) unmaps a connection's
+    /// regions in its interrupt thread when the peer goes away, while a
+    /// forwarding lcore may be between its `ETH_MEMIF_FLAG_CONNECTED` test
+    /// and its reads of those regions (`memif_disconnect` in
+    /// `drivers/net/memif/memif_socket.c`, `eth_memif_rx` and `eth_memif_tx`
+    /// in `rte_eth_memif.c`): testpmd then dies with SIGSEGV.
+    /// `scripts/dpdk-memif-unmap-race.sh` reproduces it with two testpmds and
+    /// no switch. A test that takes the switch away from a DPDK pod pauses
+    /// the pod first, as that race needs a polling lcore.
+    pub fn pause(&mut self) {
+        let from = self.output().len();
+        self.cmd("stop");
+        let end = Instant::now() + Duration::from_secs(10);
+        loop {
+            let o = self.output();
+            let said = o.get(from..).unwrap_or_default();
+            if said.contains("Done.") || said.contains("Packet forwarding not started") {
+                return;
+            }
+            if Instant::now() > end {
+                panic!("testpmd did not stop forwarding in 10 s:\n{o}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Forwards again after [`Testpmd::pause`].
+    pub fn resume(&mut self) {
+        let from = self.output().len();
+        self.cmd("start");
+        self.wait_output_from(from, Duration::from_secs(10), "forwarding packets");
+    }
+
     /// SIGKILLs testpmd (a crashing peer).
     pub fn kill9(mut self) {
+        self.killed = true;
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 
-    /// testpmd's exit status if it has exited (a crash), without waiting.
-    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
-        self.child.try_wait().ok().flatten()
+    /// Panics, with testpmd's output, if it has exited (a crashed peer).
+    pub fn assert_alive(&mut self) {
+        if let Some(status) = self.child.try_wait().ok().flatten() {
+            panic!(
+                "testpmd {} died during the test: {status}\n{}",
+                self.prefix,
+                self.output()
+            );
+        }
     }
 
     pub fn pid(&self) -> u32 {
@@ -354,9 +398,12 @@ impl Testpmd {
 }
 
 impl Drop for Testpmd {
+    /// Quits testpmd. A testpmd that exited before it was told to (a
+    /// crashed peer) fails the test, with its output.
     fn drop(&mut self) {
-        if std::thread::panicking() {
-            let status = self.child.try_wait().ok().flatten();
+        let status = self.child.try_wait().ok().flatten();
+        let crashed = status.is_some() && !self.killed;
+        if std::thread::panicking() || crashed {
             eprintln!(
                 "---- testpmd {} (exit: {status:?}) ----\n{}",
                 self.prefix,
@@ -369,6 +416,9 @@ impl Drop for Testpmd {
         if self.own_files {
             let _ = std::fs::remove_dir_all(format!("/var/run/dpdk/{}", self.prefix));
             let _ = std::fs::remove_dir_all(format!("/tmp/{}", self.prefix));
+        }
+        if crashed && !std::thread::panicking() {
+            panic!("testpmd {} died during the test: {status:?}", self.prefix);
         }
     }
 }
