@@ -36,6 +36,9 @@ pub use vlan::VlanSet;
 pub const DEFAULT_CONTROL_SOCKET: &str = "/run/switchyard/control.sock";
 /// Default `socket_dir`: port sockets lie below it.
 pub const DEFAULT_SOCKET_DIR: &str = "/run/switchyard";
+/// The CNI plugin's node-wide records, a directory of its socket directory
+/// (`socketDir`): no port's socket may lie in it.
+pub const CNI_RECORDS_DIR: &str = ".switchyard-cni";
 
 /// FNV-1a of `name`: a hash that stays the same across releases (unlike
 /// std's), for identifiers and MAC addresses derived from names.

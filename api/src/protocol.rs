@@ -315,6 +315,12 @@ pub struct PortStatus {
     /// (as last read from it: every 2 s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mtu: Option<u32>,
+    /// Why the port does not exist, if the switch could not make it from
+    /// its persisted spec at start (a socket path now reserved or taken, an
+    /// interface gone, a spec this version refuses). The spec stays in the
+    /// state until the port is deleted or added again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed: Option<String>,
 }
 
 /// Totals of a port's counters.

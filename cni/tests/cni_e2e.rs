@@ -765,3 +765,37 @@ fn version_answers_in_the_version_asked() {
         );
     }
 }
+
+#[test]
+fn a_socket_dir_in_the_switchs_own_directory_is_refused() {
+    let _g = serial();
+    let node = Node::start();
+    // The switch's state directory lies in its socket_dir here: a netconf
+    // whose socketDir points into it would put pod sockets among the
+    // switch's own files.
+    let state = node.dir.path().join("state");
+    let conf = node.netconf("own", json!({"socketDir": state}));
+    let (c, args) = ("a".repeat(64), pod_args("uid-own"));
+    for (kind, role) in [("memif", "slave"), ("vhost-user", "client")] {
+        let mut conf = conf.clone();
+        conf["interfaceType"] = json!(kind);
+        if kind == "memif" {
+            conf["memif"] = json!({"role": role});
+        } else {
+            conf["vhostUser"] = json!({"mode": role});
+        }
+        let (good, e) = cni("ADD", &c, "net1", &args, &conf);
+        assert!(!good, "{kind}: {e}");
+        let msg = e["msg"].as_str().unwrap_or_default();
+        assert!(
+            msg.contains("in the switch's state directory"),
+            "{kind}: {e}"
+        );
+        assert!(node.ports().is_empty());
+        ok("DEL", &c, "net1", &args, &conf);
+    }
+    // No pod directory was left among the switch's files, and the switch
+    // still answers and restores nothing it should not.
+    assert!(!state.join("uid-own").exists());
+    assert!(node.ports().is_empty());
+}

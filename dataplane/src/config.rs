@@ -345,7 +345,68 @@ pub fn confine_socket(
         .ok_or_else(|| invalid(field, "not valid UTF-8"))
 }
 
+/// `p` with its deepest existing ancestor resolved (links followed) and the
+/// rest appended as given: two spellings of one place compare equal, even
+/// where the place does not exist yet.
+fn resolved(p: &Path) -> PathBuf {
+    let mut rest = Vec::new();
+    let mut at = p;
+    loop {
+        if let Ok(mut real) = at.canonicalize() {
+            real.extend(rest.iter().rev());
+            return real;
+        }
+        match (at.parent(), at.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name);
+                at = parent;
+            }
+            _ => return p.to_path_buf(),
+        }
+    }
+}
+
 impl Config {
+    /// Who owns `path` if it is one of the switch's own paths or its
+    /// companions' (its control socket, its state directory, the CNI
+    /// plugin's records in the socket directory), which no port may take.
+    pub fn reserved_owner(&self, path: &Path) -> Option<String> {
+        let p = resolved(path);
+        if p == resolved(&self.control_socket) {
+            return Some(format!(
+                "the switch's control socket (control_socket {})",
+                self.control_socket.display()
+            ));
+        }
+        if p.starts_with(resolved(&self.state_dir)) {
+            return Some(format!(
+                "in the switch's state directory (state_dir {})",
+                self.state_dir.display()
+            ));
+        }
+        let records = self.socket_dir.join(switchyard_api::CNI_RECORDS_DIR);
+        if p.starts_with(resolved(&records)) {
+            return Some(format!(
+                "in the CNI plugin's records ({})",
+                records.display()
+            ));
+        }
+        None
+    }
+
+    /// Refuses a port whose socket path (`socket`, a path resolved against
+    /// `socket_dir`) is one [`Config::reserved_owner`] names; `field` names
+    /// the field in the error.
+    pub fn refuse_reserved(&self, field: &str, socket: &Path) -> Result<(), ConfigError> {
+        match self.reserved_owner(&self.socket_dir.join(socket)) {
+            Some(owner) => Err(invalid(
+                field,
+                format!("{} is {owner}: no port may take it", socket.display()),
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// Parses and validates TOML text.
     pub fn parse(text: &str) -> Result<Config, ConfigError> {
         let c: Config =
@@ -441,6 +502,9 @@ impl Config {
         for (i, p) in self.ports.iter().enumerate() {
             let at = format!("port[{i}].");
             p.validate(&at)?;
+            if let Some(sock) = p.kind.socket().filter(|_| p.kind.socket_is_path()) {
+                self.refuse_reserved(&format!("{at}socket"), Path::new(sock))?;
+            }
             if !pnames.insert(p.name.clone()) {
                 return Err(invalid(
                     format!("{at}name"),
@@ -463,6 +527,42 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_port_of_the_config_may_not_take_the_switchs_own_paths() {
+        let port = |socket: &str| {
+            format!("[[port]]\nname='p'\nkind='vhost-user'\nrole='client'\nsocket='{socket}'\n")
+        };
+        for (socket, owner) in [
+            (
+                "/run/switchyard/control.sock",
+                "the switch's control socket",
+            ),
+            ("control.sock", "the switch's control socket"),
+            (
+                "/run/switchyard/./control.sock",
+                "the switch's control socket",
+            ),
+            ("/var/lib/switchyard/p.sock", "the switch's state directory"),
+            (
+                "/run/switchyard/.switchyard-cni/p.sock",
+                "the CNI plugin's records",
+            ),
+        ] {
+            let e = Config::parse(&port(socket)).unwrap_err().to_string();
+            assert!(
+                e.starts_with("port[0].socket: ") && e.contains(owner),
+                "{socket}: {e}"
+            );
+        }
+        // Elsewhere, or the control socket somewhere else: accepted.
+        Config::parse(&port("/run/switchyard/p.sock")).unwrap();
+        Config::parse(&format!(
+            "control_socket = '/run/sy/ctl.sock'\n{}",
+            port("/run/switchyard/control.sock")
+        ))
+        .unwrap();
+    }
 
     #[test]
     fn sockets_stay_inside_the_socket_dir() {

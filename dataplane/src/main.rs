@@ -317,6 +317,9 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
             if let Some(s) = state_dir {
                 cfg.state_dir = s;
             }
+            // Again with the paths the flags gave: a port of the config on
+            // the control socket they name is refused too.
+            cfg.validate()?;
             Daemon::start(cfg).context("cannot start")?.run()
         }
         Cmd::Port(PortCmd::Add(a)) => {
@@ -351,7 +354,11 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
                         "" => "-",
                         r => r,
                     },
-                    if p.status.link_up { "up" } else { "down" },
+                    match (&p.status.failed, p.status.link_up) {
+                        (Some(_), _) => "FAIL",
+                        (None, true) => "up",
+                        (None, false) => "down",
+                    },
                     s.bridge.as_deref().unwrap_or("-"),
                     match (s.vlan, &s.trunk) {
                         (Some(v), _) => v.to_string(),

@@ -4,7 +4,7 @@ mod common;
 
 use common::Switch;
 
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 
 #[test]
 fn bad_requests_get_errors_naming_the_field() {
@@ -265,7 +265,14 @@ fn a_port_that_cannot_be_restored_stays_in_the_state() {
     std::fs::write(&sw.config, moved).unwrap();
     sw.stop();
     sw.spawn();
-    assert!(names(&sw).is_empty());
+    // Listed as failed, with why.
+    assert_eq!(names(&sw), ["p", "q"]);
+    let v: serde_json::Value =
+        serde_json::from_str(&sw.cli_ok(&["port", "list", "--json"])).unwrap();
+    for p in v.as_array().unwrap() {
+        let why = p["status"]["failed"].as_str().unwrap_or_default();
+        assert!(why.contains("outside the socket directory"), "{p}");
+    }
     assert!(sw.log().contains("cannot restore port"));
     // Another change to the state keeps them; deleting one drops it.
     sw.cli_ok(&["port", "del", "q"]);
@@ -397,4 +404,193 @@ fn a_newer_state_format_is_refused_not_dropped() {
         std::fs::read_dir(state.parent().unwrap()).unwrap().count(),
         1
     );
+}
+
+/// Runs `switchyard run --config CONFIG` expecting it to refuse to start;
+/// returns what it printed on stderr.
+fn refused_start(config: &std::path::Path) -> String {
+    let mut run = std::process::Command::new(common::switchyard_bin())
+        .args(["run", "--config"])
+        .arg(config)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = common::wait_for(
+        std::time::Duration::from_secs(10),
+        "the daemon to refuse",
+        || run.try_wait().unwrap(),
+    );
+    let mut err = String::new();
+    std::io::Read::read_to_string(run.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(!status.success(), "{err}");
+    err
+}
+
+#[test]
+fn no_port_can_take_the_switchs_own_paths() {
+    use switchyard_api::{ClientError, ErrorCode, KindSpec, MemifRole, MemifSpec, PortSpec};
+    let sw = Switch::start("");
+    let control = sw.control().display().to_string();
+    let in_state = sw.dir.path().join("state/p.sock").display().to_string();
+    let records = std::env::temp_dir()
+        .join(switchyard_api::CNI_RECORDS_DIR)
+        .join("p.sock")
+        .display()
+        .to_string();
+    // From the CLI: every kind and role, on the control socket, in the
+    // state directory and in the CNI plugin's records (the harness's
+    // socket_dir is the temp root).
+    for (socket, owner) in [
+        (&control, "the switch's control socket (control_socket"),
+        (&in_state, "in the switch's state directory (state_dir"),
+        (&records, "in the CNI plugin's records"),
+    ] {
+        for (kind, role) in [
+            ("memif", "master"),
+            ("memif", "slave"),
+            ("vhost-user", "server"),
+            ("vhost-user", "client"),
+        ] {
+            let o = sw.cli(&[
+                "port", "add", "p", "--kind", kind, "--role", role, "--socket", socket,
+            ]);
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert!(!o.status.success(), "{kind} {role} on {socket} accepted");
+            assert!(
+                err.contains(&format!("port.socket: {socket} is {owner}")),
+                "{kind} {role} on {socket}: {err}"
+            );
+        }
+    }
+    // From the API, spelled another way (a relative path from socket_dir).
+    let relative = sw
+        .control()
+        .strip_prefix(std::env::temp_dir())
+        .unwrap()
+        .display()
+        .to_string();
+    let spec = PortSpec::new(
+        "p",
+        KindSpec::Memif(MemifSpec::new(MemifRole::Master, relative)),
+    );
+    match sw.client().call(&switchyard_api::Request::PortAdd {
+        port: Box::new(spec),
+    }) {
+        Err(ClientError::Api(e)) => {
+            assert_eq!(e.code, ErrorCode::InvalidArgument, "{e}");
+            assert!(e.message.contains("control socket"), "{e}");
+        }
+        other => panic!("accepted: {other:?}"),
+    }
+    // The control socket is still the switch's: the CLI reaches it, and
+    // nothing was made.
+    assert!(std::fs::metadata(sw.control())
+        .unwrap()
+        .file_type()
+        .is_socket());
+    assert_eq!(sw.cli_ok(&["port", "list"]).lines().count(), 1);
+
+    // From the config file: the daemon does not start, and says why.
+    let config = sw.dir.path().join("bad.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "control_socket = \"{}\"\nsocket_dir = \"{}\"\n[[port]]\nname = \"p\"\nkind = \"vhost-user\"\nrole = \"server\"\nsocket = \"{}\"\n",
+            sw.dir.path().join("c2.sock").display(),
+            std::env::temp_dir().display(),
+            sw.dir.path().join("c2.sock").display(),
+        ),
+    )
+    .unwrap();
+    let err = refused_start(&config);
+    assert!(
+        err.contains("port[0].socket:") && err.contains("the switch's control socket"),
+        "{err}"
+    );
+    assert!(!sw.dir.path().join("c2.sock").exists());
+}
+
+#[test]
+fn a_socket_someone_listens_on_is_never_taken_a_stale_one_is() {
+    use std::os::unix::net::{UnixDatagram, UnixListener};
+    let sw = Switch::start("");
+    let add = |name: &str, kind: &str, role: &str, socket: &str| {
+        sw.cli(&[
+            "port", "add", name, "--kind", kind, "--role", role, "--socket", socket,
+        ])
+    };
+    // A live listener of another process, of the port's socket type or not
+    // (a stream listener answers a memif seqpacket connect with
+    // EPROTOTYPE): refused, and its socket is left where it is.
+    let stream = sw.path("stream.sock");
+    let _listener = UnixListener::bind(&stream).unwrap();
+    let ino = std::fs::metadata(&stream).unwrap().ino();
+    for (kind, role) in [("memif", "master"), ("vhost-user", "server")] {
+        let o = add("p", kind, role, &stream);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{kind} took a live socket");
+        assert!(err.contains("in use by another process"), "{kind}: {err}");
+        assert_eq!(std::fs::metadata(&stream).unwrap().ino(), ino);
+    }
+    // A datagram socket bound there: also someone's.
+    let dgram = sw.path("dgram.sock");
+    let _d = UnixDatagram::bind(&dgram).unwrap();
+    let o = add("p", "memif", "master", &dgram);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("in use by another process"));
+    // A stale socket (its listener closed) is replaced.
+    for (name, kind, role) in [("m", "memif", "master"), ("v", "vhost-user", "server")] {
+        let stale = sw.path(&format!("stale-{name}.sock"));
+        drop(UnixListener::bind(&stale).unwrap());
+        let o = add(name, kind, role, &stale);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+}
+
+#[test]
+fn a_persisted_port_on_the_control_socket_is_set_aside_shown_failed() {
+    let mut sw = Switch::start("");
+    sw.stop();
+    // A state file as an older build could write it: a port on the control
+    // socket, and a sound one.
+    let state = sw.dir.path().join("state").join("state.json");
+    std::fs::create_dir_all(state.parent().unwrap()).unwrap();
+    let good = sw.path("good.sock");
+    std::fs::write(
+        &state,
+        serde_json::json!({"version": 1, "bridges": [], "ports": [
+            {"name": "k", "kind": "memif", "role": "master", "socket": sw.control()},
+            {"name": "ok", "kind": "memif", "role": "master", "socket": good},
+        ]})
+        .to_string(),
+    )
+    .unwrap();
+    sw.spawn();
+    // The API answers on its socket; the sound port is made; the other is
+    // listed as failed, with why, and kept in the state.
+    let list: Vec<switchyard_api::PortInfo> = sw
+        .client()
+        .call_as(&switchyard_api::Request::PortList)
+        .unwrap();
+    let by = |n: &str| list.iter().find(|p| p.spec.name == n).unwrap().clone();
+    assert!(by("ok").status.failed.is_none());
+    assert!(std::path::Path::new(&good).exists());
+    let why = by("k").status.failed.expect("k failed");
+    assert!(why.contains("the switch's control socket"), "{why}");
+    let text = sw.cli_ok(&["port", "list"]);
+    let line = text.lines().find(|l| l.starts_with("k ")).unwrap();
+    assert!(
+        line.contains("FAIL") && line.contains("control socket"),
+        "{text}"
+    );
+    let saved = std::fs::read_to_string(&state).unwrap();
+    assert!(saved.contains("\"k\""), "{saved}");
+    // Restarted again: the same, the control socket still the switch's.
+    sw.stop();
+    sw.spawn();
+    assert!(sw.cli_ok(&["port", "list"]).contains("FAIL"));
+    // Deleting it drops it from the state.
+    sw.cli_ok(&["port", "del", "k"]);
+    let saved = std::fs::read_to_string(&state).unwrap();
+    assert!(!saved.contains("\"k\""), "{saved}");
 }

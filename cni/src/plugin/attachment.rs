@@ -75,7 +75,7 @@ pub struct Record {
 /// The node-wide bookkeeping directory (not visible to pods: only pod
 /// subdirectories of the socket dir are mounted into pods).
 pub(crate) fn state_dir(nc: &NetConf) -> PathBuf {
-    nc.socket_dir.join(".switchyard-cni")
+    nc.socket_dir.join(switchyard_api::CNI_RECORDS_DIR)
 }
 
 pub(crate) fn record_path(nc: &NetConf, container_id: &str, ifname: &str) -> PathBuf {

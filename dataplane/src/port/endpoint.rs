@@ -110,10 +110,12 @@ pub fn connect(ty: SockType, addr: &Address) -> io::Result<OwnedFd> {
     Ok(fd)
 }
 
-/// Binds and listens (non-blocking). A stale socket file (nobody
-/// listening) is replaced; a live one is `AddrInUse`; a path that is not a
-/// socket (a link included) is `AlreadyExists`. The file gets `mode`, then
-/// group `group` with mode 0660 if given.
+/// Binds and listens (non-blocking). A stale socket file (a connect is
+/// refused: nobody listens) is replaced; any other socket is `AddrInUse`,
+/// never unlinked (a listener of another socket type answers a connect
+/// with `EPROTOTYPE`, one we may not reach with `EACCES`); a path that is
+/// not a socket (a link included) is `AlreadyExists`. The file gets
+/// `mode`, then group `group` with mode 0660 if given.
 pub fn listen(
     ty: SockType,
     addr: &Address,
@@ -128,12 +130,16 @@ pub fn listen(
                     "path exists and is not a socket",
                 ));
             }
-            // Someone listens if a connect succeeds or finds the backlog
-            // full (`EAGAIN`); anything else means a stale file.
+            // Only a refused connect proves nobody listens: a listener with
+            // a full backlog answers `EAGAIN`, one of another socket type
+            // (a stream socket, such as the control socket, to a seqpacket
+            // connect) `EPROTOTYPE`.
             match connect(ty, addr) {
-                Ok(_) => return Err(in_use()),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Err(in_use()),
-                Err(_) => std::fs::remove_file(path)?,
+                Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => {
+                    std::fs::remove_file(path)?
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                _ => return Err(in_use()),
             }
         }
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -158,7 +164,7 @@ pub fn listen(
 fn in_use() -> io::Error {
     io::Error::new(
         io::ErrorKind::AddrInUse,
-        "a process is already listening on this socket",
+        "in use by another process: something listens on this socket",
     )
 }
 

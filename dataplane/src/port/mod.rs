@@ -71,7 +71,7 @@ pub enum PortError {
         cause: std::io::Error,
     },
     /// Another port or process owns the socket.
-    #[error("socket {0} is in use by a running process")]
+    #[error("socket {0} is in use by another process: something listens on it")]
     SocketInUse(String),
     /// Anything else.
     #[error("{0}")]

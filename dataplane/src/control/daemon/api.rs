@@ -2,7 +2,7 @@
 
 use switchyard_api::{
     ApiError, BridgeCounts, BridgeInfo, CaptureDirection, CaptureInfo, ErrorCode, MacInfo,
-    PortInfo, PortStats, QueueLoad, Request, Response, WorkerInfo,
+    PortInfo, PortStats, PortStatus, QueueLoad, Request, Response, WorkerInfo,
 };
 
 use std::sync::atomic::Ordering;
@@ -222,7 +222,21 @@ impl Daemon {
                 Ok(serde_json::Value::Null)
             }
             Request::PortList => {
-                let v: Vec<PortInfo> = self.sorted_ports().map(|e| self.port_info(e)).collect();
+                // The ports a restart could not make are listed too, failed.
+                let mut v: Vec<PortInfo> = self
+                    .sorted_ports()
+                    .map(|e| self.port_info(e))
+                    .chain(self.unrestored.iter().map(|(spec, why)| PortInfo {
+                        spec: spec.clone(),
+                        from_config: false,
+                        status: PortStatus {
+                            last_error: Some(why.clone()),
+                            failed: Some(why.clone()),
+                            ..PortStatus::default()
+                        },
+                    }))
+                    .collect();
+                v.sort_by(|a, b| a.spec.name.cmp(&b.spec.name));
                 Ok(to_json(&v))
             }
             Request::Stats { name } => {

@@ -64,9 +64,10 @@ pub struct Daemon {
     rebalancer: super::rebalance::Rebalancer,
     control_socket: PathBuf,
     /// Persisted ports that could not be created at start (e.g. their
-    /// socket is outside a changed `socket_dir`): kept in the state, so a
-    /// fixable cause loses nothing, until deleted or added again.
-    unrestored: Vec<PortSpec>,
+    /// socket is outside a changed `socket_dir`), with why: kept in the
+    /// state, so a fixable cause loses nothing, and listed as failed, until
+    /// deleted or added again.
+    unrestored: Vec<(PortSpec, String)>,
 }
 
 impl Daemon {
@@ -196,7 +197,7 @@ impl Daemon {
                 Ok(()) => info!(port = %p.name, "restored port"),
                 Err(e) => {
                     error!(port = %p.name, "cannot restore port (kept in the state until deleted or added again): {}", e.message);
-                    d.unrestored.push(p);
+                    d.unrestored.push((p, e.message));
                 }
             }
         }

@@ -44,6 +44,11 @@ impl Daemon {
         if let Some(socket) = confine_socket("port.socket", &self.cfg.socket_dir, &spec.kind)
             .map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.to_string()))?
         {
+            if spec.kind.socket_is_path() {
+                self.cfg
+                    .refuse_reserved("port.socket", std::path::Path::new(&socket))
+                    .map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.to_string()))?;
+            }
             spec.kind.set_socket(socket);
         }
         if self.port_names.contains_key(&spec.name) {
@@ -131,7 +136,7 @@ impl Daemon {
             self.ports.resize_with(id as usize + 1, || None);
         }
         self.port_names.insert(spec.name.clone(), id);
-        self.unrestored.retain(|s| s.name != spec.name);
+        self.unrestored.retain(|(s, _)| s.name != spec.name);
         self.ports[id as usize] = Some(PortEntry {
             spec,
             port,
@@ -213,7 +218,7 @@ impl Daemon {
                 .flatten()
                 .filter(|e| !e.from_config)
                 .map(|e| e.spec.clone())
-                .chain(self.unrestored.iter().cloned())
+                .chain(self.unrestored.iter().map(|(s, _)| s.clone()))
                 .collect(),
         };
         self.store.save(&state).map_err(|e| {
@@ -228,7 +233,7 @@ impl Daemon {
     }
 
     pub(super) fn delete_port(&mut self, name: &str) -> Result<(), ApiError> {
-        if let Some(i) = self.unrestored.iter().position(|s| s.name == name) {
+        if let Some(i) = self.unrestored.iter().position(|(s, _)| s.name == name) {
             self.unrestored.remove(i);
             info!(port = %name, "unrestored port deleted");
             return Ok(());
