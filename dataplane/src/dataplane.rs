@@ -195,11 +195,22 @@ impl TxSlot {
         {
             std::hint::spin_loop();
         }
+        // Unlocks when dropped, a panic in `f` included: a worker that
+        // panicked must not leave the queue locked for every other one.
+        let _unlock = SlotGuard(&self.busy);
         // SAFETY: `busy` was false and we set it, so no other thread is inside
-        // this block for this slot until we store false below.
-        let r = f(unsafe { &mut **self.queue.get() });
-        self.busy.store(false, Ordering::Release);
-        r
+        // this block for this slot until the guard stores false.
+        f(unsafe { &mut **self.queue.get() })
+    }
+}
+
+/// Clears a [`TxSlot`]'s `busy` flag when dropped.
+struct SlotGuard<'a>(&'a AtomicBool);
+
+impl Drop for SlotGuard<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
     }
 }
 
@@ -1012,5 +1023,28 @@ impl Dataplane {
         }
         view.trace = t.trace.clone();
         generation
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_inside_a_transmit_slot_leaves_it_unlocked() {
+        struct Nothing;
+        impl TxQueue for Nothing {
+            fn tx(&mut self, _: &crate::queue::TxFrame<'_>) -> Result<(), crate::queue::TxError> {
+                Ok(())
+            }
+            fn flush(&mut self) {}
+        }
+        let slot = TxSlot::new(Box::new(Nothing));
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            slot.with(|_| panic!("inside"));
+        }));
+        assert!(r.is_err());
+        // Taken again at once (it would spin for ever if still locked).
+        assert_eq!(slot.with(|_| 7), 7);
     }
 }

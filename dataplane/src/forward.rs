@@ -168,7 +168,7 @@ fn parse_l2(frame: &RxFrame) -> Result<L2, DropReason> {
     let (a, b, c, n) = match frame.first_segment() {
         // SAFETY: the segment was bounds-checked against a live mapping
         // when it was pushed, and holds `HEAD` bytes at least.
-        Some(s) if s.len as usize >= HEAD => unsafe { head_words(s.ptr, HEAD) },
+        Some(s) if s.len() as usize >= HEAD => unsafe { head_words(s.ptr(), HEAD) },
         _ => head_words_copied(frame),
     };
     if n < HEADER_LEN {
@@ -749,6 +749,12 @@ impl Forwarder {
                     (txq.tx_burst(txfs), None)
                 };
                 if k == last {
+                    // The last destination's copies are captured before the
+                    // source's buffers go back to its peer, who may write
+                    // them at once.
+                    if let Some(c) = cap {
+                        capture_sent(c, txfs, out.sent, ts);
+                    }
                     if let Some(r) = release.take() {
                         r();
                     }
@@ -781,12 +787,8 @@ impl Forwarder {
                 bump(&counters.tx_packets, packets);
                 bump(&counters.tx_bytes, bytes);
             }
-            if let Some(c) = cap {
-                for (i, txf) in txfs.iter().enumerate() {
-                    if out.sent & (1 << i) != 0 {
-                        c.take_tx(txf, ts);
-                    }
-                }
+            if let Some(c) = cap.filter(|_| k != last) {
+                capture_sent(c, txfs, out.sent, ts);
             }
             if TRACE {
                 for (i, e) in q.as_slice().iter().enumerate() {
@@ -898,6 +900,16 @@ fn trace_unswitched(t: &Trace, w: usize, in_port: PortId, frames: &[RxFrame], wh
             }
             r.drop = Some(why);
             t.record(r);
+        }
+    }
+}
+
+/// Hands capture `c` the frames of `txfs` whose bit is set in `sent`.
+#[cold]
+fn capture_sent(c: &crate::observe::Capture, txfs: &[TxFrame], sent: u32, ts: std::time::Duration) {
+    for (i, txf) in txfs.iter().enumerate() {
+        if sent & (1 << i) != 0 {
+            c.take_tx(txf, ts);
         }
     }
 }
@@ -1318,6 +1330,43 @@ mod tests {
         learn(&dp, br, 0x0e, inp);
         forward_bufs_then(&dp, inp, &[frame(0x0e, 0x0a)], release(&log));
         assert_eq!(*log.lock().unwrap(), ["release"]);
+    }
+
+    #[test]
+    fn the_last_destinations_copies_are_captured_before_the_burst_is_released() {
+        let (dp, br, inp, _) = one_bridge();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (out, _) = add(&dp, br, "out");
+        attach_tx(&dp, out, Events(log, "out"));
+        let cap = Arc::new(crate::observe::Capture::new(out, false, true, 2048, None));
+        dp.start_capture(cap.clone()).unwrap();
+        // The source buffer, which its peer overwrites once it is given
+        // back (here, the release zeroes it).
+        let bytes = frame(0x0b, 0x0a);
+        let len = bytes.len();
+        let raw = Box::into_raw(bytes.clone().into_boxed_slice()).cast::<u8>();
+        let mut f = RxFrame::default();
+        // SAFETY: `raw..raw+len` is our allocation, freed below after the
+        // frame is dropped.
+        assert!(unsafe { f.push(raw, len as u32) });
+        let release = move || {
+            // SAFETY: as above; nothing reads it while this runs.
+            unsafe { std::ptr::write_bytes(raw, 0, len) }
+        };
+        let mut view = WorkerView::default();
+        dp.build_view(0, &mut view);
+        let mut fwd = Forwarder::default();
+        fwd.resize(&view);
+        let from = Ingress {
+            port: inp,
+            queue: 0,
+        };
+        fwd.forward_burst(&dp, &view, 0, from, std::slice::from_ref(&f), release);
+        let got = cap.pop().expect("the frame captured");
+        assert_eq!(got.data, bytes, "captured after the release");
+        // SAFETY: the allocation made above; the frame pointing at it is
+        // not read again.
+        unsafe { drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(raw, len))) };
     }
 
     #[test]

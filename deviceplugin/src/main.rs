@@ -35,8 +35,7 @@ fn main() -> anyhow::Result<()> {
     let cfg = match &args.config {
         Some(p) => Config::load(p),
         None => Config::parse(DEFAULT_CONFIG),
-    }
-    .context("configuration")?;
+    }?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -66,8 +66,9 @@ fuzz_target!(|data: &[u8]| {
                                 // Touch every byte the queue handed out.
                                 // SAFETY: segments lie in the mapped regions
                                 // (what this target checks, under ASan).
-                                let b =
-                                    unsafe { std::slice::from_raw_parts(s.ptr, s.len as usize) };
+                                let b = unsafe {
+                                    std::slice::from_raw_parts(s.ptr(), s.len() as usize)
+                                };
                                 std::hint::black_box(b.iter().fold(0u8, |a, x| a ^ x));
                             }
                         }

@@ -45,10 +45,10 @@ fuzz_target!(|data: &[u8]| {
                 for s in f.segments() {
                     // SAFETY: what the queue hands out must lie in the
                     // mapping (ASan and the region bounds check this).
-                    let b = unsafe { std::slice::from_raw_parts(s.ptr, s.len as usize) };
+                    let b = unsafe { std::slice::from_raw_parts(s.ptr(), s.len() as usize) };
                     let start = base as usize;
-                    assert!(s.ptr as usize >= start);
-                    assert!(s.ptr as usize + s.len as usize <= start + size as usize);
+                    assert!(s.ptr() as usize >= start);
+                    assert!(s.ptr() as usize + s.len() as usize <= start + size as usize);
                     std::hint::black_box(b.iter().fold(0u8, |a, x| a ^ x));
                 }
             }

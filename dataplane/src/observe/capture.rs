@@ -228,9 +228,9 @@ mod tests {
         let data: Vec<u8> = (0..100).collect();
         let f = frame(&data);
         let c = Capture::new(0, true, true, 60, Some(3));
-        c.take_rx(&[f, f]);
+        c.take_rx(&[frame(&data), frame(&data)]);
         c.take_tx(&TxFrame::plain(&f), now());
-        c.take_rx(&[f]);
+        c.take_rx(std::slice::from_ref(&f));
         assert!(c.done());
         let a = c.pop().unwrap();
         assert_eq!(
@@ -253,13 +253,13 @@ mod tests {
         let c = Capture::new(0, true, false, MAX_SNAPLEN, None);
         let pool = MIN_BUFFERS;
         for _ in 0..pool + 10 {
-            c.take_rx(&[f]);
+            c.take_rx(std::slice::from_ref(&f));
         }
         assert_eq!((c.taken(), c.dropped()), (pool as u64, 10));
         // A buffer given back is used again.
         let b = c.pop().unwrap();
         c.recycle(b);
-        c.take_rx(&[f]);
+        c.take_rx(std::slice::from_ref(&f));
         assert_eq!(c.taken(), pool as u64 + 1);
     }
 }

@@ -69,8 +69,15 @@ pub struct Full;
 
 /// Registered ranges of one peer's memory, and whether a `SIGBUS` hit one.
 ///
-/// Dropping it unregisters the ranges: drop it once they are unmapped (or
-/// about to be, with no thread left to touch them).
+/// Dropping it unregisters the ranges. **The rule:** drop it after the last
+/// access to its ranges and before they are unmapped. Dropped later, a
+/// range the kernel has meanwhile given to another mapping (another port's
+/// memory, a heap arena) would still be registered, and a `SIGBUS` there
+/// would have the handler put zero pages over it. Owners follow the rule by
+/// declaring the wire before the mapping it watches (fields drop in
+/// declaration order) and by dropping an old wire before they replace its
+/// mappings; debug builds check it (every watched range must still be
+/// mapped when the wire is dropped).
 #[derive(Debug)]
 pub struct Tripwire {
     /// Boxed so the handler's pointer to it stays valid when this moves.
@@ -101,9 +108,8 @@ impl Tripwire {
     /// caller made with `mmap` (so whole pages, and a range the kernel may
     /// replace with `MAP_FIXED`), that the process only ever accesses as
     /// untrusted bytes through raw pointers (a peer may change them at any
-    /// time; after a trip they read as zeros), and that stays mapped, or
-    /// is at least never replaced by other memory of the process, until
-    /// this wire is dropped.
+    /// time; after a trip they read as zeros), and that stays mapped until
+    /// this wire is dropped (see [`Tripwire`]).
     pub unsafe fn watch(&mut self, start: *mut u8, len: usize) -> Result<(), Full> {
         install();
         for (i, s) in SLOTS.iter().enumerate() {
@@ -144,6 +150,20 @@ impl Drop for Tripwire {
     fn drop(&mut self) {
         for &i in &self.slots {
             let s = &SLOTS[i];
+            // The rule (see the type): a range unmapped before its wire is
+            // dropped makes `madvise` fail with `ENOMEM`.
+            debug_assert!(
+                {
+                    let (start, len) = (
+                        s.start.load(Ordering::Relaxed),
+                        s.len.load(Ordering::Relaxed),
+                    );
+                    // SAFETY: MADV_NORMAL changes nothing; it only fails
+                    // if part of the range is not mapped.
+                    unsafe { libc::madvise(start as *mut c_void, len, libc::MADV_NORMAL) == 0 }
+                },
+                "a peer memory range was unmapped before its tripwire was dropped"
+            );
             s.state.store(BUSY, Ordering::Release);
             s.wire.store(ptr::null_mut(), Ordering::Relaxed);
             s.state.store(FREE, Ordering::Release);
@@ -312,6 +332,19 @@ mod tests {
         let mut b = [0u8; 1];
         nix::sys::uio::pread(&f, &mut b, 0).unwrap();
         assert_eq!(b[0], 0, "a write after the trip reached the peer's file");
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "unmapped before its tripwire was dropped")]
+    fn a_wire_dropped_after_its_mapping_is_caught() {
+        let (_f, p) = shared_file_mapping(1);
+        let mut wire = Tripwire::new();
+        // SAFETY: as above.
+        unsafe { wire.watch(p, PAGE) }.unwrap();
+        // SAFETY: our mapping, not used again; the wire breaks the rule.
+        unsafe { libc::munmap(p.cast(), PAGE) };
+        drop(wire);
     }
 
     #[test]

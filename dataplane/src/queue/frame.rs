@@ -14,12 +14,18 @@ pub const MAX_SEGS: usize = 32;
 ///
 /// The memory may be written by the peer at any time, so it is never turned
 /// into a `&[u8]`; bytes are only copied out with [`std::ptr::copy_nonoverlapping`].
+///
+/// Its fields are private: a segment is made only by [`RxFrame::push`] and
+/// [`RxFrame::set_single`], under their contract.
+///
+/// ```compile_fail
+/// # use switchyard::queue::Segment;
+/// let s = Segment { ptr: 0x1000 as *const u8, len: 64 };
+/// ```
 #[derive(Clone, Copy, Debug)]
 pub struct Segment {
-    /// Start of the range.
-    pub ptr: *const u8,
-    /// Length in bytes.
-    pub len: u32,
+    ptr: *const u8,
+    len: u32,
 }
 
 impl Segment {
@@ -27,10 +33,40 @@ impl Segment {
         ptr: ptr::null(),
         len: 0,
     };
+
+    /// Start of the range: reading it is `unsafe`, under the contract of
+    /// [`RxFrame::push`] (while the frame's burst is held).
+    #[inline(always)]
+    pub fn ptr(&self) -> *const u8 {
+        self.ptr
+    }
+
+    /// Length in bytes.
+    #[inline(always)]
+    pub fn len(&self) -> u32 {
+        self.len
+    }
+
+    /// True for a segment of no bytes.
+    #[inline(always)]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
 }
 
 /// One received frame: up to [`MAX_SEGS`] segments.
-#[derive(Clone, Copy, Debug)]
+///
+/// Neither `Copy` nor `Clone`: a frame is read (safely, by
+/// [`RxFrame::read_prefix`]) only where its burst lends it, while its memory
+/// is mapped; a copy could outlive that.
+///
+/// ```compile_fail
+/// # use switchyard::queue::RxFrame;
+/// fn keep(f: &RxFrame) -> RxFrame {
+///     *f // a frame cannot be copied out of its burst
+/// }
+/// ```
+#[derive(Debug)]
 pub struct RxFrame {
     /// Total length.
     pub len: u32,
@@ -201,7 +237,7 @@ pub struct RxBurst {
 impl Default for RxBurst {
     fn default() -> Self {
         RxBurst {
-            frames: Box::new([RxFrame::default(); BURST_SIZE]),
+            frames: Box::new([RxFrame::EMPTY; BURST_SIZE]),
             len: 0,
             dropped: 0,
             bad_offload: 0,
@@ -254,8 +290,23 @@ impl RxBurst {
     }
     /// Holds the first `n` frame slots (filled through
     /// [`RxBurst::slots`]); `n` is at most [`BURST_SIZE`].
+    ///
+    /// ```compile_fail
+    /// # use switchyard::queue::RxBurst;
+    /// let mut b = RxBurst::default();
+    /// b.clear();
+    /// b.set_len(32); // stale frames: only under `unsafe`, with its contract
+    /// ```
+    ///
+    /// # Safety
+    ///
+    /// Each of the first `n` slots must hold a frame made since the burst
+    /// was last cleared (through [`RxFrame::push`] or
+    /// [`RxFrame::set_single`], whose contract then holds): a slot left from
+    /// an earlier burst may point into memory since unmapped, which the
+    /// safe [`RxFrame::read_prefix`] would read.
     #[inline]
-    pub fn set_len(&mut self, n: usize) {
+    pub unsafe fn set_len(&mut self, n: usize) {
         debug_assert!(n <= BURST_SIZE);
         self.len = n.min(BURST_SIZE);
     }

@@ -205,7 +205,10 @@ impl MemifRx {
                 dropped += 1;
             }
         }
-        burst.set_len(n);
+        // SAFETY: the loop above filled slots `len..n` of this burst (one
+        // `set_single` or pushes each, over buffers bounds-checked against
+        // the mapping the burst holds); slots below `len` were already held.
+        unsafe { burst.set_len(n) };
         burst.dropped += dropped;
         self.consumed = slot.wrapping_sub(self.cursor);
         Ok(burst.len())
@@ -369,7 +372,7 @@ impl MemifTx {
         let start = self.cursor;
         let (ptr, cap, own_desc) = self.buffer(start)?;
         // The common case: one segment, unchanged, that fits one buffer.
-        if let Some(seg) = frame.single().filter(|s| s.len <= cap) {
+        if let Some(seg) = frame.single().filter(|s| s.len() <= cap) {
             // SAFETY: `ptr..ptr+cap` was checked to lie in a mapped region
             // and `seg.len <= cap`.
             unsafe { self.put_single(start, ptr, seg, own_desc) };
@@ -390,8 +393,8 @@ impl MemifTx {
     #[inline(always)]
     unsafe fn put_single(&mut self, slot: u16, ptr: *mut u8, seg: Segment, own: Option<Desc>) {
         // SAFETY: as the caller guarantees.
-        unsafe { crate::queue::copy_frame(seg.ptr, ptr, seg.len as usize) };
-        self.filled(slot, own, seg.len, 0);
+        unsafe { crate::queue::copy_frame(seg.ptr(), ptr, seg.len() as usize) };
+        self.filled(slot, own, seg.len(), 0);
         self.cursor = slot.wrapping_add(1);
     }
 
@@ -451,7 +454,7 @@ impl TxQueue for MemifTx {
             if slot != self.limit {
                 if let Some(seg) = f.single() {
                     let d = self.ring.desc(slot);
-                    if seg.len <= d.length {
+                    if seg.len() <= d.length {
                         if let Some(p) = self.regions.resolve(d.region, d.offset, d.length) {
                             // SAFETY: `p..p+d.length` lies in a mapped
                             // region and `seg.len <= d.length`.

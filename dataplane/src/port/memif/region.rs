@@ -40,10 +40,10 @@ pub enum RegionError {
     #[error("region fd is not a file of memory (memfd, tmpfs or hugetlbfs)")]
     NotAFile,
     /// Every range the fault handler can watch is taken.
-    #[error("{0}")]
+    #[error(transparent)]
     Watch(#[from] sigbus::Full),
     /// A system call failed.
-    #[error("{0}")]
+    #[error(transparent)]
     Io(#[from] std::io::Error),
 }
 

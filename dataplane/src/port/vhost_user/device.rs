@@ -38,7 +38,8 @@ use virtio_bindings::virtio_net::{
 use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
 use virtio_queue::{Queue, QueueT};
 use vm_memory::{
-    GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap, GuestRegionMmap,
+    GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryBackend, GuestMemoryMmap,
+    GuestRegionMmap,
 };
 
 use super::queue::{RingProgress, VirtioRx, VirtioTx, Vq};
@@ -129,13 +130,14 @@ pub struct NetDevice {
     max_pairs: u16,
     acked_features: Option<u64>,
     acked_protocol: u64,
+    /// Watches the mappings in `mem` for truncation. Declared before `mem`
+    /// and `vrings`, so it is dropped before the mappings may be unmapped
+    /// (the rule of [`Tripwire`]).
+    wire: Arc<Tripwire>,
     mem: GuestMemoryAtomic<GuestMemoryMmap>,
     mem_set: bool,
     mappings: Vec<Mapping>,
     vrings: Vec<VringRwLock>,
-    /// Watches the mappings in `mem` for truncation (declared after `mem`
-    /// and `vrings`: dropped after the mappings are).
-    wire: Arc<Tripwire>,
     live: Vec<LiveRing>,
     /// Set when the queues were taken back from the workers.
     parked_since_activate: bool,
@@ -413,7 +415,9 @@ impl VhostUserBackendReqHandlerMut for NetDevice {
             return Err(VuError::InvalidParam);
         }
         self.park();
-        let mut wire = Tripwire::new();
+        // The workers have let go of the old mappings: their wire goes
+        // before `mem.replace` below may unmap them.
+        self.wire = Arc::new(Tripwire::new());
         let mut regions = Vec::with_capacity(ctx.len());
         let mut mappings = Vec::with_capacity(ctx.len());
         for (r, file) in ctx.iter().zip(files) {
@@ -429,14 +433,6 @@ impl VhostUserBackendReqHandlerMut for NetDevice {
                 return Err(VuError::InvalidParam);
             }
             let map = r.mmap_region::<()>(file)?;
-            // The frontend may still shrink the file (its fds cannot be
-            // required to be sealed): a SIGBUS there costs it its port, not
-            // the switch its life.
-            // SAFETY: `map` is a mapping of the frontend's file that the
-            // switch only reads and writes through raw pointers as untrusted
-            // bytes; `self.wire` (or `wire`, on error) outlives it.
-            unsafe { wire.watch(map.as_ptr(), map.size()) }
-                .map_err(|e| VuError::ReqHandlerError(std::io::Error::other(e)))?;
             let region =
                 GuestRegionMmap::new(map, GuestAddress(gpa)).ok_or(VuError::InvalidParam)?;
             regions.push(Arc::new(region));
@@ -448,6 +444,20 @@ impl VhostUserBackendReqHandlerMut for NetDevice {
         }
         let mem = GuestMemoryMmap::from_arc_regions(regions)
             .map_err(|e| VuError::ReqHandlerError(std::io::Error::other(e)))?;
+        // The frontend may still shrink the files (its fds cannot be
+        // required to be sealed): a SIGBUS there costs it its port, not the
+        // switch its life. Watched before any thread touches them; declared
+        // after `mem`, so an error below drops the wire before the mappings.
+        let mut wire = Tripwire::new();
+        for region in mem.iter() {
+            // SAFETY: the region is a mapping of the frontend's file that
+            // the switch only reads and writes through raw pointers as
+            // untrusted bytes; the wire is dropped before it is unmapped
+            // (here, by declaration order; once installed, `self.wire` is
+            // declared before `self.mem` and replaced before it).
+            unsafe { wire.watch(region.as_ptr(), region.size()) }
+                .map_err(|e| VuError::ReqHandlerError(std::io::Error::other(e)))?;
+        }
         self.mem
             .lock()
             .map_err(|_| VuError::BackendInternalError)?

@@ -60,6 +60,10 @@ impl RingProgress {
 
 /// One virtqueue as a worker owns it.
 pub struct Vq {
+    /// Trips when the driver truncates the memory behind `mem`. Declared
+    /// before `mem`, so it is dropped before the mapping may be unmapped
+    /// (the rule of [`Tripwire`]).
+    wire: Option<Arc<Tripwire>>,
     queue: Queue,
     /// Host views of the rings and of the memory (valid while `mem` lives).
     ring: SplitRing,
@@ -68,9 +72,6 @@ pub struct Vq {
     kick: Option<OwnedFd>,
     call: Option<OwnedFd>,
     progress: Arc<RingProgress>,
-    /// Trips when the driver truncates the memory behind `mem`. Declared
-    /// after `mem`, so it is dropped after the mapping is.
-    wire: Option<Arc<Tripwire>>,
     /// Used elements written after `next_used` but not yet published.
     pending: u16,
     /// `next_used` when the driver was last considered for a signal.
@@ -409,7 +410,7 @@ impl VirtioRx {
                     // cache. Hinting the whole burst's headers here lets
                     // those misses overlap (as for memif).
                     if let Some(s) = slot.first_segment() {
-                        prefetch::read(s.ptr);
+                        prefetch::read(s.ptr());
                     }
                     n += 1;
                 }
@@ -426,7 +427,10 @@ impl VirtioRx {
                 }
             }
         }
-        burst.set_len(n);
+        // SAFETY: the loop above filled slots `len..n` of this burst (one
+        // `set_single` or pushes each, over buffers bounds-checked against
+        // the mapping the burst holds); slots below `len` were already held.
+        unsafe { burst.set_len(n) };
         burst.dropped += dropped;
         burst.bad_offload += bad_offload;
         self.vq.queue.set_next_avail(next);
@@ -573,7 +577,7 @@ impl VirtioTx {
     fn fill_single(&mut self, next: u16, seg: Segment) -> Option<(u16, u32)> {
         let head = self.vq.ring.avail_entry(next);
         let d = self.vq.ring.desc(head).filter(|d| d.lone_writable())?;
-        let len = HEADER_LEN + seg.len as usize;
+        let len = HEADER_LEN + seg.len() as usize;
         if len > d.len as usize {
             return None;
         }
@@ -720,7 +724,7 @@ impl VirtioTx {
     fn fill_one(sink: &Sink, frame: &TxFrame<'_>) -> Option<usize> {
         let seg = frame.single()?;
         let &(p, cap) = sink.pieces[..sink.n].first()?;
-        let len = HEADER_LEN + seg.len as usize;
+        let len = HEADER_LEN + seg.len() as usize;
         if cap < len {
             return None;
         }
@@ -745,7 +749,7 @@ unsafe fn put_single(p: *mut u8, seg: Segment) {
     // SAFETY: per the caller.
     unsafe {
         write_unless_equal(p, &header_bytes(1));
-        crate::queue::copy_frame(seg.ptr, p.add(HEADER_LEN), seg.len as usize);
+        crate::queue::copy_frame(seg.ptr(), p.add(HEADER_LEN), seg.len() as usize);
     }
 }
 
