@@ -86,7 +86,7 @@ and the generator's with perf for 2 s after each measuring window;
 LOOP_BENCH_COUNTERS=1 prints the DUT's own counters after every run (where
 frames were dropped), not only after a run that carried nothing.
 
-Run as root on an otherwise idle machine (see README, "Benchmarks"):
+Run as root on an otherwise idle machine (see docs/benchmarks.md):
   cargo build --release -p switchyard
   benches/loop/loop_bench.py [--dut switchyard,testpmd-io,ovs-dpdk]
                              [--kinds memif,vhost-server,vhost-client]

@@ -12,7 +12,8 @@ use switchyard_api::{
     PortStats, Request, TraceEntry, VlanSet, WorkerInfo, DEFAULT_CONTROL_SOCKET,
 };
 
-/// Switchyard: a userspace L2 switch for pods (memif, vhost-user and tap ports).
+/// Switchyard: a userspace L2 switch for pods and VMs (memif, vhost-user, tap,
+/// af-packet and af-xdp ports).
 #[derive(Parser)]
 #[command(version, about)]
 struct Cli {

@@ -295,7 +295,7 @@ fn daemon_stopped_or_killed_under_traffic_restores_ports_and_traffic_resumes() {
         b.cmd("port stop all");
         b.cmd("port start all");
         start_loop(&sw, &mut b, POD_B);
-        // DPDK's client-mode virtio_user cannot redial (see the README):
+        // DPDK's client-mode virtio_user cannot redial (see docs/interop.md):
         // pod C restarts, as Kubernetes would restart it.
         drop(c);
         c = pod_c(&s);
