@@ -22,9 +22,9 @@ pub mod vlan;
 pub use client::{Client, ClientError};
 pub use mac::{MacAddr, MacParseError};
 pub use protocol::{
-    ApiError, BridgeCounts, BridgeInfo, CaptureDirection, CaptureFormat, CaptureInfo, ErrorCode,
-    MacInfo, PortInfo, PortStats, PortStatus, PortTotals, QueueLoad, Request, Response, TraceEntry,
-    TraceOut, WorkerInfo,
+    ApiError, BridgeCounts, BridgeInfo, CaptureDirection, CaptureFormat, CaptureInfo, Delivery,
+    DropReason, ErrorCode, LearnOutcome, LookupOutcome, MacInfo, PollMode, PortInfo, PortStats,
+    PortStatus, PortTotals, QueueLoad, Request, Response, TraceEntry, TraceOut, WorkerInfo,
 };
 pub use spec::{
     AfPacketSpec, AfXdpSpec, BridgeSpec, KindSpec, MemifMode, MemifRole, MemifSpec, PortSpec,

@@ -165,24 +165,20 @@ pub struct TraceEntry {
     pub tag: Option<u16>,
     /// The VLAN it belongs to in the bridge (0: untagged), once known.
     pub vlan: Option<u16>,
-    /// What learning did with its source: `skipped` (dropped before),
-    /// `multicast` (never learned), `known`, `refreshed`, `new`, `moved`
-    /// (from `learn_port`), `evicted` (`learn_port`'s entry, from a full
-    /// bucket) or `table_full` (not learned).
-    pub learn: String,
+    /// What learning did with its source.
+    pub learn: LearnOutcome,
     /// The other port in a `moved` or `evicted` learn.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub learn_port: Option<String>,
-    /// How its destination was found: `skipped`, `unicast` (on
-    /// `lookup_port`), `unknown` or `multicast` (both flooded).
-    pub lookup: String,
+    /// How its destination was found.
+    pub lookup: LookupOutcome,
     /// The port a `unicast` lookup found.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lookup_port: Option<String>,
     /// Each port it was handed to, and what became of it there.
     pub out: Vec<TraceOut>,
     /// Why it went nowhere, if dropped on the way in.
-    pub drop: Option<String>,
+    pub drop: Option<DropReason>,
 }
 
 /// A traced frame at one of its destinations.
@@ -191,7 +187,188 @@ pub struct TraceOut {
     /// Port.
     pub port: String,
     /// `sent`, or the drop reason (`no_buffer`, `too_long`, `link_down`).
-    pub result: String,
+    pub result: Delivery,
+}
+
+/// Why a frame was dropped. Each has a counter per port (`stats`), and a
+/// trace names the one that stopped a frame. Its JSON form is its
+/// [`DropReason::name`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[repr(usize)]
+pub enum DropReason {
+    /// Shorter than an Ethernet header.
+    Runt = 0,
+    /// A frame of a VLAN its ingress port does not carry (a tagged frame on
+    /// an access or untagged-only port, or outside a trunk's list).
+    VlanFiltered = 1,
+    /// The destination MAC was learned on the ingress port (no hairpin).
+    Hairpin = 2,
+    /// The destination ring had no free buffer.
+    NoBuffer = 3,
+    /// The destination is not connected.
+    LinkDown = 4,
+    /// The frame does not fit the destination's buffers.
+    TooLong = 5,
+    /// The ingress port is in no bridge.
+    NoBridge = 6,
+    /// More buffers in one frame than the switch follows.
+    TooManySegments = 7,
+    /// From a new source address while the ingress port holds as many MAC
+    /// entries as its limit allows.
+    MacLimit = 8,
+    /// From a source address the ingress port may not use (not one of its
+    /// pinned MACs, or pinned to another port).
+    SpoofedSource = 9,
+    /// From a source address in use on another port within the move hold
+    /// time.
+    MacMove = 10,
+    /// Checksum or segmentation work left on the frame whose metadata does
+    /// not match its headers, for a destination that cannot take it over.
+    BadOffload = 11,
+}
+
+impl DropReason {
+    /// Number of reasons.
+    pub const COUNT: usize = 12;
+    /// Every reason, in counter order.
+    pub const ALL: [DropReason; DropReason::COUNT] = [
+        DropReason::Runt,
+        DropReason::VlanFiltered,
+        DropReason::Hairpin,
+        DropReason::NoBuffer,
+        DropReason::LinkDown,
+        DropReason::TooLong,
+        DropReason::NoBridge,
+        DropReason::TooManySegments,
+        DropReason::MacLimit,
+        DropReason::SpoofedSource,
+        DropReason::MacMove,
+        DropReason::BadOffload,
+    ];
+
+    /// Its stable name, as in JSON, metrics labels and the CLI's output.
+    pub fn name(self) -> &'static str {
+        match self {
+            DropReason::Runt => "runt",
+            DropReason::VlanFiltered => "vlan_filtered",
+            DropReason::Hairpin => "hairpin",
+            DropReason::NoBuffer => "no_buffer",
+            DropReason::LinkDown => "link_down",
+            DropReason::TooLong => "too_long",
+            DropReason::NoBridge => "no_bridge",
+            DropReason::TooManySegments => "too_many_segments",
+            DropReason::MacLimit => "mac_limit",
+            DropReason::SpoofedSource => "spoofed_source",
+            DropReason::MacMove => "mac_move",
+            DropReason::BadOffload => "bad_offload",
+        }
+    }
+}
+
+impl std::fmt::Display for DropReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What became of a traced frame at one destination: sent, or dropped for
+/// a reason. Its JSON form is `"sent"` or the reason's name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
+pub enum Delivery {
+    /// Handed to the port's peer.
+    Sent,
+    /// Not sent.
+    Dropped(DropReason),
+}
+
+impl From<Delivery> for String {
+    fn from(d: Delivery) -> String {
+        d.to_string()
+    }
+}
+
+impl TryFrom<String> for Delivery {
+    type Error = String;
+    fn try_from(s: String) -> Result<Delivery, String> {
+        if s == "sent" {
+            return Ok(Delivery::Sent);
+        }
+        DropReason::ALL
+            .into_iter()
+            .find(|r| r.name() == s)
+            .map(Delivery::Dropped)
+            .ok_or_else(|| format!("{s:?} is neither \"sent\" nor a drop reason"))
+    }
+}
+
+impl std::fmt::Display for Delivery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Delivery::Sent => f.write_str("sent"),
+            Delivery::Dropped(r) => f.write_str(r.name()),
+        }
+    }
+}
+
+/// What learning did with a traced frame's source address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LearnOutcome {
+    /// Not learned: the frame was dropped before.
+    Skipped,
+    /// A multicast source, never learned.
+    Multicast,
+    /// Known on this port, and fresh.
+    Known,
+    /// Known on this port; its age reset.
+    Refreshed,
+    /// Learned now.
+    New,
+    /// Moved here from the trace's `learn_port`.
+    Moved,
+    /// Learned by evicting `learn_port`'s entry from a full bucket.
+    Evicted,
+    /// Not learned: the table is full.
+    TableFull,
+}
+
+/// How a traced frame's destination was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LookupOutcome {
+    /// Not looked up: the frame was dropped before.
+    Skipped,
+    /// Learned on the trace's `lookup_port`.
+    Unicast,
+    /// Not learned: flooded.
+    Unknown,
+    /// A multicast or broadcast destination: flooded.
+    Multicast,
+}
+
+/// How workers wait for frames.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PollMode {
+    /// Busy-poll always (lowest latency, one full CPU per worker).
+    Poll,
+    /// Sleep whenever a poll finds nothing.
+    Interrupt,
+    /// Busy-poll while traffic flows, sleep after a quiet spell.
+    #[default]
+    Adaptive,
+}
+
+impl std::fmt::Display for PollMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PollMode::Poll => "poll",
+            PollMode::Interrupt => "interrupt",
+            PollMode::Adaptive => "adaptive",
+        })
+    }
 }
 
 /// Error classes.
@@ -335,7 +512,7 @@ pub struct PortTotals {
     /// Bytes sent.
     pub tx_bytes: u64,
     /// Drops by reason name.
-    pub drops: std::collections::BTreeMap<String, u64>,
+    pub drops: std::collections::BTreeMap<DropReason, u64>,
 }
 
 /// Counters of a port.
@@ -398,8 +575,8 @@ pub struct WorkerInfo {
     pub id: usize,
     /// The CPU it is pinned to.
     pub cpu: Option<usize>,
-    /// `poll`, `interrupt` or `adaptive`.
-    pub mode: String,
+    /// How it waits for frames.
+    pub mode: PollMode,
     /// Passes over its receive queues.
     pub polls: u64,
     /// Passes that found frames.
@@ -450,6 +627,40 @@ pub struct MacInfo {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn typed_answers_keep_their_json_names() {
+        for r in DropReason::ALL {
+            assert_eq!(serde_json::to_value(r).unwrap(), r.name());
+            assert_eq!(
+                r as usize,
+                DropReason::ALL.iter().position(|&x| x == r).unwrap()
+            );
+            let d = Delivery::Dropped(r);
+            let v = serde_json::to_value(d).unwrap();
+            assert_eq!(v, r.name());
+            assert_eq!(serde_json::from_value::<Delivery>(v).unwrap(), d);
+        }
+        assert_eq!(serde_json::to_value(Delivery::Sent).unwrap(), "sent");
+        assert!(serde_json::from_value::<Delivery>("lost".into()).is_err());
+        assert_eq!(
+            serde_json::to_value(LearnOutcome::TableFull).unwrap(),
+            "table_full"
+        );
+        assert_eq!(
+            serde_json::to_value(LookupOutcome::Unicast).unwrap(),
+            "unicast"
+        );
+        assert_eq!(
+            serde_json::to_value(PollMode::Adaptive).unwrap(),
+            "adaptive"
+        );
+        let mut totals = PortTotals::default();
+        totals.drops.insert(DropReason::TooLong, 3);
+        let v = serde_json::to_value(&totals).unwrap();
+        assert_eq!(v["drops"]["too_long"], 3);
+        assert_eq!(serde_json::from_value::<PortTotals>(v).unwrap(), totals);
+    }
 
     #[test]
     fn requests_have_a_stable_json_form() {

@@ -473,7 +473,7 @@ fn a_pinned_pod_passes_its_own_frames_and_no_spoofed_one() {
         stats(&pa.spec.name)
             .totals
             .drops
-            .get("spoofed_source")
+            .get(&switchyard_api::DropReason::SpoofedSource)
             .copied()
             .unwrap_or(0)
     };

@@ -74,7 +74,7 @@ impl PortShared {
             }
         }
         for r in DropReason::ALL {
-            t.drops.insert(r.name().to_string(), drops[r as usize]);
+            t.drops.insert(r, drops[r as usize]);
         }
         t
     }

@@ -1209,7 +1209,7 @@ mod tests {
         ]);
         assert_eq!(out[0], [0x0b, 0x0b, 0x0b, 0x0b]);
         assert_eq!(out[1], [0x0c, 0x0c]);
-        assert_eq!(in_shared.totals().drops[DropReason::Hairpin.name()], 1);
+        assert_eq!(in_shared.totals().drops[&DropReason::Hairpin], 1);
         // Both sources were learned on the sender's port.
         for src in [0x0a, 0x0d] {
             assert_eq!(table.lookup(mac(src), 0).map(|e| e.port), Some(inp));
@@ -1302,8 +1302,8 @@ mod tests {
         assert_eq!(*log.lock().unwrap(), [60, 60]);
         let t = out_shared.totals();
         assert_eq!((t.tx_packets, t.tx_bytes), (2, 120));
-        assert_eq!(t.drops[DropReason::TooLong.name()], 1);
-        assert_eq!(t.drops[DropReason::NoBuffer.name()], 2);
+        assert_eq!(t.drops[&DropReason::TooLong], 1);
+        assert_eq!(t.drops[&DropReason::NoBuffer], 2);
     }
 
     #[test]

@@ -8,8 +8,9 @@ use clap::{Args, Parser, Subcommand};
 use switchyard::config::Config;
 use switchyard::control::Daemon;
 use switchyard_api::{
-    BridgeInfo, CaptureDirection, CaptureFormat, Client, MacAddr, MacInfo, PortInfo, PortSpec,
-    PortStats, Request, TraceEntry, VlanSet, WorkerInfo, DEFAULT_CONTROL_SOCKET,
+    BridgeInfo, CaptureDirection, CaptureFormat, Client, LearnOutcome, LookupOutcome, MacAddr,
+    MacInfo, PortInfo, PortSpec, PortStats, Request, TraceEntry, VlanSet, WorkerInfo,
+    DEFAULT_CONTROL_SOCKET,
 };
 
 /// Switchyard: a userspace L2 switch for pods and VMs (memif, vhost-user, tap,
@@ -587,26 +588,38 @@ fn trace_text(entries: &[TraceEntry]) -> String {
         if let Some(v) = e.vlan {
             let _ = writeln!(o, "  vlan {v}");
         }
-        if e.learn != "skipped" {
+        let learn = match e.learn {
+            LearnOutcome::Skipped => None,
+            LearnOutcome::Multicast => Some("multicast"),
+            LearnOutcome::Known => Some("known"),
+            LearnOutcome::Refreshed => Some("refreshed"),
+            LearnOutcome::New => Some("new"),
+            LearnOutcome::Moved => Some("moved"),
+            LearnOutcome::Evicted => Some("evicted"),
+            LearnOutcome::TableFull => Some("table_full"),
+        };
+        if let Some(learn) = learn {
             let _ = writeln!(
                 o,
                 "  source {}{}",
-                e.learn,
+                learn,
                 e.learn_port
                     .as_ref()
                     .map(|p| format!(" ({p})"))
                     .unwrap_or_default()
             );
         }
-        if e.lookup != "skipped" {
+        let lookup = match e.lookup {
+            LookupOutcome::Skipped => None,
+            LookupOutcome::Unicast => Some("unicast"),
+            LookupOutcome::Unknown => Some("unknown: flooded"),
+            LookupOutcome::Multicast => Some("multicast: flooded"),
+        };
+        if let Some(lookup) = lookup {
             let _ = writeln!(
                 o,
                 "  destination {}{}",
-                match e.lookup.as_str() {
-                    "unknown" => "unknown: flooded",
-                    "multicast" => "multicast: flooded",
-                    l => l,
-                },
+                lookup,
                 e.lookup_port
                     .as_ref()
                     .map(|p| format!(" on {p}"))

@@ -25,18 +25,8 @@ use crate::forward::Forwarder;
 use crate::queue::{RxBurst, RxQueue};
 use crate::types::{bump, ticks, DropReason};
 
-/// How workers wait for frames.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum PollMode {
-    /// Busy-poll always (lowest latency, one full CPU per worker).
-    Poll,
-    /// Sleep whenever a poll finds nothing.
-    Interrupt,
-    /// Busy-poll while traffic flows, sleep after a quiet spell.
-    #[default]
-    Adaptive,
-}
+/// How workers wait for frames (defined with the API, which reports it).
+pub use switchyard_api::PollMode;
 
 /// One worker's settings.
 #[derive(Debug, Clone)]

@@ -420,7 +420,7 @@ fn attack_as_slave(sw: &mut Switch, good: &GoodLoop) -> usize {
         }
     });
     assert!(
-        sw.stats("hm").totals.drops["runt"] >= 1,
+        sw.stats("hm").totals.drops[&switchyard_api::DropReason::Runt] >= 1,
         "{:?}",
         sw.stats("hm").totals.drops
     );
@@ -738,7 +738,7 @@ fn attack_vhost_frontend(sw: &mut Switch, good: &GoodLoop) -> usize {
         .expect("SET_MEM_TABLE");
     t.check(sw, "lie outside guest memory");
     drop(f);
-    assert!(sw.stats("hv").totals.drops["runt"] >= 8);
+    assert!(sw.stats("hv").totals.drops[&switchyard_api::DropReason::Runt] >= 8);
     sw.cli_ok(&["port", "del", "hv"]);
     t.attacks
 }

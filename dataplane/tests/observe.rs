@@ -11,7 +11,10 @@ use std::time::{Duration, Instant};
 use common::{memif_vdev, rxonly_pod, serial, wait_for, Switch, Testpmd};
 use pcap_file::pcapng::blocks::interface_statistics::InterfaceStatisticsOption;
 use pcap_file::pcapng::{Block, PcapNgReader};
-use switchyard_api::{CaptureDirection, CaptureFormat, Request, TraceEntry};
+use switchyard_api::{
+    CaptureDirection, CaptureFormat, Delivery, DropReason, LearnOutcome, LookupOutcome, Request,
+    TraceEntry,
+};
 
 const BRIDGE: &str = "[[bridge]]\nname = \"default\"\n";
 const MAC_A: &str = "02:00:00:00:7a:0a";
@@ -247,15 +250,15 @@ fn a_trace_shows_a_learned_unicast_and_a_dropped_frame_with_its_reason() {
     assert_eq!(unicast.dst, MAC_B);
     assert_eq!(unicast.vlan, Some(0));
     assert!(
-        matches!(unicast.learn.as_str(), "known" | "refreshed"),
+        matches!(unicast.learn, LearnOutcome::Known | LearnOutcome::Refreshed),
         "{unicast:#?}"
     );
-    assert_eq!(unicast.lookup, "unicast");
+    assert_eq!(unicast.lookup, LookupOutcome::Unicast);
     assert_eq!(unicast.lookup_port.as_deref(), Some("b"));
     assert_eq!(unicast.out.len(), 1);
     assert_eq!(
-        (unicast.out[0].port.as_str(), unicast.out[0].result.as_str()),
-        ("b", "sent")
+        (unicast.out[0].port.as_str(), unicast.out[0].result),
+        ("b", Delivery::Sent)
     );
     assert_eq!(unicast.drop, None);
     let spoofed = tracer
@@ -264,8 +267,8 @@ fn a_trace_shows_a_learned_unicast_and_a_dropped_frame_with_its_reason() {
         .expect("a frame from c");
     assert_eq!(spoofed.src, MAC_C);
     assert_eq!(
-        spoofed.drop.as_deref(),
-        Some("spoofed_source"),
+        spoofed.drop,
+        Some(DropReason::SpoofedSource),
         "{spoofed:#?}"
     );
     assert!(spoofed.out.is_empty());

@@ -19,8 +19,8 @@ use common::*;
 const BRIDGE: &str = "[[bridge]]\nname = \"default\"\n";
 
 /// A port's drops for `reason` (0 when it has none).
-fn dropped(t: &switchyard_api::PortTotals, reason: &str) -> u64 {
-    t.drops.get(reason).copied().unwrap_or(0)
+fn dropped(t: &switchyard_api::PortTotals, reason: switchyard_api::DropReason) -> u64 {
+    t.drops.get(&reason).copied().unwrap_or(0)
 }
 
 /// A process run in a namespace, killed by PID when dropped.
@@ -268,7 +268,11 @@ fn tcp_through(a: &str, b: &str) {
     // Nothing was dropped for offload metadata that did not fit.
     for p in ["p1", "p2"] {
         let st = sw.stats(p).totals;
-        assert_eq!(dropped(&st, "bad_offload"), 0, "{p}: {st:?}");
+        assert_eq!(
+            dropped(&st, switchyard_api::DropReason::BadOffload),
+            0,
+            "{p}: {st:?}"
+        );
     }
     if a == "af-packet" {
         // The station's TSO super-frames reached the switch whole: far
@@ -293,7 +297,7 @@ fn tcp_through(a: &str, b: &str) {
             // ... and left cut to the MTU by the switch (an AF_XDP socket
             // takes no metadata): none was too long.
             assert!(out.tx_packets > st.rx_packets, "{st:?} {out:?}");
-            assert_eq!(dropped(&out, "too_long"), 0);
+            assert_eq!(dropped(&out, switchyard_api::DropReason::TooLong), 0);
         }
     }
 }
@@ -342,7 +346,11 @@ fn tcp_from_the_host_through(uplink: &str) {
     transfer_file(&host, &station, sw.dir.path());
     transfer_file(&station, &host, sw.dir.path());
     let tap = sw.stats("host").totals;
-    assert_eq!(dropped(&tap, "bad_offload"), 0, "{tap:?}");
+    assert_eq!(
+        dropped(&tap, switchyard_api::DropReason::BadOffload),
+        0,
+        "{tap:?}"
+    );
     // The host's super-frames reached the switch whole.
     assert!(
         super_frames(tap.rx_bytes, tap.rx_packets),
@@ -523,8 +531,16 @@ fn a_dpdk_pod_with_tso_sends_super_frames_that_the_switch_segments_for_a_memif_p
     );
     for p in ["up", "vu1", "vu2", "mp"] {
         let st = sw.stats(p).totals;
-        assert_eq!(dropped(&st, "bad_offload"), 0, "{p}: {st:?}");
-        assert_eq!(dropped(&st, "too_long"), 0, "{p}: {st:?}");
+        assert_eq!(
+            dropped(&st, switchyard_api::DropReason::BadOffload),
+            0,
+            "{p}: {st:?}"
+        );
+        assert_eq!(
+            dropped(&st, switchyard_api::DropReason::TooLong),
+            0,
+            "{p}: {st:?}"
+        );
     }
     drop(router);
 }

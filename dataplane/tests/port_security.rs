@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use common::memif_peer::{self as peer, Conn, SlaveMem};
 use common::{rxonly_pod, serial, wait_for, Switch, Testpmd};
+use switchyard_api::DropReason;
 
 const BRIDGE: &str = "[[bridge]]\nname = \"default\"\n";
 const MAC_A: &str = "02:00:00:00:5e:0a";
@@ -15,11 +16,11 @@ const MAC_B: &str = "02:00:00:00:5e:0b";
 /// The hostile peer sprays this many distinct source MACs.
 const SPRAY: u64 = 100_000;
 
-fn drops(sw: &Switch, port: &str, reason: &str) -> u64 {
+fn drops(sw: &Switch, port: &str, reason: DropReason) -> u64 {
     sw.stats(port)
         .totals
         .drops
-        .get(reason)
+        .get(&reason)
         .copied()
         .unwrap_or(0)
 }
@@ -93,7 +94,7 @@ fn a_port_spraying_source_macs_pushes_out_no_neighbour() {
     );
     assert_eq!(st.mac_entries, 64, "{st:?}");
     assert_eq!(st.mac_limit, 64);
-    assert_eq!(drops(&sw, "h", "mac_limit"), SPRAY - 64, "{st:?}");
+    assert_eq!(drops(&sw, "h", DropReason::MacLimit), SPRAY - 64, "{st:?}");
     let macs = sw.macs("default");
     for (mac, port) in [(MAC_A, "a"), (MAC_B, "b")] {
         assert!(
@@ -132,7 +133,7 @@ fn a_pod_sending_with_its_neighbours_mac_does_not_get_its_traffic() {
     // C sends as A (A spoke within the move hold).
     c.send_bursts(2);
     wait_for(Duration::from_secs(10), "C's frames refused", || {
-        (drops(&sw, "c", "mac_move") >= 64).then_some(())
+        (drops(&sw, "c", DropReason::MacMove) >= 64).then_some(())
     });
     let macs = sw.macs("default");
     assert!(
@@ -177,7 +178,7 @@ fn a_pinned_port_sends_only_from_its_mac_and_keeps_it_while_down() {
     wait_for(
         Duration::from_secs(10),
         "the thief's frames dropped",
-        || (drops(&sw, "b", "spoofed_source") >= 32).then_some(()),
+        || (drops(&sw, "b", DropReason::SpoofedSource) >= 32).then_some(()),
     );
     let macs = sw.macs("default");
     assert!(
@@ -190,6 +191,6 @@ fn a_pinned_port_sends_only_from_its_mac_and_keeps_it_while_down() {
     sw.wait_link("a", true);
     spoofer.send_bursts(1);
     wait_for(Duration::from_secs(10), "spoofed frames dropped", || {
-        (drops(&sw, "a", "spoofed_source") >= 32).then_some(())
+        (drops(&sw, "a", DropReason::SpoofedSource) >= 32).then_some(())
     });
 }

@@ -140,7 +140,9 @@ fn the_host_reaches_a_pod_through_a_tap_port() {
     let before = sw.stats("tap0").totals;
     assert!(mem.send(&raw_broadcast(1200, 0)));
     wait_for(Duration::from_secs(10), "the long frame dropped", || {
-        (sw.stats("tap0").totals.drops["too_long"] > before.drops["too_long"]).then_some(())
+        (sw.stats("tap0").totals.drops[&switchyard_api::DropReason::TooLong]
+            > before.drops[&switchyard_api::DropReason::TooLong])
+            .then_some(())
     });
     assert_eq!(sw.stats("tap0").totals.tx_packets, before.tx_packets);
     // A frame that fits still passes.
@@ -933,12 +935,12 @@ fn jumbo_frames_pass_where_the_mtu_allows_and_are_counted_where_not() {
     // and counted there, never cut.
     node.sh_ok(&format!("ip link set {tap} mtu 1500"));
     wait_mtu(&sw, "t", 1500);
-    let before = sw.stats("t").totals.drops["too_long"];
+    let before = sw.stats("t").totals.drops[&switchyard_api::DropReason::TooLong];
     assert!(
         !ping(&host, "-s 8000"),
         "8000-byte frames passed a 1500 MTU"
     );
-    assert!(sw.stats("t").totals.drops["too_long"] > before);
+    assert!(sw.stats("t").totals.drops[&switchyard_api::DropReason::TooLong] > before);
     assert!(ping(&host, "-s 1400"), "frames that fit still pass");
 }
 

@@ -234,7 +234,7 @@ impl Collector for Snapshot {
         for s in &self.stats {
             for (reason, n) in &s.totals.drops {
                 let mut l = port_labels(&s.name);
-                l.push(("reason", reason.clone()));
+                l.push(("reason", reason.to_string()));
                 drops.samples.push((l, Counter::Int(*n)));
             }
         }
@@ -330,7 +330,7 @@ impl Collector for Snapshot {
             vec![
                 ("worker", w.id.to_string()),
                 ("cpu", w.cpu.map(|c| c.to_string()).unwrap_or_default()),
-                ("mode", w.mode.clone()),
+                ("mode", w.mode.to_string()),
             ]
         };
         let per_worker = |name, help, get: &dyn Fn(&WorkerInfo) -> Counter| {

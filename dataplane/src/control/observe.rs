@@ -28,7 +28,10 @@ use pcap_file::pcapng::blocks::interface_statistics::{
 };
 use pcap_file::pcapng::PcapNgWriter;
 use pcap_file::{DataLink, Endianness, TsResolution};
-use switchyard_api::{CaptureFormat, CaptureInfo, Response, TraceEntry, TraceOut};
+use switchyard_api::{
+    CaptureFormat, CaptureInfo, Delivery, LearnOutcome, LookupOutcome, Response, TraceEntry,
+    TraceOut,
+};
 use tracing::{info, warn};
 
 use super::server::{send, StreamJob};
@@ -292,20 +295,20 @@ impl StreamJob for TraceJob {
             .into_iter()
             .map(|r| {
                 let (learn, learn_port) = match r.learn {
-                    TraceLearn::Skipped => ("skipped", None),
-                    TraceLearn::Multicast => ("multicast", None),
-                    TraceLearn::Known => ("known", None),
-                    TraceLearn::Refreshed => ("refreshed", None),
-                    TraceLearn::New => ("new", None),
-                    TraceLearn::Moved(p) => ("moved", Some(name(p))),
-                    TraceLearn::Evicted(p) => ("evicted", Some(name(p))),
-                    TraceLearn::TableFull => ("table_full", None),
+                    TraceLearn::Skipped => (LearnOutcome::Skipped, None),
+                    TraceLearn::Multicast => (LearnOutcome::Multicast, None),
+                    TraceLearn::Known => (LearnOutcome::Known, None),
+                    TraceLearn::Refreshed => (LearnOutcome::Refreshed, None),
+                    TraceLearn::New => (LearnOutcome::New, None),
+                    TraceLearn::Moved(p) => (LearnOutcome::Moved, Some(name(p))),
+                    TraceLearn::Evicted(p) => (LearnOutcome::Evicted, Some(name(p))),
+                    TraceLearn::TableFull => (LearnOutcome::TableFull, None),
                 };
                 let (lookup, lookup_port) = match r.lookup {
-                    TraceLookup::Skipped => ("skipped", None),
-                    TraceLookup::Unicast(p) => ("unicast", Some(name(p))),
-                    TraceLookup::Unknown => ("unknown", None),
-                    TraceLookup::Multicast => ("multicast", None),
+                    TraceLookup::Skipped => (LookupOutcome::Skipped, None),
+                    TraceLookup::Unicast(p) => (LookupOutcome::Unicast, Some(name(p))),
+                    TraceLookup::Unknown => (LookupOutcome::Unknown, None),
+                    TraceLookup::Multicast => (LookupOutcome::Multicast, None),
                 };
                 TraceEntry {
                     worker: usize::from(r.worker),
@@ -315,9 +318,9 @@ impl StreamJob for TraceJob {
                     dst: r.dst.to_string(),
                     tag: r.tag,
                     vlan: r.vlan,
-                    learn: learn.into(),
+                    learn,
                     learn_port,
-                    lookup: lookup.into(),
+                    lookup,
                     lookup_port,
                     out: r
                         .out
@@ -325,12 +328,12 @@ impl StreamJob for TraceJob {
                         .map(|(p, res)| TraceOut {
                             port: name(*p),
                             result: match res {
-                                Ok(()) => "sent".into(),
-                                Err(d) => d.name().into(),
+                                Ok(()) => Delivery::Sent,
+                                Err(d) => Delivery::Dropped(*d),
                             },
                         })
                         .collect(),
-                    drop: r.drop.map(|d| d.name().to_string()),
+                    drop: r.drop,
                 }
             })
             .collect();

@@ -28,17 +28,14 @@ impl Daemon {
         let secs = |t: u64| t as f64 / rate;
         let get = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
         let queues = self.dp.rx_queues();
-        let mode = serde_json::to_value(self.cfg.dataplane.poll_mode)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_string))
-            .unwrap_or_default();
+        let mode = self.cfg.dataplane.poll_mode;
         (0..self.dp.workers())
             .map(|w| {
                 let l = self.dp.worker_load(w);
                 WorkerInfo {
                     id: w,
                     cpu: self.worker_cpus.get(w).copied().flatten(),
-                    mode: mode.clone(),
+                    mode,
                     polls: get(&l.polls),
                     busy_polls: get(&l.busy_polls),
                     busy_seconds: secs(get(&l.busy_ticks)),

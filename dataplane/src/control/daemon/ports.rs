@@ -167,7 +167,7 @@ impl Daemon {
                 continue;
             }
             let totals = e.shared.totals();
-            let counts = SECURITY_DROPS.map(|r| totals.drops.get(r.name()).copied().unwrap_or(0));
+            let counts = SECURITY_DROPS.map(|r| totals.drops.get(&r).copied().unwrap_or(0));
             let (last, _) = e.security_logged;
             if counts == last {
                 continue;
