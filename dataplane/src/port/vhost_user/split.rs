@@ -8,7 +8,7 @@
 //! the last hit tried first.
 //!
 //! Speed is why this is our own code rather than `virtio-queue`'s
-//! iterators: `benches/loop/RESULTS.md`, "Session 4: direct split-ring path
+//! iterators: `benches/loop/RESULTS.md`, "2026-11-23, b4f5f11: direct split-ring path
 //! for vhost-user" (loop benchmark, 64 B: 3.95-4.23 -> 6.35-6.80 Mpps) and
 //! the criterion bench `cargo bench -p switchyard-benches --bench hot_path
 //! -- virtqueue` (`virtqueue/pop_used` 99 -> 55 ns, `virtqueue/fill_used`
