@@ -6,6 +6,7 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
 
+use crate::call::Call;
 use crate::protocol::{ApiError, ErrorCode, Request, Response};
 
 /// Errors talking to the daemon.
@@ -97,6 +98,15 @@ impl Client {
     ) -> Result<(serde_json::Value, &mut BufReader<UnixStream>), ClientError> {
         let v = self.call(req)?;
         Ok((v, &mut self.reader))
+    }
+
+    /// Sends `call`'s request and decodes its answer, of the type the
+    /// request is answered with.
+    pub fn ask<A: serde::de::DeserializeOwned>(
+        &mut self,
+        call: &Call<A>,
+    ) -> Result<A, ClientError> {
+        self.call_as(call.request())
     }
 
     /// Sends a request and decodes the result.

@@ -3,6 +3,7 @@
 //!
 //! - [`spec`]: typed port and bridge specs, parsed once where they enter;
 //! - [`protocol`]: the requests and answers on the control socket;
+//! - [`call`]: each request paired with the type of its answer;
 //! - [`client`]: a blocking client of that socket;
 //! - [`mac`], [`vlan`]: the value types the specs hold;
 //! - [`fs`]: the atomic file writer and the group grant the three share.
@@ -12,6 +13,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod call;
 pub mod client;
 pub mod fs;
 pub mod mac;
@@ -19,6 +21,7 @@ pub mod protocol;
 pub mod spec;
 pub mod vlan;
 
+pub use call::{Call, Pong};
 pub use client::{Client, ClientError};
 pub use mac::{MacAddr, MacParseError};
 pub use protocol::{

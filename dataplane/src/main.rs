@@ -8,9 +8,8 @@ use clap::{Args, Parser, Subcommand};
 use switchyard::config::Config;
 use switchyard::control::Daemon;
 use switchyard_api::{
-    BridgeInfo, CaptureDirection, CaptureFormat, Client, LearnOutcome, LookupOutcome, MacAddr,
-    MacInfo, PortInfo, PortSpec, PortStats, Request, TraceEntry, VlanSet, WorkerInfo,
-    DEFAULT_CONTROL_SOCKET,
+    Call, CaptureDirection, CaptureFormat, Client, LearnOutcome, LookupOutcome, MacAddr, PortSpec,
+    Request, TraceEntry, VlanSet, WorkerInfo, DEFAULT_CONTROL_SOCKET,
 };
 
 /// Switchyard: a userspace L2 switch for pods and VMs (memif, vhost-user, tap,
@@ -326,20 +325,17 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
         }
         Cmd::Port(PortCmd::Add(a)) => {
             let spec = a.spec()?;
-            let info: PortInfo = client()?.call_as(&Request::PortAdd {
-                port: Box::new(spec),
-            })?;
+            let info = client()?.ask(&Request::port_add(spec))?;
             println!("port {} added", info.spec.name);
             Ok(())
         }
         Cmd::Port(PortCmd::Del { name }) => {
-            client()?.call(&Request::PortDel { name: name.clone() })?;
+            client()?.ask(&Request::port_del(&name))?;
             println!("port {name} deleted");
             Ok(())
         }
         Cmd::Port(PortCmd::List { json }) => {
-            let answer = client()?.call(&Request::PortList)?;
-            let Some(ports) = json_or::<Vec<PortInfo>>(answer, json)? else {
+            let Some(ports) = json_or(&mut client()?, &Request::port_list(), json)? else {
                 return Ok(());
             };
             println!(
@@ -379,8 +375,7 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Cmd::Stats { name, json } => {
-            let answer = client()?.call(&Request::Stats { name })?;
-            let Some(stats) = json_or::<Vec<PortStats>>(answer, json)? else {
+            let Some(stats) = json_or(&mut client()?, &Request::stats(name), json)? else {
                 return Ok(());
             };
             println!(
@@ -418,18 +413,17 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Cmd::Bridge(BridgeCmd::Add { name }) => {
-            client()?.call(&Request::BridgeAdd { name: name.clone() })?;
+            client()?.ask(&Request::bridge_add(&name))?;
             println!("bridge {name} added");
             Ok(())
         }
         Cmd::Bridge(BridgeCmd::Del { name }) => {
-            client()?.call(&Request::BridgeDel { name: name.clone() })?;
+            client()?.ask(&Request::bridge_del(&name))?;
             println!("bridge {name} deleted");
             Ok(())
         }
         Cmd::Bridge(BridgeCmd::List { json }) => {
-            let answer = client()?.call(&Request::BridgeList)?;
-            let Some(bridges) = json_or::<Vec<BridgeInfo>>(answer, json)? else {
+            let Some(bridges) = json_or(&mut client()?, &Request::bridge_list(), json)? else {
                 return Ok(());
             };
             println!(
@@ -488,12 +482,8 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
             let wait = std::time::Duration::from_secs_f64(timeout.max(0.0));
             let mut c = client()?;
             c.set_timeout(wait + std::time::Duration::from_secs(30))?;
-            let answer = c.call(&Request::Trace {
-                count: Some(count),
-                port,
-                timeout_ms: Some(wait.as_millis() as u64),
-            })?;
-            let Some(entries) = json_or::<Vec<TraceEntry>>(answer, json)? else {
+            let call = Request::trace(Some(count), port, Some(wait.as_millis() as u64));
+            let Some(entries) = json_or(&mut c, &call, json)? else {
                 return Ok(());
             };
             print!("{}", trace_text(&entries));
@@ -503,16 +493,14 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Cmd::Worker(WorkerCmd::List { json }) => {
-            let answer = client()?.call(&Request::WorkerList)?;
-            let Some(workers) = json_or::<Vec<WorkerInfo>>(answer, json)? else {
+            let Some(workers) = json_or(&mut client()?, &Request::worker_list(), json)? else {
                 return Ok(());
             };
             print!("{}", worker_table(&workers));
             Ok(())
         }
         Cmd::Mac(MacCmd::List { bridge, json }) => {
-            let answer = client()?.call(&Request::MacList { bridge })?;
-            let Some(macs) = json_or::<Vec<MacInfo>>(answer, json)? else {
+            let Some(macs) = json_or(&mut client()?, &Request::mac_list(&bridge), json)? else {
                 return Ok(());
             };
             println!("{:<18} {:>5} {:<20} {:>6}", "MAC", "VLAN", "PORT", "AGE");
@@ -638,12 +626,14 @@ fn trace_text(entries: &[TraceEntry]) -> String {
     o
 }
 
-/// With `--json` (`json`), prints a listing's `answer` as pretty JSON and
-/// returns `None`; otherwise returns it as `T`, for the caller's table.
-fn json_or<T: serde::de::DeserializeOwned>(
-    answer: serde_json::Value,
+/// Asks `call`. With `--json` (`json`), prints the answer as pretty JSON and
+/// returns `None`; otherwise returns it decoded, for the caller's table.
+fn json_or<A: serde::de::DeserializeOwned>(
+    client: &mut Client,
+    call: &Call<A>,
     json: bool,
-) -> anyhow::Result<Option<T>> {
+) -> anyhow::Result<Option<A>> {
+    let answer = client.call(call.request())?;
     if json {
         println!("{}", serde_json::to_string_pretty(&answer)?);
         return Ok(None);

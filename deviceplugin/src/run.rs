@@ -59,7 +59,7 @@ fn daemon_healthy(control: &Path, limit: Duration) -> bool {
     Client::connect(control)
         .and_then(|mut c| {
             c.set_timeout(limit)?;
-            c.call(&Request::Ping)
+            c.ask(&Request::ping())
         })
         .is_ok()
 }

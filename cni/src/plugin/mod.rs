@@ -471,7 +471,7 @@ pub fn check(env: &Env, nc: &NetConf, stdin: &serde_json::Value) -> Result<(), C
 pub fn status(env: &Env, nc: &NetConf, stdin: &serde_json::Value) -> Result<(), CniError> {
     let mut c = Client::connect(&nc.control_socket)
         .map_err(|e| CniError::new(PLUGIN_NOT_AVAILABLE, format!("switchyard daemon: {e}")))?;
-    c.call(&Request::Ping)
+    c.ask(&Request::ping())
         .map_err(|e| CniError::new(PLUGIN_NOT_AVAILABLE, format!("switchyard daemon: {e}")))?;
     if nc.raw.ipam.is_some() && ipam::speaks_1_1(stdin, &env.path)? {
         ipam::exec("STATUS", stdin, &[], &env.path)?;

@@ -101,10 +101,10 @@ fn scrape(control: &std::path::Path) -> anyhow::Result<String> {
     let mut c = Client::connect(control)?;
     c.set_timeout(API_TIMEOUT)?;
     let snapshot = Snapshot {
-        ports: c.call_as(&Request::PortList)?,
-        stats: c.call_as(&Request::Stats { name: None })?,
-        bridges: c.call_as(&Request::BridgeList)?,
-        workers: c.call_as(&Request::WorkerList)?,
+        ports: c.ask(&Request::port_list())?,
+        stats: c.ask(&Request::stats(None))?,
+        bridges: c.ask(&Request::bridge_list())?,
+        workers: c.ask(&Request::worker_list())?,
     };
     encode(snapshot)
 }
