@@ -279,6 +279,27 @@ impl Default for DataplaneConfig {
     }
 }
 
+/// `p` with its deepest existing ancestor resolved (links followed) and the
+/// rest appended as given: two spellings of one place compare equal, even
+/// where the place does not exist yet.
+fn resolved(p: &Path) -> PathBuf {
+    let mut rest = Vec::new();
+    let mut at = p;
+    loop {
+        if let Ok(mut real) = at.canonicalize() {
+            real.extend(rest.iter().rev());
+            return real;
+        }
+        match (at.parent(), at.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name);
+                at = parent;
+            }
+            _ => return p.to_path_buf(),
+        }
+    }
+}
+
 /// Where a port's socket lies: `socket` resolved against `base`, the
 /// configured `socket_dir`. A relative path is taken from `base`; `..` is
 /// refused; the deepest directory of the path that exists must resolve
@@ -327,15 +348,10 @@ pub fn confine_socket(
     if path.file_name().is_none() {
         return Err(outside());
     }
-    let mut dir = path.parent();
-    while let Some(d) = dir {
-        match d.canonicalize() {
-            Ok(real) if real.starts_with(&root) => break,
-            Ok(_) => return Err(outside()),
-            Err(_) => dir = d.parent(),
-        }
-    }
-    if dir.is_none() {
+    if !path
+        .parent()
+        .is_some_and(|d| resolved(d).starts_with(&root))
+    {
         return Err(outside());
     }
     crate::port::endpoint::refuse_symlink(&path)
@@ -343,27 +359,6 @@ pub fn confine_socket(
     path.to_str()
         .map(|p| Some(p.to_string()))
         .ok_or_else(|| invalid(field, "not valid UTF-8"))
-}
-
-/// `p` with its deepest existing ancestor resolved (links followed) and the
-/// rest appended as given: two spellings of one place compare equal, even
-/// where the place does not exist yet.
-fn resolved(p: &Path) -> PathBuf {
-    let mut rest = Vec::new();
-    let mut at = p;
-    loop {
-        if let Ok(mut real) = at.canonicalize() {
-            real.extend(rest.iter().rev());
-            return real;
-        }
-        match (at.parent(), at.file_name()) {
-            (Some(parent), Some(name)) => {
-                rest.push(name);
-                at = parent;
-            }
-            _ => return p.to_path_buf(),
-        }
-    }
 }
 
 impl Config {

@@ -380,20 +380,7 @@ fn a_newer_state_format_is_refused_not_dropped() {
     std::fs::create_dir_all(state.parent().unwrap()).unwrap();
     let newer = br#"{"version": 2, "bridges": [{"name": "b"}], "ports": []}"#;
     std::fs::write(&state, newer).unwrap();
-    let mut run = std::process::Command::new(common::switchyard_bin())
-        .args(["run", "--config"])
-        .arg(&sw.config)
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let status = common::wait_for(
-        std::time::Duration::from_secs(10),
-        "the daemon to refuse",
-        || run.try_wait().unwrap(),
-    );
-    let mut err = String::new();
-    std::io::Read::read_to_string(run.stderr.as_mut().unwrap(), &mut err).unwrap();
-    assert!(!status.success());
+    let err = refused_start(&sw.config);
     assert!(
         err.contains("state format 2, newer than this build's 1"),
         "{err}"

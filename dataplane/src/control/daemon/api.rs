@@ -221,7 +221,9 @@ impl Daemon {
             Request::PortList => {
                 // The ports a restart could not make are listed too, failed.
                 let mut v: Vec<PortInfo> = self
-                    .sorted_ports()
+                    .ports
+                    .iter()
+                    .flatten()
                     .map(|e| self.port_info(e))
                     .chain(self.unrestored.iter().map(|(spec, why)| PortInfo {
                         spec: spec.clone(),
