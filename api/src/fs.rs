@@ -1,7 +1,26 @@
 //! File helpers the daemon and both plugins share.
 
 use std::io::Write;
-use std::path::Path;
+use std::path::{Component, Path, PathBuf};
+
+/// `p` as a path if it is absolute, without `.` or `..` components, and
+/// usable (no NUL, at most 4096 bytes); else why not, naming `field`.
+pub fn clean_absolute(field: &str, p: &str) -> Result<PathBuf, String> {
+    let path = Path::new(p);
+    if !path.is_absolute() {
+        return Err(format!("{field}: {p:?} is not an absolute path"));
+    }
+    if path
+        .components()
+        .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
+    {
+        return Err(format!("{field}: {p:?} must not contain '.' or '..'"));
+    }
+    if p.len() > 4096 || p.contains('\0') {
+        return Err(format!("{field}: not a usable path"));
+    }
+    Ok(path.to_path_buf())
+}
 
 /// Replaces `path` with `body` so that a reader or a crash sees the old or
 /// the new content, never a torn one: a temp file beside it (mode `mode`),

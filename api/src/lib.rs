@@ -5,8 +5,11 @@
 //! - [`protocol`]: the requests and answers on the control socket;
 //! - [`call`]: each request paired with the type of its answer;
 //! - [`client`]: a blocking client of that socket;
+//! - [`devinfo`]: the NPWG device-info document the CNI and the device
+//!   plugin write for a pod;
 //! - [`mac`], [`vlan`]: the value types the specs hold;
-//! - [`fs`]: the atomic file writer and the group grant the three share.
+//! - [`fs`]: the atomic file writer, the group grant and the path check the
+//!   three share.
 //!
 //! It imports nothing of Switchyard and needs nothing beyond serde.
 
@@ -15,6 +18,7 @@
 
 pub mod call;
 pub mod client;
+pub mod devinfo;
 pub mod fs;
 pub mod mac;
 pub mod protocol;
@@ -30,8 +34,9 @@ pub use protocol::{
     PortStatus, PortTotals, QueueLoad, Request, Response, TraceEntry, TraceOut, WorkerInfo,
 };
 pub use spec::{
-    AfPacketSpec, AfXdpSpec, BridgeSpec, KindSpec, MemifMode, MemifRole, MemifSpec, PortSpec,
-    SpecError, TapSpec, VhostUserRole, VhostUserSpec, XdpMode,
+    AfPacketSpec, AfXdpSpec, BridgeSpec, KindSpec, MemifMode, MemifRole, MemifSpec, PortSpec, Side,
+    SocketAddr, SocketKind, SocketRole, SocketSpec, SpecError, TapSpec, VhostUserRole,
+    VhostUserSpec, XdpMode,
 };
 pub use vlan::VlanSet;
 

@@ -459,13 +459,17 @@ impl PortInfo {
     pub fn name(&self) -> &str {
         &self.spec.name
     }
-    /// The switch's role.
-    pub fn role(&self) -> &str {
-        self.spec.kind.role()
+    /// The switch's role's name ("" for a kind without one).
+    pub fn role(&self) -> &'static str {
+        self.spec.kind.role_name()
     }
-    /// The port's socket ("" for a kind without one).
-    pub fn socket(&self) -> &str {
-        self.spec.kind.socket().unwrap_or_default()
+    /// The port's socket as specs write it ("" for a kind without one).
+    pub fn socket(&self) -> String {
+        self.spec
+            .kind
+            .socket()
+            .map(|s| s.addr.to_string())
+            .unwrap_or_default()
     }
 }
 

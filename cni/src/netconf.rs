@@ -5,10 +5,10 @@
 //! `vhostUser.mode: client` means the pod connects, so the switch is the
 //! socket server.
 
-use std::path::{Component, Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::Deserialize;
-use switchyard_api::{MemifRole, VhostUserRole, VlanSet};
+use switchyard_api::{SocketKind, SocketRole, VlanSet};
 
 use crate::error::{CniError, DECODE_FAILURE, INVALID_CONFIG};
 
@@ -192,52 +192,6 @@ pub struct ValidAttachment {
     pub ifname: String,
 }
 
-/// The switch's side of the port to create.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum InterfaceKind {
-    /// memif (ethernet mode, the only one a bridge serves).
-    Memif {
-        /// Pod's role.
-        pod_role: MemifRole,
-        /// Options.
-        opts: MemifOptions,
-    },
-    /// vhost-user.
-    VhostUser {
-        /// Pod's mode: which end of the socket the pod is.
-        pod_mode: VhostUserRole,
-        /// Queue pairs.
-        queues: Option<u16>,
-    },
-}
-
-impl InterfaceKind {
-    /// `memif` or `vhost-user`.
-    pub fn type_name(&self) -> &'static str {
-        match self {
-            InterfaceKind::Memif { .. } => "memif",
-            InterfaceKind::VhostUser { .. } => "vhost-user",
-        }
-    }
-
-    /// The switch's role, as the switch spells it: the opposite of the pod's.
-    pub fn switch_role(&self) -> &'static str {
-        match self {
-            InterfaceKind::Memif { pod_role, .. } => pod_role.peer().as_str(),
-            InterfaceKind::VhostUser { pod_mode, .. } => pod_mode.peer().as_str(),
-        }
-    }
-
-    /// Whether the switch creates the socket (the pod is memif slave or
-    /// vhost-user client).
-    pub fn switch_creates_socket(&self) -> bool {
-        match self {
-            InterfaceKind::Memif { pod_role, .. } => *pod_role == MemifRole::Slave,
-            InterfaceKind::VhostUser { pod_mode, .. } => *pod_mode == VhostUserRole::Client,
-        }
-    }
-}
-
 /// A validated netconf.
 #[derive(Debug, Clone)]
 pub struct NetConf {
@@ -251,8 +205,10 @@ pub struct NetConf {
     pub vlan: Option<u16>,
     /// Trunk VLANs (exclusive with `vlan`; neither: untagged only).
     pub trunk: Option<VlanSet>,
-    /// Interface kind and options.
-    pub kind: InterfaceKind,
+    /// The pod's role at its socket (the kind is `interfaceType`; the
+    /// switch takes the other end, [`SocketRole::peer`]). The kind's
+    /// options are in `raw.memif` / `raw.vhost_user`.
+    pub pod_role: SocketRole,
     /// Base of the per-pod directories.
     pub socket_dir: PathBuf,
     /// Control socket.
@@ -288,25 +244,61 @@ fn invalid(field: &str, msg: impl std::fmt::Display) -> CniError {
     CniError::new(INVALID_CONFIG, format!("{field}: {msg}"))
 }
 
+/// The pod's role, from `interfaceType` and that kind's section (the
+/// other kind's section is refused: it would be ignored).
+fn pod_role(raw: &RawNetConf) -> Result<SocketRole, CniError> {
+    let itype = raw.interface_type.as_deref().unwrap_or("memif");
+    let kind = SocketKind::from_name(itype).ok_or_else(|| {
+        invalid(
+            "interfaceType",
+            format!("{itype:?} is not supported (memif or vhost-user)"),
+        )
+    })?;
+    let (given, field, what, other) = match kind {
+        SocketKind::Memif => (
+            raw.memif.as_ref().and_then(|o| o.role.as_deref()),
+            "memif.role",
+            "memif role is master or slave",
+            raw.vhost_user.is_some().then_some("vhostUser"),
+        ),
+        SocketKind::VhostUser => (
+            raw.vhost_user.as_ref().and_then(|o| o.mode.as_deref()),
+            "vhostUser.mode",
+            "vhost-user mode is client or server",
+            raw.memif.is_some().then_some("memif"),
+        ),
+    };
+    if let Some(other) = other {
+        return Err(invalid(other, format!("given with interfaceType {itype}")));
+    }
+    if let Some(m) = raw.memif.as_ref().and_then(|o| o.mode.as_deref()) {
+        match m {
+            "ethernet" => {}
+            "ip" | "inject-punt" => {
+                return Err(invalid(
+                    "memif.mode",
+                    format!("{m:?} is not served: the switch's bridges carry Ethernet frames (use ethernet)"),
+                ))
+            }
+            _ => {
+                return Err(invalid(
+                    "memif.mode",
+                    format!("{m:?}: the memif modes are ethernet, ip and inject-punt, and the switch serves ethernet"),
+                ))
+            }
+        }
+    }
+    match given {
+        None => Ok(kind.default_pod_role()),
+        Some(g) => kind
+            .parse_role(g)
+            .map_err(|_| invalid(field, format!("{g:?}: the pod's {what}"))),
+    }
+}
+
 /// An absolute path without `..` components.
 pub fn clean_absolute(field: &str, p: &str) -> Result<PathBuf, CniError> {
-    let path = Path::new(p);
-    if !path.is_absolute() {
-        return Err(invalid(field, format!("{p:?} is not an absolute path")));
-    }
-    if path
-        .components()
-        .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
-    {
-        return Err(invalid(
-            field,
-            format!("{p:?} must not contain '.' or '..'"),
-        ));
-    }
-    if p.len() > 4096 || p.contains('\0') {
-        return Err(invalid(field, "not a usable path"));
-    }
-    Ok(path.to_path_buf())
+    switchyard_api::fs::clean_absolute(field, p).map_err(|e| CniError::new(INVALID_CONFIG, e))
 }
 
 /// Whether `v` is `first` or later (both among [`SUPPORTED_VERSIONS`]).
@@ -387,76 +379,7 @@ impl NetConf {
                 "a network is an access VLAN (vlan) or a trunk, not both",
             ));
         }
-        let itype = raw.interface_type.as_deref().unwrap_or("memif");
-        let kind = match itype {
-            "memif" => {
-                if raw.vhost_user.is_some() {
-                    return Err(invalid("vhostUser", "given with interfaceType memif"));
-                }
-                let opts = raw.memif.clone().unwrap_or_default();
-                let pod_role: MemifRole =
-                    opts.role
-                        .as_deref()
-                        .unwrap_or("slave")
-                        .parse()
-                        .map_err(|_| {
-                            invalid(
-                                "memif.role",
-                                format!(
-                                    "{:?}: the pod's memif role is master or slave",
-                                    opts.role.as_deref().unwrap_or_default()
-                                ),
-                            )
-                        })?;
-                let mode = opts.mode.clone().unwrap_or_else(|| "ethernet".into());
-                match mode.as_str() {
-                    "ethernet" => {}
-                    "ip" | "inject-punt" => {
-                        return Err(invalid(
-                            "memif.mode",
-                            format!("{mode:?} is not served: the switch's bridges carry Ethernet frames (use ethernet)"),
-                        ))
-                    }
-                    _ => {
-                        return Err(invalid(
-                            "memif.mode",
-                            format!("{mode:?}: the memif modes are ethernet, ip and inject-punt, and the switch serves ethernet"),
-                        ))
-                    }
-                }
-                InterfaceKind::Memif { pod_role, opts }
-            }
-            "vhost-user" => {
-                if raw.memif.is_some() {
-                    return Err(invalid("memif", "given with interfaceType vhost-user"));
-                }
-                let opts = raw.vhost_user.clone().unwrap_or_default();
-                let pod_mode: VhostUserRole = opts
-                    .mode
-                    .as_deref()
-                    .unwrap_or("client")
-                    .parse()
-                    .map_err(|_| {
-                        invalid(
-                            "vhostUser.mode",
-                            format!(
-                                "{:?}: the pod's vhost-user mode is client or server",
-                                opts.mode.as_deref().unwrap_or_default()
-                            ),
-                        )
-                    })?;
-                InterfaceKind::VhostUser {
-                    pod_mode,
-                    queues: opts.queues,
-                }
-            }
-            other => {
-                return Err(invalid(
-                    "interfaceType",
-                    format!("{other:?} is not supported (memif or vhost-user)"),
-                ))
-            }
-        };
+        let pod_role = pod_role(&raw)?;
         let socket_dir = clean_absolute(
             "socketDir",
             raw.socket_dir.as_deref().unwrap_or(DEFAULT_SOCKET_DIR),
@@ -531,7 +454,7 @@ impl NetConf {
             bridge,
             vlan: raw.vlan,
             trunk,
-            kind,
+            pod_role,
             socket_dir,
             control_socket,
             device_info_file,
@@ -608,16 +531,16 @@ mod tests {
     #[test]
     fn defaults_and_role_mapping() {
         let n = parse(r#"{"cniVersion":"1.1.0","name":"n","type":"switchyard"}"#).unwrap();
-        assert_eq!(n.kind.switch_role(), "master");
+        assert_eq!(n.pod_role.peer().as_str(), "master");
         assert_eq!(n.bridge, "default");
         assert_eq!(n.socket_dir, PathBuf::from(DEFAULT_SOCKET_DIR));
         let n = parse(r#"{"cniVersion":"1.0.0","name":"n","type":"switchyard","interfaceType":"vhost-user","vhostUser":{"mode":"server"}}"#).unwrap();
-        assert_eq!(n.kind.switch_role(), "client");
+        assert_eq!(n.pod_role.peer().as_str(), "client");
         let n = parse(
             r#"{"cniVersion":"1.0.0","name":"n","type":"switchyard","memif":{"role":"master"}}"#,
         )
         .unwrap();
-        assert_eq!(n.kind.switch_role(), "slave");
+        assert_eq!(n.pod_role.peer().as_str(), "slave");
     }
 
     #[test]

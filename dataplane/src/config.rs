@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+use switchyard_api::SocketAddr;
 
 pub use switchyard_api::spec::{validate_name, BridgeSpec, KindSpec, PortSpec, SpecError};
 pub use switchyard_api::{DEFAULT_CONTROL_SOCKET, DEFAULT_SOCKET_DIR};
@@ -309,20 +310,19 @@ fn resolved(p: &Path) -> PathBuf {
 pub fn confine_socket(
     field: &str,
     base: &Path,
-    kind: &KindSpec,
-) -> Result<Option<String>, ConfigError> {
-    let Some(socket) = kind.socket() else {
-        return Ok(None);
+    addr: &SocketAddr,
+) -> Result<SocketAddr, ConfigError> {
+    let SocketAddr::Path(given) = addr else {
+        return Ok(addr.clone());
     };
-    if !kind.socket_is_path() {
-        return Ok(Some(socket.to_string()));
-    }
-    let given = Path::new(socket);
     if given
         .components()
         .any(|c| matches!(c, std::path::Component::ParentDir))
     {
-        return Err(invalid(field, format!("{socket:?}: '..' is not allowed")));
+        return Err(invalid(
+            field,
+            format!("{:?}: '..' is not allowed", given.display()),
+        ));
     }
     let path: PathBuf = base
         .join(given)
@@ -356,9 +356,7 @@ pub fn confine_socket(
     }
     crate::port::endpoint::refuse_symlink(&path)
         .map_err(|_| invalid(field, format!("{} is a symbolic link", path.display())))?;
-    path.to_str()
-        .map(|p| Some(p.to_string()))
-        .ok_or_else(|| invalid(field, "not valid UTF-8"))
+    Ok(SocketAddr::Path(path))
 }
 
 impl Config {
@@ -497,8 +495,8 @@ impl Config {
         for (i, p) in self.ports.iter().enumerate() {
             let at = format!("port[{i}].");
             p.validate(&at)?;
-            if let Some(sock) = p.kind.socket().filter(|_| p.kind.socket_is_path()) {
-                self.refuse_reserved(&format!("{at}socket"), Path::new(sock))?;
+            if let Some(path) = p.kind.socket().and_then(|s| s.addr.path()) {
+                self.refuse_reserved(&format!("{at}socket"), path)?;
             }
             if !pnames.insert(p.name.clone()) {
                 return Err(invalid(
@@ -564,42 +562,25 @@ mod tests {
         let base = tempfile::tempdir().unwrap();
         let b = base.path();
         std::fs::create_dir(b.join("pod")).unwrap();
-        let ok = |s: &str, k: &str| {
-            let kind = if k == "memif" {
-                KindSpec::Memif(switchyard_api::MemifSpec::new(
-                    switchyard_api::MemifRole::Master,
-                    s,
-                ))
-            } else {
-                KindSpec::VhostUser(switchyard_api::VhostUserSpec::new(
-                    switchyard_api::VhostUserRole::Server,
-                    s,
-                ))
-            };
-            confine_socket("port.socket", b, &kind).map(Option::unwrap)
+        let ok = |s: &str| {
+            confine_socket("port.socket", b, &SocketAddr::parse(s)).map(|a| a.to_string())
         };
         let inside = |rel: &str| b.join(rel).to_str().unwrap().to_string();
         // Relative paths are taken from the socket dir; absolute ones inside
         // it are kept; directories that do not exist yet are fine.
-        assert_eq!(ok("a.sock", "memif").unwrap(), inside("a.sock"));
+        assert_eq!(ok("a.sock").unwrap(), inside("a.sock"));
+        assert_eq!(ok("./pod/./v.sock").unwrap(), inside("pod/v.sock"));
+        assert_eq!(ok(&inside("pod/m.sock")).unwrap(), inside("pod/m.sock"));
         assert_eq!(
-            ok("./pod/./v.sock", "vhost-user").unwrap(),
-            inside("pod/v.sock")
-        );
-        assert_eq!(
-            ok(&inside("pod/m.sock"), "memif").unwrap(),
-            inside("pod/m.sock")
-        );
-        assert_eq!(
-            ok(&inside("new/dir/m.sock"), "memif").unwrap(),
+            ok(&inside("new/dir/m.sock")).unwrap(),
             inside("new/dir/m.sock")
         );
         // memif abstract names have no path.
-        assert_eq!(ok("@sw", "memif").unwrap(), "@sw");
-        assert_eq!(ok("abstract:sw", "memif").unwrap(), "abstract:sw");
+        assert_eq!(ok("@sw").unwrap(), "@sw");
+        assert_eq!(ok("abstract:sw").unwrap(), "@sw");
         // Escapes: elsewhere, '..', a symlinked directory, a symlinked socket.
         let refused = |s: &str, why: &str| {
-            let e = ok(s, "vhost-user").unwrap_err().to_string();
+            let e = ok(s).unwrap_err().to_string();
             assert!(
                 e.starts_with("port.socket: ") && e.contains(why),
                 "{s}: {e}"
@@ -615,11 +596,7 @@ mod tests {
         std::os::unix::fs::symlink("/run/other.sock", b.join("pod/link.sock")).unwrap();
         refused("pod/link.sock", "is a symbolic link");
         // A socket directory that does not exist is named.
-        let kind = KindSpec::Memif(switchyard_api::MemifSpec::new(
-            switchyard_api::MemifRole::Master,
-            "a.sock",
-        ));
-        let e = confine_socket("port.socket", &b.join("none"), &kind);
+        let e = confine_socket("port.socket", &b.join("none"), &SocketAddr::parse("a.sock"));
         assert!(e.unwrap_err().to_string().contains("(socket_dir)"));
     }
 

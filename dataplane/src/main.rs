@@ -348,10 +348,7 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
                     "{:<20} {:<10} {:<7} {:<5} {:<12} {:<9} {:<40} {}",
                     s.name,
                     s.kind.name(),
-                    match s.kind.role() {
-                        "" => "-",
-                        r => r,
-                    },
+                    s.kind.role().map_or("-", |r| r.as_str()),
                     match (&p.status.failed, p.status.link_up) {
                         (Some(_), _) => "FAIL",
                         (None, true) => "up",
@@ -363,7 +360,11 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
                         (None, Some(t)) => format!("trunk:{t}"),
                         (None, None) => "untagged".into(),
                     },
-                    s.kind.socket().or(s.kind.interface()).unwrap_or("-"),
+                    s.kind
+                        .socket()
+                        .map(|s| s.addr.to_string())
+                        .or(s.kind.interface().map(str::to_string))
+                        .unwrap_or_else(|| "-".into()),
                     if p.status.link_up {
                         p.status.peer
                     } else {

@@ -458,7 +458,10 @@ fn no_port_can_take_the_switchs_own_paths() {
         .to_string();
     let spec = PortSpec::new(
         "p",
-        KindSpec::Memif(MemifSpec::new(MemifRole::Master, relative)),
+        KindSpec::Memif(MemifSpec::new(
+            MemifRole::Master,
+            switchyard_api::SocketAddr::parse(&relative),
+        )),
     );
     match sw.client().call(&switchyard_api::Request::PortAdd {
         port: Box::new(spec),

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::{memif_vdev, serial, virtio_vdev, wait_for, Netns, Switch, Testpmd};
 use switchyard_api::{Client, Request};
-use switchyard_api::{KindSpec, MemifRole, MemifSpec, PortInfo, PortSpec};
+use switchyard_api::{KindSpec, MemifRole, MemifSpec, PortInfo, PortSpec, SocketAddr};
 
 const BRIDGES: &str = "[[bridge]]\nname = \"a\"\n[[bridge]]\nname = \"b\"\n";
 /// Pod A owns its sockets (memif server, virtio_user server=1): the switch
@@ -308,7 +308,10 @@ fn memif_spec(sw: &Switch, name: &str) -> PortSpec {
     let socket = sw.path(&format!("{name}.sock"));
     PortSpec::new(
         name,
-        KindSpec::Memif(MemifSpec::new(MemifRole::Master, socket)),
+        KindSpec::Memif(MemifSpec::new(
+            MemifRole::Master,
+            SocketAddr::parse(&socket),
+        )),
     )
 }
 

@@ -9,8 +9,8 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
-use switchyard_api::{MemifRole, VhostUserRole};
-use switchyard_cni::devinfo::{self, DeviceInfo, MemifInfo, VhostUserInfo};
+use switchyard_api::devinfo::DeviceInfo;
+use switchyard_api::{SocketKind, SocketRole};
 
 /// The built-in configuration (two pools of 16 sockets).
 pub const DEFAULT_CONFIG: &str = include_str!("default.toml");
@@ -50,32 +50,11 @@ fn invalid(field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
     }
 }
 
-/// What kind of socket a pool hands out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-pub enum InterfaceType {
-    /// memif.
-    #[serde(rename = "memif")]
-    Memif,
-    /// vhost-user.
-    #[serde(rename = "vhost-user")]
-    VhostUser,
-}
-
-impl InterfaceType {
-    /// The name used in device-info files and socket file names.
-    pub fn name(self) -> &'static str {
-        match self {
-            InterfaceType::Memif => "memif",
-            InterfaceType::VhostUser => "vhost-user",
-        }
-    }
-}
-
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawPool {
     resource: String,
-    interface_type: InterfaceType,
+    interface_type: SocketKind,
     count: u32,
     pod_role: Option<String>,
 }
@@ -102,22 +81,11 @@ pub struct Pool {
     pub resource: String,
     /// The part after the `/`: prefixes device IDs, names the endpoint.
     pub class: String,
-    /// Socket kind.
-    pub kind: InterfaceType,
     /// Number of devices.
     pub count: u32,
-    /// The pod's role (memif `slave`/`master`) or mode (vhost-user
-    /// `client`/`server`), typed by the pool's kind.
-    pub pod_role: PodRole,
-}
-
-/// The pod's end of a pool's sockets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PodRole {
-    /// memif: the pod's role.
-    Memif(MemifRole),
-    /// vhost-user: the pod's mode.
-    VhostUser(VhostUserRole),
+    /// The pod's role at the pool's sockets (memif `slave`/`master`,
+    /// vhost-user `client`/`server`): its kind is the pool's.
+    pub pod_role: SocketRole,
 }
 
 /// The whole configuration.
@@ -160,8 +128,8 @@ pub struct Device {
 fn absolute(field: &str, p: Option<PathBuf>, default: &str) -> Result<PathBuf, ConfigError> {
     let p = p.unwrap_or_else(|| PathBuf::from(default));
     let s = p.to_str().unwrap_or_default();
-    switchyard_cni::netconf::clean_absolute(field, s)
-        .map_err(|e| ConfigError::Path(e.msg))
+    switchyard_api::fs::clean_absolute(field, s)
+        .map_err(ConfigError::Path)
         .and_then(|c| {
             if c.parent().is_none() {
                 Err(invalid(field, "must not be /"))
@@ -225,35 +193,14 @@ impl Config {
             if p.count == 0 || p.count > MAX_DEVICES {
                 return Err(invalid(f("count"), format!("must be 1..={MAX_DEVICES}")));
             }
-            let given = p.pod_role.as_deref();
-            let bad = |r: &str| {
-                let allowed = match p.interface_type {
-                    InterfaceType::Memif => "slave or master",
-                    InterfaceType::VhostUser => "client or server",
-                };
-                invalid(
-                    f("pod_role"),
-                    format!("{r:?} is not {allowed} for {}", p.interface_type.name()),
-                )
-            };
-            let pod_role = match p.interface_type {
-                InterfaceType::Memif => PodRole::Memif(
-                    given
-                        .unwrap_or("slave")
-                        .parse()
-                        .map_err(|_| bad(given.unwrap_or_default()))?,
-                ),
-                InterfaceType::VhostUser => PodRole::VhostUser(
-                    given
-                        .unwrap_or("client")
-                        .parse()
-                        .map_err(|_| bad(given.unwrap_or_default()))?,
-                ),
+            let kind = p.interface_type;
+            let pod_role = match p.pod_role.as_deref() {
+                None => kind.default_pod_role(),
+                Some(r) => kind.parse_role(r).map_err(|e| invalid(f("pod_role"), e))?,
             };
             pools.push(Pool {
                 resource: p.resource,
                 class,
-                kind: p.interface_type,
                 count: p.count,
                 pod_role,
             });
@@ -307,7 +254,7 @@ impl Config {
         (0..pool.count).map(move |n| {
             let id = format!("{}-{n}", pool.class);
             let dir = self.socket_dir.join(&id);
-            let socket = dir.join(format!("{}.sock", pool.kind.name()));
+            let socket = dir.join(format!("{}.sock", pool.pod_role.kind().name()));
             Device { id, dir, socket }
         })
     }
@@ -335,23 +282,7 @@ impl Pool {
 
     /// The device-info document of one device.
     pub fn device_info(&self, dev: &Device) -> DeviceInfo {
-        let path = dev.socket.display().to_string();
-        DeviceInfo {
-            kind: self.kind.name().to_string(),
-            version: devinfo::VERSION.to_string(),
-            memif: match self.pod_role {
-                PodRole::Memif(role) => Some(MemifInfo {
-                    role,
-                    mode: "ethernet".into(),
-                    path: path.clone(),
-                }),
-                PodRole::VhostUser(_) => None,
-            },
-            vhost_user: match self.pod_role {
-                PodRole::VhostUser(mode) => Some(VhostUserInfo { mode, path }),
-                PodRole::Memif(_) => None,
-            },
-        }
+        DeviceInfo::for_pod(self.pod_role, &dev.socket.display().to_string())
     }
 }
 
@@ -381,11 +312,13 @@ mod tests {
         let c = Config::parse(DEFAULT_CONFIG).unwrap();
         assert_eq!(c.pools.len(), 2);
         assert_eq!(c.pools[0].resource, "switchyard.io/memif");
-        assert_eq!(c.pools[0].pod_role, PodRole::Memif(MemifRole::Slave));
-        assert_eq!(c.pools[1].kind, InterfaceType::VhostUser);
+        assert_eq!(
+            c.pools[0].pod_role,
+            SocketRole::Memif(switchyard_api::MemifRole::Slave)
+        );
         assert_eq!(
             c.pools[1].pod_role,
-            PodRole::VhostUser(VhostUserRole::Client)
+            SocketRole::VhostUser(switchyard_api::VhostUserRole::Client)
         );
         assert!(c.cdi);
         assert_eq!(
@@ -417,7 +350,10 @@ mod tests {
             "SWITCHYARD_SOCKET_VHOST_USER_12"
         );
         let info = c.pools[1].device_info(&c.devices(&c.pools[1]).next().unwrap());
-        assert_eq!(info.vhost_user.unwrap().mode, VhostUserRole::Client);
+        assert_eq!(
+            info.vhost_user.unwrap().mode,
+            switchyard_api::VhostUserRole::Client
+        );
     }
 
     fn err(text: &str) -> String {

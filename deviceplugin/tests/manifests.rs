@@ -124,7 +124,7 @@ fn network_attachments_are_valid_netconfs_naming_real_resources() {
                 .iter()
                 .find(|p| &p.resource == res)
                 .unwrap_or_else(|| panic!("{res} is not a device plugin pool"));
-            assert_eq!(nc.kind.type_name(), pool.kind.name(), "{res}");
+            assert_eq!(nc.pod_role.kind(), pool.pod_role.kind(), "{res}");
             // The CNI accepts the plugin's sockets only inside its socketDir,
             // and finds the device's file where the plugin writes them.
             assert!(dp.socket_dir.starts_with(&nc.socket_dir), "{res}");

@@ -4,7 +4,7 @@
 //! out to a document that parses the same.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use switchyard_cni::devinfo::DeviceInfo;
+use switchyard_api::devinfo::DeviceInfo;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(d) = DeviceInfo::parse(data) else {

@@ -2,10 +2,11 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{parse_named, validate_socket_and_queues, KindOptions, SpecError};
+use super::{validate_queues, KindOptions, SocketAddr, SocketRole, SocketSpec, SpecError};
 
-/// The switch's memif role.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// A memif role: the switch's in a port spec, the pod's in device-info.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "&'static str")]
 pub enum MemifRole {
     /// The switch creates the socket and the shared memory.
     Master,
@@ -31,6 +32,21 @@ impl MemifRole {
     }
 }
 
+/// As serde reads it: the error names the field (a flattened spec's
+/// errors would not).
+impl TryFrom<String> for MemifRole {
+    type Error = String;
+    fn try_from(s: String) -> Result<MemifRole, String> {
+        s.parse().map_err(|e| format!("role: {e}"))
+    }
+}
+
+impl From<MemifRole> for &'static str {
+    fn from(r: MemifRole) -> &'static str {
+        r.as_str()
+    }
+}
+
 impl std::str::FromStr for MemifRole {
     type Err = String;
     /// `master` or `slave`; DPDK's newer names `server` and `client` are the
@@ -40,7 +56,7 @@ impl std::str::FromStr for MemifRole {
             "master" | "server" => Ok(MemifRole::Master),
             "slave" | "client" => Ok(MemifRole::Slave),
             r => Err(format!(
-                "role: {r:?}: memif roles are master or slave (DPDK's server and client are the same)"
+                "{r:?}: memif roles are master or slave (DPDK's server and client are the same)"
             )),
         }
     }
@@ -52,20 +68,9 @@ impl std::fmt::Display for MemifRole {
     }
 }
 
-impl Serialize for MemifRole {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.as_str())
-    }
-}
-
-impl<'de> Deserialize<'de> for MemifRole {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        parse_named(d, str::parse)
-    }
-}
-
 /// memif interface mode.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "&'static str")]
 pub enum MemifMode {
     /// Ethernet frames (the only mode a bridge port takes).
     #[default]
@@ -84,19 +89,20 @@ impl MemifMode {
     }
 }
 
-impl Serialize for MemifMode {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.as_str())
-    }
-}
-
-impl<'de> Deserialize<'de> for MemifMode {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        parse_named(d, |s| match s {
+impl TryFrom<String> for MemifMode {
+    type Error = String;
+    fn try_from(s: String) -> Result<MemifMode, String> {
+        match s.as_str() {
             "ethernet" => Ok(MemifMode::Ethernet),
             "ip" => Ok(MemifMode::Ip),
             m => Err(format!("mode: {m:?}: expected ethernet or ip")),
-        })
+        }
+    }
+}
+
+impl From<MemifMode> for &'static str {
+    fn from(m: MemifMode) -> &'static str {
+        m.as_str()
     }
 }
 
@@ -114,7 +120,7 @@ pub struct MemifSpec {
     /// The switch's role.
     pub role: MemifRole,
     /// Socket path, or an abstract name (`@name`, `abstract:name`).
-    pub socket: String,
+    pub socket: SocketAddr,
     /// Interface id (default 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<u32>,
@@ -142,10 +148,10 @@ pub struct MemifSpec {
 
 impl MemifSpec {
     /// A spec with only the role and socket set.
-    pub fn new(role: MemifRole, socket: impl Into<String>) -> MemifSpec {
+    pub fn new(role: MemifRole, socket: SocketAddr) -> MemifSpec {
         MemifSpec {
             role,
-            socket: socket.into(),
+            socket,
             id: None,
             secret: None,
             mode: None,
@@ -155,31 +161,21 @@ impl MemifSpec {
             socket_group: None,
         }
     }
-
-    /// Whether the socket is an abstract name (`@name`, `abstract:name`).
-    pub fn socket_is_abstract(&self) -> bool {
-        self.socket.starts_with('@') || self.socket.starts_with("abstract:")
-    }
 }
 
 impl KindOptions for MemifSpec {
     fn kind_name(&self) -> &'static str {
         "memif"
     }
-    fn role(&self) -> &'static str {
-        self.role.as_str()
+    fn socket(&self) -> Option<SocketSpec<'_>> {
+        Some(SocketSpec {
+            addr: &self.socket,
+            role: SocketRole::Memif(self.role),
+            group: self.socket_group,
+        })
     }
-    fn socket(&self) -> Option<&str> {
-        Some(&self.socket)
-    }
-    fn set_socket(&mut self, socket: String) {
-        self.socket = socket;
-    }
-    fn socket_is_path(&self) -> bool {
-        !self.socket_is_abstract()
-    }
-    fn creates_socket(&self) -> bool {
-        self.role == MemifRole::Master
+    fn socket_mut(&mut self) -> Option<&mut SocketAddr> {
+        Some(&mut self.socket)
     }
     fn queues(&self) -> Option<u16> {
         self.queues
@@ -187,7 +183,7 @@ impl KindOptions for MemifSpec {
 
     fn validate(&self, at: &str) -> Result<(), SpecError> {
         let f = |n: &str| format!("{at}{n}");
-        validate_socket_and_queues(at, &self.socket, self.queues)?;
+        validate_queues(at, self.queues)?;
         if self.mode == Some(MemifMode::Ip) {
             return Err(SpecError::new(
                 f("mode"),
@@ -213,20 +209,6 @@ impl KindOptions for MemifSpec {
                 return Err(SpecError::new(
                     f("secret"),
                     format!("at most {MAX_SECRET} bytes, no NUL"),
-                ));
-            }
-        }
-        if self.socket_group.is_some() {
-            if self.role == MemifRole::Slave {
-                return Err(SpecError::new(
-                    f("socket_group"),
-                    "applies where the switch creates the socket (role master)",
-                ));
-            }
-            if self.socket_is_abstract() {
-                return Err(SpecError::new(
-                    f("socket_group"),
-                    "an abstract socket has no file to give a group",
                 ));
             }
         }

@@ -21,6 +21,7 @@
 pub mod af_packet;
 pub mod af_xdp;
 pub mod memif;
+pub mod socket;
 pub mod tap;
 pub mod vhost_user;
 
@@ -29,6 +30,7 @@ use serde::{Deserialize, Serialize};
 pub use af_packet::AfPacketSpec;
 pub use af_xdp::{AfXdpSpec, XdpMode};
 pub use memif::{MemifMode, MemifRole, MemifSpec};
+pub use socket::{Side, SocketAddr, SocketKind, SocketRole, SocketSpec};
 pub use tap::TapSpec;
 pub use vhost_user::{VhostUserRole, VhostUserSpec};
 
@@ -152,30 +154,39 @@ impl KindSpec {
         self.options().kind_name()
     }
 
-    /// The switch's role, as specs spell it.
-    pub fn role(&self) -> &'static str {
-        self.options().role()
-    }
-
-    /// The socket the port listens on or connects to (none for a kind
-    /// without one, such as an uplink to a kernel interface).
-    pub fn socket(&self) -> Option<&str> {
+    /// The socket the port listens on or connects to, with the switch's
+    /// role there (none for a kind without one, such as an uplink).
+    pub fn socket(&self) -> Option<SocketSpec<'_>> {
         self.options().socket()
     }
 
-    /// Replaces the socket (the daemon resolves it below its socket dir).
-    pub fn set_socket(&mut self, socket: String) {
-        self.options_mut().set_socket(socket);
+    /// The socket's address, to change it (the daemon resolves it below
+    /// its socket dir).
+    pub fn socket_mut(&mut self) -> Option<&mut SocketAddr> {
+        self.options_mut().socket_mut()
     }
 
-    /// Whether the socket is a filesystem path (not a memif abstract name).
-    pub fn socket_is_path(&self) -> bool {
-        self.options().socket_is_path()
+    /// The switch's role at the socket, for a socket kind.
+    pub fn role(&self) -> Option<SocketRole> {
+        self.socket().map(|s| s.role)
     }
 
-    /// Whether the switch creates the socket (and so may give it a group).
-    pub fn creates_socket(&self) -> bool {
-        self.options().creates_socket()
+    /// The role's name ("" for a kind without one), for display.
+    pub fn role_name(&self) -> &'static str {
+        self.role().map_or("", SocketRole::as_str)
+    }
+
+    /// The pod's role at the socket: the switch's peer.
+    pub fn pod_role(&self) -> Option<SocketRole> {
+        self.role().map(SocketRole::peer)
+    }
+
+    /// Checks the kind's values: the socket's, then the kind's own.
+    pub fn validate(&self, at: &str) -> Result<(), SpecError> {
+        if let Some(s) = self.socket() {
+            s.validate(at)?;
+        }
+        self.options().validate(at)
     }
 
     /// Queue pairs asked for, if any.
@@ -194,23 +205,13 @@ impl KindSpec {
 pub trait KindOptions {
     /// The kind's name, as the `kind` field spells it.
     fn kind_name(&self) -> &'static str;
-    /// The switch's role, as specs spell it (kinds without roles: "").
-    fn role(&self) -> &'static str {
-        ""
-    }
-    /// The socket, for kinds that have one.
-    fn socket(&self) -> Option<&str> {
+    /// The socket and the switch's role there, for socket kinds.
+    fn socket(&self) -> Option<SocketSpec<'_>> {
         None
     }
-    /// Replaces the socket (ignored by kinds without one).
-    fn set_socket(&mut self, _socket: String) {}
-    /// Whether the socket is a filesystem path.
-    fn socket_is_path(&self) -> bool {
-        false
-    }
-    /// Whether the switch creates the socket.
-    fn creates_socket(&self) -> bool {
-        false
+    /// The socket's address, to change it (socket kinds).
+    fn socket_mut(&mut self) -> Option<&mut SocketAddr> {
+        None
     }
     /// Queue pairs asked for, if any.
     fn queues(&self) -> Option<u16>;
@@ -224,7 +225,9 @@ pub trait KindOptions {
     fn default_mac_limit(&self) -> u32 {
         DEFAULT_MAC_LIMIT
     }
-    /// Checks the values the types leave open; `at` prefixes field names.
+    /// Checks the values the types leave open (besides the socket, which
+    /// [`KindSpec::validate`] checks for every socket kind); `at` prefixes
+    /// field names.
     fn validate(&self, at: &str) -> Result<(), SpecError>;
 }
 
@@ -244,24 +247,6 @@ pub fn validate_name(field: &str, name: &str) -> Result<(), SpecError> {
         ));
     }
     Ok(())
-}
-
-/// Checks what every kind shares about its socket and queues.
-pub(crate) fn validate_socket_and_queues(
-    at: &str,
-    socket: &str,
-    queues: Option<u16>,
-) -> Result<(), SpecError> {
-    if socket.is_empty() {
-        return Err(SpecError::new(format!("{at}socket"), "must not be empty"));
-    }
-    if socket.len() > MAX_SOCKET_PATH {
-        return Err(SpecError::new(
-            format!("{at}socket"),
-            format!("longer than a Unix socket path allows ({MAX_SOCKET_PATH} bytes)"),
-        ));
-    }
-    validate_queues(at, queues)
 }
 
 /// Checks the queue pairs asked for (1 when unset): 1 to [`MAX_QUEUES`].
@@ -300,7 +285,7 @@ impl PortSpec {
         if let Some(b) = &self.bridge {
             validate_name(&f("bridge"), b)?;
         }
-        self.kind.options().validate(at)
+        self.kind.validate(at)
     }
 
     fn validate_security(&self, at: &str) -> Result<(), SpecError> {
@@ -345,19 +330,6 @@ impl PortSpec {
     }
 }
 
-/// Deserializes a role-like enum from its name, with an error that names
-/// the field and the accepted values.
-pub(crate) fn parse_named<'de, D, T>(
-    d: D,
-    parse: impl FnOnce(&str) -> Result<T, String>,
-) -> Result<T, D::Error>
-where
-    D: serde::Deserializer<'de>,
-{
-    let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
-    parse(&s).map_err(serde::de::Error::custom)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -381,12 +353,13 @@ mod tests {
         let v =
             parse(r#"{"name":"v","kind":"vhost-user","role":"client","socket":"/v","queues":2}"#)
                 .unwrap();
-        assert_eq!(v.kind.role(), "client");
+        assert_eq!(v.kind.role_name(), "client");
+        assert_eq!(v.kind.pod_role().unwrap().as_str(), "server");
         assert_eq!(v.kind.queues(), Some(2));
-        assert!(!v.kind.creates_socket());
+        assert!(!v.kind.socket().unwrap().switch_creates());
         // DPDK's memif names are the same roles.
         let s = parse(r#"{"name":"a","kind":"memif","role":"server","socket":"/s"}"#).unwrap();
-        assert_eq!(s.kind.role(), "master");
+        assert_eq!(s.kind.role_name(), "master");
     }
 
     #[test]
@@ -436,5 +409,15 @@ mod tests {
         assert!(r.contains("unknown field `socket`"), "{r}");
         let t = parse(r#"{"name":"t","kind":"tap","interface":"t0","queues":2}"#).unwrap();
         assert_eq!((t.kind.interface(), t.kind.socket()), (Some("t0"), None));
+        // An abstract name is typed as one, and written back as `@name`.
+        let a =
+            parse(r#"{"name":"a","kind":"memif","role":"master","socket":"abstract:x"}"#).unwrap();
+        assert_eq!(
+            a.kind.socket().unwrap().addr,
+            &SocketAddr::Abstract("x".into())
+        );
+        assert!(serde_json::to_string(&a)
+            .unwrap()
+            .contains(r#""socket":"@x""#));
     }
 }

@@ -2,13 +2,14 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{parse_named, validate_socket_and_queues, KindOptions, SpecError};
+use super::{validate_queues, KindOptions, SocketAddr, SocketRole, SocketSpec, SpecError};
 
 /// Which end of the vhost-user socket the switch is. (The switch is always
 /// the virtio backend, which the vhost-user spec calls the back-end or
 /// slave; `master`/`slave` are refused here because in vhost-user they name
 /// the frontend and the backend, not the socket's ends.)
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "&'static str")]
 pub enum VhostUserRole {
     /// The switch creates the socket and the frontend (QEMU with
     /// `reconnect=1`, DPDK's virtio_user) connects.
@@ -36,6 +37,21 @@ impl VhostUserRole {
     }
 }
 
+/// As serde reads it: the error names the field (a flattened spec's
+/// errors would not).
+impl TryFrom<String> for VhostUserRole {
+    type Error = String;
+    fn try_from(s: String) -> Result<VhostUserRole, String> {
+        s.parse().map_err(|e| format!("role: {e}"))
+    }
+}
+
+impl From<VhostUserRole> for &'static str {
+    fn from(r: VhostUserRole) -> &'static str {
+        r.as_str()
+    }
+}
+
 impl std::str::FromStr for VhostUserRole {
     type Err = String;
     fn from_str(s: &str) -> Result<VhostUserRole, String> {
@@ -43,7 +59,7 @@ impl std::str::FromStr for VhostUserRole {
             "server" => Ok(VhostUserRole::Server),
             "client" => Ok(VhostUserRole::Client),
             r => Err(format!(
-                "role: {r:?}: vhost-user roles are server (the switch creates the socket) or client (the switch connects)"
+                "{r:?}: vhost-user roles are server (creates the socket) or client (connects to it)"
             )),
         }
     }
@@ -55,18 +71,6 @@ impl std::fmt::Display for VhostUserRole {
     }
 }
 
-impl Serialize for VhostUserRole {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.as_str())
-    }
-}
-
-impl<'de> Deserialize<'de> for VhostUserRole {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        parse_named(d, str::parse)
-    }
-}
-
 /// A vhost-user port. The frontend sizes its own rings and buffers, so
 /// there is nothing to say about them here.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -75,7 +79,7 @@ pub struct VhostUserSpec {
     /// The switch's role.
     pub role: VhostUserRole,
     /// Socket path.
-    pub socket: String,
+    pub socket: SocketAddr,
     /// Queue pairs offered (default: one per worker, as OVS-DPDK).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queues: Option<u16>,
@@ -86,10 +90,10 @@ pub struct VhostUserSpec {
 
 impl VhostUserSpec {
     /// A spec with only the role and socket set.
-    pub fn new(role: VhostUserRole, socket: impl Into<String>) -> VhostUserSpec {
+    pub fn new(role: VhostUserRole, socket: SocketAddr) -> VhostUserSpec {
         VhostUserSpec {
             role,
-            socket: socket.into(),
+            socket,
             queues: None,
             socket_group: None,
         }
@@ -100,37 +104,26 @@ impl KindOptions for VhostUserSpec {
     fn kind_name(&self) -> &'static str {
         "vhost-user"
     }
-    fn role(&self) -> &'static str {
-        self.role.as_str()
+    fn socket(&self) -> Option<SocketSpec<'_>> {
+        Some(SocketSpec {
+            addr: &self.socket,
+            role: SocketRole::VhostUser(self.role),
+            group: self.socket_group,
+        })
     }
-    fn socket(&self) -> Option<&str> {
-        Some(&self.socket)
-    }
-    fn set_socket(&mut self, socket: String) {
-        self.socket = socket;
-    }
-    fn socket_is_path(&self) -> bool {
-        true
-    }
-    fn creates_socket(&self) -> bool {
-        self.role == VhostUserRole::Server
+    fn socket_mut(&mut self) -> Option<&mut SocketAddr> {
+        Some(&mut self.socket)
     }
     fn queues(&self) -> Option<u16> {
         self.queues
     }
 
     fn validate(&self, at: &str) -> Result<(), SpecError> {
-        validate_socket_and_queues(at, &self.socket, self.queues)?;
-        if self.socket.starts_with('@') || self.socket.starts_with("abstract:") {
+        validate_queues(at, self.queues)?;
+        if self.socket.path().is_none() {
             return Err(SpecError::new(
                 format!("{at}socket"),
                 "vhost-user sockets are filesystem paths (no abstract names)",
-            ));
-        }
-        if self.socket_group.is_some() && self.role == VhostUserRole::Client {
-            return Err(SpecError::new(
-                format!("{at}socket_group"),
-                "applies where the switch creates the socket (role server)",
             ));
         }
         Ok(())

@@ -12,7 +12,7 @@ use switchyard_api::fs::share_with_group;
 use switchyard_api::{Client, ClientError, ErrorCode, PortInfo, Request};
 
 use crate::args::CniArgs;
-use crate::devinfo::DeviceInfo;
+use crate::devinfo;
 use crate::error::*;
 use crate::ipam;
 use crate::netconf::{NetConf, SUPPORTED_VERSIONS};
@@ -22,7 +22,7 @@ use attachment::{
     state_dir, write_record,
 };
 use switch::{
-    call, choose_socket, client, device_info, device_plugin_info, kind_with_devinfo, port_spec,
+    call, choose_socket, client, device_info, device_plugin_info, pod_role_with_devinfo, port_spec,
     remove_port, switch_err,
 };
 
@@ -105,7 +105,7 @@ pub fn add(
     if let Some(id) = &nc.device_id {
         check_device_owner(nc, &args, id)?;
     }
-    let kind = kind_with_devinfo(nc, dp.as_ref())?;
+    let pod_role = pod_role_with_devinfo(nc, dp.as_ref())?;
     let socket = choose_socket(nc, &pod_dir, ifname, dp.as_ref())?;
     let name = port_name(container_id, ifname);
 
@@ -159,7 +159,7 @@ pub fn add(
         undo_ipam();
         return Err(switch_err("port", e));
     }
-    let spec = port_spec(nc, &kind, &name, &socket, &mac);
+    let spec = port_spec(nc, pod_role, &name, &socket, &mac);
     if let Err(e) = call(
         &mut c,
         &Request::PortAdd {
@@ -171,7 +171,7 @@ pub fn add(
     }
     let finish = || -> Result<(), CniError> {
         if let Some(f) = &nc.device_info_file {
-            device_info(&kind, &socket).write(f)?;
+            devinfo::write(&device_info(pod_role, &socket), f)?;
         }
         write_record(
             &record_path(nc, container_id, ifname),
@@ -376,7 +376,7 @@ fn collect_garbage(nc: &NetConf, c: &mut Client) {
     };
     for p in ports {
         let ours = p.spec.name.starts_with(attachment::PORT_PREFIX)
-            && std::path::Path::new(p.socket()).starts_with(&nc.socket_dir);
+            && std::path::Path::new(&p.socket()).starts_with(&nc.socket_dir);
         if ours && !claimed.contains(&p.spec.name) {
             eprintln!(
                 "switchyard-cni: removing port {} (socket {}): no attachment of this node claims it",
@@ -440,16 +440,17 @@ pub fn check(env: &Env, nc: &NetConf, stdin: &serde_json::Value) -> Result<(), C
             p.name, p.vlan, nc.vlan
         )));
     }
-    if p.kind.socket() != Some(rec.socket.as_str()) {
+    let socket = p.kind.socket().map(|s| s.addr.to_string());
+    if socket.as_deref() != Some(rec.socket.as_str()) {
         return Err(fail(format!(
             "port {} uses socket {}, not {}",
             p.name,
-            p.kind.socket().unwrap_or("none"),
+            socket.as_deref().unwrap_or("none"),
             rec.socket
         )));
     }
     if let Some(f) = &nc.device_info_file {
-        if DeviceInfo::read(f)?.is_none() {
+        if devinfo::read(f)?.is_none() {
             return Err(fail(format!("device-info file {} is missing", f.display())));
         }
     }

@@ -6,13 +6,13 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use switchyard_api::{
-    Client, ClientError, ErrorCode, KindSpec, MemifMode, MemifSpec, PortSpec, Request,
-    VhostUserSpec,
+    Client, ClientError, ErrorCode, KindSpec, MemifMode, PortSpec, Request, Side, SocketAddr,
+    SocketRole,
 };
 
-use crate::devinfo::{DeviceInfo, MemifInfo, VhostUserInfo};
+use crate::devinfo::{self, DeviceInfo};
 use crate::error::*;
-use crate::netconf::{InterfaceKind, NetConf, Pin};
+use crate::netconf::{NetConf, Pin};
 
 pub(crate) fn client(nc: &NetConf) -> Result<Client, CniError> {
     Client::connect(&nc.control_socket)
@@ -91,14 +91,14 @@ pub(crate) fn choose_socket(
 /// `CNIDeviceInfoFile` that already holds device info is used as it is.
 pub(crate) fn device_plugin_info(nc: &NetConf) -> Result<Option<DeviceInfo>, CniError> {
     let copy = match &nc.device_info_file {
-        Some(f) => DeviceInfo::read(f)?,
+        Some(f) => devinfo::read(f)?,
         None => None,
     };
     let Some(id) = &nc.device_id else {
         return Ok(copy);
     };
-    let own = crate::devinfo::find_device_plugin_file(&nc.device_info_dir, id)?
-        .map(|f| DeviceInfo::read(&f))
+    let own = devinfo::find_device_plugin_file(&nc.device_info_dir, id)?
+        .map(|f| devinfo::read(&f))
         .transpose()?
         .flatten();
     match (own, copy) {
@@ -122,97 +122,64 @@ pub(crate) fn device_plugin_info(nc: &NetConf) -> Result<Option<DeviceInfo>, Cni
     }
 }
 
-/// The interface kind after a device plugin's device info: its role/mode
-/// wins (it decided who creates the socket).
-pub(crate) fn kind_with_devinfo(
+/// The pod's role after a device plugin's device info: its role wins (it
+/// decided who creates the socket), and its kind must be the netconf's.
+pub(crate) fn pod_role_with_devinfo(
     nc: &NetConf,
     dp: Option<&DeviceInfo>,
-) -> Result<InterfaceKind, CniError> {
+) -> Result<SocketRole, CniError> {
     let Some(d) = dp else {
-        return Ok(nc.kind.clone());
+        return Ok(nc.pod_role);
     };
-    let mismatch = || {
-        CniError::new(
+    match d.pod_role() {
+        Some(r) if r.kind() == nc.pod_role.kind() => Ok(r),
+        _ => Err(CniError::new(
             INVALID_CONFIG,
             format!(
                 "interfaceType: {} but the device-info file describes {:?}",
-                nc.kind.type_name(),
+                nc.pod_role.kind().name(),
                 d.kind
             ),
-        )
-    };
-    Ok(match (&nc.kind, d) {
-        (InterfaceKind::Memif { opts, .. }, DeviceInfo { memif: Some(m), .. }) => {
-            InterfaceKind::Memif {
-                pod_role: m.role,
-                opts: opts.clone(),
-            }
-        }
-        (
-            InterfaceKind::VhostUser { queues, .. },
-            DeviceInfo {
-                vhost_user: Some(v),
-                ..
-            },
-        ) => InterfaceKind::VhostUser {
-            pod_mode: v.mode,
-            queues: *queues,
-        },
-        _ => return Err(mismatch()),
-    })
-}
-
-pub(crate) fn device_info(kind: &InterfaceKind, socket: &Path) -> DeviceInfo {
-    let path = socket.display().to_string();
-    match kind {
-        InterfaceKind::Memif { pod_role, .. } => DeviceInfo {
-            kind: "memif".into(),
-            version: crate::devinfo::VERSION.into(),
-            memif: Some(MemifInfo {
-                role: *pod_role,
-                mode: MemifMode::Ethernet.as_str().into(),
-                path,
-            }),
-            vhost_user: None,
-        },
-        InterfaceKind::VhostUser { pod_mode, .. } => DeviceInfo {
-            kind: "vhost-user".into(),
-            version: crate::devinfo::VERSION.into(),
-            memif: None,
-            vhost_user: Some(VhostUserInfo {
-                mode: *pod_mode,
-                path,
-            }),
-        },
+        )),
     }
 }
 
+/// The device info the pod gets: its role and its socket.
+pub(crate) fn device_info(pod_role: SocketRole, socket: &Path) -> DeviceInfo {
+    DeviceInfo::for_pod(pod_role, &socket.display().to_string())
+}
+
+/// The switch's port for a pod whose role is `pod_role`: the switch takes
+/// the other end, with the netconf's options for the kind.
 pub(crate) fn port_spec(
     nc: &NetConf,
-    kind: &InterfaceKind,
+    pod_role: SocketRole,
     name: &str,
     socket: &Path,
     mac: &str,
 ) -> PortSpec {
-    let socket = socket.display().to_string();
+    let mut kind = pod_role.peer().spec(SocketAddr::Path(socket.to_path_buf()));
     // The group reaches the socket only where the switch creates it.
-    let group = nc.raw.socket_group.filter(|_| kind.switch_creates_socket());
-    let kind = match kind {
-        InterfaceKind::Memif { pod_role, opts } => KindSpec::Memif(MemifSpec {
-            mode: Some(MemifMode::Ethernet),
-            queues: opts.queues,
-            ring_size: opts.ring_size,
-            buffer_size: opts.buffer_size,
-            secret: opts.secret.clone(),
-            socket_group: group,
-            ..MemifSpec::new(pod_role.peer(), socket)
-        }),
-        InterfaceKind::VhostUser { pod_mode, queues } => KindSpec::VhostUser(VhostUserSpec {
-            queues: *queues,
-            socket_group: group,
-            ..VhostUserSpec::new(pod_mode.peer(), socket)
-        }),
-    };
+    let group = nc
+        .raw
+        .socket_group
+        .filter(|_| pod_role.peer().side() == Side::Listen);
+    match &mut kind {
+        KindSpec::Memif(m) => {
+            let opts = nc.raw.memif.clone().unwrap_or_default();
+            m.mode = Some(MemifMode::Ethernet);
+            m.queues = opts.queues;
+            m.ring_size = opts.ring_size;
+            m.buffer_size = opts.buffer_size;
+            m.secret = opts.secret;
+            m.socket_group = group;
+        }
+        KindSpec::VhostUser(v) => {
+            v.queues = nc.raw.vhost_user.as_ref().and_then(|o| o.queues);
+            v.socket_group = group;
+        }
+        _ => {}
+    }
     PortSpec {
         bridge: Some(nc.bridge.clone()),
         vlan: nc.vlan,
@@ -245,7 +212,7 @@ mod tests {
     fn spec(nc: &NetConf) -> PortSpec {
         let s = port_spec(
             nc,
-            &nc.kind,
+            nc.pod_role,
             "p",
             Path::new("/s/p.sock"),
             "02:00:00:00:00:01",
@@ -284,7 +251,7 @@ mod tests {
         let s = spec(&netconf(
             r#","interfaceType":"vhost-user","vhostUser":{"mode":"server"}"#,
         ));
-        assert_eq!(s.kind.role(), "client");
+        assert_eq!(s.kind.role_name(), "client");
     }
 
     #[test]
@@ -301,28 +268,17 @@ mod tests {
     #[test]
     fn device_info_names_the_pods_role_and_a_device_plugins_role_wins() {
         let nc = netconf("");
-        let d = device_info(&nc.kind, Path::new("/s/p.sock"));
+        let d = device_info(nc.pod_role, Path::new("/s/p.sock"));
         assert_eq!(d.memif.as_ref().unwrap().role, MemifRole::Slave);
         assert_eq!(d.memif.as_ref().unwrap().path, "/s/p.sock");
-        let dp = DeviceInfo {
-            memif: Some(MemifInfo {
-                role: MemifRole::Master,
-                ..d.memif.clone().unwrap()
-            }),
-            ..d.clone()
-        };
-        let k = kind_with_devinfo(&nc, Some(&dp)).unwrap();
-        assert_eq!(k.switch_role(), "slave");
-        let vu = DeviceInfo {
-            kind: "vhost-user".into(),
-            memif: None,
-            vhost_user: Some(VhostUserInfo {
-                mode: VhostUserRole::Client,
-                path: "/s/v.sock".into(),
-            }),
-            ..d
-        };
-        let e = kind_with_devinfo(&nc, Some(&vu)).unwrap_err();
+        let dp = device_info(SocketRole::Memif(MemifRole::Master), Path::new("/s/p.sock"));
+        let r = pod_role_with_devinfo(&nc, Some(&dp)).unwrap();
+        assert_eq!(r.peer().as_str(), "slave");
+        let vu = device_info(
+            SocketRole::VhostUser(VhostUserRole::Client),
+            Path::new("/s/v.sock"),
+        );
+        let e = pod_role_with_devinfo(&nc, Some(&vu)).unwrap_err();
         assert_eq!(e.code, INVALID_CONFIG);
     }
 }

@@ -46,11 +46,11 @@ pub const MAX_REQUEST: usize = 64 * 1024;
 /// Binds the control socket (replacing a stale one; refusing a live one),
 /// readable and writable by its owner only.
 pub fn bind(path: &Path, group: Option<u32>) -> std::io::Result<UnixListener> {
-    use crate::port::endpoint::{listen, Address};
+    use crate::port::endpoint::listen;
     // Connecting needs write permission: root only, or root and `group`.
     let fd = listen(
         nix::sys::socket::SockType::Stream,
-        &Address::Path(path.to_path_buf()),
+        &switchyard_api::SocketAddr::Path(path.to_path_buf()),
         Some(0o600),
         group,
     )

@@ -41,15 +41,16 @@ impl Daemon {
     ) -> Result<(), ApiError> {
         spec.validate("port.")
             .map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.to_string()))?;
-        if let Some(socket) = confine_socket("port.socket", &self.cfg.socket_dir, &spec.kind)
-            .map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.to_string()))?
-        {
-            if spec.kind.socket_is_path() {
+        if let Some(addr) = spec.kind.socket_mut() {
+            let invalid = |e: crate::config::ConfigError| {
+                ApiError::new(ErrorCode::InvalidArgument, e.to_string())
+            };
+            *addr = confine_socket("port.socket", &self.cfg.socket_dir, addr).map_err(invalid)?;
+            if let Some(path) = addr.path() {
                 self.cfg
-                    .refuse_reserved("port.socket", std::path::Path::new(&socket))
-                    .map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.to_string()))?;
+                    .refuse_reserved("port.socket", path)
+                    .map_err(invalid)?;
             }
-            spec.kind.set_socket(socket);
         }
         if self.port_names.contains_key(&spec.name) {
             return Err(ApiError::new(
@@ -57,19 +58,18 @@ impl Daemon {
                 format!("port.name: a port named {:?} exists", spec.name),
             ));
         }
-        if let Some(other) =
-            self.ports.iter().flatten().find(|e| {
-                spec.kind.socket().is_some() && e.spec.kind.socket() == spec.kind.socket()
-            })
-        {
-            return Err(ApiError::new(
-                ErrorCode::Busy,
-                format!(
-                    "port.socket: {} is used by port {:?}",
-                    spec.kind.socket().unwrap_or_default(),
-                    other.spec.name
-                ),
-            ));
+        if let Some(addr) = spec.kind.socket().map(|s| s.addr) {
+            if let Some(other) = self
+                .ports
+                .iter()
+                .flatten()
+                .find(|e| e.spec.kind.socket().is_some_and(|s| s.addr == addr))
+            {
+                return Err(ApiError::new(
+                    ErrorCode::Busy,
+                    format!("port.socket: {addr} is used by port {:?}", other.spec.name),
+                ));
+            }
         }
         let bridge = match &spec.bridge {
             None => None,
@@ -131,7 +131,8 @@ impl Daemon {
             };
             return Err(ApiError::new(code, format!("port.{field}: {e}")));
         }
-        info!(port = %spec.name, kind = spec.kind.name(), role = spec.kind.role(), socket = spec.kind.socket().or(spec.kind.interface()).unwrap_or("-"), "port created");
+        let at = spec.kind.socket().map(|s| s.addr.to_string());
+        info!(port = %spec.name, kind = spec.kind.name(), role = spec.kind.role_name(), at = at.as_deref().or(spec.kind.interface()).unwrap_or("-"), "port created");
         if self.ports.len() <= id as usize {
             self.ports.resize_with(id as usize + 1, || None);
         }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use tracing::{debug, info, warn};
 
-use switchyard_api::{MemifMode, MemifRole, MemifSpec, PortStatus};
+use switchyard_api::{MemifMode, MemifRole, MemifSpec, PortStatus, SocketAddr};
 
 use crate::port::{Port, PortCtx, PortError};
 use crate::queue::{PortQueues, RxQueue, TxQueue};
@@ -22,7 +22,7 @@ use handshake::{
 };
 use queue::{MemifRx, MemifTx, OwnBuffers, Side};
 
-use crate::port::endpoint::{Address, Endpoint, SUB_CONN, SUB_LISTENER};
+use crate::port::endpoint::{Endpoint, SUB_CONN, SUB_LISTENER};
 
 pub use crate::wire::memif::Mode;
 
@@ -34,8 +34,8 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 pub struct MemifConfig {
     /// The switch's role.
     pub side: Side,
-    /// Socket path (or `@name` / `abstract:name`).
-    pub socket: String,
+    /// Socket path or abstract name.
+    pub socket: SocketAddr,
     /// Connection parameters.
     pub params: Params,
     /// Group given access to the socket when the switch is master.
@@ -96,7 +96,7 @@ impl MemifPort {
         MemifPort {
             endpoint: Endpoint::new(
                 nix::sys::socket::SockType::SeqPacket,
-                Address::parse(&cfg.socket),
+                cfg.socket.clone(),
                 cfg.side == Side::Master,
                 cfg.socket_group,
             ),

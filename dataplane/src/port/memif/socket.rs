@@ -91,7 +91,7 @@ pub fn recv(fd: RawFd) -> io::Result<Option<Received>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::port::endpoint::{accept, connect, listen, Address};
+    use crate::port::endpoint::{accept, connect, listen};
     use crate::wire::memif::Message;
     use nix::sys::socket::SockType;
     use std::os::fd::AsRawFd;
@@ -99,7 +99,7 @@ mod tests {
     #[test]
     fn passes_messages_and_fds() {
         let dir = tempfile::tempdir().unwrap();
-        let addr = Address::Path(dir.path().join("s.sock"));
+        let addr = switchyard_api::SocketAddr::Path(dir.path().join("s.sock"));
         let l = listen(SockType::SeqPacket, &addr, None, None).unwrap();
         let c = connect(SockType::SeqPacket, &addr).unwrap();
         let s = accept(&l).unwrap().expect("pending connection");

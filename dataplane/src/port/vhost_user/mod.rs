@@ -22,16 +22,15 @@ pub mod split;
 
 use std::io::ErrorKind;
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use tracing::{debug, info, warn};
 use vhost::vhost_user::{BackendReqHandler, Error as VuError};
 
-use switchyard_api::{PortStatus, VhostUserRole, VhostUserSpec};
+use switchyard_api::{PortStatus, SocketAddr, VhostUserRole, VhostUserSpec};
 
-use crate::port::endpoint::{Address, Endpoint, SUB_CONN, SUB_LISTENER};
+use crate::port::endpoint::{Endpoint, SUB_CONN, SUB_LISTENER};
 use crate::port::{Port, PortCtx, PortError};
 use device::{Activation, NetDevice};
 use relay::{Message, Relay, RelayError};
@@ -42,7 +41,7 @@ pub struct VhostUserConfig {
     /// The switch's socket role.
     pub role: VhostUserRole,
     /// Socket path.
-    pub socket: PathBuf,
+    pub socket: SocketAddr,
     /// Queue pairs offered to the frontend.
     pub queues: u16,
     /// Group given access to the socket when the switch is the server.
@@ -54,7 +53,7 @@ impl VhostUserConfig {
     pub fn from_spec(spec: &VhostUserSpec, queues: u16) -> VhostUserConfig {
         VhostUserConfig {
             role: spec.role,
-            socket: PathBuf::from(&spec.socket),
+            socket: spec.socket.clone(),
             queues: spec.queues.unwrap_or(queues),
             socket_group: spec.socket_group,
         }
@@ -88,7 +87,7 @@ impl VhostUserPort {
         VhostUserPort {
             endpoint: Endpoint::new(
                 nix::sys::socket::SockType::Stream,
-                Address::Path(cfg.socket.clone()),
+                cfg.socket.clone(),
                 cfg.role == VhostUserRole::Server,
                 cfg.socket_group,
             ),
@@ -125,7 +124,7 @@ impl VhostUserPort {
             Err(e) => Err(format!("connect: {e}")),
         };
         if let Err(e) = res {
-            debug!(port = %self.name, socket = %self.cfg.socket.display(), "{e}; retrying");
+            debug!(port = %self.name, socket = %self.cfg.socket, "{e}; retrying");
             self.status.last_error = Some(e);
         }
     }

@@ -1,0 +1,311 @@
+//! What the socket port kinds (memif, vhost-user) share: where the socket
+//! is ([`SocketAddr`]), which end of it a side is ([`SocketRole`], typed by
+//! the kind, with the [`Side`] it implies) and who may open it: together a
+//! [`SocketSpec`].
+//!
+//! A role is whoever holds it: the switch's role in a port spec, the pod's
+//! in device-info and the CNI netconf; [`SocketRole::peer`] turns one into
+//! the other, so the mapping is written once.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::{
+    KindSpec, MemifRole, MemifSpec, SpecError, VhostUserRole, VhostUserSpec, MAX_SOCKET_PATH,
+};
+
+/// Where a socket lives: parsed from its spec string once, where it enters.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(from = "String", into = "String")]
+pub enum SocketAddr {
+    /// A filesystem path.
+    Path(PathBuf),
+    /// A name in the abstract namespace (memif only): `@name` as libmemif
+    /// writes it, `abstract:name` as VPP does.
+    Abstract(String),
+}
+
+impl SocketAddr {
+    /// Parses a socket string as specs write it.
+    pub fn parse(s: &str) -> SocketAddr {
+        match s.strip_prefix('@').or_else(|| s.strip_prefix("abstract:")) {
+            Some(name) => SocketAddr::Abstract(name.to_string()),
+            None => SocketAddr::Path(PathBuf::from(s)),
+        }
+    }
+
+    /// The path, for a filesystem socket.
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            SocketAddr::Path(p) => Some(p),
+            SocketAddr::Abstract(_) => None,
+        }
+    }
+
+    /// Checks what the kernel will take: `at` prefixes the field name.
+    pub fn validate(&self, at: &str) -> Result<(), SpecError> {
+        let field = || format!("{at}socket");
+        let len = match self {
+            SocketAddr::Path(p) => p.as_os_str().len(),
+            // sun_path holds a NUL, then the name.
+            SocketAddr::Abstract(n) => n.len() + 1,
+        };
+        if len == 0 || self == &SocketAddr::Abstract(String::new()) {
+            return Err(SpecError::new(field(), "must not be empty"));
+        }
+        if len > MAX_SOCKET_PATH {
+            return Err(SpecError::new(
+                field(),
+                format!("longer than a Unix socket path allows ({MAX_SOCKET_PATH} bytes)"),
+            ));
+        }
+        if self.to_string().contains('\0') {
+            return Err(SpecError::new(field(), "must not hold a NUL byte"));
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Display for SocketAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SocketAddr::Path(p) => write!(f, "{}", p.display()),
+            SocketAddr::Abstract(n) => write!(f, "@{n}"),
+        }
+    }
+}
+
+impl From<String> for SocketAddr {
+    fn from(s: String) -> SocketAddr {
+        SocketAddr::parse(&s)
+    }
+}
+
+impl From<SocketAddr> for String {
+    fn from(a: SocketAddr) -> String {
+        a.to_string()
+    }
+}
+
+/// Which end of a socket a side is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Side {
+    /// It creates the socket and accepts (memif master, vhost-user server).
+    Listen,
+    /// It connects, and retries until the socket is there.
+    Connect,
+}
+
+/// The socket port kinds, as device-info's `type`, the CNI's
+/// `interfaceType` and the device plugin's `interface_type` name them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum SocketKind {
+    /// memif.
+    #[serde(rename = "memif")]
+    Memif,
+    /// vhost-user.
+    #[serde(rename = "vhost-user")]
+    VhostUser,
+}
+
+impl SocketKind {
+    /// Every socket kind.
+    pub const ALL: [SocketKind; 2] = [SocketKind::Memif, SocketKind::VhostUser];
+
+    /// The kind's name (`memif`, `vhost-user`).
+    pub fn name(self) -> &'static str {
+        match self {
+            SocketKind::Memif => "memif",
+            SocketKind::VhostUser => "vhost-user",
+        }
+    }
+
+    /// The kind named `s`, if it is a socket kind.
+    pub fn from_name(s: &str) -> Option<SocketKind> {
+        SocketKind::ALL.into_iter().find(|k| k.name() == s)
+    }
+
+    /// The role of this kind whose holder is on `side`.
+    pub fn role(self, side: Side) -> SocketRole {
+        match (self, side) {
+            (SocketKind::Memif, Side::Listen) => SocketRole::Memif(MemifRole::Master),
+            (SocketKind::Memif, Side::Connect) => SocketRole::Memif(MemifRole::Slave),
+            (SocketKind::VhostUser, Side::Listen) => SocketRole::VhostUser(VhostUserRole::Server),
+            (SocketKind::VhostUser, Side::Connect) => SocketRole::VhostUser(VhostUserRole::Client),
+        }
+    }
+
+    /// Parses a role of this kind by name (memif: `master`/`slave`, or
+    /// DPDK's `server`/`client`; vhost-user: `server`/`client`). The error
+    /// says which names the kind takes.
+    pub fn parse_role(self, s: &str) -> Result<SocketRole, String> {
+        match self {
+            SocketKind::Memif => s.parse().map(SocketRole::Memif),
+            SocketKind::VhostUser => s.parse().map(SocketRole::VhostUser),
+        }
+    }
+
+    /// The pod's role when a netconf or a device plugin pool names none:
+    /// the pod connects, the switch creates the socket.
+    pub fn default_pod_role(self) -> SocketRole {
+        self.role(Side::Connect)
+    }
+}
+
+/// A role at a socket port, typed by its kind: the switch's in a port spec,
+/// the pod's in device-info and the netconf.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SocketRole {
+    /// A memif role.
+    Memif(MemifRole),
+    /// A vhost-user role.
+    VhostUser(VhostUserRole),
+}
+
+impl SocketRole {
+    /// The kind the role belongs to.
+    pub fn kind(self) -> SocketKind {
+        match self {
+            SocketRole::Memif(_) => SocketKind::Memif,
+            SocketRole::VhostUser(_) => SocketKind::VhostUser,
+        }
+    }
+
+    /// Which end of the socket the role's holder is.
+    pub fn side(self) -> Side {
+        match self {
+            SocketRole::Memif(MemifRole::Master) | SocketRole::VhostUser(VhostUserRole::Server) => {
+                Side::Listen
+            }
+            SocketRole::Memif(MemifRole::Slave) | SocketRole::VhostUser(VhostUserRole::Client) => {
+                Side::Connect
+            }
+        }
+    }
+
+    /// The other end's role: the pod's from the switch's, and back.
+    pub fn peer(self) -> SocketRole {
+        self.kind().role(match self.side() {
+            Side::Listen => Side::Connect,
+            Side::Connect => Side::Listen,
+        })
+    }
+
+    /// The spec of a port whose switch holds this role at `addr`, with
+    /// the kind's defaults.
+    pub fn spec(self, addr: SocketAddr) -> KindSpec {
+        match self {
+            SocketRole::Memif(r) => KindSpec::Memif(MemifSpec::new(r, addr)),
+            SocketRole::VhostUser(r) => KindSpec::VhostUser(VhostUserSpec::new(r, addr)),
+        }
+    }
+
+    /// The role's name as its kind spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SocketRole::Memif(r) => r.as_str(),
+            SocketRole::VhostUser(r) => r.as_str(),
+        }
+    }
+}
+
+impl std::fmt::Display for SocketRole {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A socket port's socket, as its kind's spec gives it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SocketSpec<'a> {
+    /// Where the socket is.
+    pub addr: &'a SocketAddr,
+    /// The switch's role.
+    pub role: SocketRole,
+    /// The group given the socket the switch creates.
+    pub group: Option<u32>,
+}
+
+impl SocketSpec<'_> {
+    /// Which end of the socket the switch is.
+    pub fn side(&self) -> Side {
+        self.role.side()
+    }
+
+    /// Whether the switch creates the socket (and so may give it a group).
+    pub fn switch_creates(&self) -> bool {
+        self.side() == Side::Listen
+    }
+
+    /// Checks what every socket kind shares: the address, and a group only
+    /// on a socket file the switch creates. `at` prefixes field names.
+    pub fn validate(&self, at: &str) -> Result<(), SpecError> {
+        self.addr.validate(at)?;
+        if self.group.is_some() {
+            if !self.switch_creates() {
+                return Err(SpecError::new(
+                    format!("{at}socket_group"),
+                    format!(
+                        "applies where the switch creates the socket (role {})",
+                        self.role.kind().role(Side::Listen)
+                    ),
+                ));
+            }
+            if self.addr.path().is_none() {
+                return Err(SpecError::new(
+                    format!("{at}socket_group"),
+                    "an abstract socket has no file to give a group",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_parse_once_and_print_as_written() {
+        assert_eq!(
+            SocketAddr::parse("/run/a.sock"),
+            SocketAddr::Path("/run/a.sock".into())
+        );
+        assert_eq!(
+            SocketAddr::parse("@memif"),
+            SocketAddr::Abstract("memif".into())
+        );
+        assert_eq!(
+            SocketAddr::parse("abstract:vpp"),
+            SocketAddr::Abstract("vpp".into())
+        );
+        assert_eq!(SocketAddr::parse("@m").to_string(), "@m");
+        assert!(SocketAddr::parse("@").validate("").is_err());
+        assert!(SocketAddr::parse("").validate("").is_err());
+        let long = format!("/{}", "a".repeat(MAX_SOCKET_PATH));
+        let e = SocketAddr::parse(&long).validate("port.").unwrap_err();
+        assert_eq!(e.field, "port.socket");
+    }
+
+    #[test]
+    fn the_pods_role_is_the_switchs_peer() {
+        for kind in SocketKind::ALL {
+            for side in [Side::Listen, Side::Connect] {
+                let r = kind.role(side);
+                assert_eq!((r.kind(), r.side()), (kind, side));
+                assert_eq!(r.peer().peer(), r);
+                assert_ne!(r.peer().side(), side);
+                assert_eq!(kind.parse_role(r.as_str()), Ok(r));
+            }
+            assert_eq!(SocketKind::from_name(kind.name()), Some(kind));
+            assert_eq!(kind.default_pod_role().side(), Side::Connect);
+        }
+        assert_eq!(
+            SocketKind::Memif.parse_role("server"),
+            Ok(SocketRole::Memif(MemifRole::Master))
+        );
+        assert!(SocketKind::VhostUser.parse_role("master").is_err());
+    }
+}
