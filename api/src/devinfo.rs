@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::spec::{MemifRole, SocketRole, VhostUserRole};
+use crate::spec::{MemifRole, SocketKind, SocketRole, VhostUserRole};
 
 /// The spec version written.
 pub const VERSION: &str = "1.1.0";
@@ -61,16 +61,23 @@ impl DeviceInfo {
     /// socket is `path` (memif in ethernet mode, the one a bridge serves).
     pub fn for_pod(pod_role: SocketRole, path: &str) -> DeviceInfo {
         let path = path.to_string();
-        let (memif, vhost_user) = match pod_role {
-            SocketRole::Memif(role) => (
+        let side = pod_role.side();
+        let (memif, vhost_user) = match pod_role.kind() {
+            SocketKind::Memif => (
                 Some(MemifInfo {
-                    role,
+                    role: side.into(),
                     mode: "ethernet".into(),
                     path,
                 }),
                 None,
             ),
-            SocketRole::VhostUser(mode) => (None, Some(VhostUserInfo { mode, path })),
+            SocketKind::VhostUser => (
+                None,
+                Some(VhostUserInfo {
+                    mode: side.into(),
+                    path,
+                }),
+            ),
         };
         DeviceInfo {
             kind: pod_role.kind().name().to_string(),
@@ -83,11 +90,8 @@ impl DeviceInfo {
     /// The pod's role, for the socket types we know.
     pub fn pod_role(&self) -> Option<SocketRole> {
         match self.kind.as_str() {
-            "memif" => self.memif.as_ref().map(|m| SocketRole::Memif(m.role)),
-            "vhost-user" => self
-                .vhost_user
-                .as_ref()
-                .map(|v| SocketRole::VhostUser(v.mode)),
+            "memif" => self.memif.as_ref().map(|m| m.role.into()),
+            "vhost-user" => self.vhost_user.as_ref().map(|v| v.mode.into()),
             _ => None,
         }
     }
@@ -143,7 +147,6 @@ impl DeviceInfo {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::SocketKind;
 
     #[test]
     fn vhost_user_matches_the_spec_example() {

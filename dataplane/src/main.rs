@@ -249,13 +249,7 @@ impl PortAdd {
             }
         };
         put("name", json!(self.name));
-        put(
-            "kind",
-            json!(match self.kind.as_str() {
-                "vhostuser" => "vhost-user",
-                k => k,
-            }),
-        );
+        put("kind", json!(self.kind));
         put("role", json!(self.role));
         put("socket", json!(self.socket));
         put("interface", json!(self.interface));

@@ -1,6 +1,8 @@
 //! The module layers in `src/lib.rs`'s doc are true of the imports: every
 //! `crate::` path in a module's (non-test) code names a module of a lower
-//! layer, so the import graph has no cycle; and no port kind imports another.
+//! layer, so the import graph has no cycle; and no module names a port kind
+//! but the kind itself and `port/registry.rs` (no kind imports another, and
+//! `port/`'s shared modules name none).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -115,28 +117,58 @@ fn every_import_goes_down_a_layer() {
     );
 }
 
+/// The port kinds: the modules `port/registry.rs` takes from `super`.
+fn port_kinds() -> Vec<String> {
+    let reg = code(&src().join("port/registry.rs"));
+    let list = reg
+        .split("use super::{")
+        .nth(1)
+        .expect("registry.rs imports the kinds from super")
+        .split('}')
+        .next()
+        .unwrap();
+    list.split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'))
+        .map(str::to_string)
+        .collect()
+}
+
 #[test]
-fn port_kinds_know_nothing_of_each_other() {
-    let kinds: Vec<String> = std::fs::read_dir(src().join("port"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.is_dir())
-        .map(|p| p.file_name().unwrap().to_str().unwrap().to_string())
-        .collect();
-    assert!(kinds.len() >= 2, "{kinds:?}");
-    for k in &kinds {
-        let mut all = Vec::new();
-        files(&src().join("port").join(k), &mut all);
-        for p in all {
-            for (first, second) in uses(&code(&p)) {
-                if let (true, Some(other)) = (first == "port", second) {
-                    assert!(
-                        !kinds.contains(&other) || other == *k,
-                        "{} imports crate::port::{other}",
-                        p.display()
-                    );
-                }
+fn only_the_registry_names_a_port_kind() {
+    // A kind's own files are port/<kind>.rs and port/<kind>/.
+    let kinds = port_kinds();
+    assert!(kinds.len() >= 5, "{kinds:?}");
+    let mut all = Vec::new();
+    files(&src(), &mut all);
+    let mut wrong = Vec::new();
+    for p in &all {
+        let rel = p.strip_prefix(src()).unwrap();
+        let in_port = rel.starts_with("port");
+        // The kind this file belongs to, if any: port/<kind>.rs or port/<kind>/.
+        let own = rel
+            .components()
+            .nth(1)
+            .filter(|_| in_port)
+            .map(|c| c.as_os_str().to_str().unwrap().trim_end_matches(".rs"));
+        if rel == Path::new("port/registry.rs") {
+            continue;
+        }
+        let code = code(p);
+        for k in &kinds {
+            if own == Some(k.as_str()) {
+                continue;
+            }
+            let named = uses(&code)
+                .iter()
+                .any(|(first, second)| first == "port" && second.as_deref() == Some(k))
+                || (in_port && code.contains(&format!("super::{k}")))
+                // The parent module reaches its children by name.
+                || (rel == Path::new("port/mod.rs") && code.contains(&format!("{k}::")));
+            if named {
+                wrong.push(format!("{} names port kind {k}", rel.display()));
             }
         }
     }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }

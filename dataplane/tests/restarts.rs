@@ -250,7 +250,7 @@ fn daemon_stopped_or_killed_under_traffic_restores_ports_and_traffic_resumes() {
             .unwrap()
             .into_iter()
             .filter(|p| p.spec.kind.interface().is_none())
-            .map(|p| (p.name().into(), p.role().into(), p.socket().into()))
+            .map(|p| (p.name().into(), p.role().into(), p.socket()))
             .collect();
         v.sort();
         v

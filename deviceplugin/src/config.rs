@@ -312,13 +312,10 @@ mod tests {
         let c = Config::parse(DEFAULT_CONFIG).unwrap();
         assert_eq!(c.pools.len(), 2);
         assert_eq!(c.pools[0].resource, "switchyard.io/memif");
-        assert_eq!(
-            c.pools[0].pod_role,
-            SocketRole::Memif(switchyard_api::MemifRole::Slave)
-        );
+        assert_eq!(c.pools[0].pod_role, switchyard_api::MemifRole::Slave.into());
         assert_eq!(
             c.pools[1].pod_role,
-            SocketRole::VhostUser(switchyard_api::VhostUserRole::Client)
+            switchyard_api::VhostUserRole::Client.into()
         );
         assert!(c.cdi);
         assert_eq!(

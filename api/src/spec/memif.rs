@@ -2,7 +2,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{validate_queues, KindOptions, SocketAddr, SocketRole, SocketSpec, SpecError};
+use super::{
+    validate_queues, KindOptions, Side, SocketAddr, SocketKind, SocketRole, SocketSpec, SpecError,
+};
 
 /// A memif role: the switch's in a port spec, the pod's in device-info.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -23,12 +25,27 @@ impl MemifRole {
         }
     }
 
-    /// The other side's role.
-    pub fn peer(self) -> MemifRole {
+    /// Which end of the socket the role's holder is.
+    pub fn side(self) -> Side {
         match self {
-            MemifRole::Master => MemifRole::Slave,
-            MemifRole::Slave => MemifRole::Master,
+            MemifRole::Master => Side::Listen,
+            MemifRole::Slave => Side::Connect,
         }
+    }
+}
+
+impl From<Side> for MemifRole {
+    fn from(side: Side) -> MemifRole {
+        match side {
+            Side::Listen => MemifRole::Master,
+            Side::Connect => MemifRole::Slave,
+        }
+    }
+}
+
+impl From<MemifRole> for SocketRole {
+    fn from(r: MemifRole) -> SocketRole {
+        SocketKind::Memif.role(r.side())
     }
 }
 
@@ -163,16 +180,23 @@ impl MemifSpec {
     }
 }
 
+impl MemifSpec {
+    /// The socket, the switch's role there and the socket's group.
+    pub fn socket_spec(&self) -> SocketSpec<'_> {
+        SocketSpec {
+            addr: &self.socket,
+            role: self.role.into(),
+            group: self.socket_group,
+        }
+    }
+}
+
 impl KindOptions for MemifSpec {
     fn kind_name(&self) -> &'static str {
         "memif"
     }
     fn socket(&self) -> Option<SocketSpec<'_>> {
-        Some(SocketSpec {
-            addr: &self.socket,
-            role: SocketRole::Memif(self.role),
-            group: self.socket_group,
-        })
+        Some(self.socket_spec())
     }
     fn socket_mut(&mut self) -> Option<&mut SocketAddr> {
         Some(&mut self.socket)

@@ -115,7 +115,8 @@ pub struct PortSpec {
 pub enum KindSpec {
     /// memif (VPP/DPDK/libmemif shared-memory interface).
     Memif(MemifSpec),
-    /// vhost-user (the switch is the virtio backend).
+    /// vhost-user (the switch is the virtio backend); `vhostuser` as well.
+    #[serde(alias = "vhostuser")]
     VhostUser(VhostUserSpec),
     /// A kernel tap interface the switch creates.
     Tap(TapSpec),

@@ -126,24 +126,31 @@ impl SocketKind {
         SocketKind::ALL.into_iter().find(|k| k.name() == s)
     }
 
+    /// The names of the role that listens and of the one that connects.
+    pub fn role_names(self) -> [&'static str; 2] {
+        match self {
+            SocketKind::Memif => [MemifRole::Master.as_str(), MemifRole::Slave.as_str()],
+            SocketKind::VhostUser => [
+                VhostUserRole::Server.as_str(),
+                VhostUserRole::Client.as_str(),
+            ],
+        }
+    }
+
     /// The role of this kind whose holder is on `side`.
     pub fn role(self, side: Side) -> SocketRole {
-        match (self, side) {
-            (SocketKind::Memif, Side::Listen) => SocketRole::Memif(MemifRole::Master),
-            (SocketKind::Memif, Side::Connect) => SocketRole::Memif(MemifRole::Slave),
-            (SocketKind::VhostUser, Side::Listen) => SocketRole::VhostUser(VhostUserRole::Server),
-            (SocketKind::VhostUser, Side::Connect) => SocketRole::VhostUser(VhostUserRole::Client),
-        }
+        SocketRole { kind: self, side }
     }
 
     /// Parses a role of this kind by name (memif: `master`/`slave`, or
     /// DPDK's `server`/`client`; vhost-user: `server`/`client`). The error
     /// says which names the kind takes.
     pub fn parse_role(self, s: &str) -> Result<SocketRole, String> {
-        match self {
-            SocketKind::Memif => s.parse().map(SocketRole::Memif),
-            SocketKind::VhostUser => s.parse().map(SocketRole::VhostUser),
-        }
+        let side = match self {
+            SocketKind::Memif => s.parse::<MemifRole>()?.side(),
+            SocketKind::VhostUser => s.parse::<VhostUserRole>()?.side(),
+        };
+        Ok(self.role(side))
     }
 
     /// The pod's role when a netconf or a device plugin pool names none:
@@ -151,61 +158,61 @@ impl SocketKind {
     pub fn default_pod_role(self) -> SocketRole {
         self.role(Side::Connect)
     }
+
+    /// The spec of a port whose switch is on `side` of a socket at `addr`,
+    /// with the kind's defaults.
+    pub fn spec(self, side: Side, addr: SocketAddr) -> KindSpec {
+        match self {
+            SocketKind::Memif => KindSpec::Memif(MemifSpec::new(side.into(), addr)),
+            SocketKind::VhostUser => KindSpec::VhostUser(VhostUserSpec::new(side.into(), addr)),
+        }
+    }
 }
 
-/// A role at a socket port, typed by its kind: the switch's in a port spec,
-/// the pod's in device-info and the netconf.
+/// A role at a socket port: the switch's in a port spec, the pod's in
+/// device-info and the netconf. Each kind names its two roles
+/// ([`SocketKind::role_names`]); which end of the socket the holder is,
+/// the [`Side`], is what they mean.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum SocketRole {
-    /// A memif role.
-    Memif(MemifRole),
-    /// A vhost-user role.
-    VhostUser(VhostUserRole),
+pub struct SocketRole {
+    /// The kind the role belongs to.
+    pub kind: SocketKind,
+    /// Which end of the socket the role's holder is.
+    pub side: Side,
 }
 
 impl SocketRole {
     /// The kind the role belongs to.
     pub fn kind(self) -> SocketKind {
-        match self {
-            SocketRole::Memif(_) => SocketKind::Memif,
-            SocketRole::VhostUser(_) => SocketKind::VhostUser,
-        }
+        self.kind
     }
 
     /// Which end of the socket the role's holder is.
     pub fn side(self) -> Side {
-        match self {
-            SocketRole::Memif(MemifRole::Master) | SocketRole::VhostUser(VhostUserRole::Server) => {
-                Side::Listen
-            }
-            SocketRole::Memif(MemifRole::Slave) | SocketRole::VhostUser(VhostUserRole::Client) => {
-                Side::Connect
-            }
-        }
+        self.side
     }
 
     /// The other end's role: the pod's from the switch's, and back.
     pub fn peer(self) -> SocketRole {
-        self.kind().role(match self.side() {
+        let side = match self.side {
             Side::Listen => Side::Connect,
             Side::Connect => Side::Listen,
-        })
+        };
+        self.kind.role(side)
     }
 
     /// The spec of a port whose switch holds this role at `addr`, with
     /// the kind's defaults.
     pub fn spec(self, addr: SocketAddr) -> KindSpec {
-        match self {
-            SocketRole::Memif(r) => KindSpec::Memif(MemifSpec::new(r, addr)),
-            SocketRole::VhostUser(r) => KindSpec::VhostUser(VhostUserSpec::new(r, addr)),
-        }
+        self.kind.spec(self.side, addr)
     }
 
     /// The role's name as its kind spells it.
     pub fn as_str(self) -> &'static str {
-        match self {
-            SocketRole::Memif(r) => r.as_str(),
-            SocketRole::VhostUser(r) => r.as_str(),
+        let [listen, connect] = self.kind.role_names();
+        match self.side {
+            Side::Listen => listen,
+            Side::Connect => connect,
         }
     }
 }
@@ -304,7 +311,7 @@ mod tests {
         }
         assert_eq!(
             SocketKind::Memif.parse_role("server"),
-            Ok(SocketRole::Memif(MemifRole::Master))
+            Ok(MemifRole::Master.into())
         );
         assert!(SocketKind::VhostUser.parse_role("master").is_err());
     }

@@ -2,7 +2,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{validate_queues, KindOptions, SocketAddr, SocketRole, SocketSpec, SpecError};
+use super::{
+    validate_queues, KindOptions, Side, SocketAddr, SocketKind, SocketRole, SocketSpec, SpecError,
+};
 
 /// Which end of the vhost-user socket the switch is. (The switch is always
 /// the virtio backend, which the vhost-user spec calls the back-end or
@@ -28,12 +30,27 @@ impl VhostUserRole {
         }
     }
 
-    /// The other end's role.
-    pub fn peer(self) -> VhostUserRole {
+    /// Which end of the socket the role's holder is.
+    pub fn side(self) -> Side {
         match self {
-            VhostUserRole::Server => VhostUserRole::Client,
-            VhostUserRole::Client => VhostUserRole::Server,
+            VhostUserRole::Server => Side::Listen,
+            VhostUserRole::Client => Side::Connect,
         }
+    }
+}
+
+impl From<Side> for VhostUserRole {
+    fn from(side: Side) -> VhostUserRole {
+        match side {
+            Side::Listen => VhostUserRole::Server,
+            Side::Connect => VhostUserRole::Client,
+        }
+    }
+}
+
+impl From<VhostUserRole> for SocketRole {
+    fn from(r: VhostUserRole) -> SocketRole {
+        SocketKind::VhostUser.role(r.side())
     }
 }
 
@@ -100,16 +117,23 @@ impl VhostUserSpec {
     }
 }
 
+impl VhostUserSpec {
+    /// The socket, the switch's role there and the socket's group.
+    pub fn socket_spec(&self) -> SocketSpec<'_> {
+        SocketSpec {
+            addr: &self.socket,
+            role: self.role.into(),
+            group: self.socket_group,
+        }
+    }
+}
+
 impl KindOptions for VhostUserSpec {
     fn kind_name(&self) -> &'static str {
         "vhost-user"
     }
     fn socket(&self) -> Option<SocketSpec<'_>> {
-        Some(SocketSpec {
-            addr: &self.socket,
-            role: SocketRole::VhostUser(self.role),
-            group: self.socket_group,
-        })
+        Some(self.socket_spec())
     }
     fn socket_mut(&mut self) -> Option<&mut SocketAddr> {
         Some(&mut self.socket)

@@ -271,13 +271,10 @@ mod tests {
         let d = device_info(nc.pod_role, Path::new("/s/p.sock"));
         assert_eq!(d.memif.as_ref().unwrap().role, MemifRole::Slave);
         assert_eq!(d.memif.as_ref().unwrap().path, "/s/p.sock");
-        let dp = device_info(SocketRole::Memif(MemifRole::Master), Path::new("/s/p.sock"));
+        let dp = device_info(MemifRole::Master.into(), Path::new("/s/p.sock"));
         let r = pod_role_with_devinfo(&nc, Some(&dp)).unwrap();
         assert_eq!(r.peer().as_str(), "slave");
-        let vu = device_info(
-            SocketRole::VhostUser(VhostUserRole::Client),
-            Path::new("/s/v.sock"),
-        );
+        let vu = device_info(VhostUserRole::Client.into(), Path::new("/s/v.sock"));
         let e = pod_role_with_devinfo(&nc, Some(&vu)).unwrap_err();
         assert_eq!(e.code, INVALID_CONFIG);
     }

@@ -37,23 +37,21 @@
 //! goes out through `sendmsg` from where it lies, after the ring is
 //! flushed, so the order holds.
 //!
-//! The port follows the interface: every 2 s it looks at it again; when it
-//! went away (or was made again with a new index) the port goes down and
-//! its sockets close; when it is back the port opens them and comes up.
+//! The port follows the interface ([`KernelIf`]): every 2 s it looks at it
+//! again; when it went away (or was made again with a new index) the port
+//! goes down and its sockets close; when it is back the port opens them and
+//! comes up.
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
-use switchyard_api::{AfPacketSpec, PortStatus};
-use tracing::{info, warn};
+use switchyard_api::AfPacketSpec;
 
-use crate::port::netdev::{
-    exceeds_mtu, ifindex, kernel_at_least, pad_short, read_mtu, status_with_mtu, FrameIovecs,
-};
-use crate::port::{Port, PortCtx, PortError};
+use crate::port::kernel_if::{KernelIf, Uplink};
+use crate::port::netdev::{exceeds_mtu, kernel_at_least, pad_short, FrameIovecs};
+use crate::port::Port;
 use crate::queue::offload::VNET_HDR_LEN;
 use crate::queue::{
     Offload, OffloadCaps, PortQueues, QueueFault, RxBurst, RxQueue, TxError, TxFrame, TxQueue,
@@ -61,8 +59,6 @@ use crate::queue::{
 };
 use crate::wire::ethernet::{ETHERTYPE_VLAN, HEADER_LEN as ETH_HEADER_LEN, VLAN_TAG_LEN};
 
-/// How often the interface is looked at again.
-const CHECK_EVERY: Duration = Duration::from_secs(2);
 /// Bytes of each ring (receive and transmit alike).
 const RING_BYTES: usize = 4 << 20;
 /// Ring block size (a multiple of every frame size used): a receive block
@@ -632,45 +628,40 @@ impl TxQueue for AfpTx {
     }
 }
 
-/// An af-packet port.
-pub struct AfPacketPort {
-    name: String,
-    spec: AfPacketSpec,
-    fanout: u16,
-    mtu: Arc<AtomicU32>,
-    /// The interface index the sockets are bound to, while open.
-    open: Option<u32>,
-    check_at: Option<Instant>,
-    status: PortStatus,
+/// An af-packet port: its sockets on a followed kernel interface.
+pub fn port(name: &str, spec: &AfPacketSpec, fanout: u16) -> Box<dyn Port> {
+    let uplink = AfPacket {
+        queues: spec.queues.unwrap_or(1),
+        fanout,
+    };
+    Box::new(KernelIf::new(name, &spec.interface, uplink))
 }
 
-impl AfPacketPort {
-    /// A port that is not started yet; `fanout` names its fanout group.
-    pub fn new(name: &str, spec: &AfPacketSpec, fanout: u16) -> AfPacketPort {
-        AfPacketPort {
-            name: name.to_string(),
-            spec: spec.clone(),
-            fanout,
-            mtu: Arc::new(AtomicU32::new(1500)),
-            open: None,
-            check_at: None,
-            status: PortStatus::default(),
-        }
-    }
+/// How an af-packet port opens its queues.
+struct AfPacket {
+    queues: u16,
+    /// Its fanout group (several queues share the interface's frames).
+    fanout: u16,
+}
 
-    /// Opens a socket per queue and hands the rings to the workers.
-    fn open(&mut self, cx: &PortCtx<'_>) -> io::Result<()> {
-        let ifname = &self.spec.interface;
-        let index = ifindex(ifname)
-            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no such interface"))?;
-        let mtu = read_mtu(ifname)?;
-        self.mtu.store(mtu, Ordering::Relaxed);
+impl Uplink for AfPacket {
+    const KIND: &'static str = "af-packet";
+    const REOPEN_ON_MTU: bool = true;
+
+    /// A socket per queue, with ring slots sized for the MTU.
+    fn open(
+        &mut self,
+        ifname: &str,
+        index: u32,
+        mtu: &Arc<AtomicU32>,
+    ) -> io::Result<(PortQueues, String)> {
+        let m = mtu.load(Ordering::Relaxed);
         // A slot holds the header and the largest frame the MTU allows
         // (a VLAN tag included), in a power of two.
-        let frame_size = (TX_DATA + VNET_HDR_LEN + mtu as usize + ETH_HEADER_LEN + VLAN_TAG_LEN)
+        let frame_size = (TX_DATA + VNET_HDR_LEN + m as usize + ETH_HEADER_LEN + VLAN_TAG_LEN)
             .next_power_of_two()
             .max(2048);
-        let n = self.spec.queues.unwrap_or(1);
+        let n = self.queues;
         let fanout = (n > 1).then_some(self.fanout);
         // The kernel takes checksum and TCP segmentation work in a
         // virtio-net header; UDP segmentation (`GSO_UDP_L4`) from 6.2.
@@ -694,107 +685,17 @@ impl AfPacketPort {
                 ring: tx,
                 cursor: 0,
                 queued: false,
-                mtu: self.mtu.clone(),
+                mtu: mtu.clone(),
             }));
         }
-        cx.attach(q);
-        self.open = Some(index);
-        self.status.link_up = true;
-        self.status.connects += 1;
-        self.status.rx_queues = n.into();
-        self.status.tx_queues = n.into();
-        self.status.last_error = None;
-        self.status.peer = Some(format!("kernel interface {ifname} (af-packet, mtu {mtu})"));
-        info!(port = %self.name, interface = %ifname, queues = n, mtu, "af-packet link up");
-        Ok(())
+        Ok((q, format!("kernel interface {ifname} (af-packet, mtu {m})")))
     }
 
-    fn close(&mut self, cx: &PortCtx<'_>, why: &str) {
-        if self.open.take().is_some() {
-            cx.detach();
-            info!(port = %self.name, interface = %self.spec.interface, "link down: {why}");
+    fn hint(e: &io::Error) -> &'static str {
+        if e.kind() == io::ErrorKind::PermissionDenied {
+            " (AF_PACKET needs CAP_NET_RAW)"
+        } else {
+            ""
         }
-        self.status.link_up = false;
-        self.status.rx_queues = 0;
-        self.status.tx_queues = 0;
-        self.status.peer = None;
-        self.status.last_error = Some(why.to_string());
-    }
-}
-
-impl Port for AfPacketPort {
-    fn start(&mut self, cx: &PortCtx<'_>) -> Result<(), PortError> {
-        self.check_at = Some(Instant::now() + CHECK_EVERY);
-        self.open(cx).map_err(|e| {
-            let hint = if e.kind() == io::ErrorKind::PermissionDenied {
-                " (AF_PACKET needs CAP_NET_RAW)"
-            } else {
-                ""
-            };
-            PortError::Other(format!("{}: {e}{hint}", self.spec.interface))
-        })
-    }
-
-    fn start_waiting(&mut self, cx: &PortCtx<'_>) -> Result<(), PortError> {
-        if ifindex(&self.spec.interface).is_some() {
-            return self.start(cx);
-        }
-        self.check_at = Some(Instant::now() + CHECK_EVERY);
-        let why = format!("waiting for interface {}", self.spec.interface);
-        warn!(port = %self.name, "{why}");
-        self.status.last_error = Some(why);
-        Ok(())
-    }
-
-    fn on_ready(&mut self, _: &PortCtx<'_>, _: u32) {}
-
-    fn deadline(&self) -> Option<Instant> {
-        self.check_at
-    }
-
-    fn on_timer(&mut self, cx: &PortCtx<'_>, now: Instant) {
-        if self.check_at.is_none_or(|t| now < t) {
-            return;
-        }
-        self.check_at = Some(now + CHECK_EVERY);
-        let index = ifindex(&self.spec.interface);
-        match (self.open, index) {
-            (Some(open), Some(i)) if open == i => {
-                if let Ok(m) = read_mtu(&self.spec.interface) {
-                    if self.mtu.swap(m, Ordering::Relaxed) != m {
-                        // Ring slots are sized for the MTU: open again.
-                        self.close(cx, "MTU changed");
-                        let _ = self.open(cx);
-                    }
-                }
-            }
-            (Some(_), Some(_)) => {
-                self.close(cx, "the interface was made again");
-                if let Err(e) = self.open(cx) {
-                    self.status.last_error = Some(e.to_string());
-                }
-            }
-            (Some(_), None) => self.close(cx, "the interface went away"),
-            (None, Some(_)) => {
-                if let Err(e) = self.open(cx) {
-                    warn!(port = %self.name, "cannot open {}: {e}", self.spec.interface);
-                    self.status.last_error = Some(e.to_string());
-                }
-            }
-            (None, None) => {}
-        }
-    }
-
-    fn on_fault(&mut self, _: &PortCtx<'_>, reason: &str) {
-        warn!(port = %self.name, "af-packet queue fault: {reason}");
-    }
-
-    fn status(&self) -> PortStatus {
-        status_with_mtu(&self.status, &self.mtu)
-    }
-
-    fn stop(&mut self, cx: &PortCtx<'_>) {
-        self.close(cx, "port deleted");
-        self.check_at = None;
     }
 }

@@ -252,9 +252,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_addresses() {}
-
-    #[test]
     fn stale_sockets_are_replaced_and_live_ones_refused() {
         let dir = tempfile::tempdir().unwrap();
         let addr = SocketAddr::Path(dir.path().join("s.sock"));

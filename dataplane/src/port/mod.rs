@@ -8,14 +8,21 @@
 //! - [`crate::queue::RxQueue`] / [`crate::queue::TxQueue`]s, the data-plane side,
 //!   polled by workers in bursts.
 //!
-//! [`build`] is the one place that lists the kinds.
+//! Socket kinds (memif, vhost-user) are a [`socket_port::Protocol`] on a
+//! [`socket_port::SocketPort`]; uplink kinds (af-packet, af-xdp) an
+//! [`kernel_if::Uplink`] on a [`kernel_if::KernelIf`]. A kind's module
+//! knows nothing of the others, and nothing here names a kind:
+//! [`registry::build`] is the one place that lists them.
 
 pub mod af_packet;
 pub mod af_xdp;
 pub mod endpoint;
+pub mod kernel_if;
 pub mod memif;
 pub mod netdev;
+pub mod registry;
 pub mod sigbus;
+pub mod socket_port;
 pub mod tap;
 pub mod vhost_user;
 
@@ -24,40 +31,11 @@ use std::time::Instant;
 
 use crate::queue::PortQueues;
 
-use switchyard_api::{KindSpec, PortSpec, PortStatus};
+use switchyard_api::PortStatus;
 
 use crate::dataplane::Dataplane;
 use crate::reactor::Reactor;
 use crate::types::PortId;
-
-/// Builds the port a validated spec describes (not started yet); a
-/// vhost-user port that names no queue count offers `queues` (one per
-/// worker, as OVS-DPDK). The one place that lists every port kind.
-pub fn build(spec: &PortSpec, queues: u16) -> Box<dyn Port> {
-    let name = spec.name.as_str();
-    // A trunk of some VLAN sends and receives tagged frames.
-    let carries_tags = spec
-        .trunk
-        .as_ref()
-        .is_some_and(|t| t.ranges().iter().any(|&(_, hi)| hi > 0));
-    match &spec.kind {
-        KindSpec::Memif(m) => Box::new(memif::MemifPort::new(
-            name,
-            memif::MemifConfig::from_spec(name, m),
-        )),
-        KindSpec::VhostUser(v) => Box::new(vhost_user::VhostUserPort::new(
-            name,
-            vhost_user::VhostUserConfig::from_spec(v, queues),
-        )),
-        KindSpec::Tap(t) => Box::new(tap::TapPort::new(name, t)),
-        KindSpec::AfPacket(a) => Box::new(af_packet::AfPacketPort::new(
-            name,
-            a,
-            switchyard_api::stable_hash(name) as u16,
-        )),
-        KindSpec::AfXdp(x) => Box::new(af_xdp::AfXdpPort::new(name, x, carries_tags)),
-    }
-}
 
 /// Error starting a port.
 #[derive(Debug, thiserror::Error)]

@@ -246,6 +246,11 @@ impl TxQueue for TapTx {
     fn flush(&mut self) {}
 }
 
+/// A tap port: the kernel interface it makes, not started yet.
+pub fn port(name: &str, spec: &TapSpec) -> Box<dyn Port> {
+    Box::new(TapPort::new(name, spec))
+}
+
 /// A tap port.
 pub struct TapPort {
     name: String,

@@ -93,7 +93,7 @@ impl Daemon {
             }
         }
         let workers = u16::try_from(self.dp.workers().max(1)).unwrap_or(1);
-        let mut port = crate::port::build(&spec, workers);
+        let mut port = crate::port::registry::build(&spec, workers);
         let vlan = VlanMode::from_spec(spec.vlan, spec.trunk.as_ref());
         let security = PortSecurity::from_spec(&spec);
         let (id, shared) = self.dp.add_port(&spec.name, bridge, vlan, &security);

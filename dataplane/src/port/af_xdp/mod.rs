@@ -20,16 +20,14 @@ use std::io;
 use std::os::fd::{BorrowedFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use switchyard_api::{AfXdpSpec, PortStatus, XdpMode};
+use switchyard_api::{AfXdpSpec, XdpMode};
 use tracing::{info, warn};
 
-use crate::port::netdev::{
-    self, exceeds_mtu, ifindex, pad_short, read_mtu, rx_vlan_offload, set_rx_vlan_offload,
-    status_with_mtu,
-};
-use crate::port::{Port, PortCtx, PortError};
+use crate::port::kernel_if::{KernelIf, Uplink};
+use crate::port::netdev::{self, exceeds_mtu, pad_short, rx_vlan_offload, set_rx_vlan_offload};
+use crate::port::Port;
 use crate::queue::offload::MAX_HDR;
 use crate::queue::{
     Offload, PortQueues, QueueFault, RxBurst, RxQueue, TxError, TxFrame, TxQueue, BURST_SIZE,
@@ -45,8 +43,6 @@ const FRAME: u64 = 4096;
 const FRAMES: u64 = 4096;
 /// Descriptors per ring.
 const RING: u32 = 2048;
-/// How often the interface is looked at again.
-const CHECK_EVERY: Duration = Duration::from_secs(2);
 /// How long a busy queue is waited for, in 10 ms tries (see `open_queue`).
 const BUSY_TRIES: u32 = 20;
 
@@ -711,15 +707,25 @@ impl TxQueue for XdpTx {
     }
 }
 
-/// An af-xdp port.
-pub struct AfXdpPort {
+/// An af-xdp port: its sockets on a followed kernel interface.
+/// `carries_tags`: whether its frames carry VLAN tags (it is a trunk of
+/// some VLAN), which it then refuses to lose.
+pub fn port(name: &str, spec: &AfXdpSpec, carries_tags: bool) -> Box<dyn Port> {
+    let uplink = AfXdp {
+        name: name.to_string(),
+        spec: spec.clone(),
+        rx_vlan_restore: false,
+        prog: None,
+        carries_tags,
+    };
+    Box::new(KernelIf::new(name, &spec.interface, uplink))
+}
+
+/// How an af-xdp port opens its queues, and what it changes on the
+/// interface meanwhile.
+struct AfXdp {
     name: String,
     spec: AfXdpSpec,
-    mtu: Arc<AtomicU32>,
-    open: Option<u32>,
-    mode: Option<Mode>,
-    check_at: Option<Instant>,
-    status: PortStatus,
     /// Whether this port turned the interface's receive VLAN offload off
     /// (and puts it back when it lets the interface go).
     rx_vlan_restore: bool,
@@ -729,25 +735,7 @@ pub struct AfXdpPort {
     carries_tags: bool,
 }
 
-impl AfXdpPort {
-    /// A port that is not started yet; `carries_tags`: whether its frames
-    /// carry VLAN tags (it is a trunk of some VLAN), which it then refuses
-    /// to lose.
-    pub fn new(name: &str, spec: &AfXdpSpec, carries_tags: bool) -> AfXdpPort {
-        AfXdpPort {
-            name: name.to_string(),
-            spec: spec.clone(),
-            mtu: Arc::new(AtomicU32::new(1500)),
-            open: None,
-            mode: None,
-            check_at: None,
-            status: PortStatus::default(),
-            rx_vlan_restore: false,
-            prog: None,
-            carries_tags,
-        }
-    }
-
+impl AfXdp {
     /// Receive VLAN stripping off while the port owns the interface: an
     /// XDP program sees only the frame's data, so a tag the NIC strips into
     /// its descriptor never reaches the switch (ixgbe, i40e, ice, mlx5 strip
@@ -778,16 +766,23 @@ impl AfXdpPort {
             let _ = set_rx_vlan_offload(&self.spec.interface, true);
         }
     }
+}
 
-    fn open(&mut self, cx: &PortCtx<'_>) -> io::Result<()> {
-        let ifname = self.spec.interface.clone();
-        let index = ifindex(&ifname)
-            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no such interface"))?;
-        self.mtu.store(read_mtu(&ifname)?, Ordering::Relaxed);
+impl Uplink for AfXdp {
+    const KIND: &'static str = "af-xdp";
+    const REOPEN_ON_MTU: bool = false;
+
+    /// The program, then a socket per queue in the first mode that works.
+    fn open(
+        &mut self,
+        ifname: &str,
+        index: u32,
+        mtu: &Arc<AtomicU32>,
+    ) -> io::Result<(PortQueues, String)> {
         // Each time: an interface made again strips by default.
         self.own_rx_vlan();
         let n = u32::from(self.spec.queues.unwrap_or(1));
-        let c = CString::new(ifname.as_str()).map_err(io::Error::other)?;
+        let c = CString::new(ifname).map_err(io::Error::other)?;
         let mut errors = Vec::new();
         // The program stays attached from one mode to the next while the
         // XDP mode (native or generic) is the same: only the sockets differ.
@@ -829,7 +824,7 @@ impl AfXdpPort {
         // Tags reach the switch if they stay in the data (no receive
         // stripping) or the program puts back what the driver holds.
         let restored = prog.restores_vlan_tags && prog::driver_gives_vlan_tags(index);
-        if self.carries_tags && !restored && rx_vlan_offload(&ifname).unwrap_or(false) {
+        if self.carries_tags && !restored && rx_vlan_offload(ifname).unwrap_or(false) {
             return Err(io::Error::new(
                 io::ErrorKind::Unsupported,
                 format!(
@@ -843,7 +838,7 @@ impl AfXdpPort {
         // XDP does not say: a veth (its peer's transmit checksum offload),
         // a tun/tap, a netkit. A NIC's received frames are complete.
         let partial_checksums = matches!(
-            netdev::driver(&ifname).as_deref(),
+            netdev::driver(ifname).as_deref(),
             Ok("veth" | "tun" | "netkit") | Err(_)
         );
         let mut q = PortQueues::default();
@@ -864,7 +859,7 @@ impl AfXdpPort {
                 comp,
                 pool: (FRAMES / 2..FRAMES).map(|i| i * FRAME).collect(),
                 queued: false,
-                mtu: self.mtu.clone(),
+                mtu: mtu.clone(),
             }));
         }
         let tags = if restored {
@@ -873,111 +868,32 @@ impl AfXdpPort {
             "VLAN tags as in the data"
         };
         self.prog = Some(prog);
-        cx.attach(q);
-        self.open = Some(index);
-        self.mode = Some(mode);
-        self.status.link_up = true;
-        self.status.connects += 1;
-        self.status.rx_queues = n as usize;
-        self.status.tx_queues = n as usize;
-        self.status.last_error = None;
-        self.status.peer = Some(format!(
-            "kernel interface {ifname} (af-xdp, {}, {tags})",
-            mode.name()
-        ));
-        info!(port = %self.name, interface = %ifname, queues = n, mode = mode.name(), tags, "af-xdp link up");
-        Ok(())
+        Ok((
+            q,
+            format!(
+                "kernel interface {ifname} (af-xdp, {}, {tags})",
+                mode.name()
+            ),
+        ))
     }
 
-    fn close(&mut self, cx: &PortCtx<'_>, why: &str) {
-        if self.open.take().is_some() {
-            cx.detach();
-            self.prog = None;
-            info!(port = %self.name, interface = %self.spec.interface, "link down: {why}");
-        }
-        self.status.link_up = false;
-        self.status.rx_queues = 0;
-        self.status.tx_queues = 0;
-        self.status.peer = None;
-        self.status.last_error = Some(why.to_string());
-    }
-}
-
-impl Port for AfXdpPort {
-    fn start(&mut self, cx: &PortCtx<'_>) -> Result<(), PortError> {
-        self.check_at = Some(Instant::now() + CHECK_EVERY);
-        self.open(cx).map_err(|e| {
-            // No port is made: the interface is left as it was.
-            self.release_rx_vlan();
-            let hint = match e.raw_os_error() {
-                Some(libc::EPERM | libc::EACCES) => {
-                    " (AF_XDP needs CAP_NET_RAW, CAP_NET_ADMIN and CAP_BPF)"
-                }
-                Some(libc::EAFNOSUPPORT) => {
-                    " (the kernel has no AF_XDP: CONFIG_XDP_SOCKETS; use kind af-packet)"
-                }
-                _ => "",
-            };
-            PortError::Other(format!("{}: {e}{hint}", self.spec.interface))
-        })
+    fn closed(&mut self) {
+        self.prog = None;
     }
 
-    fn start_waiting(&mut self, cx: &PortCtx<'_>) -> Result<(), PortError> {
-        if ifindex(&self.spec.interface).is_some() {
-            return self.start(cx);
-        }
-        self.check_at = Some(Instant::now() + CHECK_EVERY);
-        let why = format!("waiting for interface {}", self.spec.interface);
-        warn!(port = %self.name, "{why}");
-        self.status.last_error = Some(why);
-        Ok(())
-    }
-
-    fn on_ready(&mut self, _: &PortCtx<'_>, _: u32) {}
-
-    fn deadline(&self) -> Option<Instant> {
-        self.check_at
-    }
-
-    fn on_timer(&mut self, cx: &PortCtx<'_>, now: Instant) {
-        if self.check_at.is_none_or(|t| now < t) {
-            return;
-        }
-        self.check_at = Some(now + CHECK_EVERY);
-        match (self.open, ifindex(&self.spec.interface)) {
-            (Some(open), Some(i)) if open == i => {
-                if let Ok(m) = read_mtu(&self.spec.interface) {
-                    self.mtu.store(m, Ordering::Relaxed);
-                }
-            }
-            (Some(_), Some(_)) => {
-                self.close(cx, "the interface was made again");
-                if let Err(e) = self.open(cx) {
-                    self.status.last_error = Some(e.to_string());
-                }
-            }
-            (Some(_), None) => self.close(cx, "the interface went away"),
-            (None, Some(_)) => {
-                if let Err(e) = self.open(cx) {
-                    warn!(port = %self.name, "cannot open {}: {e}", self.spec.interface);
-                    self.status.last_error = Some(e.to_string());
-                }
-            }
-            (None, None) => {}
-        }
-    }
-
-    fn on_fault(&mut self, _: &PortCtx<'_>, reason: &str) {
-        warn!(port = %self.name, "af-xdp queue fault: {reason}");
-    }
-
-    fn status(&self) -> PortStatus {
-        status_with_mtu(&self.status, &self.mtu)
-    }
-
-    fn stop(&mut self, cx: &PortCtx<'_>) {
-        self.close(cx, "port deleted");
+    fn release(&mut self) {
         self.release_rx_vlan();
-        self.check_at = None;
+    }
+
+    fn hint(e: &io::Error) -> &'static str {
+        match e.raw_os_error() {
+            Some(libc::EPERM | libc::EACCES) => {
+                " (AF_XDP needs CAP_NET_RAW, CAP_NET_ADMIN and CAP_BPF)"
+            }
+            Some(libc::EAFNOSUPPORT) => {
+                " (the kernel has no AF_XDP: CONFIG_XDP_SOCKETS; use kind af-packet)"
+            }
+            _ => "",
+        }
     }
 }

@@ -1,5 +1,6 @@
 //! memif ports, as master (we listen and map the peer's memory) or slave (we
-//! connect, own the memory, and reconnect when the master goes away).
+//! connect, own the memory, and reconnect when the master goes away): the
+//! memif [`Protocol`] on a [`SocketPort`].
 
 pub mod handshake;
 pub mod queue;
@@ -7,14 +8,16 @@ pub mod region;
 pub mod ring;
 pub mod socket;
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::time::{Duration, Instant};
 
-use tracing::{debug, info, warn};
+use nix::sys::socket::SockType;
+use tracing::info;
 
-use switchyard_api::{MemifMode, MemifRole, MemifSpec, PortStatus, SocketAddr};
+use switchyard_api::{MemifMode, MemifRole, MemifSpec, PortStatus};
 
-use crate::port::{Port, PortCtx, PortError};
+use crate::port::socket_port::{Closed, Protocol, SocketPort};
+use crate::port::{Port, PortCtx};
 use crate::queue::{PortQueues, RxQueue, TxQueue};
 use crate::wire::memif::{Message, MsgType};
 use handshake::{
@@ -22,51 +25,43 @@ use handshake::{
 };
 use queue::{MemifRx, MemifTx, OwnBuffers, Side};
 
-use crate::port::endpoint::{Endpoint, SUB_CONN, SUB_LISTENER};
-
 pub use crate::wire::memif::Mode;
 
 /// How long a handshake may take before the connection is dropped.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// A memif port's settings.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MemifConfig {
-    /// The switch's role.
-    pub side: Side,
-    /// Socket path or abstract name.
-    pub socket: SocketAddr,
-    /// Connection parameters.
-    pub params: Params,
-    /// Group given access to the socket when the switch is master.
-    pub socket_group: Option<u32>,
+/// A memif port: the memif protocol on a socket port.
+pub fn port(name: &str, spec: &MemifSpec) -> Box<dyn Port> {
+    use switchyard_api::spec::memif::{DEFAULT_BUFFER_SIZE, DEFAULT_RING_SIZE};
+    let memif = Memif {
+        name: name.to_string(),
+        side: match spec.role {
+            MemifRole::Master => Side::Master,
+            MemifRole::Slave => Side::Slave,
+        },
+        params: Params {
+            if_name: name.to_string(),
+            id: spec.id.unwrap_or(0),
+            secret: spec.secret.clone().filter(|s| !s.is_empty()),
+            mode: match spec.mode.unwrap_or_default() {
+                MemifMode::Ethernet => Mode::Ethernet,
+                MemifMode::Ip => Mode::Ip,
+            },
+            queues: spec.queues.unwrap_or(1),
+            log2_ring_size: spec.ring_size.unwrap_or(DEFAULT_RING_SIZE).trailing_zeros() as u8,
+            buffer_size: spec.buffer_size.unwrap_or(DEFAULT_BUFFER_SIZE),
+        },
+    };
+    Box::new(SocketPort::new(name, spec.socket_spec(), memif))
 }
 
-impl MemifConfig {
-    /// The settings of port `name` as its (validated) spec gives them.
-    pub fn from_spec(name: &str, spec: &MemifSpec) -> MemifConfig {
-        use switchyard_api::spec::memif::{DEFAULT_BUFFER_SIZE, DEFAULT_RING_SIZE};
-        MemifConfig {
-            side: match spec.role {
-                MemifRole::Master => Side::Master,
-                MemifRole::Slave => Side::Slave,
-            },
-            socket: spec.socket.clone(),
-            socket_group: spec.socket_group,
-            params: Params {
-                if_name: name.to_string(),
-                id: spec.id.unwrap_or(0),
-                secret: spec.secret.clone().filter(|s| !s.is_empty()),
-                mode: match spec.mode.unwrap_or_default() {
-                    MemifMode::Ethernet => Mode::Ethernet,
-                    MemifMode::Ip => Mode::Ip,
-                },
-                queues: spec.queues.unwrap_or(1),
-                log2_ring_size: spec.ring_size.unwrap_or(DEFAULT_RING_SIZE).trailing_zeros() as u8,
-                buffer_size: spec.buffer_size.unwrap_or(DEFAULT_BUFFER_SIZE),
-            },
-        }
-    }
+/// The memif protocol of one port.
+struct Memif {
+    name: String,
+    /// The switch's role.
+    side: Side,
+    /// Connection parameters.
+    params: Params,
 }
 
 enum Handshake {
@@ -75,153 +70,75 @@ enum Handshake {
     Up,
 }
 
-struct Conn {
+/// One connection.
+pub struct Conn {
     fd: OwnedFd,
     hs: Handshake,
     started: Instant,
 }
 
-/// A memif port.
-pub struct MemifPort {
-    cfg: MemifConfig,
-    endpoint: Endpoint,
-    conn: Option<Conn>,
-    status: PortStatus,
-    name: String,
-}
+impl Protocol for Memif {
+    type Conn = Conn;
+    const KIND: &'static str = "memif";
+    const SOCK_TYPE: SockType = SockType::SeqPacket;
 
-impl MemifPort {
-    /// A port that is not started yet.
-    pub fn new(name: &str, cfg: MemifConfig) -> MemifPort {
-        MemifPort {
-            endpoint: Endpoint::new(
-                nix::sys::socket::SockType::SeqPacket,
-                cfg.socket.clone(),
-                cfg.side == Side::Master,
-                cfg.socket_group,
-            ),
-            cfg,
-            conn: None,
-            status: PortStatus::default(),
-            name: name.to_string(),
-        }
+    fn open(
+        &mut self,
+        _cx: &PortCtx<'_>,
+        fd: OwnedFd,
+        side: switchyard_api::Side,
+    ) -> Result<Conn, String> {
+        let hs = match side {
+            switchyard_api::Side::Listen => {
+                let hs = MasterHandshake::new(self.params.clone());
+                socket::send(fd.as_raw_fd(), &hs.hello().to_bytes(), None)
+                    .map_err(|e| format!("sending HELLO: {e}"))?;
+                Handshake::Master(hs)
+            }
+            switchyard_api::Side::Connect => {
+                Handshake::Slave(SlaveHandshake::new(self.params.clone()))
+            }
+        };
+        Ok(Conn {
+            fd,
+            hs,
+            started: Instant::now(),
+        })
     }
 
-    fn try_connect(&mut self, cx: &PortCtx<'_>) {
-        match self.endpoint.connect() {
-            Ok(fd) => {
-                if let Err(e) = cx.watch(&fd, SUB_CONN) {
-                    warn!(port = %self.name, "cannot watch control socket: {e}");
-                    self.endpoint.lost();
-                    return;
-                }
-                self.conn = Some(Conn {
-                    fd,
-                    hs: Handshake::Slave(SlaveHandshake::new(self.cfg.params.clone())),
-                    started: Instant::now(),
-                });
-            }
-            Err(e) => {
-                debug!(port = %self.name, socket = %self.cfg.socket, "connect failed, retrying: {e}");
-                self.status.last_error = Some(format!("connect: {e}"));
-            }
-        }
+    fn fd(conn: &Conn) -> BorrowedFd<'_> {
+        conn.fd.as_fd()
     }
 
-    fn accept_all(&mut self, cx: &PortCtx<'_>) {
+    fn refuse_extra(&mut self, fd: OwnedFd) {
+        // As VPP and DPDK do: the peer is told why.
+        let _ = socket::send(
+            fd.as_raw_fd(),
+            &Message::disconnect("Already connected").to_bytes(),
+            None,
+        );
+    }
+
+    fn on_ready(
+        &mut self,
+        cx: &PortCtx<'_>,
+        conn: &mut Conn,
+        status: &mut PortStatus,
+    ) -> Result<(), Closed> {
+        let fd = conn.fd.as_raw_fd();
         loop {
-            let fd = match self.endpoint.accept() {
-                Ok(Some(fd)) => fd,
-                Ok(None) => return,
-                Err(e) => {
-                    warn!(port = %self.name, "accept failed: {e}");
-                    return;
-                }
-            };
-            if self.conn.is_some() {
-                // One peer per interface, as VPP and DPDK do.
-                let _ = socket::send(
-                    fd.as_raw_fd(),
-                    &Message::disconnect("Already connected").to_bytes(),
-                    None,
-                );
-                continue;
-            }
-            let hs = MasterHandshake::new(self.cfg.params.clone());
-            if socket::send(fd.as_raw_fd(), &hs.hello().to_bytes(), None).is_err()
-                || cx.watch(&fd, SUB_CONN).is_err()
-            {
-                continue;
-            }
-            self.conn = Some(Conn {
-                fd,
-                hs: Handshake::Master(hs),
-                started: Instant::now(),
-            });
-        }
-    }
-
-    /// Drops the connection; `say` is sent to the peer as DISCONNECT.
-    fn disconnect(&mut self, cx: &PortCtx<'_>, reason: &str, say: bool) {
-        let Some(conn) = self.conn.take() else { return };
-        let was_up = matches!(conn.hs, Handshake::Up);
-        if was_up {
-            cx.detach();
-        }
-        if say {
-            let _ = socket::send(
-                conn.fd.as_raw_fd(),
-                &Message::disconnect(reason).to_bytes(),
-                None,
-            );
-        }
-        cx.unwatch(&conn.fd);
-        drop(conn);
-        self.status.link_up = false;
-        self.status.rx_queues = 0;
-        self.status.tx_queues = 0;
-        self.status.last_error = Some(reason.to_string());
-        if was_up {
-            info!(port = %self.name, "link down: {reason}");
-        } else {
-            info!(port = %self.name, "connection dropped during handshake: {reason}");
-        }
-        self.endpoint.lost();
-    }
-
-    /// Drops a peer that broke the protocol (in the handshake or on the
-    /// rings): counted in `faults`, logged, and told why.
-    fn refuse(&mut self, cx: &PortCtx<'_>, reason: &str) {
-        if self.conn.is_none() {
-            return; // a late report about a connection already dropped
-        }
-        warn!(port = %self.name, "peer broke the memif protocol, disconnecting: {reason}");
-        self.status.faults += 1;
-        self.disconnect(cx, reason, true);
-    }
-
-    fn on_conn_ready(&mut self, cx: &PortCtx<'_>) {
-        loop {
-            let Some(conn) = self.conn.as_mut() else {
-                return;
-            };
-            let fd = conn.fd.as_raw_fd();
             let rx = match socket::recv(fd) {
                 Ok(Some(rx)) => rx,
-                Ok(None) => return,
-                Err(e) => {
-                    let reason = if e.kind() == std::io::ErrorKind::UnexpectedEof {
-                        "peer closed the connection".to_string()
-                    } else {
-                        format!("control socket error: {e}")
-                    };
-                    return self.disconnect(cx, &reason, false);
+                Ok(None) => return Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                    return Err(Closed::gone("peer closed the connection"))
                 }
+                Err(e) => return Err(Closed::gone(format!("control socket error: {e}"))),
             };
             let msg = match Message::parse(&rx.buf[..rx.len.min(rx.buf.len())]) {
                 Ok(m) if rx.len == rx.buf.len() => m,
-                Ok(_) => return self.refuse(cx, "invalid message size"),
-                Err(e) => return self.refuse(cx, &e.to_string()),
+                Ok(_) => return Err(Closed::fault("invalid message size")),
+                Err(e) => return Err(Closed::fault(e.to_string())),
             };
             let step = match &mut conn.hs {
                 Handshake::Master(m) => m.on_message(msg, rx.fd).map(|s| match s {
@@ -246,24 +163,55 @@ impl MemifPort {
             };
             match step {
                 // `reply` is false when the peer itself said DISCONNECT.
-                Err(e) if e.reply => return self.refuse(cx, &e.reason),
-                Err(e) => return self.disconnect(cx, &e.reason, false),
+                Err(e) if e.reply => return Err(Closed::fault(e.reason)),
+                Err(e) => return Err(Closed::gone(e.reason)),
                 Ok((send, est)) => {
                     if let Some((m, afd)) = send {
-                        if let Err(e) = socket::send(fd, &m.to_bytes(), afd) {
-                            return self.disconnect(cx, &format!("send failed: {e}"), false);
-                        }
+                        socket::send(fd, &m.to_bytes(), afd)
+                            .map_err(|e| Closed::gone(format!("send failed: {e}")))?;
                     }
                     if let Some(est) = est {
-                        self.link_up(cx, est);
+                        self.link_up(cx, est, status);
+                        conn.hs = Handshake::Up;
                     }
                 }
             }
         }
     }
 
-    fn link_up(&mut self, cx: &PortCtx<'_>, est: Established) {
-        let side = self.cfg.side;
+    fn deadline(&self, conn: &Conn) -> Option<Instant> {
+        match conn.hs {
+            Handshake::Up => None,
+            _ => Some(conn.started + HANDSHAKE_TIMEOUT),
+        }
+    }
+
+    fn on_timer(&mut self, conn: &mut Conn, now: Instant) -> Result<(), Closed> {
+        match self.deadline(conn) {
+            Some(t) if now >= t => Err(Closed::fault("handshake timed out")),
+            _ => Ok(()),
+        }
+    }
+
+    fn close(&mut self, cx: &PortCtx<'_>, conn: Conn, reason: &str, say: bool) -> bool {
+        let was_up = matches!(conn.hs, Handshake::Up);
+        if was_up {
+            cx.detach();
+        }
+        if say {
+            let _ = socket::send(
+                conn.fd.as_raw_fd(),
+                &Message::disconnect(reason).to_bytes(),
+                None,
+            );
+        }
+        was_up
+    }
+}
+
+impl Memif {
+    fn link_up(&mut self, cx: &PortCtx<'_>, est: Established, status: &mut PortStatus) {
+        let side = self.side;
         let (rx_rings, tx_rings) = match side {
             Side::Master => (est.s2m, est.m2s),
             Side::Slave => (est.m2s, est.s2m),
@@ -300,12 +248,12 @@ impl MemifPort {
                 })
                 .collect(),
         };
-        self.status.link_up = true;
-        self.status.rx_queues = q.rx.len();
-        self.status.tx_queues = q.tx.len();
-        self.status.peer = Some(format!("{} ({})", est.peer_if_name, est.peer_name));
-        self.status.connects += 1;
-        self.status.last_error = None;
+        status.link_up = true;
+        status.rx_queues = q.rx.len();
+        status.tx_queues = q.tx.len();
+        status.peer = Some(format!("{} ({})", est.peer_if_name, est.peer_name));
+        status.connects += 1;
+        status.last_error = None;
         info!(
             port = %self.name,
             peer = %est.peer_name,
@@ -316,60 +264,5 @@ impl MemifPort {
             "link up"
         );
         cx.attach(q);
-        if let Some(c) = self.conn.as_mut() {
-            c.hs = Handshake::Up;
-        }
-    }
-}
-
-impl Port for MemifPort {
-    fn start(&mut self, cx: &PortCtx<'_>) -> Result<(), PortError> {
-        self.endpoint.start(cx)?;
-        if !self.endpoint.listens() {
-            self.try_connect(cx);
-        }
-        Ok(())
-    }
-
-    fn on_ready(&mut self, cx: &PortCtx<'_>, sub: u32) {
-        match sub {
-            SUB_LISTENER => self.accept_all(cx),
-            _ => self.on_conn_ready(cx),
-        }
-    }
-
-    fn deadline(&self) -> Option<Instant> {
-        let hs = self.conn.as_ref().and_then(|c| match c.hs {
-            Handshake::Up => None,
-            _ => Some(c.started + HANDSHAKE_TIMEOUT),
-        });
-        match (hs, self.endpoint.deadline()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
-    }
-
-    fn on_timer(&mut self, cx: &PortCtx<'_>, now: Instant) {
-        if let Some(c) = &self.conn {
-            if !matches!(c.hs, Handshake::Up) && now >= c.started + HANDSHAKE_TIMEOUT {
-                self.refuse(cx, "handshake timed out");
-            }
-        }
-        if self.conn.is_none() && self.endpoint.retry_due(now) {
-            self.try_connect(cx);
-        }
-    }
-
-    fn on_fault(&mut self, cx: &PortCtx<'_>, reason: &str) {
-        self.refuse(cx, reason);
-    }
-
-    fn status(&self) -> PortStatus {
-        self.status.clone()
-    }
-
-    fn stop(&mut self, cx: &PortCtx<'_>) {
-        self.disconnect(cx, "interface deleted", true);
-        self.endpoint.stop(cx);
     }
 }

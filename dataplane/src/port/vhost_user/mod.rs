@@ -21,58 +21,44 @@ pub mod relay;
 pub mod split;
 
 use std::io::ErrorKind;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use tracing::{debug, info, warn};
+use nix::sys::socket::SockType;
+use tracing::{debug, info};
 use vhost::vhost_user::{BackendReqHandler, Error as VuError};
 
-use switchyard_api::{PortStatus, SocketAddr, VhostUserRole, VhostUserSpec};
+use switchyard_api::{PortStatus, Side, VhostUserSpec};
 
-use crate::port::endpoint::{Endpoint, SUB_CONN, SUB_LISTENER};
-use crate::port::{Port, PortCtx, PortError};
+use crate::port::socket_port::{Closed, Protocol, SocketPort};
+use crate::port::{Port, PortCtx};
 use device::{Activation, NetDevice};
 use relay::{Message, Relay, RelayError};
 
-/// A vhost-user port's settings.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct VhostUserConfig {
-    /// The switch's socket role.
-    pub role: VhostUserRole,
-    /// Socket path.
-    pub socket: SocketAddr,
+/// A vhost-user port: the vhost-user protocol on a socket port, offering
+/// the spec's queue pairs, else `queues` (one per worker, as OVS-DPDK).
+pub fn port(name: &str, spec: &VhostUserSpec, queues: u16) -> Box<dyn Port> {
+    let vu = VhostUser {
+        name: name.to_string(),
+        queues: spec.queues.unwrap_or(queues),
+    };
+    Box::new(SocketPort::new(name, spec.socket_spec(), vu))
+}
+
+/// The vhost-user protocol of one port.
+struct VhostUser {
+    name: String,
     /// Queue pairs offered to the frontend.
-    pub queues: u16,
-    /// Group given access to the socket when the switch is the server.
-    pub socket_group: Option<u32>,
+    queues: u16,
 }
 
-impl VhostUserConfig {
-    /// The settings of a (validated) spec; `queues` when it names none.
-    pub fn from_spec(spec: &VhostUserSpec, queues: u16) -> VhostUserConfig {
-        VhostUserConfig {
-            role: spec.role,
-            socket: spec.socket.clone(),
-            queues: spec.queues.unwrap_or(queues),
-            socket_group: spec.socket_group,
-        }
-    }
-}
-
-struct Conn {
+/// One frontend's connection.
+pub struct Conn {
     handler: BackendReqHandler<Mutex<NetDevice>>,
     device: Arc<Mutex<NetDevice>>,
     relay: Relay,
-}
-
-/// A vhost-user port.
-pub struct VhostUserPort {
-    cfg: VhostUserConfig,
-    name: String,
-    endpoint: Endpoint,
-    conn: Option<Conn>,
-    status: PortStatus,
     /// Queue pairs with the workers, as last logged.
     pairs_up: Vec<usize>,
 }
@@ -81,135 +67,78 @@ fn lock(d: &Mutex<NetDevice>) -> MutexGuard<'_, NetDevice> {
     d.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-impl VhostUserPort {
-    /// A port that is not started yet.
-    pub fn new(name: &str, cfg: VhostUserConfig) -> VhostUserPort {
-        VhostUserPort {
-            endpoint: Endpoint::new(
-                nix::sys::socket::SockType::Stream,
-                cfg.socket.clone(),
-                cfg.role == VhostUserRole::Server,
-                cfg.socket_group,
-            ),
-            cfg,
-            name: name.to_string(),
-            conn: None,
-            status: PortStatus::default(),
-            pairs_up: Vec::new(),
-        }
-    }
+impl Protocol for VhostUser {
+    type Conn = Conn;
+    const KIND: &'static str = "vhost-user";
+    const SOCK_TYPE: SockType = SockType::Stream;
 
-    fn open(&mut self, cx: &PortCtx<'_>, stream: UnixStream) -> Result<(), String> {
-        let (relay, handler_side) = Relay::new(stream).map_err(|e| format!("socket: {e}"))?;
-        let device = NetDevice::new(&self.name, cx.link(), self.cfg.queues)
+    fn open(&mut self, cx: &PortCtx<'_>, fd: OwnedFd, _side: Side) -> Result<Conn, String> {
+        let (relay, handler_side) =
+            Relay::new(UnixStream::from(fd)).map_err(|e| format!("socket: {e}"))?;
+        let device = NetDevice::new(&self.name, cx.link(), self.queues)
             .map_err(|e| format!("device: {e}"))?;
         let device = Arc::new(Mutex::new(device));
         let handler = BackendReqHandler::from_stream(handler_side, device.clone());
-        cx.watch(relay.fd(), SUB_CONN)
-            .map_err(|e| format!("cannot watch socket: {e}"))?;
-        self.conn = Some(Conn {
+        info!(port = %self.name, "frontend connected");
+        Ok(Conn {
             handler,
             device,
             relay,
-        });
-        info!(port = %self.name, "frontend connected");
-        Ok(())
+            pairs_up: Vec::new(),
+        })
     }
 
-    fn try_connect(&mut self, cx: &PortCtx<'_>) {
-        let res = match self.endpoint.connect() {
-            Ok(fd) => self
-                .open(cx, UnixStream::from(fd))
-                .inspect_err(|_| self.endpoint.lost()),
-            Err(e) => Err(format!("connect: {e}")),
-        };
-        if let Err(e) = res {
-            debug!(port = %self.name, socket = %self.cfg.socket, "{e}; retrying");
-            self.status.last_error = Some(e);
-        }
-    }
-
-    fn accept_all(&mut self, cx: &PortCtx<'_>) {
-        loop {
-            let stream = match self.endpoint.accept() {
-                Ok(Some(fd)) => UnixStream::from(fd),
-                Ok(None) => return,
-                Err(e) => {
-                    warn!(port = %self.name, "accept failed: {e}");
-                    return;
-                }
-            };
-            if self.conn.is_some() {
-                // One frontend per socket, as DPDK's vhost library does:
-                // every other connection is closed at once, so a flood
-                // holds nothing.
-                debug!(port = %self.name, "refusing a second frontend connection");
-                continue;
-            }
-            if let Err(e) = self.open(cx, stream) {
-                warn!(port = %self.name, "{e}");
-            }
-        }
-    }
-
-    /// Drops the connection. `fault`: the frontend broke the protocol.
-    fn disconnect(&mut self, cx: &PortCtx<'_>, reason: &str, fault: bool) {
-        let Some(conn) = self.conn.take() else { return };
-        cx.unwatch(conn.relay.fd());
-        let was_up = lock(&conn.device).park();
-        drop(conn);
-        if fault {
-            self.status.faults += 1;
-            warn!(port = %self.name, "frontend broke the vhost-user protocol, disconnecting: {reason}");
-        } else if was_up {
-            info!(port = %self.name, "link down: {reason}");
-        } else {
-            info!(port = %self.name, "frontend disconnected: {reason}");
-        }
-        self.pairs_up.clear();
-        self.status.link_up = false;
-        self.status.rx_queues = 0;
-        self.status.tx_queues = 0;
-        self.status.peer = None;
-        self.status.last_error = Some(reason.to_string());
-        self.endpoint.lost();
+    fn fd(conn: &Conn) -> BorrowedFd<'_> {
+        conn.relay.fd()
     }
 
     /// The frontend sent bytes: every message they complete is handled,
     /// in order, and the replies go back.
-    fn on_message(&mut self, cx: &PortCtx<'_>) {
-        let Some(conn) = self.conn.as_mut() else {
-            return;
-        };
+    fn on_ready(
+        &mut self,
+        _cx: &PortCtx<'_>,
+        conn: &mut Conn,
+        status: &mut PortStatus,
+    ) -> Result<(), Closed> {
         let res = conn.relay.receive().and_then(|msgs| {
             for m in msgs {
                 handle(conn, &m)?;
             }
             conn.relay.flush()
         });
-        if let Err(e) = res {
-            let (reason, fault) = match e {
-                RelayError::Closed => ("frontend closed the connection".to_string(), false),
-                RelayError::Io(ref io)
-                    if matches!(
-                        io.kind(),
-                        ErrorKind::ConnectionReset | ErrorKind::BrokenPipe
-                    ) =>
-                {
-                    ("frontend closed the connection".to_string(), false)
-                }
-                e => (format!("vhost-user request failed: {e}"), true),
-            };
-            return self.disconnect(cx, &reason, fault);
+        match res {
+            Ok(()) => self.after_messages(conn, status),
+            Err(RelayError::Closed) => Err(Closed::gone("frontend closed the connection")),
+            Err(RelayError::Io(io))
+                if matches!(
+                    io.kind(),
+                    ErrorKind::ConnectionReset | ErrorKind::BrokenPipe
+                ) =>
+            {
+                Err(Closed::gone("frontend closed the connection"))
+            }
+            Err(e) => Err(Closed::fault(format!("vhost-user request failed: {e}"))),
         }
-        self.after_messages(cx);
     }
 
+    fn deadline(&self, conn: &Conn) -> Option<Instant> {
+        conn.relay.deadline()
+    }
+
+    fn on_timer(&mut self, conn: &mut Conn, now: Instant) -> Result<(), Closed> {
+        conn.relay
+            .check(now)
+            .map_err(|e| Closed::fault(e.to_string()))
+    }
+
+    fn close(&mut self, _cx: &PortCtx<'_>, conn: Conn, _reason: &str, _say: bool) -> bool {
+        lock(&conn.device).park()
+    }
+}
+
+impl VhostUser {
     /// Link state after the frontend's messages.
-    fn after_messages(&mut self, cx: &PortCtx<'_>) {
-        let Some(conn) = self.conn.as_mut() else {
-            return;
-        };
+    fn after_messages(&self, conn: &mut Conn, status: &mut PortStatus) -> Result<(), Closed> {
         let mut dev = lock(&conn.device);
         let parked = dev.take_parked();
         let res = dev.activate();
@@ -217,16 +146,16 @@ impl VhostUserPort {
         drop(dev);
         match res {
             Ok(Activation::Up { pairs }) => {
-                if !self.status.link_up {
-                    self.status.connects += 1;
+                if !status.link_up {
+                    status.connects += 1;
                     info!(port = %self.name, queue_pairs = pairs.len(), "link up");
                 }
-                self.log_pairs(pairs.clone());
-                self.status.link_up = true;
-                self.status.rx_queues = pairs.len();
-                self.status.tx_queues = pairs.len();
-                self.status.last_error = None;
-                self.status.peer = Some(format!(
+                self.log_pairs(conn, pairs.clone());
+                status.link_up = true;
+                status.rx_queues = pairs.len();
+                status.tx_queues = pairs.len();
+                status.last_error = None;
+                status.peer = Some(format!(
                     "virtio-net driver, features {:#x}",
                     features.unwrap_or(0)
                 ));
@@ -234,32 +163,31 @@ impl VhostUserPort {
             Ok(Activation::Unchanged) => {
                 if parked {
                     // Rings stopped and not (yet) restarted.
-                    if self.status.link_up {
+                    if status.link_up {
                         info!(port = %self.name, "link down: frontend stopped its queues");
                     }
-                    self.log_pairs(Vec::new());
-                    self.status.link_up = false;
-                    self.status.rx_queues = 0;
-                    self.status.tx_queues = 0;
+                    self.log_pairs(conn, Vec::new());
+                    status.link_up = false;
+                    status.rx_queues = 0;
+                    status.tx_queues = 0;
                 }
             }
-            Err(reason) => self.disconnect(cx, &reason, true),
+            Err(reason) => return Err(Closed::fault(reason)),
         }
+        Ok(())
     }
-}
 
-impl VhostUserPort {
     /// Logs each queue pair that came up or went down since the last call
     /// (a guest enables its pairs one by one, as its driver brings up
     /// queues on more CPUs).
-    fn log_pairs(&mut self, now: Vec<usize>) {
-        for p in now.iter().filter(|p| !self.pairs_up.contains(p)) {
+    fn log_pairs(&self, conn: &mut Conn, now: Vec<usize>) {
+        for p in now.iter().filter(|p| !conn.pairs_up.contains(p)) {
             info!(port = %self.name, pair = p, rx_vring = 2 * p + 1, tx_vring = 2 * p, "queue pair up");
         }
-        for p in self.pairs_up.iter().filter(|p| !now.contains(p)) {
+        for p in conn.pairs_up.iter().filter(|p| !now.contains(p)) {
             info!(port = %self.name, pair = p, "queue pair down");
         }
-        self.pairs_up = now;
+        conn.pairs_up = now;
     }
 }
 
@@ -321,53 +249,4 @@ fn early_vring_enable(conn: &mut Conn, msg: &Message) -> Option<Result<Option<Ve
         return Some(Ok(Some(reply)));
     }
     Some(res.map(|()| None))
-}
-
-impl Port for VhostUserPort {
-    fn start(&mut self, cx: &PortCtx<'_>) -> Result<(), PortError> {
-        self.endpoint.start(cx)?;
-        if !self.endpoint.listens() {
-            self.try_connect(cx);
-        }
-        Ok(())
-    }
-
-    fn on_ready(&mut self, cx: &PortCtx<'_>, sub: u32) {
-        match sub {
-            SUB_LISTENER => self.accept_all(cx),
-            _ => self.on_message(cx),
-        }
-    }
-
-    fn deadline(&self) -> Option<Instant> {
-        match &self.conn {
-            Some(c) => c.relay.deadline(),
-            None => self.endpoint.deadline(),
-        }
-    }
-
-    fn on_timer(&mut self, cx: &PortCtx<'_>, now: Instant) {
-        if let Some(conn) = self.conn.as_mut() {
-            if let Err(e) = conn.relay.check(now) {
-                self.disconnect(cx, &e.to_string(), true);
-            }
-            return;
-        }
-        if self.endpoint.retry_due(now) {
-            self.try_connect(cx);
-        }
-    }
-
-    fn on_fault(&mut self, cx: &PortCtx<'_>, reason: &str) {
-        self.disconnect(cx, reason, true);
-    }
-
-    fn status(&self) -> PortStatus {
-        self.status.clone()
-    }
-
-    fn stop(&mut self, cx: &PortCtx<'_>) {
-        self.disconnect(cx, "interface deleted", false);
-        self.endpoint.stop(cx);
-    }
 }
