@@ -2,87 +2,17 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{
-    validate_queues, KindOptions, Side, SocketAddr, SocketKind, SocketRole, SocketSpec, SpecError,
-};
+use super::socket::socket_roles;
+use super::{validate_queues, KindOptions, SocketAddr, SocketSpec, SpecError};
 
-/// A memif role: the switch's in a port spec, the pod's in device-info.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "&'static str")]
-pub enum MemifRole {
-    /// The switch creates the socket and the shared memory.
-    Master,
-    /// The switch connects to the peer's socket.
-    Slave,
-}
-
-impl MemifRole {
-    /// The name specs use.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            MemifRole::Master => "master",
-            MemifRole::Slave => "slave",
-        }
-    }
-
-    /// Which end of the socket the role's holder is.
-    pub fn side(self) -> Side {
-        match self {
-            MemifRole::Master => Side::Listen,
-            MemifRole::Slave => Side::Connect,
-        }
-    }
-}
-
-impl From<Side> for MemifRole {
-    fn from(side: Side) -> MemifRole {
-        match side {
-            Side::Listen => MemifRole::Master,
-            Side::Connect => MemifRole::Slave,
-        }
-    }
-}
-
-impl From<MemifRole> for SocketRole {
-    fn from(r: MemifRole) -> SocketRole {
-        SocketKind::Memif.role(r.side())
-    }
-}
-
-/// As serde reads it: the error names the field (a flattened spec's
-/// errors would not).
-impl TryFrom<String> for MemifRole {
-    type Error = String;
-    fn try_from(s: String) -> Result<MemifRole, String> {
-        s.parse().map_err(|e| format!("role: {e}"))
-    }
-}
-
-impl From<MemifRole> for &'static str {
-    fn from(r: MemifRole) -> &'static str {
-        r.as_str()
-    }
-}
-
-impl std::str::FromStr for MemifRole {
-    type Err = String;
-    /// `master` or `slave`; DPDK's newer names `server` and `client` are the
-    /// same roles.
-    fn from_str(s: &str) -> Result<MemifRole, String> {
-        match s {
-            "master" | "server" => Ok(MemifRole::Master),
-            "slave" | "client" => Ok(MemifRole::Slave),
-            r => Err(format!(
-                "{r:?}: memif roles are master or slave (DPDK's server and client are the same)"
-            )),
-        }
-    }
-}
-
-impl std::fmt::Display for MemifRole {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
+socket_roles! {
+    /// A memif role: the switch's in a port spec, the pod's in device-info.
+    MemifRole of Memif:
+    /// Creates the socket and the shared memory (DPDK's `server`).
+    Master = "master" | "server",
+    /// Connects to the peer's socket (DPDK's `client`).
+    Slave = "slave" | "client";
+    error: "memif roles are master or slave (DPDK's server and client are the same)"
 }
 
 /// memif interface mode.

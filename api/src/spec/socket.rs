@@ -15,6 +15,96 @@ use super::{
     KindSpec, MemifRole, MemifSpec, SpecError, VhostUserRole, VhostUserSpec, MAX_SOCKET_PATH,
 };
 
+/// Declares a socket kind's two roles: an enum whose variants are named as
+/// the kind names them (with the other names it also takes), each on its
+/// [`Side`], read and written by serde as those names (an error names the
+/// `role` field: a flattened spec's errors would not), and turned into a
+/// [`SocketRole`] of the kind. Both socket kinds declare theirs with it, so
+/// what a role is is written once.
+macro_rules! socket_roles {
+    (
+        $(#[$doc:meta])* $ty:ident of $kind:ident:
+        $(#[$ldoc:meta])* $listen:ident = $lname:literal $(| $lalias:literal)*,
+        $(#[$cdoc:meta])* $connect:ident = $cname:literal $(| $calias:literal)*;
+        error: $err:literal
+    ) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+        #[serde(try_from = "String", into = "&'static str")]
+        pub enum $ty {
+            $(#[$ldoc])*
+            $listen,
+            $(#[$cdoc])*
+            $connect,
+        }
+
+        impl $ty {
+            /// The role's name.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $ty::$listen => $lname,
+                    $ty::$connect => $cname,
+                }
+            }
+
+            /// Which end of the socket the role's holder is.
+            pub fn side(self) -> $crate::spec::Side {
+                match self {
+                    $ty::$listen => $crate::spec::Side::Listen,
+                    $ty::$connect => $crate::spec::Side::Connect,
+                }
+            }
+        }
+
+        impl From<$crate::spec::Side> for $ty {
+            fn from(side: $crate::spec::Side) -> $ty {
+                match side {
+                    $crate::spec::Side::Listen => $ty::$listen,
+                    $crate::spec::Side::Connect => $ty::$connect,
+                }
+            }
+        }
+
+        impl From<$ty> for $crate::spec::SocketRole {
+            fn from(r: $ty) -> $crate::spec::SocketRole {
+                $crate::spec::SocketKind::$kind.role(r.side())
+            }
+        }
+
+        impl std::str::FromStr for $ty {
+            type Err = String;
+            fn from_str(s: &str) -> Result<$ty, String> {
+                match s {
+                    $lname $(| $lalias)* => Ok($ty::$listen),
+                    $cname $(| $calias)* => Ok($ty::$connect),
+                    r => Err(format!("{r:?}: {}", $err)),
+                }
+            }
+        }
+
+        impl TryFrom<String> for $ty {
+            type Error = String;
+            fn try_from(s: String) -> Result<$ty, String> {
+                s.parse().map_err(|e| format!("role: {e}"))
+            }
+        }
+
+        impl From<$ty> for &'static str {
+            fn from(r: $ty) -> &'static str {
+                r.as_str()
+            }
+        }
+
+        impl std::fmt::Display for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+pub(crate) use socket_roles;
+
 /// Where a socket lives: parsed from its spec string once, where it enters.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(from = "String", into = "String")]

@@ -2,90 +2,22 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{
-    validate_queues, KindOptions, Side, SocketAddr, SocketKind, SocketRole, SocketSpec, SpecError,
-};
+use super::socket::socket_roles;
+use super::{validate_queues, KindOptions, SocketAddr, SocketSpec, SpecError};
 
-/// Which end of the vhost-user socket the switch is. (The switch is always
-/// the virtio backend, which the vhost-user spec calls the back-end or
-/// slave; `master`/`slave` are refused here because in vhost-user they name
-/// the frontend and the backend, not the socket's ends.)
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "&'static str")]
-pub enum VhostUserRole {
-    /// The switch creates the socket and the frontend (QEMU with
-    /// `reconnect=1`, DPDK's virtio_user) connects.
-    Server,
-    /// The switch connects to the frontend's socket (QEMU `server=on`,
-    /// virtio_user `server=1`) and reconnects when it goes away.
-    Client,
-}
-
-impl VhostUserRole {
-    /// The name specs use.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            VhostUserRole::Server => "server",
-            VhostUserRole::Client => "client",
-        }
-    }
-
-    /// Which end of the socket the role's holder is.
-    pub fn side(self) -> Side {
-        match self {
-            VhostUserRole::Server => Side::Listen,
-            VhostUserRole::Client => Side::Connect,
-        }
-    }
-}
-
-impl From<Side> for VhostUserRole {
-    fn from(side: Side) -> VhostUserRole {
-        match side {
-            Side::Listen => VhostUserRole::Server,
-            Side::Connect => VhostUserRole::Client,
-        }
-    }
-}
-
-impl From<VhostUserRole> for SocketRole {
-    fn from(r: VhostUserRole) -> SocketRole {
-        SocketKind::VhostUser.role(r.side())
-    }
-}
-
-/// As serde reads it: the error names the field (a flattened spec's
-/// errors would not).
-impl TryFrom<String> for VhostUserRole {
-    type Error = String;
-    fn try_from(s: String) -> Result<VhostUserRole, String> {
-        s.parse().map_err(|e| format!("role: {e}"))
-    }
-}
-
-impl From<VhostUserRole> for &'static str {
-    fn from(r: VhostUserRole) -> &'static str {
-        r.as_str()
-    }
-}
-
-impl std::str::FromStr for VhostUserRole {
-    type Err = String;
-    fn from_str(s: &str) -> Result<VhostUserRole, String> {
-        match s {
-            "server" => Ok(VhostUserRole::Server),
-            "client" => Ok(VhostUserRole::Client),
-            r => Err(format!(
-                "{r:?}: vhost-user roles are server (creates the socket) or client (connects to it)"
-            )),
-        }
-    }
-}
-
-impl std::fmt::Display for VhostUserRole {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
+socket_roles! {
+    /// Which end of the vhost-user socket a side is. (The switch is always
+    /// the virtio backend, which the vhost-user spec calls the back-end or
+    /// slave; `master`/`slave` are refused here because in vhost-user they
+    /// name the frontend and the backend, not the socket's ends.)
+    VhostUserRole of VhostUser:
+    /// Creates the socket; the other end connects (QEMU with
+    /// `reconnect=1`, DPDK's virtio_user).
+    Server = "server",
+    /// Connects to the other end's socket (QEMU `server=on`, virtio_user
+    /// `server=1`), and again when it goes away.
+    Client = "client";
+    error: "vhost-user roles are server (creates the socket) or client (connects to it)"
 }
 
 /// A vhost-user port. The frontend sizes its own rings and buffers, so

@@ -1,0 +1,410 @@
+//! The CLI's client commands: the command line (clap), each command's
+//! request to the daemon, and its output ([`render`] draws the tables,
+//! [`capture`] streams a capture). `main.rs` keeps the launcher.
+
+mod capture;
+mod render;
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use switchyard_api::{
+    Call, CaptureDirection, CaptureFormat, Client, MacAddr, PortSpec, Request, VlanSet,
+    DEFAULT_CONTROL_SOCKET,
+};
+
+/// Switchyard: a userspace L2 switch for pods and VMs (memif, vhost-user, tap,
+/// af-packet and af-xdp ports).
+#[derive(Parser)]
+#[command(version, about)]
+pub(crate) struct Cli {
+    /// Control socket (also SWITCHYARD_CONTROL).
+    #[arg(long, global = true, env = "SWITCHYARD_CONTROL")]
+    pub(crate) control: Option<PathBuf>,
+    #[command(subcommand)]
+    pub(crate) cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum Cmd {
+    /// Runs the switch in the foreground.
+    Run {
+        /// Configuration file (default: the embedded configuration).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Directory for persisted state (overrides the config).
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+    },
+    /// Manages ports.
+    #[command(subcommand)]
+    Port(PortCmd),
+    /// Shows port counters.
+    Stats {
+        /// Only this port.
+        name: Option<String>,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Manages bridges.
+    #[command(subcommand)]
+    Bridge(BridgeCmd),
+    /// Shows learned MAC addresses.
+    #[command(subcommand)]
+    Mac(MacCmd),
+    /// Shows the workers' load.
+    #[command(subcommand)]
+    Worker(WorkerCmd),
+    /// Captures a port's frames to a pcapng (or pcap) file, as tcpdump
+    /// would on a kernel interface; Ctrl-C ends it.
+    Capture {
+        /// Port.
+        port: String,
+        /// Frames received from the peer (rx), sent to it (tx), or both.
+        #[arg(long, value_enum, default_value = "both")]
+        direction: DirectionArg,
+        /// Stop after this many frames.
+        #[arg(long, short = 'c')]
+        count: Option<u64>,
+        /// Bytes kept of each frame.
+        #[arg(long, short = 's', default_value_t = 262144)]
+        snaplen: u32,
+        /// Stop after this many seconds.
+        #[arg(long)]
+        duration: Option<f64>,
+        /// File format.
+        #[arg(long, value_enum, default_value = "pcapng")]
+        format: FormatArg,
+        /// Output file, `-` for standard output (e.g. `| tcpdump -r -`).
+        #[arg(short = 'w')]
+        write: PathBuf,
+    },
+    /// Shows what the switch decided for the next frames: in-port, VLAN,
+    /// source learned or moved, destination found or flooded, out-ports,
+    /// or the drop reason.
+    Trace {
+        /// Frames to trace.
+        #[arg(long, short = 'c', default_value_t = 10)]
+        count: u32,
+        /// Only frames coming in on this port.
+        #[arg(long)]
+        port: Option<String>,
+        /// Seconds to wait for them.
+        #[arg(long, default_value_t = 10.0)]
+        timeout: f64,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub(crate) enum DirectionArg {
+    Rx,
+    Tx,
+    Both,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub(crate) enum FormatArg {
+    Pcapng,
+    Pcap,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum WorkerCmd {
+    /// Lists workers: CPU, mode, busy share, and each receive queue with
+    /// its share of the worker's busy time (as OVS's pmd-rxq-show).
+    List {
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+pub(crate) enum PortCmd {
+    /// Adds a port (roles are the switch's own).
+    Add(Box<PortAdd>),
+    /// Deletes a port.
+    Del {
+        /// Port name.
+        name: String,
+    },
+    /// Lists ports.
+    List {
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Args)]
+pub(crate) struct PortAdd {
+    /// Port name.
+    name: String,
+    /// memif, vhost-user, tap, af-packet or af-xdp.
+    #[arg(long)]
+    kind: String,
+    /// memif: master|slave; vhost-user: server|client (the switch's role).
+    #[arg(long)]
+    role: Option<String>,
+    /// Socket path (`@name` or `abstract:name` for abstract memif sockets).
+    #[arg(long)]
+    socket: Option<String>,
+    /// tap: the kernel interface the switch creates; af-packet, af-xdp:
+    /// the existing interface the uplink attaches to.
+    #[arg(long)]
+    interface: Option<String>,
+    /// memif interface id.
+    #[arg(long)]
+    id: Option<u32>,
+    /// memif secret.
+    #[arg(long)]
+    secret: Option<String>,
+    /// memif mode: ethernet or ip; af-xdp mode: best-effort (default),
+    /// native-with-zerocopy, native or generic.
+    #[arg(long)]
+    mode: Option<String>,
+    /// Queue pairs.
+    #[arg(long)]
+    queues: Option<u16>,
+    /// Descriptors per ring (power of two).
+    #[arg(long)]
+    ring_size: Option<u32>,
+    /// Buffer size in bytes.
+    #[arg(long)]
+    buffer_size: Option<u32>,
+    /// Bridge to join.
+    #[arg(long)]
+    bridge: Option<String>,
+    /// Access VLAN (1..4094). Without --vlan and --trunk the port carries
+    /// untagged frames only.
+    #[arg(long, conflicts_with = "trunk")]
+    vlan: Option<u16>,
+    /// Trunk: the VLANs carried tagged, e.g. `100,200-210`; `0` adds
+    /// untagged frames; `all` carries everything.
+    #[arg(long)]
+    trunk: Option<VlanSet>,
+    /// Numeric group given access to the socket the switch creates (socket
+    /// mode 0660), for non-root peers.
+    #[arg(long)]
+    socket_group: Option<u32>,
+    /// Most MAC table entries the port may hold (default 64; 0: no limit).
+    #[arg(long)]
+    mac_limit: Option<u32>,
+    /// The port's own MAC, pinned to it (repeat or comma-separate for
+    /// several): frames from any other source are dropped.
+    #[arg(long = "mac", value_delimiter = ',')]
+    macs: Vec<MacAddr>,
+    /// Pin the first source MAC the port sends from.
+    #[arg(long, conflicts_with = "macs")]
+    pin_first: bool,
+    /// tap: the interface's MAC (default: one chosen once, kept for good).
+    #[arg(long)]
+    interface_mac: Option<MacAddr>,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum BridgeCmd {
+    /// Adds a bridge.
+    Add {
+        /// Name.
+        name: String,
+    },
+    /// Deletes an empty bridge.
+    Del {
+        /// Name.
+        name: String,
+    },
+    /// Lists bridges.
+    List {
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+pub(crate) enum MacCmd {
+    /// Lists a bridge's MAC table.
+    List {
+        /// Bridge.
+        bridge: String,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+impl PortAdd {
+    /// The spec the flags describe, typed by the same parser as the config
+    /// file and the API: a flag the kind does not have is refused by name.
+    pub(crate) fn spec(self) -> anyhow::Result<PortSpec> {
+        use serde_json::{json, Map, Value};
+        let mut m = Map::new();
+        let mut put = |k: &str, v: Value| {
+            if !v.is_null() {
+                m.insert(k.to_string(), v);
+            }
+        };
+        put("name", json!(self.name));
+        put("kind", json!(self.kind));
+        put("role", json!(self.role));
+        put("socket", json!(self.socket));
+        put("interface", json!(self.interface));
+        put("id", json!(self.id));
+        put("secret", json!(self.secret));
+        put("mode", json!(self.mode));
+        put("queues", json!(self.queues));
+        put("ring_size", json!(self.ring_size));
+        put("buffer_size", json!(self.buffer_size));
+        put("bridge", json!(self.bridge));
+        put("vlan", json!(self.vlan));
+        put("trunk", json!(self.trunk));
+        put("socket_group", json!(self.socket_group));
+        put("mac_limit", json!(self.mac_limit));
+        put("macs", json!((!self.macs.is_empty()).then_some(self.macs)));
+        put("pin_first", json!(self.pin_first.then_some(true)));
+        put("interface_mac", json!(self.interface_mac));
+        serde_json::from_value(Value::Object(m)).map_err(|e| {
+            // The flags are not JSON to the user: no line and column.
+            let text = e.to_string();
+            let text = text.split(" at line ").next().unwrap_or_default();
+            anyhow::anyhow!("{text}")
+        })
+    }
+}
+
+/// Runs a client command (every command but `run`) against the daemon at
+/// `control` (default [`DEFAULT_CONTROL_SOCKET`]).
+pub(crate) fn run(cmd: Cmd, control: Option<PathBuf>) -> anyhow::Result<()> {
+    let client = || -> anyhow::Result<Client> {
+        let path = control
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_CONTROL_SOCKET));
+        Ok(Client::connect(&path)?)
+    };
+    match cmd {
+        Cmd::Run { .. } => unreachable!("main runs the daemon"),
+        Cmd::Port(PortCmd::Add(a)) => {
+            let spec = a.spec()?;
+            let info = client()?.ask(&Request::port_add(spec))?;
+            println!("port {} added", info.spec.name);
+            Ok(())
+        }
+        Cmd::Port(PortCmd::Del { name }) => {
+            client()?.ask(&Request::port_del(&name))?;
+            println!("port {name} deleted");
+            Ok(())
+        }
+        Cmd::Port(PortCmd::List { json }) => {
+            let Some(ports) = json_or(&mut client()?, &Request::port_list(), json)? else {
+                return Ok(());
+            };
+            print!("{}", render::port_table(&ports));
+            Ok(())
+        }
+        Cmd::Stats { name, json } => {
+            let Some(stats) = json_or(&mut client()?, &Request::stats(name), json)? else {
+                return Ok(());
+            };
+            print!("{}", render::stats_table(&stats));
+            Ok(())
+        }
+        Cmd::Bridge(BridgeCmd::Add { name }) => {
+            client()?.ask(&Request::bridge_add(&name))?;
+            println!("bridge {name} added");
+            Ok(())
+        }
+        Cmd::Bridge(BridgeCmd::Del { name }) => {
+            client()?.ask(&Request::bridge_del(&name))?;
+            println!("bridge {name} deleted");
+            Ok(())
+        }
+        Cmd::Bridge(BridgeCmd::List { json }) => {
+            let Some(bridges) = json_or(&mut client()?, &Request::bridge_list(), json)? else {
+                return Ok(());
+            };
+            print!("{}", render::bridge_table(&bridges));
+            Ok(())
+        }
+        Cmd::Capture {
+            port,
+            direction,
+            count,
+            snaplen,
+            duration,
+            format,
+            write,
+        } => capture::capture(
+            client()?,
+            Request::Capture {
+                port,
+                direction: match direction {
+                    DirectionArg::Rx => CaptureDirection::Rx,
+                    DirectionArg::Tx => CaptureDirection::Tx,
+                    DirectionArg::Both => CaptureDirection::Both,
+                },
+                count,
+                snaplen: Some(snaplen),
+                format: match format {
+                    FormatArg::Pcapng => CaptureFormat::Pcapng,
+                    FormatArg::Pcap => CaptureFormat::Pcap,
+                },
+                duration_ms: duration.map(|d| (d * 1000.0).ceil() as u64),
+            },
+            &write,
+        ),
+        Cmd::Trace {
+            count,
+            port,
+            timeout,
+            json,
+        } => {
+            let wait = std::time::Duration::from_secs_f64(timeout.max(0.0));
+            let mut c = client()?;
+            c.set_timeout(wait + std::time::Duration::from_secs(30))?;
+            let call = Request::trace(Some(count), port, Some(wait.as_millis() as u64));
+            let Some(entries) = json_or(&mut c, &call, json)? else {
+                return Ok(());
+            };
+            print!("{}", render::trace_text(&entries));
+            if (entries.len() as u32) < count {
+                eprintln!("{} of {count} frames traced in {timeout} s", entries.len());
+            }
+            Ok(())
+        }
+        Cmd::Worker(WorkerCmd::List { json }) => {
+            let Some(workers) = json_or(&mut client()?, &Request::worker_list(), json)? else {
+                return Ok(());
+            };
+            print!("{}", render::worker_table(&workers));
+            Ok(())
+        }
+        Cmd::Mac(MacCmd::List { bridge, json }) => {
+            let Some(macs) = json_or(&mut client()?, &Request::mac_list(&bridge), json)? else {
+                return Ok(());
+            };
+            print!("{}", render::mac_table(&macs));
+            Ok(())
+        }
+    }
+}
+
+/// Asks `call`. With `--json` (`json`), prints the answer as pretty JSON and
+/// returns `None`; otherwise returns it decoded, for the caller's table.
+fn json_or<A: serde::de::DeserializeOwned>(
+    client: &mut Client,
+    call: &Call<A>,
+    json: bool,
+) -> anyhow::Result<Option<A>> {
+    let answer = client.call(call.request())?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&answer)?);
+        return Ok(None);
+    }
+    Ok(Some(serde_json::from_value(answer)?))
+}

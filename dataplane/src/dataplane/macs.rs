@@ -1,0 +1,73 @@
+//! Pinned MACs and aging in the bridges' tables.
+
+use super::*;
+
+impl Dataplane {
+    /// Pins `macs` to port `id` in its bridge, in the VLAN its untagged
+    /// frames belong to (a trunk without untagged frames pins its MACs per
+    /// VLAN as it sends from them). `Err` names a MAC pinned to another
+    /// port (and that port's slot), or one whose table bucket is full of
+    /// pinned entries.
+    pub fn pin_macs(&self, id: PortId, macs: &[MacAddr]) -> Result<(), (MacAddr, Option<PortId>)> {
+        let t = self.table();
+        let Some(p) = t.ports.get(id as usize).and_then(Option::as_ref) else {
+            return Ok(());
+        };
+        let (Some(domain), Some(table)) = (
+            p.vlan.ingress(0),
+            p.bridge
+                .and_then(|b| t.bridges.get(b as usize))
+                .and_then(Option::as_ref)
+                .map(|b| b.macs.clone()),
+        ) else {
+            return Ok(());
+        };
+        let entry = MacEntry {
+            port: id,
+            port_gen: p.generation,
+            last_seen: self.now_secs(),
+            pinned: true,
+        };
+        for &mac in macs {
+            match table.pin(mac, domain, entry) {
+                Learned::New => p.shared.security.take(1),
+                Learned::Moved(old) | Learned::Evicted(old) => {
+                    p.shared.security.take(1);
+                    if let Some(o) = t.owner(&old) {
+                        o.security.release(1);
+                    }
+                }
+                Learned::Refreshed | Learned::Unchanged => {}
+                Learned::Pinned(old) => return Err((mac, Some(old.port))),
+                Learned::Held(_) | Learned::Full => return Err((mac, None)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes unpinned MAC entries older than `max_age` seconds from every
+    /// bridge, giving their ports' places back.
+    pub fn age_macs(&self, now: u32, max_age: u32) {
+        let tables: Vec<(Arc<MacTable>, Arc<BridgeStats>)> = self
+            .table()
+            .bridges
+            .iter()
+            .flatten()
+            .map(|b| (b.macs.clone(), b.stats.clone()))
+            .collect();
+        for (m, stats) in tables {
+            let mut gone: Vec<MacEntry> = Vec::new();
+            m.age(now, max_age, |r| gone.push(r.entry));
+            if !gone.is_empty() {
+                // The control thread's own block.
+                crate::types::bump(&stats.counters(self.inner.workers).aged, gone.len() as u64);
+                let t = self.table();
+                for e in &gone {
+                    if let Some(o) = t.owner(e) {
+                        o.security.release(1);
+                    }
+                }
+            }
+        }
+    }
+}

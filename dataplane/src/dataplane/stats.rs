@@ -1,0 +1,107 @@
+//! What the control thread and the workers count, per port and bridge.
+
+use super::*;
+
+/// What the control thread and the workers share about one port.
+pub struct PortShared {
+    /// Port name.
+    pub name: String,
+    /// One counter block per worker, plus one for the control thread.
+    pub(super) counters: Box<[Counters]>,
+    pub(super) fault_flag: AtomicBool,
+    pub(super) fault: Mutex<Option<String>>,
+    pub(super) link_up: AtomicBool,
+    /// Port security settings and the entries the port holds.
+    pub security: SecurityState,
+}
+
+impl PortShared {
+    pub(super) fn new(name: &str, workers: usize, security: &PortSecurity) -> PortShared {
+        PortShared {
+            name: name.to_string(),
+            counters: (0..=workers).map(|_| Counters::default()).collect(),
+            fault_flag: AtomicBool::new(false),
+            fault: Mutex::new(None),
+            link_up: AtomicBool::new(false),
+            security: SecurityState::new(security),
+        }
+    }
+
+    /// The counter block of worker `w`.
+    #[inline]
+    pub fn counters(&self, w: usize) -> &Counters {
+        &self.counters[w]
+    }
+
+    /// Sum over workers.
+    pub fn totals(&self) -> PortTotals {
+        let mut t = PortTotals::default();
+        let mut drops = [0u64; DropReason::COUNT];
+        for c in self.counters.iter() {
+            t.rx_packets += c.rx_packets.load(Ordering::Relaxed);
+            t.rx_bytes += c.rx_bytes.load(Ordering::Relaxed);
+            t.tx_packets += c.tx_packets.load(Ordering::Relaxed);
+            t.tx_bytes += c.tx_bytes.load(Ordering::Relaxed);
+            for (d, a) in drops.iter_mut().zip(c.drops.iter()) {
+                *d += a.load(Ordering::Relaxed);
+            }
+        }
+        for r in DropReason::ALL {
+            t.drops.insert(r, drops[r as usize]);
+        }
+        t
+    }
+
+    /// True while queues are attached.
+    pub fn link_up(&self) -> bool {
+        self.link_up.load(Ordering::Relaxed)
+    }
+}
+
+/// A bridge's event counters, one block per worker plus one for the
+/// control thread (aging).
+pub struct BridgeStats {
+    pub(super) counters: Box<[BridgeCounters]>,
+}
+
+/// A bridge's counters summed over workers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BridgeTotals {
+    /// MAC entries learned.
+    pub learned: u64,
+    /// MAC entries moved between ports.
+    pub moved: u64,
+    /// Entries evicted from full buckets.
+    pub evicted: u64,
+    /// Entries aged out.
+    pub aged: u64,
+    /// Frames flooded.
+    pub flooded: u64,
+}
+
+impl BridgeStats {
+    pub(super) fn new(workers: usize) -> BridgeStats {
+        BridgeStats {
+            counters: (0..=workers).map(|_| BridgeCounters::default()).collect(),
+        }
+    }
+
+    /// The counter block of worker `w` (the last is the control thread's).
+    #[inline]
+    pub fn counters(&self, w: usize) -> &BridgeCounters {
+        &self.counters[w]
+    }
+
+    /// Sum over workers.
+    pub fn totals(&self) -> BridgeTotals {
+        let mut t = BridgeTotals::default();
+        for c in self.counters.iter() {
+            t.learned += c.learned.load(Ordering::Relaxed);
+            t.moved += c.moved.load(Ordering::Relaxed);
+            t.evicted += c.evicted.load(Ordering::Relaxed);
+            t.aged += c.aged.load(Ordering::Relaxed);
+            t.flooded += c.flooded.load(Ordering::Relaxed);
+        }
+        t
+    }
+}
