@@ -12,7 +12,6 @@
 //! holds 0.
 
 use std::mem::MaybeUninit;
-use std::ptr;
 
 use crate::dataplane::{Dataplane, Ingress, ViewBridge, ViewPort, WorkerView};
 use crate::observe::{capture, Trace, TraceLearn, TraceLookup, TraceRecord};
@@ -21,7 +20,9 @@ use crate::queue::{Offload, RxFrame, TxError, TxFrame, TxOutcome, TxQueue, BURST
 use crate::switch::mac_table::{MacEntry, MacKey};
 use crate::switch::security::{self, Admitted};
 use crate::types::{bump, BridgeId, DropReason, PortId};
-use crate::wire::ethernet::{ETHERTYPE_VLAN, HEADER_LEN, VLAN_TAG_LEN};
+use crate::wire::ethernet::{
+    HeadWords, L2Head, ETHERTYPE_VLAN, HEADER_LEN, HEAD_LEN, VLAN_TAG_LEN,
+};
 use crate::wire::MacAddr;
 
 /// Per-worker scratch state for forwarding, sized when the view changes so
@@ -39,7 +40,7 @@ pub struct Forwarder {
     /// Destinations with frames queued, in first-use order.
     touched: Vec<PortId>,
     /// For each frame of the burst whose VLAN tag changes somewhere, its
-    /// rewritten header, from the addresses read once ([`L2`]): the two, then
+    /// rewritten header, from the addresses read once ([`L2Head`]): the two, then
     /// (tag pushed) the new tag. A frame is either tagged (its tag may be
     /// popped) or not (one may be pushed, of its one VLAN), so one header
     /// serves every destination.
@@ -117,112 +118,30 @@ enum Retag {
 /// the addresses and the new tag.
 const PUSHED_LEN: usize = 12 + VLAN_TAG_LEN;
 
-/// A frame's L2 facts, each read once from its first bytes (the peer may
-/// write them meanwhile: the lookups and a rewritten header see the same
-/// values). The addresses are the low 48 bits of a little-endian load of
-/// their six bytes (the first byte, with the group bit, lowest; the top
-/// 16 bits are the next field's).
-struct L2 {
-    dst: u64,
-    src: u64,
-    tagged: bool,
-    vid: u16,
-}
-
-impl L2 {
-    fn dst_mac(&self) -> MacAddr {
-        MacAddr::from_bytes(&self.dst.to_le_bytes())
-    }
-
-    fn src_mac(&self) -> MacAddr {
-        MacAddr::from_bytes(&self.src.to_le_bytes())
-    }
-
-    /// The destination is a group (multicast or broadcast) address.
-    #[inline]
-    fn dst_multicast(&self) -> bool {
-        self.dst & 1 != 0
-    }
-
-    /// The source is a group address (never a station's own).
-    #[inline]
-    fn src_multicast(&self) -> bool {
-        self.src & 1 != 0
-    }
-
-    /// The two addresses as they lead the frame.
-    fn addrs(&self) -> [u8; 12] {
-        let mut a = [0u8; 12];
-        a[..6].copy_from_slice(&self.dst_mac().0);
-        a[6..].copy_from_slice(&self.src_mac().0);
-        a
-    }
-}
-
-/// Bytes of a frame's head that [`parse_l2`] reads.
-const HEAD: usize = HEADER_LEN + VLAN_TAG_LEN;
-
+/// A frame's L2 facts ([`L2Head`], the one Ethernet parser in `wire/`):
+/// read in place from its first segment, where that holds the head (the
+/// usual frame), else from a copy of its first bytes. A frame too short for
+/// its header is a runt.
 #[inline]
-fn parse_l2(frame: &RxFrame) -> Result<L2, DropReason> {
-    // The usual frame's first segment holds the header: read in place.
-    let (a, b, c, n) = match frame.first_segment() {
+fn parse_l2(frame: &RxFrame) -> Result<L2Head, DropReason> {
+    let w = match frame.first_segment() {
         // SAFETY: the segment was bounds-checked against a live mapping
-        // when it was pushed, and holds `HEAD` bytes at least.
-        Some(s) if s.len() as usize >= HEAD => unsafe { head_words(s.ptr(), HEAD) },
-        _ => head_words_copied(frame),
+        // when it was pushed, and holds `HEAD_LEN` bytes at least.
+        Some(s) if s.len() as usize >= HEAD_LEN => unsafe { HeadWords::load(s.ptr(), HEAD_LEN) },
+        _ => head_copied(frame),
     };
-    if n < HEADER_LEN {
-        return Err(DropReason::Runt);
-    }
-    // In wire order, as the addresses: the type in bytes 0..2, the tag's
-    // control field in bytes 2..4.
-    let c = u32::from_le(c);
-    let tagged = u16::from_be(c as u16) == ETHERTYPE_VLAN;
-    if tagged && n < HEAD {
-        return Err(DropReason::Runt);
-    }
-    let vid = if tagged {
-        u16::from_be((c >> 16) as u16) & 0x0fff
-    } else {
-        0
-    };
-    Ok(L2 {
-        dst: u64::from_le(a),
-        src: u64::from_le(b),
-        tagged,
-        vid,
-    })
+    L2Head::decode(w, DropReason::Runt)
 }
 
-/// Bytes 0..8, 6..14 and 12..16 at `p` (the destination, the source, the
-/// type and tag), each loaded once by value, and `n`.
-///
-/// # Safety
-///
-/// `p..p+HEAD` must be readable. It may be memory a peer writes meanwhile:
-/// it is only loaded, never referenced.
-#[inline(always)]
-unsafe fn head_words(p: *const u8, n: usize) -> (u64, u64, u32, usize) {
-    // SAFETY: the caller's promise; unaligned loads of plain integers.
-    unsafe {
-        (
-            ptr::read_unaligned(p.cast::<u64>()),
-            ptr::read_unaligned(p.add(6).cast::<u64>()),
-            ptr::read_unaligned(p.add(12).cast::<u32>()),
-            n,
-        )
-    }
-}
-
-/// [`head_words`] of a frame whose first segment is shorter than `HEAD`
-/// (a chain split early, or a runt), from a copy zero-padded to `HEAD`.
+/// The head words of a frame whose first segment is shorter than
+/// `HEAD_LEN` (a chain split early, or a runt), from a copy.
 #[cold]
 #[inline(never)]
-fn head_words_copied(frame: &RxFrame) -> (u64, u64, u32, usize) {
-    let mut copy = [0u8; HEAD];
+fn head_copied(frame: &RxFrame) -> HeadWords {
+    let mut copy = [0u8; HEAD_LEN];
     let n = frame.read_prefix(&mut copy);
-    // SAFETY: `copy` is our own `HEAD` bytes.
-    unsafe { head_words(copy.as_ptr(), n) }
+    // SAFETY: `copy` is our own `HEAD_LEN` bytes.
+    unsafe { HeadWords::load(copy.as_ptr(), n) }
 }
 
 /// The entry learning a source on port `id` (`p` in the view) writes at
@@ -610,7 +529,7 @@ impl Forwarder {
         id: PortId,
         p: &ViewPort,
         i: usize,
-        l2: &L2,
+        l2: &L2Head,
         domain: u16,
         unicast: bool,
     ) {
@@ -651,7 +570,7 @@ impl Forwarder {
     /// (tagged in, untagged out or the other way round) into `hdr`.
     #[cold]
     #[inline(never)]
-    fn rewrite(hdr: &mut [u8; PUSHED_LEN], l2: &L2, domain: u16) -> Retag {
+    fn rewrite(hdr: &mut [u8; PUSHED_LEN], l2: &L2Head, domain: u16) -> Retag {
         hdr[..12].copy_from_slice(&l2.addrs());
         if l2.tagged {
             return Retag::Pop;
@@ -1112,7 +1031,7 @@ mod tests {
             }
             f
         };
-        let facts = |l2: L2| (l2.dst_mac(), l2.src_mac(), l2.tagged, l2.vid);
+        let facts = |l2: L2Head| (l2.dst_mac(), l2.src_mac(), l2.tagged, l2.vid);
         let untagged = frame(0x0b, 0x0a);
         for b in [&untagged, &tagged] {
             let (a, c) = (parse_l2(&one(b)).ok(), parse_l2(&split(b)).ok());

@@ -58,6 +58,142 @@ pub struct Truncated {
     pub need: usize,
 }
 
+/// Bytes of a frame's head that [`L2Head`] is read from: the header and
+/// one tag.
+pub const HEAD_LEN: usize = HEADER_LEN + VLAN_TAG_LEN;
+
+/// A frame's L2 facts as a switch decides on them, each read once from its
+/// first bytes (a peer may write them meanwhile: the lookups and a
+/// rewritten header see the same values). The addresses are the low 48
+/// bits of a little-endian load of their six bytes (the first byte, with
+/// the group bit, lowest; the top 16 bits are the next field's). The
+/// forwarding path reads every frame through it; [`EthernetFrame`] is the
+/// view for code that holds a slice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct L2Head {
+    /// The destination (low 48 bits).
+    pub dst: u64,
+    /// The source (low 48 bits).
+    pub src: u64,
+    /// Whether an 802.1Q tag follows the addresses.
+    pub tagged: bool,
+    /// The tag's VLAN id (0 untagged).
+    pub vid: u16,
+}
+
+/// The words an [`L2Head`] is decoded from: bytes 0..8, 6..14 and 12..16
+/// of a frame's head, each loaded once (in native byte order), and how
+/// many of the head's bytes are the frame's.
+#[derive(Debug, Clone, Copy)]
+pub struct HeadWords(u64, u64, u32, usize);
+
+impl HeadWords {
+    /// Loads the head at `p`, of which the first `len` bytes are the
+    /// frame's (all [`HEAD_LEN`] of them, or fewer, zero-padded, for a
+    /// short frame).
+    ///
+    /// # Safety
+    ///
+    /// `p..p+HEAD_LEN` must be readable. It may be memory a peer writes
+    /// meanwhile: it is only loaded by value, never referenced.
+    #[inline(always)]
+    pub unsafe fn load(p: *const u8, len: usize) -> HeadWords {
+        // SAFETY: the caller's promise; unaligned loads of plain integers.
+        unsafe {
+            HeadWords(
+                std::ptr::read_unaligned(p.cast::<u64>()),
+                std::ptr::read_unaligned(p.add(6).cast::<u64>()),
+                std::ptr::read_unaligned(p.add(12).cast::<u32>()),
+                len,
+            )
+        }
+    }
+
+    /// The words of a frame's first bytes (all of them, or its first
+    /// [`HEAD_LEN`] or more), zero-padded.
+    pub fn from_prefix(bytes: &[u8]) -> HeadWords {
+        let mut head = [0u8; HEAD_LEN];
+        let n = bytes.len().min(HEAD_LEN);
+        head[..n].copy_from_slice(&bytes[..n]);
+        HeadWords(
+            u64::from_ne_bytes(head[0..8].try_into().unwrap_or_default()),
+            u64::from_ne_bytes(head[6..14].try_into().unwrap_or_default()),
+            u32::from_ne_bytes(head[12..16].try_into().unwrap_or_default()),
+            bytes.len(),
+        )
+    }
+}
+
+impl L2Head {
+    /// The head the words hold; `Err(runt)` if the frame is too short for
+    /// its header (the caller's error value: the forwarding path's drop
+    /// reason, built in place).
+    #[inline]
+    pub fn decode<E>(w: HeadWords, runt: E) -> Result<L2Head, E> {
+        let HeadWords(a, b, c, len) = w;
+        if len < HEADER_LEN {
+            return Err(runt);
+        }
+        // In wire order, as the addresses: the type in bytes 0..2, the
+        // tag's control field in bytes 2..4.
+        let c = u32::from_le(c);
+        let tagged = u16::from_be(c as u16) == ETHERTYPE_VLAN;
+        if tagged && len < HEAD_LEN {
+            return Err(runt);
+        }
+        let vid = if tagged {
+            u16::from_be((c >> 16) as u16) & 0x0fff
+        } else {
+            0
+        };
+        Ok(L2Head {
+            dst: u64::from_le(a),
+            src: u64::from_le(b),
+            tagged,
+            vid,
+        })
+    }
+
+    /// The head of a frame whose first bytes are `bytes` (all of them, or
+    /// its first [`HEAD_LEN`] or more); `None` for a runt.
+    pub fn from_prefix(bytes: &[u8]) -> Option<L2Head> {
+        L2Head::decode(HeadWords::from_prefix(bytes), ()).ok()
+    }
+
+    /// The destination address.
+    #[inline]
+    pub fn dst_mac(&self) -> MacAddr {
+        MacAddr::from_bytes(&self.dst.to_le_bytes())
+    }
+
+    /// The source address.
+    #[inline]
+    pub fn src_mac(&self) -> MacAddr {
+        MacAddr::from_bytes(&self.src.to_le_bytes())
+    }
+
+    /// The destination is a group (multicast or broadcast) address.
+    #[inline]
+    pub fn dst_multicast(&self) -> bool {
+        self.dst & 1 != 0
+    }
+
+    /// The source is a group address (never a station's own).
+    #[inline]
+    pub fn src_multicast(&self) -> bool {
+        self.src & 1 != 0
+    }
+
+    /// The two addresses as they lead the frame.
+    #[inline]
+    pub fn addrs(&self) -> [u8; 12] {
+        let mut a = [0u8; 12];
+        a[..6].copy_from_slice(&self.dst_mac().0);
+        a[6..].copy_from_slice(&self.src_mac().0);
+        a
+    }
+}
+
 /// A view of an Ethernet frame, optionally carrying one 802.1Q tag.
 #[derive(Debug, Clone, Copy)]
 pub struct EthernetFrame<T: AsRef<[u8]>> {
@@ -161,6 +297,34 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> EthernetFrame<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_forwarding_head_agrees_with_the_frame_view() {
+        let mut f = [0u8; 64];
+        f[0..6].copy_from_slice(&[0x01, 0, 0x5e, 0, 0, 1]);
+        f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
+        f[12..14].copy_from_slice(&ETHERTYPE_VLAN.to_be_bytes());
+        f[14..16].copy_from_slice(&0x2064u16.to_be_bytes());
+        for len in [0, 13, 14, 17, 18, 64] {
+            let head = L2Head::from_prefix(&f[..len]);
+            let view = EthernetFrame::new_checked(&f[..len]);
+            assert_eq!(head.is_some(), view.is_ok(), "{len} bytes");
+            let (Some(h), Ok(v)) = (head, view) else {
+                continue;
+            };
+            assert_eq!((h.dst_mac(), h.src_mac()), (v.dst(), v.src()));
+            assert_eq!((h.tagged, h.vid), (true, 100));
+            assert!(h.dst_multicast() && !h.src_multicast());
+            // SAFETY: `f` holds `HEAD_LEN` bytes and more.
+            let loaded = L2Head::decode(unsafe { HeadWords::load(f.as_ptr(), len) }, ());
+            assert_eq!(loaded, Ok(h));
+        }
+        // Untagged, 14 bytes is whole.
+        f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+        let h = L2Head::from_prefix(&f[..14]).unwrap();
+        assert_eq!((h.tagged, h.vid), (false, 0));
+        assert_eq!(&h.addrs()[..], &f[..12]);
+    }
 
     #[test]
     fn parses_untagged_and_tagged() {
