@@ -128,9 +128,6 @@ impl KindOptions for MemifSpec {
     fn socket(&self) -> Option<SocketSpec<'_>> {
         Some(self.socket_spec())
     }
-    fn socket_mut(&mut self) -> Option<&mut SocketAddr> {
-        Some(&mut self.socket)
-    }
     fn queues(&self) -> Option<u16> {
         self.queues
     }

@@ -128,19 +128,9 @@ pub enum KindSpec {
 
 impl KindSpec {
     /// The kind's own spec, behind the interface every kind implements:
-    /// the one place besides the enum that lists the kinds.
+    /// with [`KindSpec::socket_mut`], the places besides the enum that list
+    /// the kinds.
     pub fn options(&self) -> &dyn KindOptions {
-        match self {
-            KindSpec::Memif(m) => m,
-            KindSpec::VhostUser(v) => v,
-            KindSpec::Tap(t) => t,
-            KindSpec::AfPacket(a) => a,
-            KindSpec::AfXdp(x) => x,
-        }
-    }
-
-    /// As [`KindSpec::options`], to change it.
-    pub fn options_mut(&mut self) -> &mut dyn KindOptions {
         match self {
             KindSpec::Memif(m) => m,
             KindSpec::VhostUser(v) => v,
@@ -162,9 +152,14 @@ impl KindSpec {
     }
 
     /// The socket's address, to change it (the daemon resolves it below
-    /// its socket dir).
+    /// its socket dir). Every kind is named: a new socket kind must say
+    /// where its socket is, or it would escape that check.
     pub fn socket_mut(&mut self) -> Option<&mut SocketAddr> {
-        self.options_mut().socket_mut()
+        match self {
+            KindSpec::Memif(m) => Some(&mut m.socket),
+            KindSpec::VhostUser(v) => Some(&mut v.socket),
+            KindSpec::Tap(_) | KindSpec::AfPacket(_) | KindSpec::AfXdp(_) => None,
+        }
     }
 
     /// The switch's role at the socket, for a socket kind.
@@ -208,10 +203,6 @@ pub trait KindOptions {
     fn kind_name(&self) -> &'static str;
     /// The socket and the switch's role there, for socket kinds.
     fn socket(&self) -> Option<SocketSpec<'_>> {
-        None
-    }
-    /// The socket's address, to change it (socket kinds).
-    fn socket_mut(&mut self) -> Option<&mut SocketAddr> {
         None
     }
     /// Queue pairs asked for, if any.

@@ -277,22 +277,19 @@ impl Dataplane {
         self.publish();
     }
 
+    /// What `f` takes from bridge `id`, if there is one.
+    fn bridge<R>(&self, id: BridgeId, f: impl FnOnce(&DpBridge) -> R) -> Option<R> {
+        self.table().bridges.get(id as usize)?.as_ref().map(f)
+    }
+
     /// The MAC table of a bridge.
     pub fn mac_table(&self, id: BridgeId) -> Option<Arc<MacTable>> {
-        self.table()
-            .bridges
-            .get(id as usize)?
-            .as_ref()
-            .map(|b| b.macs.clone())
+        self.bridge(id, |b| b.macs.clone())
     }
 
     /// The event counters of a bridge.
     pub fn bridge_stats(&self, id: BridgeId) -> Option<Arc<BridgeStats>> {
-        self.table()
-            .bridges
-            .get(id as usize)?
-            .as_ref()
-            .map(|b| b.stats.clone())
+        self.bridge(id, |b| b.stats.clone())
     }
 
     /// The name of the port in slot `id`, if any.

@@ -509,19 +509,8 @@ fn record(key: u64, val: u64) -> MacRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::switch::test_util::{entry as at, mac};
     use std::sync::Arc;
-
-    fn mac(i: u64) -> MacAddr {
-        MacAddr::from_u64(0x0200_0000_0000 | i)
-    }
-    fn at(port: u16, t: u32) -> MacEntry {
-        MacEntry {
-            port,
-            port_gen: 1,
-            last_seen: t,
-            pinned: false,
-        }
-    }
 
     #[test]
     fn a_key_finds_the_entry_as_stored() {

@@ -6,3 +6,25 @@
 
 pub mod mac_table;
 pub mod security;
+
+/// What the tables' and port security's tests share.
+#[cfg(test)]
+pub(crate) mod test_util {
+    use super::mac_table::MacEntry;
+    use crate::wire::MacAddr;
+
+    /// Station address number `i`.
+    pub fn mac(i: u64) -> MacAddr {
+        MacAddr::from_u64(0x0200_0000_0000 | i)
+    }
+
+    /// An entry on `port`, last seen at `t`.
+    pub fn entry(port: u16, t: u32) -> MacEntry {
+        MacEntry {
+            port,
+            port_gen: 1,
+            last_seen: t,
+            pinned: false,
+        }
+    }
+}

@@ -255,18 +255,7 @@ pub fn admit_source<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn mac(i: u64) -> MacAddr {
-        MacAddr::from_u64(0x0200_0000_0000 | i)
-    }
-    fn on(port: u16, t: u32) -> MacEntry {
-        MacEntry {
-            port,
-            port_gen: 1,
-            last_seen: t,
-            pinned: false,
-        }
-    }
+    use crate::switch::test_util::{entry as on, mac};
 
     #[test]
     fn a_port_holds_at_most_its_limit_and_others_keep_their_entries() {

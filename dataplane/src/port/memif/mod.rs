@@ -222,29 +222,21 @@ impl Memif {
                 size: est.buffer_size,
             })
         };
+        // Each ring with the regions and the buffers it owns, if any.
+        let parts = |r: handshake::RingSetup| (r.ring, est.regions.clone(), r.irq, own(r.buffers));
         let q = PortQueues {
             rx: rx_rings
                 .into_iter()
-                .map(|r| {
-                    Box::new(MemifRx::new(
-                        side,
-                        r.ring,
-                        est.regions.clone(),
-                        r.irq,
-                        own(r.buffers),
-                    )) as Box<dyn RxQueue>
+                .map(parts)
+                .map(|(ring, regions, irq, own)| {
+                    Box::new(MemifRx::new(side, ring, regions, irq, own)) as Box<dyn RxQueue>
                 })
                 .collect(),
             tx: tx_rings
                 .into_iter()
-                .map(|r| {
-                    Box::new(MemifTx::new(
-                        side,
-                        r.ring,
-                        est.regions.clone(),
-                        r.irq,
-                        own(r.buffers),
-                    )) as Box<dyn TxQueue>
+                .map(parts)
+                .map(|(ring, regions, irq, own)| {
+                    Box::new(MemifTx::new(side, ring, regions, irq, own)) as Box<dyn TxQueue>
                 })
                 .collect(),
         };
