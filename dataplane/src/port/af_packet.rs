@@ -49,7 +49,7 @@ use std::sync::Arc;
 
 use switchyard_api::AfPacketSpec;
 
-use crate::port::kernel_if::{KernelIf, Uplink};
+use crate::port::kernel_if::{Interface, KernelIf, Uplink};
 use crate::port::netdev::{exceeds_mtu, kernel_at_least, pad_short, FrameIovecs};
 use crate::port::Port;
 use crate::queue::offload::VNET_HDR_LEN;
@@ -649,12 +649,8 @@ impl Uplink for AfPacket {
     const REOPEN_ON_MTU: bool = true;
 
     /// A socket per queue, with ring slots sized for the MTU.
-    fn open(
-        &mut self,
-        ifname: &str,
-        index: u32,
-        mtu: &Arc<AtomicU32>,
-    ) -> io::Result<(PortQueues, String)> {
+    fn open(&mut self, at: &Interface<'_>) -> io::Result<(PortQueues, String)> {
+        let (ifname, index, mtu) = (at.name, at.index, at.mtu);
         let m = mtu.load(Ordering::Relaxed);
         // A slot holds the header and the largest frame the MTU allows
         // (a VLAN tag included), in a power of two.

@@ -29,15 +29,9 @@ pub trait Uplink: Send {
     /// ring slots by it).
     const REOPEN_ON_MTU: bool;
 
-    /// Opens the queues on interface `ifname` (index `index`; `mtu` holds
-    /// its MTU, kept current for the queues), returning them and how the
-    /// port list names the peer.
-    fn open(
-        &mut self,
-        ifname: &str,
-        index: u32,
-        mtu: &Arc<AtomicU32>,
-    ) -> io::Result<(PortQueues, String)>;
+    /// Opens the queues on the interface, returning them and how the port
+    /// list names the peer.
+    fn open(&mut self, at: &Interface<'_>) -> io::Result<(PortQueues, String)>;
     /// The queues were taken back: drop what `open` kept beside them.
     fn closed(&mut self) {}
     /// Leaves the interface as the kind found it (the port stops, or its
@@ -47,6 +41,17 @@ pub trait Uplink: Send {
     fn hint(_e: &io::Error) -> &'static str {
         ""
     }
+}
+
+/// The interface an [`Uplink`] opens its queues on.
+pub struct Interface<'a> {
+    /// Its name.
+    pub name: &'a str,
+    /// Its index, as the port found it.
+    pub index: u32,
+    /// Its MTU, kept current for the queues (the port reads it again every
+    /// [`CHECK_EVERY`]).
+    pub mtu: &'a Arc<AtomicU32>,
 }
 
 /// A port on a kernel interface, through uplink kind `U`.
@@ -81,7 +86,12 @@ impl<U: Uplink> KernelIf<U> {
         let index = ifindex(ifname)
             .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no such interface"))?;
         self.mtu.store(read_mtu(ifname)?, Ordering::Relaxed);
-        let (q, peer) = self.uplink.open(ifname, index, &self.mtu)?;
+        let at = Interface {
+            name: ifname,
+            index,
+            mtu: &self.mtu,
+        };
+        let (q, peer) = self.uplink.open(&at)?;
         let queues = q.rx.len();
         cx.attach(q);
         self.open = Some(index);

@@ -29,7 +29,7 @@ use std::time::Duration;
 use switchyard_api::{AfXdpSpec, XdpMode};
 use tracing::{info, warn};
 
-use crate::port::kernel_if::{KernelIf, Uplink};
+use crate::port::kernel_if::{Interface, KernelIf, Uplink};
 use crate::port::netdev::{self, exceeds_mtu, pad_short, rx_vlan_offload, set_rx_vlan_offload};
 use crate::port::Port;
 use crate::queue::offload::MAX_HDR;
@@ -121,12 +121,8 @@ impl Uplink for AfXdp {
     const REOPEN_ON_MTU: bool = false;
 
     /// The program, then a socket per queue in the first mode that works.
-    fn open(
-        &mut self,
-        ifname: &str,
-        index: u32,
-        mtu: &Arc<AtomicU32>,
-    ) -> io::Result<(PortQueues, String)> {
+    fn open(&mut self, at: &Interface<'_>) -> io::Result<(PortQueues, String)> {
+        let (ifname, index, mtu) = (at.name, at.index, at.mtu);
         // Each time: an interface made again strips by default.
         self.own_rx_vlan();
         let n = u32::from(self.spec.queues.unwrap_or(1));
