@@ -7,6 +7,7 @@
 //! in device-info and the CNI netconf; [`SocketRole::peer`] turns one into
 //! the other, so the mapping is written once.
 
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -136,12 +137,12 @@ impl SocketAddr {
     /// Checks what the kernel will take: `at` prefixes the field name.
     pub fn validate(&self, at: &str) -> Result<(), SpecError> {
         let field = || format!("{at}socket");
-        let len = match self {
-            SocketAddr::Path(p) => p.as_os_str().len(),
+        let (name, len) = match self {
+            SocketAddr::Path(p) => (p.as_os_str().as_bytes(), p.as_os_str().len()),
             // sun_path holds a NUL, then the name.
-            SocketAddr::Abstract(n) => n.len() + 1,
+            SocketAddr::Abstract(n) => (n.as_bytes(), n.len() + 1),
         };
-        if len == 0 || self == &SocketAddr::Abstract(String::new()) {
+        if name.is_empty() {
             return Err(SpecError::new(field(), "must not be empty"));
         }
         if len > MAX_SOCKET_PATH {
@@ -150,7 +151,7 @@ impl SocketAddr {
                 format!("longer than a Unix socket path allows ({MAX_SOCKET_PATH} bytes)"),
             ));
         }
-        if self.to_string().contains('\0') {
+        if name.contains(&0) {
             return Err(SpecError::new(field(), "must not hold a NUL byte"));
         }
         Ok(())
@@ -265,10 +266,8 @@ impl SocketKind {
 /// the [`Side`], is what they mean.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct SocketRole {
-    /// The kind the role belongs to.
-    pub kind: SocketKind,
-    /// Which end of the socket the role's holder is.
-    pub side: Side,
+    kind: SocketKind,
+    side: Side,
 }
 
 impl SocketRole {

@@ -6,8 +6,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use switchyard_api::{
-    Client, ClientError, ErrorCode, KindSpec, MemifMode, PortSpec, Request, Side, SocketAddr,
-    SocketRole,
+    Client, ClientError, ErrorCode, KindSpec, MemifMode, PortSpec, Request, SocketAddr, SocketRole,
 };
 
 use crate::devinfo::{self, DeviceInfo};
@@ -163,7 +162,7 @@ pub(crate) fn port_spec(
     let group = nc
         .raw
         .socket_group
-        .filter(|_| pod_role.peer().side() == Side::Listen);
+        .filter(|_| kind.socket().is_some_and(|s| s.switch_creates()));
     match &mut kind {
         KindSpec::Memif(m) => {
             let opts = nc.raw.memif.clone().unwrap_or_default();

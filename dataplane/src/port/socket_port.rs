@@ -106,7 +106,7 @@ impl<P: Protocol> SocketPort<P> {
             endpoint: Endpoint::new(
                 P::SOCK_TYPE,
                 socket.addr.clone(),
-                socket.side() == Side::Listen,
+                socket.switch_creates(),
                 socket.group,
             ),
             conn: None,

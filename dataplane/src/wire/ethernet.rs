@@ -115,12 +115,8 @@ impl HeadWords {
         let mut head = [0u8; HEAD_LEN];
         let n = bytes.len().min(HEAD_LEN);
         head[..n].copy_from_slice(&bytes[..n]);
-        HeadWords(
-            u64::from_ne_bytes(head[0..8].try_into().unwrap_or_default()),
-            u64::from_ne_bytes(head[6..14].try_into().unwrap_or_default()),
-            u32::from_ne_bytes(head[12..16].try_into().unwrap_or_default()),
-            bytes.len(),
-        )
+        // SAFETY: `head` is our own `HEAD_LEN` bytes.
+        unsafe { HeadWords::load(head.as_ptr(), bytes.len()) }
     }
 }
 
