@@ -110,6 +110,13 @@ pub enum Request {
         #[serde(default)]
         timeout_ms: Option<u64>,
     },
+    /// A new switch process asks to take over this one's ports, with their
+    /// connections (`switchyard run --takeover`). The connection then
+    /// carries the handover (state and file descriptors), not JSON answers.
+    Takeover {
+        /// The version of the handover state the new process reads.
+        version: u32,
+    },
 }
 
 /// Which of a port's frames a capture takes.

@@ -16,7 +16,11 @@ use cli::{Cli, Cmd};
 fn main() {
     let cli = Cli::parse();
     let res = match cli.cmd {
-        Cmd::Run { config, state_dir } => run(config, state_dir, cli.control),
+        Cmd::Run {
+            config,
+            state_dir,
+            takeover,
+        } => run(config, state_dir, cli.control, takeover),
         cmd => cli::run(cmd, cli.control),
     };
     if let Err(e) = res {
@@ -26,11 +30,13 @@ fn main() {
 }
 
 /// Runs the switch in the foreground: the configuration file (else the
-/// embedded one), with the paths the flags give.
+/// embedded one), with the paths the flags give; with `takeover`, taking
+/// over the ports of the switch running on the control socket, if one does.
 fn run(
     config: Option<PathBuf>,
     state_dir: Option<PathBuf>,
     control: Option<PathBuf>,
+    takeover: bool,
 ) -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -53,5 +59,14 @@ fn run(
     // Again with the paths the flags gave: a port of the config on
     // the control socket they name is refused too.
     cfg.validate()?;
+    if takeover {
+        if std::os::unix::net::UnixStream::connect(&cfg.control_socket).is_ok() {
+            return Daemon::take_over(cfg).context("cannot take over")?.run();
+        }
+        tracing::info!(
+            control = %cfg.control_socket.display(),
+            "no switch runs on the control socket: starting afresh"
+        );
+    }
     Daemon::start(cfg).context("cannot start")?.run()
 }

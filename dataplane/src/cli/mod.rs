@@ -36,6 +36,11 @@ pub(crate) enum Cmd {
         /// Directory for persisted state (overrides the config).
         #[arg(long)]
         state_dir: Option<PathBuf>,
+        /// Take over the ports of the switch running on the control
+        /// socket, with their connections, instead of starting afresh
+        /// (an upgrade without an outage); starts afresh if none runs.
+        #[arg(long)]
+        takeover: bool,
     },
     /// Manages ports.
     #[command(subcommand)]

@@ -7,7 +7,8 @@
 //! encodes them. A slow or hostile scraper holds only this thread; the
 //! control thread answers it as it answers everyone.
 
-use std::net::SocketAddr;
+use std::net::{SocketAddr, TcpListener};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -27,6 +28,8 @@ const API_TIMEOUT: Duration = Duration::from_secs(5);
 pub struct MetricsServer {
     server: Arc<tiny_http::Server>,
     thread: Option<JoinHandle<()>>,
+    /// The listening socket, kept to hand to a process taking over.
+    listener: OwnedFd,
     /// The address it listens on (the port chosen when 0 was asked).
     pub addr: SocketAddr,
 }
@@ -35,12 +38,18 @@ impl MetricsServer {
     /// Listens on `listen` and serves scrapes from the daemon whose control
     /// socket is `control`.
     pub fn start(listen: SocketAddr, control: PathBuf) -> std::io::Result<MetricsServer> {
-        let server = tiny_http::Server::http(listen)
-            .map_err(|e| std::io::Error::other(format!("metrics_listen {listen}: {e}")))?;
-        let addr = server
-            .server_addr()
-            .to_ip()
-            .ok_or_else(|| std::io::Error::other("metrics_listen: not an IP address"))?;
+        let l = TcpListener::bind(listen)
+            .map_err(|e| std::io::Error::new(e.kind(), format!("metrics_listen {listen}: {e}")))?;
+        MetricsServer::serve_on(l, control)
+    }
+
+    /// Serves scrapes on `listener`: bound by [`MetricsServer::start`], or
+    /// handed over by the process this one took over from.
+    pub fn serve_on(listener: TcpListener, control: PathBuf) -> std::io::Result<MetricsServer> {
+        let addr = listener.local_addr()?;
+        let kept = OwnedFd::from(listener.try_clone()?);
+        let server = tiny_http::Server::from_listener(listener, None)
+            .map_err(|e| std::io::Error::other(format!("metrics_listen {addr}: {e}")))?;
         let server = Arc::new(server);
         let s = server.clone();
         let thread = std::thread::Builder::new()
@@ -50,8 +59,14 @@ impl MetricsServer {
         Ok(MetricsServer {
             server,
             thread: Some(thread),
+            listener: kept,
             addr,
         })
+    }
+
+    /// The listening socket (to hand over).
+    pub fn listener(&self) -> BorrowedFd<'_> {
+        self.listener.as_fd()
     }
 }
 

@@ -4,6 +4,7 @@
 //! across workers, the Prometheus endpoint and the persisted state.
 
 pub mod daemon;
+pub mod handover;
 pub mod metrics;
 pub mod observe;
 pub mod rebalance;

@@ -7,12 +7,14 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::Shutdown;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crossbeam::channel::{bounded, Sender};
 use tracing::{debug, warn};
 
+use super::handover;
 use crate::reactor::Waker;
 use switchyard_api::{ApiError, ErrorCode, Request, Response};
 
@@ -22,6 +24,9 @@ pub struct Call {
     pub request: Request,
     /// Where the answer goes.
     pub reply: Sender<Answer>,
+    /// The connection itself, for a takeover: the daemon carries on the
+    /// conversation (nothing is written to it here).
+    pub conn: Option<UnixStream>,
 }
 
 /// What the daemon loop answers a call with.
@@ -76,7 +81,16 @@ pub const MAX_CLIENTS: usize = 64;
 /// Serves connections until the process exits. Each client has a thread of
 /// its own, so a slow or stalled client delays nobody else; their number is
 /// bounded by [`MAX_CLIENTS`].
-pub fn serve(listener: UnixListener, calls: Sender<Call>, waker: Arc<Waker>) {
+///
+/// One takeover at a time: `taking_over` is set when a takeover request is
+/// handed to the daemon (which clears it if the takeover fails); another
+/// one meanwhile is refused at once.
+pub fn serve(
+    listener: UnixListener,
+    calls: Sender<Call>,
+    waker: Arc<Waker>,
+    taking_over: Arc<AtomicBool>,
+) {
     let live: Arc<Mutex<VecDeque<(u64, UnixStream)>>> = Arc::default();
     for (id, conn) in (0u64..).zip(listener.incoming()) {
         let Ok(conn) = conn else { continue };
@@ -93,10 +107,11 @@ pub fn serve(listener: UnixListener, calls: Sender<Call>, waker: Arc<Waker>) {
             }
         }
         let (calls, waker, live) = (calls.clone(), waker.clone(), live.clone());
+        let taking_over = taking_over.clone();
         let _ = std::thread::Builder::new()
             .name("sy-api-conn".into())
             .spawn(move || {
-                handle(conn, calls, waker);
+                handle(conn, calls, waker, &taking_over);
                 live.lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .retain(|(i, _)| *i != id);
@@ -104,7 +119,7 @@ pub fn serve(listener: UnixListener, calls: Sender<Call>, waker: Arc<Waker>) {
     }
 }
 
-fn handle(conn: UnixStream, calls: Sender<Call>, waker: Arc<Waker>) {
+fn handle(conn: UnixStream, calls: Sender<Call>, waker: Arc<Waker>, taking_over: &AtomicBool) {
     let _ = conn.set_read_timeout(Some(Duration::from_secs(300)));
     // A client that does not read its answers loses its connection.
     let _ = conn.set_write_timeout(Some(Duration::from_secs(5)));
@@ -130,10 +145,37 @@ fn handle(conn: UnixStream, calls: Sender<Call>, waker: Arc<Waker>) {
                 ErrorCode::BadRequest,
                 format!("bad request: {e}"),
             )),
+            Ok(request @ Request::Takeover { .. }) => {
+                if taking_over.swap(true, Ordering::AcqRel) {
+                    let reason = "another takeover is in progress".to_string();
+                    let _ = handover::send(&writer, &handover::Step::Refused { reason }, &[]);
+                    return;
+                }
+                let (tx, _) = bounded(1);
+                let conn = Some(writer);
+                if calls
+                    .send(Call {
+                        request,
+                        reply: tx,
+                        conn,
+                    })
+                    .is_ok()
+                {
+                    waker.wake();
+                }
+                return;
+            }
             Ok(request) => {
                 debug!(?request, "api call");
                 let (tx, rx) = bounded(1);
-                if calls.send(Call { request, reply: tx }).is_err() {
+                if calls
+                    .send(Call {
+                        request,
+                        reply: tx,
+                        conn: None,
+                    })
+                    .is_err()
+                {
                     return;
                 }
                 waker.wake();

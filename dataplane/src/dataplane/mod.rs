@@ -72,6 +72,9 @@ struct DpTable {
     slot_gens: Vec<u16>,
     /// The running trace, if any.
     trace: Option<Arc<Trace>>,
+    /// Workers poll no receive queue (a takeover is handing the queues to
+    /// another process, or has not yet been given the go).
+    paused: bool,
 }
 
 impl DpTable {
@@ -230,6 +233,26 @@ impl Dataplane {
             }
         }
         true
+    }
+
+    /// Stops every worker at its next burst boundary: their views get no
+    /// receive queue (and so send nothing) until [`Dataplane::resume`].
+    /// Waits until no worker is inside a burst of an older view; false if
+    /// one did not answer within `DETACH_TIMEOUT`. Every queue is then as a
+    /// worker left it after a burst: received frames released, sent ones
+    /// flushed.
+    pub fn pause(&self) -> bool {
+        let mut t = self.table();
+        t.paused = true;
+        self.publish_and_quiesce(t)
+    }
+
+    /// Lets the workers poll their queues again after [`Dataplane::pause`].
+    pub fn resume(&self) {
+        let mut t = self.table();
+        t.paused = false;
+        drop(t);
+        self.publish();
     }
 
     /// Asks workers to exit.

@@ -52,6 +52,22 @@ impl PortShared {
         t
     }
 
+    /// Adds `t`, another process's totals for this port (a takeover), to
+    /// the control thread's counter block: the port counts on from there.
+    pub fn carry(&self, t: &PortTotals) {
+        let c = self
+            .counters
+            .last()
+            .expect("one block per worker and one more");
+        c.rx_packets.fetch_add(t.rx_packets, Ordering::Relaxed);
+        c.rx_bytes.fetch_add(t.rx_bytes, Ordering::Relaxed);
+        c.tx_packets.fetch_add(t.tx_packets, Ordering::Relaxed);
+        c.tx_bytes.fetch_add(t.tx_bytes, Ordering::Relaxed);
+        for (r, n) in &t.drops {
+            c.drops[*r as usize].fetch_add(*n, Ordering::Relaxed);
+        }
+    }
+
     /// True while queues are attached.
     pub fn link_up(&self) -> bool {
         self.link_up.load(Ordering::Relaxed)
@@ -65,7 +81,8 @@ pub struct BridgeStats {
 }
 
 /// A bridge's counters summed over workers.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct BridgeTotals {
     /// MAC entries learned.
     pub learned: u64,
@@ -90,6 +107,20 @@ impl BridgeStats {
     #[inline]
     pub fn counters(&self, w: usize) -> &BridgeCounters {
         &self.counters[w]
+    }
+
+    /// Adds `t`, another process's totals for this bridge (a takeover), to
+    /// the control thread's counter block.
+    pub fn carry(&self, t: &BridgeTotals) {
+        let c = self
+            .counters
+            .last()
+            .expect("one block per worker and one more");
+        c.learned.fetch_add(t.learned, Ordering::Relaxed);
+        c.moved.fetch_add(t.moved, Ordering::Relaxed);
+        c.evicted.fetch_add(t.evicted, Ordering::Relaxed);
+        c.aged.fetch_add(t.aged, Ordering::Relaxed);
+        c.flooded.fetch_add(t.flooded, Ordering::Relaxed);
     }
 
     /// Sum over workers.

@@ -114,7 +114,7 @@ impl Dataplane {
                 continue;
             };
             for (queue, (slot, &qw)) in p.rx.iter().zip(&p.rx_worker).enumerate() {
-                if qw == w {
+                if qw == w && !t.paused {
                     view.rx.push(ViewRx {
                         port: i as PortId,
                         queue,

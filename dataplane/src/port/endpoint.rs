@@ -202,6 +202,45 @@ impl Endpoint {
         Ok(())
     }
 
+    /// The listening socket, if this endpoint listens and has started (to
+    /// hand over).
+    pub fn listener(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.listener.as_ref().map(AsFd::as_fd)
+    }
+
+    /// Takes up, instead of [`Endpoint::start`], the listener another
+    /// process handed over: a listening socket of this endpoint's type,
+    /// bound where it says. It is watched with [`SUB_LISTENER`].
+    pub fn adopt(&mut self, cx: &PortCtx<'_>, l: OwnedFd) -> Result<(), PortError> {
+        let invalid = |why: String| PortError::Socket {
+            path: self.addr.to_string(),
+            cause: io::Error::new(io::ErrorKind::InvalidInput, why),
+        };
+        use nix::sys::socket::{getsockname, getsockopt, sockopt};
+        let ty = getsockopt(&l, sockopt::SockType).map_err(|e| invalid(e.to_string()))?;
+        let listening = getsockopt(&l, sockopt::AcceptConn).map_err(|e| invalid(e.to_string()))?;
+        if ty != self.ty || !listening {
+            return Err(invalid(format!(
+                "the listener handed over is a {ty:?} socket{}, not a listening {:?} one",
+                if listening { "" } else { " not listening" },
+                self.ty
+            )));
+        }
+        let bound: UnixAddr = getsockname(l.as_raw_fd()).map_err(|e| invalid(e.to_string()))?;
+        if bound != unix_addr(&self.addr).map_err(|e| invalid(e.to_string()))? {
+            return Err(invalid(format!(
+                "the listener handed over is bound to {bound}, not here"
+            )));
+        }
+        cx.watch(&l, SUB_LISTENER)
+            .map_err(|cause| PortError::Socket {
+                path: self.addr.to_string(),
+                cause,
+            })?;
+        self.listener = Some(l);
+        Ok(())
+    }
+
     /// The next pending connection on the listener, if any.
     pub fn accept(&self) -> io::Result<Option<OwnedFd>> {
         match &self.listener {

@@ -17,6 +17,7 @@
 pub mod af_packet;
 pub mod af_xdp;
 pub mod endpoint;
+pub mod handover;
 pub mod kernel_if;
 pub mod memif;
 pub mod netdev;
@@ -51,6 +52,9 @@ pub enum PortError {
     /// Another port or process owns the socket.
     #[error("socket {0} is in use by another process: something listens on it")]
     SocketInUse(String),
+    /// Saved state from a process handing over cannot be taken up.
+    #[error(transparent)]
+    Handover(#[from] handover::HandoverError),
     /// Anything else.
     #[error("{0}")]
     Other(String),
@@ -145,5 +149,41 @@ pub trait Port: Send {
     /// what a port keeps across the switch's restarts (a tap's interface).
     fn remove(&mut self, cx: &PortCtx<'_>) {
         self.stop(cx);
+    }
+    /// Writes down what a process taking over needs to carry the port on
+    /// where it is (see [`handover`]), its fds into `fds`. The workers are
+    /// paused at a burst boundary meanwhile, so the queues are as a burst
+    /// left them. A kind that cannot be handed over says so, and the
+    /// takeover is refused.
+    fn save(
+        &mut self,
+        cx: &PortCtx<'_>,
+        fds: &mut handover::FdOut,
+    ) -> Result<handover::Saved, PortError> {
+        let _ = (cx, fds);
+        Err(PortError::Other(
+            "this kind of port cannot be handed to another process yet".into(),
+        ))
+    }
+    /// Takes up, instead of [`Port::start`], a port another process saved
+    /// with [`Port::save`]: its sockets, its connection and its queues,
+    /// which resume where the shared rings are.
+    fn restore(
+        &mut self,
+        cx: &PortCtx<'_>,
+        saved: handover::Saved,
+        fds: &mut handover::FdIn,
+    ) -> Result<(), PortError> {
+        let _ = (cx, saved, fds);
+        Err(PortError::Other(
+            "this kind of port cannot be taken over yet".into(),
+        ))
+    }
+    /// A takeover failed after the other process may have run this port's
+    /// queues (it died between the go and its confirmation): rebuilds the
+    /// queues from where the shared rings are now, not where this
+    /// process's workers left them.
+    fn requeue(&mut self, cx: &PortCtx<'_>) {
+        let _ = cx;
     }
 }

@@ -12,6 +12,7 @@ use tracing::{debug, info, warn};
 use switchyard_api::{PortStatus, Side, SocketSpec};
 
 use super::endpoint::{Endpoint, SUB_CONN, SUB_LISTENER};
+use super::handover::{self, FdIn, FdOut, HandoverError, Saved};
 use super::{Port, PortCtx, PortError};
 
 /// Why a connection ends.
@@ -85,6 +86,34 @@ pub trait Protocol: Send {
     /// `reason` if `say` and the protocol can. Returns whether its link was
     /// up.
     fn close(&mut self, cx: &PortCtx<'_>, conn: Self::Conn, reason: &str, say: bool) -> bool;
+    /// Writes the connection down for a takeover (see [`Port::save`]), its
+    /// socket and other fds into `fds`; `None` while a handshake is half
+    /// done, which is then started again (the connection is closed).
+    /// `Err` refuses the takeover, saying why.
+    fn save(&self, conn: &Self::Conn, fds: &mut FdOut) -> Result<Option<Saved>, String>;
+    /// Takes up a connection saved by [`Protocol::save`] in another
+    /// process: the link comes up where it was, its queues where the rings
+    /// are. `status` is the port's status as saved.
+    fn restore(
+        &mut self,
+        cx: &PortCtx<'_>,
+        saved: Saved,
+        fds: &mut FdIn,
+        status: &mut PortStatus,
+    ) -> Result<Self::Conn, HandoverError>;
+    /// See [`Port::requeue`]; `Err` drops the connection.
+    fn requeue(&mut self, cx: &PortCtx<'_>, conn: &mut Self::Conn) -> Result<(), Closed>;
+}
+
+/// A socket port as saved for a takeover.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SavedSocketPort {
+    /// The listener's index among the fds, if the switch listens.
+    listener: Option<usize>,
+    /// The connection, as the kind saved it.
+    conn: Option<Saved>,
+    status: PortStatus,
 }
 
 /// A port on a socket, speaking protocol `P`.
@@ -240,5 +269,76 @@ impl<P: Protocol> Port for SocketPort<P> {
             },
         );
         self.endpoint.stop(cx);
+    }
+
+    fn save(&mut self, cx: &PortCtx<'_>, fds: &mut FdOut) -> Result<Saved, PortError> {
+        let conn = match &self.conn {
+            Some(c) => match self.proto.save(c, fds).map_err(PortError::Other)? {
+                Some(saved) => Some(saved),
+                None => {
+                    // Nothing of it has reached the workers: the peer
+                    // starts its handshake again, as after any failed one.
+                    self.disconnect(
+                        cx,
+                        Closed {
+                            say: true,
+                            ..Closed::gone("the switch is being upgraded: handshake restarted")
+                        },
+                    );
+                    None
+                }
+            },
+            None => None,
+        };
+        Ok(handover::write(&SavedSocketPort {
+            listener: self.endpoint.listener().map(|l| fds.add(l)),
+            conn,
+            status: self.status.clone(),
+        }))
+    }
+
+    fn restore(&mut self, cx: &PortCtx<'_>, saved: Saved, fds: &mut FdIn) -> Result<(), PortError> {
+        let saved: SavedSocketPort = handover::read(saved)?;
+        if saved.listener.is_some() != self.endpoint.listens() {
+            return Err(HandoverError::Invalid(format!(
+                "the saved port {} listen, this one does{}",
+                if saved.listener.is_some() {
+                    "does"
+                } else {
+                    "does not"
+                },
+                if self.endpoint.listens() { "" } else { " not" }
+            ))
+            .into());
+        }
+        self.status = saved.status;
+        if let Some(i) = saved.listener {
+            self.endpoint.adopt(cx, fds.take(i)?)?;
+        }
+        match saved.conn {
+            Some(c) => {
+                let conn = self.proto.restore(cx, c, fds, &mut self.status)?;
+                if let Err(e) = cx.watch(P::fd(&conn), SUB_CONN) {
+                    self.proto.close(cx, conn, "", false);
+                    return Err(HandoverError::Io(e).into());
+                }
+                self.conn = Some(conn);
+            }
+            None => {
+                self.status.link_up = false;
+                if !self.endpoint.listens() {
+                    self.try_connect(cx);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn requeue(&mut self, cx: &PortCtx<'_>) {
+        if let Some(conn) = self.conn.as_mut() {
+            if let Err(why) = self.proto.requeue(cx, conn) {
+                self.disconnect(cx, why);
+            }
+        }
     }
 }

@@ -145,6 +145,17 @@ impl Switch {
 
     /// (Re)starts the daemon process on the same config and state.
     pub fn spawn(&mut self) {
+        let child = self.command(&[], &[]).spawn().expect("start switchyard");
+        self.child = Some(child);
+        wait_for(Duration::from_secs(10), "the control socket", || {
+            self.client_opt()
+                .and_then(|mut c| c.call(&Request::Ping).ok())
+        });
+    }
+
+    /// The daemon's command line (`run --config` and `args`), logging to
+    /// the test's log, with `env` set.
+    pub fn command(&self, args: &[&str], env: &[(&str, &str)]) -> Command {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -159,20 +170,39 @@ impl Switch {
         argv.extend(self.wrapper.iter().map(Into::into));
         argv.push(switchyard_bin().into());
         let mut cmd = Command::new(&argv[0]);
-        cmd.args(&argv[1..]);
-        let child = cmd
+        cmd.args(&argv[1..])
             .args(["run", "--config"])
             .arg(&self.config)
+            .args(args)
             .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
             .stdout(log.try_clone().unwrap())
-            .stderr(log)
+            .stderr(log);
+        cmd
+    }
+
+    /// Replaces the daemon with a new process that takes over its ports
+    /// (`run --takeover`): waits until the old one has exited, with status
+    /// 0, and the new one answers. Returns how long the old one took to
+    /// hand over and exit.
+    pub fn takeover(&mut self) -> Duration {
+        let t = std::time::Instant::now();
+        let new = self
+            .command(&["--takeover"], &[])
             .spawn()
-            .expect("start switchyard");
-        self.child = Some(child);
-        wait_for(Duration::from_secs(10), "the control socket", || {
-            self.client_opt()
-                .and_then(|mut c| c.call(&Request::Ping).ok())
+            .expect("start switchyard --takeover");
+        let mut old = self.child.replace(new).expect("a running switch");
+        let status = wait_for(Duration::from_secs(30), "the old switch to exit", || {
+            old.try_wait().unwrap()
         });
+        let took = t.elapsed();
+        assert!(
+            status.success(),
+            "the old switch exited with {status}:\n{}",
+            self.log()
+        );
+        self.assert_alive();
+        took
     }
 
     /// Stops the daemon with SIGTERM (waits for a clean exit).

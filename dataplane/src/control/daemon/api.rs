@@ -204,7 +204,7 @@ impl Daemon {
             Request::Ping => Ok(serde_json::json!({ "version": env!("CARGO_PKG_VERSION") })),
             Request::PortAdd { port } => {
                 let name = port.name.clone();
-                self.create_port(*port, false, false)?;
+                self.create_port(*port, false, super::Begin::Now)?;
                 if let Err(e) = self.persist() {
                     self.delete_port(&name)?;
                     return Err(e);
@@ -340,6 +340,10 @@ impl Daemon {
             Request::Capture { .. } | Request::Trace { .. } => Err(ApiError::new(
                 ErrorCode::Internal,
                 "streamed requests are answered by handle",
+            )),
+            Request::Takeover { .. } => Err(ApiError::new(
+                ErrorCode::Internal,
+                "a takeover is answered on its own connection",
             )),
             Request::MacList { bridge } => {
                 let Some(b) = self.bridges.get(&bridge) else {

@@ -5,15 +5,20 @@
 
 mod api;
 mod ports;
+mod takeover;
+
+pub(crate) use ports::Begin;
 
 use std::collections::{BTreeMap, HashMap};
-use std::os::unix::net::UnixStream;
+use std::os::fd::OwnedFd;
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam::channel::{unbounded, Receiver};
+use crossbeam::channel::{unbounded, Receiver, Sender};
 use tracing::{error, info, warn};
 
 use super::server::{self, Call};
@@ -24,6 +29,7 @@ use crate::port::{Port, PortCtx};
 use crate::reactor::{Reactor, Token, Waker};
 use crate::types::{BridgeId, PortId};
 use crate::worker::{self, WorkerConfig};
+use switchyard_api::Request;
 
 const TOKEN_API: u32 = 1;
 const TOKEN_SIGNAL: u32 = 2;
@@ -53,6 +59,8 @@ pub struct Daemon {
     bridges: BTreeMap<String, BridgeEntry>,
     store: StateStore,
     calls: Receiver<Call>,
+    /// The API's way in, until [`Daemon::serve`] hands it to the server.
+    calls_tx: Option<Sender<Call>>,
     api_waker: Arc<Waker>,
     signals: UnixStream,
     workers: Vec<JoinHandle<()>>,
@@ -63,6 +71,11 @@ pub struct Daemon {
     /// Moves receive queues between workers by load.
     rebalancer: super::rebalance::Rebalancer,
     control_socket: PathBuf,
+    /// The control socket's listener (the API server has its own copy),
+    /// kept to hand over.
+    control_listener: Option<OwnedFd>,
+    /// A takeover is being handed over (the API server refuses a second).
+    taking_over: Arc<AtomicBool>,
     /// Persisted ports that could not be created at start (e.g. their
     /// socket is outside a changed `socket_dir`), with why: kept in the
     /// state, so a fixable cause loses nothing, and listed as failed, until
@@ -74,10 +87,6 @@ impl Daemon {
     /// Binds the control socket, starts workers, creates configured and
     /// persisted bridges and ports.
     pub fn start(cfg: Config) -> anyhow::Result<Daemon> {
-        let reactor = Reactor::new()?;
-        let dp = Dataplane::new(cfg.dataplane.workers)?;
-        dp.set_mac_move_hold(cfg.mac_move_hold_secs);
-
         let listener = server::bind(&cfg.control_socket, cfg.control_group)?;
         // The state before anything is made: a newer release's state stops
         // the start before a port or an interface is touched.
@@ -101,6 +110,38 @@ impl Daemon {
                 State::default()
             }
         };
+        let mut d = Daemon::assemble(cfg, false)?;
+        d.control_listener = Some(listener.try_clone()?.into());
+        d.populate(saved);
+        let metrics = match d.cfg.metrics_listen {
+            Some(addr) => Some(super::metrics::MetricsServer::start(
+                addr,
+                d.control_socket.clone(),
+            )?),
+            None => None,
+        };
+        d.serve(listener, metrics)?;
+        info!(
+            control = %d.control_socket.display(),
+            workers = d.cfg.dataplane.workers,
+            ports = d.port_names.len(),
+            bridges = d.bridges.len(),
+            "switchyard ready"
+        );
+        Ok(d)
+    }
+
+    /// The daemon without ports or bridges: reactor, data plane and
+    /// workers (`paused`: polling nothing until [`Dataplane::resume`]).
+    /// The API is served from [`Daemon::serve`] on.
+    fn assemble(cfg: Config, paused: bool) -> anyhow::Result<Daemon> {
+        let reactor = Reactor::new()?;
+        let dp = Dataplane::new(cfg.dataplane.workers)?;
+        dp.set_mac_move_hold(cfg.mac_move_hold_secs);
+        if paused {
+            dp.pause();
+        }
+        let store = StateStore::new(&cfg.state_dir);
         let (tx, calls) = unbounded();
         let api_waker = Arc::new(Waker::new()?);
         reactor.add(api_waker.fd(), Token::Control(TOKEN_API))?;
@@ -140,7 +181,7 @@ impl Daemon {
         std::fs::create_dir_all(&cfg.socket_dir)
             .map_err(|e| anyhow::anyhow!("socket_dir {}: {e}", cfg.socket_dir.display()))?;
         let control_socket = cfg.control_socket.clone();
-        let mut d = Daemon {
+        Ok(Daemon {
             reactor,
             dp,
             ports: Vec::new(),
@@ -148,17 +189,25 @@ impl Daemon {
             bridges: BTreeMap::new(),
             store,
             calls,
-            api_waker: api_waker.clone(),
+            calls_tx: Some(tx),
+            api_waker,
             signals: sig_rx,
             workers,
             worker_cpus: cpus,
             metrics: None,
             rebalancer: super::rebalance::Rebalancer::new(&cfg.dataplane),
             control_socket,
+            control_listener: None,
+            taking_over: Arc::default(),
             cfg,
             unrestored: Vec::new(),
-        };
+        })
+    }
 
+    /// Makes the configured bridges, physnets and ports, then the persisted
+    /// ones of `saved`.
+    fn populate(&mut self, saved: State) {
+        let d = self;
         for b in d.cfg.bridges.clone() {
             d.create_bridge(&b.name, true);
         }
@@ -167,17 +216,17 @@ impl Daemon {
             if !d.bridges.contains_key(&name) {
                 d.create_bridge(&name, true);
             }
-            let mut result = d.create_port(p.uplink(&name), true, true);
+            let mut result = d.create_port(p.uplink(&name), true, Begin::AtStart);
             if let (Err(e), Some(fallback)) = (&result, p.fallback(&name)) {
                 warn!(physnet = %name, "no af-xdp uplink ({}): using af-packet", e.message);
-                result = d.create_port(fallback, true, true);
+                result = d.create_port(fallback, true, Begin::AtStart);
             }
             if let Err(e) = result {
                 error!(physnet = %name, "cannot create the physnet's uplink: {}", e.message);
             }
         }
         for p in d.cfg.ports.clone() {
-            if let Err(e) = d.create_port(p.clone(), true, true) {
+            if let Err(e) = d.create_port(p.clone(), true, Begin::AtStart) {
                 error!(port = %p.name, "cannot create configured port: {}", e.message);
             }
         }
@@ -193,7 +242,7 @@ impl Daemon {
                 warn!(port = %p.name, "persisted port also in config; using config");
                 continue;
             }
-            match d.create_port(p.clone(), false, true) {
+            match d.create_port(p.clone(), false, Begin::AtStart) {
                 Ok(()) => info!(port = %p.name, "restored port"),
                 Err(e) => {
                     error!(port = %p.name, "cannot restore port (kept in the state until deleted or added again): {}", e.message);
@@ -201,24 +250,24 @@ impl Daemon {
                 }
             }
         }
+    }
 
+    /// Serves the control API on `listener`, and the metrics endpoint.
+    fn serve(
+        &mut self,
+        listener: UnixListener,
+        metrics: Option<super::metrics::MetricsServer>,
+    ) -> anyhow::Result<()> {
+        let tx = self
+            .calls_tx
+            .take()
+            .ok_or_else(|| anyhow::anyhow!("the API is served already"))?;
+        let (waker, taking_over) = (self.api_waker.clone(), self.taking_over.clone());
         std::thread::Builder::new()
             .name("sy-api".into())
-            .spawn(move || server::serve(listener, tx, api_waker))?;
-        if let Some(addr) = d.cfg.metrics_listen {
-            d.metrics = Some(super::metrics::MetricsServer::start(
-                addr,
-                d.control_socket.clone(),
-            )?);
-        }
-        info!(
-            control = %d.control_socket.display(),
-            workers = d.cfg.dataplane.workers,
-            ports = d.port_names.len(),
-            bridges = d.bridges.len(),
-            "switchyard ready"
-        );
-        Ok(d)
+            .spawn(move || server::serve(listener, tx, waker, taking_over))?;
+        self.metrics = metrics;
+        Ok(())
     }
 
     fn ctx(&self, id: PortId) -> PortCtx<'_> {
@@ -275,6 +324,19 @@ impl Daemon {
                     Token::Control(TOKEN_API) => {
                         self.api_waker.drain();
                         while let Ok(call) = self.calls.try_recv() {
+                            if let (Request::Takeover { version }, Some(conn)) =
+                                (&call.request, call.conn)
+                            {
+                                match self.hand_over(conn, *version) {
+                                    // Every socket, connection, file and
+                                    // mapping is the new switch's now: the
+                                    // process ends without a destructor
+                                    // (a queue's would still write to its
+                                    // ring, an XSK's leave its map).
+                                    takeover::Handed::Over => std::process::exit(0),
+                                    takeover::Handed::Kept => continue,
+                                }
+                            }
                             let r = self.handle(call.request);
                             let _ = call.reply.send(r);
                         }

@@ -10,9 +10,22 @@ use switchyard_api::{ApiError, ErrorCode, KindSpec, MacAddr};
 use super::{BridgeEntry, Daemon, PortEntry};
 use crate::config::{confine_socket, BridgeSpec, PortSpec};
 use crate::control::state::{State, STATE_VERSION};
+use crate::port::handover::{FdIn, Saved};
 use crate::switch::security::PortSecurity;
 use crate::types::DropReason;
 use crate::vlan::VlanMode;
+
+/// How a new port begins.
+pub(crate) enum Begin<'a> {
+    /// Added over the API: a missing interface is an error.
+    Now,
+    /// The daemon is starting (config, state file): an uplink may wait
+    /// for its interface.
+    AtStart,
+    /// Taken over from another process: its saved state and the fds that
+    /// came with it.
+    Restore(Saved, &'a mut FdIn),
+}
 
 /// The drop reasons of port security, logged when they grow.
 pub(super) const SECURITY_DROPS: [DropReason; 3] = [
@@ -30,14 +43,13 @@ impl Daemon {
             .insert(name.to_string(), BridgeEntry { id, from_config });
     }
 
-    /// Creates a port: `from_config` ports are not persisted; `at_start`
-    /// (the daemon starting: config and state file), an uplink may wait for
-    /// its interface.
+    /// Creates a port: `from_config` ports are not persisted; `begin` says
+    /// how it starts.
     pub(super) fn create_port(
         &mut self,
         mut spec: PortSpec,
         from_config: bool,
-        at_start: bool,
+        begin: Begin<'_>,
     ) -> Result<(), ApiError> {
         spec.validate("port.")
             .map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.to_string()))?;
@@ -113,10 +125,10 @@ impl Daemon {
         }
         // At the daemon's start (config, state file) an uplink may wait
         // for its interface; over the API a missing one is an error.
-        let started = if at_start {
-            port.start_waiting(&self.ctx(id))
-        } else {
-            port.start(&self.ctx(id))
+        let started = match begin {
+            Begin::Now => port.start(&self.ctx(id)),
+            Begin::AtStart => port.start_waiting(&self.ctx(id)),
+            Begin::Restore(saved, fds) => port.restore(&self.ctx(id), saved, fds),
         };
         if let Err(e) = started {
             self.dp.remove_port(id);

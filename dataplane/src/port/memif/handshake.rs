@@ -73,6 +73,10 @@ pub struct RingSetup {
     pub irq: OwnedFd,
     /// Slave only: offset of our first buffer for this ring.
     pub buffers: Option<u32>,
+    /// The region it is in.
+    pub region: u16,
+    /// Where in the region.
+    pub offset: u32,
 }
 
 /// A completed handshake: memory and rings ready for queues.
@@ -304,6 +308,8 @@ fn take_rings(
             ring,
             irq: pr.irq,
             buffers: None,
+            region: pr.region,
+            offset: pr.offset,
         });
     }
     Ok(out)
@@ -389,7 +395,6 @@ impl SlaveHandshake {
                     },
                     Some(rfd),
                 ));
-                let r0base = est.regions.get(0).map(|r| r.base() as usize).unwrap_or(0);
                 for (flags, list) in [(ADD_RING_FLAG_S2M, &est.s2m), (0, &est.m2s)] {
                     for (i, rs) in list.iter().enumerate() {
                         self.outbox.push_back((
@@ -397,7 +402,7 @@ impl SlaveHandshake {
                                 flags,
                                 index: i as u16,
                                 region: 0,
-                                offset: (rs.ring_addr() - r0base) as u32,
+                                offset: rs.offset,
                                 log2_ring_size: log2,
                                 private_hdr_size: 0,
                             },
@@ -455,12 +460,6 @@ pub enum SlaveStep {
     Connected(Established),
 }
 
-impl RingSetup {
-    fn ring_addr(&self) -> usize {
-        self.ring.base_addr()
-    }
-}
-
 /// Lays out region 0 the way VPP, libmemif and DPDK slaves do: S2M rings,
 /// then M2S rings, then one buffer per descriptor (S2M buffers first).
 fn build_slave_memory(p: &Params, n_s2m: u16, n_m2s: u16, log2: u8) -> Result<Established, String> {
@@ -506,6 +505,8 @@ fn build_slave_memory(p: &Params, n_s2m: u16, n_m2s: u16, log2: u8) -> Result<Es
             ring,
             irq,
             buffers: Some(first),
+            region: 0,
+            offset: (i * rb) as u32,
         };
         if i < u64::from(n_s2m) {
             s2m.push(rs);

@@ -9,6 +9,7 @@ pub mod ring;
 pub mod socket;
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nix::sys::socket::SockType;
@@ -16,14 +17,18 @@ use tracing::info;
 
 use switchyard_api::{MemifMode, MemifRole, MemifSpec, PortStatus};
 
+use crate::port::handover::{self, FdIn, FdOut, HandoverError, Saved};
+use crate::port::sigbus::Tripwire;
 use crate::port::socket_port::{Closed, Protocol, SocketPort};
 use crate::port::{Port, PortCtx};
 use crate::queue::{PortQueues, RxQueue, TxQueue};
-use crate::wire::memif::{Message, MsgType};
+use crate::wire::memif::{ring_bytes, Message, MsgType, COOKIE, MAX_LOG2_RING_SIZE};
 use handshake::{
     Established, HsError, MasterHandshake, MasterStep, Params, SlaveHandshake, SlaveStep,
 };
 use queue::{MemifRx, MemifTx, OwnBuffers, Side};
+use region::{Region, Regions};
+use ring::Ring;
 
 pub use crate::wire::memif::Mode;
 
@@ -67,7 +72,7 @@ struct Memif {
 enum Handshake {
     Master(MasterHandshake),
     Slave(SlaveHandshake),
-    Up,
+    Up(Linked),
 }
 
 /// One connection.
@@ -150,7 +155,7 @@ impl Protocol for Memif {
                     SlaveStep::Wait => (None, None),
                     SlaveStep::Connected(est) => (None, Some(est)),
                 }),
-                Handshake::Up => match msg {
+                Handshake::Up(_) => match msg {
                     Message::Disconnect { reason, .. } => Err(HsError {
                         reason: format!("peer disconnected: {}", reason.to_string_lossy()),
                         reply: false,
@@ -171,8 +176,7 @@ impl Protocol for Memif {
                             .map_err(|e| Closed::gone(format!("send failed: {e}")))?;
                     }
                     if let Some(est) = est {
-                        self.link_up(cx, est, status);
-                        conn.hs = Handshake::Up;
+                        conn.hs = Handshake::Up(self.link_up(cx, est, status)?);
                     }
                 }
             }
@@ -181,7 +185,7 @@ impl Protocol for Memif {
 
     fn deadline(&self, conn: &Conn) -> Option<Instant> {
         match conn.hs {
-            Handshake::Up => None,
+            Handshake::Up(_) => None,
             _ => Some(conn.started + HANDSHAKE_TIMEOUT),
         }
     }
@@ -194,7 +198,7 @@ impl Protocol for Memif {
     }
 
     fn close(&mut self, cx: &PortCtx<'_>, conn: Conn, reason: &str, say: bool) -> bool {
-        let was_up = matches!(conn.hs, Handshake::Up);
+        let was_up = matches!(conn.hs, Handshake::Up(_));
         if was_up {
             cx.detach();
         }
@@ -207,39 +211,70 @@ impl Protocol for Memif {
         }
         was_up
     }
+
+    fn save(&self, conn: &Conn, fds: &mut FdOut) -> Result<Option<Saved>, String> {
+        Ok(match &conn.hs {
+            Handshake::Up(l) => Some(handover::write(&l.save(conn.fd.as_fd(), fds))),
+            _ => None,
+        })
+    }
+
+    fn restore(
+        &mut self,
+        cx: &PortCtx<'_>,
+        saved: Saved,
+        fds: &mut FdIn,
+        status: &mut PortStatus,
+    ) -> Result<Conn, HandoverError> {
+        let saved: SavedLink = handover::read(saved)?;
+        let linked = self.relink(&saved, fds)?;
+        let fd = fds.take(saved.socket)?;
+        let q = self
+            .queues(&linked, Start::Resume)
+            .map_err(|c| HandoverError::Invalid(c.reason))?;
+        status.rx_queues = q.rx.len();
+        status.tx_queues = q.tx.len();
+        status.link_up = true;
+        info!(port = %self.name, rx_queues = q.rx.len(), tx_queues = q.tx.len(), "link taken over");
+        cx.attach(q);
+        Ok(Conn {
+            fd,
+            hs: Handshake::Up(linked),
+            started: Instant::now(),
+        })
+    }
+
+    fn requeue(&mut self, cx: &PortCtx<'_>, conn: &mut Conn) -> Result<(), Closed> {
+        let Handshake::Up(linked) = &conn.hs else {
+            return Ok(());
+        };
+        cx.detach();
+        cx.attach(self.queues(linked, Start::Resume)?);
+        Ok(())
+    }
 }
 
 impl Memif {
-    fn link_up(&mut self, cx: &PortCtx<'_>, est: Established, status: &mut PortStatus) {
-        let side = self.side;
-        let (rx_rings, tx_rings) = match side {
-            Side::Master => (est.s2m, est.m2s),
-            Side::Slave => (est.m2s, est.s2m),
+    fn link_up(
+        &mut self,
+        cx: &PortCtx<'_>,
+        est: Established,
+        status: &mut PortStatus,
+    ) -> Result<Linked, Closed> {
+        let ring = |r: handshake::RingSetup| LinkedRing {
+            ring: r.ring,
+            irq: r.irq,
+            buffers: r.buffers,
+            region: r.region,
+            offset: r.offset,
         };
-        let own = |first: Option<u32>| {
-            first.map(|first| OwnBuffers {
-                first,
-                size: est.buffer_size,
-            })
+        let linked = Linked {
+            regions: est.regions,
+            s2m: est.s2m.into_iter().map(ring).collect(),
+            m2s: est.m2s.into_iter().map(ring).collect(),
+            buffer_size: est.buffer_size,
         };
-        // Each ring with the regions and the buffers it owns, if any.
-        let parts = |r: handshake::RingSetup| (r.ring, est.regions.clone(), r.irq, own(r.buffers));
-        let q = PortQueues {
-            rx: rx_rings
-                .into_iter()
-                .map(parts)
-                .map(|(ring, regions, irq, own)| {
-                    Box::new(MemifRx::new(side, ring, regions, irq, own)) as Box<dyn RxQueue>
-                })
-                .collect(),
-            tx: tx_rings
-                .into_iter()
-                .map(parts)
-                .map(|(ring, regions, irq, own)| {
-                    Box::new(MemifTx::new(side, ring, regions, irq, own)) as Box<dyn TxQueue>
-                })
-                .collect(),
-        };
+        let q = self.queues(&linked, Start::Fresh)?;
         status.link_up = true;
         status.rx_queues = q.rx.len();
         status.tx_queues = q.tx.len();
@@ -251,10 +286,204 @@ impl Memif {
             peer = %est.peer_name,
             rx_queues = q.rx.len(),
             tx_queues = q.tx.len(),
-            regions = est.regions.len(),
-            unsealed = est.regions.watched_count(),
+            regions = linked.regions.len(),
+            unsealed = linked.regions.watched_count(),
             "link up"
         );
         cx.attach(q);
+        Ok(linked)
+    }
+
+    /// The queues of a link: fresh (a new connection; a slave posts its
+    /// buffers) or resumed where the rings are (a takeover).
+    fn queues(&self, l: &Linked, start: Start) -> Result<PortQueues, Closed> {
+        let side = self.side;
+        let (rx_rings, tx_rings) = match side {
+            Side::Master => (&l.s2m, &l.m2s),
+            Side::Slave => (&l.m2s, &l.s2m),
+        };
+        let own = |r: &LinkedRing| {
+            r.buffers.map(|first| OwnBuffers {
+                first,
+                size: l.buffer_size,
+            })
+        };
+        let irq = |r: &LinkedRing| {
+            r.irq
+                .try_clone()
+                .map_err(|e| Closed::gone(format!("cannot duplicate an interrupt fd: {e}")))
+        };
+        let mut q = PortQueues::default();
+        for r in rx_rings {
+            let (ring, regions, irq, own) = (r.ring, l.regions.clone(), irq(r)?, own(r));
+            q.rx.push(Box::new(match start {
+                Start::Fresh => MemifRx::new(side, ring, regions, irq, own),
+                Start::Resume => MemifRx::resume(side, ring, regions, irq, own),
+            }) as Box<dyn RxQueue>);
+        }
+        for r in tx_rings {
+            let (ring, regions, irq, own) = (r.ring, l.regions.clone(), irq(r)?, own(r));
+            q.tx.push(Box::new(match start {
+                Start::Fresh => MemifTx::new(side, ring, regions, irq, own),
+                Start::Resume => MemifTx::resume(side, ring, regions, irq, own),
+            }) as Box<dyn TxQueue>);
+        }
+        Ok(q)
+    }
+
+    /// Maps the memory and finds the rings of a link another process saved.
+    fn relink(&self, saved: &SavedLink, fds: &mut FdIn) -> Result<Linked, HandoverError> {
+        let invalid = |why: String| HandoverError::Invalid(why);
+        let mut wire = Tripwire::new();
+        let mut list = Vec::with_capacity(saved.regions.len());
+        for (i, r) in saved.regions.iter().enumerate() {
+            let fd = fds.take(r.fd)?;
+            let region = match self.side {
+                Side::Master => Region::from_peer(fd, r.size, &mut wire),
+                Side::Slave => Region::adopt(fd, r.size),
+            };
+            list.push(region.map_err(|e| invalid(format!("region {i}: {e}")))?);
+        }
+        if list.is_empty() || list.len() > region::MAX_REGIONS {
+            return Err(invalid(format!("{} regions", list.len())));
+        }
+        let regions = Arc::new(Regions::watched(list, wire));
+        let mut ring = |r: &SavedRing| -> Result<LinkedRing, HandoverError> {
+            let region = regions.get(r.region as usize).ok_or_else(|| {
+                invalid(format!("a ring in region {}, which is not there", r.region))
+            })?;
+            if r.log2 == 0
+                || r.log2 > MAX_LOG2_RING_SIZE
+                || r.offset % 8 != 0
+                || u64::from(r.offset) + ring_bytes(r.log2) > region.size()
+            {
+                return Err(invalid(format!(
+                    "a ring of 2^{} slots at {} is outside region {}",
+                    r.log2, r.offset, r.region
+                )));
+            }
+            if r.buffers.is_some() != (self.side == Side::Slave) {
+                return Err(invalid("buffers saved for the wrong side".into()));
+            }
+            // SAFETY: the offset is 8-aligned and the ring lies inside the
+            // region (checked above), which `regions` keeps mapped for as
+            // long as any queue built from this ring.
+            let ring = unsafe { Ring::new(region.base().add(r.offset as usize), r.log2) };
+            if ring.cookie() != COOKIE {
+                return Err(invalid(format!(
+                    "no memif cookie at ring offset {}",
+                    r.offset
+                )));
+            }
+            Ok(LinkedRing {
+                ring,
+                irq: fds.take(r.irq)?,
+                buffers: r.buffers,
+                region: r.region,
+                offset: r.offset,
+            })
+        };
+        let s2m = saved
+            .s2m
+            .iter()
+            .map(&mut ring)
+            .collect::<Result<Vec<_>, _>>()?;
+        let m2s = saved
+            .m2s
+            .iter()
+            .map(&mut ring)
+            .collect::<Result<Vec<_>, _>>()?;
+        if s2m.is_empty() || m2s.is_empty() {
+            return Err(invalid("a link without rings".into()));
+        }
+        Ok(Linked {
+            regions,
+            s2m,
+            m2s,
+            buffer_size: saved.buffer_size,
+        })
+    }
+}
+
+/// How a link's queues begin.
+#[derive(Clone, Copy)]
+enum Start {
+    /// A new connection: counters at zero.
+    Fresh,
+    /// Taken over: where the rings are.
+    Resume,
+}
+
+/// A ring of a link that is up.
+struct LinkedRing {
+    ring: Ring,
+    /// The original of the eventfd its queue holds a duplicate of.
+    irq: OwnedFd,
+    buffers: Option<u32>,
+    region: u16,
+    offset: u32,
+}
+
+/// A link that is up: what its queues are made of, kept to rebuild them
+/// (a takeover).
+struct Linked {
+    regions: Arc<Regions>,
+    s2m: Vec<LinkedRing>,
+    m2s: Vec<LinkedRing>,
+    buffer_size: u32,
+}
+
+/// A link as saved for a takeover; fds by their index in the handover.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SavedLink {
+    socket: usize,
+    regions: Vec<SavedRegion>,
+    s2m: Vec<SavedRing>,
+    m2s: Vec<SavedRing>,
+    buffer_size: u32,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SavedRegion {
+    fd: usize,
+    size: u64,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SavedRing {
+    region: u16,
+    offset: u32,
+    log2: u8,
+    irq: usize,
+    buffers: Option<u32>,
+}
+
+impl Linked {
+    fn save(&self, socket: BorrowedFd<'_>, fds: &mut FdOut) -> SavedLink {
+        let mut ring = |r: &LinkedRing| SavedRing {
+            region: r.region,
+            offset: r.offset,
+            log2: r.ring.size().trailing_zeros() as u8,
+            irq: fds.add(r.irq.as_fd()),
+            buffers: r.buffers,
+        };
+        let s2m = self.s2m.iter().map(&mut ring).collect();
+        let m2s = self.m2s.iter().map(&mut ring).collect();
+        SavedLink {
+            socket: fds.add(socket),
+            regions: (0..self.regions.len())
+                .filter_map(|i| self.regions.get(i))
+                .map(|r| SavedRegion {
+                    fd: fds.add(r.fd()),
+                    size: r.size(),
+                })
+                .collect(),
+            s2m,
+            m2s,
+            buffer_size: self.buffer_size,
+        }
     }
 }

@@ -102,6 +102,36 @@ impl MemifRx {
         q
     }
 
+    /// Wraps a ring another process received on until now (a takeover),
+    /// where its last burst left it: the cursor is read from the counter
+    /// this side writes (a master's tail; a slave's head, which its refills
+    /// keep one ring ahead of what it consumed). Nothing is written.
+    pub fn resume(
+        side: Side,
+        ring: Ring,
+        regions: Arc<Regions>,
+        irq: OwnedFd,
+        own: Option<OwnBuffers>,
+    ) -> MemifRx {
+        let (cursor, posted) = match side {
+            Side::Master => (ring.tail(), 0),
+            Side::Slave => {
+                let head = ring.head();
+                (head.wrapping_sub(ring.size() as u16), head)
+            }
+        };
+        MemifRx {
+            side,
+            ring,
+            regions,
+            irq,
+            cursor,
+            consumed: 0,
+            posted,
+            own,
+        }
+    }
+
     fn refill(&mut self) {
         let Some(own) = self.own else { return };
         let target = self.cursor.wrapping_add(self.ring.size() as u16);
@@ -283,6 +313,32 @@ impl MemifTx {
             cursor: 0,
             published: 0,
             limit: 0,
+            own,
+        }
+    }
+
+    /// Wraps a ring another process transmitted on until now (a takeover),
+    /// where its last flush left it: at the counter this side writes (a
+    /// master's tail, a slave's head). Nothing is written.
+    pub fn resume(
+        side: Side,
+        ring: Ring,
+        regions: Arc<Regions>,
+        irq: OwnedFd,
+        own: Option<OwnBuffers>,
+    ) -> MemifTx {
+        let at = match side {
+            Side::Master => ring.tail(),
+            Side::Slave => ring.head(),
+        };
+        MemifTx {
+            side,
+            ring,
+            regions,
+            irq,
+            cursor: at,
+            published: at,
+            limit: at,
             own,
         }
     }

@@ -99,6 +99,32 @@ impl Region {
         Ok(Region { map, size, fd })
     }
 
+    /// Maps again a region a switch created with [`Region::create`], handed
+    /// over by the process that made it (a takeover): sealed, and holding
+    /// `size` bytes.
+    pub fn adopt(fd: OwnedFd, size: u64) -> Result<Region, RegionError> {
+        if size == 0 || size > MAX_REGION_SIZE {
+            return Err(RegionError::BadSize(size));
+        }
+        let st = nix::sys::stat::fstat(fd.as_raw_fd()).map_err(std::io::Error::from)?;
+        let sealed = fcntl(fd.as_raw_fd(), FcntlArg::F_GET_SEALS).is_ok_and(|seals| {
+            SealFlag::from_bits_truncate(seals).contains(SealFlag::F_SEAL_SHRINK)
+        });
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG || !sealed {
+            return Err(RegionError::NotAFile);
+        }
+        if (st.st_size as u64) < size {
+            return Err(RegionError::TooSmall {
+                announced: size,
+                actual: st.st_size as u64,
+            });
+        }
+        let map = MmapOptions::new()
+            .len(size as usize)
+            .map_raw(fd.as_raw_fd())?;
+        Ok(Region { map, size, fd })
+    }
+
     /// Creates a zeroed, sealed region of `size` bytes.
     pub fn create(name: &str, size: u64) -> Result<Region, RegionError> {
         Region::create_sealed(name, size, true)

@@ -49,11 +49,6 @@ impl Ring {
         }
     }
 
-    /// Address of the ring header (to compute its offset in a region).
-    pub fn base_addr(&self) -> usize {
-        self.base as usize
-    }
-
     /// Number of descriptors.
     #[inline]
     pub fn size(&self) -> u32 {

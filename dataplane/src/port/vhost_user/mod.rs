@@ -32,6 +32,7 @@ use vhost::vhost_user::{BackendReqHandler, Error as VuError};
 
 use switchyard_api::{PortStatus, Side, VhostUserSpec};
 
+use crate::port::handover::{FdIn, FdOut, HandoverError, Saved};
 use crate::port::socket_port::{Closed, Protocol, SocketPort};
 use crate::port::{Port, PortCtx};
 use device::{Activation, NetDevice};
@@ -133,6 +134,26 @@ impl Protocol for VhostUser {
 
     fn close(&mut self, _cx: &PortCtx<'_>, conn: Conn, _reason: &str, _say: bool) -> bool {
         lock(&conn.device).park()
+    }
+
+    fn save(&self, _conn: &Conn, _fds: &mut FdOut) -> Result<Option<Saved>, String> {
+        Err("a connected vhost-user port cannot be handed to another process yet".into())
+    }
+
+    fn restore(
+        &mut self,
+        _cx: &PortCtx<'_>,
+        _saved: Saved,
+        _fds: &mut FdIn,
+        _status: &mut PortStatus,
+    ) -> Result<Conn, HandoverError> {
+        Err(HandoverError::Invalid(
+            "a vhost-user connection cannot be taken over yet".into(),
+        ))
+    }
+
+    fn requeue(&mut self, _cx: &PortCtx<'_>, _conn: &mut Conn) -> Result<(), Closed> {
+        Ok(())
     }
 }
 

@@ -1,0 +1,375 @@
+//! Takeover, both sides: the running daemon hands its ports over
+//! ([`Daemon::hand_over`]), a new one takes them up ([`Daemon::take_over`]).
+//! The conversation and its framing are [`crate::control::handover`]'s.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use tracing::{error, info, warn};
+
+use super::{Begin, Daemon};
+use crate::config::Config;
+use crate::control::handover::{self, SavedBridge, SavedPort, State, Step, WireError};
+use crate::control::metrics::MetricsServer;
+use crate::port::handover::{FdIn, FdOut};
+use crate::types::PortId;
+use switchyard_api::Request;
+
+/// How long the old switch waits for the new one to take everything up.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long the new switch waits for the go, and the old one for the
+/// confirmation that the new one runs.
+pub const GO_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the new switch waits for the old one's state.
+pub const STATE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// An environment variable for tests of failed takeovers: the new process
+/// stops itself (`SIGSTOP`) at the named step, `state` (asked, nothing
+/// received yet), `fds` (state and fds received, nothing taken up) or
+/// `confirm` (everything taken up and running, not yet confirmed), so a
+/// test can kill it there.
+pub const STOP_AT_ENV: &str = "SWITCHYARD_TAKEOVER_STOP_AT";
+
+fn stop_at(step: &str) {
+    if std::env::var(STOP_AT_ENV).is_ok_and(|s| s == step) {
+        warn!("{STOP_AT_ENV}={step}: stopping here");
+        let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP);
+    }
+}
+
+/// How a handover ended, for the old switch.
+pub(super) enum Handed {
+    /// The new switch runs the ports: this process exits, leaving them.
+    Over,
+    /// No takeover: this process carries on.
+    Kept,
+}
+
+impl Daemon {
+    /// The old side: hands every port over on `conn` to the process that
+    /// asked (`version` is the state version it reads). Returns
+    /// [`Handed::Over`] once the new process runs them; else the ports stay
+    /// here, as they were (or, if the new process died after the go,
+    /// rebuilt where the rings are).
+    pub(super) fn hand_over(&mut self, conn: UnixStream, version: u32) -> Handed {
+        let peer = nix::sys::socket::getsockopt(&conn, nix::sys::socket::sockopt::PeerCredentials)
+            .map(|c| c.pid())
+            .unwrap_or(0);
+        info!(pid = peer, "a new switch asks to take over");
+        let handed = self.hand_over_to(&conn, version, peer);
+        if matches!(handed, Handed::Kept) {
+            self.taking_over.store(false, Ordering::Release);
+        }
+        handed
+    }
+
+    fn hand_over_to(&mut self, conn: &UnixStream, version: u32, peer: i32) -> Handed {
+        let refuse = |reason: String| {
+            warn!(pid = peer, "takeover refused: {reason}");
+            let _ = handover::send(conn, &Step::Refused { reason }, &[]);
+            Handed::Kept
+        };
+        if version != handover::VERSION {
+            return refuse(format!(
+                "the new switch reads state version {version}, this one writes {}",
+                handover::VERSION
+            ));
+        }
+        let _ = conn.set_write_timeout(Some(GO_TIMEOUT));
+        let _ = conn.set_read_timeout(Some(READY_TIMEOUT));
+        let paused_at = Instant::now();
+        if !self.dp.pause() {
+            self.dp.resume();
+            return refuse("a worker did not stop at a burst boundary".into());
+        }
+        let mut fds = FdOut::default();
+        let state = match self.save(&mut fds) {
+            Ok(s) => s,
+            Err(reason) => {
+                self.dp.resume();
+                return refuse(reason);
+            }
+        };
+        let state = serde_json::to_value(&state).expect("plain data");
+        if let Err(e) = handover::send(conn, &Step::State(state), fds.fds()) {
+            self.dp.resume();
+            warn!(pid = peer, "takeover failed: cannot send the state: {e}");
+            return Handed::Kept;
+        }
+        match handover::recv(conn) {
+            Ok((Step::Ready, _)) => {}
+            Ok((Step::Refused { reason }, _)) => {
+                self.dp.resume();
+                warn!(pid = peer, "the new switch refused the takeover: {reason}");
+                return Handed::Kept;
+            }
+            other => {
+                self.dp.resume();
+                warn!(
+                    pid = peer,
+                    "takeover failed, carrying on: {}",
+                    failure(other)
+                );
+                return Handed::Kept;
+            }
+        }
+        // From here the new switch may run the queues.
+        if let Err(e) = handover::send(conn, &Step::Go, &[]) {
+            // It is gone before the go: it ran nothing.
+            self.dp.resume();
+            warn!(
+                pid = peer,
+                "takeover failed, carrying on: cannot send the go: {e}"
+            );
+            return Handed::Kept;
+        }
+        let _ = conn.set_read_timeout(Some(GO_TIMEOUT));
+        match handover::recv(conn) {
+            Ok((Step::Running, _)) => {
+                info!(
+                    pid = peer,
+                    ports = self.port_names.len(),
+                    paused_ms = paused_at.elapsed().as_secs_f64() * 1e3,
+                    "handed over: exiting"
+                );
+                Handed::Over
+            }
+            Err(WireError::Io(e))
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                // It may be running the queues: they are its now.
+                error!(
+                    pid = peer,
+                    "the new switch did not confirm within {GO_TIMEOUT:?}; it has the ports: exiting"
+                );
+                Handed::Over
+            }
+            other => {
+                // Closed: every thread of it has ended (its end of the
+                // socket closes only when its last thread exits). It may
+                // have moved the rings on: the queues start where they are.
+                error!(
+                    pid = peer,
+                    "the new switch failed after the go ({}): taking the ports back",
+                    failure(other)
+                );
+                for id in 0..self.ports.len() {
+                    if let Some(mut e) = self.ports[id].take() {
+                        e.port.requeue(&self.ctx(id as PortId));
+                        self.ports[id] = Some(e);
+                    }
+                }
+                self.dp.resume();
+                Handed::Kept
+            }
+        }
+    }
+
+    /// Saves every bridge and port, their fds into `fds`.
+    fn save(&mut self, fds: &mut FdOut) -> Result<State, String> {
+        let control_listener = fds.add(
+            self.control_listener
+                .as_ref()
+                .ok_or("the control socket is not served yet")?
+                .as_fd(),
+        );
+        let metrics_listener = self.metrics.as_ref().map(|m| fds.add(m.listener()));
+        let mut bridges: Vec<(&String, &super::BridgeEntry)> = self.bridges.iter().collect();
+        bridges.sort_by_key(|(_, b)| b.id);
+        let bridges = bridges
+            .into_iter()
+            .map(|(name, b)| SavedBridge {
+                name: name.clone(),
+                from_config: b.from_config,
+                totals: self
+                    .dp
+                    .bridge_stats(b.id)
+                    .map(|s| s.totals())
+                    .unwrap_or_default(),
+            })
+            .collect();
+        let mut ports = Vec::new();
+        for id in 0..self.ports.len() {
+            let Some(mut e) = self.ports[id].take() else {
+                continue;
+            };
+            let saved = e.port.save(&self.ctx(id as PortId), fds);
+            let name = e.spec.name.clone();
+            let (spec, from_config, totals) = (e.spec.clone(), e.from_config, e.shared.totals());
+            self.ports[id] = Some(e);
+            ports.push(SavedPort {
+                spec,
+                from_config,
+                totals,
+                state: saved.map_err(|err| format!("port {name:?}: {err}"))?,
+            });
+        }
+        Ok(State {
+            version: handover::VERSION,
+            pid: std::process::id(),
+            config: serde_json::to_value(&self.cfg).expect("plain data"),
+            control_listener,
+            metrics_listener,
+            bridges,
+            ports,
+            unrestored: self.unrestored.clone(),
+        })
+    }
+
+    /// The new side: asks the switch running on `cfg`'s control socket for
+    /// its ports and takes them up; on success the daemon runs them, its
+    /// API served on the same socket. Any failure before the go leaves the
+    /// old switch running them, as it was.
+    pub fn take_over(cfg: Config) -> anyhow::Result<Daemon> {
+        // Everything that needs no state is made before the old switch
+        // pauses: threads, the reactor, the clock's calibration.
+        let ours = serde_json::to_value(&cfg)?;
+        let mut d = Daemon::assemble(cfg, true)?;
+        let path = d.cfg.control_socket.clone();
+        let conn = UnixStream::connect(&path)
+            .with_context(|| format!("no switch to take over at {}", path.display()))?;
+        conn.set_read_timeout(Some(STATE_TIMEOUT))?;
+        conn.set_write_timeout(Some(GO_TIMEOUT))?;
+        let mut line = serde_json::to_vec(&Request::Takeover {
+            version: handover::VERSION,
+        })?;
+        line.push(b'\n');
+        std::io::Write::write_all(&mut &conn, &line)?;
+        stop_at("state");
+        let (step, fds) =
+            handover::recv(&conn).context("waiting for the running switch's state")?;
+        let state = match step {
+            Step::State(v) => v,
+            Step::Refused { reason } => {
+                anyhow::bail!("the running switch refused the takeover: {reason}")
+            }
+            s => anyhow::bail!("the running switch sent {s:?} instead of its state"),
+        };
+        stop_at("fds");
+        let refuse = |reason: String| {
+            let _ = handover::send(
+                &conn,
+                &Step::Refused {
+                    reason: reason.clone(),
+                },
+                &[],
+            );
+            anyhow::anyhow!("takeover refused: {reason}")
+        };
+        let version = state.get("version").and_then(serde_json::Value::as_u64);
+        if version != Some(u64::from(handover::VERSION)) {
+            return Err(refuse(format!(
+                "the running switch wrote state version {}, this one reads {}",
+                version.map_or("(none)".to_string(), |v| v.to_string()),
+                handover::VERSION
+            )));
+        }
+        let state: State = serde_json::from_value(state)
+            .map_err(|e| refuse(format!("cannot read the running switch's state: {e}")))?;
+        let differ = handover::config_differences(&ours, &state.config);
+        if !differ.is_empty() {
+            return Err(refuse(format!(
+                "the configuration differs from the running switch's in {}: start the new switch with the same configuration (and change it through the API afterwards), or restart instead",
+                differ.join(", ")
+            )));
+        }
+        let mut fds = FdIn::new(fds);
+        let (listener, metrics) = d
+            .take_up(state, &mut fds)
+            .map_err(|e| refuse(format!("{e:#}")))?;
+        let _ = conn.set_read_timeout(Some(GO_TIMEOUT));
+        handover::send(&conn, &Step::Ready, &[])?;
+        match handover::recv(&conn) {
+            Ok((Step::Go, _)) => {}
+            other => anyhow::bail!(
+                "the running switch did not give the go (it carries on): {}",
+                failure(other)
+            ),
+        }
+        d.dp.resume();
+        let metrics = match (metrics, d.cfg.metrics_listen) {
+            (Some(l), _) => Some(MetricsServer::serve_on(l, d.control_socket.clone())?),
+            (None, Some(addr)) => Some(MetricsServer::start(addr, d.control_socket.clone())?),
+            (None, None) => None,
+        };
+        d.serve(listener, metrics)?;
+        stop_at("confirm");
+        handover::send(&conn, &Step::Running, &[])?;
+        info!(
+            control = %d.control_socket.display(),
+            ports = d.port_names.len(),
+            bridges = d.bridges.len(),
+            "switchyard took over"
+        );
+        Ok(d)
+    }
+
+    /// Makes the bridges and ports handed over (the workers paused), and
+    /// returns the listeners to serve on after the go.
+    fn take_up(
+        &mut self,
+        state: State,
+        fds: &mut FdIn,
+    ) -> anyhow::Result<(UnixListener, Option<std::net::TcpListener>)> {
+        let d = self;
+        let control: OwnedFd = fds.take(state.control_listener)?;
+        let listener = UnixListener::from(control.try_clone()?);
+        listener.set_nonblocking(false)?;
+        let metrics = state
+            .metrics_listener
+            .map(|i| fds.take(i))
+            .transpose()?
+            .map(std::net::TcpListener::from);
+        d.control_listener = Some(control);
+        for b in state.bridges {
+            d.create_bridge(&b.name, b.from_config);
+            if let Some(s) = d.bridges.get(&b.name).and_then(|e| d.dp.bridge_stats(e.id)) {
+                s.carry(&b.totals);
+            }
+        }
+        for p in state.ports {
+            let name = p.spec.name.clone();
+            d.create_port(p.spec, p.from_config, Begin::Restore(p.state, fds))
+                .map_err(|e| anyhow::anyhow!("port {name:?}: {}", e.message))?;
+            if let Some(e) = d
+                .port_names
+                .get(&name)
+                .and_then(|&id| d.ports[id as usize].as_ref())
+            {
+                e.shared.carry(&p.totals);
+            }
+        }
+        d.unrestored = state.unrestored;
+        if fds.left() > 0 {
+            warn!(fds = fds.left(), "fds handed over that no port took");
+        }
+        info!(
+            pid = state.pid,
+            "took up the running switch's ports and bridges"
+        );
+        Ok((listener, metrics))
+    }
+}
+
+/// What went wrong with an expected reply.
+fn failure(got: Result<(Step, Vec<OwnedFd>), WireError>) -> String {
+    match got {
+        Ok((Step::Refused { reason }, _)) => format!("refused: {reason}"),
+        Ok((s, _)) => format!("unexpected {s:?}"),
+        Err(WireError::Io(e))
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) =>
+        {
+            "no answer in time".into()
+        }
+        Err(e) => e.to_string(),
+    }
+}

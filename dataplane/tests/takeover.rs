@@ -1,0 +1,375 @@
+//! Upgrades without an outage: a new switch process takes over the running
+//! one's ports (`switchyard run --takeover`) while DPDK testpmd loops
+//! frames through them, and nothing is lost, re-sent or reconnected; a new
+//! process that dies at any step of the handover leaves the old one running.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{memif_vdev, serial, settled, wait_for, Switch, Testpmd};
+
+const BRIDGE: &str = "[[bridge]]\nname = \"default\"\n";
+/// The variable that stops a new switch at a step of the handover
+/// (`control::daemon::takeover::STOP_AT_ENV`).
+const STOP_AT: &str = "SWITCHYARD_TAKEOVER_STOP_AT";
+
+fn mac(last: u8) -> String {
+    format!("02:00:00:00:00:{last:02x}")
+}
+
+/// A switch with memif ports of both roles, `m` (the switch is master) and
+/// `s` (slave), and one testpmd on both (port 0 the client of `m`, port 1
+/// the server `s` connects to) forwarding in mac mode: each port's frames
+/// go to the other's MAC, through the switch, and back. `start tx_first`
+/// puts 32 frames on each port: 64 frames circulate from then on, and any
+/// lost, duplicated or re-read frame changes that number.
+struct Loop {
+    sw: Switch,
+    pmd: Testpmd,
+}
+
+/// Frames `start tx_first` puts in circulation: one burst on each port.
+const CIRCULATING: u64 = 64;
+
+impl Loop {
+    fn start() -> Loop {
+        let sw = Switch::start(BRIDGE);
+        let (m, s) = (sw.path("m.sock"), sw.path("s.sock"));
+        for (name, role, sock) in [("m", "master", &m), ("s", "slave", &s)] {
+            sw.cli_ok(&[
+                "port", "add", name, "--kind", "memif", "--role", role, "--socket", sock,
+                "--bridge", "default",
+            ]);
+        }
+        let peer0 = format!("--eth-peer=0,{}", mac(0x0b));
+        let peer1 = format!("--eth-peer=1,{}", mac(0x0a));
+        let mut pmd = Testpmd::start(
+            &[
+                memif_vdev(0, "client", &m, &format!("mac={}", mac(0x0a))),
+                memif_vdev(1, "server", &s, &format!("mac={}", mac(0x0b))),
+            ],
+            &["--forward-mode=mac", &peer0, &peer1],
+        );
+        sw.wait_link("m", true);
+        sw.wait_link("s", true);
+        pmd.send_bursts(1);
+        let l = Loop { sw, pmd };
+        l.wait_flowing();
+        l
+    }
+
+    /// Frames the switch has received from both ports.
+    fn switched(&self) -> u64 {
+        self.sw.stats("m").totals.rx_packets + self.sw.stats("s").totals.rx_packets
+    }
+
+    /// Waits until frames pass the switch (a few thousand more).
+    fn wait_flowing(&self) {
+        let from = self.switched();
+        wait_for(
+            Duration::from_secs(10),
+            "frames looping through the switch",
+            || (self.switched() > from + 5000).then_some(()),
+        );
+    }
+
+    /// Stops the loop and checks every frame: the switch took each frame
+    /// testpmd sent exactly once and sent it on, testpmd received each
+    /// frame the switch sent, and the 64 frames put in circulation are all
+    /// still there.
+    fn reconcile(&mut self) {
+        let from = self.pmd.output().len();
+        self.pmd.pause();
+        let stopped = self.pmd.output()[from..].to_string();
+        for d in numbers_after(&stopped, "TX-dropped:") {
+            assert_eq!(d, 0, "testpmd could not send a frame:\n{stopped}");
+        }
+        // The switch sends on what it still holds; testpmd's rings keep
+        // what it has not read.
+        let sw_counts = settled("the switch's counters", || {
+            let (m, s) = (self.sw.stats("m"), self.sw.stats("s"));
+            (m.totals, s.totals)
+        });
+        let (m, s) = sw_counts;
+        for t in [&m, &s] {
+            assert!(
+                t.drops.values().all(|&d| d == 0),
+                "switch drops: {:?}",
+                t.drops
+            );
+        }
+        let ((rx0, tx0), _) = self.pmd.counters(0);
+        let ((rx1, tx1), _) = self.pmd.counters(1);
+        assert_eq!(
+            m.rx_packets, tx0,
+            "the switch took each frame of port 0 once"
+        );
+        assert_eq!(
+            s.rx_packets, tx1,
+            "the switch took each frame of port 1 once"
+        );
+        // Read what waits in testpmd's rings, sending nothing more.
+        self.pmd.cmd("set fwd rxonly");
+        self.pmd.resume();
+        let ((rx0_all, _), _) = settled("testpmd's counters", || self.pmd.counters(0));
+        let ((rx1_all, _), _) = self.pmd.counters(1);
+        self.pmd.pause();
+        assert_eq!(
+            rx0_all, m.tx_packets,
+            "port 0 received each frame the switch sent it"
+        );
+        assert_eq!(
+            rx1_all, s.tx_packets,
+            "port 1 received each frame the switch sent it"
+        );
+        assert_eq!(
+            (rx0_all - rx0) + (rx1_all - rx1),
+            CIRCULATING,
+            "frames still in circulation"
+        );
+    }
+}
+
+/// Every number that follows `key` in `text`.
+fn numbers_after(text: &str, key: &str) -> Vec<u64> {
+    text.match_indices(key)
+        .filter_map(|(i, _)| {
+            text[i + key.len()..]
+                .split_whitespace()
+                .next()
+                .and_then(|n| n.parse().ok())
+        })
+        .collect()
+}
+
+/// The process's open fds, once no API connection of the test's is open
+/// any more, and its resident memory (kB).
+fn footprint(pid: u32) -> (usize, u64) {
+    let fds = settled("the switch's fds", || {
+        std::thread::sleep(Duration::from_millis(200));
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .unwrap()
+            .count()
+    });
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let rss = numbers_after(&status, "VmRSS:")[0];
+    (fds, rss)
+}
+
+fn connects(sw: &Switch) -> (u64, u64) {
+    (sw.port("m").status.connects, sw.port("s").status.connects)
+}
+
+#[test]
+fn twenty_takeovers_under_load_lose_no_frame_and_reconnect_no_peer() {
+    let _g = serial();
+    let mut l = Loop::start();
+    assert_eq!(connects(&l.sw), (1, 1));
+    let mut first = None;
+    let mut took = Vec::new();
+    for i in 0..20 {
+        took.push(l.sw.takeover());
+        let pid = l.sw.child.as_ref().unwrap().id();
+        // The new switch forwards: frames keep looping.
+        l.wait_flowing();
+        assert_eq!(connects(&l.sw), (1, 1), "takeover {i}: a peer reconnected");
+        let fp = footprint(pid);
+        match first {
+            None => first = Some(fp),
+            Some((fds, rss)) => {
+                assert_eq!(fp.0, fds, "takeover {i}: the new switch holds other fds");
+                assert!(
+                    fp.1 < rss * 3 / 2 + 4096,
+                    "takeover {i}: {} kB resident, {rss} kB after the first",
+                    fp.1
+                );
+            }
+        }
+    }
+    let log = l.sw.log();
+    assert_eq!(log.matches("handed over: exiting").count(), 20, "{log}");
+    assert!(!log.contains("link down"), "{log}");
+    let out = l.pmd.output();
+    assert!(
+        !out.to_lowercase().contains("disconnect"),
+        "testpmd saw a disconnect:\n{out}"
+    );
+    l.reconcile();
+    let paused: Vec<f64> = log
+        .match_indices("paused_ms=")
+        .filter_map(|(i, _)| log[i + 10..].split_whitespace().next()?.parse().ok())
+        .collect();
+    eprintln!("takeovers took {took:?}; the old switch paused its workers for (ms) {paused:?}");
+}
+
+/// Whether process `pid` is stopped (SIGSTOP).
+fn stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit(')')
+                .next()
+                .map(|r| r.trim_start().starts_with('T'))
+        })
+        .unwrap_or(false)
+}
+
+#[test]
+fn a_new_switch_killed_at_any_step_leaves_the_old_one_forwarding() {
+    let _g = serial();
+    let mut l = Loop::start();
+    let old = l.sw.child.as_ref().unwrap().id();
+    for step in ["state", "fds", "confirm"] {
+        let mut new =
+            l.sw.command(&["--takeover"], &[(STOP_AT, step)])
+                .spawn()
+                .unwrap();
+        let pid = new.id();
+        wait_for(
+            Duration::from_secs(20),
+            &format!("the new switch to stop at {step}"),
+            || stopped(pid).then_some(()),
+        );
+        new.kill().unwrap();
+        new.wait().unwrap();
+        // The old one carries on, with the same connections.
+        l.wait_flowing();
+        l.sw.assert_alive();
+        assert_eq!(l.sw.child.as_ref().unwrap().id(), old);
+        assert_eq!(
+            connects(&l.sw),
+            (1, 1),
+            "killed at {step}: a peer reconnected"
+        );
+    }
+    let log = l.sw.log();
+    assert!(
+        log.contains("taking the ports back"),
+        "killed after the go: {log}"
+    );
+    // And a takeover after all that works.
+    l.sw.takeover();
+    l.wait_flowing();
+    l.reconcile();
+}
+
+#[test]
+fn refused_takeovers_say_why_and_change_nothing() {
+    let _g = serial();
+    let mut l = Loop::start();
+
+    // A second takeover while one is under way.
+    let mut first =
+        l.sw.command(&["--takeover"], &[(STOP_AT, "fds")])
+            .spawn()
+            .unwrap();
+    let pid = first.id();
+    wait_for(
+        Duration::from_secs(20),
+        "the first new switch to stop",
+        || stopped(pid).then_some(()),
+    );
+    let second = l.sw.command(&["--takeover"], &[]).output().unwrap();
+    assert!(!second.status.success());
+    first.kill().unwrap();
+    first.wait().unwrap();
+    assert!(
+        l.sw.log().contains("another takeover is in progress"),
+        "{}",
+        l.sw.log()
+    );
+
+    // A state version this switch does not write.
+    let mut c = UnixStream::connect(l.sw.control()).unwrap();
+    c.write_all(b"{\"op\":\"takeover\",\"version\":999}\n")
+        .unwrap();
+    let mut answer = Vec::new();
+    c.read_to_end(&mut answer).unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(
+        answer.starts_with("SYHO") && answer.contains("version 999"),
+        "{answer}"
+    );
+
+    // Another configuration.
+    let other = l.sw.dir.path().join("other.toml");
+    let text =
+        "mac_aging_secs = 77\n".to_string() + &std::fs::read_to_string(&l.sw.config).unwrap();
+    std::fs::write(&other, text).unwrap();
+    let o = Command::new(common::switchyard_bin())
+        .args(["run", "--takeover", "--config"])
+        .arg(&other)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("mac_aging_secs"),
+        "{err}"
+    );
+
+    l.sw.assert_alive();
+    l.wait_flowing();
+    assert_eq!(connects(&l.sw), (1, 1));
+    l.reconcile();
+}
+
+#[test]
+fn a_new_switch_refuses_state_of_another_version() {
+    let _g = serial();
+    // The old switch is played here: it answers the takeover request with
+    // state of version 999, framed as a switch frames it (`SYHO`, body
+    // length, fd count, body).
+    let dir = tempfile::tempdir().unwrap();
+    let control = dir.path().join("control.sock");
+    let cfg = dir.path().join("c.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "control_socket = \"{}\"\nstate_dir = \"{}\"\nsocket_dir = \"{}\"\n",
+            control.display(),
+            dir.path().join("state").display(),
+            dir.path().display()
+        ),
+    )
+    .unwrap();
+    let l = UnixListener::bind(&control).unwrap();
+    let new = Command::new(common::switchyard_bin())
+        .args(["run", "--takeover", "--config"])
+        .arg(&cfg)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The first connection is the new switch's probe; the second asks.
+    let (_probe, _) = l.accept().unwrap();
+    let (mut c, _) = l.accept().unwrap();
+    let mut line = Vec::new();
+    let mut b = [0u8; 1];
+    while !line.ends_with(b"\n") {
+        c.read_exact(&mut b).unwrap();
+        line.push(b[0]);
+    }
+    assert!(String::from_utf8_lossy(&line).contains("\"op\":\"takeover\""));
+    let body = br#"{"state":{"version":999,"pid":1}}"#;
+    let mut frame = b"SYHO".to_vec();
+    frame.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    frame.extend_from_slice(&0u32.to_le_bytes());
+    frame.extend_from_slice(body);
+    c.write_all(&frame).unwrap();
+    let t = Instant::now();
+    let out = new.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("version 999"), "{err}");
+    assert!(t.elapsed() < Duration::from_secs(10));
+    // It told the old switch why.
+    let mut answer = Vec::new();
+    c.read_to_end(&mut answer).unwrap();
+    assert!(
+        String::from_utf8_lossy(&answer).contains("refused"),
+        "{answer:?}"
+    );
+}
