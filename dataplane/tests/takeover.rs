@@ -10,7 +10,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{memif_vdev, serial, settled, wait_for, Switch, Testpmd};
+use common::{memif_vdev, serial, settled, virtio_vdev, wait_for, Switch, Testpmd};
 
 const BRIDGE: &str = "[[bridge]]\nname = \"default\"\n";
 /// The variable that stops a new switch at a step of the handover
@@ -21,39 +21,55 @@ fn mac(last: u8) -> String {
     format!("02:00:00:00:00:{last:02x}")
 }
 
-/// A switch with memif ports of both roles, `m` (the switch is master) and
-/// `s` (slave), and one testpmd on both (port 0 the client of `m`, port 1
-/// the server `s` connects to) forwarding in mac mode: each port's frames
-/// go to the other's MAC, through the switch, and back. `start tx_first`
-/// puts 32 frames on each port: 64 frames circulate from then on, and any
-/// lost, duplicated or re-read frame changes that number.
+/// A switch with ports of one kind in both roles, `m` (the switch listens:
+/// memif master, vhost-user server) and `s` (it connects: memif slave,
+/// vhost-user client), and one testpmd on both (port 0 on `m`, port 1 on
+/// `s`) forwarding in mac mode: each port's frames go to the other's MAC,
+/// through the switch, and back. `start tx_first` puts 32 frames on each
+/// port: 64 frames circulate from then on, and any lost, duplicated or
+/// re-read frame changes that number.
 struct Loop {
     sw: Switch,
     pmd: Testpmd,
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Memif,
+    VhostUser,
 }
 
 /// Frames `start tx_first` puts in circulation: one burst on each port.
 const CIRCULATING: u64 = 64;
 
 impl Loop {
-    fn start() -> Loop {
+    fn start(kind: Kind) -> Loop {
         let sw = Switch::start(BRIDGE);
         let (m, s) = (sw.path("m.sock"), sw.path("s.sock"));
-        for (name, role, sock) in [("m", "master", &m), ("s", "slave", &s)] {
+        let (name, roles) = match kind {
+            Kind::Memif => ("memif", ["master", "slave"]),
+            Kind::VhostUser => ("vhost-user", ["server", "client"]),
+        };
+        for (port, role, sock) in [("m", roles[0], &m), ("s", roles[1], &s)] {
             sw.cli_ok(&[
-                "port", "add", name, "--kind", "memif", "--role", role, "--socket", sock,
-                "--bridge", "default",
+                "port", "add", port, "--kind", name, "--role", role, "--socket", sock, "--bridge",
+                "default",
             ]);
         }
+        let (mac0, mac1) = (format!("mac={}", mac(0x0a)), format!("mac={}", mac(0x0b)));
+        let vdevs = match kind {
+            Kind::Memif => [
+                memif_vdev(0, "client", &m, &mac0),
+                memif_vdev(1, "server", &s, &mac1),
+            ],
+            Kind::VhostUser => [
+                virtio_vdev(0, &m, false, &mac0),
+                virtio_vdev(1, &s, true, &mac1),
+            ],
+        };
         let peer0 = format!("--eth-peer=0,{}", mac(0x0b));
         let peer1 = format!("--eth-peer=1,{}", mac(0x0a));
-        let mut pmd = Testpmd::start(
-            &[
-                memif_vdev(0, "client", &m, &format!("mac={}", mac(0x0a))),
-                memif_vdev(1, "server", &s, &format!("mac={}", mac(0x0b))),
-            ],
-            &["--forward-mode=mac", &peer0, &peer1],
-        );
+        let mut pmd = Testpmd::start(&vdevs, &["--forward-mode=mac", &peer0, &peer1]);
         sw.wait_link("m", true);
         sw.wait_link("s", true);
         pmd.send_bursts(1);
@@ -165,9 +181,21 @@ fn connects(sw: &Switch) -> (u64, u64) {
 }
 
 #[test]
-fn twenty_takeovers_under_load_lose_no_frame_and_reconnect_no_peer() {
+fn twenty_takeovers_of_memif_ports_lose_no_frame_and_reconnect_no_peer() {
+    twenty_takeovers(Kind::Memif);
+}
+
+#[test]
+fn twenty_takeovers_of_vhost_user_ports_lose_no_frame_and_reconnect_no_peer() {
+    twenty_takeovers(Kind::VhostUser);
+}
+
+/// 20 takeovers in a row while testpmd loops frames through ports of
+/// `kind`: no frame lost, duplicated or re-read, no peer reconnects, the
+/// new switch holds no more fds or memory than the first did.
+fn twenty_takeovers(kind: Kind) {
     let _g = serial();
-    let mut l = Loop::start();
+    let mut l = Loop::start(kind);
     assert_eq!(connects(&l.sw), (1, 1));
     let mut first = None;
     let mut took = Vec::new();
@@ -221,7 +249,7 @@ fn stopped(pid: u32) -> bool {
 #[test]
 fn a_new_switch_killed_at_any_step_leaves_the_old_one_forwarding() {
     let _g = serial();
-    let mut l = Loop::start();
+    let mut l = Loop::start(Kind::Memif);
     let old = l.sw.child.as_ref().unwrap().id();
     for step in ["state", "fds", "confirm"] {
         let mut new =
@@ -260,7 +288,7 @@ fn a_new_switch_killed_at_any_step_leaves_the_old_one_forwarding() {
 #[test]
 fn refused_takeovers_say_why_and_change_nothing() {
     let _g = serial();
-    let mut l = Loop::start();
+    let mut l = Loop::start(Kind::Memif);
 
     // A second takeover while one is under way.
     let mut first =

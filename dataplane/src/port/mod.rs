@@ -179,10 +179,11 @@ pub trait Port: Send {
             "this kind of port cannot be taken over yet".into(),
         ))
     }
-    /// A takeover failed after the other process may have run this port's
-    /// queues (it died between the go and its confirmation): rebuilds the
+    /// A takeover failed (the workers are still paused): rebuilds the
     /// queues from where the shared rings are now, not where this
-    /// process's workers left them.
+    /// process's workers left them. The process taking over may have run
+    /// them (it died between the go and its confirmation), or
+    /// [`Port::save`] stopped them.
     fn requeue(&mut self, cx: &PortCtx<'_>) {
         let _ = cx;
     }

@@ -85,29 +85,31 @@ impl Daemon {
             self.dp.resume();
             return refuse("a worker did not stop at a burst boundary".into());
         }
+        // From here on, a failure takes every port back with
+        // `take_back`: a port may have stopped its queues to save them.
         let mut fds = FdOut::default();
         let state = match self.save(&mut fds) {
             Ok(s) => s,
             Err(reason) => {
-                self.dp.resume();
+                self.take_back();
                 return refuse(reason);
             }
         };
         let state = serde_json::to_value(&state).expect("plain data");
         if let Err(e) = handover::send(conn, &Step::State(state), fds.fds()) {
-            self.dp.resume();
+            self.take_back();
             warn!(pid = peer, "takeover failed: cannot send the state: {e}");
             return Handed::Kept;
         }
         match handover::recv(conn) {
             Ok((Step::Ready, _)) => {}
             Ok((Step::Refused { reason }, _)) => {
-                self.dp.resume();
+                self.take_back();
                 warn!(pid = peer, "the new switch refused the takeover: {reason}");
                 return Handed::Kept;
             }
             other => {
-                self.dp.resume();
+                self.take_back();
                 warn!(
                     pid = peer,
                     "takeover failed, carrying on: {}",
@@ -119,7 +121,7 @@ impl Daemon {
         // From here the new switch may run the queues.
         if let Err(e) = handover::send(conn, &Step::Go, &[]) {
             // It is gone before the go: it ran nothing.
-            self.dp.resume();
+            self.take_back();
             warn!(
                 pid = peer,
                 "takeover failed, carrying on: cannot send the go: {e}"
@@ -159,16 +161,23 @@ impl Daemon {
                     "the new switch failed after the go ({}): taking the ports back",
                     failure(other)
                 );
-                for id in 0..self.ports.len() {
-                    if let Some(mut e) = self.ports[id].take() {
-                        e.port.requeue(&self.ctx(id as PortId));
-                        self.ports[id] = Some(e);
-                    }
-                }
-                self.dp.resume();
+                self.take_back();
                 Handed::Kept
             }
         }
+    }
+
+    /// After a failed handover: every port's queues start again where the
+    /// rings are (a port may have stopped its queues to save them, or the
+    /// new switch may have moved the rings on), and the workers resume.
+    fn take_back(&mut self) {
+        for id in 0..self.ports.len() {
+            if let Some(mut e) = self.ports[id].take() {
+                e.port.requeue(&self.ctx(id as PortId));
+                self.ports[id] = Some(e);
+            }
+        }
+        self.dp.resume();
     }
 
     /// Saves every bridge and port, their fds into `fds`.

@@ -248,7 +248,7 @@ impl Protocol for Memif {
         let Handshake::Up(linked) = &conn.hs else {
             return Ok(());
         };
-        cx.detach();
+        // Replaces the queues the workers had (paused, they hold none).
         cx.attach(self.queues(linked, Start::Resume)?);
         Ok(())
     }

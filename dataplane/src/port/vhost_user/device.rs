@@ -14,7 +14,7 @@
 //! [`NetDevice::activate`] hands fresh queues out again once it is complete.
 
 use std::fs::File;
-use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
 use tracing::{debug, info, warn};
@@ -43,6 +43,7 @@ use vm_memory::{
 };
 
 use super::queue::{RingProgress, VirtioRx, VirtioTx, Vq};
+use crate::port::handover::{FdIn, FdOut, HandoverError};
 use crate::port::sigbus::Tripwire;
 use crate::port::QueueLink;
 use crate::queue::{OffloadCaps, PortQueues, RxQueue, TxQueue};
@@ -352,6 +353,161 @@ impl NetDevice {
             .filter(|m| len <= m.size - (va - m.user_addr))
             .map(|m| va - m.user_addr + m.gpa)
             .ok_or(VuError::InvalidParam)
+    }
+}
+
+/// A device as saved for a takeover: what the frontend's messages set,
+/// and where each ring stands (its fds by index in the handover).
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SavedDevice {
+    /// Queue pairs offered.
+    pub max_pairs: u16,
+    /// `SET_FEATURES`, if it came.
+    pub acked_features: Option<u64>,
+    /// `SET_PROTOCOL_FEATURES`.
+    pub acked_protocol: u64,
+    /// `SET_MEM_TABLE`, if it came.
+    memory: Option<Vec<SavedRegion>>,
+    vrings: Vec<SavedVring>,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SavedRegion {
+    fd: usize,
+    guest_phys_addr: u64,
+    memory_size: u64,
+    user_addr: u64,
+    mmap_offset: u64,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SavedVring {
+    size: u16,
+    ready: bool,
+    enabled: bool,
+    event_idx: bool,
+    desc_table: u64,
+    avail_ring: u64,
+    used_ring: u64,
+    next_avail: u16,
+    next_used: u16,
+    kick: Option<usize>,
+    call: Option<usize>,
+}
+
+impl NetDevice {
+    /// Takes the queues back from the workers (their last positions into
+    /// the vrings) and writes the device down for a takeover, its memory
+    /// and eventfds into `fds`. [`NetDevice::activate`] hands the queues
+    /// out again if the takeover fails.
+    pub fn save(&mut self, fds: &mut FdOut) -> Result<SavedDevice, String> {
+        self.park();
+        let memory = if self.mem_set {
+            let mem = self.mem.memory();
+            let mut regions = Vec::with_capacity(self.mappings.len());
+            for m in &self.mappings {
+                let file = mem
+                    .find_region(GuestAddress(m.gpa))
+                    .and_then(|r| r.file_offset())
+                    .ok_or_else(|| format!("guest memory at {:#x} has no file", m.gpa))?;
+                regions.push(SavedRegion {
+                    fd: fds.add(file.file().as_fd()),
+                    guest_phys_addr: m.gpa,
+                    memory_size: m.size,
+                    user_addr: m.user_addr,
+                    mmap_offset: file.start(),
+                });
+            }
+            Some(regions)
+        } else {
+            None
+        };
+        let vrings = self
+            .vrings
+            .iter()
+            .map(|v| {
+                let v = v.get_ref();
+                let q = v.get_queue().state();
+                // The raw fds belong to the vring's event objects, which
+                // `v` keeps alive while they are added (the handover sends
+                // them before anything can replace them).
+                let mut add = |fd: std::os::fd::RawFd| {
+                    // SAFETY: as said above, `fd` is open for this call.
+                    fds.add(unsafe { BorrowedFd::borrow_raw(fd) })
+                };
+                let kick = v.get_kick().as_ref().map(|k| add(k.as_raw_fd()));
+                let call = v.get_call().as_ref().map(|c| add(c.as_raw_fd()));
+                SavedVring {
+                    size: q.size,
+                    ready: q.ready,
+                    enabled: v.is_enabled(),
+                    event_idx: q.event_idx_enabled,
+                    desc_table: q.desc_table,
+                    avail_ring: q.avail_ring,
+                    used_ring: q.used_ring,
+                    next_avail: q.next_avail,
+                    next_used: q.next_used,
+                    kick,
+                    call,
+                }
+            })
+            .collect();
+        Ok(SavedDevice {
+            max_pairs: self.max_pairs,
+            acked_features: self.acked_features,
+            acked_protocol: self.acked_protocol,
+            memory,
+            vrings,
+        })
+    }
+
+    /// Sets the memory table and the rings as another process saved them
+    /// (a takeover): the features come first, through the protocol handler
+    /// (see `vhost_user::restore`). The device is then as the frontend
+    /// left the old one; [`NetDevice::activate`] starts its queues.
+    pub fn restore(&mut self, saved: &SavedDevice, fds: &mut FdIn) -> Result<(), HandoverError> {
+        let invalid = |what: String| HandoverError::Invalid(what);
+        if saved.vrings.len() != self.vrings.len() {
+            return Err(invalid(format!(
+                "{} vrings saved for a device of {}",
+                saved.vrings.len(),
+                self.vrings.len()
+            )));
+        }
+        if let Some(regions) = &saved.memory {
+            let mut ctx = Vec::with_capacity(regions.len());
+            let mut files = Vec::with_capacity(regions.len());
+            for r in regions {
+                ctx.push(VhostUserMemoryRegion::new(
+                    r.guest_phys_addr,
+                    r.memory_size,
+                    r.user_addr,
+                    r.mmap_offset,
+                ));
+                files.push(File::from(fds.take(r.fd)?));
+            }
+            self.set_mem_table(&ctx, files, None)
+                .map_err(|e| invalid(format!("memory table: {e}")))?;
+        }
+        for (i, (v, s)) in self.vrings.iter().zip(&saved.vrings).enumerate() {
+            if !s.size.is_power_of_two() || s.size > MAX_QUEUE_SIZE {
+                return Err(invalid(format!("vring {i} of {} entries", s.size)));
+            }
+            v.set_queue_size(s.size);
+            v.set_queue_info(s.desc_table, s.avail_ring, s.used_ring)
+                .map_err(|e| invalid(format!("vring {i}: {e}")))?;
+            v.set_queue_next_avail(s.next_avail);
+            v.set_queue_next_used(s.next_used);
+            v.set_queue_event_idx(s.event_idx);
+            v.set_kick(s.kick.map(|k| fds.take(k)).transpose()?.map(File::from));
+            v.set_call(s.call.map(|c| fds.take(c)).transpose()?.map(File::from));
+            v.set_queue_ready(s.ready);
+            v.set_enabled(s.enabled);
+        }
+        Ok(())
     }
 }
 

@@ -28,11 +28,12 @@ use std::time::Instant;
 
 use nix::sys::socket::SockType;
 use tracing::{debug, info};
+use vhost::vhost_user::message::FrontendReq;
 use vhost::vhost_user::{BackendReqHandler, Error as VuError};
 
 use switchyard_api::{PortStatus, Side, VhostUserSpec};
 
-use crate::port::handover::{FdIn, FdOut, HandoverError, Saved};
+use crate::port::handover::{self, FdIn, FdOut, HandoverError, Saved};
 use crate::port::socket_port::{Closed, Protocol, SocketPort};
 use crate::port::{Port, PortCtx};
 use device::{Activation, NetDevice};
@@ -136,24 +137,73 @@ impl Protocol for VhostUser {
         lock(&conn.device).park()
     }
 
-    fn save(&self, _conn: &Conn, _fds: &mut FdOut) -> Result<Option<Saved>, String> {
-        Err("a connected vhost-user port cannot be handed to another process yet".into())
+    /// Between two messages the device holds the whole negotiation: it is
+    /// saved with its queues stopped, their positions in the vrings.
+    fn save(&self, conn: &Conn, fds: &mut FdOut) -> Result<Option<Saved>, String> {
+        let device = lock(&conn.device).save(fds)?;
+        Ok(Some(handover::write(&SavedConn {
+            socket: fds.add(conn.relay.fd()),
+            device,
+            relay: conn.relay.save(fds),
+        })))
     }
 
+    /// The frontend keeps its connection and sees no message: the `vhost`
+    /// crate's handler gets its own state (features, protocol features,
+    /// REPLY_ACK) from the messages that set it, replayed on the relay's
+    /// inner side with their replies dropped; the device gets its memory
+    /// table and rings as saved; the queues start where the rings are.
     fn restore(
         &mut self,
-        _cx: &PortCtx<'_>,
-        _saved: Saved,
-        _fds: &mut FdIn,
+        cx: &PortCtx<'_>,
+        saved: Saved,
+        fds: &mut FdIn,
         _status: &mut PortStatus,
     ) -> Result<Conn, HandoverError> {
-        Err(HandoverError::Invalid(
-            "a vhost-user connection cannot be taken over yet".into(),
-        ))
+        let saved: SavedConn = handover::read(saved)?;
+        let fd = fds.take(saved.socket)?;
+        let (mut relay, handler_side) = Relay::new(UnixStream::from(fd))?;
+        let device = NetDevice::new(&self.name, cx.link(), saved.device.max_pairs)
+            .map_err(|e| HandoverError::Invalid(format!("device: {e}")))?;
+        let device = Arc::new(Mutex::new(device));
+        let mut handler = BackendReqHandler::from_stream(handler_side, device.clone());
+        let d = &saved.device;
+        let mut replay = vec![(FrontendReq::GET_FEATURES, None)];
+        if d.acked_protocol != 0 {
+            replay.push((FrontendReq::GET_PROTOCOL_FEATURES, None));
+            replay.push((FrontendReq::SET_PROTOCOL_FEATURES, Some(d.acked_protocol)));
+        }
+        if let Some(f) = d.acked_features {
+            replay.push((FrontendReq::SET_FEATURES, Some(f)));
+        }
+        for (req, value) in replay {
+            relay.replay(request(req, value))?;
+            handler
+                .handle_request()
+                .map_err(|e| HandoverError::Invalid(format!("replaying {req:?}: {e}")))?;
+            relay.drop_replies()?;
+        }
+        lock(&device).restore(d, fds)?;
+        relay.restore(saved.relay, fds)?;
+        let pairs_up = match lock(&device).activate().map_err(HandoverError::Invalid)? {
+            Activation::Up { pairs } => pairs,
+            Activation::Unchanged => Vec::new(),
+        };
+        info!(port = %self.name, queue_pairs = pairs_up.len(), "frontend taken over");
+        Ok(Conn {
+            handler,
+            device,
+            relay,
+            pairs_up,
+        })
     }
 
-    fn requeue(&mut self, _cx: &PortCtx<'_>, _conn: &mut Conn) -> Result<(), Closed> {
-        Ok(())
+    /// The queues start again from the vrings, each where its used index
+    /// in guest memory stands (`NetDevice::activate`).
+    fn requeue(&mut self, _cx: &PortCtx<'_>, conn: &mut Conn) -> Result<(), Closed> {
+        let mut dev = lock(&conn.device);
+        dev.take_parked();
+        dev.activate().map(|_| ()).map_err(Closed::fault)
     }
 }
 
@@ -210,6 +260,30 @@ impl VhostUser {
         }
         conn.pairs_up = now;
     }
+}
+
+/// A connection as saved for a takeover (fds by index).
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SavedConn {
+    socket: usize,
+    device: device::SavedDevice,
+    relay: relay::SavedRelay,
+}
+
+/// A frontend's request `req` with an optional `u64` body, as a frontend
+/// frames it.
+fn request(req: FrontendReq, value: Option<u64>) -> Vec<u8> {
+    let body = value.map(u64::to_le_bytes);
+    let size = body.map_or(0, |b| b.len()) as u32;
+    let mut b = Vec::with_capacity(relay::HEADER_LEN + size as usize);
+    b.extend_from_slice(&(req as u32).to_le_bytes());
+    b.extend_from_slice(&FLAG_VERSION_1.to_le_bytes());
+    b.extend_from_slice(&size.to_le_bytes());
+    if let Some(body) = body {
+        b.extend_from_slice(&body);
+    }
+    b
 }
 
 const REQ_SET_VRING_ENABLE: u32 = vhost::vhost_user::message::FrontendReq::SET_VRING_ENABLE as u32;

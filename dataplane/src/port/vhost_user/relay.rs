@@ -26,6 +26,8 @@ use std::time::{Duration, Instant};
 
 use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, MsgFlags, UnixAddr};
 
+use crate::port::handover::{FdIn, FdOut, HandoverError};
+
 /// vhost-user message header: `u32` request, `u32` flags, `u32` body size.
 pub const HEADER_LEN: usize = 12;
 /// The largest body the protocol has (the `vhost` crate's `MAX_MSG_SIZE`).
@@ -61,6 +63,15 @@ impl From<io::Error> for RelayError {
     fn from(e: io::Error) -> RelayError {
         RelayError::Io(e)
     }
+}
+
+/// What a relay held, as saved for a takeover (fds by index).
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SavedRelay {
+    pending: Vec<u8>,
+    fds: Vec<usize>,
+    unread: Vec<u8>,
 }
 
 /// One whole message from the frontend.
@@ -279,6 +290,66 @@ impl Relay {
                 )));
             }
         }
+        Ok(())
+    }
+
+    /// Hands the handler a message this side made (a takeover replays the
+    /// messages that set the handler's own state), and drops its reply:
+    /// the frontend never sees either.
+    pub fn replay(&mut self, bytes: Vec<u8>) -> io::Result<()> {
+        self.forward(&Message {
+            bytes,
+            fds: Vec::new(),
+        })
+    }
+
+    /// Drops what the handler wrote back (the replies to [`Relay::replay`]).
+    pub fn drop_replies(&mut self) -> io::Result<()> {
+        let mut buf = [0u8; 4096];
+        loop {
+            match (&self.inner).read(&mut buf) {
+                Ok(0) => return Ok(()),
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// What the relay holds between the frontend and the handler, for a
+    /// takeover: a message begun and its fds, replies not yet read.
+    pub fn save(&self, fds: &mut FdOut) -> SavedRelay {
+        SavedRelay {
+            pending: self.pending.clone(),
+            fds: self.fds.iter().map(|f| fds.add(f.as_fd())).collect(),
+            unread: self.unread.clone(),
+        }
+    }
+
+    /// Takes up what another process's relay held ([`Relay::save`]): the
+    /// rest of the message follows in the socket, the replies go out next.
+    pub fn restore(&mut self, saved: SavedRelay, fds: &mut FdIn) -> Result<(), HandoverError> {
+        if saved.pending.len() > HEADER_LEN + MAX_BODY || saved.fds.len() > MAX_FDS {
+            return Err(HandoverError::Invalid(format!(
+                "a relay holding {} bytes and {} fds",
+                saved.pending.len(),
+                saved.fds.len()
+            )));
+        }
+        self.fds = saved
+            .fds
+            .into_iter()
+            .map(|i| fds.take(i))
+            .collect::<Result<_, _>>()?;
+        if !saved.pending.is_empty() {
+            self.started = Some(Instant::now());
+        }
+        self.pending = saved.pending;
+        if !saved.unread.is_empty() {
+            self.unread_since = Some(Instant::now());
+        }
+        self.unread = saved.unread;
         Ok(())
     }
 
