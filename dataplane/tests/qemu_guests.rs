@@ -2,8 +2,9 @@
 //! ports, one with the switch as socket server and one as client: ping both
 //! ways, a TCP transfer with checksum offload and TSO negotiated, two
 //! queue pairs, a guest's QEMU killed and started
-//! again, and the switch restarted (SIGTERM and kill -9) under a running
-//! ping, after which the guests go on where they were.
+//! again, the switch replaced by takeover 20 times under a 10 ms ping (not
+//! a reply lost), and the switch restarted (SIGTERM and kill -9) under a
+//! running ping, after which the guests go on where they were.
 //!
 //! The guests are built at test time from Debian packages
 //! (`common/qemu.rs`); they boot in seconds under TCG.
@@ -288,11 +289,72 @@ fn max_lost(o: &Outage, interval: f64) -> u32 {
     (o.silence / interval).ceil() as u32 + 2
 }
 
+/// The kernel's lines in `dmesg` output (`[  12.345678] ...`), without
+/// the console's echo and prompts around them.
+fn kernel_lines(out: &str) -> Vec<&str> {
+    out.lines()
+        .filter_map(|l| l.find('[').map(|i| &l[i..]))
+        .filter(|l| {
+            l.split_once(']')
+                .is_some_and(|(t, _)| t.trim_start_matches('[').trim().parse::<f64>().is_ok())
+        })
+        .collect()
+}
+
 #[test]
-fn guests_carry_on_where_they_were_when_the_switch_restarts() {
+fn guests_carry_on_through_takeovers_and_restarts() {
     let _g = serial();
     let (mut sw, mut a, mut b) = two_guests();
     ping(&mut a, IP_B, "");
+
+    // Takeovers: the switch is replaced 20 times while the guests ping
+    // each other every 10 ms. Nothing is lost, nothing comes twice, the
+    // ports never go down and the guests' kernels say nothing.
+    const PINGS: u32 = 1000;
+    let dmesg: Vec<String> = [&mut a, &mut b]
+        .into_iter()
+        .map(|g| g.sh_ok("dmesg", CMD))
+        .collect();
+    a.sh_ok(
+        &format!("ping -i 0.01 -c {PINGS} {IP_B} > /tmp/ping.log 2>&1 &"),
+        CMD,
+    );
+    b.sh_ok(
+        &format!("taskset 2 ping -i 0.01 -c {PINGS} {IP_A} > /tmp/ping.log 2>&1 &"),
+        CMD,
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    for _ in 0..20 {
+        sw.takeover();
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    for (g, before) in [&mut a, &mut b].into_iter().zip(dmesg) {
+        let log = g.sh_ok("wait; cat /tmp/ping.log", Duration::from_secs(120));
+        assert!(
+            log.contains(&format!(
+                "{PINGS} packets transmitted, {PINGS} packets received"
+            )) && !log.contains("DUP!"),
+            "{}: {log}",
+            g.spec.name
+        );
+        assert!(!kernel_lines(&before).is_empty(), "no dmesg: {before}");
+        let after = g.sh_ok("dmesg", CMD);
+        let new: Vec<&str> = kernel_lines(&after)
+            .into_iter()
+            .filter(|l| !kernel_lines(&before).contains(l))
+            .collect();
+        assert!(
+            new.is_empty(),
+            "{}'s kernel spoke during the takeovers: {new:?}",
+            g.spec.name
+        );
+    }
+    for p in ["vm-a", "vm-b"] {
+        let st = sw.port(p).status;
+        assert!(st.link_up && st.connects == 1, "{p}: {st:?}");
+    }
+
+    // Restarts: SIGTERM, then kill -9.
     const INTERVAL: f64 = 0.1;
     const COUNT: u32 = 100;
     for kill in [false, true] {

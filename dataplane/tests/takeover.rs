@@ -10,7 +10,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{memif_vdev, serial, settled, virtio_vdev, wait_for, Switch, Testpmd};
+use common::{memif_vdev, serial, settled, veth, virtio_vdev, wait_for, Netns, Switch, Testpmd};
 
 const BRIDGE: &str = "[[bridge]]\nname = \"default\"\n";
 /// The variable that stops a new switch at a step of the handover
@@ -400,4 +400,56 @@ fn a_new_switch_refuses_state_of_another_version() {
         String::from_utf8_lossy(&answer).contains("refused"),
         "{answer:?}"
     );
+}
+
+#[test]
+fn twenty_takeovers_of_a_tap_and_an_af_packet_uplink_lose_no_ping() {
+    let _g = serial();
+    let (node, host) = (Netns::new("tkn"), Netns::new("tkh"));
+    veth(&node, "up0", &host, "h0");
+    host.sh_ok("ip addr add 10.78.0.2/24 dev h0");
+    let mut sw = Switch::start_in(Some(&node.name), BRIDGE);
+    let tap = format!("syt{}", std::process::id() % 100_000);
+    for args in [
+        ["t0", "--kind", "tap", "--interface", &tap],
+        ["up", "--kind", "af-packet", "--interface", "up0"],
+    ] {
+        let mut all = vec!["port", "add"];
+        all.extend_from_slice(&args);
+        all.extend_from_slice(&["--bridge", "default"]);
+        sw.cli_ok(&all);
+    }
+    node.sh_ok(&format!(
+        "ip link set {tap} up && ip addr add 10.78.0.1/24 dev {tap}"
+    ));
+    node.sh_ok("busybox ping -c 3 -W 2 10.78.0.2");
+    // A ping every 10 ms (busybox's: the test command installs it), from
+    // the node's stack through the tap port and
+    // the af-packet uplink to the host's, while the switch is replaced.
+    const PINGS: u32 = 1500;
+    let ping = Command::new("ip")
+        .args(["netns", "exec", &node.name, "busybox", "ping", "-i", "0.01"])
+        .args(["-c", &PINGS.to_string(), "10.78.0.2"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    for _ in 0..20 {
+        sw.takeover();
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let out = ping.wait_with_output().unwrap();
+    let out = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.contains(&format!(
+            "{PINGS} packets transmitted, {PINGS} packets received"
+        )),
+        "pings lost:\n{out}"
+    );
+    assert!(!out.contains("DUP!"), "{out}");
+    for p in ["t0", "up"] {
+        let st = sw.port(p).status;
+        assert!(st.link_up && st.connects == 1, "{p}: {st:?}");
+    }
+    assert!(!sw.log().contains("link down"), "{}", sw.log());
 }

@@ -70,20 +70,6 @@ fn raw_broadcast(len: usize, fill: u8) -> Vec<u8> {
     f
 }
 
-/// A veth pair `a` (in `na`) - `b` (in `nb`), both up.
-fn veth(na: &Netns, a: &str, nb: &Netns, b: &str) {
-    let ok = std::process::Command::new("ip")
-        .args([
-            "link", "add", a, "netns", &na.name, "type", "veth", "peer", "name", b,
-        ])
-        .args(["netns", &nb.name])
-        .status()
-        .unwrap();
-    assert!(ok.success(), "ip link add {a} type veth");
-    na.sh_ok(&format!("ip link set {a} up"));
-    nb.sh_ok(&format!("ip link set {b} up"));
-}
-
 /// A DPDK testpmd pod answering ARP and ping, as memif server at `sock`
 /// (the switch, memif slave, connects and redials).
 fn echo_pod(sock: &str) -> Testpmd {

@@ -46,6 +46,15 @@ pub use slots::{RxClaim, RxSlot, TxSlot};
 pub use stats::{BridgeStats, BridgeTotals, PortShared};
 pub use view::{Ingress, ViewBridge, ViewPort, ViewRx, WorkerView};
 
+/// Where a port's queues stand ([`Dataplane::queue_positions`]).
+#[derive(Debug, Default)]
+pub struct QueuePositions {
+    /// Receive queues, in order.
+    pub rx: Vec<Option<serde_json::Value>>,
+    /// Transmit queues, in order.
+    pub tx: Vec<Option<serde_json::Value>>,
+}
+
 struct DpPort {
     shared: Arc<PortShared>,
     generation: u16,

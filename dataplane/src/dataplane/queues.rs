@@ -58,6 +58,25 @@ impl Dataplane {
         n
     }
 
+    /// Where each of a port's queues stands ([`RxQueue::position`],
+    /// [`TxQueue::position`]): receive queues, then transmit queues. Only
+    /// while the workers are paused ([`Dataplane::pause`]), when no worker
+    /// holds a queue; a queue still held (never, then) says `None`.
+    pub fn queue_positions(&self, id: PortId) -> QueuePositions {
+        let t = self.table();
+        let Some(p) = t.ports.get(id as usize).and_then(Option::as_ref) else {
+            return QueuePositions::default();
+        };
+        QueuePositions {
+            rx: p
+                .rx
+                .iter()
+                .map(|s| s.claim().and_then(|mut c| c.queue().position()))
+                .collect(),
+            tx: p.tx.iter().map(|s| s.with(|q| q.position())).collect(),
+        }
+    }
+
     /// Gives a connected port's queues to the workers.
     pub fn attach_queues(&self, id: PortId, q: PortQueues) {
         let mut t = self.table();

@@ -49,6 +49,8 @@ use std::sync::Arc;
 
 use switchyard_api::AfPacketSpec;
 
+use crate::dataplane::QueuePositions;
+use crate::port::handover::{self, FdIn, FdOut, HandoverError, Saved};
 use crate::port::kernel_if::{Interface, KernelIf, Uplink};
 use crate::port::netdev::{exceeds_mtu, kernel_at_least, pad_short, FrameIovecs};
 use crate::port::Port;
@@ -267,13 +269,66 @@ fn direct_socket(index: u32) -> io::Result<OwnedFd> {
     Ok(fd)
 }
 
+/// The sizes of a socket's two rings, as the kernel made them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Geometry {
+    /// Bytes of a receive block.
+    block_size: usize,
+    /// Receive blocks.
+    blocks: usize,
+    /// Bytes of a transmit slot.
+    frame_size: usize,
+}
+
+impl Geometry {
+    /// Maps the socket's receive and transmit rings (a takeover maps a
+    /// socket's rings again in the process taking it over).
+    fn map(&self, fd: &OwnedFd) -> io::Result<(BlockRing, Ring)> {
+        let ring = self.block_size * self.blocks;
+        let len = 2 * ring;
+        // SAFETY: a fresh shared mapping of the socket's two rings, as the
+        // kernel sized them; the result is checked.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let map = Arc::new(Mapping {
+            base: base.cast(),
+            len,
+        });
+        let rx = BlockRing {
+            map: map.clone(),
+            start: 0,
+            block_size: self.block_size,
+            blocks: self.blocks,
+        };
+        let tx = Ring {
+            map,
+            start: ring,
+            frame_size: self.frame_size,
+            frames: ring / self.frame_size,
+        };
+        Ok((rx, tx))
+    }
+}
+
 /// Opens one socket on interface `index` with rings of `frame_size`-byte
 /// slots; `fanout`: the group to join when the port has several queues.
 fn open_socket(
     index: u32,
     frame_size: usize,
     fanout: Option<u16>,
-) -> io::Result<(OwnedFd, BlockRing, Ring)> {
+) -> io::Result<(OwnedFd, Geometry, BlockRing, Ring)> {
     let proto = (libc::ETH_P_ALL as u16).to_be();
     let fd = packet_socket(proto)?;
     set_opt(
@@ -311,27 +366,12 @@ fn open_socket(
     // super-frame sent. Best effort: kernels before 4.20 still copy them
     // (and they are skipped as `PACKET_OUTGOING`).
     let _ = set_opt(&fd, libc::PACKET_IGNORE_OUTGOING, &one);
-    let ring = (req.tp_block_size as usize) * (req.tp_block_nr as usize);
-    let len = 2 * ring;
-    // SAFETY: a fresh shared mapping of the socket's two rings, as the
-    // kernel sized them; the result is checked.
-    let base = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            fd.as_raw_fd(),
-            0,
-        )
+    let geometry = Geometry {
+        block_size: block,
+        blocks: req.tp_block_nr as usize,
+        frame_size,
     };
-    if base == libc::MAP_FAILED {
-        return Err(io::Error::last_os_error());
-    }
-    let map = Arc::new(Mapping {
-        base: base.cast(),
-        len,
-    });
+    let (rx, tx) = geometry.map(&fd)?;
     bind_to(&fd, index, proto)?;
     // SAFETY: all-zero is a valid `packet_mreq`.
     let mut mr: libc::packet_mreq = unsafe { std::mem::zeroed() };
@@ -343,19 +383,7 @@ fn open_socket(
             (libc::PACKET_FANOUT_HASH << 16) as libc::c_int | libc::c_int::from(id);
         set_opt(&fd, libc::PACKET_FANOUT, &arg)?;
     }
-    let rx = BlockRing {
-        map: map.clone(),
-        start: 0,
-        block_size: block,
-        blocks: req.tp_block_nr as usize,
-    };
-    let tx = Ring {
-        map,
-        start: ring,
-        frame_size,
-        frames: RING_BYTES / frame_size,
-    };
-    Ok((fd, rx, tx))
+    Ok((fd, geometry, rx, tx))
 }
 
 /// The receive side of one socket.
@@ -523,13 +551,40 @@ impl RxQueue for AfpRx {
         self.left > 0
             || self.ring.status(self.block).load(Ordering::Acquire) & libc::TP_STATUS_USER != 0
     }
+
+    /// The block being read and where in it: the kernel's ring does not
+    /// say which block the reader is at.
+    fn position(&self) -> Option<serde_json::Value> {
+        Some(handover::write(&RxPosition {
+            block: self.block,
+            left: self.left,
+            next: self.next,
+        }))
+    }
+}
+
+/// Where a receive queue stands between bursts.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RxPosition {
+    block: usize,
+    left: u32,
+    next: usize,
+}
+
+/// Where a transmit queue stands between bursts: the slot it fills next,
+/// the one the kernel sends from next.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TxPosition {
+    cursor: usize,
 }
 
 /// The transmit side of one socket.
 struct AfpTx {
     fd: Arc<OwnedFd>,
     /// The socket frames larger than a slot leave through.
-    direct: OwnedFd,
+    direct: Arc<OwnedFd>,
     /// What the kernel takes in a virtio-net header.
     caps: OffloadCaps,
     ring: Ring,
@@ -610,6 +665,12 @@ impl TxQueue for AfpTx {
         self.caps
     }
 
+    fn position(&self) -> Option<serde_json::Value> {
+        Some(handover::write(&TxPosition {
+            cursor: self.cursor,
+        }))
+    }
+
     fn flush(&mut self) {
         if !std::mem::take(&mut self.queued) {
             return;
@@ -633,6 +694,8 @@ pub fn port(name: &str, spec: &AfPacketSpec, fanout: u16) -> Box<dyn Port> {
     let uplink = AfPacket {
         queues: spec.queues.unwrap_or(1),
         fanout,
+        open: Vec::new(),
+        geometry: None,
     };
     Box::new(KernelIf::new(name, &spec.interface, uplink))
 }
@@ -642,6 +705,42 @@ struct AfPacket {
     queues: u16,
     /// Its fanout group (several queues share the interface's frames).
     fanout: u16,
+    /// The sockets open (ring and direct, per queue), kept to hand over.
+    open: Vec<(Arc<OwnedFd>, Arc<OwnedFd>)>,
+    /// Their rings' sizes.
+    geometry: Option<Geometry>,
+}
+
+/// An af-packet port's queues as saved for a takeover (fds by index).
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SavedQueues {
+    geometry: Geometry,
+    queues: Vec<SavedQueue>,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SavedQueue {
+    socket: usize,
+    direct: usize,
+    rx: RxPosition,
+    tx: TxPosition,
+}
+
+impl AfPacket {
+    /// What the kernel takes in a virtio-net header: checksum and TCP
+    /// segmentation work; UDP segmentation (`GSO_UDP_L4`) from 6.2.
+    fn caps() -> OffloadCaps {
+        let tcp = OffloadCaps::CSUM
+            .with(OffloadCaps::TSO4)
+            .with(OffloadCaps::TSO6);
+        if kernel_at_least(6, 2) {
+            tcp.with(OffloadCaps::USO)
+        } else {
+            tcp
+        }
+    }
 }
 
 impl Uplink for AfPacket {
@@ -659,24 +758,18 @@ impl Uplink for AfPacket {
             .max(2048);
         let n = self.queues;
         let fanout = (n > 1).then_some(self.fanout);
-        // The kernel takes checksum and TCP segmentation work in a
-        // virtio-net header; UDP segmentation (`GSO_UDP_L4`) from 6.2.
-        let tcp = OffloadCaps::CSUM
-            .with(OffloadCaps::TSO4)
-            .with(OffloadCaps::TSO6);
-        let caps = if kernel_at_least(6, 2) {
-            tcp.with(OffloadCaps::USO)
-        } else {
-            tcp
-        };
+        let caps = AfPacket::caps();
         let mut q = PortQueues::default();
+        self.open.clear();
         for _ in 0..n {
-            let (fd, rx, tx) = open_socket(index, frame_size, fanout)?;
-            let fd = Arc::new(fd);
+            let (fd, geometry, rx, tx) = open_socket(index, frame_size, fanout)?;
+            let (fd, direct) = (Arc::new(fd), Arc::new(direct_socket(index)?));
+            self.open.push((fd.clone(), direct.clone()));
+            self.geometry = Some(geometry);
             q.rx.push(Box::new(AfpRx::new(fd.clone(), rx)));
             q.tx.push(Box::new(AfpTx {
                 fd,
-                direct: direct_socket(index)?,
+                direct,
                 caps,
                 ring: tx,
                 cursor: 0,
@@ -685,6 +778,78 @@ impl Uplink for AfPacket {
             }));
         }
         Ok((q, format!("kernel interface {ifname} (af-packet, mtu {m})")))
+    }
+
+    fn closed(&mut self) {
+        self.open.clear();
+    }
+
+    fn save(&mut self, positions: QueuePositions, fds: &mut FdOut) -> Result<Saved, String> {
+        let geometry = self.geometry.ok_or("no rings open")?;
+        let mut queues = Vec::with_capacity(self.open.len());
+        for (i, (socket, direct)) in self.open.iter().enumerate() {
+            let at = |p: Option<&Option<serde_json::Value>>| {
+                p.cloned()
+                    .flatten()
+                    .ok_or_else(|| format!("queue {i} says nothing of where it stands"))
+            };
+            queues.push(SavedQueue {
+                socket: fds.add(socket.as_fd()),
+                direct: fds.add(direct.as_fd()),
+                rx: handover::read(at(positions.rx.get(i))?).map_err(|e| e.to_string())?,
+                tx: handover::read(at(positions.tx.get(i))?).map_err(|e| e.to_string())?,
+            });
+        }
+        Ok(handover::write(&SavedQueues { geometry, queues }))
+    }
+
+    /// The sockets and where each ring stood; the rings are mapped again.
+    fn restore(
+        &mut self,
+        at: &Interface<'_>,
+        saved: Saved,
+        fds: &mut FdIn,
+    ) -> Result<(PortQueues, String), HandoverError> {
+        let saved: SavedQueues = handover::read(saved)?;
+        let g = saved.geometry;
+        let invalid = |why: String| HandoverError::Invalid(why);
+        if g.block_size == 0
+            || g.frame_size == 0
+            || g.blocks == 0
+            || g.block_size % g.frame_size != 0
+        {
+            return Err(invalid(format!("rings of {g:?}")));
+        }
+        let caps = AfPacket::caps();
+        let mut q = PortQueues::default();
+        self.open.clear();
+        for (i, s) in saved.queues.into_iter().enumerate() {
+            let fd = Arc::new(fds.take(s.socket)?);
+            let direct = Arc::new(fds.take(s.direct)?);
+            let (rx, tx) = g.map(&fd)?;
+            if s.rx.block >= rx.blocks || s.rx.next >= rx.block_size || s.tx.cursor >= tx.frames {
+                return Err(invalid(format!("queue {i} stands outside its rings")));
+            }
+            self.open.push((fd.clone(), direct.clone()));
+            let mut r = AfpRx::new(fd.clone(), rx);
+            (r.block, r.left, r.next) = (s.rx.block, s.rx.left, s.rx.next);
+            q.rx.push(Box::new(r));
+            q.tx.push(Box::new(AfpTx {
+                fd,
+                direct,
+                caps,
+                ring: tx,
+                cursor: s.tx.cursor,
+                queued: false,
+                mtu: at.mtu.clone(),
+            }));
+        }
+        self.geometry = Some(g);
+        let m = at.mtu.load(Ordering::Relaxed);
+        Ok((
+            q,
+            format!("kernel interface {} (af-packet, mtu {m})", at.name),
+        ))
     }
 
     fn hint(e: &io::Error) -> &'static str {

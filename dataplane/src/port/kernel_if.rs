@@ -13,8 +13,10 @@ use tracing::{info, warn};
 
 use switchyard_api::PortStatus;
 
+use super::handover::{self, FdIn, FdOut, HandoverError, Saved};
 use super::netdev::{ifindex, read_mtu, status_with_mtu};
 use super::{Port, PortCtx, PortError};
+use crate::dataplane::QueuePositions;
 use crate::queue::PortQueues;
 
 /// How often the interface is looked at: there, the same one, its MTU.
@@ -41,6 +43,41 @@ pub trait Uplink: Send {
     fn hint(_e: &io::Error) -> &'static str {
         ""
     }
+    /// Writes the open queues down for a takeover (see [`Port::save`]):
+    /// their fds into `fds`; where each queue stands is in `positions`.
+    /// `Err` refuses the takeover, saying why.
+    fn save(&mut self, positions: QueuePositions, fds: &mut FdOut) -> Result<Saved, String> {
+        let _ = (positions, fds);
+        Err(format!(
+            "{} ports cannot be handed to another process yet",
+            Self::KIND
+        ))
+    }
+    /// Takes up the queues another process saved with [`Uplink::save`] on
+    /// the interface, where they stood; returns them as `open` does.
+    fn restore(
+        &mut self,
+        at: &Interface<'_>,
+        saved: Saved,
+        fds: &mut FdIn,
+    ) -> Result<(PortQueues, String), HandoverError> {
+        let _ = (at, saved, fds);
+        Err(HandoverError::Invalid(format!(
+            "{} queues cannot be taken over yet",
+            Self::KIND
+        )))
+    }
+}
+
+/// A kernel interface port as saved for a takeover.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SavedKernelIf {
+    /// The interface index the queues are open on, if they are.
+    index: Option<u32>,
+    /// The uplink's queues, if open.
+    queues: Option<Saved>,
+    status: PortStatus,
 }
 
 /// The interface an [`Uplink`] opens its queues on.
@@ -190,5 +227,55 @@ impl<U: Uplink> Port for KernelIf<U> {
         self.close(cx, "port deleted");
         self.uplink.release();
         self.check_at = None;
+    }
+
+    fn save(&mut self, cx: &PortCtx<'_>, fds: &mut FdOut) -> Result<Saved, PortError> {
+        let queues = match self.open {
+            Some(_) => Some(
+                self.uplink
+                    .save(cx.queue_positions(), fds)
+                    .map_err(PortError::Other)?,
+            ),
+            None => None,
+        };
+        Ok(handover::write(&SavedKernelIf {
+            index: self.open,
+            queues,
+            status: self.status.clone(),
+        }))
+    }
+
+    /// The queues as they were; the interface is looked at again on the
+    /// next check, as after any start (gone, made again, a new MTU).
+    fn restore(&mut self, cx: &PortCtx<'_>, saved: Saved, fds: &mut FdIn) -> Result<(), PortError> {
+        let saved: SavedKernelIf = handover::read(saved)?;
+        self.status = saved.status;
+        self.check_at = Some(Instant::now() + CHECK_EVERY);
+        let (Some(index), Some(queues)) = (saved.index, saved.queues) else {
+            return Ok(());
+        };
+        if let Ok(m) = read_mtu(&self.interface) {
+            self.mtu.store(m, Ordering::Relaxed);
+        }
+        let at = Interface {
+            name: &self.interface,
+            index,
+            mtu: &self.mtu,
+        };
+        let (q, _) = self.uplink.restore(&at, queues, fds)?;
+        info!(port = %self.name, interface = %self.interface, queues = q.rx.len(), "{} queues taken over", U::KIND);
+        cx.attach(q);
+        self.open = Some(index);
+        Ok(())
+    }
+
+    /// If the process taking over ran the queues, where it left the rings
+    /// is not known here: the queues are opened again (frames in the old
+    /// rings are lost, as when the interface is made again).
+    fn requeue(&mut self, cx: &PortCtx<'_>, moved: bool) {
+        if moved && self.open.is_some() {
+            self.close(cx, "the switch that took over failed");
+            self.reopen(cx);
+        }
     }
 }

@@ -95,6 +95,11 @@ impl PortCtx<'_> {
     pub fn detach(&self) {
         self.link().detach();
     }
+    /// Where this port's queues stand, for a takeover (the workers are
+    /// paused): see [`crate::queue::RxQueue::position`].
+    pub fn queue_positions(&self) -> crate::dataplane::QueuePositions {
+        self.dp.queue_positions(self.id)
+    }
 }
 
 /// A port's link to the workers: the one path by which every port kind
@@ -179,12 +184,13 @@ pub trait Port: Send {
             "this kind of port cannot be taken over yet".into(),
         ))
     }
-    /// A takeover failed (the workers are still paused): rebuilds the
-    /// queues from where the shared rings are now, not where this
-    /// process's workers left them. The process taking over may have run
-    /// them (it died between the go and its confirmation), or
-    /// [`Port::save`] stopped them.
-    fn requeue(&mut self, cx: &PortCtx<'_>) {
-        let _ = cx;
+    /// A takeover failed (the workers are still paused): the queues go on
+    /// from where the shared rings are now, not where this process's
+    /// workers left them. [`Port::save`] may have stopped them; `moved`:
+    /// the process taking over may have run them (it died between the go
+    /// and its confirmation), so where a queue stands is in the rings or
+    /// nowhere.
+    fn requeue(&mut self, cx: &PortCtx<'_>, moved: bool) {
+        let _ = (cx, moved);
     }
 }

@@ -334,7 +334,8 @@ impl<P: Protocol> Port for SocketPort<P> {
         Ok(())
     }
 
-    fn requeue(&mut self, cx: &PortCtx<'_>) {
+    fn requeue(&mut self, cx: &PortCtx<'_>, _moved: bool) {
+        // Both socket kinds keep their positions in the shared rings.
         if let Some(conn) = self.conn.as_mut() {
             if let Err(why) = self.proto.requeue(cx, conn) {
                 self.disconnect(cx, why);

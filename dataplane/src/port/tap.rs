@@ -35,6 +35,7 @@ use std::time::{Duration, Instant};
 use switchyard_api::{PortStatus, TapSpec};
 use tracing::{info, warn};
 
+use crate::port::handover::{self, FdIn, FdOut, HandoverError, Saved};
 use crate::port::netdev::{exceeds_mtu, read_mtu, status_with_mtu, FrameIovecs, IfReq};
 use crate::port::{Port, PortCtx, PortError};
 use crate::queue::offload::VNET_HDR_LEN;
@@ -246,6 +247,14 @@ impl TxQueue for TapTx {
     fn flush(&mut self) {}
 }
 
+/// A tap as saved for a takeover (fds by index).
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SavedTap {
+    queues: Vec<usize>,
+    status: PortStatus,
+}
+
 /// A tap port: the kernel interface it makes, not started yet.
 pub fn port(name: &str, spec: &TapSpec) -> Box<dyn Port> {
     Box::new(TapPort::new(name, spec))
@@ -272,6 +281,27 @@ impl TapPort {
             mtu_at: None,
             status: PortStatus::default(),
         }
+    }
+
+    /// Hands the queues on `self.queues` to the workers.
+    fn attach(&mut self, cx: &PortCtx<'_>, caps: OffloadCaps) {
+        self.refresh_mtu();
+        let mut q = PortQueues::default();
+        for fd in &self.queues {
+            q.rx.push(Box::new(TapRx {
+                fd: fd.clone(),
+                bufs: vec![0u8; RX_BUF * BURST_SIZE].into_boxed_slice(),
+            }));
+            q.tx.push(Box::new(TapTx {
+                fd: fd.clone(),
+                mtu: self.mtu.clone(),
+                caps,
+            }));
+        }
+        cx.attach(q);
+        self.status.link_up = true;
+        self.status.rx_queues = self.queues.len();
+        self.status.tx_queues = self.queues.len();
     }
 
     fn refresh_mtu(&mut self) {
@@ -305,27 +335,37 @@ impl Port for TapPort {
             set_mac(&ifname, mac).map_err(err)?;
         }
         self.queues = fds;
-        self.refresh_mtu();
-        let mut q = PortQueues::default();
-        for fd in &self.queues {
-            q.rx.push(Box::new(TapRx {
-                fd: fd.clone(),
-                bufs: vec![0u8; RX_BUF * BURST_SIZE].into_boxed_slice(),
-            }));
-            q.tx.push(Box::new(TapTx {
-                fd: fd.clone(),
-                mtu: self.mtu.clone(),
-                caps,
-            }));
-        }
-        cx.attach(q);
-        self.status.link_up = true;
+        self.attach(cx, caps);
         self.status.connects += 1;
-        self.status.rx_queues = n.into();
-        self.status.tx_queues = n.into();
         self.status.peer = Some(format!("kernel tap {ifname}"));
         info!(port = %self.name, interface = %ifname, queues = n, "tap created");
         Ok(())
+    }
+
+    /// The tap's queue fds, as another process saved them (a takeover):
+    /// the interface and its frames stay in the kernel meanwhile.
+    fn restore(&mut self, cx: &PortCtx<'_>, saved: Saved, fds: &mut FdIn) -> Result<(), PortError> {
+        let saved: SavedTap = handover::read(saved)?;
+        if saved.queues.is_empty() {
+            return Err(HandoverError::Invalid("a tap without queues".into()).into());
+        }
+        self.queues = saved
+            .queues
+            .iter()
+            .map(|&i| fds.take(i).map(Arc::new))
+            .collect::<Result<_, _>>()?;
+        let err = |e: io::Error| PortError::Other(format!("tap {}: {e}", self.spec.interface));
+        let caps = set_offloads(self.queues[0].as_fd()).map_err(err)?;
+        self.status = saved.status;
+        self.attach(cx, caps);
+        Ok(())
+    }
+
+    fn save(&mut self, _cx: &PortCtx<'_>, fds: &mut FdOut) -> Result<Saved, PortError> {
+        Ok(handover::write(&SavedTap {
+            queues: self.queues.iter().map(|q| fds.add(q.as_fd())).collect(),
+            status: self.status.clone(),
+        }))
     }
 
     fn on_ready(&mut self, _: &PortCtx<'_>, _: u32) {}

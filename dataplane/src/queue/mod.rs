@@ -136,6 +136,13 @@ pub trait RxQueue: Send {
     fn set_interrupt(&mut self, enabled: bool);
     /// True when frames are waiting (checked after enabling interrupts).
     fn has_pending(&self) -> bool;
+    /// Where the queue stands, for a process taking it over, when that is
+    /// not in memory the queue shares with its peer (a cursor of its own,
+    /// buffers it holds). Asked only while the workers are paused, after a
+    /// release.
+    fn position(&self) -> Option<serde_json::Value> {
+        None
+    }
 }
 
 /// What [`TxQueue::tx_burst`] did with a burst of frames.
@@ -230,6 +237,10 @@ pub trait TxQueue: Send {
     /// Publishes what was queued since the last flush and signals the peer if
     /// it asked for interrupts.
     fn flush(&mut self);
+    /// As [`RxQueue::position`], after a flush.
+    fn position(&self) -> Option<serde_json::Value> {
+        None
+    }
 }
 
 /// Queues a connected port hands to the data plane.

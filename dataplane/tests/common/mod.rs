@@ -89,6 +89,20 @@ impl Drop for Netns {
     }
 }
 
+/// A veth pair, `a` in namespace `na` and `b` in `nb`, both up.
+pub fn veth(na: &Netns, a: &str, nb: &Netns, b: &str) {
+    let ok = Command::new("ip")
+        .args([
+            "link", "add", a, "netns", &na.name, "type", "veth", "peer", "name", b,
+        ])
+        .args(["netns", &nb.name])
+        .status()
+        .unwrap();
+    assert!(ok.success(), "ip link add {a} type veth");
+    na.sh_ok(&format!("ip link set {a} up"));
+    nb.sh_ok(&format!("ip link set {b} up"));
+}
+
 /// A running switch daemon with its own temp dir, control socket and state.
 pub struct Switch {
     pub dir: tempfile::TempDir,

@@ -91,25 +91,25 @@ impl Daemon {
         let state = match self.save(&mut fds) {
             Ok(s) => s,
             Err(reason) => {
-                self.take_back();
+                self.take_back(false);
                 return refuse(reason);
             }
         };
         let state = serde_json::to_value(&state).expect("plain data");
         if let Err(e) = handover::send(conn, &Step::State(state), fds.fds()) {
-            self.take_back();
+            self.take_back(false);
             warn!(pid = peer, "takeover failed: cannot send the state: {e}");
             return Handed::Kept;
         }
         match handover::recv(conn) {
             Ok((Step::Ready, _)) => {}
             Ok((Step::Refused { reason }, _)) => {
-                self.take_back();
+                self.take_back(false);
                 warn!(pid = peer, "the new switch refused the takeover: {reason}");
                 return Handed::Kept;
             }
             other => {
-                self.take_back();
+                self.take_back(false);
                 warn!(
                     pid = peer,
                     "takeover failed, carrying on: {}",
@@ -121,7 +121,7 @@ impl Daemon {
         // From here the new switch may run the queues.
         if let Err(e) = handover::send(conn, &Step::Go, &[]) {
             // It is gone before the go: it ran nothing.
-            self.take_back();
+            self.take_back(false);
             warn!(
                 pid = peer,
                 "takeover failed, carrying on: cannot send the go: {e}"
@@ -161,19 +161,20 @@ impl Daemon {
                     "the new switch failed after the go ({}): taking the ports back",
                     failure(other)
                 );
-                self.take_back();
+                self.take_back(true);
                 Handed::Kept
             }
         }
     }
 
     /// After a failed handover: every port's queues start again where the
-    /// rings are (a port may have stopped its queues to save them, or the
-    /// new switch may have moved the rings on), and the workers resume.
-    fn take_back(&mut self) {
+    /// rings are (a port may have stopped its queues to save them, or, if
+    /// `moved`, the new switch may have moved the rings on), and the
+    /// workers resume.
+    fn take_back(&mut self, moved: bool) {
         for id in 0..self.ports.len() {
             if let Some(mut e) = self.ports[id].take() {
-                e.port.requeue(&self.ctx(id as PortId));
+                e.port.requeue(&self.ctx(id as PortId), moved);
                 self.ports[id] = Some(e);
             }
         }
