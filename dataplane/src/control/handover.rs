@@ -8,12 +8,17 @@
 //! old: State (+ every fd, SCM_RIGHTS)   or Refused
 //! new: maps the memory, builds its ports and queues (its workers paused)
 //! new: Ready                            or Refused
-//! old: Go                               (from here on the old one never
-//!                                        touches a queue again, unless the
-//!                                        new one dies before Running)
-//! new: resumes its workers, serves the API
-//! new: Running                          old: exits, leaving every socket
+//! old: Go
+//! new: Running (its confirmation), then resumes its workers and serves
+//!      the API                          old: exits, leaving every socket
 //! ```
+//!
+//! The ports are the new switch's once its confirmation reaches the old
+//! one, and not before: the new one runs nothing until it has written it,
+//! and the old one, giving up on it, first closes its receiving side, so a
+//! confirmation either arrives or fails to be written. Any failure before
+//! that leaves the old switch running the ports, its queues taken up where
+//! the rings are.
 //!
 //! Each message is a frame: `SYHO`, the body's length and the number of
 //! fds (`u32` little-endian each), then the fds in batches of at most
@@ -55,9 +60,9 @@ pub enum Step {
     State(serde_json::Value),
     /// New to old: every port is taken up, the workers wait for the go.
     Ready,
-    /// Old to new: run.
+    /// Old to new: confirm, and run.
     Go,
-    /// New to old: running.
+    /// New to old: the confirmation; the new switch runs from here.
     Running,
     /// Either way: no takeover, and why.
     Refused {

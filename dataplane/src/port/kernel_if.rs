@@ -268,14 +268,4 @@ impl<U: Uplink> Port for KernelIf<U> {
         self.open = Some(index);
         Ok(())
     }
-
-    /// If the process taking over ran the queues, where it left the rings
-    /// is not known here: the queues are opened again (frames in the old
-    /// rings are lost, as when the interface is made again).
-    fn requeue(&mut self, cx: &PortCtx<'_>, moved: bool) {
-        if moved && self.open.is_some() {
-            self.close(cx, "the switch that took over failed");
-            self.reopen(cx);
-        }
-    }
 }

@@ -184,13 +184,10 @@ pub trait Port: Send {
             "this kind of port cannot be taken over yet".into(),
         ))
     }
-    /// A takeover failed (the workers are still paused): the queues go on
-    /// from where the shared rings are now, not where this process's
-    /// workers left them. [`Port::save`] may have stopped them; `moved`:
-    /// the process taking over may have run them (it died between the go
-    /// and its confirmation), so where a queue stands is in the rings or
-    /// nowhere.
-    fn requeue(&mut self, cx: &PortCtx<'_>, moved: bool) {
-        let _ = (cx, moved);
+    /// A takeover failed (the workers are still paused, the process that
+    /// asked never ran a queue): the queues go on from where the rings
+    /// are, which [`Port::save`] may have stopped.
+    fn requeue(&mut self, cx: &PortCtx<'_>) {
+        let _ = cx;
     }
 }

@@ -334,8 +334,7 @@ impl<P: Protocol> Port for SocketPort<P> {
         Ok(())
     }
 
-    fn requeue(&mut self, cx: &PortCtx<'_>, _moved: bool) {
-        // Both socket kinds keep their positions in the shared rings.
+    fn requeue(&mut self, cx: &PortCtx<'_>) {
         if let Some(conn) = self.conn.as_mut() {
             if let Err(why) = self.proto.requeue(cx, conn) {
                 self.disconnect(cx, why);

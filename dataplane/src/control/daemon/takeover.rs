@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use tracing::{error, info, warn};
+use tracing::{info, warn};
 
 use super::{Begin, Daemon};
 use crate::config::Config;
@@ -29,8 +29,8 @@ pub const STATE_TIMEOUT: Duration = Duration::from_secs(30);
 /// An environment variable for tests of failed takeovers: the new process
 /// stops itself (`SIGSTOP`) at the named step, `state` (asked, nothing
 /// received yet), `fds` (state and fds received, nothing taken up) or
-/// `confirm` (everything taken up and running, not yet confirmed), so a
-/// test can kill it there.
+/// `confirm` (everything taken up, the go received, not yet confirmed),
+/// so a test can kill it there.
 pub const STOP_AT_ENV: &str = "SWITCHYARD_TAKEOVER_STOP_AT";
 
 fn stop_at(step: &str) {
@@ -91,25 +91,25 @@ impl Daemon {
         let state = match self.save(&mut fds) {
             Ok(s) => s,
             Err(reason) => {
-                self.take_back(false);
+                self.take_back();
                 return refuse(reason);
             }
         };
         let state = serde_json::to_value(&state).expect("plain data");
         if let Err(e) = handover::send(conn, &Step::State(state), fds.fds()) {
-            self.take_back(false);
+            self.take_back();
             warn!(pid = peer, "takeover failed: cannot send the state: {e}");
             return Handed::Kept;
         }
         match handover::recv(conn) {
             Ok((Step::Ready, _)) => {}
             Ok((Step::Refused { reason }, _)) => {
-                self.take_back(false);
+                self.take_back();
                 warn!(pid = peer, "the new switch refused the takeover: {reason}");
                 return Handed::Kept;
             }
             other => {
-                self.take_back(false);
+                self.take_back();
                 warn!(
                     pid = peer,
                     "takeover failed, carrying on: {}",
@@ -118,18 +118,31 @@ impl Daemon {
                 return Handed::Kept;
             }
         }
-        // From here the new switch may run the queues.
         if let Err(e) = handover::send(conn, &Step::Go, &[]) {
             // It is gone before the go: it ran nothing.
-            self.take_back(false);
+            self.take_back();
             warn!(
                 pid = peer,
                 "takeover failed, carrying on: cannot send the go: {e}"
             );
             return Handed::Kept;
         }
+        // The new switch confirms, then runs: the ports are its once its
+        // confirmation is here, and never before.
         let _ = conn.set_read_timeout(Some(GO_TIMEOUT));
-        match handover::recv(conn) {
+        let confirmed = match handover::recv(conn) {
+            Err(WireError::Io(e)) if timed_out(&e) => {
+                // Closing our receiving side makes a confirmation it has
+                // not yet written fail (it then exits without running); one
+                // written before is still read here. So the two switches
+                // agree on who runs the ports.
+                let _ = conn.shutdown(std::net::Shutdown::Read);
+                let _ = conn.set_nonblocking(true);
+                handover::recv(conn)
+            }
+            other => other,
+        };
+        match confirmed {
             Ok((Step::Running, _)) => {
                 info!(
                     pid = peer,
@@ -139,42 +152,25 @@ impl Daemon {
                 );
                 Handed::Over
             }
-            Err(WireError::Io(e))
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                // It may be running the queues: they are its now.
-                error!(
-                    pid = peer,
-                    "the new switch did not confirm within {GO_TIMEOUT:?}; it has the ports: exiting"
-                );
-                Handed::Over
-            }
             other => {
-                // Closed: every thread of it has ended (its end of the
-                // socket closes only when its last thread exits). It may
-                // have moved the rings on: the queues start where they are.
-                error!(
+                self.take_back();
+                warn!(
                     pid = peer,
-                    "the new switch failed after the go ({}): taking the ports back",
+                    "the new switch did not confirm after the go ({}): carrying on",
                     failure(other)
                 );
-                self.take_back(true);
                 Handed::Kept
             }
         }
     }
 
     /// After a failed handover: every port's queues start again where the
-    /// rings are (a port may have stopped its queues to save them, or, if
-    /// `moved`, the new switch may have moved the rings on), and the
-    /// workers resume.
-    fn take_back(&mut self, moved: bool) {
+    /// rings are (a port may have stopped its queues to save them), and
+    /// the workers resume.
+    fn take_back(&mut self) {
         for id in 0..self.ports.len() {
             if let Some(mut e) = self.ports[id].take() {
-                e.port.requeue(&self.ctx(id as PortId), moved);
+                e.port.requeue(&self.ctx(id as PortId));
                 self.ports[id] = Some(e);
             }
         }
@@ -302,6 +298,12 @@ impl Daemon {
                 failure(other)
             ),
         }
+        stop_at("confirm");
+        // Confirmed, then run: a confirmation the old switch no longer
+        // takes (it gave up waiting) fails here, and this one exits
+        // without having touched a queue.
+        handover::send(&conn, &Step::Running, &[])
+            .context("the running switch did not take the confirmation (it carries on)")?;
         d.dp.resume();
         let metrics = match (metrics, d.cfg.metrics_listen) {
             (Some(l), _) => Some(MetricsServer::serve_on(l, d.control_socket.clone())?),
@@ -309,8 +311,6 @@ impl Daemon {
             (None, None) => None,
         };
         d.serve(listener, metrics)?;
-        stop_at("confirm");
-        handover::send(&conn, &Step::Running, &[])?;
         info!(
             control = %d.control_socket.display(),
             ports = d.port_names.len(),
@@ -367,19 +367,19 @@ impl Daemon {
     }
 }
 
+fn timed_out(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+    )
+}
+
 /// What went wrong with an expected reply.
 fn failure(got: Result<(Step, Vec<OwnedFd>), WireError>) -> String {
     match got {
         Ok((Step::Refused { reason }, _)) => format!("refused: {reason}"),
         Ok((s, _)) => format!("unexpected {s:?}"),
-        Err(WireError::Io(e))
-            if matches!(
-                e.kind(),
-                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-            ) =>
-        {
-            "no answer in time".into()
-        }
+        Err(WireError::Io(e)) if timed_out(&e) => "no answer in time".into(),
         Err(e) => e.to_string(),
     }
 }
