@@ -176,6 +176,16 @@ fn footprint(pid: u32) -> (usize, u64) {
     (fds, rss)
 }
 
+/// The default bridge's (learned, flooded) counters.
+fn learned_flooded(sw: &Switch) -> (u64, u64) {
+    let v: Vec<switchyard_api::BridgeInfo> = sw
+        .client()
+        .call_as(&switchyard_api::Request::BridgeList)
+        .unwrap();
+    let b = v.into_iter().find(|b| b.name == "default").unwrap();
+    (b.counters.learned, b.counters.flooded)
+}
+
 fn connects(sw: &Switch) -> (u64, u64) {
     (sw.port("m").status.connects, sw.port("s").status.connects)
 }
@@ -197,14 +207,54 @@ fn twenty_takeovers(kind: Kind) {
     let _g = serial();
     let mut l = Loop::start(kind);
     assert_eq!(connects(&l.sw), (1, 1));
+    // Both MACs are learned: from here on nothing is learned or flooded
+    // again, across every takeover (the MAC table and the bridge's
+    // counters go over with the ports).
+    let counts = learned_flooded(&l.sw);
+    assert_eq!(counts.0, 2, "{counts:?}");
+    // A capture running at the first takeover ends with it, whole.
+    let pcap = l.sw.path("m.pcapng");
+    let mut capture = Some(
+        Command::new(common::switchyard_bin())
+            .args(["capture", "m", "-s", "64", "-w", &pcap])
+            .env("SWITCHYARD_CONTROL", l.sw.control())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for(Duration::from_secs(10), "the capture file", || {
+        std::fs::metadata(&pcap).ok().filter(|m| m.len() > 1000)
+    });
     let mut first = None;
     let mut took = Vec::new();
     for i in 0..20 {
         took.push(l.sw.takeover());
+        if let Some(mut capture) = capture.take() {
+            let status = wait_for(Duration::from_secs(10), "the capture to end", || {
+                capture.try_wait().unwrap()
+            });
+            assert!(status.success(), "capture: {status}");
+            // Read to its end: a file cut short says "truncated".
+            let read = Command::new("tcpdump")
+                .args(["-r", &pcap, "-nn", "-q"])
+                .stdout(std::process::Stdio::null())
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&read.stderr);
+            assert!(read.status.success() && !err.contains("truncated"), "{err}");
+            assert!(l
+                .sw
+                .log()
+                .contains("capture ended: the switch stopped or was taken over"));
+        }
         let pid = l.sw.child.as_ref().unwrap().id();
         // The new switch forwards: frames keep looping.
         l.wait_flowing();
         assert_eq!(connects(&l.sw), (1, 1), "takeover {i}: a peer reconnected");
+        assert_eq!(
+            learned_flooded(&l.sw),
+            counts,
+            "takeover {i}: learned or flooded again"
+        );
         let fp = footprint(pid);
         match first {
             None => first = Some(fp),

@@ -103,6 +103,24 @@ pub struct SavedBridge {
     pub from_config: bool,
     /// Its counters so far.
     pub totals: BridgeTotals,
+    /// Its MAC table.
+    pub macs: Vec<SavedMac>,
+}
+
+/// A MAC table entry handed over.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SavedMac {
+    /// Address.
+    pub mac: switchyard_api::MacAddr,
+    /// VLAN (0 = untagged).
+    pub vlan: u16,
+    /// The port's name.
+    pub port: String,
+    /// Seconds since a frame came from it.
+    pub age: u32,
+    /// Pinned to its port.
+    pub pinned: bool,
 }
 
 /// A port handed over.

@@ -201,6 +201,9 @@ impl CaptureJob {
             if Arc::strong_count(&self.cap) == 1 {
                 break "port removed";
             }
+            if self.dp.stopping() {
+                break "the switch stopped or was taken over";
+            }
             if last_check.elapsed() >= HANGUP_CHECK {
                 if hung_up(conn) {
                     break "client closed";
@@ -278,7 +281,7 @@ pub struct TraceJob {
 
 impl StreamJob for TraceJob {
     fn run(self: Box<Self>, conn: &mut UnixStream) {
-        while !self.trace.claimed_all() && Instant::now() < self.deadline {
+        while !self.trace.claimed_all() && Instant::now() < self.deadline && !self.dp.stopping() {
             std::thread::sleep(Duration::from_millis(5));
         }
         // Once out, no worker is inside a traced burst: every claimed

@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::Shutdown;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -43,6 +43,15 @@ pub enum Answer {
 pub trait StreamJob: Send {
     /// Writes the answer (and whatever follows it) to `conn`.
     fn run(self: Box<Self>, conn: &mut UnixStream);
+}
+
+/// Streamed answers (captures, traces) being written.
+static STREAMING: AtomicUsize = AtomicUsize::new(0);
+
+/// How many streamed answers (captures, traces) are still being written;
+/// each ends once the data plane is stopping.
+pub fn streaming() -> usize {
+    STREAMING.load(Ordering::Acquire)
 }
 
 /// Longest request line accepted.
@@ -182,8 +191,10 @@ fn handle(conn: UnixStream, calls: Sender<Call>, waker: Arc<Waker>, taking_over:
                 match rx.recv_timeout(Duration::from_secs(60)) {
                     Ok(Answer::Now(r)) => r,
                     Ok(Answer::Stream(job)) => {
+                        STREAMING.fetch_add(1, Ordering::AcqRel);
                         job.run(&mut writer);
                         let _ = writer.shutdown(Shutdown::Both);
+                        STREAMING.fetch_sub(1, Ordering::AcqRel);
                         return;
                     }
                     Err(_) => {

@@ -71,3 +71,86 @@ impl Dataplane {
         }
     }
 }
+
+/// A MAC entry as a takeover carries it from one process to the next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MacSeen {
+    /// Address.
+    pub mac: MacAddr,
+    /// VLAN (0 = untagged).
+    pub vlan: u16,
+    /// The port's slot.
+    pub port: PortId,
+    /// Seconds since a frame came from it.
+    pub age: u32,
+    /// Pinned to its port.
+    pub pinned: bool,
+}
+
+impl Dataplane {
+    /// Bridge `id`'s entries whose port still holds its slot, each with
+    /// its age.
+    pub fn macs_seen(&self, id: BridgeId) -> Vec<MacSeen> {
+        let Some(table) = self.mac_table(id) else {
+            return Vec::new();
+        };
+        let now = self.now_secs();
+        let t = self.table();
+        table
+            .entries()
+            .into_iter()
+            .filter(|r| t.owner(&r.entry).is_some())
+            .map(|r| MacSeen {
+                mac: r.mac,
+                vlan: r.vlan,
+                port: r.entry.port,
+                age: now.wrapping_sub(r.entry.last_seen),
+                pinned: r.entry.pinned,
+            })
+            .collect()
+    }
+
+    /// Enters `macs`, another process's entries (a takeover), in bridge
+    /// `id`'s table, each as old as it was there; their ports count them
+    /// against their MAC limits. An entry whose port is gone or not in the
+    /// bridge, or that the table refuses, is left out (learned again from
+    /// the next frame).
+    pub fn learn_seen(&self, id: BridgeId, macs: &[MacSeen]) {
+        let Some(table) = self.mac_table(id) else {
+            return;
+        };
+        let now = self.now_secs();
+        let t = self.table();
+        for m in macs {
+            let Some(p) = t
+                .ports
+                .get(m.port as usize)
+                .and_then(Option::as_ref)
+                .filter(|p| p.bridge == Some(id))
+            else {
+                continue;
+            };
+            let entry = MacEntry {
+                port: m.port,
+                port_gen: p.generation,
+                last_seen: now.wrapping_sub(m.age),
+                pinned: m.pinned,
+            };
+            let learned = if m.pinned {
+                table.pin(m.mac, m.vlan, entry)
+            } else {
+                table.learn(m.mac, m.vlan, entry, 0)
+            };
+            match learned {
+                Learned::New => p.shared.security.take(1),
+                Learned::Moved(old) | Learned::Evicted(old) => {
+                    p.shared.security.take(1);
+                    if let Some(o) = t.owner(&old) {
+                        o.security.release(1);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+}

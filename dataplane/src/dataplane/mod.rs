@@ -37,6 +37,7 @@ pub use switchyard_api::PortTotals;
 
 mod hooks;
 mod macs;
+pub use macs::MacSeen;
 mod queues;
 pub mod slots;
 pub mod stats;

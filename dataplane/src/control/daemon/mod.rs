@@ -333,7 +333,10 @@ impl Daemon {
                                     // process ends without a destructor
                                     // (a queue's would still write to its
                                     // ring, an XSK's leave its map).
-                                    takeover::Handed::Over => std::process::exit(0),
+                                    takeover::Handed::Over => {
+                                        self.end_streams();
+                                        std::process::exit(0)
+                                    }
                                     takeover::Handed::Kept => continue,
                                 }
                             }
@@ -364,6 +367,16 @@ impl Daemon {
         }
     }
 
+    /// Stops the workers and lets running captures and traces end with
+    /// what they hold (a capture's statistics block), for at most a second.
+    fn end_streams(&self) {
+        self.dp.request_stop();
+        let end = Instant::now() + Duration::from_secs(1);
+        while server::streaming() > 0 && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     fn shutdown(&mut self) {
         self.metrics = None;
         for id in 0..self.ports.len() {
@@ -371,7 +384,7 @@ impl Daemon {
                 e.port.stop(&self.ctx(id as PortId));
             }
         }
-        self.dp.request_stop();
+        self.end_streams();
         for w in self.workers.drain(..) {
             let _ = w.join();
         }

@@ -12,8 +12,9 @@ use tracing::{info, warn};
 
 use super::{Begin, Daemon};
 use crate::config::Config;
-use crate::control::handover::{self, SavedBridge, SavedPort, State, Step, WireError};
+use crate::control::handover::{self, SavedBridge, SavedMac, SavedPort, State, Step, WireError};
 use crate::control::metrics::MetricsServer;
+use crate::dataplane::MacSeen;
 use crate::port::handover::{FdIn, FdOut};
 use crate::types::PortId;
 use switchyard_api::Request;
@@ -198,6 +199,21 @@ impl Daemon {
                     .bridge_stats(b.id)
                     .map(|s| s.totals())
                     .unwrap_or_default(),
+                macs: self
+                    .dp
+                    .macs_seen(b.id)
+                    .into_iter()
+                    .filter_map(|m| {
+                        let e = self.ports.get(m.port as usize)?.as_ref()?;
+                        Some(SavedMac {
+                            mac: m.mac,
+                            vlan: m.vlan,
+                            port: e.spec.name.clone(),
+                            age: m.age,
+                            pinned: m.pinned,
+                        })
+                    })
+                    .collect(),
             })
             .collect();
         let mut ports = Vec::new();
@@ -337,7 +353,7 @@ impl Daemon {
             .transpose()?
             .map(std::net::TcpListener::from);
         d.control_listener = Some(control);
-        for b in state.bridges {
+        for b in &state.bridges {
             d.create_bridge(&b.name, b.from_config);
             if let Some(s) = d.bridges.get(&b.name).and_then(|e| d.dp.bridge_stats(e.id)) {
                 s.carry(&b.totals);
@@ -354,6 +370,27 @@ impl Daemon {
             {
                 e.shared.carry(&p.totals);
             }
+        }
+        // The MAC tables once their ports are there: no frame is flooded
+        // that the old switch would have sent to one port.
+        for b in &state.bridges {
+            let Some(id) = d.bridges.get(&b.name).map(|e| e.id) else {
+                continue;
+            };
+            let seen: Vec<MacSeen> = b
+                .macs
+                .iter()
+                .filter_map(|m| {
+                    Some(MacSeen {
+                        mac: m.mac,
+                        vlan: m.vlan,
+                        port: *d.port_names.get(&m.port)?,
+                        age: m.age,
+                        pinned: m.pinned,
+                    })
+                })
+                .collect();
+            d.dp.learn_seen(id, &seen);
         }
         d.unrestored = state.unrestored;
         if fds.left() > 0 {
