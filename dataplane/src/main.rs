@@ -20,7 +20,12 @@ fn main() {
             config,
             state_dir,
             takeover,
-        } => run(config, state_dir, cli.control, takeover),
+            linger,
+        } => run(config, state_dir, cli.control, takeover, linger),
+        Cmd::Linger => {
+            logging();
+            switchyard::control::daemon::wait_to_be_stopped()
+        }
         cmd => cli::run(cmd, cli.control),
     };
     if let Err(e) = res {
@@ -37,15 +42,9 @@ fn run(
     state_dir: Option<PathBuf>,
     control: Option<PathBuf>,
     takeover: bool,
+    linger: bool,
 ) -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    logging();
     let mut cfg = match &config {
         Some(p) => Config::load(p)?,
         None => Config::embedded(),
@@ -59,14 +58,32 @@ fn run(
     // Again with the paths the flags gave: a port of the config on
     // the control socket they name is refused too.
     cfg.validate()?;
-    if takeover {
-        if std::os::unix::net::UnixStream::connect(&cfg.control_socket).is_ok() {
-            return Daemon::take_over(cfg).context("cannot take over")?.run();
+    let mut d = if takeover && std::os::unix::net::UnixStream::connect(&cfg.control_socket).is_ok()
+    {
+        Daemon::take_over(cfg).context("cannot take over")?
+    } else {
+        if takeover {
+            tracing::info!(
+                control = %cfg.control_socket.display(),
+                "no switch runs on the control socket: starting afresh"
+            );
         }
-        tracing::info!(
-            control = %cfg.control_socket.display(),
-            "no switch runs on the control socket: starting afresh"
-        );
+        Daemon::start(cfg).context("cannot start")?
+    };
+    if linger {
+        d.linger_when_replaced();
     }
-    Daemon::start(cfg).context("cannot start")?.run()
+    d.run()
+}
+
+/// Logs to standard error, at the level `RUST_LOG` gives (info).
+fn logging() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
 }

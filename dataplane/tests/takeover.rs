@@ -515,3 +515,62 @@ fn twenty_takeovers_of_a_tap_and_an_af_packet_uplink_lose_no_ping() {
     }
     assert!(!sw.log().contains("link down"), "{}", sw.log());
 }
+
+#[test]
+fn a_lingering_switch_holds_nothing_and_exits_when_stopped() {
+    let _g = serial();
+    let mut l = Loop::start(Kind::Memif);
+    // A switch that lingers once replaced, as the DaemonSet runs it.
+    let mut first = l.sw.replace(&["--linger"]);
+    let st = wait_for(Duration::from_secs(30), "the first switch to exit", || {
+        first.try_wait().unwrap()
+    });
+    assert!(st.success());
+    wait_for(
+        Duration::from_secs(10),
+        "the lingering switch's API",
+        || l.sw.client().call(&switchyard_api::Request::Ping).ok(),
+    );
+    l.wait_flowing();
+    let mut lingering = l.sw.replace(&[]);
+    let pid = lingering.id();
+    wait_for(Duration::from_secs(30), "the switch to linger", || {
+        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        (cmd == b"switchyard\0linger\0").then_some(())
+    });
+    l.wait_flowing();
+    // The same process, holding nothing of the switch's (only what it
+    // inherited, such as its standard streams), on one thread.
+    let fds: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        .map(|l| l.display().to_string())
+        .collect();
+    assert!(
+        !fds.iter()
+            .any(|l| ["socket:", "memfd:", "anon_inode:", "/dev/net/tun"]
+                .iter()
+                .any(|k| l.contains(k))),
+        "the lingering switch holds {fds:?}"
+    );
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    assert_eq!(numbers_after(&status, "Threads:"), [1], "{status}");
+    // Its readiness: another container's switch serves... here, the same
+    // PID namespace: `ready` says yes for the new one.
+    assert!(l.sw.cli(&["ready"]).status.success());
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let st = wait_for(
+        Duration::from_secs(10),
+        "the lingering switch to exit",
+        || lingering.try_wait().unwrap(),
+    );
+    assert!(st.success(), "{st}");
+    l.wait_flowing();
+    assert_eq!(connects(&l.sw), (1, 1));
+    l.reconcile();
+}

@@ -41,7 +41,19 @@ pub(crate) enum Cmd {
         /// (an upgrade without an outage); starts afresh if none runs.
         #[arg(long)]
         takeover: bool,
+        /// Once another switch has taken the ports over, wait until
+        /// stopped (SIGTERM) instead of exiting, holding nothing: a
+        /// DaemonSet's container that exits is started again.
+        #[arg(long)]
+        linger: bool,
     },
+    /// Exits 0 if the switch serving the control socket runs in this
+    /// container (this process's PID namespace): the readiness of a
+    /// DaemonSet pod whose switch takes over from the one before it.
+    Ready,
+    /// What `run --linger` becomes once its ports are taken over.
+    #[command(hide = true)]
+    Linger,
     /// Manages ports.
     #[command(subcommand)]
     Port(PortCmd),
@@ -293,7 +305,20 @@ pub(crate) fn run(cmd: Cmd, control: Option<PathBuf>) -> anyhow::Result<()> {
         Ok(Client::connect(&path)?)
     };
     match cmd {
-        Cmd::Run { .. } => unreachable!("main runs the daemon"),
+        Cmd::Run { .. } | Cmd::Linger => unreachable!("main runs the daemon"),
+        Cmd::Ready => {
+            let answer = client()?.call(&Request::Ping)?;
+            let theirs = answer.get("pid_ns").and_then(serde_json::Value::as_u64);
+            let ours = switchyard::control::pid_namespace();
+            if theirs.is_some() && theirs == ours {
+                println!("ready: this container's switch serves the control socket");
+                Ok(())
+            } else {
+                anyhow::bail!(
+                    "not ready: the switch serving the control socket runs in another container"
+                )
+            }
+        }
         Cmd::Port(PortCmd::Add(a)) => {
             let spec = a.spec()?;
             let info = client()?.ask(&Request::port_add(spec))?;

@@ -201,11 +201,7 @@ impl Switch {
     /// hand over and exit.
     pub fn takeover(&mut self) -> Duration {
         let t = std::time::Instant::now();
-        let new = self
-            .command(&["--takeover"], &[])
-            .spawn()
-            .expect("start switchyard --takeover");
-        let mut old = self.child.replace(new).expect("a running switch");
+        let mut old = self.replace(&[]);
         let status = wait_for(Duration::from_secs(30), "the old switch to exit", || {
             old.try_wait().unwrap()
         });
@@ -217,6 +213,16 @@ impl Switch {
         );
         self.assert_alive();
         took
+    }
+
+    /// Starts a new process taking over (`run --takeover` and `args`) in
+    /// the running one's place; returns the old process.
+    pub fn replace(&mut self, args: &[&str]) -> Child {
+        let new = self
+            .command(&[&["--takeover"], args].concat(), &[])
+            .spawn()
+            .expect("start switchyard --takeover");
+        self.child.replace(new).expect("a running switch")
     }
 
     /// Stops the daemon with SIGTERM (waits for a clean exit).

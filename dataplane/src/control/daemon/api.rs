@@ -201,7 +201,10 @@ impl Daemon {
 
     pub(super) fn handle_inner(&mut self, req: Request) -> Result<serde_json::Value, ApiError> {
         match req {
-            Request::Ping => Ok(serde_json::json!({ "version": env!("CARGO_PKG_VERSION") })),
+            Request::Ping => Ok(serde_json::json!({
+                "version": env!("CARGO_PKG_VERSION"),
+                "pid_ns": crate::control::pid_namespace(),
+            })),
             Request::PortAdd { port } => {
                 let name = port.name.clone();
                 self.create_port(*port, false, super::Begin::Now)?;

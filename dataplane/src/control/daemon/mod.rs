@@ -7,6 +7,8 @@ mod api;
 mod ports;
 mod takeover;
 
+pub use takeover::wait_to_be_stopped;
+
 pub(crate) use ports::Begin;
 
 use std::collections::{BTreeMap, HashMap};
@@ -76,6 +78,9 @@ pub struct Daemon {
     control_listener: Option<OwnedFd>,
     /// A takeover is being handed over (the API server refuses a second).
     taking_over: Arc<AtomicBool>,
+    /// Once handed over, wait to be stopped instead of exiting
+    /// ([`Daemon::linger_when_replaced`]).
+    linger: bool,
     /// Persisted ports that could not be created at start (e.g. their
     /// socket is outside a changed `socket_dir`), with why: kept in the
     /// state, so a fixable cause loses nothing, and listed as failed, until
@@ -200,6 +205,7 @@ impl Daemon {
             control_listener: None,
             taking_over: Arc::default(),
             cfg,
+            linger: false,
             unrestored: Vec::new(),
         })
     }
@@ -270,6 +276,14 @@ impl Daemon {
         Ok(())
     }
 
+    /// Once another switch has taken the ports over, [`Daemon::run`]
+    /// becomes `switchyard linger` (the same process, holding nothing,
+    /// until it is stopped) instead of exiting: a DaemonSet's container
+    /// that exits is started again, and would take the ports back.
+    pub fn linger_when_replaced(&mut self) {
+        self.linger = true;
+    }
+
     fn ctx(&self, id: PortId) -> PortCtx<'_> {
         PortCtx {
             id,
@@ -335,6 +349,9 @@ impl Daemon {
                                     // ring, an XSK's leave its map).
                                     takeover::Handed::Over => {
                                         self.end_streams();
+                                        if self.linger {
+                                            return Err(takeover::linger());
+                                        }
                                         std::process::exit(0)
                                     }
                                     takeover::Handed::Kept => continue,

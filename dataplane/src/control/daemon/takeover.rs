@@ -41,6 +41,31 @@ fn stop_at(step: &str) {
     }
 }
 
+/// Becomes `switchyard linger`: the same process (a container's PID 1
+/// stays), with none of this one's threads, fds or mappings. Returns only
+/// if the exec failed, with why.
+pub(super) fn linger() -> anyhow::Error {
+    use std::os::unix::process::CommandExt;
+    info!("handed over: lingering until stopped");
+    let e = std::process::Command::new("/proc/self/exe")
+        .arg0("switchyard")
+        .arg("linger")
+        .exec();
+    anyhow::anyhow!("handed over, but cannot linger: {e}")
+}
+
+/// Waits for SIGTERM or SIGINT (`switchyard linger`), holding nothing.
+pub fn wait_to_be_stopped() -> anyhow::Result<()> {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGTERM);
+    set.add(Signal::SIGINT);
+    set.thread_block()?;
+    let s = set.wait()?;
+    info!("{s:?}: the switch that took over runs the ports; exiting");
+    Ok(())
+}
+
 /// How a handover ended, for the old switch.
 pub(super) enum Handed {
     /// The new switch runs the ports: this process exits, leaving them.
