@@ -151,6 +151,13 @@ impl Serving {
         self.id.is_some() && file_id(&self.socket) == self.id
     }
 
+    /// Another plugin bound the endpoint in our place (a DaemonSet's new
+    /// pod beside the old one in a rollout): the socket is there and not
+    /// ours. A kubelet restart removes it instead.
+    fn replaced(&self) -> bool {
+        file_id(&self.socket).is_some_and(|id| Some(id) != self.id)
+    }
+
     async fn shutdown(self) {
         let _ = self.stop.send(true);
         let mut task = self.task;
@@ -184,15 +191,26 @@ async fn register(cfg: &Config, pool: usize) -> Result<(), String> {
         .map_err(|s| format!("kubelet refused the registration: {}", s.message()))
 }
 
+/// How a pool's service ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    /// Told to stop.
+    Stopped,
+    /// Another plugin serves the pool's endpoint now: it is the kubelet's,
+    /// and so are the device-info files.
+    Replaced,
+}
+
 /// One pool: serve, register, and start over whenever the kubelet restarts
 /// (it wipes the plugin dir, so our socket disappears, and it makes a new
-/// `kubelet.sock`).
+/// `kubelet.sock`). When another plugin binds the endpoint in our place (a
+/// rollout's new pod, which registers itself), this one stands down.
 async fn pool_loop(
     cfg: Arc<Config>,
     pool: usize,
     health: watch::Receiver<bool>,
     mut quit: watch::Receiver<bool>,
-) -> Result<(), RunError> {
+) -> Result<Ended, RunError> {
     let every = Duration::from_millis(cfg.health_interval_ms);
     let socket = cfg.plugin_dir.join(cfg.pools[pool].endpoint());
     let resource = cfg.pools[pool].resource.clone();
@@ -217,9 +235,15 @@ async fn pool_loop(
         while serving.intact() && file_id(&cfg.kubelet_socket()) == kubelet && !*quit.borrow() {
             let _ = tokio::time::timeout(every, quit.changed()).await;
         }
+        let replaced = serving.replaced();
         serving.shutdown().await;
+        if replaced {
+            tracing::info!(%resource, endpoint = %socket.display(), "another device plugin serves the endpoint now (a rollout): standing down");
+            let _ = quit.wait_for(|q| *q).await;
+            return Ok(Ended::Replaced);
+        }
         if *quit.borrow() {
-            return Ok(());
+            return Ok(Ended::Stopped);
         }
         tracing::info!(%resource, "kubelet restarted; serving and registering again");
     }
@@ -258,12 +282,11 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), 
         pools.spawn(pool_loop(cfg.clone(), i, health.clone(), quit.clone()));
     }
     let mut result = Ok(());
-    let mut keep = |r: Option<Result<Result<(), RunError>, tokio::task::JoinError>>| {
-        if let Some(Ok(Err(e))) = r {
-            if result.is_ok() {
-                result = Err(e);
-            }
-        }
+    let mut replaced = false;
+    let mut keep = |r: Option<Result<Result<Ended, RunError>, tokio::task::JoinError>>| match r {
+        Some(Ok(Err(e))) if result.is_ok() => result = Err(e),
+        Some(Ok(Ok(Ended::Replaced))) => replaced = true,
+        _ => {}
     };
     tokio::select! {
         _ = shutdown => tracing::info!("stopping"),
@@ -274,8 +297,12 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), 
         keep(Some(r));
     }
     health_task.abort();
-    for f in devinfo_files(&cfg) {
-        let _ = std::fs::remove_file(f);
+    // The device-info files are the new plugin's once it has replaced this
+    // one (the same files, which its pods read).
+    if !replaced {
+        for f in devinfo_files(&cfg) {
+            let _ = std::fs::remove_file(f);
+        }
     }
     // The CDI spec stays: the kubelet passes the same CDI device names on
     // every container restart, including while this plugin is being

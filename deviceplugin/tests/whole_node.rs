@@ -388,6 +388,96 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
         assert_eq!(p.len(), 2, "{p:?}");
         assert!(p.iter().all(|p| p.status.link_up && p.role() == "master"));
 
+        if round == 0 {
+            // A rollout of the DaemonSet under these pods' traffic, as its
+            // update strategy runs it: the new pod beside the old one, the
+            // old one deleted once the new one is ready.
+            let strategy = &ds["spec"]["updateStrategy"];
+            assert_eq!(strategy["rollingUpdate"]["maxSurge"].as_u64(), Some(1));
+            assert_eq!(
+                strategy["rollingUpdate"]["maxUnavailable"].as_u64(),
+                Some(0)
+            );
+            let sent = rx_packets(&node.logs(&pods[1].name));
+            let mut new_names = Vec::new();
+            for c in spec["containers"].as_sequence().unwrap() {
+                let args = node.container_args(spec, c, &image, &config_maps, true);
+                let name = format!("ds2-{}", c["name"].as_str().unwrap());
+                node.run(&name, &args);
+                new_names.push(name);
+            }
+            // The kubelet runs each container's probes in it.
+            let probe = |container: &str, kind: &str| -> bool {
+                let c = spec["containers"]
+                    .as_sequence()
+                    .unwrap()
+                    .iter()
+                    .find(|c| c["name"] == "switch")
+                    .unwrap();
+                let mut args = vec!["exec".to_string(), container.to_string()];
+                args.extend(
+                    c[kind]["exec"]["command"]
+                        .as_sequence()
+                        .expect("an exec probe")
+                        .iter()
+                        .map(|a| a.as_str().unwrap().to_string()),
+                );
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                node.podman(&args).output().unwrap().status.success()
+            };
+            wait_for(LIMIT, "the new pod's switch ready", || {
+                probe("ds2-switch", "readinessProbe").then_some(())
+            });
+            assert!(
+                !probe("ds-switch", "readinessProbe"),
+                "the old switch still serves"
+            );
+            assert!(
+                probe("ds-switch", "livenessProbe"),
+                "the kubelet would restart the old switch"
+            );
+            // The new device plugin registered both pools in its turn; the
+            // old one saw its endpoints taken and stood down.
+            let again = kubelet.registrations(4);
+            assert_eq!(again.len(), 4, "{again:?}");
+            wait_for(LIMIT, "the old device plugin to stand down", || {
+                (node
+                    .logs("ds-device-plugin")
+                    .matches("standing down")
+                    .count()
+                    == 2)
+                    .then_some(())
+            });
+            // The old pod is deleted; the ports, their connections and the
+            // device-info files stay.
+            let grace = spec["terminationGracePeriodSeconds"].as_u64().unwrap_or(30) as u32;
+            for n in std::mem::replace(&mut names, new_names) {
+                node.remove(&n, grace);
+            }
+            let after = ports();
+            assert_eq!(after.len(), 2, "{after:?}");
+            for (a, b) in after.iter().zip(&p) {
+                assert!(a.status.link_up, "{a:?}");
+                assert_eq!(a.status.connects, b.status.connects, "{a:?}");
+            }
+            wait_for(LIMIT, "frames through the new pod's switch", || {
+                (rx_packets(&node.logs(&pods[1].name)) > sent + 1000).then_some(())
+            });
+            let devinfo = node.path(&toml_value(&dp_cfg, "devinfo_dir"));
+            assert!(
+                std::fs::read_dir(&devinfo).unwrap().count() > 0,
+                "the old device plugin took the device-info files with it"
+            );
+            let log = node.logs("ds2-switch");
+            assert!(log.contains("switchyard took over"), "{log}");
+            let dp_log = node.logs("ds2-device-plugin");
+            eprintln!(
+                "rollout: the new pod's switch took over {} ports under traffic",
+                after.len()
+            );
+            assert!(dp_log.contains("registered with the kubelet"), "{dp_log}");
+        }
+
         delete_pods(&mut node, &m, &pod_resources, &pods);
         assert!(ports().is_empty(), "{version:?}");
     }
@@ -701,7 +791,11 @@ fn multus_indent(v: &serde_json::Value) -> String {
 /// Allocate response, as the kubelet passes them to the runtime:
 /// environment, mounts and CDI devices (detached, no network of its own).
 fn kubelet_container_args(alloc: &ContainerAllocateResponse) -> Vec<String> {
+    // Each container writes in a filesystem of its own (a layer of its
+    // image): the rootfs these share gets none of DPDK's runtime files, which
+    // a container started later would otherwise copy up into its /run.
     let mut args: Vec<String> = vec!["-d".into(), "--network".into(), "none".into()];
+    args.extend(["--tmpfs", "/run/dpdk:mode=1777", "--tmpfs", "/tmp"].map(String::from));
     for (k, v) in &alloc.envs {
         args.extend(["-e".into(), format!("{k}={v}")]);
     }
