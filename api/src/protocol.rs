@@ -117,6 +117,10 @@ pub enum Request {
         /// The version of the handover state the new process reads.
         version: u32,
     },
+    /// Stops the switch (its ports, then the process) so that another can
+    /// start in its place: what a new switch whose takeover was refused
+    /// falls back to, a restart.
+    StandDown,
 }
 
 /// Which of a port's frames a capture takes.

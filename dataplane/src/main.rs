@@ -9,6 +9,7 @@ use anyhow::Context;
 use clap::Parser;
 
 use switchyard::config::Config;
+use switchyard::control::daemon::Refused;
 use switchyard::control::Daemon;
 
 use cli::{Cli, Cmd};
@@ -20,8 +21,18 @@ fn main() {
             config,
             state_dir,
             takeover,
+            no_restart,
             linger,
-        } => run(config, state_dir, cli.control, takeover, linger),
+        } => run(
+            config,
+            state_dir,
+            cli.control,
+            Launch {
+                takeover,
+                restart: !no_restart,
+                linger,
+            },
+        ),
         Cmd::Linger => {
             logging();
             switchyard::control::daemon::wait_to_be_stopped()
@@ -34,15 +45,23 @@ fn main() {
     }
 }
 
+/// How `run` starts and ends.
+struct Launch {
+    /// Take over the switch running on the control socket, if one does.
+    takeover: bool,
+    /// If that is refused, restart it instead.
+    restart: bool,
+    /// Once replaced, linger instead of exiting.
+    linger: bool,
+}
+
 /// Runs the switch in the foreground: the configuration file (else the
-/// embedded one), with the paths the flags give; with `takeover`, taking
-/// over the ports of the switch running on the control socket, if one does.
+/// embedded one), with the paths the flags give, as `how` says.
 fn run(
     config: Option<PathBuf>,
     state_dir: Option<PathBuf>,
     control: Option<PathBuf>,
-    takeover: bool,
-    linger: bool,
+    how: Launch,
 ) -> anyhow::Result<()> {
     logging();
     let mut cfg = match &config {
@@ -58,19 +77,30 @@ fn run(
     // Again with the paths the flags gave: a port of the config on
     // the control socket they name is refused too.
     cfg.validate()?;
-    let mut d = if takeover && std::os::unix::net::UnixStream::connect(&cfg.control_socket).is_ok()
-    {
-        Daemon::take_over(cfg).context("cannot take over")?
-    } else {
-        if takeover {
-            tracing::info!(
-                control = %cfg.control_socket.display(),
-                "no switch runs on the control socket: starting afresh"
-            );
+    let running = std::os::unix::net::UnixStream::connect(&cfg.control_socket).is_ok();
+    let mut d = match (how.takeover, running) {
+        (true, true) => match Daemon::take_over(cfg.clone()) {
+            Ok(d) => d,
+            Err(e) if how.restart && e.downcast_ref::<Refused>().is_some() => {
+                tracing::warn!(
+                    "{e:#}: falling back to a restart (the running switch stops its ports, this one starts afresh)"
+                );
+                Daemon::stand_down(&cfg.control_socket)?;
+                Daemon::start(cfg).context("cannot start")?
+            }
+            Err(e) => return Err(e.context("cannot take over")),
+        },
+        (takeover, _) => {
+            if takeover {
+                tracing::info!(
+                    control = %cfg.control_socket.display(),
+                    "no switch runs on the control socket: starting afresh"
+                );
+            }
+            Daemon::start(cfg).context("cannot start")?
         }
-        Daemon::start(cfg).context("cannot start")?
     };
-    if linger {
+    if how.linger {
         d.linger_when_replaced();
     }
     d.run()

@@ -364,11 +364,14 @@ fn refused_takeovers_say_why_and_change_nothing() {
         || stopped(pid).then_some(()),
     );
     let second = l.sw.command(&["--takeover"], &[]).output().unwrap();
-    assert!(!second.status.success());
+    assert!(
+        !second.status.success(),
+        "a second takeover at once went ahead"
+    );
     first.kill().unwrap();
     first.wait().unwrap();
     assert!(
-        l.sw.log().contains("another takeover is in progress"),
+        l.sw.log().contains("while another is in progress"),
         "{}",
         l.sw.log()
     );
@@ -391,7 +394,7 @@ fn refused_takeovers_say_why_and_change_nothing() {
         "mac_aging_secs = 77\n".to_string() + &std::fs::read_to_string(&l.sw.config).unwrap();
     std::fs::write(&other, text).unwrap();
     let o = Command::new(common::switchyard_bin())
-        .args(["run", "--takeover", "--config"])
+        .args(["run", "--takeover", "--no-restart", "--config"])
         .arg(&other)
         .output()
         .unwrap();
@@ -428,7 +431,7 @@ fn a_new_switch_refuses_state_of_another_version() {
     .unwrap();
     let l = UnixListener::bind(&control).unwrap();
     let new = Command::new(common::switchyard_bin())
-        .args(["run", "--takeover", "--config"])
+        .args(["run", "--takeover", "--no-restart", "--config"])
         .arg(&cfg)
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -573,4 +576,37 @@ fn a_lingering_switch_holds_nothing_and_exits_when_stopped() {
     l.wait_flowing();
     assert_eq!(connects(&l.sw), (1, 1));
     l.reconcile();
+}
+
+#[test]
+fn a_refused_takeover_falls_back_to_a_restart() {
+    let _g = serial();
+    let mut sw = Switch::start(BRIDGE);
+    // The switch is the memif slave: it dials testpmd again after a restart.
+    let sock = sw.path("s.sock");
+    sw.cli_ok(&[
+        "port", "add", "s", "--kind", "memif", "--role", "slave", "--socket", &sock, "--bridge",
+        "default",
+    ]);
+    let _pmd = Testpmd::start(
+        &[memif_vdev(0, "server", &sock, "")],
+        &["--forward-mode=rxonly"],
+    );
+    sw.wait_link("s", true);
+    // The new switch's configuration differs: the takeover is refused,
+    // naming the difference, and the new switch restarts the old one.
+    let text = "mac_aging_secs = 77\n".to_string() + &std::fs::read_to_string(&sw.config).unwrap();
+    std::fs::write(&sw.config, text).unwrap();
+    let mut old = sw.replace(&[]);
+    let st = wait_for(Duration::from_secs(30), "the old switch to stop", || {
+        old.try_wait().unwrap()
+    });
+    assert!(st.success(), "{st}");
+    sw.assert_alive();
+    // The persisted port is made again, and the peer connects anew.
+    sw.wait_link("s", true);
+    let log = sw.log();
+    assert!(log.contains("mac_aging_secs"), "{log}");
+    assert!(log.contains("falling back to a restart"), "{log}");
+    assert!(log.contains("asked to stand down"), "{log}");
 }

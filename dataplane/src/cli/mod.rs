@@ -38,9 +38,16 @@ pub(crate) enum Cmd {
         state_dir: Option<PathBuf>,
         /// Take over the ports of the switch running on the control
         /// socket, with their connections, instead of starting afresh
-        /// (an upgrade without an outage); starts afresh if none runs.
+        /// (an upgrade without an outage); starts afresh if none runs. If
+        /// either switch refuses (another state version, another
+        /// configuration), falls back to a restart: the running switch
+        /// stops, this one starts.
         #[arg(long)]
         takeover: bool,
+        /// With --takeover: if the takeover is refused, exit (with why)
+        /// and leave the running switch as it is, instead of restarting.
+        #[arg(long, requires = "takeover")]
+        no_restart: bool,
         /// Once another switch has taken the ports over, wait until
         /// stopped (SIGTERM) instead of exiting, holding nothing: a
         /// DaemonSet's container that exits is started again.

@@ -69,6 +69,8 @@ pub enum Step {
         /// Why.
         reason: String,
     },
+    /// Old to new: another takeover is under way; ask again later.
+    Busy,
 }
 
 /// What the old switch hands over.

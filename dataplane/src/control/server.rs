@@ -156,8 +156,8 @@ fn handle(conn: UnixStream, calls: Sender<Call>, waker: Arc<Waker>, taking_over:
             )),
             Ok(request @ Request::Takeover { .. }) => {
                 if taking_over.swap(true, Ordering::AcqRel) {
-                    let reason = "another takeover is in progress".to_string();
-                    let _ = handover::send(&writer, &handover::Step::Refused { reason }, &[]);
+                    warn!("a takeover asked while another is in progress: refused");
+                    let _ = handover::send(&writer, &handover::Step::Busy, &[]);
                     return;
                 }
                 let (tx, _) = bounded(1);

@@ -344,9 +344,9 @@ impl Daemon {
                 ErrorCode::Internal,
                 "streamed requests are answered by handle",
             )),
-            Request::Takeover { .. } => Err(ApiError::new(
+            Request::Takeover { .. } | Request::StandDown => Err(ApiError::new(
                 ErrorCode::Internal,
-                "a takeover is answered on its own connection",
+                "answered by the daemon loop",
             )),
             Request::MacList { bridge } => {
                 let Some(b) = self.bridges.get(&bridge) else {

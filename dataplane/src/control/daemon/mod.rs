@@ -7,7 +7,7 @@ mod api;
 mod ports;
 mod takeover;
 
-pub use takeover::wait_to_be_stopped;
+pub use takeover::{wait_to_be_stopped, Refused};
 
 pub(crate) use ports::Begin;
 
@@ -356,6 +356,18 @@ impl Daemon {
                                     }
                                     takeover::Handed::Kept => continue,
                                 }
+                            }
+                            if let Request::StandDown = call.request {
+                                warn!("asked to stand down for another switch: stopping");
+                                let ok = server::Answer::Now(switchyard_api::Response::ok(
+                                    serde_json::Value::Null,
+                                ));
+                                let _ = call.reply.send(ok);
+                                self.shutdown();
+                                if self.linger {
+                                    return Err(takeover::linger());
+                                }
+                                return Ok(());
                             }
                             let r = self.handle(call.request);
                             let _ = call.reply.send(r);

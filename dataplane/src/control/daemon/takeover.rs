@@ -66,6 +66,13 @@ pub fn wait_to_be_stopped() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A takeover that one of the two switches refused: the running one
+/// carries on as it was, healthy, and a restart can replace it (see
+/// [`Daemon::stand_down`]).
+#[derive(Debug, thiserror::Error)]
+#[error("takeover refused: {0}")]
+pub struct Refused(pub String);
+
 /// How a handover ended, for the old switch.
 pub(super) enum Handed {
     /// The new switch runs the ports: this process exits, leaving them.
@@ -307,7 +314,7 @@ impl Daemon {
                 },
                 &[],
             );
-            anyhow::anyhow!("takeover refused: {reason}")
+            anyhow::Error::new(Refused(reason))
         };
         let version = state.get("version").and_then(serde_json::Value::as_u64);
         if version != Some(u64::from(handover::VERSION)) {
@@ -359,6 +366,24 @@ impl Daemon {
             "switchyard took over"
         );
         Ok(d)
+    }
+
+    /// Asks the switch running on `control` to stop so that this one can
+    /// start in its place (a refused takeover falls back to a restart), and
+    /// waits until the control socket is free.
+    pub fn stand_down(control: &std::path::Path) -> anyhow::Result<()> {
+        let mut c = switchyard_api::Client::connect(control)
+            .with_context(|| format!("{}", control.display()))?;
+        // It answers, then stops; the answer may be cut short by its exit.
+        let _ = c.call(&Request::StandDown);
+        let end = Instant::now() + STATE_TIMEOUT;
+        while UnixStream::connect(control).is_ok() {
+            if Instant::now() > end {
+                anyhow::bail!("the running switch did not stop in {STATE_TIMEOUT:?}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
     }
 
     /// Makes the bridges and ports handed over (the workers paused), and
