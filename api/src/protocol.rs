@@ -398,6 +398,9 @@ pub enum ErrorCode {
     Busy,
     /// The daemon failed.
     Internal,
+    /// The caller may not ask this (a takeover or stand-down from another
+    /// user than the switch's).
+    PermissionDenied,
 }
 
 /// An error answer.

@@ -614,3 +614,24 @@ fn a_refused_takeover_falls_back_to_a_restart() {
     assert!(log.contains("falling back to a restart"), "{log}");
     assert!(log.contains("asked to stand down"), "{log}");
 }
+
+#[test]
+fn only_the_switchs_own_user_may_take_it_over_or_stop_it() {
+    let _g = serial();
+    // The control socket is open to a group; a member of it, not root,
+    // may use the API but not take the switch over (every pod's memory
+    // would be its) nor stop it.
+    let mut sw = Switch::start(&format!("control_group = 4242\n{BRIDGE}"));
+    let o = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=4242", "--clear-groups"])
+        .arg(common::switchyard_bin())
+        .args(["run", "--takeover", "--config"])
+        .arg(&sw.config)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(err.contains("only the switch's own user"), "{err}");
+    sw.assert_alive();
+    assert!(sw.log().contains("asked by another user: refused"));
+}

@@ -154,6 +154,16 @@ fn handle(conn: UnixStream, calls: Sender<Call>, waker: Arc<Waker>, taking_over:
                 ErrorCode::BadRequest,
                 format!("bad request: {e}"),
             )),
+            Ok(Request::Takeover { .. } | Request::StandDown) if !same_user(&writer) => {
+                // Either gives away every pod's memory and connections, or
+                // stops them all: the switch's own user only, not a member
+                // of the control socket's group.
+                warn!("a takeover or stand-down asked by another user: refused");
+                Response::err(ApiError::new(
+                    ErrorCode::PermissionDenied,
+                    "only the switch's own user may take it over or stop it",
+                ))
+            }
             Ok(request @ Request::Takeover { .. }) => {
                 if taking_over.swap(true, Ordering::AcqRel) {
                     warn!("a takeover asked while another is in progress: refused");
@@ -208,6 +218,14 @@ fn handle(conn: UnixStream, calls: Sender<Call>, waker: Arc<Waker>, taking_over:
             return;
         }
     }
+}
+
+/// Whether the process at the other end of `conn` runs as this process's
+/// user (or root).
+fn same_user(conn: &UnixStream) -> bool {
+    use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+    getsockopt(conn, PeerCredentials)
+        .is_ok_and(|c| c.uid() == 0 || c.uid() == nix::unistd::geteuid().as_raw())
 }
 
 /// Writes one answer line.

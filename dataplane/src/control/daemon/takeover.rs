@@ -375,7 +375,9 @@ impl Daemon {
         let mut c = switchyard_api::Client::connect(control)
             .with_context(|| format!("{}", control.display()))?;
         // It answers, then stops; the answer may be cut short by its exit.
-        let _ = c.call(&Request::StandDown);
+        if let Err(switchyard_api::ClientError::Api(e)) = c.call(&Request::StandDown) {
+            anyhow::bail!("the running switch will not stand down: {e}");
+        }
         let end = Instant::now() + STATE_TIMEOUT;
         while UnixStream::connect(control).is_ok() {
             if Instant::now() > end {
