@@ -19,12 +19,18 @@ use common::*;
 /// The shell lines of the quick start's code block, `\`-continued lines
 /// joined, comments and blank lines left out.
 fn quick_start() -> Vec<String> {
+    shell_lines("Quick start: two testpmd pods through the switch")
+}
+
+/// The shell lines of the first code block of the README's section
+/// `heading`, as [`quick_start`] reads them.
+fn shell_lines(heading: &str) -> Vec<String> {
     let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
         .expect("README.md");
     let section = readme
-        .split("\n## Quick start: two testpmd pods through the switch\n")
+        .split(&format!("\n## {heading}\n"))
         .nth(1)
-        .expect("the quick start section");
+        .unwrap_or_else(|| panic!("the section {heading:?}"));
     let block = section
         .split("```sh\n")
         .nth(1)
@@ -157,6 +163,42 @@ fn the_quick_start_runs_as_the_readme_has_it() {
     });
     a.send_bursts(4);
     assert_eq!(b.wait_rx(0, 128), 128, "pod B's frames");
+
+    // "Upgrading": a new switch takes the running one's ports over, as the
+    // README has it; the pods (DPDK memif clients, which never dial a
+    // restarted switch again) go on as if nothing happened.
+    let upgrade = shell_lines("Upgrading");
+    assert_eq!(upgrade, ["switchyard run --takeover &"], "{upgrade:?}");
+    let mut new = node
+        .sh(&format!("exec {}", upgrade[0].trim_end_matches('&').trim()))
+        .env("RUST_LOG", "info")
+        .stdout(log.reopen().unwrap())
+        .stderr(log.reopen().unwrap())
+        .spawn()
+        .unwrap();
+    let old = wait_for(
+        Duration::from_secs(30),
+        "the old switch to hand over",
+        || switch.try_wait().unwrap(),
+    );
+    assert!(old.success(), "{old}");
+    std::mem::swap(&mut switch, &mut new);
+    let text = std::fs::read_to_string(log.path()).unwrap();
+    assert!(text.contains("switchyard took over"), "{text}");
+    a.send_bursts(4);
+    assert_eq!(
+        b.wait_rx(0, 256),
+        256,
+        "pod B's frames through the new switch"
+    );
+    let ports: Vec<switchyard_api::PortInfo> =
+        serde_json::from_str(&sw_cli("port list --json")).unwrap();
+    assert!(
+        ports
+            .iter()
+            .all(|p| p.status.link_up && p.status.connects == 1),
+        "{ports:?}"
+    );
     // The commands that show it: every one the quick start lists runs.
     for show in [
         "switchyard port list",
