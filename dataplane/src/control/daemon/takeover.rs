@@ -84,9 +84,9 @@ pub(super) enum Handed {
 impl Daemon {
     /// The old side: hands every port over on `conn` to the process that
     /// asked (`version` is the state version it reads). Returns
-    /// [`Handed::Over`] once the new process runs them; else the ports stay
-    /// here, as they were (or, if the new process died after the go,
-    /// rebuilt where the rings are).
+    /// [`Handed::Over`] once the new process has confirmed (it runs them
+    /// from then on); else the ports stay here, their queues taken up again
+    /// where the rings are ([`Port::requeue`](crate::port::Port::requeue)).
     pub(super) fn hand_over(&mut self, conn: UnixStream, version: u32) -> Handed {
         let peer = nix::sys::socket::getsockopt(&conn, nix::sys::socket::sockopt::PeerCredentials)
             .map(|c| c.pid())
