@@ -150,6 +150,28 @@ impl Loop {
     }
 }
 
+/// A process this test started, killed when dropped: a failed test leaves
+/// no stopped or lingering switch behind.
+struct Reap(std::process::Child);
+
+impl Reap {
+    fn id(&self) -> u32 {
+        self.0.id()
+    }
+
+    /// Kills it (SIGKILL) and reaps it.
+    fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
 /// Every number that follows `key` in `text`.
 fn numbers_after(text: &str, key: &str) -> Vec<u64> {
     text.match_indices(key)
@@ -318,18 +340,18 @@ fn killed_at_each_step(kind: Kind) {
     let mut l = Loop::start(kind);
     let old = l.sw.child.as_ref().unwrap().id();
     for step in ["state", "fds", "confirm"] {
-        let mut new =
+        let mut new = Reap(
             l.sw.command(&["--takeover"], &[(STOP_AT, step)])
                 .spawn()
-                .unwrap();
+                .unwrap(),
+        );
         let pid = new.id();
         wait_for(
             Duration::from_secs(20),
             &format!("the new switch to stop at {step}"),
             || stopped(pid).then_some(()),
         );
-        new.kill().unwrap();
-        new.wait().unwrap();
+        new.kill();
         // The old one carries on, with the same connections.
         l.wait_flowing();
         l.sw.assert_alive();
@@ -357,10 +379,11 @@ fn refused_takeovers_say_why_and_change_nothing() {
     let mut l = Loop::start(Kind::Memif);
 
     // A second takeover while one is under way.
-    let mut first =
+    let mut first = Reap(
         l.sw.command(&["--takeover"], &[(STOP_AT, "fds")])
             .spawn()
-            .unwrap();
+            .unwrap(),
+    );
     let pid = first.id();
     wait_for(
         Duration::from_secs(20),
@@ -372,8 +395,7 @@ fn refused_takeovers_say_why_and_change_nothing() {
         !second.status.success(),
         "a second takeover at once went ahead"
     );
-    first.kill().unwrap();
-    first.wait().unwrap();
+    first.kill();
     assert!(
         l.sw.log().contains("while another is in progress"),
         "{}",
@@ -539,7 +561,7 @@ fn a_lingering_switch_holds_nothing_and_exits_when_stopped() {
         || l.sw.client().call(&switchyard_api::Request::Ping).ok(),
     );
     l.wait_flowing();
-    let mut lingering = l.sw.replace(&[]);
+    let mut lingering = Reap(l.sw.replace(&[]));
     let pid = lingering.id();
     wait_for(Duration::from_secs(30), "the switch to linger", || {
         let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
@@ -574,7 +596,7 @@ fn a_lingering_switch_holds_nothing_and_exits_when_stopped() {
     let st = wait_for(
         Duration::from_secs(10),
         "the lingering switch to exit",
-        || lingering.try_wait().unwrap(),
+        || lingering.0.try_wait().unwrap(),
     );
     assert!(st.success(), "{st}");
     l.wait_flowing();
