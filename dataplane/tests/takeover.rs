@@ -10,7 +10,9 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{memif_vdev, serial, settled, veth, virtio_vdev, wait_for, Netns, Switch, Testpmd};
+use common::{
+    memif_vdev, serial, settled, veth, virtio_vdev, wait_for, Netns, Reap, Switch, Testpmd,
+};
 
 const BRIDGE: &str = "[[bridge]]\nname = \"default\"\n";
 /// The variable that stops a new switch at a step of the handover
@@ -147,28 +149,6 @@ impl Loop {
             CIRCULATING,
             "frames still in circulation"
         );
-    }
-}
-
-/// A process this test started, killed when dropped: a failed test leaves
-/// no stopped or lingering switch behind.
-struct Reap(std::process::Child);
-
-impl Reap {
-    fn id(&self) -> u32 {
-        self.0.id()
-    }
-
-    /// Kills it (SIGKILL) and reaps it.
-    fn kill(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Drop for Reap {
-    fn drop(&mut self) {
-        self.kill();
     }
 }
 

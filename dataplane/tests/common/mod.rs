@@ -89,6 +89,29 @@ impl Drop for Netns {
     }
 }
 
+/// A process a test started, killed when dropped: a failed test leaves
+/// no stopped or lingering switch behind.
+pub struct Reap(pub Child);
+
+impl Reap {
+    /// Its process id.
+    pub fn id(&self) -> u32 {
+        self.0.id()
+    }
+
+    /// Kills it (SIGKILL) and reaps it.
+    pub fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
 /// A veth pair, `a` in namespace `na` and `b` in `nb`, both up.
 pub fn veth(na: &Netns, a: &str, nb: &Netns, b: &str) {
     let ok = Command::new("ip")
@@ -201,9 +224,9 @@ impl Switch {
     /// hand over and exit.
     pub fn takeover(&mut self) -> Duration {
         let t = std::time::Instant::now();
-        let mut old = self.replace(&[]);
+        let mut old = Reap(self.replace(&[]));
         let status = wait_for(Duration::from_secs(30), "the old switch to exit", || {
-            old.try_wait().unwrap()
+            old.0.try_wait().unwrap()
         });
         let took = t.elapsed();
         assert!(
