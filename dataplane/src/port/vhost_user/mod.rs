@@ -177,7 +177,7 @@ impl Protocol for VhostUser {
             replay.push((FrontendReq::SET_FEATURES, Some(f)));
         }
         for (req, value) in replay {
-            relay.replay(request(req, value))?;
+            relay.replay(message(req as u32, FLAG_VERSION_1, value))?;
             handler
                 .handle_request()
                 .map_err(|e| HandoverError::Invalid(format!("replaying {req:?}: {e}")))?;
@@ -271,14 +271,14 @@ struct SavedConn {
     relay: relay::SavedRelay,
 }
 
-/// A frontend's request `req` with an optional `u64` body, as a frontend
-/// frames it.
-fn request(req: FrontendReq, value: Option<u64>) -> Vec<u8> {
+/// A vhost-user message: header (`code`, `flags`, body size) and an
+/// optional `u64` body. A replayed request, or a reply made here.
+fn message(code: u32, flags: u32, value: Option<u64>) -> Vec<u8> {
     let body = value.map(u64::to_le_bytes);
     let size = body.map_or(0, |b| b.len()) as u32;
     let mut b = Vec::with_capacity(relay::HEADER_LEN + size as usize);
-    b.extend_from_slice(&(req as u32).to_le_bytes());
-    b.extend_from_slice(&FLAG_VERSION_1.to_le_bytes());
+    b.extend_from_slice(&code.to_le_bytes());
+    b.extend_from_slice(&flags.to_le_bytes());
     b.extend_from_slice(&size.to_le_bytes());
     if let Some(body) = body {
         b.extend_from_slice(&body);
@@ -336,11 +336,11 @@ fn early_vring_enable(conn: &mut Conn, msg: &Message) -> Option<Result<Option<Ve
         _ => Err(VuError::InvalidParam),
     };
     if flags & FLAG_NEED_REPLY != 0 && dev.reply_ack() {
-        let mut reply = vec![0u8; HEADER_LEN + 8];
-        reply[0..4].copy_from_slice(&REQ_SET_VRING_ENABLE.to_le_bytes());
-        reply[4..8].copy_from_slice(&(FLAG_VERSION_1 | FLAG_REPLY).to_le_bytes());
-        reply[8..12].copy_from_slice(&8u32.to_le_bytes());
-        reply[12..20].copy_from_slice(&u64::from(res.is_err()).to_le_bytes());
+        let reply = message(
+            REQ_SET_VRING_ENABLE,
+            FLAG_VERSION_1 | FLAG_REPLY,
+            Some(u64::from(res.is_err())),
+        );
         return Some(Ok(Some(reply)));
     }
     Some(res.map(|()| None))
