@@ -53,10 +53,7 @@ impl Loop {
             Kind::VhostUser => ("vhost-user", ["server", "client"]),
         };
         for (port, role, sock) in [("m", roles[0], &m), ("s", roles[1], &s)] {
-            sw.cli_ok(&[
-                "port", "add", port, "--kind", name, "--role", role, "--socket", sock, "--bridge",
-                "default",
-            ]);
+            sw.add_port(&[port, "--kind", name, "--role", role, "--socket", sock]);
         }
         let (mac0, mac1) = (format!("mac={}", mac(0x0a)), format!("mac={}", mac(0x0b)));
         let vdevs = match kind {
@@ -481,15 +478,8 @@ fn twenty_takeovers_of_a_tap_and_an_af_packet_uplink_lose_no_ping() {
     host.sh_ok("ip addr add 10.78.0.2/24 dev h0");
     let mut sw = Switch::start_in(Some(&node.name), BRIDGE);
     let tap = format!("syt{}", std::process::id() % 100_000);
-    for args in [
-        ["t0", "--kind", "tap", "--interface", &tap],
-        ["up", "--kind", "af-packet", "--interface", "up0"],
-    ] {
-        let mut all = vec!["port", "add"];
-        all.extend_from_slice(&args);
-        all.extend_from_slice(&["--bridge", "default"]);
-        sw.cli_ok(&all);
-    }
+    sw.add_port(&["t0", "--kind", "tap", "--interface", &tap]);
+    sw.add_port(&["up", "--kind", "af-packet", "--interface", "up0"]);
     node.sh_ok(&format!(
         "ip link set {tap} up && ip addr add 10.78.0.1/24 dev {tap}"
     ));
@@ -590,10 +580,7 @@ fn a_refused_takeover_falls_back_to_a_restart() {
     let mut sw = Switch::start(BRIDGE);
     // The switch is the memif slave: it dials testpmd again after a restart.
     let sock = sw.path("s.sock");
-    sw.cli_ok(&[
-        "port", "add", "s", "--kind", "memif", "--role", "slave", "--socket", &sock, "--bridge",
-        "default",
-    ]);
+    sw.add_port(&["s", "--kind", "memif", "--role", "slave", "--socket", &sock]);
     let _pmd = Testpmd::start(
         &[memif_vdev(0, "server", &sock, "")],
         &["--forward-mode=rxonly"],

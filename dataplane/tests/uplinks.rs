@@ -13,13 +13,6 @@ use common::*;
 
 const BRIDGE: &str = "[[bridge]]\nname = \"default\"\n";
 
-fn add(sw: &Switch, args: &[&str]) {
-    let mut all = vec!["port", "add"];
-    all.extend_from_slice(args);
-    all.extend_from_slice(&["--bridge", "default"]);
-    sw.cli_ok(&all);
-}
-
 /// The kernel's ping (busybox's, which the test command installs) from the
 /// namespace; true if any reply came.
 fn ping(ns: &Netns, args: &str) -> bool {
@@ -46,12 +39,9 @@ fn wait_mtu(sw: &Switch, port: &str, mtu: u32) {
 /// bridge, linked: it sends the test's own bytes.
 fn raw_peer(sw: &Switch) -> (Conn, SlaveMem) {
     let raw = sw.path("raw.sock");
-    add(
-        sw,
-        &[
-            "raw", "--kind", "memif", "--role", "master", "--socket", &raw,
-        ],
-    );
+    sw.add_port(&[
+        "raw", "--kind", "memif", "--role", "master", "--socket", &raw,
+    ]);
     let mem = SlaveMem::new();
     let conn = Conn::connect(&raw);
     peer::run_slave(&conn, &mem.script()).expect("handshake");
@@ -89,13 +79,10 @@ fn the_host_reaches_a_pod_through_a_tap_port() {
     let mut sw = Switch::start_in(Some(&ns.name), BRIDGE);
     let pod_sock = sw.path("pod.sock");
     // The switch is the memif slave: it redials the pod after a restart.
-    add(
-        &sw,
-        &[
-            "pod", "--kind", "memif", "--role", "slave", "--socket", &pod_sock,
-        ],
-    );
-    add(&sw, &["tap0", "--kind", "tap", "--interface", &tap]);
+    sw.add_port(&[
+        "pod", "--kind", "memif", "--role", "slave", "--socket", &pod_sock,
+    ]);
+    sw.add_port(&["tap0", "--kind", "tap", "--interface", &tap]);
     // The interface exists in the switch's namespace, as a tap.
     let link = ns.sh_ok(&format!("ip -d link show {tap}"));
     assert!(link.contains("tun type tap"), "{link}");
@@ -265,18 +252,15 @@ fn a_namespace_reaches_a_pod_through_an_af_xdp_uplink() {
         err.contains("port.interface: up0: Operation not supported"),
         "{err}"
     );
-    add(
-        &t.sw,
-        &[
-            "up",
-            "--kind",
-            "af-xdp",
-            "--interface",
-            "up0",
-            "--mode",
-            "generic",
-        ],
-    );
+    t.sw.add_port(&[
+        "up",
+        "--kind",
+        "af-xdp",
+        "--interface",
+        "up0",
+        "--mode",
+        "generic",
+    ]);
     let peer = t.sw.port("up").status.peer.unwrap();
     assert!(peer.contains("generic (skb) XDP"), "{peer}");
     assert!(t.node.sh_ok("ip link show up0").contains("xdpgeneric"));
@@ -301,13 +285,10 @@ fn a_namespace_reaches_a_pod_through(kind: &str) -> UplinkSetup {
     host.sh_ok("ip addr add 10.77.0.1/24 dev h0");
     let sw = Switch::start_in(Some(&node.name), BRIDGE);
     let pod_sock = sw.path("pod.sock");
-    add(
-        &sw,
-        &[
-            "pod", "--kind", "memif", "--role", "slave", "--socket", &pod_sock,
-        ],
-    );
-    add(&sw, &["up", "--kind", kind, "--interface", "up0"]);
+    sw.add_port(&[
+        "pod", "--kind", "memif", "--role", "slave", "--socket", &pod_sock,
+    ]);
+    sw.add_port(&["up", "--kind", kind, "--interface", "up0"]);
     let info = sw.port("up");
     assert!(info.status.link_up, "{info:?}");
     let pod = echo_pod(&pod_sock);
@@ -829,12 +810,9 @@ fn without_cap_net_raw_an_uplink_is_refused_naming_the_field() {
         BRIDGE,
     );
     let sock = sw.path("p.sock");
-    add(
-        &sw,
-        &[
-            "p", "--kind", "memif", "--role", "master", "--socket", &sock,
-        ],
-    );
+    sw.add_port(&[
+        "p", "--kind", "memif", "--role", "master", "--socket", &sock,
+    ]);
     for kind in ["af-packet", "af-xdp"] {
         let err = refused(&sw, kind);
         assert!(
@@ -859,7 +837,7 @@ fn without_cap_net_raw_an_uplink_is_refused_naming_the_field() {
         err.contains("port.interface: up0:") && err.contains("CAP_BPF"),
         "{err}"
     );
-    add(&sw, &["up", "--kind", "af-packet", "--interface", "up0"]);
+    sw.add_port(&["up", "--kind", "af-packet", "--interface", "up0"]);
     assert!(sw.port("up").status.link_up);
     drop(sw);
 
@@ -870,18 +848,15 @@ fn without_cap_net_raw_an_uplink_is_refused_naming_the_field() {
         &["setpriv", "--bounding-set", "-sys_admin"],
         BRIDGE,
     );
-    add(
-        &sw,
-        &[
-            "up",
-            "--kind",
-            "af-xdp",
-            "--interface",
-            "up0",
-            "--trunk",
-            "all",
-        ],
-    );
+    sw.add_port(&[
+        "up",
+        "--kind",
+        "af-xdp",
+        "--interface",
+        "up0",
+        "--trunk",
+        "all",
+    ]);
     let up = sw.port("up");
     assert!(up.status.link_up, "{up:?}");
     let peer = up.status.peer.unwrap_or_default();
@@ -906,9 +881,9 @@ fn jumbo_frames_pass_where_the_mtu_allows_and_are_counted_where_not() {
     node.sh_ok("ip link set up0 mtu 9000");
     host.sh_ok("ip link set h0 mtu 9000 && ip addr add 10.77.0.1/24 dev h0");
     let sw = Switch::start_in(Some(&node.name), BRIDGE);
-    add(&sw, &["up", "--kind", "af-packet", "--interface", "up0"]);
+    sw.add_port(&["up", "--kind", "af-packet", "--interface", "up0"]);
     let tap = format!("sj{}", std::process::id() % 100_000);
-    add(&sw, &["t", "--kind", "tap", "--interface", &tap]);
+    sw.add_port(&["t", "--kind", "tap", "--interface", &tap]);
     node.sh_ok(&format!(
         "ip link set {tap} mtu 9000 up && ip addr add 10.77.0.2/24 dev {tap}"
     ));
@@ -952,7 +927,7 @@ fn an_uplink_made_at_start_waits_for_its_interface() {
     node.sh_ok(
         "ip link add up1 type veth peer name up2 && ip link set up1 up && ip link set up2 up",
     );
-    add(&sw, &["u1", "--kind", "af-packet", "--interface", "up1"]);
+    sw.add_port(&["u1", "--kind", "af-packet", "--interface", "up1"]);
     sw.stop();
     node.sh_ok("ip link del up1");
     sw.spawn();
@@ -997,7 +972,7 @@ fn short_frames_leave_uplinks_padded() {
         let (node, host) = (Netns::new("padn"), Netns::new("padh"));
         veth(&node, "up0", &host, "h0");
         let sw = Switch::start_in(Some(&node.name), BRIDGE);
-        add(&sw, &["up", "--kind", kind, "--interface", "up0"]);
+        sw.add_port(&["up", "--kind", kind, "--interface", "up0"]);
         let (conn, mem) = raw_peer(&sw);
         sw.wait_link("up", true);
         let mut cap = std::process::Command::new("ip")

@@ -288,6 +288,14 @@ impl Switch {
             .unwrap()
     }
 
+    /// `switchyard port add ARGS --bridge default`, which must succeed.
+    pub fn add_port(&self, args: &[&str]) {
+        let mut all = vec!["port", "add"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--bridge", "default"]);
+        self.cli_ok(&all);
+    }
+
     /// Adds memif port `name` in bridge `default`, the switch as master on
     /// socket `name.sock` in the test's directory, with `extra` arguments;
     /// returns the socket's path.
