@@ -290,6 +290,23 @@ impl Endpoint {
 mod tests {
     use super::*;
 
+    /// `listen` at `addr` once the listener just dropped there is closed
+    /// everywhere. Other tests in this process spawn commands, and a child
+    /// holds a copy of every fd (this listener too) from its fork to its
+    /// exec: in that window the socket still answers, and is rightly in use.
+    fn listen_once_closed(ty: SockType, addr: &SocketAddr) -> OwnedFd {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            match listen(ty, addr, None, None) {
+                Ok(l) => return l,
+                Err(e) if e.kind() == io::ErrorKind::AddrInUse && Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(1))
+                }
+                Err(e) => panic!("a stale socket was not replaced: {e}"),
+            }
+        }
+    }
+
     #[test]
     fn stale_sockets_are_replaced_and_live_ones_refused() {
         let dir = tempfile::tempdir().unwrap();
@@ -301,7 +318,7 @@ mod tests {
             let e = listen(ty, &addr, None, None).unwrap_err();
             assert_eq!(e.kind(), io::ErrorKind::AddrInUse);
             drop(l);
-            let l = listen(ty, &addr, None, None).unwrap();
+            let l = listen_once_closed(ty, &addr);
             drop(l);
         }
         // A link is neither followed by a connect nor replaced by a listen.
