@@ -309,6 +309,23 @@ fn a_new_switch_killed_at_any_step_leaves_the_old_one_forwarding_vhost_user() {
     killed_at_each_step(Kind::VhostUser);
 }
 
+/// Starts a new switch taking `sw` over, and kills it once it stops at
+/// `step` of the handover (`SWITCHYARD_TAKEOVER_STOP_AT`).
+fn kill_a_new_switch_at(sw: &Switch, step: &str) {
+    let mut new = Reap(
+        sw.command(&["--takeover"], &[(STOP_AT, step)])
+            .spawn()
+            .unwrap(),
+    );
+    let pid = new.id();
+    wait_for(
+        Duration::from_secs(20),
+        &format!("the new switch to stop at {step}"),
+        || stopped(pid).then_some(()),
+    );
+    new.kill();
+}
+
 /// A new switch stopped and killed at each step of the handover, the last
 /// after the go: the old one carries on with every frame and connection,
 /// and a takeover afterwards works.
@@ -317,18 +334,7 @@ fn killed_at_each_step(kind: Kind) {
     let mut l = Loop::start(kind);
     let old = l.sw.child.as_ref().unwrap().id();
     for step in ["state", "fds", "confirm"] {
-        let mut new = Reap(
-            l.sw.command(&["--takeover"], &[(STOP_AT, step)])
-                .spawn()
-                .unwrap(),
-        );
-        let pid = new.id();
-        wait_for(
-            Duration::from_secs(20),
-            &format!("the new switch to stop at {step}"),
-            || stopped(pid).then_some(()),
-        );
-        new.kill();
+        kill_a_new_switch_at(&l.sw, step);
         // The old one carries on, with the same connections.
         l.wait_flowing();
         l.sw.assert_alive();
@@ -471,48 +477,73 @@ fn a_new_switch_refuses_state_of_another_version() {
 }
 
 #[test]
-fn twenty_takeovers_of_a_tap_and_an_af_packet_uplink_lose_no_ping() {
+fn twenty_takeovers_of_a_tap_an_af_packet_and_an_af_xdp_uplink_lose_no_ping() {
     let _g = serial();
-    let (node, host) = (Netns::new("tkn"), Netns::new("tkh"));
+    // The switch in a node namespace; two hosts behind a veth each.
+    let (node, host, xhost) = (Netns::new("tkn"), Netns::new("tkh"), Netns::new("tkx"));
     veth(&node, "up0", &host, "h0");
+    veth(&node, "xu0", &xhost, "x0");
     host.sh_ok("ip addr add 10.78.0.2/24 dev h0");
+    xhost.sh_ok("ip addr add 10.78.0.3/24 dev x0");
     let mut sw = Switch::start_in(Some(&node.name), BRIDGE);
     let tap = format!("syt{}", std::process::id() % 100_000);
     sw.add_port(&["t0", "--kind", "tap", "--interface", &tap]);
     sw.add_port(&["up", "--kind", "af-packet", "--interface", "up0"]);
+    sw.add_port(&["ux", "--kind", "af-xdp", "--interface", "xu0"]);
     node.sh_ok(&format!(
         "ip link set {tap} up && ip addr add 10.78.0.1/24 dev {tap}"
     ));
     node.sh_ok("busybox ping -c 3 -W 2 10.78.0.2");
-    // A ping every 10 ms (busybox's: the test command installs it), from
-    // the node's stack through the tap port and
-    // the af-packet uplink to the host's, while the switch is replaced.
+    node.sh_ok("busybox ping -c 3 -W 2 10.78.0.3");
+    let before = sw.port("ux").status.peer;
+    // A ping every 10 ms to each host (busybox's: the test command
+    // installs it), from the node's stack through the tap port and an
+    // uplink, while the switch is replaced.
     const PINGS: u32 = 800;
-    let ping = Command::new("ip")
-        .args(["netns", "exec", &node.name, "busybox", "ping", "-i", "0.01"])
-        .args(["-c", &PINGS.to_string(), "10.78.0.2"])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let ping = |to: &str| {
+        Command::new("ip")
+            .args(["netns", "exec", &node.name, "busybox", "ping", "-i", "0.01"])
+            .args(["-c", &PINGS.to_string(), to])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let pings = [ping("10.78.0.2"), ping("10.78.0.3")];
     std::thread::sleep(Duration::from_millis(500));
+    // One that took every port up, killed after the go: the old switch
+    // takes its queues back.
+    kill_a_new_switch_at(&sw, "confirm");
     for _ in 0..20 {
         sw.takeover();
         std::thread::sleep(Duration::from_millis(150));
     }
-    let out = ping.wait_with_output().unwrap();
-    let out = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.contains(&format!(
-            "{PINGS} packets transmitted, {PINGS} packets received"
-        )),
-        "pings lost:\n{out}"
-    );
-    assert!(!out.contains("DUP!"), "{out}");
-    for p in ["t0", "up"] {
+    for ping in pings {
+        let out = ping.wait_with_output().unwrap();
+        let out = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.contains(&format!(
+                "{PINGS} packets transmitted, {PINGS} packets received"
+            )),
+            "pings lost:\n{out}"
+        );
+        assert!(!out.contains("DUP!"), "{out}");
+    }
+    for p in ["t0", "up", "ux"] {
         let st = sw.port(p).status;
         assert!(st.link_up && st.connects == 1, "{p}: {st:?}");
     }
-    assert!(!sw.log().contains("link down"), "{}", sw.log());
+    // The same sockets, in the same mode.
+    assert_eq!(sw.port("ux").status.peer, before);
+    let log = sw.log();
+    assert!(!log.contains("link down"), "{log}");
+    assert!(log.contains("af-xdp queues taken over"), "{log}");
+    assert!(log.contains("did not confirm after the go"), "{log}");
+    // The last switch holds the program as the first did: deleting the
+    // port takes it off the interface.
+    assert!(node.sh_ok("ip link show xu0").contains("xdp"));
+    sw.cli_ok(&["port", "del", "ux"]);
+    let shown = node.sh_ok("ip link show xu0");
+    assert!(!shown.contains("xdp"), "{shown}");
 }
 
 #[test]

@@ -46,13 +46,7 @@ pub trait Uplink: Send {
     /// Writes the open queues down for a takeover (see [`Port::save`]):
     /// their fds into `fds`; where each queue stands is in `positions`.
     /// `Err` refuses the takeover, saying why.
-    fn save(&mut self, positions: QueuePositions, fds: &mut FdOut) -> Result<Saved, String> {
-        let _ = (positions, fds);
-        Err(format!(
-            "{} ports cannot be handed to another process yet",
-            Self::KIND
-        ))
-    }
+    fn save(&mut self, positions: QueuePositions, fds: &mut FdOut) -> Result<Saved, String>;
     /// Takes up the queues another process saved with [`Uplink::save`] on
     /// the interface, where they stood; returns them as `open` does.
     fn restore(
@@ -60,13 +54,7 @@ pub trait Uplink: Send {
         at: &Interface<'_>,
         saved: Saved,
         fds: &mut FdIn,
-    ) -> Result<(PortQueues, String), HandoverError> {
-        let _ = (at, saved, fds);
-        Err(HandoverError::Invalid(format!(
-            "{} queues cannot be taken over yet",
-            Self::KIND
-        )))
-    }
+    ) -> Result<(PortQueues, String), HandoverError>;
 }
 
 /// A kernel interface port as saved for a takeover.

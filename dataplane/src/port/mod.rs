@@ -158,18 +158,12 @@ pub trait Port: Send {
     /// Writes down what a process taking over needs to carry the port on
     /// where it is (see [`handover`]), its fds into `fds`. The workers are
     /// paused at a burst boundary meanwhile, so the queues are as a burst
-    /// left them. A kind that cannot be handed over says so, and the
-    /// takeover is refused.
+    /// left them. `Err` refuses the takeover, saying why.
     fn save(
         &mut self,
         cx: &PortCtx<'_>,
         fds: &mut handover::FdOut,
-    ) -> Result<handover::Saved, PortError> {
-        let _ = (cx, fds);
-        Err(PortError::Other(
-            "this kind of port cannot be handed to another process yet".into(),
-        ))
-    }
+    ) -> Result<handover::Saved, PortError>;
     /// Takes up, instead of [`Port::start`], a port another process saved
     /// with [`Port::save`]: its sockets, its connection and its queues,
     /// which resume where the shared rings are.
@@ -178,12 +172,7 @@ pub trait Port: Send {
         cx: &PortCtx<'_>,
         saved: handover::Saved,
         fds: &mut handover::FdIn,
-    ) -> Result<(), PortError> {
-        let _ = (cx, saved, fds);
-        Err(PortError::Other(
-            "this kind of port cannot be taken over yet".into(),
-        ))
-    }
+    ) -> Result<(), PortError>;
     /// A takeover failed (the workers are still paused, the process that
     /// asked never ran a queue): the queues go on from where the rings
     /// are, which [`Port::save`] may have stopped.

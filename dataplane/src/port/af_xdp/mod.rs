@@ -13,7 +13,10 @@
 //! UMEM: the first half of each UMEM's frames feeds the fill ring
 //! (receive), the second half is the transmit pool. Receive reads frames in
 //! place and gives their buffers back to the fill ring at release; transmit
-//! copies once into a pool frame and kicks the kernel once per burst.
+//! copies once into a pool frame and kicks the kernel once per burst. Its
+//! memory is a sealed memfd mapped shared, so that a takeover can hand it
+//! over with the socket, the program and where each ring stands; the next
+//! switch maps the same pages and the rings again (`xsk::adopt`).
 //!
 //! Files: `xsk.rs` loads libxdp and opens the sockets and UMEMs;
 //! `rings.rs` holds the queues over their rings; `prog.rs` the XDP program;
@@ -21,14 +24,17 @@
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{BorrowedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use memmap2::{MmapOptions, MmapRaw};
 use switchyard_api::{AfXdpSpec, XdpMode};
 use tracing::{info, warn};
 
+use crate::dataplane::QueuePositions;
+use crate::port::handover::{self, FdIn, FdOut, HandoverError, Saved};
 use crate::port::kernel_if::{Interface, KernelIf, Uplink};
 use crate::port::netdev::{self, exceeds_mtu, pad_short, rx_vlan_offload, set_rx_vlan_offload};
 use crate::port::Port;
@@ -43,7 +49,7 @@ mod rings;
 mod xsk;
 
 use prog::XdpProgram;
-use rings::{XdpRx, XdpTx, XskRing};
+use rings::{RxPosition, TxPosition, XdpDesc, XdpRx, XdpTx, XskRing};
 use xsk::*;
 
 /// Bytes of a UMEM frame.
@@ -64,6 +70,9 @@ pub fn port(name: &str, spec: &AfXdpSpec, carries_tags: bool) -> Box<dyn Port> {
         spec: spec.clone(),
         rx_vlan_restore: false,
         prog: None,
+        open: Vec::new(),
+        mode: None,
+        partial_checksums: false,
         carries_tags,
     };
     Box::new(KernelIf::new(name, &spec.interface, uplink))
@@ -79,8 +88,58 @@ struct AfXdp {
     rx_vlan_restore: bool,
     /// The XDP program that sends the interface's frames to the sockets.
     prog: Option<XdpProgram>,
+    /// The sockets open, in queue order: kept to hand over.
+    open: Vec<Arc<Xsk>>,
+    /// Their mode.
+    mode: Option<Mode>,
+    /// Whether their receive queues look for checksums left to finish.
+    partial_checksums: bool,
     /// Whether the port carries VLAN tags (a trunk of some VLAN).
     carries_tags: bool,
+}
+
+/// An af-xdp port's program and queues as saved for a takeover (fds by
+/// index in the list handed over).
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SavedQueues {
+    /// The UMEM and ring sizes, which the next switch must make too.
+    frame: u64,
+    frames: u64,
+    ring: u32,
+    /// The socket map, program and link ([`XdpProgram::fds`]).
+    program: [usize; 3],
+    restores_vlan_tags: bool,
+    mode: Mode,
+    /// Whether the port turned receive VLAN offload off (and so puts it
+    /// back when it lets the interface go).
+    rx_vlan_restore: bool,
+    partial_checksums: bool,
+    queues: Vec<SavedQueue>,
+}
+
+/// One socket: its fd, its UMEM's memory file, where its rings stand.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SavedQueue {
+    socket: usize,
+    umem: usize,
+    rx: RxPosition,
+    tx: TxPosition,
+}
+
+/// How the port list names the peer of a port with sockets in `mode` on
+/// `ifname`; `restored`: the program puts back tags the driver holds.
+fn describe(ifname: &str, mode: Mode, restored: bool) -> String {
+    let tags = if restored {
+        "VLAN tags the driver holds put back"
+    } else {
+        "VLAN tags as in the data"
+    };
+    format!(
+        "kernel interface {ifname} (af-xdp, {}, {tags})",
+        mode.name()
+    )
 }
 
 impl AfXdp {
@@ -186,7 +245,9 @@ impl Uplink for AfXdp {
             Ok("veth" | "tun" | "netkit") | Err(_)
         );
         let mut q = PortQueues::default();
+        self.open.clear();
         for (xsk, [fill, comp, rx, tx]) in sockets {
+            self.open.push(xsk.clone());
             let mut r = XdpRx {
                 xsk: xsk.clone(),
                 fill,
@@ -206,23 +267,91 @@ impl Uplink for AfXdp {
                 mtu: mtu.clone(),
             }));
         }
-        let tags = if restored {
-            "VLAN tags the driver holds put back"
-        } else {
-            "VLAN tags as in the data"
-        };
         self.prog = Some(prog);
-        Ok((
-            q,
-            format!(
-                "kernel interface {ifname} (af-xdp, {}, {tags})",
-                mode.name()
-            ),
-        ))
+        self.mode = Some(mode);
+        self.partial_checksums = partial_checksums;
+        Ok((q, describe(ifname, mode, restored)))
     }
 
     fn closed(&mut self) {
         self.prog = None;
+        self.open.clear();
+    }
+
+    fn save(&mut self, positions: QueuePositions, fds: &mut FdOut) -> Result<Saved, String> {
+        let (Some(prog), Some(mode)) = (&self.prog, self.mode) else {
+            return Err("no sockets open".into());
+        };
+        let program = prog.fds().map(|fd| fds.add(fd));
+        let mut queues = Vec::with_capacity(self.open.len());
+        for (i, xsk) in self.open.iter().enumerate() {
+            let at = |p: Option<&Option<serde_json::Value>>| {
+                p.cloned()
+                    .flatten()
+                    .ok_or_else(|| format!("queue {i} says nothing of where it stands"))
+            };
+            queues.push(SavedQueue {
+                socket: fds.add(xsk.socket()),
+                umem: fds.add(xsk.umem_file()),
+                rx: handover::read(at(positions.rx.get(i))?).map_err(|e| e.to_string())?,
+                tx: handover::read(at(positions.tx.get(i))?).map_err(|e| e.to_string())?,
+            });
+        }
+        Ok(handover::write(&SavedQueues {
+            frame: FRAME,
+            frames: FRAMES,
+            ring: RING,
+            program,
+            restores_vlan_tags: prog.restores_vlan_tags,
+            mode,
+            rx_vlan_restore: self.rx_vlan_restore,
+            partial_checksums: self.partial_checksums,
+            queues,
+        }))
+    }
+
+    /// The program, the sockets and their UMEMs, each ring where it stood;
+    /// the UMEMs and rings are mapped again.
+    fn restore(
+        &mut self,
+        at: &Interface<'_>,
+        saved: Saved,
+        fds: &mut FdIn,
+    ) -> Result<(PortQueues, String), HandoverError> {
+        let s: SavedQueues = handover::read(saved)?;
+        if (s.frame, s.frames, s.ring) != (FRAME, FRAMES, RING) {
+            return Err(HandoverError::Invalid(format!(
+                "UMEMs of {} frames of {} bytes with rings of {}, where this switch makes {FRAMES} of {FRAME} with {RING}",
+                s.frames, s.frame, s.ring
+            )));
+        }
+        let program = [
+            fds.take(s.program[0])?,
+            fds.take(s.program[1])?,
+            fds.take(s.program[2])?,
+        ];
+        let prog = XdpProgram::adopt(program, at.index, s.restores_vlan_tags)?;
+        let mut q = PortQueues::default();
+        let mut open = Vec::with_capacity(s.queues.len());
+        for (i, saved) in s.queues.into_iter().enumerate() {
+            let (xsk, [fill, comp, rx, tx]) =
+                xsk::adopt(fds.take(saved.socket)?, fds.take(saved.umem)?)?;
+            let r = XdpRx::resume(xsk.clone(), fill, rx, &saved.rx, s.partial_checksums);
+            let t = XdpTx::resume(xsk.clone(), tx, comp, saved.tx, at.mtu.clone())
+                .map_err(|e| HandoverError::Invalid(format!("queue {i}: {e}")))?;
+            q.rx.push(Box::new(r));
+            q.tx.push(Box::new(t));
+            open.push(xsk);
+        }
+        // The interface is as the other switch left it, and this port puts
+        // it back as that one would have.
+        self.rx_vlan_restore = s.rx_vlan_restore;
+        self.prog = Some(prog);
+        self.open = open;
+        self.mode = Some(s.mode);
+        self.partial_checksums = s.partial_checksums;
+        let restored = s.restores_vlan_tags && prog::driver_gives_vlan_tags(at.index);
+        Ok((q, describe(at.name, s.mode, restored)))
     }
 
     fn release(&mut self) {

@@ -24,14 +24,16 @@
 //! descriptors: at `port del`, at stop and when the process dies.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::OnceLock;
 
 // <linux/bpf.h>
 const BPF_MAP_CREATE: libc::c_int = 0;
 const BPF_MAP_UPDATE_ELEM: libc::c_int = 2;
 const BPF_PROG_LOAD: libc::c_int = 5;
+const BPF_OBJ_GET_INFO_BY_FD: libc::c_int = 15;
 const BPF_LINK_CREATE: libc::c_int = 28;
+const BPF_LINK_TYPE_XDP: u32 = 6;
 const BPF_MAP_TYPE_XSKMAP: u32 = 17;
 const BPF_PROG_TYPE_XDP: u32 = 6;
 const BPF_XDP: u32 = 37;
@@ -208,6 +210,25 @@ struct ProgLoad {
 }
 
 #[repr(C)]
+struct GetInfo {
+    bpf_fd: u32,
+    info_len: u32,
+    info: u64,
+}
+
+/// The head of `struct bpf_link_info`, as far as an XDP link's interface.
+#[repr(C)]
+#[derive(Default)]
+struct LinkInfo {
+    link_type: u32,
+    id: u32,
+    prog_id: u32,
+    _pad: u32,
+    xdp_ifindex: u32,
+    _pad2: u32,
+}
+
+#[repr(C)]
 struct LinkCreate {
     prog_fd: u32,
     target_ifindex: u32,
@@ -219,8 +240,8 @@ struct LinkCreate {
 /// them; detached when dropped.
 pub struct XdpProgram {
     map: OwnedFd,
-    _prog: OwnedFd,
-    _link: OwnedFd,
+    prog: OwnedFd,
+    link: OwnedFd,
     /// Whether the program puts tags the driver holds back into frames.
     pub restores_vlan_tags: bool,
 }
@@ -281,8 +302,47 @@ impl XdpProgram {
         };
         Ok(XdpProgram {
             map,
-            _prog: prog,
-            _link: link,
+            prog,
+            link,
+            restores_vlan_tags,
+        })
+    }
+
+    /// The socket map, the program and the link, to hand over: the link
+    /// keeps the program attached while any process holds it.
+    pub fn fds(&self) -> [BorrowedFd<'_>; 3] {
+        [self.map.as_fd(), self.prog.as_fd(), self.link.as_fd()]
+    }
+
+    /// Takes up the program another switch attached to interface `ifindex`
+    /// and handed over ([`XdpProgram::fds`]). The link must be an XDP link
+    /// on that interface.
+    pub fn adopt(
+        [map, prog, link]: [OwnedFd; 3],
+        ifindex: u32,
+        restores_vlan_tags: bool,
+    ) -> io::Result<XdpProgram> {
+        let mut info = LinkInfo::default();
+        let mut attr = GetInfo {
+            bpf_fd: link.as_raw_fd() as u32,
+            info_len: std::mem::size_of::<LinkInfo>() as u32,
+            info: &mut info as *mut LinkInfo as u64,
+        };
+        // The info buffer: a `LinkInfo` alive for the call, of the size said.
+        sys_bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr)?;
+        if info.link_type != BPF_LINK_TYPE_XDP || info.xdp_ifindex != ifindex {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "the BPF link handed over is of type {} on interface {}, not XDP on {ifindex}",
+                    info.link_type, info.xdp_ifindex
+                ),
+            ));
+        }
+        Ok(XdpProgram {
+            map,
+            prog,
+            link,
             restores_vlan_tags,
         })
     }

@@ -149,7 +149,7 @@ impl RxQueue for XdpRx {
             let slot = burst.next_slot();
             // SAFETY: `addr + len` lies in one frame of the UMEM area, ours
             // until the frame goes back to the fill ring at release.
-            unsafe { slot.push(self.xsk.area.add(d.addr as usize), d.len) };
+            unsafe { slot.push(self.xsk.area().add(d.addr as usize), d.len) };
             if self.partial_checksums {
                 let mut head = [0u8; MAX_HDR];
                 let n = slot.read_prefix(&mut head);
@@ -191,6 +191,93 @@ impl RxQueue for XdpRx {
 
     fn has_pending(&self) -> bool {
         self.rx.producer().load(Ordering::Acquire) != self.rx.cached_cons
+    }
+
+    /// Where the fill and rx rings stand (every frame read was released:
+    /// the receive half is all the kernel's).
+    fn position(&self) -> Option<serde_json::Value> {
+        Some(handover::write(&RxPosition {
+            fill_prod: self.fill.cached_prod,
+            rx_cons: self.rx.cached_cons,
+        }))
+    }
+}
+
+/// Where a receive queue stands between bursts.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RxPosition {
+    pub(super) fill_prod: u32,
+    pub(super) rx_cons: u32,
+}
+
+/// Where a transmit queue stands between bursts: its rings, and the
+/// frames of the transmit half not in flight.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct TxPosition {
+    pub(super) tx_prod: u32,
+    pub(super) comp_cons: u32,
+    pub(super) pool: Vec<u64>,
+}
+
+impl XdpRx {
+    /// The receive side of socket `xsk` over its `fill` and `rx` rings, as
+    /// they stand at `at` (the kernel holds every frame of the receive
+    /// half).
+    pub(super) fn resume(
+        xsk: Arc<Xsk>,
+        mut fill: XskRing,
+        mut rx: XskRing,
+        at: &RxPosition,
+        partial_checksums: bool,
+    ) -> XdpRx {
+        fill.cached_prod = at.fill_prod;
+        rx.cached_cons = at.rx_cons;
+        XdpRx {
+            xsk,
+            fill,
+            rx,
+            taken: Vec::with_capacity(BURST_SIZE),
+            released: at.rx_cons,
+            partial_checksums,
+        }
+    }
+}
+
+impl XdpTx {
+    /// The transmit side of socket `xsk` over its `tx` and `comp` rings, as
+    /// they stand at `at`. Every pool frame must be a distinct frame of the
+    /// transmit half (`Err` says which is not).
+    pub(super) fn resume(
+        xsk: Arc<Xsk>,
+        mut tx: XskRing,
+        mut comp: XskRing,
+        at: TxPosition,
+        mtu: Arc<AtomicU32>,
+    ) -> Result<XdpTx, String> {
+        let mut seen = vec![false; (FRAMES / 2) as usize];
+        let half = FRAME * FRAMES / 2..FRAME * FRAMES;
+        for &addr in &at.pool {
+            let fresh = addr % FRAME == 0
+                && half.contains(&addr)
+                && !std::mem::replace(&mut seen[((addr - half.start) / FRAME) as usize], true);
+            if !fresh {
+                return Err(format!(
+                    "transmit frame {addr:#x} is not a frame of the transmit half, or twice in the pool"
+                ));
+            }
+        }
+        tx.cached_prod = at.tx_prod;
+        comp.cached_cons = at.comp_cons;
+        Ok(XdpTx {
+            xsk,
+            tx,
+            comp,
+            pool: at.pool,
+            queued: false,
+            mtu,
+        })
     }
 }
 
@@ -250,7 +337,7 @@ impl TxQueue for XdpTx {
         // kernel completes it) and `len <= FRAME`; the padding stays in it
         // (FRAME holds far more than 60 bytes).
         let n = unsafe {
-            let at = self.xsk.area.add(addr as usize);
+            let at = self.xsk.area().add(addr as usize);
             pad_short(at, frame.reader().copy_to(at, len))
         };
         // SAFETY: there is room in the tx ring (checked above).
@@ -264,6 +351,14 @@ impl TxQueue for XdpTx {
         self.tx.cached_prod = self.tx.cached_prod.wrapping_add(1);
         self.queued = true;
         Ok(())
+    }
+
+    fn position(&self) -> Option<serde_json::Value> {
+        Some(handover::write(&TxPosition {
+            tx_prod: self.tx.cached_prod,
+            comp_cons: self.comp.cached_cons,
+            pool: self.pool.clone(),
+        }))
     }
 
     fn flush(&mut self) {

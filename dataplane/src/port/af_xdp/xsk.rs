@@ -172,33 +172,93 @@ pub(super) fn lib() -> Result<&'static Lib, String> {
 /// One AF_XDP socket with its UMEM and rings; freed when the last queue
 /// holding it is dropped.
 pub(super) struct Xsk {
-    pub(super) lib: &'static Lib,
-    /// Fill, completion, rx and tx rings as libxdp made them (it keeps
-    /// pointers to them).
-    pub(super) _rings: Box<[XskRing; 4]>,
-    pub(super) umem: *mut libc::c_void,
-    pub(super) sock: *mut libc::c_void,
-    pub(super) area: *mut u8,
+    /// Who made the socket, and so how it is freed.
+    owner: Owner,
+    /// The UMEM's memory, `FRAME * FRAMES` bytes of a memfd mapped shared:
+    /// a takeover hands the file over and the next switch maps the same
+    /// pages, which the kernel keeps pinned for the socket.
+    umem_map: MmapRaw,
+    memfd: OwnedFd,
     pub(super) fd: RawFd,
+}
+
+/// Who made an [`Xsk`].
+enum Owner {
+    /// libxdp, which frees the socket and UMEM (and unmaps their rings).
+    Libxdp {
+        lib: &'static Lib,
+        /// Fill, completion, rx and tx rings as libxdp made them (it keeps
+        /// pointers to them).
+        _rings: Box<[XskRing; 4]>,
+        umem: *mut libc::c_void,
+        sock: *mut libc::c_void,
+    },
+    /// Another process, which handed the socket over ([`adopt`]): its fd
+    /// and our mappings of its rings, closed and unmapped when dropped.
+    Adopted { _fd: OwnedFd, _rings: [MmapRaw; 4] },
 }
 
 // SAFETY: the handles are only used to free the socket and UMEM, once, in
 // `drop`; the rings are split between one receive and one transmit queue.
 unsafe impl Send for Xsk {}
-// SAFETY: as above; shared references read `area` and `fd` only.
+// SAFETY: as above; shared references read the UMEM's address and the fds
+// only.
 unsafe impl Sync for Xsk {}
 
 impl Drop for Xsk {
     fn drop(&mut self) {
-        // SAFETY: the handles came from libxdp's create calls and are freed
-        // once, socket before UMEM as libxdp requires; the area is the
-        // mapping made for the UMEM, unmapped after it.
-        unsafe {
-            (self.lib.socket_delete)(self.sock);
-            (self.lib.umem_delete)(self.umem);
-            libc::munmap(self.area.cast(), (FRAME * FRAMES) as usize);
+        if let Owner::Libxdp {
+            lib, umem, sock, ..
+        } = &self.owner
+        {
+            // SAFETY: the handles came from libxdp's create calls and are
+            // freed once, socket before UMEM as libxdp requires; the UMEM's
+            // memory is unmapped after them (a field, dropped after this).
+            unsafe {
+                (lib.socket_delete)(*sock);
+                (lib.umem_delete)(*umem);
+            }
         }
     }
+}
+
+impl Xsk {
+    /// First byte of the UMEM.
+    #[inline]
+    pub(super) fn area(&self) -> *mut u8 {
+        self.umem_map.as_mut_ptr()
+    }
+
+    /// The socket's fd, to hand over.
+    pub(super) fn socket(&self) -> BorrowedFd<'_> {
+        // SAFETY: the socket is open while `self` is alive.
+        unsafe { BorrowedFd::borrow_raw(self.fd) }
+    }
+
+    /// The UMEM's memory file, to hand over.
+    pub(super) fn umem_file(&self) -> BorrowedFd<'_> {
+        self.memfd.as_fd()
+    }
+}
+
+/// Makes the memory of a UMEM: a sealed memfd of `FRAME * FRAMES` bytes,
+/// mapped shared.
+fn umem_memory() -> io::Result<(OwnedFd, MmapRaw)> {
+    use nix::fcntl::{fcntl, FcntlArg, SealFlag};
+    use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
+    let fd = memfd_create(
+        c"switchyard-umem",
+        MemFdCreateFlag::MFD_CLOEXEC | MemFdCreateFlag::MFD_ALLOW_SEALING,
+    )?;
+    nix::unistd::ftruncate(&fd, (FRAME * FRAMES) as i64)?;
+    fcntl(
+        fd.as_raw_fd(),
+        FcntlArg::F_ADD_SEALS(SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_SEAL),
+    )?;
+    let map = MmapOptions::new()
+        .len((FRAME * FRAMES) as usize)
+        .map_raw(fd.as_raw_fd())?;
+    Ok((fd, map))
 }
 
 /// A socket, and copies of its fill, completion, rx and tx rings for the
@@ -206,7 +266,8 @@ impl Drop for Xsk {
 pub(super) type Socket = (Arc<Xsk>, [XskRing; 4]);
 
 /// What mode a socket ended up in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub(super) enum Mode {
     NativeZeroCopy,
     NativeCopy,
@@ -276,20 +337,8 @@ pub(super) fn open_in(
     mode: Mode,
 ) -> io::Result<Socket> {
     let len = (FRAME * FRAMES) as usize;
-    // SAFETY: a fresh private anonymous mapping; the result is checked.
-    let area = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    if area == libc::MAP_FAILED {
-        return Err(io::Error::last_os_error());
-    }
+    let (memfd, umem_map) = umem_memory()?;
+    let area = umem_map.as_mut_ptr().cast::<libc::c_void>();
     let mut rings = Box::new([XskRing::empty(); 4]);
     let [fill, comp, rx, tx] = &mut *rings;
     let ucfg = UmemConfig {
@@ -300,13 +349,11 @@ pub(super) fn open_in(
         flags: 0,
     };
     let mut umem = std::ptr::null_mut();
-    // SAFETY: the area is `len` bytes, page-aligned, ours until the UMEM is
-    // deleted; the config outlives the call and the rings (boxed) outlive
-    // the UMEM, which keeps pointers to them.
+    // SAFETY: the area is `len` bytes, page-aligned, mapped until the
+    // UMEM is deleted (`Xsk` unmaps it after); the config outlives the call
+    // and the rings (boxed) outlive the UMEM, which keeps pointers to them.
     let r = unsafe { (lib.umem_create)(&mut umem, area, len as u64, fill, comp, &ucfg) };
     if r != 0 {
-        // SAFETY: the mapping made above, not handed to anyone.
-        unsafe { libc::munmap(area, len) };
         return Err(io::Error::from_raw_os_error(-r));
     }
     let (xdp_flags, bind) = match mode {
@@ -327,25 +374,127 @@ pub(super) fn open_in(
     // outlives the call and boxed rings that outlive the socket.
     let r = unsafe { (lib.socket_create)(&mut sock, ifname.as_ptr(), queue, umem, rx, tx, &scfg) };
     if r != 0 {
-        // SAFETY: the UMEM made above (no socket uses it) and its area.
-        unsafe {
-            (lib.umem_delete)(umem);
-            libc::munmap(area, len);
-        }
+        // SAFETY: the UMEM made above (no socket uses it); its memory is
+        // unmapped after it, when `umem_map` is dropped.
+        unsafe { (lib.umem_delete)(umem) };
         return Err(io::Error::from_raw_os_error(-r));
     }
     // SAFETY: a socket libxdp just made.
     let fd = unsafe { (lib.socket_fd)(sock) };
     let copies = *rings;
     let x = Arc::new(Xsk {
-        lib,
-        _rings: rings,
-        umem,
-        sock,
-        area: area.cast(),
+        owner: Owner::Libxdp {
+            lib,
+            _rings: rings,
+            umem,
+            sock,
+        },
+        umem_map,
+        memfd,
         fd,
     });
     Ok((x, copies))
+}
+
+/// Takes up a socket another switch opened with [`open_in`] and handed
+/// over: its fd `fd` and its UMEM's memory `memfd`. Maps the UMEM and the
+/// four rings (`RING` entries each, as [`open_in`] makes them) and returns
+/// copies of the rings with their cached indices at zero: the caller sets
+/// them where the other switch left them.
+pub(super) fn adopt(fd: OwnedFd, memfd: OwnedFd) -> io::Result<Socket> {
+    let invalid = |why: &str| io::Error::new(io::ErrorKind::InvalidInput, why.to_string());
+    let len = FRAME * FRAMES;
+    // A file that cannot shrink under the mapping (no SIGBUS), of the size.
+    use nix::fcntl::{fcntl, FcntlArg, SealFlag};
+    let st = nix::sys::stat::fstat(memfd.as_raw_fd())?;
+    let sealed = fcntl(memfd.as_raw_fd(), FcntlArg::F_GET_SEALS)
+        .is_ok_and(|s| SealFlag::from_bits_truncate(s).contains(SealFlag::F_SEAL_SHRINK));
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG || (st.st_size as u64) < len || !sealed {
+        return Err(invalid(
+            "the UMEM handed over is not a sealed file of its size",
+        ));
+    }
+    let umem_map = MmapOptions::new()
+        .len(len as usize)
+        .map_raw(memfd.as_raw_fd())?;
+    let mut off: libc::xdp_mmap_offsets = zeroed_offsets();
+    let mut optlen = std::mem::size_of::<libc::xdp_mmap_offsets>() as libc::socklen_t;
+    // SAFETY: `off` is a buffer of `optlen` bytes the kernel fills in.
+    let r = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_XDP,
+            libc::XDP_MMAP_OFFSETS,
+            (&mut off as *mut libc::xdp_mmap_offsets).cast(),
+            &mut optlen,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if optlen as usize != std::mem::size_of::<libc::xdp_mmap_offsets>() {
+        return Err(invalid("the kernel's XDP ring offsets have no flags"));
+    }
+    // Each ring: its page offset, its layout, the size of an entry.
+    let desc = std::mem::size_of::<XdpDesc>() as u64;
+    let layout = [
+        (libc::XDP_UMEM_PGOFF_FILL_RING, off.fr, 8),
+        (libc::XDP_UMEM_PGOFF_COMPLETION_RING, off.cr, 8),
+        (libc::XDP_PGOFF_RX_RING as u64, off.rx, desc),
+        (libc::XDP_PGOFF_TX_RING as u64, off.tx, desc),
+    ];
+    let mut maps = Vec::with_capacity(4);
+    let mut copies = [XskRing::empty(); 4];
+    for ((pgoff, o, entry), ring) in layout.into_iter().zip(&mut copies) {
+        let size = o.desc + u64::from(RING) * entry;
+        if [o.producer, o.consumer, o.flags]
+            .iter()
+            .any(|&at| at.saturating_add(4) > o.desc)
+        {
+            return Err(invalid("the kernel's XDP ring offsets overlap"));
+        }
+        // The kernel refuses a mapping larger than the ring it made.
+        let map = MmapOptions::new()
+            .offset(pgoff)
+            .len(size as usize)
+            .populate()
+            .map_raw(fd.as_raw_fd())?;
+        let base = map.as_mut_ptr();
+        // SAFETY: the offsets lie inside the mapping (checked above:
+        // `desc` is below `size`, the others 4 bytes below `desc`).
+        *ring = unsafe {
+            XskRing {
+                cached_prod: 0,
+                cached_cons: 0,
+                mask: RING - 1,
+                size: RING,
+                producer: base.add(o.producer as usize).cast(),
+                consumer: base.add(o.consumer as usize).cast(),
+                ring: base.add(o.desc as usize).cast(),
+                flags: base.add(o.flags as usize).cast(),
+            }
+        };
+        maps.push(map);
+    }
+    let Ok(rings) = <[MmapRaw; 4]>::try_from(maps) else {
+        unreachable!("four rings mapped")
+    };
+    let x = Arc::new(Xsk {
+        fd: fd.as_raw_fd(),
+        owner: Owner::Adopted {
+            _fd: fd,
+            _rings: rings,
+        },
+        umem_map,
+        memfd,
+    });
+    Ok((x, copies))
+}
+
+/// `struct xdp_mmap_offsets`, all zero.
+fn zeroed_offsets() -> libc::xdp_mmap_offsets {
+    // SAFETY: a struct of integers, for which zero is a value.
+    unsafe { std::mem::zeroed() }
 }
 
 /// Attaches our program to interface `ifname` (index `index`) with room
