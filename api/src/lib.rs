@@ -36,7 +36,7 @@ pub use protocol::{
 pub use spec::{
     AfPacketSpec, AfXdpSpec, BridgeSpec, KindSpec, MemifMode, MemifRole, MemifSpec, PortSpec, Side,
     SocketAddr, SocketKind, SocketRole, SocketSpec, SpecError, TapSpec, VhostUserRole,
-    VhostUserSpec, XdpMode,
+    VhostUserSpec, VxlanSpec, XdpMode,
 };
 pub use vlan::VlanSet;
 

@@ -213,7 +213,9 @@ pub enum DropReason {
     /// A frame of a VLAN its ingress port does not carry (a tagged frame on
     /// an access or untagged-only port, or outside a trunk's list).
     VlanFiltered = 1,
-    /// The destination MAC was learned on the ingress port (no hairpin).
+    /// The destination MAC was learned on the ingress port (no hairpin),
+    /// or on another tunnel of the bridge where the frame came from a
+    /// tunnel (split horizon).
     Hairpin = 2,
     /// The destination ring had no free buffer.
     NoBuffer = 3,
@@ -237,11 +239,19 @@ pub enum DropReason {
     /// Checksum or segmentation work left on the frame whose metadata does
     /// not match its headers, for a destination that cannot take it over.
     BadOffload = 11,
+    /// A tunnel packet from no configured remote VTEP, or of no tunnel's
+    /// VNI (counted on the tunnel port that reads the socket its local
+    /// address shares).
+    UnknownTunnel = 12,
+    /// A datagram on a tunnel socket that is no tunnel packet: a bad or
+    /// truncated VXLAN header, no whole frame inside (counted as
+    /// `unknown_tunnel` is).
+    BadTunnel = 13,
 }
 
 impl DropReason {
     /// Number of reasons.
-    pub const COUNT: usize = 12;
+    pub const COUNT: usize = 14;
     /// Every reason, in counter order.
     pub const ALL: [DropReason; DropReason::COUNT] = [
         DropReason::Runt,
@@ -256,6 +266,8 @@ impl DropReason {
         DropReason::SpoofedSource,
         DropReason::MacMove,
         DropReason::BadOffload,
+        DropReason::UnknownTunnel,
+        DropReason::BadTunnel,
     ];
 
     /// Its stable name, as in JSON, metrics labels and the CLI's output.
@@ -273,6 +285,8 @@ impl DropReason {
             DropReason::SpoofedSource => "spoofed_source",
             DropReason::MacMove => "mac_move",
             DropReason::BadOffload => "bad_offload",
+            DropReason::UnknownTunnel => "unknown_tunnel",
+            DropReason::BadTunnel => "bad_tunnel",
         }
     }
 }

@@ -469,6 +469,16 @@ impl Forwarder {
                         }
                         if let Some(p) = view.ports.get(port as usize).and_then(Option::as_ref) {
                             if p.generation == port_gen && p.bridge == Some(bridge_id) {
+                                if inp.split_horizon && p.split_horizon {
+                                    // From one tunnel to another: the
+                                    // remote end sends there itself.
+                                    bump(&in_counters.drops[DropReason::Hairpin as usize], 1);
+                                    note!(|t| {
+                                        t.lookup = TraceLookup::Unicast(port);
+                                        t.drop = Some(DropReason::Hairpin);
+                                    });
+                                    continue;
+                                }
                                 unicast = Some((port, p));
                                 last_dst = (dst_key, unicast);
                             }
@@ -494,6 +504,9 @@ impl Forwarder {
                                 continue;
                             }
                             if let Some(p) = view.ports.get(id as usize).and_then(Option::as_ref) {
+                                if inp.split_horizon && p.split_horizon {
+                                    continue;
+                                }
                                 self.queue::<TRACE>(w, id, p, i, &l2, domain, false);
                             }
                         }

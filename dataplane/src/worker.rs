@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use tracing::{info, warn};
 
-use crate::dataplane::{Dataplane, RxClaim, ViewRx, WorkerView};
+use crate::dataplane::{Dataplane, Ingress, RxClaim, ViewRx, WorkerView};
 use crate::eventfd::drain_eventfd;
 use crate::forward::Forwarder;
 use crate::queue::{RxBurst, RxQueue};
@@ -233,9 +233,36 @@ pub fn run(dp: Dataplane, cfg: WorkerConfig) {
                     if n > 0 {
                         // The burst goes back to its port from inside, once
                         // copied out (before the destinations' last flush).
-                        fwd.forward_burst(&dp, &view, w, rx.ingress(), burst.frames(), || {
-                            q.release()
-                        });
+                        match burst.runs() {
+                            None => fwd.forward_burst(
+                                &dp,
+                                &view,
+                                w,
+                                rx.ingress(),
+                                burst.frames(),
+                                || q.release(),
+                            ),
+                            // Frames received for other ports (tunnels on a
+                            // shared socket): each port's run from it, the
+                            // burst released after the last.
+                            Some(runs) => {
+                                let mut runs = runs.peekable();
+                                while let Some((port, frames)) = runs.next() {
+                                    let from = Ingress {
+                                        port,
+                                        queue: rx.queue,
+                                    };
+                                    let frames = &burst.frames()[frames];
+                                    if runs.peek().is_some() {
+                                        fwd.forward_burst(&dp, &view, w, from, frames, || {});
+                                    } else {
+                                        fwd.forward_burst(&dp, &view, w, from, frames, || {
+                                            q.release()
+                                        });
+                                    }
+                                }
+                            }
+                        }
                         work += n;
                         // The queue's share: from the end of the last
                         // queue's burst (empty polls between included).
@@ -248,16 +275,16 @@ pub fn run(dp: Dataplane, cfg: WorkerConfig) {
                         // Nothing to forward; what the queue dropped goes back.
                         q.release();
                     }
-                    if burst.dropped > 0 || burst.bad_offload > 0 {
+                    if burst.has_drops() {
                         let c = port.shared.counters(w);
-                        bump(
-                            &c.drops[DropReason::TooManySegments as usize],
-                            u64::from(burst.dropped),
-                        );
-                        bump(
-                            &c.drops[DropReason::BadOffload as usize],
-                            u64::from(burst.bad_offload),
-                        );
+                        for (reason, n) in [
+                            (DropReason::TooManySegments, burst.dropped),
+                            (DropReason::BadOffload, burst.bad_offload),
+                            (DropReason::UnknownTunnel, burst.unknown_tunnel),
+                            (DropReason::BadTunnel, burst.bad_tunnel),
+                        ] {
+                            bump(&c.drops[reason as usize], u64::from(n));
+                        }
                         work += 1;
                     }
                 }

@@ -24,6 +24,7 @@ pub mod memif;
 pub mod socket;
 pub mod tap;
 pub mod vhost_user;
+pub mod vxlan;
 
 use serde::{Deserialize, Serialize};
 
@@ -33,6 +34,7 @@ pub use memif::{MemifMode, MemifRole, MemifSpec};
 pub use socket::{Side, SocketAddr, SocketKind, SocketRole, SocketSpec};
 pub use tap::TapSpec;
 pub use vhost_user::{VhostUserRole, VhostUserSpec};
+pub use vxlan::VxlanSpec;
 
 use crate::mac::MacAddr;
 use crate::vlan::{VlanSet, VLAN_ID_MAX};
@@ -124,6 +126,8 @@ pub enum KindSpec {
     AfPacket(AfPacketSpec),
     /// An existing kernel interface, through AF_XDP sockets.
     AfXdp(AfXdpSpec),
+    /// A VXLAN tunnel to a remote VTEP.
+    Vxlan(VxlanSpec),
 }
 
 impl KindSpec {
@@ -137,6 +141,7 @@ impl KindSpec {
             KindSpec::Tap(t) => t,
             KindSpec::AfPacket(a) => a,
             KindSpec::AfXdp(x) => x,
+            KindSpec::Vxlan(v) => v,
         }
     }
 
@@ -158,7 +163,9 @@ impl KindSpec {
         match self {
             KindSpec::Memif(m) => Some(&mut m.socket),
             KindSpec::VhostUser(v) => Some(&mut v.socket),
-            KindSpec::Tap(_) | KindSpec::AfPacket(_) | KindSpec::AfXdp(_) => None,
+            KindSpec::Tap(_) | KindSpec::AfPacket(_) | KindSpec::AfXdp(_) | KindSpec::Vxlan(_) => {
+                None
+            }
         }
     }
 

@@ -169,7 +169,7 @@ pub(crate) enum PortCmd {
 pub(crate) struct PortAdd {
     /// Port name.
     name: String,
-    /// memif, vhost-user, tap, af-packet or af-xdp.
+    /// memif, vhost-user, tap, af-packet, af-xdp or vxlan.
     #[arg(long)]
     kind: String,
     /// memif: master|slave; vhost-user: server|client (the switch's role).
@@ -229,6 +229,18 @@ pub(crate) struct PortAdd {
     /// tap: the interface's MAC (default: one chosen once, kept for good).
     #[arg(long)]
     interface_mac: Option<MacAddr>,
+    /// vxlan: the remote VTEP's address.
+    #[arg(long)]
+    remote: Option<std::net::IpAddr>,
+    /// vxlan: this node's VTEP address (an address of the host).
+    #[arg(long)]
+    local: Option<std::net::IpAddr>,
+    /// vxlan: the VXLAN network identifier (0..16777215).
+    #[arg(long)]
+    vni: Option<u32>,
+    /// vxlan: the UDP port on both ends (default 4789).
+    #[arg(long)]
+    dstport: Option<u16>,
 }
 
 #[derive(Subcommand)]
@@ -293,6 +305,10 @@ impl PortAdd {
         put("macs", json!((!self.macs.is_empty()).then_some(self.macs)));
         put("pin_first", json!(self.pin_first.then_some(true)));
         put("interface_mac", json!(self.interface_mac));
+        put("remote", json!(self.remote));
+        put("local", json!(self.local));
+        put("vni", json!(self.vni));
+        put("dstport", json!(self.dstport));
         serde_json::from_value(Value::Object(m)).map_err(|e| {
             // The flags are not JSON to the user: no line and column.
             let text = e.to_string();

@@ -66,6 +66,9 @@ struct DpPort {
     rx_worker: Vec<usize>,
     tx: Vec<Arc<TxSlot>>,
     capture: Option<Arc<Capture>>,
+    /// One of a full mesh of tunnels (split horizon): see
+    /// [`Dataplane::set_split_horizon`].
+    split_horizon: bool,
 }
 
 struct DpBridge {
@@ -363,6 +366,7 @@ impl Dataplane {
             rx_worker: Vec::new(),
             tx: Vec::new(),
             capture: None,
+            split_horizon: false,
         });
         if let Some(b) = bridge
             .and_then(|b| t.bridges.get_mut(b as usize))
@@ -373,6 +377,19 @@ impl Dataplane {
         drop(t);
         self.publish();
         (id as PortId, shared)
+    }
+
+    /// Makes port `id` one of its bridge's full mesh of tunnels (split
+    /// horizon, as VPP's split-horizon group and OVS's tunnel ports): no
+    /// frame it receives is sent to another such port, since every remote
+    /// end has a tunnel of its own to every other.
+    pub fn set_split_horizon(&self, id: PortId, on: bool) {
+        let mut t = self.table();
+        if let Some(p) = t.ports.get_mut(id as usize).and_then(Option::as_mut) {
+            p.split_horizon = on;
+        }
+        drop(t);
+        self.publish();
     }
 
     /// Removes a port; its MAC entries are flushed.

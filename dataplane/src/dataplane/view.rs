@@ -25,6 +25,9 @@ pub struct ViewPort {
     pub shared: Arc<PortShared>,
     /// The capture running on the port, if any.
     pub capture: Option<Arc<Capture>>,
+    /// One of its bridge's full mesh of tunnels: frames from it go to no
+    /// other such port ([`Dataplane::set_split_horizon`]).
+    pub split_horizon: bool,
 }
 
 impl ViewPort {
@@ -137,6 +140,7 @@ impl Dataplane {
                 txs,
                 shared: p.shared.clone(),
                 capture: p.capture.clone(),
+                split_horizon: p.split_horizon,
             }));
         }
         for b in t.bridges.iter() {

@@ -26,6 +26,7 @@ pub mod sigbus;
 pub mod socket_port;
 pub mod tap;
 pub mod vhost_user;
+pub mod vxlan;
 
 use std::os::fd::AsFd;
 use std::time::Instant;
@@ -94,6 +95,11 @@ impl PortCtx<'_> {
     /// Takes the queues back from the workers and marks the link down.
     pub fn detach(&self) {
         self.link().detach();
+    }
+    /// Makes this port one of its bridge's full mesh of tunnels (split
+    /// horizon: [`Dataplane::set_split_horizon`]).
+    pub fn set_split_horizon(&self) {
+        self.dp.set_split_horizon(self.id, true);
     }
     /// Where this port's queues stand, for a takeover (the workers are
     /// paused): see [`crate::queue::RxQueue::position`].

@@ -3,7 +3,7 @@
 
 use switchyard_api::{KindSpec, PortSpec};
 
-use super::{af_packet, af_xdp, memif, tap, vhost_user, Port};
+use super::{af_packet, af_xdp, memif, tap, vhost_user, vxlan, Port};
 
 /// Builds the port a validated spec describes (not started yet); a
 /// vhost-user port that names no queue count offers `queues` (one per
@@ -21,5 +21,6 @@ pub fn build(spec: &PortSpec, queues: u16) -> Box<dyn Port> {
         KindSpec::Tap(t) => tap::port(name, t),
         KindSpec::AfPacket(a) => af_packet::port(name, a, switchyard_api::stable_hash(name) as u16),
         KindSpec::AfXdp(x) => af_xdp::port(name, x, carries_tags),
+        KindSpec::Vxlan(v) => vxlan::port(name, v),
     }
 }

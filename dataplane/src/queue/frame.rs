@@ -3,6 +3,7 @@
 use std::ptr;
 
 use crate::queue::offload::Offload;
+use crate::types::PortId;
 
 /// Frames moved per burst.
 pub const BURST_SIZE: usize = 32;
@@ -232,6 +233,16 @@ pub struct RxBurst {
     /// Frames the queue discarded for offload metadata that does not fit
     /// them ([`crate::queue::offload::BadOffload`]).
     pub bad_offload: u32,
+    /// Datagrams of a tunnel socket from no tunnel's remote end or VNI.
+    pub unknown_tunnel: u32,
+    /// Datagrams of a tunnel socket that are no tunnel packet (a bad or
+    /// truncated header, no whole frame inside).
+    pub bad_tunnel: u32,
+    /// The port each frame came from, where a queue receives for other
+    /// ports than its own ([`RxBurst::commit_from`]).
+    from: Box<[PortId; BURST_SIZE]>,
+    /// Whether `from` says where the frames came from.
+    mixed: bool,
 }
 
 impl Default for RxBurst {
@@ -241,7 +252,33 @@ impl Default for RxBurst {
             len: 0,
             dropped: 0,
             bad_offload: 0,
+            unknown_tunnel: 0,
+            bad_tunnel: 0,
+            from: Box::new([0; BURST_SIZE]),
+            mixed: false,
         }
+    }
+}
+
+/// The frames of a burst by the port they came from: runs of frames in
+/// order, each with its port ([`RxBurst::runs`]).
+pub struct Runs<'a> {
+    from: &'a [PortId],
+    at: usize,
+}
+
+impl Iterator for Runs<'_> {
+    type Item = (PortId, std::ops::Range<usize>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let start = self.at;
+        let port = *self.from.get(start)?;
+        let len = self.from[start..]
+            .iter()
+            .take_while(|&&p| p == port)
+            .count();
+        self.at = start + len;
+        Some((port, start..self.at))
     }
 }
 
@@ -252,6 +289,35 @@ impl RxBurst {
         self.len = 0;
         self.dropped = 0;
         self.bad_offload = 0;
+        self.unknown_tunnel = 0;
+        self.bad_tunnel = 0;
+        self.mixed = false;
+    }
+    /// Keeps the frame filled through [`RxBurst::next_slot`], received for
+    /// port `port` rather than for the queue's own: a queue that receives
+    /// for several ports (the socket every VXLAN tunnel of an address
+    /// shares) commits each frame this way, grouped by port.
+    #[inline]
+    pub fn commit_from(&mut self, port: PortId) {
+        debug_assert!(self.mixed || self.len == 0, "a burst is mixed or not");
+        self.from[self.len] = port;
+        self.mixed = true;
+        self.commit();
+    }
+    /// The frames by the port they came from, in runs, if they were
+    /// committed with [`RxBurst::commit_from`]; `None`: all are the
+    /// queue's own port's.
+    #[inline]
+    pub fn runs(&self) -> Option<Runs<'_>> {
+        self.mixed.then(|| Runs {
+            from: &self.from[..self.len],
+            at: 0,
+        })
+    }
+    /// Whether any frame was discarded (and is to be counted).
+    #[inline]
+    pub fn has_drops(&self) -> bool {
+        self.dropped | self.bad_offload | self.unknown_tunnel | self.bad_tunnel != 0
     }
     /// Frames held.
     #[inline]

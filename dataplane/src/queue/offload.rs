@@ -279,6 +279,38 @@ impl Offload {
         same(field, c.folded()).then(|| Offload::checksum(hs.l4 as u16, hs.check_offset() as u16))
     }
 
+    /// The work a frame of `len` bytes, longer than `max_frame`, whose
+    /// first bytes are `head`, was sent with, as far as its bytes tell: a
+    /// TCP super-frame (its checksum left to do, as [`Offload::partial_in`]
+    /// sees it), to cut into segments that fit `max_frame`. What a
+    /// sender's segmentation offload hands on where nothing cut it: the
+    /// kernel delivers a VXLAN packet that crossed only virtual devices
+    /// (veths, a bridge, forwarding) to a UDP socket whole, its frame a
+    /// 64 KB super-frame. Any segment size up to the sender's MSS is a
+    /// valid TCP stream; the one that fits `max_frame` is taken.
+    pub fn super_frame_in(head: &[u8], len: usize, max_frame: usize) -> Option<Offload> {
+        let hs = ip::locate(head)?;
+        if hs.proto != PROTO_TCP || len <= max_frame || hs.end >= max_frame {
+            return None;
+        }
+        let partial = Offload::partial_in(head)?;
+        let size = u16::try_from(max_frame - hs.end).unwrap_or(u16::MAX);
+        if size < MIN_GSO_SIZE {
+            return None;
+        }
+        let gso = match hs.version {
+            IpVersion::V4 => GSO_TCPV4,
+            IpVersion::V6 => GSO_TCPV6,
+        };
+        Some(Offload::pack(
+            F_NEEDS_CSUM,
+            gso,
+            size,
+            partial.csum_start(),
+            partial.csum_offset(),
+        ))
+    }
+
     /// The same work for the frame with `delta` bytes more (or fewer) in
     /// front of the checksummed part: a VLAN tag pushed or popped.
     #[inline]

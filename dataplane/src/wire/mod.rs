@@ -10,5 +10,6 @@ pub mod ethernet;
 pub mod ip;
 pub mod memif;
 pub mod virtio_net;
+pub mod vxlan;
 
 pub use ethernet::{EthernetFrame, MacAddr, VlanTag};

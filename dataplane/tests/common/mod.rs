@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod memif_peer;
+pub mod tcp;
 mod testpmd;
 
 use std::path::PathBuf;
