@@ -354,8 +354,18 @@ impl NodeRoot {
                 let cm_name = cm["name"].as_str().unwrap();
                 let dir = self.dir.path().join(format!("configmap-{cm_name}"));
                 std::fs::create_dir_all(&dir).unwrap();
+                // As the kubelet's AtomicWriter (pkg/volume/util/
+                // atomic_writer.go) updates a ConfigMap volume: a reader
+                // never sees a file half written. Every pod of the
+                // DaemonSet mounts this directory, and a container starting
+                // reads its files while the next one's are put in place.
                 for (k, v) in config_maps(cm_name).as_mapping().unwrap() {
-                    std::fs::write(dir.join(k.as_str().unwrap()), v.as_str().unwrap()).unwrap();
+                    let (file, text) = (dir.join(k.as_str().unwrap()), v.as_str().unwrap());
+                    if std::fs::read_to_string(&file).ok().as_deref() != Some(text) {
+                        let tmp = dir.join(format!("..{}.tmp", k.as_str().unwrap()));
+                        std::fs::write(&tmp, text).unwrap();
+                        std::fs::rename(&tmp, &file).unwrap();
+                    }
                 }
                 dir.display().to_string()
             } else {
