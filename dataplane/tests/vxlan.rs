@@ -136,3 +136,162 @@ fn a_pod_and_the_kernels_vxlan_exchange_tcp_over_a_routed_underlay() {
     let t = sw.stats("node2").totals;
     assert!(t.tx_packets > 10_000 && t.rx_packets > 10_000, "{t:?}");
 }
+
+/// Three switches, one per VTEP namespace, each with tunnels to the other
+/// two on VNI 42 (bridge `default`) and a pod on it; node 2 has another
+/// pod on VNI 43 (bridge `blue`), tunnelled to node 1 too. Pods of one VNI
+/// reach each other, not the other VNI's; MACs are learned on the tunnel
+/// of the VTEP they are behind; a broadcast from node 1 reaches node 3
+/// once, straight, never again through node 2 (split horizon); a tunnel
+/// deleted takes its MACs with it.
+#[test]
+fn switches_join_pods_over_a_routed_underlay_one_network_per_vni() {
+    let _g = serial();
+    let u = Underlay::new(3);
+    let config = "[[bridge]]\nname = \"default\"\n[[bridge]]\nname = \"blue\"\n";
+    let sws: Vec<Switch> = u
+        .vteps
+        .iter()
+        .map(|ns| Switch::start_in(Some(&ns.name), config))
+        .collect();
+    let pods: Vec<Station> = (1..=3)
+        .map(|i| Station::attached(i as u8, Some(&u.vteps[i - 1]), "p0"))
+        .collect();
+    for (i, sw) in sws.iter().enumerate() {
+        let i = i + 1;
+        sw.add_port(&["pod", "--kind", "af-packet", "--interface", "p0"]);
+        for j in (1..=3).filter(|&j| j != i) {
+            sw.add_port(&[
+                &format!("node{j}"),
+                "--kind",
+                "vxlan",
+                "--remote",
+                &Underlay::ip(j),
+                "--local",
+                &Underlay::ip(i),
+                "--vni",
+                "42",
+            ]);
+        }
+    }
+    // VNI 43: a blue pod on nodes 1 and 2 (10.66.0.5 and .4), the two
+    // blue bridges tunnelled.
+    let blue: Vec<Station> = [(0, 5), (1, 4)]
+        .into_iter()
+        .map(|(i, n)| {
+            let pod = Station::attached(n, Some(&u.vteps[i]), "p1");
+            sws[i].cli_ok(&[
+                "port",
+                "add",
+                "bluepod",
+                "--kind",
+                "af-packet",
+                "--interface",
+                "p1",
+                "--bridge",
+                "blue",
+            ]);
+            sws[i].cli_ok(&[
+                "port",
+                "add",
+                "blue",
+                "--kind",
+                "vxlan",
+                "--remote",
+                &Underlay::ip(2 - i),
+                "--local",
+                &Underlay::ip(i + 1),
+                "--vni",
+                "43",
+                "--bridge",
+                "blue",
+            ]);
+            pod.ns.sh_ok("ip link set eth0 mtu 1450");
+            pod
+        })
+        .collect();
+    for p in &pods {
+        p.ns.sh_ok("ip link set eth0 mtu 1450");
+    }
+
+    // Node 1's pod pings node 2's (its ARP broadcast goes to both tunnels).
+    pods[0].ns.sh_ok("busybox ping -c 3 -W 2 10.66.0.2");
+    let out = pods[0].ns.sh("busybox ping -c 2 -W 1 10.66.0.4");
+    assert!(
+        !out.status.success(),
+        "a pod of VNI 42 reached one of VNI 43"
+    );
+    let m1 = pods[0].mac();
+    let m2 = pods[1].mac();
+    // Learned on the tunnel of the VTEP they are behind.
+    let on = |sw: &Switch, mac: &str| {
+        sw.macs("default")
+            .into_iter()
+            .find(|m| m.mac == mac)
+            .map(|m| m.port)
+    };
+    assert_eq!(on(&sws[0], &m2).as_deref(), Some("node2"));
+    assert_eq!(on(&sws[1], &m1).as_deref(), Some("node1"));
+    assert_eq!(on(&sws[2], &m1).as_deref(), Some("node1"));
+    // A broadcast from node 1 (its pod's ARP request, the cache flushed)
+    // reaches node 3 once, through node 1's tunnel; node 2 sends it no
+    // further (split horizon). Captures on node 3's tunnels show the inner
+    // frames.
+    let dir = tempfile::tempdir().unwrap();
+    let file = |p: &str| dir.path().join(p).to_str().unwrap().to_string();
+    std::thread::scope(|s| {
+        for p in ["node1", "node2"] {
+            let (sw, f) = (&sws[2], file(p));
+            s.spawn(move || {
+                sw.cli_ok(&[
+                    "capture",
+                    p,
+                    "--direction",
+                    "rx",
+                    "--duration",
+                    "3",
+                    "-w",
+                    &f,
+                ])
+            });
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        pods[0]
+            .ns
+            .sh_ok("ip neigh flush dev eth0 && busybox ping -c 2 -W 2 10.66.0.2");
+    });
+    let arp_from_1 = |p: &str| {
+        let out = run_ok(std::process::Command::new("tcpdump").args([
+            "-nn",
+            "-e",
+            "-r",
+            &file(p),
+            "arp",
+        ]));
+        out.lines().filter(|l| l.contains(&m1)).count()
+    };
+    assert!(
+        arp_from_1("node1") > 0,
+        "no ARP from node 1's pod on node 1's tunnel"
+    );
+    assert_eq!(arp_from_1("node2"), 0, "node 2 sent node 1's broadcast on");
+    // And all three reach each other.
+    pods[2]
+        .ns
+        .sh_ok("busybox ping -c 2 -W 2 10.66.0.1 && busybox ping -c 2 -W 2 10.66.0.2");
+    transfer_file(&pods[2], &pods[1], dir.path());
+    // VNI 43 on its own.
+    blue[0].ns.sh_ok("busybox ping -c 2 -W 2 10.66.0.4");
+    assert_eq!(
+        sws[1].port("blue").status.mtu,
+        Some(1450),
+        "the MTU for the pods behind it"
+    );
+
+    // A tunnel deleted: what was learned on it goes.
+    sws[0].cli_ok(&["port", "del", "node2"]);
+    assert_eq!(on(&sws[0], &m2), None);
+    let out = pods[0].ns.sh("busybox ping -c 2 -W 1 10.66.0.2");
+    assert!(!out.status.success(), "reached node 2 without a tunnel");
+    pods[0].ns.sh_ok("busybox ping -c 2 -W 2 10.66.0.3");
+}
