@@ -311,6 +311,15 @@ impl Offload {
         ))
     }
 
+    /// The work a frame of `len` bytes that came with no metadata was sent
+    /// with, as far as its first bytes `head` tell (a VXLAN tunnel's frame,
+    /// after a path that carries frames up to `max_frame` bytes): a
+    /// super-frame to cut ([`Offload::super_frame_in`]), else a checksum to
+    /// finish ([`Offload::partial_in`]), else none.
+    pub fn inferred(head: &[u8], len: usize, max_frame: usize) -> Option<Offload> {
+        Offload::super_frame_in(head, len, max_frame).or_else(|| Offload::partial_in(head))
+    }
+
     /// The same work for the frame with `delta` bytes more (or fewer) in
     /// front of the checksummed part: a VLAN tag pushed or popped.
     #[inline]

@@ -175,9 +175,7 @@ impl RxQueue for VxlanRx {
                 let mut head = [0u8; MAX_HDR];
                 let n = slot.read_prefix(&mut head);
                 let len = lens[j].0 - vxlan::HEADER_LEN;
-                let found = Offload::super_frame_in(&head[..n], len, max_frame[j])
-                    .or_else(|| Offload::partial_in(&head[..n]));
-                if let Some(o) = found {
+                if let Some(o) = Offload::inferred(&head[..n], len, max_frame[j]) {
                     slot.offload = o;
                 }
                 burst.commit_from(p);
