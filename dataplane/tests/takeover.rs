@@ -477,24 +477,45 @@ fn a_new_switch_refuses_state_of_another_version() {
 }
 
 #[test]
-fn twenty_takeovers_of_a_tap_an_af_packet_and_an_af_xdp_uplink_lose_no_ping() {
+fn twenty_takeovers_of_a_tap_uplinks_and_a_vxlan_tunnel_lose_no_ping() {
     let _g = serial();
-    // The switch in a node namespace; two hosts behind a veth each.
+    // The switch in a node namespace; two hosts behind a veth each, and a
+    // third behind the kernel's VXLAN on an underlay veth.
     let (node, host, xhost) = (Netns::new("tkn"), Netns::new("tkh"), Netns::new("tkx"));
+    let vhost = Netns::new("tkv");
     veth(&node, "up0", &host, "h0");
     veth(&node, "xu0", &xhost, "x0");
+    veth(&node, "ul0", &vhost, "ul1");
     host.sh_ok("ip addr add 10.78.0.2/24 dev h0");
     xhost.sh_ok("ip addr add 10.78.0.3/24 dev x0");
+    node.sh_ok("ip addr add 10.79.0.1/24 dev ul0");
+    vhost.sh_ok(
+        "ip addr add 10.79.0.2/24 dev ul1 && \
+         ip link add vx0 type vxlan id 7 dstport 4789 local 10.79.0.2 remote 10.79.0.1 dev ul1 && \
+         ip addr add 10.78.0.4/24 dev vx0 && ip link set vx0 up",
+    );
     let mut sw = Switch::start_in(Some(&node.name), BRIDGE);
     let tap = format!("syt{}", std::process::id() % 100_000);
     sw.add_port(&["t0", "--kind", "tap", "--interface", &tap]);
     sw.add_port(&["up", "--kind", "af-packet", "--interface", "up0"]);
     sw.add_port(&["ux", "--kind", "af-xdp", "--interface", "xu0"]);
+    sw.add_port(&[
+        "vx",
+        "--kind",
+        "vxlan",
+        "--remote",
+        "10.79.0.2",
+        "--local",
+        "10.79.0.1",
+        "--vni",
+        "7",
+    ]);
     node.sh_ok(&format!(
-        "ip link set {tap} up && ip addr add 10.78.0.1/24 dev {tap}"
+        "ip link set {tap} up mtu 1450 && ip addr add 10.78.0.1/24 dev {tap}"
     ));
-    node.sh_ok("busybox ping -c 3 -W 2 10.78.0.2");
-    node.sh_ok("busybox ping -c 3 -W 2 10.78.0.3");
+    for ip in ["10.78.0.2", "10.78.0.3", "10.78.0.4"] {
+        node.sh_ok(&format!("busybox ping -c 3 -W 2 {ip}"));
+    }
     let before = sw.port("ux").status.peer;
     // A ping every 10 ms to each host (busybox's: the test command
     // installs it), from the node's stack through the tap port and an
@@ -508,7 +529,7 @@ fn twenty_takeovers_of_a_tap_an_af_packet_and_an_af_xdp_uplink_lose_no_ping() {
             .spawn()
             .unwrap()
     };
-    let pings = [ping("10.78.0.2"), ping("10.78.0.3")];
+    let pings = [ping("10.78.0.2"), ping("10.78.0.3"), ping("10.78.0.4")];
     std::thread::sleep(Duration::from_millis(500));
     // One that took every port up, killed after the go: the old switch
     // takes its queues back.
@@ -528,7 +549,7 @@ fn twenty_takeovers_of_a_tap_an_af_packet_and_an_af_xdp_uplink_lose_no_ping() {
         );
         assert!(!out.contains("DUP!"), "{out}");
     }
-    for p in ["t0", "up", "ux"] {
+    for p in ["t0", "up", "ux", "vx"] {
         let st = sw.port(p).status;
         assert!(st.link_up && st.connects == 1, "{p}: {st:?}");
     }
@@ -537,6 +558,7 @@ fn twenty_takeovers_of_a_tap_an_af_packet_and_an_af_xdp_uplink_lose_no_ping() {
     let log = sw.log();
     assert!(!log.contains("link down"), "{log}");
     assert!(log.contains("af-xdp queues taken over"), "{log}");
+    assert!(!log.contains("falling back"), "{log}");
     assert!(log.contains("did not confirm after the go"), "{log}");
     // The last switch holds the program as the first did: deleting the
     // port takes it off the interface.
