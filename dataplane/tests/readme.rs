@@ -11,6 +11,7 @@
 mod common;
 
 use std::io::BufRead;
+use std::net::Ipv4Addr;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -25,6 +26,17 @@ fn quick_start() -> Vec<String> {
 /// The shell lines of the first code block of the README's section
 /// `heading`, as [`quick_start`] reads them.
 fn shell_lines(heading: &str) -> Vec<String> {
+    block_lines(heading)
+        .into_iter()
+        .filter(|l| !l.starts_with('#'))
+        .collect()
+}
+
+/// The lines of the first code block of the README's section `heading`:
+/// `\`-continued lines joined, a comment after a command dropped, blank
+/// lines left out; comment lines kept (they say where the commands below
+/// them run).
+fn block_lines(heading: &str) -> Vec<String> {
     let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
         .expect("README.md");
     let section = readme
@@ -45,11 +57,20 @@ fn shell_lines(heading: &str) -> Vec<String> {
             continue;
         }
         let whole = std::mem::take(&mut cont) + l;
-        // A comment after the command (the quick start's have no `#` of
-        // their own).
-        let whole = whole.split(" #").next().unwrap_or_default().trim();
-        if !whole.is_empty() && !whole.starts_with('#') {
-            lines.push(whole.to_string());
+        let whole = if whole.trim_start().starts_with('#') {
+            whole.trim().to_string()
+        } else {
+            // A comment after the command (the quick start's have no `#`
+            // of their own).
+            whole
+                .split(" #")
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .to_string()
+        };
+        if !whole.is_empty() {
+            lines.push(whole);
         }
     }
     lines
@@ -217,4 +238,87 @@ fn the_quick_start_runs_as_the_readme_has_it() {
     terminate(&mut switch, Duration::from_secs(10));
     // The ports were persisted in the default state directory.
     node.sh_ok("test -s /var/lib/switchyard/state.json");
+}
+
+/// "Overlay: pods on two nodes": two nodes whose VTEPs are the README's
+/// addresses, in different subnets with a router between, each running a
+/// switch; the section's commands run on the node their comment names
+/// (`# node N`). A pod on each node's `default` bridge (a namespace on a
+/// veth, an af-packet port) then reaches the other at the MTU the section
+/// gives.
+#[test]
+fn the_overlay_quick_start_joins_two_nodes_as_the_readme_has_it() {
+    let _g = serial();
+    let lines = block_lines("Overlay: pods on two nodes");
+    // Each node's commands, and its VTEP address from its comment.
+    let mut nodes: Vec<(Ipv4Addr, Vec<String>)> = Vec::new();
+    for l in &lines {
+        if let Some(c) = l.strip_prefix("# node ") {
+            let vtep = c
+                .split_whitespace()
+                .find_map(|w| w.trim_end_matches(':').parse::<Ipv4Addr>().ok())
+                .unwrap_or_else(|| panic!("no VTEP address in {l:?}"));
+            nodes.push((vtep, Vec::new()));
+        } else if !l.starts_with('#') {
+            nodes
+                .last_mut()
+                .expect("a command before any node")
+                .1
+                .push(l.clone());
+        }
+    }
+    assert_eq!(nodes.len(), 2, "{lines:?}");
+    let router = Netns::new("ovr");
+    router.sh_ok("sysctl -q -w net.ipv4.ip_forward=1");
+    let mut switches = Vec::new();
+    let mut pods = Vec::new();
+    for (i, (vtep, _)) in nodes.iter().enumerate() {
+        let ns = Netns::new(&format!("ov{i}"));
+        veth(&router, &format!("r{i}"), &ns, "eth0");
+        // The VTEP's subnet: its /24, the router at .1.
+        let gw = Ipv4Addr::from(u32::from(*vtep) & 0xffff_ff00 | 1);
+        router.sh_ok(&format!("ip addr add {gw}/24 dev r{i}"));
+        ns.sh_ok(&format!(
+            "ip addr add {vtep}/24 dev eth0 && ip route add default via {gw}"
+        ));
+        let sw = Switch::start_in(Some(&ns.name), "[[bridge]]\nname = \"default\"\n");
+        let pod = Netns::new(&format!("ovp{i}"));
+        veth(&ns, "pod0", &pod, "eth0");
+        pod.sh_ok(&format!(
+            "ip addr add 10.77.0.{}/24 dev eth0 && ip link set eth0 mtu 1450",
+            i + 1
+        ));
+        sw.add_port(&["pod", "--kind", "af-packet", "--interface", "pod0"]);
+        switches.push((ns, sw));
+        pods.push(pod);
+    }
+    let bin = switchyard_bin();
+    let path = format!(
+        "{}:{}",
+        bin.parent().unwrap().display(),
+        std::env::var("PATH").unwrap()
+    );
+    for ((_, cmds), (_, sw)) in nodes.iter().zip(&switches) {
+        for c in cmds {
+            run_ok(
+                Command::new("sh")
+                    .args(["-c", c])
+                    .env("PATH", &path)
+                    .env("SWITCHYARD_CONTROL", sw.control()),
+            );
+        }
+    }
+    for (_, sw) in &switches {
+        let ports: Vec<switchyard_api::PortInfo> =
+            serde_json::from_str(&sw.cli_ok(&["port", "list", "--json"])).unwrap();
+        let tunnel = ports
+            .into_iter()
+            .find(|p| matches!(p.spec.kind, switchyard_api::KindSpec::Vxlan(_)))
+            .expect("a tunnel");
+        assert!(tunnel.status.link_up, "{tunnel:?}");
+        assert_eq!(tunnel.status.mtu, Some(1450), "{tunnel:?}");
+    }
+    pods[0].sh_ok("busybox ping -c 3 -W 2 10.77.0.2");
+    // A full-size frame crosses: 1450 bytes of IP, unfragmented.
+    pods[1].sh_ok("busybox ping -c 2 -W 2 -s 1422 10.77.0.1");
 }
