@@ -8,7 +8,9 @@ use std::marker::PhantomData;
 
 use serde::{Deserialize, Serialize};
 
-use crate::protocol::{BridgeInfo, MacInfo, PortInfo, PortStats, Request, TraceEntry, WorkerInfo};
+use crate::protocol::{
+    BridgeInfo, MacInfo, PortInfo, PortStats, Request, TraceEntry, VtepInfo, WorkerInfo,
+};
 use crate::spec::PortSpec;
 
 /// A request, and `A`, the type of the `result` it is answered with.
@@ -85,6 +87,24 @@ impl Request {
         Call::new(Request::MacList {
             bridge: bridge.to_string(),
         })
+    }
+    /// `vtep_add`: the remote VTEP as joined.
+    pub fn vtep_add(overlay: &str, remote: std::net::IpAddr) -> Call<VtepInfo> {
+        Call::new(Request::VtepAdd {
+            overlay: overlay.to_string(),
+            remote,
+        })
+    }
+    /// `vtep_del`.
+    pub fn vtep_del(overlay: &str, remote: std::net::IpAddr) -> Call<()> {
+        Call::new(Request::VtepDel {
+            overlay: overlay.to_string(),
+            remote,
+        })
+    }
+    /// `vtep_list`.
+    pub fn vtep_list() -> Call<Vec<VtepInfo>> {
+        Call::new(Request::VtepList)
     }
     /// `worker_list`.
     pub fn worker_list() -> Call<Vec<WorkerInfo>> {

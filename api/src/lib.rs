@@ -31,7 +31,8 @@ pub use mac::{MacAddr, MacParseError};
 pub use protocol::{
     ApiError, BridgeCounts, BridgeInfo, CaptureDirection, CaptureFormat, CaptureInfo, Delivery,
     DropReason, ErrorCode, LearnOutcome, LookupOutcome, MacInfo, PollMode, PortInfo, PortStats,
-    PortStatus, PortTotals, QueueLoad, Request, Response, TraceEntry, TraceOut, WorkerInfo,
+    PortStatus, PortTotals, QueueLoad, Request, Response, TraceEntry, TraceOut, VtepInfo,
+    WorkerInfo,
 };
 pub use spec::{
     AfPacketSpec, AfXdpSpec, BridgeSpec, KindSpec, MemifMode, MemifRole, MemifSpec, PortSpec, Side,

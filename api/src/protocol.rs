@@ -121,6 +121,43 @@ pub enum Request {
     /// start in its place: what a new switch whose takeover was refused
     /// falls back to, a restart.
     StandDown,
+    /// Joins an overlay of the config to a remote VTEP (another node): its
+    /// tunnels, one per VNI, persisted. Adding a VTEP the overlay has is no
+    /// error (its tunnels stay as they are).
+    VtepAdd {
+        /// The overlay's name.
+        overlay: String,
+        /// The remote VTEP's address.
+        remote: std::net::IpAddr,
+    },
+    /// Takes a remote VTEP out of an overlay: its tunnels go, and the MACs
+    /// learned on them.
+    VtepDel {
+        /// The overlay's name.
+        overlay: String,
+        /// The remote VTEP's address.
+        remote: std::net::IpAddr,
+    },
+    /// The remote VTEPs of every overlay.
+    VtepList,
+}
+
+/// A remote VTEP of an overlay, as listed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VtepInfo {
+    /// The overlay.
+    pub overlay: String,
+    /// The remote VTEP's address.
+    pub remote: std::net::IpAddr,
+    /// This node's address its tunnels leave from.
+    pub local: std::net::IpAddr,
+    /// Its tunnel ports (one per VNI).
+    pub tunnels: Vec<String>,
+    /// Whether every tunnel is up.
+    pub link_up: bool,
+    /// Whether the config names it (it then cannot be deleted through the
+    /// API).
+    pub from_config: bool,
 }
 
 /// Which of a port's frames a capture takes.
@@ -652,6 +689,9 @@ pub struct MacInfo {
     pub vlan: u16,
     /// Port it was learned on.
     pub port: String,
+    /// The remote VTEP it is behind, where that port is a tunnel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vtep: Option<std::net::IpAddr>,
     /// Seconds since last seen.
     pub age_secs: u32,
 }

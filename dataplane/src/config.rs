@@ -137,6 +137,172 @@ pub struct Config {
     /// it (CNI `physnet`) leave the node on their VLAN.
     #[serde(default)]
     pub physnets: std::collections::BTreeMap<String, Physnet>,
+    /// Overlay networks: each gets a bridge of its name, joined to the
+    /// other nodes' bridges of that name by VXLAN tunnels to their VTEPs,
+    /// so the networks that name it (CNI `physnet`) span the nodes over any
+    /// IP network.
+    #[serde(default)]
+    pub overlays: std::collections::BTreeMap<String, Overlay>,
+}
+
+/// Longest overlay name: its tunnels are named after it and a remote
+/// VTEP's address (an IPv6 one is 39 characters) within a port name's 64.
+pub const MAX_OVERLAY_NAME: usize = 16;
+
+/// An overlay network: its VNIs, this node's VTEP and the remote VTEPs
+/// the daemon makes tunnels to at start (`switchyard vtep add` adds more).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Overlay {
+    /// The VNI of an untagged overlay: the bridge's untagged frames.
+    #[serde(default)]
+    pub vni: Option<u32>,
+    /// A trunked overlay's VNI for each VLAN (`vlans = [{ vlan = 100, vni
+    /// = 5100 }]`): the frames of VLAN 100 cross in VNI 5100.
+    #[serde(default)]
+    pub vlans: Vec<VlanVni>,
+    /// This node's VTEP address; unset, the address the host's route to
+    /// each remote VTEP leaves from.
+    #[serde(default)]
+    pub local: Option<std::net::IpAddr>,
+    /// The UDP port on every node (default 4789).
+    #[serde(default)]
+    pub dstport: Option<u16>,
+    /// Remote VTEPs joined at start.
+    #[serde(default)]
+    pub remotes: Vec<std::net::IpAddr>,
+}
+
+/// A VLAN of a trunked overlay and its VNI.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VlanVni {
+    /// The VLAN (1..=4094).
+    pub vlan: u16,
+    /// Its VNI.
+    pub vni: u32,
+}
+
+impl Overlay {
+    /// The tunnel ports of overlay `name` to remote VTEP `remote` from
+    /// `local`: one per VNI, in the bridge of the overlay's name, each an
+    /// access port of its VLAN (untagged-only for an untagged overlay).
+    pub fn tunnels(
+        &self,
+        name: &str,
+        remote: std::net::IpAddr,
+        local: std::net::IpAddr,
+    ) -> Vec<PortSpec> {
+        let kind = |vni| {
+            KindSpec::Vxlan(switchyard_api::VxlanSpec {
+                remote,
+                vni,
+                local,
+                dstport: self.dstport,
+            })
+        };
+        let port = |vlan: Option<u16>, vni| PortSpec {
+            bridge: Some(name.to_string()),
+            vlan,
+            ..PortSpec::new(Overlay::tunnel_name(name, remote, vlan), kind(vni))
+        };
+        match self.vni {
+            Some(vni) => vec![port(None, vni)],
+            None => self
+                .vlans
+                .iter()
+                .map(|v| port(Some(v.vlan), v.vni))
+                .collect(),
+        }
+    }
+
+    /// The name of overlay `name`'s tunnel to `remote` for `vlan`:
+    /// `overlay1-10.0.2.2`, `overlay1-10.0.2.2-v100` (an IPv6 address's
+    /// colons as dashes).
+    pub fn tunnel_name(name: &str, remote: std::net::IpAddr, vlan: Option<u16>) -> String {
+        let ip = remote.to_string().replace(':', "-");
+        match vlan {
+            Some(v) => format!("{name}-{ip}-v{v}"),
+            None => format!("{name}-{ip}"),
+        }
+    }
+
+    fn validate(&self, name: &str) -> Result<(), ConfigError> {
+        let at = format!("overlays.{name}");
+        validate_name(&at, name)?;
+        if name.len() > MAX_OVERLAY_NAME {
+            return Err(invalid(
+                at,
+                format!("an overlay's name is at most {MAX_OVERLAY_NAME} characters (its tunnels are named after it)"),
+            ));
+        }
+        match (self.vni, self.vlans.is_empty()) {
+            (Some(_), false) => {
+                return Err(invalid(
+                    format!("{at}.vlans"),
+                    "an overlay has one VNI (`vni`, untagged) or one per VLAN (`vlans`), not both",
+                ))
+            }
+            (None, true) => {
+                return Err(invalid(
+                    format!("{at}.vni"),
+                    "missing: the overlay's VNI (`vni`), or one per VLAN (`vlans`)",
+                ))
+            }
+            _ => {}
+        }
+        let mut seen = std::collections::HashSet::new();
+        for (i, v) in self.vlans.iter().enumerate() {
+            if !(1..=switchyard_api::vlan::VLAN_ID_MAX).contains(&v.vlan) {
+                return Err(invalid(
+                    format!("{at}.vlans[{i}].vlan"),
+                    format!(
+                        "{} is out of range 1..={}",
+                        v.vlan,
+                        switchyard_api::vlan::VLAN_ID_MAX
+                    ),
+                ));
+            }
+            if !seen.insert(v.vlan) || self.vlans.iter().filter(|o| o.vni == v.vni).count() > 1 {
+                return Err(invalid(
+                    format!("{at}.vlans[{i}]"),
+                    format!("VLAN {} or VNI {} twice", v.vlan, v.vni),
+                ));
+            }
+        }
+        // Every tunnel it makes is a valid port (its VNI, UDP port and
+        // addresses): checked on those to each remote and to an address
+        // of the documentation's.
+        use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+        let local_for = |r: IpAddr| {
+            self.local.unwrap_or(if r.is_ipv4() {
+                Ipv4Addr::new(192, 0, 2, 1).into()
+            } else {
+                Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1).into()
+            })
+        };
+        let remotes = self
+            .remotes
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (format!("{at}.remotes[{i}]."), *r))
+            .chain([(
+                format!("{at}."),
+                self.local.map_or(Ipv4Addr::new(192, 0, 2, 2).into(), |l| {
+                    if l.is_ipv4() {
+                        Ipv4Addr::new(192, 0, 2, 2).into()
+                    } else {
+                        Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 2).into()
+                    }
+                }),
+            )]);
+        for (field, r) in remotes {
+            for t in self.tunnels(name, r, local_for(r)) {
+                t.validate(&field)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// A physical network's uplink: an interface name, or a table.
@@ -488,6 +654,16 @@ impl Config {
             // Its bridge: declared or made for it.
             names.insert(name.as_str());
         }
+        for (name, o) in &self.overlays {
+            o.validate(name)?;
+            if self.physnets.contains_key(name) {
+                return Err(invalid(
+                    format!("overlays.{name}"),
+                    "a physnet of that name has the bridge",
+                ));
+            }
+            names.insert(name.as_str());
+        }
         let mut pnames = std::collections::HashSet::new();
         for name in self.physnets.keys() {
             pnames.insert(format!("uplink-{name}"));
@@ -598,6 +774,64 @@ mod tests {
         // A socket directory that does not exist is named.
         let e = confine_socket("port.socket", &b.join("none"), &SocketAddr::parse("a.sock"));
         assert!(e.unwrap_err().to_string().contains("(socket_dir)"));
+    }
+
+    #[test]
+    fn overlays_make_tunnels_per_vni_and_name_their_fields() {
+        let c = Config::parse(
+            "[overlays]\nflat = { vni = 42, remotes = [\"10.0.2.2\"] }\n\
+             trunk = { vlans = [{ vlan = 100, vni = 5100 }, { vlan = 200, vni = 5200 }], local = \"fd00::1\" }\n\
+             [[port]]\nname='p'\nkind='memif'\nrole='master'\nsocket='/x'\nbridge='trunk'\nvlan=100\n",
+        )
+        .unwrap();
+        let t = c.overlays["trunk"].tunnels(
+            "trunk",
+            "fd00::2".parse().unwrap(),
+            "fd00::1".parse().unwrap(),
+        );
+        let names: Vec<_> = t.iter().map(|p| (p.name.as_str(), p.vlan)).collect();
+        assert_eq!(
+            names,
+            [
+                ("trunk-fd00--2-v100", Some(100)),
+                ("trunk-fd00--2-v200", Some(200))
+            ]
+        );
+        assert!(t.iter().all(|p| p.bridge.as_deref() == Some("trunk")));
+        for (text, field) in [
+            ("o = { vni = 16777216 }", "overlays.o.vni"),
+            ("o = { }", "overlays.o.vni"),
+            (
+                "o = { vni = 1, vlans = [{ vlan = 5, vni = 2 }] }",
+                "overlays.o.vlans",
+            ),
+            (
+                "o = { vlans = [{ vlan = 4095, vni = 2 }] }",
+                "overlays.o.vlans[0].vlan",
+            ),
+            (
+                "o = { vlans = [{ vlan = 5, vni = 2 }, { vlan = 6, vni = 2 }] }",
+                "overlays.o.vlans[0]",
+            ),
+            (
+                "o = { vni = 1, remotes = [\"224.0.0.1\"] }",
+                "overlays.o.remotes[0].remote",
+            ),
+            (
+                "o = { vni = 1, local = \"10.0.0.1\", remotes = [\"fd00::1\"] }",
+                "overlays.o.remotes[0].remote",
+            ),
+            ("o = { vni = 1, dstport = 0 }", "overlays.o.dstport"),
+            (
+                "this-name-is-too-long = { vni = 1 }",
+                "overlays.this-name-is-too-long",
+            ),
+        ] {
+            let e = Config::parse(&format!("[overlays]\n{text}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.starts_with(&format!("{field}:")), "{text}: {e}");
+        }
     }
 
     #[test]

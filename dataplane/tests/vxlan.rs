@@ -295,3 +295,128 @@ fn switches_join_pods_over_a_routed_underlay_one_network_per_vni() {
     assert!(!out.status.success(), "reached node 2 without a tunnel");
     pods[0].ns.sh_ok("busybox ping -c 2 -W 2 10.66.0.3");
 }
+
+/// Overlays of the config: a bridge of the overlay's name on each node,
+/// tunnels to the remote VTEPs the config names (node 1's, its local
+/// address the one its route leaves from) and to those `vtep add` joins at
+/// run time (node 2's, persisted across a restart). An untagged overlay
+/// (one VNI) and a trunked one (a VNI per VLAN, a tunnel per VLAN): pods
+/// reach each other on each, as access ports of the VLAN on the trunked
+/// one. `mac list` names the VTEP a MAC is behind; `vtep del` takes the
+/// tunnels and what was learned on them; a VTEP of the config cannot be
+/// deleted through the API.
+#[test]
+fn overlays_of_the_config_join_the_nodes_their_vteps_name() {
+    let _g = serial();
+    let u = Underlay::new(2);
+    let overlays = |remotes: &str| {
+        format!(
+            "[overlays]\nflat = {{ vni = 42{remotes} }}\n\
+             trunk = {{ vlans = [{{ vlan = 100, vni = 5100 }}, {{ vlan = 200, vni = 5200 }}]{remotes} }}\n"
+        )
+    };
+    let mut sws = [
+        Switch::start_in(
+            Some(&u.vteps[0].name),
+            &overlays(&format!(", remotes = [\"{}\"]", Underlay::ip(2))),
+        ),
+        Switch::start_in(Some(&u.vteps[1].name), &overlays("")),
+    ];
+    for overlay in ["flat", "trunk"] {
+        sws[1].cli_ok(&["vtep", "add", overlay, &Underlay::ip(1)]);
+        // Again: nothing changes.
+        sws[1].cli_ok(&["vtep", "add", overlay, &Underlay::ip(1)]);
+    }
+    let vteps = |sw: &Switch| -> Vec<switchyard_api::VtepInfo> {
+        serde_json::from_str(&sw.cli_ok(&["vtep", "list", "--json"])).unwrap()
+    };
+    let v1 = vteps(&sws[0]);
+    assert_eq!(v1.len(), 2, "{v1:?}");
+    for v in &v1 {
+        assert_eq!(v.remote.to_string(), Underlay::ip(2));
+        assert_eq!(v.local.to_string(), Underlay::ip(1), "the route's source");
+        assert!(v.from_config && v.link_up, "{v:?}");
+    }
+    let trunk = v1.iter().find(|v| v.overlay == "trunk").unwrap();
+    assert_eq!(
+        trunk.tunnels,
+        ["trunk-10.81.2.2-v100", "trunk-10.81.2.2-v200"]
+    );
+    // Node 2's, added at run time, come back with a restart.
+    sws[1].stop();
+    sws[1].spawn();
+    let v2 = vteps(&sws[1]);
+    assert_eq!(v2.len(), 2, "{v2:?}");
+    assert!(v2.iter().all(|v| !v.from_config && v.link_up), "{v2:?}");
+
+    // A pod per node on each overlay: flat untagged, trunk on VLAN 200.
+    let mut pods = Vec::new();
+    for (i, sw) in sws.iter().enumerate() {
+        for (n, overlay, vlan) in [(1, "flat", None), (3, "trunk", Some("200"))] {
+            let host_end = format!("p{n}");
+            let pod = Station::attached(n + i as u8, Some(&u.vteps[i]), &host_end);
+            pod.ns.sh_ok("ip link set eth0 mtu 1450");
+            let mut args = vec![
+                "port",
+                "add",
+                &host_end,
+                "--kind",
+                "af-packet",
+                "--interface",
+                &host_end,
+                "--bridge",
+                overlay,
+            ];
+            if let Some(v) = vlan {
+                args.extend(["--vlan", v]);
+            }
+            sw.cli_ok(&args);
+            pods.push(pod);
+        }
+    }
+    // pods: node 1 flat .1, trunk .3; node 2 flat .2, trunk .4.
+    pods[0].ns.sh_ok("busybox ping -c 3 -W 2 10.66.0.2");
+    pods[1].ns.sh_ok("busybox ping -c 3 -W 2 10.66.0.4");
+    let out = pods[0].ns.sh("busybox ping -c 2 -W 1 10.66.0.4");
+    assert!(
+        !out.status.success(),
+        "the flat overlay reached the trunk's"
+    );
+    // VLAN 200 crossed in its own VNI: its tunnel counted it, VLAN 100's
+    // nothing.
+    assert!(sws[0].stats("trunk-10.81.2.2-v200").totals.tx_packets > 0);
+    assert_eq!(sws[0].stats("trunk-10.81.2.2-v100").totals.tx_packets, 0);
+    // The MAC table names the VTEP.
+    let m2 = pods[2].mac();
+    let macs = sws[0].macs("flat");
+    let e = macs
+        .iter()
+        .find(|m| m.mac == m2)
+        .expect("node 2's pod learned");
+    assert_eq!(
+        (e.port.as_str(), e.vtep.map(|v| v.to_string())),
+        ("flat-10.81.2.2", Some(Underlay::ip(2)))
+    );
+    let table = sws[0].cli_ok(&["mac", "list", "flat"]);
+    assert!(table.contains(&Underlay::ip(2)), "{table}");
+
+    // Node 2 lets node 1 go from the flat overlay: its tunnel goes, and
+    // what was learned on it.
+    let m1 = pods[0].mac();
+    assert!(sws[1].macs("flat").iter().any(|m| m.mac == m1));
+    sws[1].cli_ok(&["vtep", "del", "flat", &Underlay::ip(1)]);
+    assert!(!sws[1].macs("flat").iter().any(|m| m.mac == m1));
+    assert_eq!(vteps(&sws[1]).len(), 1);
+    assert!(!pods[0]
+        .ns
+        .sh("busybox ping -c 2 -W 1 10.66.0.2")
+        .status
+        .success());
+    // A VTEP of the config stays until the config says otherwise.
+    let o = sws[0].cli(&["vtep", "del", "flat", &Underlay::ip(2)]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("remote:"), "{err}");
+    let o = sws[0].cli(&["vtep", "add", "nosuch", &Underlay::ip(2)]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("overlay:"), "{err}");
+}

@@ -218,6 +218,14 @@ pub trait KindOptions {
     fn interface(&self) -> Option<&str> {
         None
     }
+    /// The remote end's address, for a tunnel kind.
+    fn remote(&self) -> Option<std::net::IpAddr> {
+        None
+    }
+    /// The local address a tunnel kind's packets leave from.
+    fn local(&self) -> Option<std::net::IpAddr> {
+        None
+    }
     /// The MAC learning limit when the spec sets none: [`DEFAULT_MAC_LIMIT`]
     /// for a port to one station (a pod, a VM); uplinks, behind which a
     /// whole network lies, have none.

@@ -66,6 +66,12 @@ impl KindOptions for VxlanSpec {
     fn queues(&self) -> Option<u16> {
         None
     }
+    fn remote(&self) -> Option<IpAddr> {
+        Some(self.remote)
+    }
+    fn local(&self) -> Option<IpAddr> {
+        Some(self.local)
+    }
     /// A whole node's stations lie behind a tunnel: no limit.
     fn default_mac_limit(&self) -> u32 {
         0

@@ -81,6 +81,9 @@ pub(crate) enum Cmd {
     /// Shows the workers' load.
     #[command(subcommand)]
     Worker(WorkerCmd),
+    /// Manages the remote VTEPs of the config's overlays.
+    #[command(subcommand)]
+    Vtep(VtepCmd),
     /// Captures a port's frames to a pcapng (or pcap) file, as tcpdump
     /// would on a kernel interface; Ctrl-C ends it.
     Capture {
@@ -264,6 +267,31 @@ pub(crate) enum BridgeCmd {
 }
 
 #[derive(Subcommand)]
+pub(crate) enum VtepCmd {
+    /// Joins an overlay to a remote VTEP (another node): its tunnels, one
+    /// per VNI (persisted; adding one it has changes nothing).
+    Add {
+        /// Overlay (a name under `[overlays]` in the config).
+        overlay: String,
+        /// The remote VTEP's address.
+        remote: std::net::IpAddr,
+    },
+    /// Takes a remote VTEP out of an overlay, with its tunnels.
+    Del {
+        /// Overlay.
+        overlay: String,
+        /// The remote VTEP's address.
+        remote: std::net::IpAddr,
+    },
+    /// Lists every overlay's remote VTEPs.
+    List {
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
 pub(crate) enum MacCmd {
     /// Lists a bridge's MAC table.
     List {
@@ -435,6 +463,27 @@ pub(crate) fn run(cmd: Cmd, control: Option<PathBuf>) -> anyhow::Result<()> {
                 return Ok(());
             };
             print!("{}", render::worker_table(&workers));
+            Ok(())
+        }
+        Cmd::Vtep(VtepCmd::Add { overlay, remote }) => {
+            let v = client()?.ask(&Request::vtep_add(&overlay, remote))?;
+            println!(
+                "overlay {overlay}: VTEP {remote} joined from {} ({})",
+                v.local,
+                v.tunnels.join(", ")
+            );
+            Ok(())
+        }
+        Cmd::Vtep(VtepCmd::Del { overlay, remote }) => {
+            client()?.ask(&Request::vtep_del(&overlay, remote))?;
+            println!("overlay {overlay}: VTEP {remote} deleted");
+            Ok(())
+        }
+        Cmd::Vtep(VtepCmd::List { json }) => {
+            let Some(vteps) = json_or(&mut client()?, &Request::vtep_list(), json)? else {
+                return Ok(());
+            };
+            print!("{}", render::vtep_table(&vteps));
             Ok(())
         }
         Cmd::Mac(MacCmd::List { bridge, json }) => {

@@ -230,12 +230,41 @@ pub(crate) fn bridge_table(bridges: &[BridgeInfo]) -> String {
 pub(crate) fn mac_table(macs: &[MacInfo]) -> String {
     use std::fmt::Write;
     let mut o = String::new();
-    let _ = writeln!(o, "{:<18} {:>5} {:<20} {:>6}", "MAC", "VLAN", "PORT", "AGE");
+    let _ = writeln!(
+        o,
+        "{:<18} {:>5} {:<20} {:>6}  VTEP",
+        "MAC", "VLAN", "PORT", "AGE"
+    );
     for m in macs {
+        let vtep = m.vtep.map(|v| v.to_string()).unwrap_or_default();
         let _ = writeln!(
             o,
-            "{:<18} {:>5} {:<20} {:>6}",
+            "{:<18} {:>5} {:<20} {:>6}  {vtep}",
             m.mac, m.vlan, m.port, m.age_secs
+        );
+    }
+    o
+}
+
+/// The remote VTEPs of the overlays, one line each.
+pub(crate) fn vtep_table(vteps: &[switchyard_api::VtepInfo]) -> String {
+    use std::fmt::Write;
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "{:<16} {:<39} {:<39} {:<5} TUNNELS",
+        "OVERLAY", "REMOTE", "LOCAL", "LINK"
+    );
+    for v in vteps {
+        let _ = writeln!(
+            o,
+            "{:<16} {:<39} {:<39} {:<5} {}{}",
+            v.overlay,
+            v.remote,
+            v.local,
+            if v.link_up { "up" } else { "down" },
+            v.tunnels.join(","),
+            if v.from_config { " (config)" } else { "" }
         );
     }
     o

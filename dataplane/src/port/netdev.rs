@@ -59,6 +59,21 @@ pub fn status_with_mtu(status: &PortStatus, mtu: &AtomicU32) -> PortStatus {
     }
 }
 
+/// The address of this host that packets to `remote` leave from, as its
+/// routing picks it (the source of a UDP socket connected there); an
+/// error: no route.
+pub fn route_source(remote: std::net::IpAddr) -> io::Result<std::net::IpAddr> {
+    let any: std::net::IpAddr = if remote.is_ipv4() {
+        std::net::Ipv4Addr::UNSPECIFIED.into()
+    } else {
+        std::net::Ipv6Addr::UNSPECIFIED.into()
+    };
+    let s = std::net::UdpSocket::bind((any, 0))?;
+    // Any port: connecting a UDP socket sends nothing.
+    s.connect((remote, 9))?;
+    Ok(s.local_addr()?.ip())
+}
+
 /// The interface's MTU (`SIOCGIFMTU`, in the switch's network namespace).
 pub fn read_mtu(ifname: &str) -> io::Result<u32> {
     let s = inet_socket()?;

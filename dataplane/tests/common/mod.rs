@@ -185,6 +185,11 @@ impl Switch {
     pub fn spawn(&mut self) {
         let child = self.command(&[], &[]).spawn().expect("start switchyard");
         self.child = Some(child);
+        self.wait_answering();
+    }
+
+    /// Waits until a switch answers on the control socket.
+    pub fn wait_answering(&self) {
         wait_for(Duration::from_secs(10), "the control socket", || {
             self.client_opt()
                 .and_then(|mut c| c.call(&Request::Ping).ok())

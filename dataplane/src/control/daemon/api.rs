@@ -344,6 +344,17 @@ impl Daemon {
                 ErrorCode::Internal,
                 "streamed requests are answered by handle",
             )),
+            Request::VtepAdd { overlay, remote } => {
+                let v = self.vtep_add(&overlay, remote, super::Begin::Now)?;
+                self.persist()?;
+                Ok(to_json(&v))
+            }
+            Request::VtepDel { overlay, remote } => {
+                self.vtep_del(&overlay, remote)?;
+                self.persist()?;
+                Ok(serde_json::Value::Null)
+            }
+            Request::VtepList => Ok(to_json(&self.vtep_list())),
             Request::Takeover { .. } | Request::StandDown => Err(ApiError::new(
                 ErrorCode::Internal,
                 "answered by the daemon loop",
@@ -368,6 +379,7 @@ impl Daemon {
                             mac: r.mac.to_string(),
                             vlan: r.vlan,
                             port: e.spec.name.clone(),
+                            vtep: e.spec.kind.options().remote(),
                             age_secs: now.saturating_sub(r.entry.last_seen),
                         })
                     })

@@ -6,6 +6,7 @@
 mod api;
 mod ports;
 mod takeover;
+mod vtep;
 
 pub use takeover::{wait_to_be_stopped, Refused};
 
@@ -229,6 +230,18 @@ impl Daemon {
             }
             if let Err(e) = result {
                 error!(physnet = %name, "cannot create the physnet's uplink: {}", e.message);
+            }
+        }
+        // Each overlay: a bridge of its name (unless declared) and its
+        // tunnels to the remote VTEPs the config names.
+        for (name, o) in d.cfg.overlays.clone() {
+            if !d.bridges.contains_key(&name) {
+                d.create_bridge(&name, true);
+            }
+            for r in o.remotes {
+                if let Err(e) = d.vtep_add(&name, r, Begin::AtStart) {
+                    error!(overlay = %name, remote = %r, "cannot join the remote VTEP: {}", e.message);
+                }
             }
         }
         for p in d.cfg.ports.clone() {
