@@ -617,6 +617,11 @@ pub struct BridgeInfo {
     /// `[physnets]`: the bridge has its name), when it is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub physnet: Option<String>,
+    /// The VNIs of the overlay network this bridge is (daemon config
+    /// `[overlays]`: the bridge has its name), when it is one: `vni 42`,
+    /// `vlan 100 vni 5100, vlan 200 vni 5200`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overlay: Option<String>,
     /// Counters since the bridge was made.
     #[serde(default)]
     pub counters: BridgeCounts,

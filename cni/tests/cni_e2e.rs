@@ -524,7 +524,9 @@ fn a_physnet_network_leaves_the_node_tagged_with_its_vlan() {
     for i in [&up, &wire] {
         ok_ip(&["link", "set", i, "up"]);
     }
-    let node = Node::start_with(&format!("[physnets]\nphysnet1 = \"{up}\"\n"));
+    let node = Node::start_with(&format!(
+        "[physnets]\nphysnet1 = \"{up}\"\n[overlays]\nov1 = {{ vni = 42 }}\n"
+    ));
     let net = node.netconf("tenant-100", json!({"physnet": "physnet1", "vlan": 100}));
     let r = ok("ADD", &"e".repeat(64), "net1", &pod_args("uid-phys"), &net);
     let sock = r["interfaces"][0]["socketPath"]
@@ -591,12 +593,24 @@ fn a_physnet_network_leaves_the_node_tagged_with_its_vlan() {
     assert_eq!(
         e["msg"],
         format!(
-            "physnet: \"physnet2\" is not a physical network of this node's switch (its [physnets]: physnet1 ({up}))"
+            "physnet: \"physnet2\" is not a physical network of this node's switch (its [physnets]: physnet1 ({up}); its [overlays]: ov1 (vni 42))"
         )
     );
     let names: Vec<String> = node.ports().iter().map(|p| p.spec.name.clone()).collect();
     assert_eq!(names, ["uplink-physnet1"]);
     ok("DEL", &"f".repeat(64), "net1", &pod_args("uid-p2"), &other);
+
+    // An overlay is named as a physnet is: its pods join its bridge.
+    let ov = node.netconf("tenant-ov", json!({"physnet": "ov1"}));
+    let r = ok("ADD", &"a".repeat(64), "net1", &pod_args("uid-ov"), &ov);
+    let sock = r["interfaces"][0]["socketPath"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let ports = node.ports();
+    let pod = ports.iter().find(|p| p.socket() == sock).unwrap();
+    assert_eq!(pod.spec.bridge.as_deref(), Some("ov1"));
+    ok("DEL", &"a".repeat(64), "net1", &pod_args("uid-ov"), &ov);
 }
 
 /// Captures frames on interface argv[1] (`vlan=<id> src=<mac>` each, after

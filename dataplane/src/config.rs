@@ -216,6 +216,20 @@ impl Overlay {
         }
     }
 
+    /// Its VNIs, as the bridge list shows them: `vni 42`, `vlan 100 vni
+    /// 5100, vlan 200 vni 5200`.
+    pub fn describe(&self) -> String {
+        match self.vni {
+            Some(v) => format!("vni {v}"),
+            None => self
+                .vlans
+                .iter()
+                .map(|v| format!("vlan {} vni {}", v.vlan, v.vni))
+                .collect::<Vec<_>>()
+                .join(", "),
+        }
+    }
+
     /// The name of overlay `name`'s tunnel to `remote` for `vlan`:
     /// `overlay1-10.0.2.2`, `overlay1-10.0.2.2-v100` (an IPv6 address's
     /// colons as dashes).

@@ -310,8 +310,9 @@ fn check_device_owner(nc: &NetConf, args: &CniArgs, id: &str) -> Result<(), CniE
 
 /// A network on a physnet this node has no uplink for would be a bridge
 /// of its own, reaching no other node: refused, naming the node's physnets
-/// (a NAD's `k8s.v1.cni.cncf.io/nodeSelector` keeps such pods off nodes
-/// without it).
+/// and overlays (a NAD's `k8s.v1.cni.cncf.io/nodeSelector` keeps such pods
+/// off nodes without it). An overlay (the daemon's `[overlays]`) is named
+/// as a physnet is: its bridge reaches the other nodes through tunnels.
 fn check_physnet(c: &mut Client, physnet: &str) -> Result<(), CniError> {
     let bridges: Vec<switchyard_api::BridgeInfo> = serde_json::from_value(
         call(c, &Request::BridgeList).map_err(|e| switch_err("bridge list", e))?,
@@ -319,19 +320,23 @@ fn check_physnet(c: &mut Client, physnet: &str) -> Result<(), CniError> {
     .map_err(|e| CniError::new(DECODE_FAILURE, format!("bridge list: {e}")))?;
     if bridges
         .iter()
-        .any(|b| b.name == physnet && b.physnet.is_some())
+        .any(|b| b.name == physnet && (b.physnet.is_some() || b.overlay.is_some()))
     {
         return Ok(());
     }
-    let have = listed(
-        bridges
-            .iter()
-            .filter_map(|b| Some(format!("{} ({})", b.name, b.physnet.as_ref()?))),
-    );
+    let have = |f: fn(&switchyard_api::BridgeInfo) -> Option<&String>| {
+        listed(
+            bridges
+                .iter()
+                .filter_map(|b| Some(format!("{} ({})", b.name, f(b)?))),
+        )
+    };
     Err(CniError::new(
         INVALID_CONFIG,
         format!(
-            "physnet: {physnet:?} is not a physical network of this node's switch (its [physnets]: {have})",
+            "physnet: {physnet:?} is not a physical network of this node's switch (its [physnets]: {}; its [overlays]: {})",
+            have(|b| b.physnet.as_ref()),
+            have(|b| b.overlay.as_ref()),
         ),
     ))
 }

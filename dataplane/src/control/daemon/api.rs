@@ -321,6 +321,7 @@ impl Daemon {
                         macs: self.dp.mac_table(b.id).map(|m| m.len()).unwrap_or(0),
                         from_config: b.from_config,
                         physnet: self.cfg.physnets.get(n).map(|p| p.interface().to_string()),
+                        overlay: self.cfg.overlays.get(n).map(|o| o.describe()),
                         counters: self
                             .dp
                             .bridge_stats(b.id)
