@@ -5,6 +5,8 @@
 
 mod common;
 
+use std::time::Duration;
+
 use common::tcp::*;
 use common::*;
 
@@ -135,6 +137,61 @@ fn a_pod_and_the_kernels_vxlan_exchange_tcp_over_a_routed_underlay() {
     assert_eq!(kernel_errors(&kernel.ns), "");
     let t = sw.stats("node2").totals;
     assert!(t.tx_packets > 10_000 && t.rx_packets > 10_000, "{t:?}");
+
+    // A frame longer than the path carries (a pod left at MTU 1500) is
+    // dropped and counted, never fragmented.
+    pod.ns.sh_ok("ip link set eth0 mtu 1500");
+    let too_long = || {
+        sw.stats("node2")
+            .totals
+            .drops
+            .get(&switchyard_api::DropReason::TooLong)
+            .copied()
+            .unwrap_or(0)
+    };
+    wait_for(Duration::from_secs(10), "a frame too long counted", || {
+        let out = pod.ns.sh("busybox ping -c 1 -W 1 -s 1472 10.66.0.2");
+        assert!(
+            !out.status.success(),
+            "a 1500-byte packet crossed a 1450 tunnel"
+        );
+        (too_long() > 0).then_some(())
+    });
+    pod.ns.sh_ok("busybox ping -c 2 -W 2 -s 1422 10.66.0.2");
+}
+
+/// Two switches over an IPv6 underlay (one link): the tunnels' MTU is the
+/// path's less 70, and pods reach each other.
+#[test]
+fn switches_join_pods_over_an_ipv6_underlay() {
+    let _g = serial();
+    let (n1, n2) = (Netns::new("v6a"), Netns::new("v6b"));
+    veth(&n1, "ul", &n2, "ul");
+    for (ns, ip) in [(&n1, "fd00:81::1"), (&n2, "fd00:81::2")] {
+        ns.sh_ok(&format!("ip addr add {ip}/64 dev ul nodad"));
+    }
+    let mut pods = Vec::new();
+    let mut sws = Vec::new();
+    for (i, (ns, local, remote)) in [
+        (&n1, "fd00:81::1", "fd00:81::2"),
+        (&n2, "fd00:81::2", "fd00:81::1"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let sw = Switch::start_in(Some(&ns.name), BRIDGE);
+        let pod = Station::attached(i as u8 + 1, Some(ns), "p0");
+        pod.ns.sh_ok("ip link set eth0 mtu 1430");
+        sw.add_port(&["pod", "--kind", "af-packet", "--interface", "p0"]);
+        sw.add_port(&[
+            "peer", "--kind", "vxlan", "--remote", remote, "--local", local, "--vni", "9",
+        ]);
+        assert_eq!(sw.port("peer").status.mtu, Some(1430));
+        pods.push(pod);
+        sws.push(sw);
+    }
+    pods[0].ns.sh_ok("busybox ping -c 3 -W 2 10.66.0.2");
+    pods[1].ns.sh_ok("busybox ping -c 2 -W 2 -s 1402 10.66.0.1");
 }
 
 /// Three switches, one per VTEP namespace, each with tunnels to the other
