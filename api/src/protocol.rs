@@ -203,6 +203,10 @@ pub struct TraceEntry {
     pub worker: usize,
     /// The port it came in on.
     pub in_port: String,
+    /// The remote VTEP it was decapsulated from, where that port is a
+    /// tunnel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_vtep: Option<std::net::IpAddr>,
     /// Its length in bytes.
     pub len: u32,
     /// Source MAC.
@@ -234,6 +238,10 @@ pub struct TraceEntry {
 pub struct TraceOut {
     /// Port.
     pub port: String,
+    /// The remote VTEP it was encapsulated to, where that port is a
+    /// tunnel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vtep: Option<std::net::IpAddr>,
     /// `sent`, or the drop reason (`no_buffer`, `too_long`, `link_down`).
     pub result: Delivery,
 }

@@ -140,10 +140,36 @@ fn prometheus_scrapes_the_switch_and_its_counters_move_under_traffic() {
         ]);
         socks.push(sock);
     }
+    // A tunnel's series name the VTEP it goes to.
+    sw.cli_ok(&[
+        "port",
+        "add",
+        "vx",
+        "--kind",
+        "vxlan",
+        "--remote",
+        "127.0.0.2",
+        "--local",
+        "127.0.0.1",
+        "--vni",
+        "5",
+        "--bridge",
+        "default",
+    ]);
     // Anything but /metrics is not found; /metrics parses before traffic.
     assert!(get(mport, "/").0.contains("404"));
     let (status, before) = get(mport, "/metrics");
     assert!(status.contains("200"), "{status}");
+    assert_eq!(
+        sample(
+            &before,
+            "switchyard_port_link_up",
+            &["port=\"vx\"", "kind=\"vxlan\"", "vtep=\"127.0.0.2\""]
+        ),
+        Some(1.0),
+        "{before}"
+    );
+    sw.cli_ok(&["port", "del", "vx"]);
     assert_eq!(
         sample(&before, "switchyard_port_link_up", &["port=\"a\""]),
         Some(0.0)

@@ -332,6 +332,28 @@ fn switches_join_pods_over_a_routed_underlay_one_network_per_vni() {
         "no ARP from node 1's pod on node 1's tunnel"
     );
     assert_eq!(arp_from_1("node2"), 0, "node 2 sent node 1's broadcast on");
+    // A trace on node 2 names the VTEP a frame came from (node 1's
+    // requests) and went to (its pod's replies).
+    std::thread::scope(|s| {
+        let t = s.spawn(|| sws[1].cli_ok(&["trace", "-c", "6", "--timeout", "10", "--json"]));
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        pods[0].ns.sh_ok("busybox ping -c 4 -i 0.2 -W 2 10.66.0.2");
+        let traced: Vec<switchyard_api::TraceEntry> =
+            serde_json::from_str(&t.join().unwrap()).unwrap();
+        let node1 = Some(Underlay::ip(1));
+        assert!(
+            traced
+                .iter()
+                .any(|e| e.in_vtep.map(|v| v.to_string()) == node1),
+            "{traced:?}"
+        );
+        assert!(
+            traced
+                .iter()
+                .any(|e| e.out.iter().any(|o| o.vtep.map(|v| v.to_string()) == node1)),
+            "{traced:?}"
+        );
+    });
     // And all three reach each other.
     pods[2]
         .ns

@@ -11,9 +11,12 @@ pub(crate) fn trace_text(entries: &[TraceEntry]) -> String {
     for (i, e) in entries.iter().enumerate() {
         let _ = writeln!(
             o,
-            "frame {}: in {} (worker {}), {} bytes, {} -> {}{}",
+            "frame {}: in {}{} (worker {}), {} bytes, {} -> {}{}",
             i + 1,
             e.in_port,
+            e.in_vtep
+                .map(|v| format!(" (decapsulated from {v})"))
+                .unwrap_or_default(),
             e.worker,
             e.len,
             e.src,
@@ -62,7 +65,11 @@ pub(crate) fn trace_text(entries: &[TraceEntry]) -> String {
             );
         }
         for out in &e.out {
-            let _ = writeln!(o, "  out {}: {}", out.port, out.result);
+            let vtep = out
+                .vtep
+                .map(|v| format!(" (encapsulated to {v})"))
+                .unwrap_or_default();
+            let _ = writeln!(o, "  out {}{vtep}: {}", out.port, out.result);
         }
         if let Some(d) = &e.drop {
             let _ = writeln!(o, "  dropped: {d}");

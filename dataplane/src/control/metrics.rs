@@ -187,10 +187,11 @@ enum Counter {
 
 impl Collector for Snapshot {
     fn encode(&self, mut enc: DescriptorEncoder) -> std::fmt::Result {
-        // Ports: labelled with name, kind and bridge.
+        // Ports: labelled with name, kind and bridge, and a tunnel with
+        // the remote VTEP it goes to.
         let port_labels = |name: &str| -> Labels {
             let info = self.ports.iter().find(|p| p.spec.name == name);
-            vec![
+            let mut l = vec![
                 ("port", name.to_string()),
                 (
                     "kind",
@@ -201,7 +202,11 @@ impl Collector for Snapshot {
                     "bridge",
                     info.and_then(|p| p.spec.bridge.clone()).unwrap_or_default(),
                 ),
-            ]
+            ];
+            if let Some(vtep) = info.and_then(|p| p.spec.kind.options().remote()) {
+                l.push(("vtep", vtep.to_string()));
+            }
+            l
         };
         let per_port = |name, help, get: &dyn Fn(&PortStats) -> u64| {
             let mut f = Family::new(name, help);

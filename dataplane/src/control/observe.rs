@@ -277,6 +277,8 @@ pub struct TraceJob {
     pub trace: Arc<Trace>,
     /// When to answer with what there is.
     pub deadline: Instant,
+    /// The remote VTEP of each tunnel port, as the trace began.
+    pub vteps: std::collections::HashMap<PortId, std::net::IpAddr>,
 }
 
 impl StreamJob for TraceJob {
@@ -316,6 +318,7 @@ impl StreamJob for TraceJob {
                 TraceEntry {
                     worker: usize::from(r.worker),
                     in_port: name(r.in_port),
+                    in_vtep: self.vteps.get(&r.in_port).copied(),
                     len: r.len,
                     src: r.src.to_string(),
                     dst: r.dst.to_string(),
@@ -330,6 +333,7 @@ impl StreamJob for TraceJob {
                         .iter()
                         .map(|(p, res)| TraceOut {
                             port: name(*p),
+                            vtep: self.vteps.get(p).copied(),
                             result: match res {
                                 Ok(()) => Delivery::Sent,
                                 Err(d) => Delivery::Dropped(*d),

@@ -192,10 +192,17 @@ impl Daemon {
         if !self.dp.start_trace(trace.clone()) {
             return Err(ApiError::new(ErrorCode::Busy, "a trace is running"));
         }
+        let vteps = self
+            .ports
+            .iter()
+            .enumerate()
+            .filter_map(|(id, e)| Some((id as PortId, e.as_ref()?.spec.kind.options().remote()?)))
+            .collect();
         Ok(Answer::Stream(Box::new(TraceJob {
             dp: self.dp.clone(),
             trace,
             deadline: Instant::now() + timeout,
+            vteps,
         })))
     }
 
