@@ -308,8 +308,13 @@ impl VxlanTx {
             };
             match usize::try_from(r) {
                 Ok(k) if k > 0 => sent += k,
-                // The packet at `sent` is refused: the rest are tried.
-                _ => sent += 1,
+                _ => match io::Error::last_os_error().raw_os_error() {
+                    // The socket's buffer is full: the rest wait no more.
+                    Some(libc::EAGAIN | libc::ENOBUFS) => break,
+                    // The packet at `sent` is refused (a path whose MTU
+                    // shrank, no route): the rest are tried.
+                    _ => sent += 1,
+                },
             }
         }
         self.ends.clear();
