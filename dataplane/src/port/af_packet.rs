@@ -51,7 +51,7 @@ use switchyard_api::AfPacketSpec;
 
 use crate::dataplane::QueuePositions;
 use crate::port::handover::{self, FdIn, FdOut, HandoverError, Saved};
-use crate::port::kernel_if::{Interface, KernelIf, Uplink};
+use crate::port::kernel_if::{queue_position, Interface, KernelIf, Uplink};
 use crate::port::netdev::{exceeds_mtu, kernel_at_least, pad_short, FrameIovecs};
 use crate::port::Port;
 use crate::queue::offload::VNET_HDR_LEN;
@@ -788,16 +788,12 @@ impl Uplink for AfPacket {
         let geometry = self.geometry.ok_or("no rings open")?;
         let mut queues = Vec::with_capacity(self.open.len());
         for (i, (socket, direct)) in self.open.iter().enumerate() {
-            let at = |p: Option<&Option<serde_json::Value>>| {
-                p.cloned()
-                    .flatten()
-                    .ok_or_else(|| format!("queue {i} says nothing of where it stands"))
-            };
+            let (rx, tx) = queue_position(&positions, i)?;
             queues.push(SavedQueue {
                 socket: fds.add(socket.as_fd()),
                 direct: fds.add(direct.as_fd()),
-                rx: handover::read(at(positions.rx.get(i))?).map_err(|e| e.to_string())?,
-                tx: handover::read(at(positions.tx.get(i))?).map_err(|e| e.to_string())?,
+                rx,
+                tx,
             });
         }
         Ok(handover::write(&SavedQueues { geometry, queues }))

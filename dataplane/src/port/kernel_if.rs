@@ -57,6 +57,27 @@ pub trait Uplink: Send {
     ) -> Result<(PortQueues, String), HandoverError>;
 }
 
+/// Where queue pair `i` stood when the workers paused, as its receive and
+/// transmit queues wrote it (`RxQueue/TxQueue::position`), read back as
+/// the kind's own types: for [`Uplink::save`].
+pub fn queue_position<R, T>(positions: &QueuePositions, i: usize) -> Result<(R, T), String>
+where
+    R: serde::de::DeserializeOwned,
+    T: serde::de::DeserializeOwned,
+{
+    fn one<P: serde::de::DeserializeOwned>(
+        p: Option<&Option<serde_json::Value>>,
+        i: usize,
+    ) -> Result<P, String> {
+        let v = p
+            .cloned()
+            .flatten()
+            .ok_or_else(|| format!("queue {i} says nothing of where it stands"))?;
+        handover::read(v).map_err(|e| e.to_string())
+    }
+    Ok((one(positions.rx.get(i), i)?, one(positions.tx.get(i), i)?))
+}
+
 /// A kernel interface port as saved for a takeover.
 #[derive(serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]

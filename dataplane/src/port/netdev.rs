@@ -59,6 +59,18 @@ pub fn status_with_mtu(status: &PortStatus, mtu: &AtomicU32) -> PortStatus {
     }
 }
 
+/// Whether `fd` is readable now (no wait): a kernel queue (a tap's, a
+/// socket's) with something to read.
+pub fn readable(fd: std::os::fd::BorrowedFd<'_>) -> bool {
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one pollfd that lives past the call, no wait.
+    unsafe { libc::poll(&mut p, 1, 0) > 0 && p.revents & libc::POLLIN != 0 }
+}
+
 /// The address of this host that packets to `remote` leave from, as its
 /// routing picks it (the source of a UDP socket connected there); an
 /// error: no route.

@@ -36,7 +36,7 @@ use switchyard_api::{PortStatus, TapSpec};
 use tracing::{info, warn};
 
 use crate::port::handover::{self, FdIn, FdOut, HandoverError, Saved};
-use crate::port::netdev::{exceeds_mtu, read_mtu, status_with_mtu, FrameIovecs, IfReq};
+use crate::port::netdev::{exceeds_mtu, read_mtu, readable, status_with_mtu, FrameIovecs, IfReq};
 use crate::port::{Port, PortCtx, PortError};
 use crate::queue::offload::VNET_HDR_LEN;
 use crate::queue::{
@@ -196,13 +196,7 @@ impl RxQueue for TapRx {
     fn set_interrupt(&mut self, _: bool) {}
 
     fn has_pending(&self) -> bool {
-        let mut p = libc::pollfd {
-            fd: self.fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one pollfd that lives past the call, no wait.
-        unsafe { libc::poll(&mut p, 1, 0) > 0 && p.revents & libc::POLLIN != 0 }
+        readable(self.fd.as_fd())
     }
 }
 

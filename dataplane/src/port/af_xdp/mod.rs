@@ -35,7 +35,7 @@ use tracing::{info, warn};
 
 use crate::dataplane::QueuePositions;
 use crate::port::handover::{self, FdIn, FdOut, HandoverError, Saved};
-use crate::port::kernel_if::{Interface, KernelIf, Uplink};
+use crate::port::kernel_if::{queue_position, Interface, KernelIf, Uplink};
 use crate::port::netdev::{self, exceeds_mtu, pad_short, rx_vlan_offload, set_rx_vlan_offload};
 use crate::port::Port;
 use crate::queue::offload::MAX_HDR;
@@ -285,16 +285,12 @@ impl Uplink for AfXdp {
         let program = prog.fds().map(|fd| fds.add(fd));
         let mut queues = Vec::with_capacity(self.open.len());
         for (i, xsk) in self.open.iter().enumerate() {
-            let at = |p: Option<&Option<serde_json::Value>>| {
-                p.cloned()
-                    .flatten()
-                    .ok_or_else(|| format!("queue {i} says nothing of where it stands"))
-            };
+            let (rx, tx) = queue_position(&positions, i)?;
             queues.push(SavedQueue {
                 socket: fds.add(xsk.socket()),
                 umem: fds.add(xsk.umem_file()),
-                rx: handover::read(at(positions.rx.get(i))?).map_err(|e| e.to_string())?,
-                tx: handover::read(at(positions.tx.get(i))?).map_err(|e| e.to_string())?,
+                rx,
+                tx,
             });
         }
         Ok(handover::write(&SavedQueues {

@@ -32,7 +32,7 @@ use switchyard_api::{PortStatus, VxlanSpec};
 use tracing::{info, warn};
 
 use crate::port::handover::{self, FdIn, FdOut, Saved};
-use crate::port::netdev::status_with_mtu;
+use crate::port::netdev::{readable, status_with_mtu};
 use crate::port::{Port, PortCtx, PortError, QueueLink};
 use crate::queue::offload::MAX_HDR;
 use crate::queue::{

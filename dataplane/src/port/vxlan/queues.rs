@@ -197,13 +197,7 @@ impl RxQueue for VxlanRx {
     fn set_interrupt(&mut self, _: bool) {}
 
     fn has_pending(&self) -> bool {
-        let mut p = libc::pollfd {
-            fd: self.socket.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one pollfd that lives past the call, no wait.
-        unsafe { libc::poll(&mut p, 1, 0) > 0 && p.revents & libc::POLLIN != 0 }
+        readable(self.socket.as_fd())
     }
 }
 
