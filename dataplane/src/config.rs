@@ -288,28 +288,22 @@ impl Overlay {
         // addresses): checked on those to each remote and to an address
         // of the documentation's.
         use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-        let local_for = |r: IpAddr| {
-            self.local.unwrap_or(if r.is_ipv4() {
-                Ipv4Addr::new(192, 0, 2, 1).into()
+        // Address `n` of the documentation's range of the family asked.
+        let doc = |v4: bool, n: u8| -> IpAddr {
+            if v4 {
+                Ipv4Addr::new(192, 0, 2, n).into()
             } else {
-                Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1).into()
-            })
+                Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, n.into()).into()
+            }
         };
+        let local_for = |r: IpAddr| self.local.unwrap_or(doc(r.is_ipv4(), 1));
+        let probe = doc(self.local.is_none_or(|l| l.is_ipv4()), 2);
         let remotes = self
             .remotes
             .iter()
             .enumerate()
             .map(|(i, r)| (format!("{at}.remotes[{i}]."), *r))
-            .chain([(
-                format!("{at}."),
-                self.local.map_or(Ipv4Addr::new(192, 0, 2, 2).into(), |l| {
-                    if l.is_ipv4() {
-                        Ipv4Addr::new(192, 0, 2, 2).into()
-                    } else {
-                        Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 2).into()
-                    }
-                }),
-            )]);
+            .chain([(format!("{at}."), probe)]);
         for (field, r) in remotes {
             for t in self.tunnels(name, r, local_for(r)) {
                 t.validate(&field)?;

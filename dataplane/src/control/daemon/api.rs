@@ -353,7 +353,7 @@ impl Daemon {
                 "streamed requests are answered by handle",
             )),
             Request::VtepAdd { overlay, remote } => {
-                let v = self.vtep_add(&overlay, remote, super::Begin::Now)?;
+                let v = self.vtep_add(&overlay, remote, false)?;
                 self.persist()?;
                 Ok(to_json(&v))
             }

@@ -239,7 +239,7 @@ impl Daemon {
                 d.create_bridge(&name, true);
             }
             for r in o.remotes {
-                if let Err(e) = d.vtep_add(&name, r, Begin::AtStart) {
+                if let Err(e) = d.vtep_add(&name, r, true) {
                     error!(overlay = %name, remote = %r, "cannot join the remote VTEP: {}", e.message);
                 }
             }

@@ -26,15 +26,14 @@ impl Daemon {
     /// Joins overlay `name` to `remote`: makes the tunnels it lacks (a
     /// tunnel of that name that exists stays as it is). Its local address
     /// is the overlay's, or the one the host's route to `remote` leaves
-    /// from.
+    /// from. `from_config`: a remote of the config, joined at start.
     pub(super) fn vtep_add(
         &mut self,
         name: &str,
         remote: IpAddr,
-        begin: Begin<'_>,
+        from_config: bool,
     ) -> Result<VtepInfo, ApiError> {
         let o = self.overlay(name)?;
-        let from_config = matches!(begin, Begin::AtStart);
         let local = match o.local {
             Some(l) => l,
             None => route_source(remote).map_err(|e| {
@@ -50,9 +49,10 @@ impl Daemon {
                 continue;
             }
             let port = spec.name.clone();
-            let begin = match begin {
-                Begin::AtStart => Begin::AtStart,
-                _ => Begin::Now,
+            let begin = if from_config {
+                Begin::AtStart
+            } else {
+                Begin::Now
             };
             if let Err(e) = self.create_port(spec, from_config, begin) {
                 for p in made {

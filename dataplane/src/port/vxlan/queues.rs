@@ -54,9 +54,10 @@ impl VxlanRx {
         }
     }
 
-    /// Reads up to `n` datagrams into the buffers; their lengths and
-    /// whether each was truncated.
-    fn receive(&mut self, n: usize, lens: &mut [(usize, bool); BURST_SIZE]) -> usize {
+    /// Reads up to a burst of datagrams into the buffers; their lengths
+    /// and whether each was truncated.
+    fn receive(&mut self, lens: &mut [(usize, bool); BURST_SIZE]) -> usize {
+        let n = BURST_SIZE;
         // SAFETY: all zeros is a valid `iovec`/`mmsghdr`, filled in below.
         let mut iov: [libc::iovec; BURST_SIZE] = unsafe { std::mem::zeroed() };
         // SAFETY: as above.
@@ -115,7 +116,7 @@ fn source(a: &libc::sockaddr_storage) -> Option<IpAddr> {
 impl RxQueue for VxlanRx {
     fn rx_burst(&mut self, burst: &mut RxBurst) -> Result<usize, QueueFault> {
         let mut lens = [(0usize, false); BURST_SIZE];
-        let got = self.receive(BURST_SIZE, &mut lens);
+        let got = self.receive(&mut lens);
         if got == 0 {
             return Ok(0);
         }
