@@ -134,7 +134,33 @@ fn network_attachments_are_valid_netconfs_naming_real_resources() {
             assert!(nad.metadata.namespace.is_some());
         }
     }
-    assert_eq!(with_resource, 2);
+    assert_eq!(with_resource, 3);
+}
+
+#[test]
+fn a_network_on_a_physnet_or_overlay_names_one_of_the_switchs() {
+    let docs = all_documents();
+    let cm = of_kind(&docs, "ConfigMap")[0];
+    let sw =
+        switchyard::config::Config::parse(cm["data"]["switchyard.toml"].as_str().unwrap()).unwrap();
+    let mut on_overlay = 0;
+    for v in of_kind(&docs, "NetworkAttachmentDefinition") {
+        let raw: serde_json::Value =
+            serde_json::from_str(v["spec"]["config"].as_str().unwrap()).unwrap();
+        let Some(p) = raw["physnet"].as_str() else {
+            continue;
+        };
+        if sw.overlays.contains_key(p) {
+            on_overlay += 1;
+        } else {
+            assert!(
+                sw.physnets.contains_key(p),
+                "{}: no physnet or overlay {p}",
+                raw["name"]
+            );
+        }
+    }
+    assert_eq!(on_overlay, 1, "the shipped overlay has a network");
 }
 
 #[test]
@@ -190,6 +216,22 @@ fn daemonset_configs_parse_and_its_mounts_cover_their_paths() {
     ] {
         covered("device-plugin", p);
     }
+    // The overlays' node watcher talks to the same switch.
+    let sync = spec["containers"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"].as_str() == Some("vtep-sync"))
+        .unwrap();
+    let argv: Vec<&str> = sync["command"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    let at = argv.iter().position(|a| *a == "--control-socket").unwrap();
+    assert_eq!(Path::new(argv[at + 1]), sw.control_socket);
+    covered("vtep-sync", &sw.control_socket);
     // The CNI binary lands in /opt/cni/bin.
     assert_eq!(host_path("cni-bin"), PathBuf::from("/opt/cni/bin"));
 }

@@ -17,6 +17,8 @@
 //! the same with non-root pods, and the switch container serving every
 //! other port kind.
 
+#[path = "../../vtepsync/tests/support/api_server.rs"]
+mod api_server;
 #[path = "../../dataplane/tests/common/mod.rs"]
 mod common;
 #[path = "../../cni/tests/support/exec.rs"]
@@ -34,10 +36,11 @@ mod pod_resources;
 
 use std::time::Duration;
 
+use api_server::ApiServer;
 use common::{rx_packets, serial, wait_for, workspace_bin};
 use kubelet::Kubelet;
 use multus::{Multus, MultusVersion, Nad, Pod};
-use node_root::{documents, find, Image, NodeRoot};
+use node_root::{documents, find, Cluster, Image, NodeRoot};
 use pod_resources::PodResourcesApi;
 use serde_json::json;
 use switchyard_api::{Client, PortInfo, Request};
@@ -106,6 +109,43 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
 
     let mut node = NodeRoot::new();
     let image = Image::build(node.dir.path(), |name| workspace_bin(name, name));
+
+    // The API server, authorizing by the shipped RBAC objects, with this
+    // node, another the DaemonSet runs on (its nodeSelector's labels) and
+    // one it does not; the pod's service account token, as its
+    // kube-api-access volume gives it.
+    let api = ApiServer::start(
+        &ds_docs
+            .iter()
+            .map(|d| serde_json::to_value(d).unwrap())
+            .collect::<Vec<_>>(),
+    );
+    let namespace = ds["metadata"]["namespace"].as_str().unwrap();
+    node.cluster = Some(Cluster {
+        node_name: "node-1".into(),
+        host: "127.0.0.1".into(),
+        port: api.addr.port(),
+        namespace: namespace.into(),
+        token: api.token_for(namespace, spec["serviceAccountName"].as_str().unwrap()),
+        ca_file: api.ca_file(),
+    });
+    let selected: Vec<(&str, &str)> = spec["nodeSelector"]
+        .as_mapping()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.as_str().unwrap(), v.as_str().unwrap()))
+        .collect();
+    api.put_node(
+        "node-1",
+        &selected,
+        &[("Hostname", "node-1"), ("InternalIP", "127.0.0.1")],
+    );
+    api.put_node("node-2", &selected, &[("InternalIP", "127.0.0.2")]);
+    api.put_node(
+        "windows-1",
+        &[("kubernetes.io/os", "windows")],
+        &[("InternalIP", "127.0.0.3")],
+    );
 
     // The kubelet: its device plugin directory and registration server.
     let rt = Runtime::new().unwrap();
@@ -185,6 +225,41 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
             .ok()
             .and_then(|mut c| c.call(&Request::Ping).ok())
     });
+    // The overlays of the config joined to the other node of the
+    // DaemonSet (not to this one, nor to the node it does not run on), and
+    // left when that node goes.
+    let overlays: Vec<String> = toml::from_str::<toml::Value>(&switch_cfg).unwrap()["overlays"]
+        .as_table()
+        .expect("the shipped config has overlays")
+        .keys()
+        .cloned()
+        .collect();
+    let vteps = || -> Vec<(String, String)> {
+        Client::connect(&control)
+            .unwrap()
+            .ask(&Request::vtep_list())
+            .unwrap()
+            .into_iter()
+            .map(|v| (v.overlay, v.remote.to_string()))
+            .collect()
+    };
+    let joined: Vec<(String, String)> = overlays
+        .iter()
+        .map(|o| (o.clone(), "127.0.0.2".to_string()))
+        .collect();
+    wait_for(LIMIT, "the overlays joined to node-2", || {
+        (vteps() == joined).then_some(())
+    });
+    api.delete_node("node-2");
+    wait_for(LIMIT, "node-2 left", || vteps().is_empty().then_some(()));
+    assert!(
+        api.requests()
+            .iter()
+            .all(|r| r == "list" || r.starts_with("watch")),
+        "{:?}",
+        api.requests()
+    );
+
     let regs = kubelet.registrations(2);
     let memif_reg = regs
         .iter()
@@ -481,6 +556,46 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
         delete_pods(&mut node, &m, &pod_resources, &pods);
         assert!(ports().is_empty(), "{version:?}");
     }
+
+    // A pod on the network that spans the nodes: its port joins the
+    // overlay's bridge (the tunnels to the other nodes are there).
+    let overlay_net = nads
+        .iter()
+        .find(|n| {
+            n.config["physnet"]
+                .as_str()
+                .is_some_and(|p| overlays.iter().any(|o| o == p))
+        })
+        .expect("a shipped network on the overlay");
+    let overlay_resource = overlay_net.resource_name.clone().unwrap();
+    let m = multus(*versions.last().unwrap());
+    let device = "memif-15";
+    let endpoint = &regs
+        .iter()
+        .find(|r| r.resource_name == overlay_resource)
+        .unwrap()
+        .endpoint;
+    allocate(endpoint, device);
+    let pod = scratch_pod("overlay-pod");
+    pod_resources.allocate(
+        &pod.namespace,
+        &pod.name,
+        "app",
+        &overlay_resource,
+        &[device],
+    );
+    m.add(&pod, &[(overlay_net.clone(), Default::default(), None)])
+        .unwrap_or_else(|e| panic!("ADD on {}: {:?}", overlay_net.name, e.0));
+    let p = ports();
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert_eq!(
+        p[0].spec.bridge.as_deref(),
+        overlay_net.config["physnet"].as_str(),
+        "{p:?}"
+    );
+    let errs = m.del(&pod);
+    assert!(errs.is_empty(), "DEL: {errs:?}");
+    assert!(ports().is_empty());
 
     if pods_as != Pods::AsShipped {
         return;

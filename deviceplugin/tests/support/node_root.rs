@@ -126,8 +126,30 @@ impl Image {
     }
 }
 
+/// The cluster as the kubelet gives it to a pod's containers: the API
+/// server's address (the `KUBERNETES_SERVICE_*` variables of every
+/// container), this node's name (the downward API's `spec.nodeName`), and
+/// what a `kube-api-access` projected volume holds.
+pub struct Cluster {
+    /// The node's name.
+    pub node_name: String,
+    /// The API server's host and port.
+    pub host: String,
+    /// Its port.
+    pub port: u16,
+    /// The pod's namespace (its DaemonSet's).
+    pub namespace: String,
+    /// A token of the pod's service account (`serviceAccountToken`).
+    pub token: String,
+    /// The cluster's CA certificate (ConfigMap `kube-root-ca.crt`, key
+    /// `ca.crt`).
+    pub ca_file: PathBuf,
+}
+
 /// The scratch node: a process holding a mount namespace.
 pub struct NodeRoot {
+    /// The cluster its pods see, if the test runs an API server.
+    pub cluster: Option<Cluster>,
     holder: Child,
     /// The holder's PID: its `/proc/<pid>/root` is the node's root.
     pub pid: u32,
@@ -160,6 +182,7 @@ impl NodeRoot {
         assert_eq!(line.trim(), "ready", "the node's mount namespace");
         let pid = holder.id();
         let node = NodeRoot {
+            cluster: None,
             holder,
             pid,
             dir,
@@ -320,14 +343,25 @@ impl NodeRoot {
                 other => panic!("securityContext.{other}: not translated to the runtime"),
             }
         }
-        for e in container["env"].as_sequence().into_iter().flatten() {
+        // The kubelet gives every container the API server's address
+        // (pkg/kubelet/kubelet_pods.go, the master service's variables).
+        if let Some(c) = &self.cluster {
             a.extend([
                 "-e".into(),
-                format!(
-                    "{}={}",
-                    e["name"].as_str().unwrap(),
-                    e["value"].as_str().expect("env value")
-                ),
+                format!("KUBERNETES_SERVICE_HOST={}", c.host),
+                "-e".into(),
+                format!("KUBERNETES_SERVICE_PORT={}", c.port),
+            ]);
+        }
+        for e in container["env"].as_sequence().into_iter().flatten() {
+            let value = if let Some(v) = e.get("valueFrom") {
+                self.field_ref(&v["fieldRef"]).to_string()
+            } else {
+                e["value"].as_str().expect("env value").to_string()
+            };
+            a.extend([
+                "-e".into(),
+                format!("{}={value}", e["name"].as_str().unwrap()),
             ]);
         }
         for m in container["volumeMounts"]
@@ -368,8 +402,10 @@ impl NodeRoot {
                     }
                 }
                 dir.display().to_string()
+            } else if let Some(p) = vol.get("projected") {
+                self.projected(name, p)
             } else {
-                panic!("volume {name}: only hostPath and configMap are translated")
+                panic!("volume {name}: only hostPath, configMap and projected are translated")
             };
             a.extend(["-v".into(), format!("{source}:{at}{ro}")]);
         }
@@ -387,6 +423,57 @@ impl NodeRoot {
                 .map(|c| c.as_str().unwrap().to_string()),
         );
         a
+    }
+
+    /// A downward API `fieldRef`'s value.
+    fn field_ref(&self, r: &Value) -> &str {
+        let c = self
+            .cluster
+            .as_ref()
+            .expect("a fieldRef: the test gives the node a Cluster");
+        match r["fieldPath"].as_str().unwrap() {
+            "spec.nodeName" => &c.node_name,
+            "metadata.namespace" => &c.namespace,
+            f => panic!("fieldRef {f}: not translated"),
+        }
+    }
+
+    /// A projected volume's directory, its sources written as the kubelet
+    /// writes them (pkg/volume/projected): a service account token, a
+    /// ConfigMap's keys, downward API fields.
+    fn projected(&self, name: &str, p: &Value) -> String {
+        let c = self
+            .cluster
+            .as_ref()
+            .expect("a projected volume: the test gives the node a Cluster");
+        let dir = self.dir.path().join(format!("projected-{name}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        for src in p["sources"].as_sequence().unwrap() {
+            if let Some(t) = src.get("serviceAccountToken") {
+                std::fs::write(dir.join(t["path"].as_str().unwrap()), &c.token).unwrap();
+            } else if let Some(cm) = src.get("configMap") {
+                assert_eq!(
+                    cm["name"].as_str(),
+                    Some("kube-root-ca.crt"),
+                    "projected ConfigMap: only the cluster's CA is translated"
+                );
+                for item in cm["items"].as_sequence().unwrap() {
+                    assert_eq!(item["key"].as_str(), Some("ca.crt"));
+                    std::fs::copy(&c.ca_file, dir.join(item["path"].as_str().unwrap())).unwrap();
+                }
+            } else if let Some(d) = src.get("downwardAPI") {
+                for item in d["items"].as_sequence().unwrap() {
+                    std::fs::write(
+                        dir.join(item["path"].as_str().unwrap()),
+                        self.field_ref(&item["fieldRef"]),
+                    )
+                    .unwrap();
+                }
+            } else {
+                panic!("volume {name}: projected source {src:?} not translated");
+            }
+        }
+        dir.display().to_string()
     }
 
     /// A hostPath volume's path on the node, checked or made as its `type`

@@ -1,0 +1,15 @@
+//! Fills a node's Switchyard overlays with the other nodes of the cluster.
+//!
+//! Each node's switch has the overlays of the DaemonSet's config
+//! (`[overlays]`); a remote VTEP of an overlay is another node's address.
+//! `switchyard-vtep-sync` runs beside the switch, watches the cluster's
+//! Nodes (those a label selector picks: the nodes that run Switchyard) and
+//! keeps every overlay joined to each of them, by their InternalIP, through
+//! the switch's `vtep add` and `vtep del`, as flannel and Calico-VPP fill
+//! their VXLAN peers from the Nodes.
+//!
+//! [`nodes`] turns Nodes into the addresses to join; [`plan`] compares them
+//! with the switch's VTEPs and says what to add and take out.
+
+pub mod nodes;
+pub mod plan;

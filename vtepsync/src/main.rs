@@ -1,0 +1,236 @@
+//! `switchyard-vtep-sync`: keeps the node's overlays joined to the other
+//! nodes of the cluster (see the library's documentation).
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Node;
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::WatchStreamExt;
+use kube::Api;
+use switchyard_api::{Client, Request};
+use switchyard_vtep_sync::nodes::{AddressType, Nodes};
+use switchyard_vtep_sync::plan::{self, plan};
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::time::{sleep_until, Instant};
+use tracing::{info, warn};
+
+/// Joins the switch's overlays to the other nodes of the cluster (their
+/// addresses as remote VTEPs), watching the Nodes.
+#[derive(Parser)]
+#[command(version)]
+struct Args {
+    /// The switch's control socket.
+    #[arg(long, default_value = "/run/switchyard/control.sock")]
+    control_socket: PathBuf,
+    /// This node's name (in a pod, the downward API's `spec.nodeName`).
+    #[arg(long, env = "NODE_NAME")]
+    node_name: String,
+    /// The nodes that run Switchyard, as a label selector (`key=value`,
+    /// comma-separated): match the DaemonSet's nodeSelector. Empty: every
+    /// node.
+    #[arg(long, default_value = "")]
+    selector: String,
+    /// Which of a node's addresses is its VTEP: InternalIP or ExternalIP.
+    #[arg(long, default_value = "InternalIP")]
+    address_type: AddressType,
+    /// An overlay to fill (repeat for more). None: every overlay of the
+    /// switch's config.
+    #[arg(long = "overlay")]
+    overlays: Vec<String>,
+    /// How often the switch's VTEPs are checked against the nodes when
+    /// nothing changed, in seconds (the switch may have been restarted
+    /// with another config).
+    #[arg(long, default_value_t = 60)]
+    resync_secs: u64,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    anyhow::ensure!(
+        !args.node_name.is_empty(),
+        "--node-name (NODE_NAME) is empty"
+    );
+    anyhow::ensure!(args.resync_secs > 0, "--resync-secs: 0");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(run(args))
+}
+
+/// Retries of a sync that failed (the switch restarting, a node it has no
+/// route to): from 1 s, doubling, up to the resync interval.
+const FIRST_RETRY: Duration = Duration::from_secs(1);
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    // In a pod: the service account; elsewhere: $KUBECONFIG.
+    let client = kube::Client::try_default()
+        .await
+        .context("Kubernetes API client")?;
+    let mut config = watcher::Config::default();
+    if !args.selector.is_empty() {
+        config = config.labels(&args.selector);
+    }
+    // List, then watch from the list's resourceVersion; relist when the
+    // watch falls too far behind (410 Gone); back off on errors.
+    let stream = watcher::watcher(Api::<Node>::all(client), config).default_backoff();
+    let mut stream = std::pin::pin!(stream);
+    let mut term = signal(SignalKind::terminate())?;
+    let resync = Duration::from_secs(args.resync_secs);
+    let mut nodes = Nodes::new(&args.node_name, args.address_type);
+    let mut listing: Option<Nodes> = None;
+    let mut listed = false;
+    let mut dirty = false;
+    let mut next_check = Instant::now() + resync;
+    let mut retry = FIRST_RETRY;
+    let mut last = Outcome::default();
+    info!(node = %args.node_name, selector = %args.selector, "watching the nodes");
+    loop {
+        tokio::select! {
+            ev = stream.next() => match ev {
+                Some(Ok(Event::Init)) => listing = Some(Nodes::new(&args.node_name, args.address_type)),
+                Some(Ok(Event::InitApply(n))) => {
+                    if let Some(l) = listing.as_mut() {
+                        l.apply(&n);
+                    }
+                }
+                Some(Ok(Event::InitDone)) => {
+                    if let Some(l) = listing.take() {
+                        nodes = l;
+                    }
+                    info!(nodes = nodes.len(), "listed the nodes");
+                    listed = true;
+                    dirty = true;
+                }
+                Some(Ok(Event::Apply(n))) => {
+                    nodes.apply(&n);
+                    dirty = true;
+                }
+                Some(Ok(Event::Delete(n))) => {
+                    nodes.delete(&n);
+                    dirty = true;
+                }
+                Some(Err(e)) => warn!("watching the nodes: {e}"),
+                None => anyhow::bail!("the watch of the nodes ended"),
+            },
+            _ = sleep_until(next_check) => dirty = true,
+            _ = term.recv() => break,
+            _ = tokio::signal::ctrl_c() => break,
+        }
+        if !(dirty && listed) {
+            continue;
+        }
+        let remotes = nodes.remotes();
+        let socket = args.control_socket.clone();
+        let wanted = args.overlays.clone();
+        let outcome = tokio::task::spawn_blocking(move || sync(&socket, &wanted, &remotes))
+            .await
+            .context("the sync task")?;
+        if outcome.overlays != last.overlays && outcome.error.is_none() {
+            if outcome.overlays.is_empty() {
+                info!("the switch has no overlays: none to fill");
+            } else {
+                info!(overlays = ?outcome.overlays, "filling the overlays");
+            }
+        }
+        if let Some(e) = &outcome.error {
+            warn!("will retry in {retry:?}: {e:#}");
+            next_check = Instant::now() + retry;
+            retry = (retry * 2).min(resync);
+        } else {
+            next_check = Instant::now() + resync;
+            retry = FIRST_RETRY;
+        }
+        dirty = false;
+        last = outcome;
+    }
+    // The switch keeps its VTEPs (they are persisted): a sync that stops,
+    // for an upgrade, leaves the overlays as they are.
+    info!("stopping");
+    Ok(())
+}
+
+/// What a sync found and did.
+#[derive(Default)]
+struct Outcome {
+    /// The overlays filled.
+    overlays: Vec<String>,
+    /// The first thing that failed, if any did.
+    error: Option<anyhow::Error>,
+}
+
+/// Brings the switch's overlays to `remotes` (address, node): adds what
+/// they lack, takes out what no node has. A VTEP that cannot be added or
+/// taken out is reported and the others done all the same.
+fn sync(socket: &Path, wanted: &[String], remotes: &BTreeMap<IpAddr, String>) -> Outcome {
+    let mut out = Outcome::default();
+    let mut c = match Client::connect(socket) {
+        Ok(c) => c,
+        Err(e) => {
+            out.error = Some(e.into());
+            return out;
+        }
+    };
+    let asked = (|| -> anyhow::Result<_> {
+        let overlays = if wanted.is_empty() {
+            plan::overlays(&c.ask(&Request::bridge_list())?)
+        } else {
+            wanted.to_vec()
+        };
+        let current = c.ask(&Request::vtep_list())?;
+        Ok((overlays, current))
+    })();
+    let (overlays, current) = match asked {
+        Ok(a) => a,
+        Err(e) => {
+            out.error = Some(e);
+            return out;
+        }
+    };
+    let addrs = remotes.keys().copied().collect();
+    let p = plan(&overlays, &addrs, &current);
+    out.overlays = overlays;
+    let node = |a: &IpAddr| remotes.get(a).map_or("(gone)", String::as_str).to_string();
+    for v in &p.add {
+        match c.ask(&Request::vtep_add(&v.overlay, v.remote)) {
+            Ok(_) => {
+                info!(overlay = %v.overlay, remote = %v.remote, node = %node(&v.remote), "joined")
+            }
+            Err(e) => {
+                let e = anyhow::Error::new(e).context(format!(
+                    "joining {} to {} ({})",
+                    v.overlay,
+                    v.remote,
+                    node(&v.remote)
+                ));
+                warn!("{e:#}");
+                out.error.get_or_insert(e);
+            }
+        }
+    }
+    for v in &p.del {
+        match c.ask(&Request::vtep_del(&v.overlay, v.remote)) {
+            Ok(()) => info!(overlay = %v.overlay, remote = %v.remote, "left: no node has it"),
+            Err(e) => {
+                let e = anyhow::Error::new(e)
+                    .context(format!("taking {} out of {}", v.remote, v.overlay));
+                warn!("{e:#}");
+                out.error.get_or_insert(e);
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,195 @@
+//! The cluster's nodes as remote VTEPs: each node's address of a type
+//! (`status.addresses`), in the address family this node's own has.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+use k8s_openapi::api::core::v1::Node;
+
+/// Which of a node's `status.addresses` is its VTEP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AddressType {
+    /// `InternalIP`: the address nodes reach each other on (the kubelet's
+    /// `--node-ip`, or the cloud's private address).
+    InternalIp,
+    /// `ExternalIP`: for nodes that reach each other only by their public
+    /// addresses.
+    ExternalIp,
+}
+
+impl AddressType {
+    /// The address type's name in `status.addresses[].type`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AddressType::InternalIp => "InternalIP",
+            AddressType::ExternalIp => "ExternalIP",
+        }
+    }
+}
+
+impl std::str::FromStr for AddressType {
+    type Err = String;
+    fn from_str(s: &str) -> Result<AddressType, String> {
+        match s {
+            "InternalIP" => Ok(AddressType::InternalIp),
+            "ExternalIP" => Ok(AddressType::ExternalIp),
+            _ => Err(format!("{s:?}: not InternalIP or ExternalIP")),
+        }
+    }
+}
+
+/// A node's addresses of type `kind`, in the order its status lists them
+/// (a dual-stack node has one of each family). Entries that are not IP
+/// addresses are passed over.
+pub fn addresses(node: &Node, kind: AddressType) -> Vec<IpAddr> {
+    node.status
+        .as_ref()
+        .and_then(|s| s.addresses.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|a| a.type_ == kind.as_str())
+        .filter_map(|a| a.address.parse().ok())
+        .collect()
+}
+
+/// The nodes seen so far, by name, with their addresses.
+#[derive(Debug, Clone)]
+pub struct Nodes {
+    own: String,
+    kind: AddressType,
+    seen: BTreeMap<String, Vec<IpAddr>>,
+}
+
+impl Nodes {
+    /// None seen yet; `own` is this node's name (never a remote of its
+    /// own switch).
+    pub fn new(own: &str, kind: AddressType) -> Nodes {
+        Nodes {
+            own: own.to_string(),
+            kind,
+            seen: BTreeMap::new(),
+        }
+    }
+
+    /// A node added or changed.
+    pub fn apply(&mut self, node: &Node) {
+        if let Some(name) = node.metadata.name.as_ref() {
+            self.seen.insert(name.clone(), addresses(node, self.kind));
+        }
+    }
+
+    /// A node deleted (or no longer selected).
+    pub fn delete(&mut self, node: &Node) {
+        if let Some(name) = node.metadata.name.as_ref() {
+            self.seen.remove(name);
+        }
+    }
+
+    /// Forgets every node (a new list is coming).
+    pub fn clear(&mut self) {
+        self.seen.clear();
+    }
+
+    /// How many nodes are known (this one included, if selected).
+    pub fn len(&self) -> usize {
+        self.seen.len()
+    }
+
+    /// Whether no node is known.
+    pub fn is_empty(&self) -> bool {
+        self.seen.is_empty()
+    }
+
+    /// The remote VTEPs: each other node's first address in the family of
+    /// this node's first one (all of a node's first addresses while this
+    /// node is not among the selected), with the node it is. A node with
+    /// no address of the type, or one of this node's own, is left out.
+    pub fn remotes(&self) -> BTreeMap<IpAddr, String> {
+        let own = self.seen.get(&self.own);
+        let family = own.and_then(|a| a.first()).map(IpAddr::is_ipv4);
+        let own: BTreeSet<IpAddr> = own.into_iter().flatten().copied().collect();
+        let mut out = BTreeMap::new();
+        for (name, addrs) in &self.seen {
+            if *name == self.own {
+                continue;
+            }
+            let pick = addrs
+                .iter()
+                .find(|a| family.is_none_or(|v4| a.is_ipv4() == v4));
+            if let Some(a) = pick.filter(|a| !own.contains(a)) {
+                out.entry(*a).or_insert_with(|| name.clone());
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{NodeAddress, NodeStatus};
+
+    fn node(name: &str, addrs: &[(&str, &str)]) -> Node {
+        let mut n = Node::default();
+        n.metadata.name = Some(name.into());
+        n.status = Some(NodeStatus {
+            addresses: Some(
+                addrs
+                    .iter()
+                    .map(|(t, a)| NodeAddress {
+                        type_: t.to_string(),
+                        address: a.to_string(),
+                    })
+                    .collect(),
+            ),
+            ..Default::default()
+        });
+        n
+    }
+
+    #[test]
+    fn remotes_are_the_other_nodes_in_this_nodes_family() {
+        let mut ns = Nodes::new("a", AddressType::InternalIp);
+        ns.apply(&node(
+            "a",
+            &[
+                ("Hostname", "a"),
+                ("InternalIP", "fd00::1"),
+                ("InternalIP", "10.0.0.1"),
+            ],
+        ));
+        ns.apply(&node(
+            "b",
+            &[("InternalIP", "10.0.0.2"), ("InternalIP", "fd00::2")],
+        ));
+        ns.apply(&node("c", &[("ExternalIP", "fd00::3")]));
+        ns.apply(&node(
+            "d",
+            &[("InternalIP", "not-an-ip"), ("InternalIP", "fd00::4")],
+        ));
+        let r = ns.remotes();
+        let got: Vec<String> = r.iter().map(|(a, n)| format!("{n}={a}")).collect();
+        assert_eq!(got, ["b=fd00::2", "d=fd00::4"]);
+        ns.delete(&node("d", &[]));
+        assert_eq!(ns.remotes().len(), 1);
+        // Without this node among them: each node's first address.
+        ns.delete(&node("a", &[]));
+        let got: Vec<String> = ns.remotes().values().cloned().collect();
+        assert_eq!(got, ["b"]);
+        assert_eq!(ns.remotes().keys().next().unwrap().to_string(), "10.0.0.2");
+    }
+
+    #[test]
+    fn an_address_of_this_node_is_never_a_remote() {
+        let mut ns = Nodes::new("a", AddressType::InternalIp);
+        ns.apply(&node("a", &[("InternalIP", "10.0.0.1")]));
+        ns.apply(&node("stale", &[("InternalIP", "10.0.0.1")]));
+        assert!(ns.remotes().is_empty());
+    }
+
+    #[test]
+    fn address_types_by_their_api_names() {
+        assert_eq!("ExternalIP".parse(), Ok(AddressType::ExternalIp));
+        assert!("internalip".parse::<AddressType>().is_err());
+    }
+}

@@ -1,0 +1,354 @@
+//! Two nodes joined by the Nodes of the cluster: two switches (the
+//! overlays of the shipped ConfigMap) in two network namespaces with a
+//! router between, each with `switchyard-vtep-sync` beside it run as the
+//! shipped DaemonSet runs it, watching the API server stand-in
+//! (`support/api_server.rs`: upstream's list and watch, the shipped RBAC).
+//! Pods on the overlay reach each other once the nodes are in the API; a
+//! node that comes, changes its address, stops matching the selector or
+//! goes is followed; a watch too old to resume (410) is relisted; a switch
+//! that was down is filled when it is back.
+
+#[path = "support/api_server.rs"]
+mod api_server;
+#[path = "../../dataplane/tests/common/mod.rs"]
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use api_server::ApiServer;
+use common::tcp::Station;
+use common::*;
+use serde::Deserialize;
+use switchyard_api::{Client, Request};
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn documents(rel: &str) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(repo().join(rel)).unwrap();
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|d| serde_yaml::Value::deserialize(d).unwrap())
+        .filter(|v| !v.is_null())
+        .map(|v| serde_json::to_value(v).unwrap())
+        .collect()
+}
+
+fn find<'a>(docs: &'a [serde_json::Value], kind: &str, name: &str) -> &'a serde_json::Value {
+    docs.iter()
+        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("{kind} {name}"))
+}
+
+/// The running `switchyard-vtep-sync` of a node, killed on drop.
+struct Sync(Child, PathBuf);
+
+impl Sync {
+    /// The shipped container's command for `node`, on `switch`'s control
+    /// socket, with the API server's kubeconfig (in a pod: its
+    /// kube-api-access volume; the whole_node test runs it so).
+    fn start(
+        container: &serde_json::Value,
+        node: &str,
+        switch: &Switch,
+        api: &ApiServer,
+        token: &str,
+    ) -> Sync {
+        let mut argv: Vec<String> = container["command"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .chain(container["args"].as_array().into_iter().flatten())
+            .map(|a| a.as_str().unwrap().to_string())
+            .collect();
+        let at = argv
+            .iter()
+            .position(|a| a == "--control-socket")
+            .expect("the container names the control socket");
+        argv[at + 1] = switch.control().display().to_string();
+        let kubeconfig = switch.dir.path().join("kubeconfig");
+        api.kubeconfig(token, &kubeconfig);
+        let log = switch.dir.path().join("vtep-sync.log");
+        let bin = workspace_bin("switchyard-vtep-sync", &argv[0]);
+        let mut cmd = Command::new(bin);
+        cmd.args(&argv[1..])
+            .env("KUBECONFIG", &kubeconfig)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
+        for e in container["env"].as_array().into_iter().flatten() {
+            let name = e["name"].as_str().unwrap();
+            if e["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName" {
+                cmd.env(name, node);
+            } else if let Some(v) = e["value"].as_str() {
+                cmd.env(name, v);
+            }
+        }
+        Sync(cmd.spawn().unwrap(), log)
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.1).unwrap_or_default()
+    }
+}
+
+impl Drop for Sync {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("---- vtep-sync ----\n{}", self.log());
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A switch's VTEPs: (overlay, remote).
+fn vteps(sw: &Switch) -> Vec<(String, String)> {
+    Client::connect(&sw.control())
+        .unwrap()
+        .ask(&Request::vtep_list())
+        .unwrap()
+        .into_iter()
+        .map(|v| (v.overlay, v.remote.to_string()))
+        .collect()
+}
+
+fn wait_vteps(sw: &Switch, overlay: &str, want: &[&str], what: &str) {
+    let want: Vec<(String, String)> = want
+        .iter()
+        .map(|r| (overlay.to_string(), r.to_string()))
+        .collect();
+    wait_for(LIMIT, what, || (vteps(sw) == want).then_some(()));
+}
+
+#[test]
+fn nodes_of_the_cluster_join_the_overlays() {
+    let _g = serial();
+    let docs = documents("config/kubernetes/switchyard.yaml");
+    let ds = find(&docs, "DaemonSet", "switchyard");
+    let spec = &ds["spec"]["template"]["spec"];
+    let container = spec["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "vtep-sync")
+        .expect("the DaemonSet's vtep-sync container");
+    // The nodes the DaemonSet runs on are the nodes the container selects.
+    let cmd: Vec<&str> = container["command"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    let selector = cmd[cmd.iter().position(|a| *a == "--selector").unwrap() + 1];
+    let node_selector: Vec<String> = spec["nodeSelector"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap()))
+        .collect();
+    assert_eq!(selector, node_selector.join(","));
+    let selected: Vec<(&str, &str)> = spec["nodeSelector"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str().unwrap()))
+        .collect();
+
+    // The overlays of the shipped ConfigMap.
+    let cfg: toml::Value = toml::from_str(
+        find(&docs, "ConfigMap", "switchyard-config")["data"]["switchyard.toml"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    let overlays = cfg["overlays"].as_table().unwrap();
+    assert_eq!(overlays.len(), 1, "{overlays:?}");
+    let overlay = overlays.keys().next().unwrap().clone();
+    let mut only = toml::Table::new();
+    only.insert("overlays".into(), cfg["overlays"].clone());
+    let overlay_cfg = toml::to_string(&only).unwrap();
+
+    // The underlay: node i at 10.82.i.2, a router between.
+    let router = Netns::new("vsr");
+    router.sh_ok("sysctl -q -w net.ipv4.ip_forward=1 && ip link set lo up");
+    let nodes: Vec<Netns> = (1..=2)
+        .map(|i| {
+            let ns = Netns::new(&format!("vs{i}"));
+            veth(&router, &format!("r{i}"), &ns, "ul");
+            router.sh_ok(&format!("ip addr add 10.82.{i}.1/24 dev r{i}"));
+            ns.sh_ok(&format!(
+                "ip link set lo up && ip addr add 10.82.{i}.2/24 dev ul && ip route add default via 10.82.{i}.1"
+            ));
+            ns
+        })
+        .collect();
+    let mut sws: Vec<Switch> = nodes
+        .iter()
+        .map(|ns| Switch::start_in(Some(&ns.name), &overlay_cfg))
+        .collect();
+    // A pod on the overlay on each node.
+    let pods: Vec<Station> = sws
+        .iter()
+        .zip(&nodes)
+        .enumerate()
+        .map(|(i, (sw, ns))| {
+            let pod = Station::attached(i as u8 + 1, Some(ns), "pod");
+            pod.ns.sh_ok("ip link set eth0 mtu 1450");
+            sw.cli_ok(&[
+                "port",
+                "add",
+                "pod",
+                "--kind",
+                "af-packet",
+                "--interface",
+                "pod",
+                "--bridge",
+                &overlay,
+            ]);
+            pod
+        })
+        .collect();
+
+    let api = ApiServer::start(&docs);
+    let namespace = ds["metadata"]["namespace"].as_str().unwrap();
+    let token = api.token_for(namespace, spec["serviceAccountName"].as_str().unwrap());
+    api.put_node("node-1", &selected, &[("InternalIP", "10.82.1.2")]);
+    api.put_node(
+        "windows-1",
+        &[("kubernetes.io/os", "windows")],
+        &[("InternalIP", "10.82.9.1")],
+    );
+    let syncs: Vec<Sync> = sws
+        .iter()
+        .enumerate()
+        .map(|(i, sw)| Sync::start(container, &format!("node-{}", i + 1), sw, &api, &token))
+        .collect();
+    // Node 1 alone: nothing to join; node 2 is not in the cluster yet.
+    wait_for(LIMIT, "both syncs listed", || {
+        syncs
+            .iter()
+            .all(|s| s.log().contains("listed the nodes"))
+            .then_some(())
+    });
+    assert!(vteps(&sws[0]).is_empty());
+    assert!(!pods[0]
+        .ns
+        .sh("busybox ping -c 1 -W 1 10.66.0.2")
+        .status
+        .success());
+
+    // Node 2 joins the cluster: each switch joins the other.
+    api.put_node(
+        "node-2",
+        &selected,
+        &[("Hostname", "node-2"), ("InternalIP", "10.82.2.2")],
+    );
+    wait_vteps(&sws[0], &overlay, &["10.82.2.2"], "node 1 joined to node 2");
+    wait_vteps(&sws[1], &overlay, &["10.82.1.2"], "node 2 joined to node 1");
+    pods[0].ns.sh_ok("busybox ping -c 3 -W 2 10.66.0.2");
+
+    // A third node comes, moves to another address, stops matching the
+    // selector, matches again.
+    api.put_node("node-3", &selected, &[("InternalIP", "10.82.3.2")]);
+    wait_vteps(
+        &sws[0],
+        &overlay,
+        &["10.82.2.2", "10.82.3.2"],
+        "node 3 joined",
+    );
+    api.put_node("node-3", &selected, &[("InternalIP", "10.82.3.3")]);
+    wait_vteps(
+        &sws[0],
+        &overlay,
+        &["10.82.2.2", "10.82.3.3"],
+        "node 3's new address",
+    );
+    api.put_node(
+        "node-3",
+        &[("kubernetes.io/os", "windows")],
+        &[("InternalIP", "10.82.3.3")],
+    );
+    wait_vteps(
+        &sws[0],
+        &overlay,
+        &["10.82.2.2"],
+        "node 3 no longer selected",
+    );
+    api.put_node("node-3", &selected, &[("InternalIP", "10.82.3.3")]);
+    wait_vteps(
+        &sws[1],
+        &overlay,
+        &["10.82.1.2", "10.82.3.3"],
+        "node 3 selected again",
+    );
+
+    // The API server restarts, and node 3 goes while it is down; the
+    // history is compacted past the syncs' resume point: the watch answers
+    // 410 Expired and they list again.
+    let lists = |r: &[String]| r.iter().filter(|r| *r == "list").count();
+    let before = lists(&api.requests());
+    api.set_down(true);
+    api.delete_node("node-3");
+    api.compact();
+    std::thread::sleep(Duration::from_secs(1));
+    api.set_down(false);
+    wait_vteps(
+        &sws[0],
+        &overlay,
+        &["10.82.2.2"],
+        "node 3 gone, seen by a relist",
+    );
+    wait_vteps(
+        &sws[1],
+        &overlay,
+        &["10.82.1.2"],
+        "node 3 gone, seen by a relist",
+    );
+    assert!(lists(&api.requests()) >= before + 2, "{:?}", api.requests());
+
+    // A switch that is down when a node comes is joined once it is back.
+    sws[1].stop();
+    api.put_node("node-4", &selected, &[("InternalIP", "10.82.4.2")]);
+    wait_vteps(
+        &sws[0],
+        &overlay,
+        &["10.82.2.2", "10.82.4.2"],
+        "node 4 joined",
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    sws[1].spawn();
+    wait_vteps(
+        &sws[1],
+        &overlay,
+        &["10.82.1.2", "10.82.4.2"],
+        "node 4 joined after the restart",
+    );
+    assert!(syncs[1].log().contains("will retry"), "{}", syncs[1].log());
+
+    // Node 2 leaves the cluster: node 1's switch leaves it, and the pods
+    // no longer reach each other.
+    api.delete_node("node-2");
+    wait_vteps(&sws[0], &overlay, &["10.82.4.2"], "node 2 left");
+    assert!(!pods[0]
+        .ns
+        .sh("busybox ping -c 2 -W 1 10.66.0.2")
+        .status
+        .success());
+    // Only list and watch were asked, and each was allowed.
+    assert!(
+        api.requests()
+            .iter()
+            .all(|r| r == "list" || r.starts_with("watch")),
+        "{:?}",
+        api.requests()
+    );
+    drop(syncs);
+    for sw in &mut sws {
+        sw.assert_alive();
+    }
+}

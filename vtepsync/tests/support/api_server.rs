@@ -1,0 +1,597 @@
+//! A stand-in for the Kubernetes API server, as far as Nodes: list and
+//! watch `/api/v1/nodes` over HTTPS, to bearer tokens of service accounts,
+//! authorized by the RBAC objects of our manifests. It answers as upstream
+//! does (kubernetes/kubernetes, `staging/src/k8s.io/apiserver`):
+//!
+//! - **list** (`endpoints/handlers/get.go`): a `NodeList` whose
+//!   `metadata.resourceVersion` is the store's; items without `kind` and
+//!   `apiVersion`, in key (name) order; the label selector applied
+//!   (`apimachinery/pkg/labels/selector.go`: `k=v`, `k==v`, `k!=v`, `k`,
+//!   `!k`; a set-based requirement is a 400 here). A `limit` below the
+//!   number of nodes would page with a `continue` token: this stand-in
+//!   holds fewer nodes than any limit a client sends, and fails the test
+//!   otherwise.
+//! - **watch** (`endpoints/handlers/watch.go`, `storage/cacher/cacher.go`,
+//!   `cache_watcher.go`, `watch_cache.go`): a stream of
+//!   `{"type":…,"object":…}` JSON documents, one per line, of the changes
+//!   after `resourceVersion` (`"0"` or none: the current nodes as `ADDED`
+//!   first). An object that starts matching the selector comes as
+//!   `ADDED`, one that stops matching as `DELETED` with its previous
+//!   content (`convertToWatchEvent`). A `resourceVersion` older than the
+//!   history kept (`compact`) is answered, as the watch cache's
+//!   `getAllEventsSinceLocked` error is by `newErrWatcher`, with a 200 and
+//!   one `ERROR` event: a `Status` of code 410, reason `Expired`, "too old
+//!   resource version". The stream ends after `timeoutSeconds`, or when
+//!   the test takes the server down. Bookmarks, which are a hint, are not
+//!   sent.
+//! - **down** (restarting): open watches end, and every request is
+//!   answered 503 `ServiceUnavailable`, as an API server that is not ready
+//!   answers, until it is up again.
+//! - **authentication and authorization**: a token names a service
+//!   account (`system:serviceaccount:NS:NAME`, in group
+//!   `system:serviceaccounts`); a request is allowed when a
+//!   ClusterRoleBinding to it (or its groups) refers to a ClusterRole with
+//!   a rule for the verb (`list`, `watch`), API group `""` and resource
+//!   `nodes` (`plugin/pkg/auth/authorizer/rbac/rbac.go` `RuleAllows`: `*`
+//!   matches any; a rule with `resourceNames` allows no list or watch).
+//!   Otherwise a 401 or a 403 `Status`, as upstream words them.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use serde_json::{json, Value};
+
+/// A change of the store, at a resource version.
+#[derive(Clone)]
+struct Change {
+    rv: u64,
+    /// The object after the change (`None`: deleted).
+    now: Option<Value>,
+    /// The object before (`None`: created).
+    before: Option<Value>,
+}
+
+#[derive(Default)]
+struct Inner {
+    rv: u64,
+    nodes: BTreeMap<String, Value>,
+    /// Changes after `oldest`.
+    history: Vec<Change>,
+    /// A watch resumes from any version at or after this one.
+    oldest: u64,
+    /// Bumped to end every open watch.
+    epoch: u64,
+    /// Answering 503 to everything.
+    down: bool,
+    /// Token to service account (`namespace`, `name`).
+    tokens: BTreeMap<String, (String, String)>,
+    /// Every request: its method, verb and query.
+    requests: Vec<String>,
+}
+
+struct Shared {
+    inner: Mutex<Inner>,
+    changed: tokio::sync::Notify,
+    /// ClusterRoles and ClusterRoleBindings.
+    rbac: Vec<Value>,
+}
+
+/// The running stand-in.
+pub struct ApiServer {
+    rt: tokio::runtime::Runtime,
+    handle: axum_server::Handle<SocketAddr>,
+    shared: Arc<Shared>,
+    /// Where it listens.
+    pub addr: SocketAddr,
+    dir: tempfile::TempDir,
+}
+
+impl ApiServer {
+    /// Starts it, authorizing by the RBAC objects among `docs` (the
+    /// manifests' documents).
+    pub fn start(docs: &[Value]) -> ApiServer {
+        let dir = tempfile::tempdir().unwrap();
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca.distinguished_name
+            .push(rcgen::DnType::CommonName, "kubernetes stand-in CA");
+        let ca_cert = ca.self_signed(&ca_key).unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec![
+            "localhost".into(),
+            "127.0.0.1".into(),
+            "kubernetes.default.svc".into(),
+        ])
+        .unwrap()
+        .signed_by(&key, &ca_cert, &ca_key)
+        .unwrap();
+        std::fs::write(dir.path().join("ca.crt"), ca_cert.pem()).unwrap();
+        std::fs::write(dir.path().join("tls.crt"), cert.pem()).unwrap();
+        std::fs::write(dir.path().join("tls.key"), key.serialize_pem()).unwrap();
+
+        let rbac = docs
+            .iter()
+            .filter(|d| {
+                matches!(
+                    d["kind"].as_str(),
+                    Some("ClusterRole" | "ClusterRoleBinding")
+                )
+            })
+            .cloned()
+            .collect();
+        let shared = Arc::new(Shared {
+            inner: Mutex::new(Inner {
+                rv: 100,
+                oldest: 100,
+                ..Default::default()
+            }),
+            changed: tokio::sync::Notify::new(),
+            rbac,
+        });
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let config = rt
+            .block_on(axum_server::tls_rustls::RustlsConfig::from_pem_file(
+                dir.path().join("tls.crt"),
+                dir.path().join("tls.key"),
+            ))
+            .unwrap();
+        let router = Router::new()
+            .route("/api/v1/nodes", get(nodes))
+            .with_state(shared.clone());
+        let handle = axum_server::Handle::new();
+        let h = handle.clone();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        rt.spawn(async move {
+            axum_server::from_tcp_rustls(listener, config)
+                .unwrap()
+                .handle(h)
+                .serve(router.into_make_service())
+                .await
+                .unwrap();
+        });
+        ApiServer {
+            rt,
+            handle,
+            shared,
+            addr,
+            dir,
+        }
+    }
+
+    /// The CA that signed its certificate (PEM file).
+    pub fn ca_file(&self) -> PathBuf {
+        self.dir.path().join("ca.crt")
+    }
+
+    /// A bearer token for service account `name` of `namespace`.
+    pub fn token_for(&self, namespace: &str, name: &str) -> String {
+        let mut i = self.shared.inner.lock().unwrap();
+        let token = format!("token-{}-{namespace}-{name}", i.tokens.len());
+        i.tokens
+            .insert(token.clone(), (namespace.into(), name.into()));
+        token
+    }
+
+    /// A kubeconfig for `token` (what a client outside the cluster uses).
+    pub fn kubeconfig(&self, token: &str, at: &Path) {
+        let ca = std::fs::read_to_string(self.ca_file()).unwrap();
+        use base64::Engine;
+        let ca = base64::engine::general_purpose::STANDARD.encode(ca);
+        std::fs::write(
+            at,
+            format!(
+                "apiVersion: v1\nkind: Config\ncurrent-context: c\n\
+                 clusters:\n- name: k\n  cluster:\n    server: https://{}\n    certificate-authority-data: {ca}\n\
+                 users:\n- name: u\n  user:\n    token: {token}\n\
+                 contexts:\n- name: c\n  context:\n    cluster: k\n    user: u\n",
+                self.addr
+            ),
+        )
+        .unwrap();
+    }
+
+    /// Creates or replaces node `name` with `labels` and its
+    /// `status.addresses` (`(type, address)`).
+    pub fn put_node(&self, name: &str, labels: &[(&str, &str)], addresses: &[(&str, &str)]) {
+        let mut i = self.shared.inner.lock().unwrap();
+        i.rv += 1;
+        let rv = i.rv;
+        let before = i.nodes.get(name).cloned();
+        let uid = before
+            .as_ref()
+            .map(|b| b["metadata"]["uid"].clone())
+            .unwrap_or_else(|| json!(format!("00000000-0000-4000-8000-{rv:012}")));
+        let labels: serde_json::Map<String, Value> = labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), json!(v)))
+            .collect();
+        let addresses: Vec<Value> = addresses
+            .iter()
+            .map(|(t, a)| json!({"type": t, "address": a}))
+            .collect();
+        let node = json!({
+            "metadata": {
+                "name": name,
+                "uid": uid,
+                "resourceVersion": rv.to_string(),
+                "creationTimestamp": "2026-11-27T00:00:00Z",
+                "labels": labels,
+            },
+            "spec": {},
+            "status": {"addresses": addresses},
+        });
+        i.nodes.insert(name.into(), node.clone());
+        i.history.push(Change {
+            rv,
+            now: Some(node),
+            before,
+        });
+        drop(i);
+        self.shared.changed.notify_waiters();
+    }
+
+    /// Deletes node `name`.
+    pub fn delete_node(&self, name: &str) {
+        let mut i = self.shared.inner.lock().unwrap();
+        let Some(before) = i.nodes.remove(name) else {
+            return;
+        };
+        i.rv += 1;
+        let rv = i.rv;
+        i.history.push(Change {
+            rv,
+            now: None,
+            before: Some(before),
+        });
+        drop(i);
+        self.shared.changed.notify_waiters();
+    }
+
+    /// Forgets the history: a watch from an earlier version is now too old
+    /// (etcd compacted, or the watch cache's window moved on).
+    pub fn compact(&self) {
+        let mut i = self.shared.inner.lock().unwrap();
+        i.oldest = i.rv;
+        i.history.clear();
+    }
+
+    /// Takes the server down (its watches end, requests get 503) or up.
+    pub fn set_down(&self, down: bool) {
+        let mut i = self.shared.inner.lock().unwrap();
+        i.down = down;
+        i.epoch += 1;
+        drop(i);
+        self.shared.changed.notify_waiters();
+    }
+
+    /// The requests so far: "list", "watch rv=N", or "denied …".
+    pub fn requests(&self) -> Vec<String> {
+        self.shared.inner.lock().unwrap().requests.clone()
+    }
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        self.handle.shutdown();
+        self.set_down(true);
+    }
+}
+
+fn status(code: StatusCode, reason: &str, message: &str) -> Response {
+    (
+        code,
+        [("content-type", "application/json")],
+        json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": message,
+            "reason": reason,
+            "code": code.as_u16(),
+        })
+        .to_string(),
+    )
+        .into_response()
+}
+
+/// A label selector's requirements (equality-based and existence).
+enum Req {
+    Eq(String, String),
+    Ne(String, String),
+    Exists(String),
+    Absent(String),
+}
+
+fn parse_selector(s: &str) -> Result<Vec<Req>, String> {
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let r = if let Some((k, v)) = part.split_once("!=") {
+            Req::Ne(k.trim().into(), v.trim().into())
+        } else if let Some((k, v)) = part.split_once("==").or_else(|| part.split_once('=')) {
+            Req::Eq(k.trim().into(), v.trim().into())
+        } else if part.contains(' ') || part.contains('(') {
+            return Err(format!(
+                "unable to parse requirement: {part:?} (set-based: not in the stand-in)"
+            ));
+        } else if let Some(k) = part.strip_prefix('!') {
+            Req::Absent(k.trim().into())
+        } else {
+            Req::Exists(part.into())
+        };
+        out.push(r);
+    }
+    Ok(out)
+}
+
+fn matches(sel: &[Req], obj: &Value) -> bool {
+    let labels = &obj["metadata"]["labels"];
+    let label = |k: &str| labels.get(k).and_then(Value::as_str);
+    sel.iter().all(|r| match r {
+        Req::Eq(k, v) => label(k) == Some(v.as_str()),
+        Req::Ne(k, v) => label(k) != Some(v.as_str()),
+        Req::Exists(k) => label(k).is_some(),
+        Req::Absent(k) => label(k).is_none(),
+    })
+}
+
+/// Whether the ClusterRoleBindings give `user` (in `groups`) `verb` on
+/// nodes.
+fn allowed(rbac: &[Value], user: &str, groups: &[&str], verb: &str) -> bool {
+    let in_list = |v: &Value, want: &str| {
+        items(v)
+            .iter()
+            .any(|x| x.as_str() == Some(want) || x.as_str() == Some("*"))
+    };
+    rbac.iter()
+        .filter(|d| d["kind"] == "ClusterRoleBinding")
+        .filter(|b| {
+            items(&b["subjects"])
+                .iter()
+                .any(|s| match s["kind"].as_str() {
+                    Some("ServiceAccount") => {
+                        format!(
+                            "system:serviceaccount:{}:{}",
+                            s["namespace"].as_str().unwrap_or(""),
+                            s["name"].as_str().unwrap_or("")
+                        ) == user
+                    }
+                    Some("User") => s["name"].as_str() == Some(user),
+                    Some("Group") => groups.contains(&s["name"].as_str().unwrap_or("")),
+                    _ => false,
+                })
+        })
+        .filter(|b| b["roleRef"]["kind"] == "ClusterRole")
+        .filter_map(|b| {
+            rbac.iter().find(|r| {
+                r["kind"] == "ClusterRole" && r["metadata"]["name"] == b["roleRef"]["name"]
+            })
+        })
+        .flat_map(|r| items(&r["rules"]))
+        .any(|rule| {
+            in_list(&rule["verbs"], verb)
+                && in_list(&rule["apiGroups"], "")
+                && in_list(&rule["resources"], "nodes")
+                && items(&rule["resourceNames"]).is_empty()
+        })
+}
+
+/// A JSON array's items (none for anything else).
+fn items(v: &Value) -> &[Value] {
+    v.as_array().map_or(&[], Vec::as_slice)
+}
+
+async fn nodes(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    Query(q): Query<BTreeMap<String, String>>,
+) -> Response {
+    let watch = matches!(q.get("watch").map(String::as_str), Some("true" | "1"));
+    let verb = if watch { "watch" } else { "list" };
+    let token = headers
+        .get("authorization")
+        .and_then(|h| h.to_str().ok())
+        .and_then(|h| h.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if shared.inner.lock().unwrap().down {
+        return status(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ServiceUnavailable",
+            "the server is currently unable to handle the request",
+        );
+    }
+    let sa = shared.inner.lock().unwrap().tokens.get(token).cloned();
+    let Some((ns, name)) = sa else {
+        shared
+            .inner
+            .lock()
+            .unwrap()
+            .requests
+            .push(format!("unauthorized {verb}"));
+        return status(StatusCode::UNAUTHORIZED, "Unauthorized", "Unauthorized");
+    };
+    let user = format!("system:serviceaccount:{ns}:{name}");
+    let sa_group = format!("system:serviceaccounts:{ns}");
+    let groups = [
+        "system:serviceaccounts",
+        sa_group.as_str(),
+        "system:authenticated",
+    ];
+    if !allowed(&shared.rbac, &user, &groups, verb) {
+        shared
+            .inner
+            .lock()
+            .unwrap()
+            .requests
+            .push(format!("denied {verb}"));
+        return status(
+            StatusCode::FORBIDDEN,
+            "Forbidden",
+            &format!(
+                "nodes is forbidden: User \"{user}\" cannot {verb} resource \"nodes\" in API group \"\" at the cluster scope"
+            ),
+        );
+    }
+    let sel = match parse_selector(q.get("labelSelector").map_or("", String::as_str)) {
+        Ok(s) => s,
+        Err(e) => return status(StatusCode::BAD_REQUEST, "BadRequest", &e),
+    };
+    if !watch {
+        let mut i = shared.inner.lock().unwrap();
+        i.requests.push("list".into());
+        let items: Vec<Value> = i
+            .nodes
+            .values()
+            .filter(|n| matches(&sel, n))
+            .cloned()
+            .collect();
+        if let Some(limit) = q.get("limit").and_then(|l| l.parse::<usize>().ok()) {
+            assert!(
+                limit == 0 || items.len() <= limit,
+                "a list of {} nodes with limit {limit}: paging is not in the stand-in",
+                items.len()
+            );
+        }
+        let body = json!({
+            "kind": "NodeList",
+            "apiVersion": "v1",
+            "metadata": {"resourceVersion": i.rv.to_string()},
+            "items": items,
+        });
+        return ([("content-type", "application/json")], body.to_string()).into_response();
+    }
+
+    let from: u64 = match q.get("resourceVersion").map(String::as_str) {
+        None | Some("") | Some("0") => 0,
+        Some(v) => match v.parse() {
+            Ok(n) => n,
+            Err(_) => {
+                return status(
+                    StatusCode::BAD_REQUEST,
+                    "BadRequest",
+                    &format!("invalid resource version {v:?}"),
+                )
+            }
+        },
+    };
+    let timeout = q
+        .get("timeoutSeconds")
+        .and_then(|t| t.parse::<u64>().ok())
+        .map(Duration::from_secs);
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, Infallible>>(64);
+    let line = |kind: &str, obj: &Value| {
+        let mut obj = obj.clone();
+        if kind != "ERROR" {
+            obj["kind"] = json!("Node");
+            obj["apiVersion"] = json!("v1");
+        }
+        let mut l = json!({"type": kind, "object": obj}).to_string();
+        l.push('\n');
+        Ok(Bytes::from(l))
+    };
+    {
+        let mut i = shared.inner.lock().unwrap();
+        i.requests.push(format!("watch rv={from}"));
+        if from != 0 && from < i.oldest {
+            let e = json!({
+                "kind": "Status", "apiVersion": "v1", "metadata": {},
+                "status": "Failure",
+                "message": format!("too old resource version: {from} ({})", i.oldest),
+                "reason": "Expired", "code": 410,
+            });
+            let _ = tx.try_send(line("ERROR", &e));
+            drop(tx);
+            return stream_response(rx);
+        }
+    }
+    let shared2 = shared.clone();
+    tokio::spawn(async move {
+        let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+        let (mut seen, epoch) = {
+            let i = shared2.inner.lock().unwrap();
+            if from == 0 {
+                for n in i.nodes.values().filter(|n| matches(&sel, n)) {
+                    if tx.try_send(line("ADDED", n)).is_err() {
+                        return;
+                    }
+                }
+                (i.rv, i.epoch)
+            } else {
+                (from, i.epoch)
+            }
+        };
+        loop {
+            let notified = shared2.changed.notified();
+            let events: Vec<Result<Bytes, Infallible>> = {
+                let i = shared2.inner.lock().unwrap();
+                if i.epoch != epoch {
+                    return;
+                }
+                let mut out = Vec::new();
+                let after = seen;
+                for c in i.history.iter().filter(|c| c.rv > after) {
+                    let now = c.now.as_ref().filter(|n| matches(&sel, n));
+                    let before = c.before.as_ref().filter(|n| matches(&sel, n));
+                    match (now, before) {
+                        (Some(n), None) => out.push(line("ADDED", n)),
+                        (Some(n), Some(_)) => out.push(line("MODIFIED", n)),
+                        (None, Some(b)) => {
+                            // The previous content, at the change's version.
+                            let mut b = b.clone();
+                            b["metadata"]["resourceVersion"] = json!(c.rv.to_string());
+                            out.push(line("DELETED", &b));
+                        }
+                        (None, None) => {}
+                    }
+                    seen = c.rv;
+                }
+                out
+            };
+            for e in events {
+                if tx.send(e).await.is_err() {
+                    return;
+                }
+            }
+            match deadline {
+                Some(d) => {
+                    tokio::select! {
+                        _ = notified => {}
+                        _ = tokio::time::sleep_until(d) => return,
+                        _ = tx.closed() => return,
+                    }
+                }
+                None => {
+                    tokio::select! {
+                        _ = notified => {}
+                        _ = tx.closed() => return,
+                    }
+                }
+            }
+        }
+    });
+    stream_response(rx)
+}
+
+fn stream_response(rx: tokio::sync::mpsc::Receiver<Result<Bytes, Infallible>>) -> Response {
+    let body = Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
+    ([("content-type", "application/json")], body).into_response()
+}
