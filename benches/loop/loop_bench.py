@@ -25,7 +25,15 @@ generator is hostgen (below, one host per side: learned unicast as
 testpmd's mac forwarding sends), which can give its two ports different
 queues: net_af_xdp on a veth of one queue has one, and OVS-DPDK's memif
 port needs two (its PMD sends on queue 1); testpmd gives every port the
-same. Frame sizes 64 and 1518 bytes.
+same. vxlan (the overlay cell): two DUT instances, one per node, each in
+a network namespace of its own with a veth between them (the underlay,
+MTU 1600 so that 1518-byte frames fit encapsulated): the generator's port
+0 is a memif of node A's instance, port 1 a memif of node B's, and each
+instance carries its frames to the other in VXLAN (VNI 42) - Switchyard's
+vxlan port (a kernel UDP socket, the kernel routing it over the veth) and
+OVS-DPDK's userspace tunnel (a vxlan port on br-int, br-phy with the
+VTEP's address on DPDK's net_af_xdp on the veth, OVS's own ARP entry). Both instances' workers share the DUT's CPU. Frame sizes 64
+and 1518 bytes.
 
 Traffic (--traffic): `learned` (default) - the generator's ports have their
 own MACs and address each other (testpmd mac forwarding, --eth-peer), so a
@@ -89,7 +97,7 @@ frames were dropped), not only after a run that carried nothing.
 Run as root on an otherwise idle machine (see docs/benchmarks.md):
   cargo build --release -p switchyard
   benches/loop/loop_bench.py [--dut switchyard,testpmd-io,ovs-dpdk]
-                             [--kinds memif,vhost-server,vhost-client]
+                             [--kinds memif,vhost-server,vhost-client,af-packet,af-xdp,vxlan]
                              [--sizes 64,1518,imix] [--repeat 3] [--seconds 5]
                              [--memory hugepages,no-huge] [--traffic learned]
                              [--rtt]
@@ -123,6 +131,19 @@ GEN_IF = f"sylbg{os.getpid() % 100000}"
 
 
 UPLINKS = ("af-packet", "af-xdp")
+# The overlay cell: two instances in two namespaces, VXLAN over a veth.
+VXLAN = "vxlan"
+VX_NS = (f"sylbva{os.getpid() % 100000}", f"sylbvb{os.getpid() % 100000}")
+VX_IF = ("vxa", "vxb")
+VX_IP = ("10.99.0.1", "10.99.0.2")
+VX_MTU = 1600
+VX_VNI = 42
+# The two instances share the DUT's CPU: each sleeps when it finds nothing
+# to do, so that the other runs (Switchyard's adaptive mode wakes on its
+# ports' events; OVS 3.1's PMD sleeps up to pmd-maxsleep microseconds).
+# Busy-polling both, the scheduler's time slices set the rate.
+VX_POLL_MODE = os.environ.get("LOOP_BENCH_VX_POLL", "adaptive")
+VX_OVS_MAXSLEEP = int(os.environ.get("LOOP_BENCH_VX_MAXSLEEP", "50"))
 # The generator's ports' MACs (learned traffic addresses each to the other).
 GEN_MACS = ("02:00:00:00:00:0a", "02:00:00:00:00:0b")
 # The IMIX cell: frame sizes (CRC counted) and how many bursts of each are
@@ -281,6 +302,28 @@ def del_veth():
     subprocess.run(["ip", "link", "del", DUT_IF], capture_output=True)
 
 
+def make_underlay(addresses):
+    """The vxlan cell's two namespaces and the veth between them (MTU
+    VX_MTU); with `addresses`, the VTEPs' addresses on the veth ends (the
+    kernel's UDP carries Switchyard's tunnels; OVS keeps its own)."""
+    del_underlay()
+    for ns in VX_NS:
+        subprocess.run(["ip", "netns", "add", ns], check=True)
+        subprocess.run(["ip", "-n", ns, "link", "set", "lo", "up"], check=True)
+    subprocess.run(["ip", "link", "add", VX_IF[0], "netns", VX_NS[0], "mtu", str(VX_MTU),
+                    "type", "veth", "peer", "name", VX_IF[1], "netns", VX_NS[1],
+                    "mtu", str(VX_MTU)], check=True)
+    for ns, dev, ip in zip(VX_NS, VX_IF, VX_IP):
+        if addresses:
+            subprocess.run(["ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", dev], check=True)
+        subprocess.run(["ip", "-n", ns, "link", "set", dev, "up"], check=True)
+
+
+def del_underlay():
+    for ns in VX_NS:
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
 class Proc:
     """A child process with its output collected; killed by PID."""
 
@@ -392,7 +435,7 @@ class Dut:
         # Queue pairs per port, the same for every DUT of a cell (and the
         # generator): two for memif, where OVS needs two (its PMD sends on
         # queue 1), one elsewhere.
-        self.queues = 2 if kind == "memif" else 1
+        self.queues = 2 if kind in ("memif", VXLAN) else 1
         # The generator's queue pairs on its ports.
         self.gen_queues = self.queues
 
@@ -456,6 +499,9 @@ class Switchyard(Dut):
         binary = self.binary
         if not os.path.exists(binary):
             sys.exit(f"{binary} is missing: cargo build --release -p switchyard")
+        if self.kind == VXLAN:
+            self.start_vxlan()
+            return
         ports = []
         role = {"memif": "master", "vhost-server": "server", "vhost-client": "client",
                 "af-packet": "master", "af-xdp": "master"}[self.kind]
@@ -481,42 +527,85 @@ class Switchyard(Dut):
                     f'mac_table_size = {mac_table_size(SET.hosts)}\n'
                     f'[dataplane]\nworkers = 1\ncpus = [{DUT_CPU}]\npoll_mode = "poll"\n'
                     '[[bridge]]\nname = "default"\n' + "\n".join(ports))
-        self.ctl = os.path.join(self.tmp, "control.sock")
+        self.ctls = [os.path.join(self.tmp, "control.sock")]
+        self.launch([binary, "run", "--config", cfg], self.ctls[0])
+
+    def launch(self, argv, ctl):
         env = dict(os.environ, RUST_LOG="warn")
-        self.procs.append(Proc([binary, "run", "--config", cfg], env=env))
+        self.procs.append(Proc(argv, env=env))
         end = time.time() + 10
-        while not os.path.exists(self.ctl) and time.time() < end:
+        while not os.path.exists(ctl) and time.time() < end:
             time.sleep(0.05)
 
-    def cli(self, *args):
-        """`switchyard ARGS` against this DUT's control socket: its output."""
+    def start_vxlan(self):
+        """Node A's switch and node B's, each in its namespace: its memif
+        port to the generator and a vxlan port to the other, one bridge."""
+        make_underlay(addresses=True)
+        self.ctls = []
+        for i, (name, sock) in enumerate(zip(["a", "b"], self.sockets())):
+            d = os.path.join(self.tmp, name)
+            os.makedirs(d)
+            cfg = os.path.join(d, "switchyard.toml")
+            with open(cfg, "w") as f:
+                f.write(f'control_socket = "{d}/control.sock"\nstate_dir = "{d}/state"\n'
+                        f'socket_dir = "{self.tmp}"\n'
+                        f'[dataplane]\nworkers = 1\ncpus = [{DUT_CPU}]\n'
+                        f'poll_mode = "{VX_POLL_MODE}"\n'
+                        '[[bridge]]\nname = "default"\n'
+                        f'[[port]]\nname = "{name}"\nkind = "memif"\nrole = "master"\n'
+                        f'socket = "{sock}"\nbridge = "default"\nring_size = 1024\n'
+                        f'buffer_size = 2048\nqueues = {self.queues}\n'
+                        f'[[port]]\nname = "vx"\nkind = "vxlan"\nremote = "{VX_IP[1 - i]}"\n'
+                        f'local = "{VX_IP[i]}"\nvni = {VX_VNI}\nbridge = "default"\n')
+            ctl = os.path.join(d, "control.sock")
+            self.ctls.append(ctl)
+            self.launch(["ip", "netns", "exec", VX_NS[i], self.binary, "run", "--config", cfg],
+                        ctl)
+
+    def cli(self, *args, ctl=None):
+        """`switchyard ARGS` against this DUT's (first) control socket: its
+        output."""
         return subprocess.run([self.binary, *args],
-                              env=dict(os.environ, SWITCHYARD_CONTROL=self.ctl),
+                              env=dict(os.environ, SWITCHYARD_CONTROL=ctl or self.ctls[0]),
                               capture_output=True, text=True).stdout
 
     def ready(self, gen):
         end = time.time() + 20
-        while time.time() < end:
-            out = self.cli("port", "list", "--json")
-            try:
-                ports = json.loads(out)
-            except ValueError:
-                ports = []
-            if len(ports) == 2 and all(p["status"]["link_up"] for p in ports):
-                return
-            time.sleep(0.2)
-        log = "".join(self.procs[0].err)[-1500:] if self.procs else ""
-        raise RuntimeError(f"switchyard links not up: {out} {log}".replace("\n", " | "))
+        for ctl in self.ctls:
+            while time.time() < end:
+                out = self.cli("port", "list", "--json", ctl=ctl)
+                try:
+                    ports = json.loads(out)
+                except ValueError:
+                    ports = []
+                if len(ports) == 2 and all(p["status"]["link_up"] for p in ports):
+                    break
+                time.sleep(0.2)
+            else:
+                log = "".join(self.procs[0].err)[-1500:] if self.procs else ""
+                raise RuntimeError(f"switchyard links not up: {out} {log}".replace("\n", " | "))
 
     def workers(self):
-        w = json.loads(self.cli("worker", "list", "--json"))[0]
-        return w["busy_seconds"], w["idle_seconds"], w["frames"], sum(b[1] for b in w["bursts"])
+        """Busy and idle seconds, frames and bursts of the workers (both
+        instances' in the vxlan cell)."""
+        total = [0, 0, 0, 0]
+        for ctl in self.ctls:
+            w = json.loads(self.cli("worker", "list", "--json", ctl=ctl))[0]
+            for k, v in enumerate((w["busy_seconds"], w["idle_seconds"], w["frames"],
+                                   sum(b[1] for b in w["bursts"]))):
+                total[k] += v
+        return tuple(total)
 
     def load_mark(self):
         self.mark = self.workers()
 
     def counters(self):
-        return self.cli("stats")
+        return "".join(self.cli("stats", ctl=c) for c in self.ctls)
+
+    def stop(self):
+        super().stop()
+        if self.kind == VXLAN:
+            del_underlay()
 
     def load(self):
         b0, i0, f0, n0 = self.mark
@@ -530,6 +619,8 @@ class TestpmdIo(Dut):
     name = "testpmd-io"
 
     def start(self):
+        if self.kind == VXLAN:
+            raise RuntimeError("testpmd io has no VXLAN: the vxlan cell is for switches")
         a, b = self.sockets()
         if self.kind == "memif":
             vdevs = [f"net_memif0,role=server,id=0,socket={a},socket-abstract=no",
@@ -581,42 +672,10 @@ class OvsDpdk(Dut):
                    else "--no-huge --legacy-mem -m 3072"))
 
     def start(self):
-        for tool in ["ovsdb-tool", "ovsdb-server", "ovs-vsctl"]:
-            if not shutil.which(tool):
-                raise RuntimeError("openvswitch-switch-dpdk is not installed")
-        vswitchd = OVS_VSWITCHD
-        if not os.path.exists(vswitchd):
-            raise RuntimeError(f"{vswitchd} is missing (openvswitch-switch-dpdk)")
-        t = self.tmp
-        self.env = dict(os.environ, OVS_RUNDIR=t, OVS_DBDIR=t, OVS_LOGDIR=t, OVS_SYSCONFDIR=t)
-        db = os.path.join(t, "conf.db")
-        subprocess.run(["ovsdb-tool", "create", db,
-                        "/usr/share/openvswitch/vswitch.ovsschema"], check=True, env=self.env)
-        self.sock = os.path.join(t, "db.sock")
-        self.procs.append(Proc(["ovsdb-server", db, f"--remote=punix:{self.sock}",
-                                "--remote=db:Open_vSwitch,Open_vSwitch,manager_options",
-                                f"--pidfile={t}/ovsdb-server.pid", "--unixctl",
-                                f"{t}/ovsdb-server.ctl"], env=self.env))
-        end = time.time() + 10
-        while not os.path.exists(self.sock) and time.time() < end:
-            time.sleep(0.05)
-        self.vsctl("--no-wait", "init")
-        if SET.memory == "hugepages":
-            mem = ["other_config:dpdk-socket-mem=1024",
-                   f'other_config:dpdk-extra="--huge-dir {SET.huge_dir} --single-file-segments '
-                   f'--no-pci --file-prefix lb-ovs-{os.getpid()}"']
-        else:
-            mem = [f'other_config:dpdk-extra="--no-huge --legacy-mem -m 3072 --no-pci '
-                   f'--file-prefix lb-ovs-{os.getpid()}"']
-        self.vsctl("--no-wait", "set", "Open_vSwitch", ".",
-                   "other_config:dpdk-init=true",
-                   f"other_config:dpdk-lcore-mask={1 << DUT_CPU:#x}",
-                   f"other_config:pmd-cpu-mask={1 << DUT_CPU:#x}", *mem)
-        # dpdkvhostuser sockets go to vhost-sock-dir, by default OVS_RUNDIR.
-        self.procs.append(Proc([vswitchd, f"unix:{self.sock}",
-                                f"--pidfile={t}/ovs-vswitchd.pid", "--unixctl",
-                                f"{t}/ovs-vswitchd.ctl", f"--log-file={t}/ovs-vswitchd.log"],
-                               env=self.env))
+        if self.kind == VXLAN:
+            self.start_vxlan()
+            return
+        self.boot()
         self.vsctl("add-br", "br0", "--", "set", "bridge", "br0", "datapath_type=netdev")
         a, b = self.sockets()
         for i, (name, sock) in enumerate(zip(["pa", "pb"], [a, b])):
@@ -643,6 +702,91 @@ class OvsDpdk(Dut):
             # OVS's guide for many parallel flows: no EMC inserts, SMC on.
             self.vsctl("set", "Open_vSwitch", ".", "other_config:emc-insert-inv-prob=0",
                        "other_config:smc-enable=true")
+
+    def boot(self, netns=None, instance=""):
+        """ovsdb-server and ovs-vswitchd (in `netns`, if given), DPDK
+        initialised with the PMD on the DUT's CPU."""
+        for tool in ["ovsdb-tool", "ovsdb-server", "ovs-vsctl"]:
+            if not shutil.which(tool):
+                raise RuntimeError("openvswitch-switch-dpdk is not installed")
+        vswitchd = OVS_VSWITCHD
+        if not os.path.exists(vswitchd):
+            raise RuntimeError(f"{vswitchd} is missing (openvswitch-switch-dpdk)")
+        t = self.tmp
+        self.env = dict(os.environ, OVS_RUNDIR=t, OVS_DBDIR=t, OVS_LOGDIR=t, OVS_SYSCONFDIR=t)
+        db = os.path.join(t, "conf.db")
+        subprocess.run(["ovsdb-tool", "create", db,
+                        "/usr/share/openvswitch/vswitch.ovsschema"], check=True, env=self.env)
+        self.sock = os.path.join(t, "db.sock")
+        self.procs.append(Proc(["ovsdb-server", db, f"--remote=punix:{self.sock}",
+                                "--remote=db:Open_vSwitch,Open_vSwitch,manager_options",
+                                f"--pidfile={t}/ovsdb-server.pid", "--unixctl",
+                                f"{t}/ovsdb-server.ctl"], env=self.env))
+        end = time.time() + 10
+        while not os.path.exists(self.sock) and time.time() < end:
+            time.sleep(0.05)
+        self.vsctl("--no-wait", "init")
+        if SET.memory == "hugepages":
+            mem = ["other_config:dpdk-socket-mem=1024",
+                   f'other_config:dpdk-extra="--huge-dir {SET.huge_dir} --single-file-segments '
+                   f'--no-pci --file-prefix lb-ovs{instance}-{os.getpid()}"']
+        else:
+            mem = [f'other_config:dpdk-extra="--no-huge --legacy-mem -m 3072 --no-pci '
+                   f'--file-prefix lb-ovs{instance}-{os.getpid()}"']
+        self.vsctl("--no-wait", "set", "Open_vSwitch", ".",
+                   "other_config:dpdk-init=true",
+                   f"other_config:dpdk-lcore-mask={1 << DUT_CPU:#x}",
+                   f"other_config:pmd-cpu-mask={1 << DUT_CPU:#x}", *mem)
+        # dpdkvhostuser sockets go to vhost-sock-dir, by default OVS_RUNDIR.
+        ns = ["ip", "netns", "exec", netns] if netns else []
+        self.procs.append(Proc(ns + [vswitchd, f"unix:{self.sock}",
+                                f"--pidfile={t}/ovs-vswitchd.pid", "--unixctl",
+                                f"{t}/ovs-vswitchd.ctl", f"--log-file={t}/ovs-vswitchd.log"],
+                               env=self.env))
+
+    def start_vxlan(self):
+        """Node A's OVS and node B's, each in its namespace, with OVS's
+        userspace tunnelling as its guide sets it up: br-int with the
+        generator's memif port and a vxlan port to the other node, br-phy
+        with the VTEP's address (on its internal port, whose route OVS
+        takes from the kernel) and DPDK's net_af_xdp on the veth
+        (net_af_packet's frames stop at 1518 bytes, short of a 1518-byte
+        frame encapsulated); the other VTEP's MAC is OVS's own entry."""
+        make_underlay(addresses=False)
+        self.nodes = []
+        macs = ("02:00:00:00:99:01", "02:00:00:00:99:02")
+        q = self.gen_queues
+        affinity = ",".join(f"{k}:{DUT_CPU}" for k in range(q))
+        desc = [f"options:n_rxq_desc={QUEUE}", f"options:n_txq_desc={QUEUE}"]
+        for i, (name, sock) in enumerate(zip(["pa", "pb"], self.sockets())):
+            d = os.path.join(self.tmp, name)
+            os.makedirs(d)
+            n = OvsDpdk(VXLAN, d)
+            self.nodes.append(n)
+            n.boot(VX_NS[i], str(i))
+            if VX_OVS_MAXSLEEP:
+                n.vsctl("set", "Open_vSwitch", ".", f"other_config:pmd-maxsleep={VX_OVS_MAXSLEEP}")
+            n.vsctl("add-br", "br-int", "--", "set", "bridge", "br-int", "datapath_type=netdev")
+            n.vsctl("add-port", "br-int", name, "--", "set", "Interface", name, "type=dpdk",
+                    f"options:dpdk-devargs=net_memif0,role=server,id=0,socket={sock},"
+                    "socket-abstract=no", f"options:n_rxq={q}", *desc,
+                    f"other_config:pmd-rxq-affinity={affinity}")
+            n.vsctl("add-port", "br-int", "vx", "--", "set", "Interface", "vx", "type=vxlan",
+                    f"options:remote_ip={VX_IP[1 - i]}", f"options:local_ip={VX_IP[i]}",
+                    f"options:key={VX_VNI}")
+            n.vsctl("add-br", "br-phy", "--", "set", "bridge", "br-phy", "datapath_type=netdev",
+                    f"other_config:hwaddr={macs[i]}")
+            n.vsctl("add-port", "br-phy", "up", "--", "set", "Interface", "up", "type=dpdk",
+                    f"options:dpdk-devargs=net_af_xdp0,iface={VX_IF[i]},start_queue=0,"
+                    "queue_count=1",
+                    *desc, f"mtu_request={VX_MTU}", f"other_config:pmd-rxq-affinity=0:{DUT_CPU}")
+            n.vsctl("set", "Interface", "br-phy", f"mtu_request={VX_MTU}")
+            subprocess.run(["ip", "-n", VX_NS[i], "addr", "add", f"{VX_IP[i]}/24", "dev",
+                            "br-phy"], check=True)
+            subprocess.run(["ip", "-n", VX_NS[i], "link", "set", "br-phy", "up"], check=True)
+            n.appctl("tnl/arp/set", "br-phy", VX_IP[1 - i], macs[1 - i])
+            n.vsctl("set", "bridge", "br-int",
+                    f"other_config:mac-table-size={mac_table_size(SET.hosts)}")
 
     def sockets(self):
         if self.kind == "vhost-server":
@@ -671,13 +815,25 @@ class OvsDpdk(Dut):
             print(f"# ovs-appctl {' '.join(args)}: {r.stderr.strip()}", file=sys.stderr)
         return r.stdout
 
+    def instances(self):
+        """The OVS instances of the DUT (two in the vxlan cell)."""
+        return getattr(self, "nodes", None) or [self]
+
     def counters(self):
-        return self.appctl("dpctl/show", "-s")
+        return "".join(n.appctl("dpctl/show", "-s") for n in self.instances())
 
     def load_mark(self):
-        self.appctl("dpif-netdev/pmd-stats-clear")
+        for n in self.instances():
+            n.appctl("dpif-netdev/pmd-stats-clear")
 
     def load(self):
+        loads = [n.load_one() for n in self.instances()]
+        busy = [b for b, _ in loads if b is not None]
+        bursts = [n for _, n in loads if n is not None]
+        return (sum(busy) / len(busy) if busy else None,
+                sum(bursts) / len(bursts) if bursts else None)
+
+    def load_one(self):
         out = self.appctl("dpif-netdev/pmd-stats-show")
         if os.environ.get("LOOP_BENCH_DEBUG"):
             print(out, file=sys.stderr)
@@ -687,10 +843,14 @@ class OvsDpdk(Dut):
                 float(burst.group(1)) if burst else None)
 
     def stop(self):
+        for n in getattr(self, "nodes", []):
+            n.stop()
         if self.procs:
             subprocess.run(["ovs-appctl", "-t", f"{self.tmp}/ovs-vswitchd.ctl", "exit"],
                            capture_output=True, timeout=20)
         super().stop()
+        if self.kind == VXLAN:
+            del_underlay()
 
 
 DUTS = {"switchyard": Switchyard, "testpmd-io": TestpmdIo, "ovs-dpdk": OvsDpdk}
@@ -816,7 +976,7 @@ def gen_vdevs(kind, sockets, queues=1):
                 f"net_af_packet0,iface={GEN_IF},qdisc_bypass=1,qpairs={queues}")
         return [gen0,
                 f"net_memif1,role=client,id=0,socket={b},socket-abstract=no,mac={GEN_MACS[1]}"]
-    if kind == "memif":
+    if kind in ("memif", VXLAN):
         zc = ",zero-copy=yes" if SET.memif_zero_copy else ""
         return [f"net_memif0,role=client,id=0,socket={a},socket-abstract=no,mac={GEN_MACS[0]}{zc}",
                 f"net_memif1,role=client,id=0,socket={b},socket-abstract=no,mac={GEN_MACS[1]}{zc}"]
@@ -1046,7 +1206,7 @@ def run_once(dut_name, kind, size, seconds, bursts, rtt=False):
                       [f"--rxq={q}", f"--txq={q}", "--no-flush-rx"] + extra, fwd=fwd)
         dut_ready(dut, gen)
         wait_gen_links(gen)
-        if SET.memif_zero_copy and kind == "memif":
+        if SET.memif_zero_copy and kind in ("memif", VXLAN):
             # A zero-copy client posts its receive buffers when it first
             # receives: forward once, so that the DUT finds buffers for
             # the first frames instead of dropping them.
@@ -1419,7 +1579,12 @@ def print_settings(duts, args):
         print(f"uplink cells: the generator's port on the veth is net_{gen}"
               + (" (one queue), the generator hostgen (one host per side, learned unicast; "
                  "RTT and IMIX cells: testpmd)" if gen == "af_xdp" else ""))
-    print("queue pairs per port: 2 in the memif cell, 1 elsewhere, every DUT alike")
+    print("queue pairs per port: 2 in the memif and vxlan cells, 1 elsewhere, every DUT alike")
+    if VXLAN in args.kinds.split(","):
+        print(f"vxlan cell: two instances of each DUT (nodes A and B, a namespace each, a veth "
+              f"of MTU {VX_MTU} between them), sharing CPU {DUT_CPU} and sleeping when idle: "
+              f"Switchyard poll_mode {VX_POLL_MODE}, its tunnels on kernel UDP sockets; "
+              f"OVS-DPDK pmd-maxsleep {VX_OVS_MAXSLEEP}, its tunnels on br-phy over net_af_xdp")
     for d in duts:
         dut = make_dut(d, "memif", "/nonexistent")
         print(f"- {d}: {dut.settings()}" + (f" (build {BUILDS[d]})" if d in BUILDS else ""))
