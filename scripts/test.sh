@@ -99,6 +99,7 @@ cargo clippy --workspace --all-targets --locked -- -D warnings </dev/null
 RUSTC_BOOTSTRAP=1 RUSTFLAGS="-Zsanitizer=address" CARGO_TARGET_DIR=target/asan \
   cargo test -p switchyard --lib --target x86_64-unknown-linux-gnu --locked -- \
   queue:: wire:: port::memif::queue port::vhost_user::queue port::memif::region forward::tests \
+  port::vxlan::queues \
   dataplane::tests </dev/null
 
 cargo test --workspace --locked "$@" </dev/null

@@ -135,8 +135,9 @@ fn a_pod_and_the_kernels_vxlan_exchange_tcp_over_a_routed_underlay() {
     iperf(&pod, &kernel, false);
     iperf(&pod, &kernel, true);
     assert_eq!(kernel_errors(&kernel.ns), "");
+    // 64 MB each way and more (the kernel's super-frames count one each).
     let t = sw.stats("node2").totals;
-    assert!(t.tx_packets > 10_000 && t.rx_packets > 10_000, "{t:?}");
+    assert!(t.tx_bytes > 64 << 20 && t.rx_bytes > 64 << 20, "{t:?}");
 
     // A frame longer than the path carries (a pod left at MTU 1500) is
     // dropped and counted, never fragmented.

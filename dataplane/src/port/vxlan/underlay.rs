@@ -89,7 +89,7 @@ pub(super) fn join(
 /// A UDP socket bound to `local`, set up for tunnels: non-blocking, never
 /// fragmenting what it sends (`IP_PMTUDISC_DO`: a packet over the path's
 /// MTU fails rather than goes out in pieces), with large buffers.
-fn open(local: SocketAddr) -> Result<OwnedFd, UnderlayError> {
+pub(super) fn open(local: SocketAddr) -> Result<OwnedFd, UnderlayError> {
     let s = std::net::UdpSocket::bind(local).map_err(|e| match e.raw_os_error() {
         Some(libc::EADDRNOTAVAIL) => UnderlayError::NotLocal(local.ip()),
         Some(libc::EADDRINUSE) => UnderlayError::InUse(local.ip(), local.port()),
@@ -112,6 +112,7 @@ fn open(local: SocketAddr) -> Result<OwnedFd, UnderlayError> {
         )
     };
     setsockopt_int(&fd, level, opt, val).map_err(io)?;
+    receive_coalesced(&fd);
     // Room for bursts: forced past the system's limits where the switch
     // may (CAP_NET_ADMIN), else as large as they allow.
     for (force, plain) in [
@@ -133,7 +134,25 @@ fn adopt(local: SocketAddr, fd: OwnedFd) -> Result<OwnedFd, UnderlayError> {
     if !datagram || s.local_addr().ok() != Some(local) {
         return Err(UnderlayError::NotOurs(local));
     }
-    Ok(OwnedFd::from(s))
+    let fd = OwnedFd::from(s);
+    // A switch before this option handed it over without.
+    receive_coalesced(&fd);
+    Ok(fd)
+}
+
+/// `UDP_GRO` (linux/udp.h): the kernel may give a socket a run of
+/// datagrams of one size from one source as one message, with the size in
+/// a control message. `UDP_SEGMENT`: a message sent is cut into datagrams
+/// of the size it gives, after the stack.
+pub(super) const UDP_GRO: libc::c_int = 104;
+pub(super) const UDP_SEGMENT: libc::c_int = 103;
+
+/// Asks the kernel to hand the socket coalesced runs of datagrams
+/// (`UDP_GRO`, Linux 5.0): one message through the stack for a run, which
+/// the receive queue cuts up ([`super::queues`]). Without it (an older
+/// kernel), datagrams come one by one, as the queue also reads them.
+fn receive_coalesced(fd: &OwnedFd) {
+    let _ = setsockopt_int(fd, libc::SOL_UDP, UDP_GRO, 1);
 }
 
 fn setsockopt_int(
