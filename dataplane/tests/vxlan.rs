@@ -500,3 +500,78 @@ fn overlays_of_the_config_join_the_nodes_their_vteps_name() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("overlay:"), "{err}");
 }
+
+/// Port security holds across the overlay: a pod on another node that
+/// sends from the MAC a local pod's port has pinned is dropped on the
+/// tunnel (`spoofed_source`), and the local pod keeps its MAC.
+#[test]
+fn a_pod_on_another_node_cannot_take_a_pinned_mac() {
+    let _g = serial();
+    let u = Underlay::new(2);
+    let overlay = "[overlays]\nflat = { vni = 42 }\n";
+    let sws = [
+        Switch::start_in(Some(&u.vteps[0].name), overlay),
+        Switch::start_in(Some(&u.vteps[1].name), overlay),
+    ];
+    sws[0].cli_ok(&["vtep", "add", "flat", &Underlay::ip(2)]);
+    sws[1].cli_ok(&["vtep", "add", "flat", &Underlay::ip(1)]);
+    let pods: Vec<Station> = sws
+        .iter()
+        .enumerate()
+        .map(|(i, sw)| {
+            let pod = Station::attached(i as u8 + 1, Some(&u.vteps[i]), "pod");
+            pod.ns.sh_ok("ip link set eth0 mtu 1450");
+            let mac = pod.mac();
+            let mut args = vec![
+                "port",
+                "add",
+                "pod",
+                "--kind",
+                "af-packet",
+                "--interface",
+                "pod",
+                "--bridge",
+                "flat",
+            ];
+            if i == 0 {
+                // Node 1's pod pins its MAC, as the CNI does.
+                args.extend(["--mac", mac.as_str()]);
+            }
+            sw.cli_ok(&args);
+            pod
+        })
+        .collect();
+    pods[0].ns.sh_ok("busybox ping -c 2 -W 2 10.66.0.2");
+    let pinned = pods[0].mac();
+    let spoofed = || {
+        sws[0]
+            .stats("flat-10.81.2.2")
+            .totals
+            .drops
+            .get(&switchyard_api::DropReason::SpoofedSource)
+            .copied()
+            .unwrap_or(0)
+    };
+    assert_eq!(spoofed(), 0);
+    // Node 2's pod takes node 1's pod's MAC and sends.
+    pods[1]
+        .ns
+        .sh_ok(&format!("ip link set eth0 address {pinned}"));
+    let _ = pods[1].ns.sh("busybox ping -c 3 -W 1 10.66.0.1");
+    eprintln!(
+        "{}\n{}",
+        sws[0].cli_ok(&["stats"]),
+        sws[1].cli_ok(&["stats"])
+    );
+    wait_for(
+        Duration::from_secs(10),
+        "spoofed frames dropped on the tunnel",
+        || (spoofed() > 0).then_some(()),
+    );
+    let e = sws[0]
+        .macs("flat")
+        .into_iter()
+        .find(|m| m.mac == pinned)
+        .unwrap();
+    assert_eq!(e.port, "pod", "{e:?}");
+}
