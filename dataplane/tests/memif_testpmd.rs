@@ -128,6 +128,100 @@ fn slave_role_reconnects_to_testpmd_servers_and_passes_jumbo_chains() {
     assert!(info.status.connects >= 2, "{:?}", info.status);
 }
 
+/// Several slave ports on one master socket, each an interface of its own
+/// (its `id`), as DPDK and VPP serve them: one testpmd with two `net_memif`
+/// servers on one socket; an id it does not have is refused while the
+/// others forward; a port deleted leaves the others connected.
+#[test]
+fn slave_ports_share_a_testpmd_server_socket_by_id() {
+    let _g = serial();
+    let sw = Switch::start(BRIDGE);
+    let sock = sw.path("shared.sock");
+    let slave = |name: &str, id: &str| {
+        sw.cli(&[
+            "port", "add", name, "--kind", "memif", "--role", "slave", "--socket", &sock, "--id",
+            id, "--bridge", "default",
+        ])
+    };
+    for (name, id) in [("s0", "0"), ("s1", "1")] {
+        let o = slave(name, id);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    // The same interface twice, a master there, a vhost-user port there:
+    // refused, naming the field.
+    let refused = |args: &[&str], field: &str| {
+        let o = sw.cli(args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains(field), "{err}");
+    };
+    refused(
+        &[
+            "port", "add", "again", "--kind", "memif", "--role", "slave", "--socket", &sock,
+            "--id", "1",
+        ],
+        "port.id: port \"s1\" is interface 1",
+    );
+    refused(
+        &[
+            "port", "add", "m", "--kind", "memif", "--role", "master", "--socket", &sock, "--id",
+            "5",
+        ],
+        "port.socket",
+    );
+    refused(
+        &[
+            "port",
+            "add",
+            "v",
+            "--kind",
+            "vhost-user",
+            "--role",
+            "client",
+            "--socket",
+            &sock,
+        ],
+        "port.socket",
+    );
+
+    let mut t = Testpmd::start(
+        &[
+            memif_vdev(0, "server", &sock, &format!("id=0,mac={}", mac(0x30))),
+            memif_vdev(1, "server", &sock, &format!("id=1,mac={}", mac(0x31))),
+        ],
+        &["--forward-mode=rxonly"],
+    );
+    sw.wait_link("s0", true);
+    sw.wait_link("s1", true);
+    // Each interface's bursts reach the other through the switch.
+    t.send_bursts(1);
+    assert_eq!(t.wait_rx(0, 32), 32);
+    assert_eq!(t.wait_rx(1, 32), 32);
+
+    // An id the server does not have: refused, the others forward on.
+    let o = slave("s2", "2");
+    assert!(o.status.success());
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(!sw.stats("s2").link_up);
+    t.send_bursts(1);
+    assert_eq!(t.wait_rx(0, 64), 64);
+    assert_eq!(t.wait_rx(1, 64), 64);
+
+    // A port deleted: the other stays connected. (testpmd stops polling
+    // first: DPDK's memif driver may crash a polling lcore when a peer
+    // goes, see `Testpmd::pause`.)
+    t.pause();
+    let connects = sw.port("s0").status.connects;
+    sw.cli_ok(&["port", "del", "s1"]);
+    sw.cli_ok(&["port", "del", "s2"]);
+    std::thread::sleep(Duration::from_secs(1));
+    let s0 = sw.port("s0");
+    assert!(
+        s0.status.link_up && s0.status.connects == connects,
+        "{s0:?}"
+    );
+    t.assert_alive();
+}
+
 #[test]
 fn vlan_access_ports_are_isolated_and_trunks_carry_tags() {
     let _g = serial();

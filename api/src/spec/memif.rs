@@ -117,6 +117,7 @@ impl MemifSpec {
             addr: &self.socket,
             role: self.role.into(),
             group: self.socket_group,
+            interface: Some(self.id.unwrap_or(0)),
         }
     }
 }

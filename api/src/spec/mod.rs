@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 pub use af_packet::AfPacketSpec;
 pub use af_xdp::{AfXdpSpec, XdpMode};
 pub use memif::{MemifMode, MemifRole, MemifSpec};
-pub use socket::{Side, SocketAddr, SocketKind, SocketRole, SocketSpec};
+pub use socket::{ShareRefused, Side, SocketAddr, SocketKind, SocketRole, SocketSpec};
 pub use tap::TapSpec;
 pub use vhost_user::{VhostUserRole, VhostUserSpec};
 pub use vxlan::VxlanSpec;

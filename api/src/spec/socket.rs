@@ -312,6 +312,16 @@ impl std::fmt::Display for SocketRole {
     }
 }
 
+/// Why two ports cannot share a socket address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShareRefused {
+    /// The address is the other port's: a socket the switch creates, or
+    /// another kind or role there.
+    Taken,
+    /// Both would be the same interface on it.
+    SameInterface,
+}
+
 /// A socket port's socket, as its kind's spec gives it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SocketSpec<'a> {
@@ -321,6 +331,9 @@ pub struct SocketSpec<'a> {
     pub role: SocketRole,
     /// The group given the socket the switch creates.
     pub group: Option<u32>,
+    /// The interface on the socket, for kinds whose sockets carry several
+    /// told apart by an id (memif's `id`, as VPP and DPDK serve them).
+    pub interface: Option<u32>,
 }
 
 impl SocketSpec<'_> {
@@ -332,6 +345,20 @@ impl SocketSpec<'_> {
     /// Whether the switch creates the socket (and so may give it a group).
     pub fn switch_creates(&self) -> bool {
         self.side() == Side::Listen
+    }
+
+    /// Whether a port of this socket may share its address with `other`,
+    /// a port of the same kind there: both connect to it in one role, each
+    /// as an interface of its own (memif slaves of one master socket, with
+    /// their ids). Else the address is the other port's alone.
+    pub fn shares_with(&self, other: &SocketSpec<'_>) -> Result<(), ShareRefused> {
+        if self.role != other.role || self.side() != Side::Connect || self.interface.is_none() {
+            return Err(ShareRefused::Taken);
+        }
+        if self.interface == other.interface {
+            return Err(ShareRefused::SameInterface);
+        }
+        Ok(())
     }
 
     /// Checks what every socket kind shares: the address, and a group only
@@ -403,5 +430,28 @@ mod tests {
             Ok(MemifRole::Master.into())
         );
         assert!(SocketKind::VhostUser.parse_role("master").is_err());
+    }
+
+    #[test]
+    fn only_connecting_interfaces_of_one_kind_share_a_socket() {
+        let addr = SocketAddr::parse("/run/s.sock");
+        let spec = |kind: SocketKind, side, interface| SocketSpec {
+            addr: &addr,
+            role: kind.role(side),
+            group: None,
+            interface,
+        };
+        let slave = |id| spec(SocketKind::Memif, Side::Connect, Some(id));
+        assert_eq!(slave(1).shares_with(&slave(0)), Ok(()));
+        assert_eq!(
+            slave(0).shares_with(&slave(0)),
+            Err(ShareRefused::SameInterface)
+        );
+        let master = spec(SocketKind::Memif, Side::Listen, Some(1));
+        assert_eq!(master.shares_with(&slave(0)), Err(ShareRefused::Taken));
+        assert_eq!(slave(1).shares_with(&master), Err(ShareRefused::Taken));
+        let client = spec(SocketKind::VhostUser, Side::Connect, None);
+        assert_eq!(client.shares_with(&slave(0)), Err(ShareRefused::Taken));
+        assert_eq!(slave(1).shares_with(&client), Err(ShareRefused::Taken));
     }
 }

@@ -56,6 +56,7 @@ impl VhostUserSpec {
             addr: &self.socket,
             role: self.role.into(),
             group: self.socket_group,
+            interface: None,
         }
     }
 }

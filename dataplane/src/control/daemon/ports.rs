@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
 
+use switchyard_api::spec::ShareRefused;
 use switchyard_api::{ApiError, ErrorCode, KindSpec, MacAddr};
 
 use super::{BridgeEntry, Daemon, PortEntry};
@@ -70,17 +71,27 @@ impl Daemon {
                 format!("port.name: a port named {:?} exists", spec.name),
             ));
         }
-        if let Some(addr) = spec.kind.socket().map(|s| s.addr) {
-            if let Some(other) = self
-                .ports
-                .iter()
-                .flatten()
-                .find(|e| e.spec.kind.socket().is_some_and(|s| s.addr == addr))
-            {
-                return Err(ApiError::new(
-                    ErrorCode::Busy,
-                    format!("port.socket: {addr} is used by port {:?}", other.spec.name),
-                ));
+        if let Some(mine) = spec.kind.socket() {
+            // Ports that connect to one socket as interfaces of their own
+            // share it (memif slaves of one master, with their ids).
+            for other in self.ports.iter().flatten() {
+                let Some(theirs) = other.spec.kind.socket().filter(|s| s.addr == mine.addr) else {
+                    continue;
+                };
+                let msg = match mine.shares_with(&theirs) {
+                    Ok(()) => continue,
+                    Err(ShareRefused::Taken) => format!(
+                        "port.socket: {} is used by port {:?}",
+                        mine.addr, other.spec.name
+                    ),
+                    Err(ShareRefused::SameInterface) => format!(
+                        "port.id: port {:?} is interface {} of {}",
+                        other.spec.name,
+                        theirs.interface.unwrap_or(0),
+                        mine.addr
+                    ),
+                };
+                return Err(ApiError::new(ErrorCode::Busy, msg));
             }
         }
         let bridge = match &spec.bridge {
