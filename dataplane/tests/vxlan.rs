@@ -557,16 +557,17 @@ fn a_pod_on_another_node_cannot_take_a_pinned_mac() {
     pods[1]
         .ns
         .sh_ok(&format!("ip link set eth0 address {pinned}"));
-    let _ = pods[1].ns.sh("busybox ping -c 3 -W 1 10.66.0.1");
-    eprintln!(
-        "{}\n{}",
-        sws[0].cli_ok(&["stats"]),
-        sws[1].cli_ok(&["stats"])
-    );
+    // Node 2's switch learned that MAC on its tunnel: it holds the move
+    // to its pod's port for `mac_move_hold_secs` after the last frame
+    // from node 1 (`mac_move`); then the frames cross, and node 1 drops
+    // them.
     wait_for(
-        Duration::from_secs(10),
+        Duration::from_secs(30),
         "spoofed frames dropped on the tunnel",
-        || (spoofed() > 0).then_some(()),
+        || {
+            let _ = pods[1].ns.sh("busybox ping -c 1 -W 1 10.66.0.1");
+            (spoofed() > 0).then_some(())
+        },
     );
     let e = sws[0]
         .macs("flat")
