@@ -943,16 +943,7 @@ mod tests {
         bufs: &[Vec<u8>],
         release: impl FnOnce(),
     ) {
-        let frames: Vec<RxFrame> = bufs
-            .iter()
-            .map(|b| {
-                let mut f = RxFrame::default();
-                // SAFETY: `bufs` outlives the frames, which are dropped
-                // before this returns.
-                assert!(unsafe { f.push(b.as_ptr(), b.len() as u32) });
-                f
-            })
-            .collect();
+        let frames: Vec<RxFrame> = bufs.iter().map(|b| RxFrame::of(&[b])).collect();
         let mut view = WorkerView::default();
         dp.build_view(w, &mut view);
         let mut fwd = Forwarder::default();
@@ -1028,12 +1019,7 @@ mod tests {
     fn a_header_reads_the_same_in_place_or_from_a_copy() {
         let mut tagged = frame(0x0b, 0x0a);
         tagged.splice(12..12, [0x81, 0x00, 0x20, 0x64]); // PCP 1, VLAN 100
-        let one = |b: &[u8]| {
-            let mut f = RxFrame::default();
-            // SAFETY: `b` outlives the frame.
-            assert!(unsafe { f.push(b.as_ptr(), b.len() as u32) });
-            f
-        };
+        let one = |b: &[u8]| RxFrame::of(&[b]);
         // The header split after 5 bytes: read from a copy.
         let split = |b: &[u8]| {
             let mut f = RxFrame::default();

@@ -216,19 +216,12 @@ pub fn now() -> Duration {
 mod tests {
     use super::*;
 
-    fn frame(bytes: &[u8]) -> RxFrame {
-        let mut f = RxFrame::default();
-        // SAFETY: every caller keeps `bytes` alive while the frame is read.
-        assert!(unsafe { f.push(bytes.as_ptr(), bytes.len() as u32) });
-        f
-    }
-
     #[test]
     fn frames_are_cut_at_snaplen_and_counted_to_the_limit() {
         let data: Vec<u8> = (0..100).collect();
-        let f = frame(&data);
+        let f = RxFrame::of(&[&data]);
         let c = Capture::new(0, true, true, 60, Some(3));
-        c.take_rx(&[frame(&data), frame(&data)]);
+        c.take_rx(&[RxFrame::of(&[&data]), RxFrame::of(&[&data])]);
         c.take_tx(&TxFrame::plain(&f), now());
         c.take_rx(std::slice::from_ref(&f));
         assert!(c.done());
@@ -249,7 +242,7 @@ mod tests {
     #[test]
     fn a_reader_that_falls_behind_loses_capture_frames_only() {
         let data = [7u8; 64];
-        let f = frame(&data);
+        let f = RxFrame::of(&[&data]);
         let c = Capture::new(0, true, false, MAX_SNAPLEN, None);
         let pool = MIN_BUFFERS;
         for _ in 0..pool + 10 {

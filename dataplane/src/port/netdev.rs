@@ -389,9 +389,7 @@ mod tests {
         b[16..18].copy_from_slice(&20040u16.to_be_bytes());
         b[23] = 6;
         b[46] = 5 << 4;
-        let mut f = RxFrame::default();
-        // SAFETY: `b` outlives the frame and every read of it.
-        assert!(unsafe { f.push(b.as_ptr(), b.len() as u32) });
+        let f = RxFrame::of(&[&b]);
         let tso = |size: u16| {
             let mut v = Offload::checksum(34, 16).to_vnet();
             v[1] = GSO_TCPV4;

@@ -611,10 +611,10 @@ impl<'a> FrameReader<'a> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn frame_from(parts: &[&[u8]]) -> RxFrame {
+impl RxFrame {
+    /// For tests: a frame of `parts`, one segment each. The caller keeps
+    /// `parts` alive while the frame is read.
+    pub(crate) fn of(parts: &[&[u8]]) -> RxFrame {
         let mut f = RxFrame::default();
         for p in parts {
             // SAFETY: every caller keeps `parts` alive while it reads the frame.
@@ -622,6 +622,11 @@ mod tests {
         }
         f
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
 
     fn collect(tx: TxFrame<'_>, chunk: usize) -> Vec<u8> {
         let mut r = tx.reader();
@@ -640,7 +645,7 @@ mod tests {
     fn copies_across_segments_with_prefix_and_skip() {
         let a: Vec<u8> = (0..20).collect();
         let b: Vec<u8> = (20..50).collect();
-        let f = frame_from(&[&a, &b]);
+        let f = RxFrame::of(&[&a, &b]);
         assert_eq!(f.len, 50);
         let all: Vec<u8> = (0..50).collect();
         for chunk in [1, 3, 7, 64] {
@@ -690,7 +695,7 @@ mod tests {
     fn read_prefix_spans_segments() {
         let a = [1u8, 2, 3];
         let b = [4u8, 5, 6, 7];
-        let f = frame_from(&[&a, &b]);
+        let f = RxFrame::of(&[&a, &b]);
         let mut out = [0u8; 5];
         assert_eq!(f.read_prefix(&mut out), 5);
         assert_eq!(out, [1, 2, 3, 4, 5]);

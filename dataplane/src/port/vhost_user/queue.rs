@@ -1020,13 +1020,6 @@ mod tests {
         assert!(q.rx_burst(&mut burst).is_err());
     }
 
-    fn frame_of(bytes: &[u8]) -> RxFrame {
-        let mut f = RxFrame::default();
-        // SAFETY: `bytes` outlives the frame.
-        assert!(unsafe { f.push(bytes.as_ptr(), bytes.len() as u32) });
-        f
-    }
-
     #[test]
     fn transmit_merges_buffers_and_sets_num_buffers() {
         let mut r = Ring::new();
@@ -1035,7 +1028,7 @@ mod tests {
             r.publish(i);
         }
         let data: Vec<u8> = (0..150u8).collect();
-        let f = frame_of(&data);
+        let f = RxFrame::of(&[&data]);
         let mut q = VirtioTx::new(r.vq(), true, OffloadCaps::NONE);
         q.tx(&TxFrame::plain(&f)).unwrap();
         q.flush();
@@ -1082,9 +1075,9 @@ mod tests {
         }
         let mut q = VirtioTx::new(r.vq(), true, OffloadCaps::NONE);
         let data = [5u8; 100];
-        q.tx(&TxFrame::plain(&frame_of(&data))).unwrap(); // two chains
-        q.tx(&TxFrame::plain(&frame_of(&data[..20]))).unwrap();
-        q.tx(&TxFrame::plain(&frame_of(&data[..30]))).unwrap();
+        q.tx(&TxFrame::plain(&RxFrame::of(&[&data]))).unwrap(); // two chains
+        q.tx(&TxFrame::plain(&RxFrame::of(&[&data[..20]]))).unwrap();
+        q.tx(&TxFrame::plain(&RxFrame::of(&[&data[..30]]))).unwrap();
         q.flush();
         let ids: Vec<u32> = (0..4).map(|s| r.used_id(s)).collect();
         assert_eq!(ids, order.map(u32::from));
@@ -1103,7 +1096,7 @@ mod tests {
         let mut q = VirtioTx::new(r.vq(), true, OffloadCaps::NONE);
         let short: Vec<u8> = (0..60u8).collect();
         let long = [9u8; 100];
-        let (a, b) = (frame_of(&short), frame_of(&long));
+        let (a, b) = (RxFrame::of(&[&short]), RxFrame::of(&[&long]));
         let tag = [0xeeu8; 16];
         let frames = mixed_burst(&a, &b, &tag);
         let out = q.tx_burst(&frames);
@@ -1136,14 +1129,14 @@ mod tests {
     fn transmit_without_room_or_mergeable_buffers_takes_nothing() {
         let mut r = Ring::new();
         let data = [7u8; 100];
-        let f = frame_of(&data);
+        let f = RxFrame::of(&[&data]);
         let mut q = VirtioTx::new(r.vq(), false, OffloadCaps::NONE);
         assert_eq!(q.tx(&TxFrame::plain(&f)), Err(TxError::Full));
         r.desc(DESC, 0, BUFS, 64, F_WRITE, 0);
         r.publish(0);
         // Too long for one buffer and no merging: refused, buffer kept.
         assert_eq!(q.tx(&TxFrame::plain(&f)), Err(TxError::TooLong));
-        let small = frame_of(&data[..40]);
+        let small = RxFrame::of(&[&data[..40]]);
         q.tx(&TxFrame::plain(&small)).unwrap();
         // Published once per burst, at flush.
         assert_eq!(r.used_idx(), 0);
@@ -1170,7 +1163,7 @@ mod tests {
         r.desc(DESC, 0, MEM as u64 - 10, 64, F_WRITE, 0);
         r.publish(0);
         let data = [1u8; 60];
-        let f = frame_of(&data);
+        let f = RxFrame::of(&[&data]);
         let mut q = VirtioTx::new(r.vq(), true, OffloadCaps::NONE);
         assert!(matches!(q.tx(&TxFrame::plain(&f)), Err(TxError::Fault(_))));
         assert_eq!(r.used_idx(), 0);

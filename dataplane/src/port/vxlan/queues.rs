@@ -496,13 +496,6 @@ mod tests {
     use super::*;
     use crate::queue::RxFrame;
 
-    fn frame_of(bytes: &[u8]) -> RxFrame {
-        let mut f = RxFrame::default();
-        // SAFETY: `bytes` outlives the frame.
-        assert!(unsafe { f.push(bytes.as_ptr(), bytes.len() as u32) });
-        f
-    }
-
     #[test]
     fn runs_go_as_one_message_and_come_out_frame_by_frame() {
         let local = |fd: &OwnedFd| {
@@ -532,7 +525,7 @@ mod tests {
             .map(|(i, &n)| (0..n).map(|k| (i * 7 + k) as u8).collect())
             .collect();
         for f in &frames {
-            tx.tx(&TxFrame::plain(&frame_of(f))).unwrap();
+            tx.tx(&TxFrame::plain(&RxFrame::of(&[f]))).unwrap();
         }
         tx.flush();
         let mut got: Vec<Vec<u8>> = Vec::new();
