@@ -12,40 +12,6 @@ use common::*;
 
 const BRIDGE: &str = "[[bridge]]\nname = \"default\"\n";
 
-/// A router namespace and `n` VTEP namespaces behind it, VTEP `i` at
-/// 10.81.`i`.2 on a subnet of its own (the router is .1 on each).
-struct Underlay {
-    _router: Netns,
-    vteps: Vec<Netns>,
-}
-
-impl Underlay {
-    fn new(n: usize) -> Underlay {
-        let router = Netns::new("vxr");
-        router.sh_ok("sysctl -q -w net.ipv4.ip_forward=1 && ip link set lo up");
-        let vteps = (1..=n)
-            .map(|i| {
-                let ns = Netns::new(&format!("vx{i}"));
-                veth(&router, &format!("r{i}"), &ns, "ul");
-                router.sh_ok(&format!("ip addr add 10.81.{i}.1/24 dev r{i}"));
-                ns.sh_ok(&format!(
-                    "ip link set lo up && ip addr add 10.81.{i}.2/24 dev ul && ip route add default via 10.81.{i}.1"
-                ));
-                ns
-            })
-            .collect();
-        Underlay {
-            _router: router,
-            vteps,
-        }
-    }
-
-    /// VTEP `i`'s address (from 1).
-    fn ip(i: usize) -> String {
-        format!("10.81.{i}.2")
-    }
-}
-
 /// A kernel `vxlan` device in `ns` for VNI `vni` from `local` to `remote`,
 /// with `addr` on it.
 fn kernel_vtep(ns: &Netns, vni: u32, local: &str, remote: &str, addr: &str) {

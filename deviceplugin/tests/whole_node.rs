@@ -234,15 +234,7 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
         .keys()
         .cloned()
         .collect();
-    let vteps = || -> Vec<(String, String)> {
-        Client::connect(&control)
-            .unwrap()
-            .ask(&Request::vtep_list())
-            .unwrap()
-            .into_iter()
-            .map(|v| (v.overlay, v.remote.to_string()))
-            .collect()
-    };
+    let vteps = || common::vteps(&control);
     let joined: Vec<(String, String)> = overlays
         .iter()
         .map(|o| (o.clone(), "127.0.0.2".to_string()))

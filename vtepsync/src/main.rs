@@ -177,23 +177,17 @@ struct Outcome {
 /// taken out is reported and the others done all the same.
 fn sync(socket: &Path, wanted: &[String], remotes: &BTreeMap<IpAddr, String>) -> Outcome {
     let mut out = Outcome::default();
-    let mut c = match Client::connect(socket) {
-        Ok(c) => c,
-        Err(e) => {
-            out.error = Some(e.into());
-            return out;
-        }
-    };
     let asked = (|| -> anyhow::Result<_> {
+        let mut c = Client::connect(socket)?;
         let overlays = if wanted.is_empty() {
             plan::overlays(&c.ask(&Request::bridge_list())?)
         } else {
             wanted.to_vec()
         };
         let current = c.ask(&Request::vtep_list())?;
-        Ok((overlays, current))
+        Ok((c, overlays, current))
     })();
-    let (overlays, current) = match asked {
+    let (mut c, overlays, current) = match asked {
         Ok(a) => a,
         Err(e) => {
             out.error = Some(e);

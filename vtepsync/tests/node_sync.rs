@@ -21,7 +21,6 @@ use api_server::ApiServer;
 use common::tcp::Station;
 use common::*;
 use serde::Deserialize;
-use switchyard_api::{Client, Request};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -106,23 +105,12 @@ impl Drop for Sync {
     }
 }
 
-/// A switch's VTEPs: (overlay, remote).
-fn vteps(sw: &Switch) -> Vec<(String, String)> {
-    Client::connect(&sw.control())
-        .unwrap()
-        .ask(&Request::vtep_list())
-        .unwrap()
-        .into_iter()
-        .map(|v| (v.overlay, v.remote.to_string()))
-        .collect()
-}
-
 fn wait_vteps(sw: &Switch, overlay: &str, want: &[&str], what: &str) {
     let want: Vec<(String, String)> = want
         .iter()
         .map(|r| (overlay.to_string(), r.to_string()))
         .collect();
-    wait_for(LIMIT, what, || (vteps(sw) == want).then_some(()));
+    wait_for(LIMIT, what, || (vteps(&sw.control()) == want).then_some(()));
 }
 
 #[test]
@@ -173,20 +161,9 @@ fn nodes_of_the_cluster_join_the_overlays() {
     only.insert("overlays".into(), cfg["overlays"].clone());
     let overlay_cfg = toml::to_string(&only).unwrap();
 
-    // The underlay: node i at 10.82.i.2, a router between.
-    let router = Netns::new("vsr");
-    router.sh_ok("sysctl -q -w net.ipv4.ip_forward=1 && ip link set lo up");
-    let nodes: Vec<Netns> = (1..=2)
-        .map(|i| {
-            let ns = Netns::new(&format!("vs{i}"));
-            veth(&router, &format!("r{i}"), &ns, "ul");
-            router.sh_ok(&format!("ip addr add 10.82.{i}.1/24 dev r{i}"));
-            ns.sh_ok(&format!(
-                "ip link set lo up && ip addr add 10.82.{i}.2/24 dev ul && ip route add default via 10.82.{i}.1"
-            ));
-            ns
-        })
-        .collect();
+    // The underlay: node i at 10.81.i.2, a router between.
+    let u = Underlay::new(2);
+    let nodes = &u.vteps;
     let mut sws: Vec<Switch> = nodes
         .iter()
         .map(|ns| Switch::start_in(Some(&ns.name), &overlay_cfg))
@@ -194,7 +171,7 @@ fn nodes_of_the_cluster_join_the_overlays() {
     // A pod on the overlay on each node.
     let pods: Vec<Station> = sws
         .iter()
-        .zip(&nodes)
+        .zip(nodes)
         .enumerate()
         .map(|(i, (sw, ns))| {
             let pod = Station::attached(i as u8 + 1, Some(ns), "pod");
@@ -217,11 +194,11 @@ fn nodes_of_the_cluster_join_the_overlays() {
     let api = ApiServer::start(&docs);
     let namespace = ds["metadata"]["namespace"].as_str().unwrap();
     let token = api.token_for(namespace, spec["serviceAccountName"].as_str().unwrap());
-    api.put_node("node-1", &selected, &[("InternalIP", "10.82.1.2")]);
+    api.put_node("node-1", &selected, &[("InternalIP", "10.81.1.2")]);
     api.put_node(
         "windows-1",
         &[("kubernetes.io/os", "windows")],
-        &[("InternalIP", "10.82.9.1")],
+        &[("InternalIP", "10.81.9.1")],
     );
     let syncs: Vec<Sync> = sws
         .iter()
@@ -235,7 +212,7 @@ fn nodes_of_the_cluster_join_the_overlays() {
             .all(|s| s.log().contains("listed the nodes"))
             .then_some(())
     });
-    assert!(vteps(&sws[0]).is_empty());
+    assert!(vteps(&sws[0].control()).is_empty());
     assert!(!pods[0]
         .ns
         .sh("busybox ping -c 1 -W 1 10.66.0.2")
@@ -246,44 +223,44 @@ fn nodes_of_the_cluster_join_the_overlays() {
     api.put_node(
         "node-2",
         &selected,
-        &[("Hostname", "node-2"), ("InternalIP", "10.82.2.2")],
+        &[("Hostname", "node-2"), ("InternalIP", "10.81.2.2")],
     );
-    wait_vteps(&sws[0], &overlay, &["10.82.2.2"], "node 1 joined to node 2");
-    wait_vteps(&sws[1], &overlay, &["10.82.1.2"], "node 2 joined to node 1");
+    wait_vteps(&sws[0], &overlay, &["10.81.2.2"], "node 1 joined to node 2");
+    wait_vteps(&sws[1], &overlay, &["10.81.1.2"], "node 2 joined to node 1");
     pods[0].ns.sh_ok("busybox ping -c 3 -W 2 10.66.0.2");
 
     // A third node comes, moves to another address, stops matching the
     // selector, matches again.
-    api.put_node("node-3", &selected, &[("InternalIP", "10.82.3.2")]);
+    api.put_node("node-3", &selected, &[("InternalIP", "10.81.3.2")]);
     wait_vteps(
         &sws[0],
         &overlay,
-        &["10.82.2.2", "10.82.3.2"],
+        &["10.81.2.2", "10.81.3.2"],
         "node 3 joined",
     );
-    api.put_node("node-3", &selected, &[("InternalIP", "10.82.3.3")]);
+    api.put_node("node-3", &selected, &[("InternalIP", "10.81.3.3")]);
     wait_vteps(
         &sws[0],
         &overlay,
-        &["10.82.2.2", "10.82.3.3"],
+        &["10.81.2.2", "10.81.3.3"],
         "node 3's new address",
     );
     api.put_node(
         "node-3",
         &[("kubernetes.io/os", "windows")],
-        &[("InternalIP", "10.82.3.3")],
+        &[("InternalIP", "10.81.3.3")],
     );
     wait_vteps(
         &sws[0],
         &overlay,
-        &["10.82.2.2"],
+        &["10.81.2.2"],
         "node 3 no longer selected",
     );
-    api.put_node("node-3", &selected, &[("InternalIP", "10.82.3.3")]);
+    api.put_node("node-3", &selected, &[("InternalIP", "10.81.3.3")]);
     wait_vteps(
         &sws[1],
         &overlay,
-        &["10.82.1.2", "10.82.3.3"],
+        &["10.81.1.2", "10.81.3.3"],
         "node 3 selected again",
     );
 
@@ -300,24 +277,24 @@ fn nodes_of_the_cluster_join_the_overlays() {
     wait_vteps(
         &sws[0],
         &overlay,
-        &["10.82.2.2"],
+        &["10.81.2.2"],
         "node 3 gone, seen by a relist",
     );
     wait_vteps(
         &sws[1],
         &overlay,
-        &["10.82.1.2"],
+        &["10.81.1.2"],
         "node 3 gone, seen by a relist",
     );
     assert!(lists(&api.requests()) >= before + 2, "{:?}", api.requests());
 
     // A switch that is down when a node comes is joined once it is back.
     sws[1].stop();
-    api.put_node("node-4", &selected, &[("InternalIP", "10.82.4.2")]);
+    api.put_node("node-4", &selected, &[("InternalIP", "10.81.4.2")]);
     wait_vteps(
         &sws[0],
         &overlay,
-        &["10.82.2.2", "10.82.4.2"],
+        &["10.81.2.2", "10.81.4.2"],
         "node 4 joined",
     );
     std::thread::sleep(Duration::from_secs(1));
@@ -325,7 +302,7 @@ fn nodes_of_the_cluster_join_the_overlays() {
     wait_vteps(
         &sws[1],
         &overlay,
-        &["10.82.1.2", "10.82.4.2"],
+        &["10.81.1.2", "10.81.4.2"],
         "node 4 joined after the restart",
     );
     assert!(syncs[1].log().contains("will retry"), "{}", syncs[1].log());
@@ -333,7 +310,7 @@ fn nodes_of_the_cluster_join_the_overlays() {
     // Node 2 leaves the cluster: node 1's switch leaves it, and the pods
     // no longer reach each other.
     api.delete_node("node-2");
-    wait_vteps(&sws[0], &overlay, &["10.82.4.2"], "node 2 left");
+    wait_vteps(&sws[0], &overlay, &["10.81.4.2"], "node 2 left");
     assert!(!pods[0]
         .ns
         .sh("busybox ping -c 2 -W 1 10.66.0.2")

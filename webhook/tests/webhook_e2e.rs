@@ -16,6 +16,8 @@
 
 #[path = "../../deviceplugin/tests/support/kubernetes_validate.rs"]
 mod kubernetes_validate;
+#[path = "../../vtepsync/tests/support/tls.rs"]
+mod tls;
 
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener};
@@ -43,20 +45,11 @@ impl Tls {
     /// A CA and a server certificate for localhost / 127.0.0.1.
     fn new() -> Tls {
         let dir = tempfile::tempdir().unwrap();
-        let ca_key = rcgen::KeyPair::generate().unwrap();
-        let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        ca.distinguished_name
-            .push(rcgen::DnType::CommonName, "switchyard test CA");
-        let ca_cert = ca.self_signed(&ca_key).unwrap();
-        let key = rcgen::KeyPair::generate().unwrap();
-        let cert = rcgen::CertificateParams::new(vec!["localhost".into(), "127.0.0.1".into()])
-            .unwrap()
-            .signed_by(&key, &ca_cert, &ca_key)
-            .unwrap();
-        std::fs::write(dir.path().join("ca.crt"), ca_cert.pem()).unwrap();
-        std::fs::write(dir.path().join("tls.crt"), cert.pem()).unwrap();
-        std::fs::write(dir.path().join("tls.key"), key.serialize_pem()).unwrap();
+        tls::write_ca_and_cert(
+            dir.path(),
+            "switchyard test CA",
+            &["localhost", "127.0.0.1"],
+        );
         Tls { dir }
     }
 

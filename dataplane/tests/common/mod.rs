@@ -127,6 +127,54 @@ pub fn veth(na: &Netns, a: &str, nb: &Netns, b: &str) {
     nb.sh_ok(&format!("ip link set {b} up"));
 }
 
+/// A routed underlay (the VXLAN tests): a router namespace and `n` VTEP
+/// namespaces behind it, VTEP `i` at 10.81.`i`.2 on a subnet of its own
+/// (the router is .1 on each).
+pub struct Underlay {
+    _router: Netns,
+    /// The VTEPs' namespaces, VTEP 1 first.
+    pub vteps: Vec<Netns>,
+}
+
+impl Underlay {
+    /// The router and `n` VTEPs.
+    pub fn new(n: usize) -> Underlay {
+        let router = Netns::new("vxr");
+        router.sh_ok("sysctl -q -w net.ipv4.ip_forward=1 && ip link set lo up");
+        let vteps = (1..=n)
+            .map(|i| {
+                let ns = Netns::new(&format!("vx{i}"));
+                veth(&router, &format!("r{i}"), &ns, "ul");
+                router.sh_ok(&format!("ip addr add 10.81.{i}.1/24 dev r{i}"));
+                ns.sh_ok(&format!(
+                    "ip link set lo up && ip addr add 10.81.{i}.2/24 dev ul && ip route add default via 10.81.{i}.1"
+                ));
+                ns
+            })
+            .collect();
+        Underlay {
+            _router: router,
+            vteps,
+        }
+    }
+
+    /// VTEP `i`'s address (from 1).
+    pub fn ip(i: usize) -> String {
+        format!("10.81.{i}.2")
+    }
+}
+
+/// The VTEPs of the switch on `control`, as (overlay, remote address).
+pub fn vteps(control: &std::path::Path) -> Vec<(String, String)> {
+    Client::connect(control)
+        .unwrap()
+        .ask(&Request::vtep_list())
+        .unwrap()
+        .into_iter()
+        .map(|v| (v.overlay, v.remote.to_string()))
+        .collect()
+}
+
 /// A running switch daemon with its own temp dir, control socket and state.
 pub struct Switch {
     pub dir: tempfile::TempDir,

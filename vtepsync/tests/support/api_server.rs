@@ -38,6 +38,9 @@
 
 #![allow(dead_code)]
 
+#[path = "tls.rs"]
+mod tls;
+
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -103,24 +106,11 @@ impl ApiServer {
     /// manifests' documents).
     pub fn start(docs: &[Value]) -> ApiServer {
         let dir = tempfile::tempdir().unwrap();
-        let ca_key = rcgen::KeyPair::generate().unwrap();
-        let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        ca.distinguished_name
-            .push(rcgen::DnType::CommonName, "kubernetes stand-in CA");
-        let ca_cert = ca.self_signed(&ca_key).unwrap();
-        let key = rcgen::KeyPair::generate().unwrap();
-        let cert = rcgen::CertificateParams::new(vec![
-            "localhost".into(),
-            "127.0.0.1".into(),
-            "kubernetes.default.svc".into(),
-        ])
-        .unwrap()
-        .signed_by(&key, &ca_cert, &ca_key)
-        .unwrap();
-        std::fs::write(dir.path().join("ca.crt"), ca_cert.pem()).unwrap();
-        std::fs::write(dir.path().join("tls.crt"), cert.pem()).unwrap();
-        std::fs::write(dir.path().join("tls.key"), key.serialize_pem()).unwrap();
+        tls::write_ca_and_cert(
+            dir.path(),
+            "kubernetes stand-in CA",
+            &["localhost", "127.0.0.1", "kubernetes.default.svc"],
+        );
 
         let rbac = docs
             .iter()

@@ -156,6 +156,23 @@ impl VxlanRx {
     }
 }
 
+/// Has `h` cut into datagrams of `size` bytes after the stack
+/// (`UDP_SEGMENT`), its control message written in `ctrl`, which must
+/// outlive the send.
+fn segmented(h: &mut libc::msghdr, ctrl: &mut [u64; CTRL_WORDS], size: u16) {
+    h.msg_control = ctrl.as_mut_ptr().cast();
+    // SAFETY: CMSG_SPACE of a u16 is within the control buffer's words,
+    // which the header now names; the first header is written inside it.
+    unsafe {
+        h.msg_controllen = libc::CMSG_SPACE(2) as usize;
+        let c = libc::CMSG_FIRSTHDR(h);
+        (*c).cmsg_level = libc::SOL_UDP;
+        (*c).cmsg_type = super::underlay::UDP_SEGMENT;
+        (*c).cmsg_len = libc::CMSG_LEN(2) as usize;
+        libc::CMSG_DATA(c).cast::<u16>().write_unaligned(size);
+    }
+}
+
 /// The size of the datagrams the kernel coalesced into a message
 /// (`UDP_GRO`'s control message), or 0 for one datagram.
 fn gro_segment(h: &libc::msghdr) -> usize {
@@ -373,7 +390,6 @@ impl VxlanTx {
         // SAFETY: all zeros is a valid `mmsghdr`, filled in below.
         let mut msgs: [libc::mmsghdr; BURST_SIZE] = unsafe { std::mem::zeroed() };
         let mut ctrl = [[0u64; CTRL_WORDS]; BURST_SIZE];
-        let mut runs = [1usize; BURST_SIZE];
         let (mut m, mut i, mut start) = (0, 0, 0);
         while i < n {
             let size = self.ends[i] - start;
@@ -399,22 +415,8 @@ impl VxlanTx {
             h.msg_name = (&mut self.to as *mut libc::sockaddr_storage).cast();
             h.msg_namelen = self.to_len;
             if j - i > 1 {
-                h.msg_control = ctrl[m].as_mut_ptr().cast();
-                // SAFETY: CMSG_SPACE of a u16 is within the control
-                // buffer's words, which the header now names; the first
-                // header is written inside it.
-                unsafe {
-                    h.msg_controllen = libc::CMSG_SPACE(2) as usize;
-                    let c = libc::CMSG_FIRSTHDR(h);
-                    (*c).cmsg_level = libc::SOL_UDP;
-                    (*c).cmsg_type = super::underlay::UDP_SEGMENT;
-                    (*c).cmsg_len = libc::CMSG_LEN(2) as usize;
-                    libc::CMSG_DATA(c)
-                        .cast::<u16>()
-                        .write_unaligned(size as u16);
-                }
+                segmented(h, &mut ctrl[m], size as u16);
             }
-            runs[m] = j - i;
             m += 1;
             start = end;
             i = j;
@@ -439,7 +441,7 @@ impl VxlanTx {
                     Some(libc::EAGAIN | libc::ENOBUFS) => break,
                     // A path the kernel cannot segment for (IPsec): runs
                     // go packet by packet from now on.
-                    Some(libc::EIO) if runs[sent] > 1 => {
+                    Some(libc::EIO) if msgs[sent].msg_hdr.msg_controllen > 0 => {
                         self.segment = false;
                         sent += 1;
                     }
@@ -574,25 +576,15 @@ mod tests {
             iov_len: packets.len(),
         };
         let mut ctrl = [0u64; CTRL_WORDS];
-        // SAFETY: all zeros is a valid `msghdr`; every pointer set names a
-        // live local, and the control message lies inside `ctrl`.
-        let sent = unsafe {
-            let mut h: libc::msghdr = std::mem::zeroed();
-            h.msg_name = (&addr as *const libc::sockaddr_storage).cast_mut().cast();
-            h.msg_namelen = addr_len;
-            h.msg_iov = &mut iov;
-            h.msg_iovlen = 1;
-            h.msg_control = ctrl.as_mut_ptr().cast();
-            h.msg_controllen = libc::CMSG_SPACE(2) as usize;
-            let c = libc::CMSG_FIRSTHDR(&h);
-            (*c).cmsg_level = libc::SOL_UDP;
-            (*c).cmsg_type = super::super::underlay::UDP_SEGMENT;
-            (*c).cmsg_len = libc::CMSG_LEN(2) as usize;
-            libc::CMSG_DATA(c)
-                .cast::<u16>()
-                .write_unaligned((packets.len() / n) as u16);
-            libc::sendmsg(a.as_raw_fd(), &h, 0)
-        };
+        // SAFETY: all zeros is a valid `msghdr`.
+        let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
+        h.msg_name = (&addr as *const libc::sockaddr_storage).cast_mut().cast();
+        h.msg_namelen = addr_len;
+        h.msg_iov = &mut iov;
+        h.msg_iovlen = 1;
+        segmented(&mut h, &mut ctrl, (packets.len() / n) as u16);
+        // SAFETY: every pointer in `h` names a live local.
+        let sent = unsafe { libc::sendmsg(a.as_raw_fd(), &h, 0) };
         assert_eq!(sent, packets.len() as isize);
         let (mut got, mut bursts) = (Vec::new(), 0);
         let deadline = Instant::now() + Duration::from_secs(5);
