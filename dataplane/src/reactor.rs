@@ -2,6 +2,7 @@
 //! the control API's wakeup, signals and worker fault notices.
 
 use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
@@ -40,9 +41,11 @@ impl Token {
     }
 }
 
-/// Level-triggered epoll over raw fds.
+/// Level-triggered epoll over raw fds, and events posted by the control
+/// thread itself ([`Reactor::post`]).
 pub struct Reactor {
     epoll: Epoll,
+    posted: Mutex<Vec<Token>>,
 }
 
 impl Reactor {
@@ -50,7 +53,18 @@ impl Reactor {
     pub fn new() -> std::io::Result<Reactor> {
         Ok(Reactor {
             epoll: Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?,
+            posted: Mutex::default(),
         })
+    }
+
+    /// Makes the next [`Reactor::wait`] return `token` at once, as if an
+    /// fd watched with it were ready: how one port hands another a
+    /// connection on the socket they share.
+    pub fn post(&self, token: Token) {
+        self.posted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(token);
     }
 
     /// Watches `fd` for input (and hang-up, which is always reported).
@@ -66,9 +80,16 @@ impl Reactor {
         let _ = self.epoll.delete(fd);
     }
 
-    /// Waits up to `timeout` and returns the tokens that became ready.
+    /// Waits up to `timeout` and returns the tokens that became ready, and
+    /// those posted (without waiting, if there are any).
     pub fn wait(&self, timeout: Option<Duration>, out: &mut Vec<Token>) -> std::io::Result<()> {
         out.clear();
+        out.append(&mut self.posted.lock().unwrap_or_else(|e| e.into_inner()));
+        let timeout = if out.is_empty() {
+            timeout
+        } else {
+            Some(Duration::ZERO)
+        };
         let mut events = [EpollEvent::empty(); 64];
         let t = match timeout {
             None => EpollTimeout::NONE,
@@ -142,6 +163,19 @@ mod tests {
         r.wait(Some(Duration::from_millis(100)), &mut out).unwrap();
         assert_eq!(out, vec![Token::Control(1)]);
         w.drain();
+        r.wait(Some(Duration::from_millis(0)), &mut out).unwrap();
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn posted_tokens_come_once_without_waiting() {
+        let r = Reactor::new().unwrap();
+        r.post(Token::Port(3, 2));
+        let mut out = Vec::new();
+        let t = std::time::Instant::now();
+        r.wait(Some(Duration::from_secs(10)), &mut out).unwrap();
+        assert!(t.elapsed() < Duration::from_secs(5));
+        assert_eq!(out, vec![Token::Port(3, 2)]);
         r.wait(Some(Duration::from_millis(0)), &mut out).unwrap();
         assert!(out.is_empty());
     }

@@ -139,6 +139,16 @@ impl<'a> Tally<'a> {
         self.survived(sw);
     }
 
+    /// A peer refused before it named one of the socket's interfaces: in
+    /// the log as `said`, and no port's fault.
+    fn unowned(&mut self, sw: &mut Switch, said: &str) {
+        wait_for(Duration::from_secs(5), &format!("{said:?} in the log"), || {
+            sw.log().contains(said).then_some(())
+        });
+        assert_eq!(sw.port(self.port).status.faults, self.faults);
+        self.survived(sw);
+    }
+
     /// An attack that is no fault of protocol (e.g. a connection flood):
     /// the switch runs and the loop forwards.
     fn survived(&mut self, sw: &mut Switch) {
@@ -208,8 +218,10 @@ fn attack_as_slave(sw: &mut Switch, good: &GoodLoop) -> usize {
     bent_slave(&sock, "incompatible memif version", version);
     t.check(sw, "incompatible memif version");
 
+    // An interface the socket does not serve is refused as DPDK says it,
+    // and is no port's fault.
     bent_slave(&sock, "ID mismatch", |_, s| set_init(s, |_, id| *id = 9));
-    t.check(sw, "ID mismatch");
+    t.unowned(sw, "a peer asked for an interface the socket does not serve");
 
     bent_slave(&sock, "region 0: region fd holds", |m, s| {
         s[1].0 = Message::AddRegion {
@@ -298,7 +310,19 @@ fn attack_as_slave(sw: &mut Switch, good: &GoodLoop) -> usize {
     });
     t.check(sw, "unexpected Init message");
 
-    // Truncated, oversized and made-up messages.
+    // Truncated, oversized and made-up messages: before INIT they are no
+    // port's (the socket refuses them), after it the port's fault.
+    let claim = |sock: &str| {
+        let c = Conn::connect(sock);
+        assert!(matches!(c.recv(), Ok((Message::Hello { .. }, _))));
+        assert!(c.send(&SlaveMem::new().script()[0].0, None));
+        c
+    };
+    let named = |sock: &str| {
+        let c = claim(sock);
+        assert!(matches!(c.recv(), Ok((Message::Ack, _))));
+        c
+    };
     for (bytes, reason) in [
         (vec![3u8; 40], "control message is 40 bytes"),
         (
@@ -311,22 +335,45 @@ fn attack_as_slave(sw: &mut Switch, good: &GoodLoop) -> usize {
         assert!(matches!(c.recv(), Ok((Message::Hello { .. }, _))));
         assert!(c.send_raw(&bytes));
         assert!(c.refusal().contains(reason));
+        t.unowned(sw, reason);
+        let c = named(&sock);
+        assert!(c.send_raw(&bytes));
+        assert!(c.refusal().contains(reason));
         t.check(sw, reason);
     }
 
-    // A peer that connects and says nothing is dropped after the timeout.
+    // A peer that connects and says nothing is dropped after the timeout
+    // (no port's fault); one that stops after INIT, as its port's fault.
     let silent = Conn::connect(&sock);
+    assert!(silent.refusal().contains("handshake timed out"));
+    t.unowned(sw, "a peer named no interface in time");
+    let silent = named(&sock);
     assert!(silent.refusal().contains("handshake timed out"));
     t.check(sw, "handshake timed out");
 
-    // A flood of connections: one handshake at a time, the rest are told
-    // so and closed; afterwards a well-behaved slave gets in.
+    // A flood of connections that name no interface: 16 wait at most, a
+    // newer one closes the oldest, and the last are dropped after the
+    // timeout; afterwards a well-behaved slave gets in.
     let flood: Vec<Conn> = (0..200).map(|_| Conn::connect(&sock)).collect();
-    for c in &flood[1..] {
-        assert_eq!(c.refusal(), "Already connected");
+    for c in &flood[..200 - 16] {
+        assert_eq!(c.refusal(), "too many connections waiting");
+    }
+    for c in &flood[200 - 16..] {
+        assert_eq!(c.refusal(), "handshake timed out");
     }
     drop(flood);
     t.survived(sw);
+
+    // An interface claimed again while its handshake runs: the first is
+    // the port's, every later claim is refused as DPDK and VPP refuse it.
+    let first = named(&sock);
+    let claims: Vec<Conn> = (0..50).map(|_| claim(&sock)).collect();
+    for c in &claims {
+        assert_eq!(c.refusal(), "Already connected");
+    }
+    drop(claims);
+    assert!(first.refusal().contains("handshake timed out"));
+    t.check(sw, "handshake timed out");
 
     // --- The rings, after a complete handshake. Each frame the slave
     // "sends" is a runt, so nothing it injects reaches the good loop.

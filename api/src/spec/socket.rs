@@ -315,11 +315,14 @@ impl std::fmt::Display for SocketRole {
 /// Why two ports cannot share a socket address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ShareRefused {
-    /// The address is the other port's: a socket the switch creates, or
-    /// another kind or role there.
+    /// The address is the other port's: another kind or role there, or a
+    /// kind whose sockets carry one interface.
     Taken,
     /// Both would be the same interface on it.
     SameInterface,
+    /// The switch creates the socket file, and the other port gave it
+    /// another group.
+    OtherGroup,
 }
 
 /// A socket port's socket, as its kind's spec gives it.
@@ -348,15 +351,19 @@ impl SocketSpec<'_> {
     }
 
     /// Whether a port of this socket may share its address with `other`,
-    /// a port of the same kind there: both connect to it in one role, each
-    /// as an interface of its own (memif slaves of one master socket, with
-    /// their ids). Else the address is the other port's alone.
+    /// a port there: both of one kind and role, each an interface of its
+    /// own (memif's id), as VPP and DPDK serve a memif socket and connect
+    /// to one. A socket the switch creates has one group. Else the
+    /// address is the other port's alone.
     pub fn shares_with(&self, other: &SocketSpec<'_>) -> Result<(), ShareRefused> {
-        if self.role != other.role || self.side() != Side::Connect || self.interface.is_none() {
+        if self.role != other.role || self.interface.is_none() {
             return Err(ShareRefused::Taken);
         }
         if self.interface == other.interface {
             return Err(ShareRefused::SameInterface);
+        }
+        if self.switch_creates() && self.group != other.group {
+            return Err(ShareRefused::OtherGroup);
         }
         Ok(())
     }
@@ -433,7 +440,7 @@ mod tests {
     }
 
     #[test]
-    fn only_connecting_interfaces_of_one_kind_share_a_socket() {
+    fn interfaces_of_one_kind_and_role_share_a_socket() {
         let addr = SocketAddr::parse("/run/s.sock");
         let spec = |kind: SocketKind, side, interface| SocketSpec {
             addr: &addr,
@@ -441,17 +448,29 @@ mod tests {
             group: None,
             interface,
         };
-        let slave = |id| spec(SocketKind::Memif, Side::Connect, Some(id));
-        assert_eq!(slave(1).shares_with(&slave(0)), Ok(()));
-        assert_eq!(
-            slave(0).shares_with(&slave(0)),
-            Err(ShareRefused::SameInterface)
-        );
+        for side in [Side::Connect, Side::Listen] {
+            let memif = |id| spec(SocketKind::Memif, side, Some(id));
+            assert_eq!(memif(1).shares_with(&memif(0)), Ok(()));
+            assert_eq!(
+                memif(0).shares_with(&memif(0)),
+                Err(ShareRefused::SameInterface)
+            );
+        }
         let master = spec(SocketKind::Memif, Side::Listen, Some(1));
-        assert_eq!(master.shares_with(&slave(0)), Err(ShareRefused::Taken));
-        assert_eq!(slave(1).shares_with(&master), Err(ShareRefused::Taken));
-        let client = spec(SocketKind::VhostUser, Side::Connect, None);
-        assert_eq!(client.shares_with(&slave(0)), Err(ShareRefused::Taken));
-        assert_eq!(slave(1).shares_with(&client), Err(ShareRefused::Taken));
+        let slave = spec(SocketKind::Memif, Side::Connect, Some(0));
+        assert_eq!(master.shares_with(&slave), Err(ShareRefused::Taken));
+        assert_eq!(slave.shares_with(&master), Err(ShareRefused::Taken));
+        let grouped = SocketSpec {
+            group: Some(1000),
+            ..spec(SocketKind::Memif, Side::Listen, Some(0))
+        };
+        assert_eq!(master.shares_with(&grouped), Err(ShareRefused::OtherGroup));
+        for side in [Side::Connect, Side::Listen] {
+            let vhost = spec(SocketKind::VhostUser, side, None);
+            assert_eq!(vhost.shares_with(&vhost), Err(ShareRefused::Taken));
+            let memif = spec(SocketKind::Memif, side, Some(0));
+            assert_eq!(vhost.shares_with(&memif), Err(ShareRefused::Taken));
+            assert_eq!(memif.shares_with(&vhost), Err(ShareRefused::Taken));
+        }
     }
 }

@@ -1,8 +1,9 @@
 //! The socket end of every socket port kind: the switch either listens (it
-//! creates the socket: memif master, vhost-user server) or connects and
-//! retries every [`RETRY_INTERVAL`] until a peer is there, and again after
-//! it goes away (memif slave, vhost-user client). The control socket binds
-//! through the same [`listen`].
+//! creates the socket: memif master, vhost-user server; see
+//! [`super::listener`], which listens through [`listen`]) or connects with
+//! a [`Connector`] and retries every [`RETRY_INTERVAL`] until a peer is
+//! there, and again after it goes away (memif slave, vhost-user client).
+//! The control socket binds through the same [`listen`].
 //!
 //! Nothing here blocks the control thread: sockets are non-blocking, and a
 //! connect to a listener whose backlog is full fails with `EAGAIN` and is
@@ -22,18 +23,16 @@ use nix::sys::socket::{
 
 use switchyard_api::SocketAddr;
 
-use super::{PortCtx, PortError};
 
 /// How long a connecting endpoint waits between attempts.
 pub const RETRY_INTERVAL: Duration = Duration::from_secs(2);
-/// The sub-token of a listening socket in [`PortCtx::watch`].
-pub const SUB_LISTENER: u32 = 0;
-/// The sub-token a port kind uses for its connection.
+/// The sub-token of a port's connection in [`super::PortCtx::watch`]
+/// (those of a listening socket are [`super::listener`]'s).
 pub const SUB_CONN: u32 = 1;
 
 /// The kernel's form of `addr`. An abstract name's length is sun_family +
 /// NUL + name, as VPP, libmemif and DPDK use.
-fn unix_addr(addr: &SocketAddr) -> io::Result<UnixAddr> {
+pub(super) fn unix_addr(addr: &SocketAddr) -> io::Result<UnixAddr> {
     Ok(match addr {
         SocketAddr::Path(p) => UnixAddr::new(p.as_path())?,
         SocketAddr::Abstract(n) => UnixAddr::new_abstract(n.as_bytes())?,
@@ -146,26 +145,20 @@ pub fn accept(listener: impl AsFd) -> io::Result<Option<OwnedFd>> {
     }
 }
 
-/// A port's socket end: a listener, or a connector with retries.
-pub struct Endpoint {
+/// The connecting end of a port's socket: one attempt at a time, the next
+/// [`RETRY_INTERVAL`] after a failure or after the peer went away.
+pub struct Connector {
     ty: SockType,
     addr: SocketAddr,
-    listens: bool,
-    group: Option<u32>,
-    listener: Option<OwnedFd>,
     retry_at: Option<Instant>,
 }
 
-impl Endpoint {
-    /// An endpoint of socket type `ty` at `addr` that listens (the switch
-    /// creates the socket, open to `group`) or connects.
-    pub fn new(ty: SockType, addr: SocketAddr, listens: bool, group: Option<u32>) -> Endpoint {
-        Endpoint {
+impl Connector {
+    /// A connector of socket type `ty` to `addr`.
+    pub fn new(ty: SockType, addr: SocketAddr) -> Connector {
+        Connector {
             ty,
             addr,
-            listens,
-            group,
-            listener: None,
             retry_at: None,
         }
     }
@@ -175,92 +168,16 @@ impl Endpoint {
         &self.addr
     }
 
-    /// Whether the switch listens.
-    pub fn listens(&self) -> bool {
-        self.listens
-    }
-
-    /// A listening endpoint binds and is watched with [`SUB_LISTENER`]; a
-    /// connecting one does nothing yet (its owner calls [`Endpoint::connect`]).
-    pub fn start(&mut self, cx: &PortCtx<'_>) -> Result<(), PortError> {
-        if !self.listens {
-            return Ok(());
-        }
-        let err = |cause: io::Error| {
-            if cause.kind() == io::ErrorKind::AddrInUse {
-                PortError::SocketInUse(self.addr.to_string())
-            } else {
-                PortError::Socket {
-                    path: self.addr.to_string(),
-                    cause,
-                }
-            }
-        };
-        let l = listen(self.ty, &self.addr, None, self.group).map_err(err)?;
-        cx.watch(&l, SUB_LISTENER).map_err(err)?;
-        self.listener = Some(l);
-        Ok(())
-    }
-
-    /// The listening socket, if this endpoint listens and has started (to
-    /// hand over).
-    pub fn listener(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
-        self.listener.as_ref().map(AsFd::as_fd)
-    }
-
-    /// Takes up, instead of [`Endpoint::start`], the listener another
-    /// process handed over: a listening socket of this endpoint's type,
-    /// bound where it says. It is watched with [`SUB_LISTENER`].
-    pub fn adopt(&mut self, cx: &PortCtx<'_>, l: OwnedFd) -> Result<(), PortError> {
-        let invalid = |why: String| PortError::Socket {
-            path: self.addr.to_string(),
-            cause: io::Error::new(io::ErrorKind::InvalidInput, why),
-        };
-        use nix::sys::socket::{getsockname, getsockopt, sockopt};
-        let ty = getsockopt(&l, sockopt::SockType).map_err(|e| invalid(e.to_string()))?;
-        let listening = getsockopt(&l, sockopt::AcceptConn).map_err(|e| invalid(e.to_string()))?;
-        if ty != self.ty || !listening {
-            return Err(invalid(format!(
-                "the listener handed over is a {ty:?} socket{}, not a listening {:?} one",
-                if listening { "" } else { " not listening" },
-                self.ty
-            )));
-        }
-        let bound: UnixAddr = getsockname(l.as_raw_fd()).map_err(|e| invalid(e.to_string()))?;
-        if bound != unix_addr(&self.addr).map_err(|e| invalid(e.to_string()))? {
-            return Err(invalid(format!(
-                "the listener handed over is bound to {bound}, not here"
-            )));
-        }
-        cx.watch(&l, SUB_LISTENER)
-            .map_err(|cause| PortError::Socket {
-                path: self.addr.to_string(),
-                cause,
-            })?;
-        self.listener = Some(l);
-        Ok(())
-    }
-
-    /// The next pending connection on the listener, if any.
-    pub fn accept(&self) -> io::Result<Option<OwnedFd>> {
-        match &self.listener {
-            Some(l) => accept(l),
-            None => Ok(None),
-        }
-    }
-
     /// One connection attempt; a failure schedules the next one.
     pub fn connect(&mut self) -> io::Result<OwnedFd> {
         self.retry_at = None;
         connect(self.ty, &self.addr).inspect_err(|_| self.lost())
     }
 
-    /// The peer went away (or could not be used): a connecting endpoint
-    /// tries again after [`RETRY_INTERVAL`]; a listener waits for the next.
+    /// The peer went away (or could not be used): try again after
+    /// [`RETRY_INTERVAL`].
     pub fn lost(&mut self) {
-        if !self.listens {
-            self.retry_at = Some(Instant::now() + RETRY_INTERVAL);
-        }
+        self.retry_at = Some(Instant::now() + RETRY_INTERVAL);
     }
 
     /// Whether a connection attempt is due.
@@ -273,16 +190,9 @@ impl Endpoint {
         self.retry_at
     }
 
-    /// Stops listening and retrying, and removes the socket file the
-    /// switch created.
-    pub fn stop(&mut self, cx: &PortCtx<'_>) {
+    /// Stops retrying.
+    pub fn stop(&mut self) {
         self.retry_at = None;
-        if let Some(l) = self.listener.take() {
-            cx.unwatch(&l);
-            if let Some(p) = self.addr.path() {
-                let _ = std::fs::remove_file(p);
-            }
-        }
     }
 }
 

@@ -3,7 +3,9 @@
 //! A kind is two things behind two seams:
 //! - a [`Port`], the control-plane side (sockets, handshakes, link state),
 //!   driven by the control thread's reactor through a [`PortCtx`]; socket
-//!   kinds listen or connect through one [`endpoint::Endpoint`], and every
+//!   kinds listen through the socket's one [`listener::Listener`] (several
+//!   memif interfaces share a socket) or connect through an
+//!   [`endpoint::Connector`], and every
 //!   kind hands its queues to the workers through one [`QueueLink`];
 //! - [`crate::queue::RxQueue`] / [`crate::queue::TxQueue`]s, the data-plane side,
 //!   polled by workers in bursts.
@@ -19,6 +21,7 @@ pub mod af_xdp;
 pub mod endpoint;
 pub mod handover;
 pub mod kernel_if;
+pub mod listener;
 pub mod memif;
 pub mod netdev;
 pub mod registry;

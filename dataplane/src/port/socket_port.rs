@@ -1,19 +1,23 @@
 //! The one socket port: what memif and vhost-user share, written once.
-//! A [`SocketPort`] owns the [`Endpoint`] (listen, or connect and retry),
-//! the one-peer policy, the port's [`PortStatus`] and the disconnect; a
-//! socket kind adds only its [`Protocol`] on the one connection.
+//! A [`SocketPort`] owns its end of the socket (a member of the socket's
+//! [`Listener`], or a [`Connector`] that retries), the one-peer policy, the
+//! port's [`PortStatus`] and the disconnect; a socket kind adds only its
+//! [`Protocol`] on the one connection.
 
 use std::os::fd::{BorrowedFd, OwnedFd};
+use std::sync::Arc;
 use std::time::Instant;
 
 use nix::sys::socket::SockType;
 use tracing::{debug, info, warn};
 
-use switchyard_api::{PortStatus, Side, SocketSpec};
+use switchyard_api::{PortStatus, Side, SocketAddr, SocketSpec};
 
-use super::endpoint::{Endpoint, SUB_CONN, SUB_LISTENER};
+use super::endpoint::{Connector, SUB_CONN};
 use super::handover::{self, FdIn, FdOut, HandoverError, Saved};
+use super::listener::{Joining, Listener, SUB_HANDED, SUB_LISTENER, SUB_UNNAMED};
 use super::{Port, PortCtx, PortError};
+use crate::types::PortId;
 
 /// Why a connection ends.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,25 +54,57 @@ impl Closed {
 
 /// A socket kind's protocol on one connection: all that a kind adds to
 /// [`SocketPort`].
-pub trait Protocol: Send {
+pub trait Protocol: Send + 'static {
     /// One connection's state.
     type Conn: Send;
+    /// What a peer of a socket the switch listens on says first, naming
+    /// the interface it wants (memif: its INIT); `()` for a kind whose
+    /// peers name none.
+    type Intro: Send + 'static;
+    /// What a port asks of the greeting each new peer of its socket gets
+    /// (memif: its queue pairs, the most that HELLO may offer).
+    type Offer: Clone + Send + 'static;
     /// The kind's name, for logs.
     const KIND: &'static str;
     /// The socket's type.
     const SOCK_TYPE: SockType;
 
-    /// Takes a new connection: accepted (`side` [`Side::Listen`]) or
-    /// connected. `Err` says why it cannot be used (it is then closed).
-    fn open(&mut self, cx: &PortCtx<'_>, fd: OwnedFd, side: Side) -> Result<Self::Conn, String>;
-    /// The connection's socket, which the port watches.
-    fn fd(conn: &Self::Conn) -> BorrowedFd<'_>;
-    /// A second peer while one is connected (one peer per socket, as VPP
-    /// and DPDK do): closed at once, so a flood holds nothing. A kind may
-    /// say why first.
-    fn refuse_extra(&mut self, fd: OwnedFd) {
+    /// What this port asks of the greeting.
+    fn offer(&self) -> Self::Offer;
+    /// Greets a peer that connected to a socket the switch listens on,
+    /// for the ports there, which ask `offers` (memif's HELLO). `Err`:
+    /// the peer cannot be greeted, and is closed.
+    fn greet(fd: BorrowedFd<'_>, offers: &[Self::Offer]) -> Result<(), String> {
+        let _ = (fd, offers);
+        Ok(())
+    }
+    /// Hears a greeted peer until it names the interface it wants:
+    /// `Ok(None)`, not yet; `Ok(Some((interface, intro)))` hands it to the
+    /// port of that interface, with what it said. A kind whose peers name
+    /// none answers interface 0 at once.
+    fn introduce(fd: BorrowedFd<'_>) -> Result<Option<(u32, Self::Intro)>, Closed>;
+    /// Closes a peer no port takes (an interface nobody serves, or one
+    /// already connected: one peer per interface, as VPP and DPDK serve),
+    /// telling it `reason` where the protocol can.
+    fn refuse(fd: OwnedFd, reason: &str) {
+        let _ = reason;
         drop(fd);
     }
+    /// Takes a new connection: accepted (`side` [`Side::Listen`], then
+    /// [`Protocol::on_intro`]) or connected. `Err` says why it cannot be
+    /// used (it is then closed).
+    fn open(&mut self, cx: &PortCtx<'_>, fd: OwnedFd, side: Side) -> Result<Self::Conn, String>;
+    /// What the peer of an accepted connection said to name its interface
+    /// ([`Protocol::introduce`]), which the connection now takes up.
+    fn on_intro(
+        &mut self,
+        cx: &PortCtx<'_>,
+        conn: &mut Self::Conn,
+        intro: Self::Intro,
+        status: &mut PortStatus,
+    ) -> Result<(), Closed>;
+    /// The connection's socket, which the port watches.
+    fn fd(conn: &Self::Conn) -> BorrowedFd<'_>;
     /// The connection's socket is readable (or hung up). The kind updates
     /// `status` as its link comes up or goes down.
     fn on_ready(
@@ -120,26 +156,77 @@ struct SavedSocketPort {
 pub struct SocketPort<P: Protocol> {
     name: String,
     proto: P,
-    endpoint: Endpoint,
+    end: End<P>,
     conn: Option<P::Conn>,
     status: PortStatus,
+}
+
+/// A port's end of its socket.
+enum End<P: Protocol> {
+    /// The switch listens: once started, the port is a member of the
+    /// socket's listener, as port `port`.
+    Listens {
+        addr: SocketAddr,
+        group: Option<u32>,
+        interface: u32,
+        member: Option<(Arc<Listener<P>>, PortId)>,
+    },
+    /// The switch connects.
+    Connects(Connector),
 }
 
 impl<P: Protocol> SocketPort<P> {
     /// Port `name` at `socket` (the switch listens or connects as its role
     /// says), not started yet.
     pub fn new(name: &str, socket: SocketSpec<'_>, proto: P) -> SocketPort<P> {
+        let end = if socket.switch_creates() {
+            End::Listens {
+                addr: socket.addr.clone(),
+                group: socket.group,
+                interface: socket.interface.unwrap_or(0),
+                member: None,
+            }
+        } else {
+            End::Connects(Connector::new(P::SOCK_TYPE, socket.addr.clone()))
+        };
         SocketPort {
             name: name.to_string(),
             proto,
-            endpoint: Endpoint::new(
-                P::SOCK_TYPE,
-                socket.addr.clone(),
-                socket.switch_creates(),
-                socket.group,
-            ),
+            end,
             conn: None,
             status: PortStatus::default(),
+        }
+    }
+
+    /// Joins the socket's listener (on `handed`, a listening socket handed
+    /// over, if it is the first there).
+    fn join(&mut self, cx: &PortCtx<'_>, handed: Option<OwnedFd>) -> Result<(), PortError> {
+        let offer = self.proto.offer();
+        if let End::Listens {
+            addr,
+            group,
+            interface,
+            member,
+        } = &mut self.end
+        {
+            let j = Joining {
+                addr,
+                group: *group,
+                interface: *interface,
+                offer,
+            };
+            *member = Some((Listener::join(cx, j, handed)?, cx.id));
+        }
+        Ok(())
+    }
+
+    fn listener(&self) -> Option<&Arc<Listener<P>>> {
+        match &self.end {
+            End::Listens {
+                member: Some((l, _)),
+                ..
+            } => Some(l),
+            _ => None,
         }
     }
 
@@ -155,35 +242,45 @@ impl<P: Protocol> SocketPort<P> {
     }
 
     fn try_connect(&mut self, cx: &PortCtx<'_>) {
-        let res = match self.endpoint.connect() {
-            Ok(fd) => self
-                .open(cx, fd, Side::Connect)
-                .inspect_err(|_| self.endpoint.lost()),
-            Err(e) => Err(format!("connect: {e}")),
+        let End::Connects(connector) = &mut self.end else {
+            return;
         };
+        let res = match connector.connect() {
+            Ok(fd) => Ok(fd),
+            Err(e) => Err(format!("connect: {e}")),
+        }
+        .and_then(|fd| self.open(cx, fd, Side::Connect));
         if let Err(e) = res {
-            debug!(port = %self.name, socket = %self.endpoint.address(), "{e}; retrying");
+            if let End::Connects(c) = &mut self.end {
+                c.lost();
+                debug!(port = %self.name, socket = %c.address(), "{e}; retrying");
+            }
             self.status.last_error = Some(e);
         }
     }
 
-    fn accept_all(&mut self, cx: &PortCtx<'_>) {
-        loop {
-            let fd = match self.endpoint.accept() {
-                Ok(Some(fd)) => fd,
-                Ok(None) => return,
-                Err(e) => {
-                    warn!(port = %self.name, "accept failed: {e}");
-                    return;
-                }
-            };
+    /// Takes the connections the listener handed to this port: the first,
+    /// if the port has none; any other is refused (one peer per
+    /// interface, as VPP and DPDK serve).
+    fn take_handed(&mut self, cx: &PortCtx<'_>) {
+        let Some(l) = self.listener().cloned() else {
+            return;
+        };
+        for (fd, intro) in l.take(cx.id) {
             if self.conn.is_some() {
                 debug!(port = %self.name, "refusing a second peer");
-                self.proto.refuse_extra(fd);
+                P::refuse(fd, "Already connected");
                 continue;
             }
             if let Err(e) = self.open(cx, fd, Side::Listen) {
                 warn!(port = %self.name, "{e}");
+                continue;
+            }
+            let Some(conn) = self.conn.as_mut() else {
+                continue;
+            };
+            if let Err(why) = self.proto.on_intro(cx, conn, intro, &mut self.status) {
+                self.disconnect(cx, why);
             }
         }
     }
@@ -208,34 +305,53 @@ impl<P: Protocol> SocketPort<P> {
         self.status.tx_queues = 0;
         self.status.peer = None;
         self.status.last_error = Some(why.reason);
-        self.endpoint.lost();
+        if let End::Connects(c) = &mut self.end {
+            c.lost();
+        }
     }
 }
 
 impl<P: Protocol> Port for SocketPort<P> {
     fn start(&mut self, cx: &PortCtx<'_>) -> Result<(), PortError> {
-        self.endpoint.start(cx)?;
-        if !self.endpoint.listens() {
-            self.try_connect(cx);
+        match self.end {
+            End::Listens { .. } => self.join(cx, None),
+            End::Connects(_) => {
+                self.try_connect(cx);
+                Ok(())
+            }
         }
-        Ok(())
     }
 
     fn on_ready(&mut self, cx: &PortCtx<'_>, sub: u32) {
-        if sub == SUB_LISTENER {
-            return self.accept_all(cx);
-        }
-        let Some(conn) = self.conn.as_mut() else {
-            return;
-        };
-        if let Err(why) = self.proto.on_ready(cx, conn, &mut self.status) {
-            self.disconnect(cx, why);
+        match sub {
+            SUB_LISTENER | SUB_UNNAMED => {
+                if let Some(l) = self.listener() {
+                    l.on_ready(cx, sub);
+                }
+            }
+            SUB_HANDED => self.take_handed(cx),
+            _ => {
+                let Some(conn) = self.conn.as_mut() else {
+                    return;
+                };
+                if let Err(why) = self.proto.on_ready(cx, conn, &mut self.status) {
+                    self.disconnect(cx, why);
+                }
+            }
         }
     }
 
     fn deadline(&self) -> Option<Instant> {
         let conn = self.conn.as_ref().and_then(|c| self.proto.deadline(c));
-        match (conn, self.endpoint.deadline()) {
+        let end = match &self.end {
+            End::Listens {
+                member: Some((l, port)),
+                ..
+            } => l.deadline(*port),
+            End::Listens { .. } => None,
+            End::Connects(c) => c.deadline(),
+        };
+        match (conn, end) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
@@ -247,8 +363,17 @@ impl<P: Protocol> Port for SocketPort<P> {
                 self.disconnect(cx, why);
             }
         }
-        if self.conn.is_none() && self.endpoint.retry_due(now) {
-            self.try_connect(cx);
+        match &self.end {
+            End::Listens {
+                member: Some((l, _)),
+                ..
+            } => l.expire(cx, now),
+            End::Listens { .. } => {}
+            End::Connects(c) => {
+                if self.conn.is_none() && c.retry_due(now) {
+                    self.try_connect(cx);
+                }
+            }
         }
     }
 
@@ -268,7 +393,14 @@ impl<P: Protocol> Port for SocketPort<P> {
                 ..Closed::gone("interface deleted")
             },
         );
-        self.endpoint.stop(cx);
+        match &mut self.end {
+            End::Listens { member, .. } => {
+                if let Some((l, _)) = member.take() {
+                    l.leave(cx);
+                }
+            }
+            End::Connects(c) => c.stop(),
+        }
     }
 
     fn save(&mut self, cx: &PortCtx<'_>, fds: &mut FdOut) -> Result<Saved, PortError> {
@@ -290,8 +422,10 @@ impl<P: Protocol> Port for SocketPort<P> {
             },
             None => None,
         };
+        // Every port on a shared socket hands it over; the new switch
+        // listens on the first and closes the others' duplicates.
         Ok(handover::write(&SavedSocketPort {
-            listener: self.endpoint.listener().map(|l| fds.add(l)),
+            listener: self.listener().and_then(|l| l.save(fds)),
             conn,
             status: self.status.clone(),
         }))
@@ -299,7 +433,8 @@ impl<P: Protocol> Port for SocketPort<P> {
 
     fn restore(&mut self, cx: &PortCtx<'_>, saved: Saved, fds: &mut FdIn) -> Result<(), PortError> {
         let saved: SavedSocketPort = handover::read(saved)?;
-        if saved.listener.is_some() != self.endpoint.listens() {
+        let listens = matches!(self.end, End::Listens { .. });
+        if saved.listener.is_some() != listens {
             return Err(HandoverError::Invalid(format!(
                 "the saved port {} listen, this one does{}",
                 if saved.listener.is_some() {
@@ -307,13 +442,13 @@ impl<P: Protocol> Port for SocketPort<P> {
                 } else {
                     "does not"
                 },
-                if self.endpoint.listens() { "" } else { " not" }
+                if listens { "" } else { " not" }
             ))
             .into());
         }
         self.status = saved.status;
         if let Some(i) = saved.listener {
-            self.endpoint.adopt(cx, fds.take(i)?)?;
+            self.join(cx, Some(fds.take(i)?))?;
         }
         match saved.conn {
             Some(c) => {
@@ -326,9 +461,7 @@ impl<P: Protocol> Port for SocketPort<P> {
             }
             None => {
                 self.status.link_up = false;
-                if !self.endpoint.listens() {
-                    self.try_connect(cx);
-                }
+                self.try_connect(cx);
             }
         }
         Ok(())

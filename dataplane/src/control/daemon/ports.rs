@@ -72,8 +72,8 @@ impl Daemon {
             ));
         }
         if let Some(mine) = spec.kind.socket() {
-            // Ports that connect to one socket as interfaces of their own
-            // share it (memif slaves of one master, with their ids).
+            // Ports that serve or connect to one socket as interfaces of
+            // their own share it (memif's ids).
             for other in self.ports.iter().flatten() {
                 let Some(theirs) = other.spec.kind.socket().filter(|s| s.addr == mine.addr) else {
                     continue;
@@ -89,6 +89,14 @@ impl Daemon {
                         other.spec.name,
                         theirs.interface.unwrap_or(0),
                         mine.addr
+                    ),
+                    Err(ShareRefused::OtherGroup) => format!(
+                        "port.socket_group: port {:?} made {} with group {}",
+                        other.spec.name,
+                        mine.addr,
+                        theirs
+                            .group
+                            .map_or_else(|| "none".to_string(), |g| g.to_string())
                     ),
                 };
                 return Err(ApiError::new(ErrorCode::Busy, msg));

@@ -117,7 +117,36 @@ struct PendingRing {
     irq: OwnedFd,
 }
 
-/// The master (listening) side of one connection.
+/// The HELLO a master sends each slave that connects, before it knows
+/// which interface the slave wants: the socket's limits, so `queues` is
+/// the most queue pairs any interface on the socket has. (The `max_*`
+/// fields are largest indices.)
+pub fn hello(queues: u16) -> Message {
+    let qmax = queues.saturating_sub(1);
+    Message::Hello {
+        name: FixedStr::new(SELF_NAME),
+        min_version: VERSION,
+        max_version: VERSION,
+        max_region: (MAX_REGIONS - 1) as u16,
+        max_m2s_ring: qmax,
+        max_s2m_ring: qmax,
+        max_log2_ring_size: MAX_LOG2_RING_SIZE,
+    }
+}
+
+/// The interface a slave's first message names: the id of its INIT,
+/// which [`MasterHandshake::on_message`] then takes. Anything else first
+/// is refused (a DISCONNECT ends it quietly).
+pub fn named(msg: Message) -> Result<(u32, Message), HsError> {
+    match msg {
+        Message::Init { id, .. } => Ok((id, msg)),
+        Message::Disconnect { reason, .. } => peer_disconnected(&reason),
+        m => fail(format!("unexpected {:?} message before INIT", m.msg_type())),
+    }
+}
+
+/// The master (listening) side of one connection, from the slave's INIT
+/// on ([`hello`] went first, from the socket).
 pub struct MasterHandshake {
     p: Params,
     state: MasterState,
@@ -131,7 +160,7 @@ pub struct MasterHandshake {
 }
 
 impl MasterHandshake {
-    /// A new connection was accepted.
+    /// A connection for the interface `p` describes.
     pub fn new(p: Params) -> Self {
         let q = p.queues as usize;
         MasterHandshake {
@@ -142,20 +171,6 @@ impl MasterHandshake {
             s2m: (0..q).map(|_| None).collect(),
             m2s: (0..q).map(|_| None).collect(),
             peer_name: String::new(),
-        }
-    }
-
-    /// The HELLO to send first. The `max_*` fields are largest indices.
-    pub fn hello(&self) -> Message {
-        let qmax = self.p.queues.saturating_sub(1);
-        Message::Hello {
-            name: FixedStr::new(SELF_NAME),
-            min_version: VERSION,
-            max_version: VERSION,
-            max_region: (MAX_REGIONS - 1) as u16,
-            max_m2s_ring: qmax,
-            max_s2m_ring: qmax,
-            max_log2_ring_size: MAX_LOG2_RING_SIZE,
         }
     }
 
@@ -238,6 +253,7 @@ impl MasterHandshake {
                 } else {
                     &mut self.m2s
                 };
+                let queues = list.len();
                 match list.get_mut(index as usize) {
                     Some(slot @ None) => {
                         *slot = Some(PendingRing {
@@ -247,7 +263,14 @@ impl MasterHandshake {
                             irq,
                         })
                     }
-                    _ => return fail("invalid ring index"),
+                    Some(Some(_)) => return fail("invalid ring index"),
+                    // Another interface on the socket has more queues, so
+                    // HELLO offered more than this one takes.
+                    None => {
+                        return fail(format!(
+                            "invalid ring index {index}: this interface has {queues} queue pair(s)"
+                        ))
+                    }
                 }
                 Ok(MasterStep::Reply(Message::Ack))
             }
@@ -545,7 +568,7 @@ mod tests {
     fn run_pair(mp: Params, sp: Params) -> Result<(Established, Established), HsError> {
         let mut m = MasterHandshake::new(mp);
         let mut s = SlaveHandshake::new(sp);
-        let mut to_slave = m.hello();
+        let mut to_slave = hello(m.p.queues);
         loop {
             match s.on_message(to_slave)? {
                 SlaveStep::Send(msg, fd) => {
@@ -673,7 +696,7 @@ mod tests {
         };
         assert_eq!(
             m2.on_message(bad_index, Some(efd)).err().unwrap().reason,
-            "invalid ring index"
+            "invalid ring index 1: this interface has 1 queue pair(s)"
         );
     }
 }

@@ -82,10 +82,68 @@ pub struct Conn {
     started: Instant,
 }
 
+/// Reads the next message on a memif socket, with the fd it carried:
+/// `Ok(None)` when none is waiting.
+fn read(fd: BorrowedFd<'_>) -> Result<Option<(Message, Option<OwnedFd>)>, Closed> {
+    let rx = match socket::recv(fd.as_raw_fd()) {
+        Ok(Some(rx)) => rx,
+        Ok(None) => return Ok(None),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+            return Err(Closed::gone("peer closed the connection"))
+        }
+        Err(e) => return Err(Closed::gone(format!("control socket error: {e}"))),
+    };
+    match Message::parse(&rx.buf[..rx.len.min(rx.buf.len())]) {
+        Ok(m) if rx.len == rx.buf.len() => Ok(Some((m, rx.fd))),
+        Ok(_) => Err(Closed::fault("invalid message size")),
+        Err(e) => Err(Closed::fault(e.to_string())),
+    }
+}
+
+/// A handshake's failure as the connection ends: `reply` is false when
+/// the peer itself said DISCONNECT.
+fn closed(e: HsError) -> Closed {
+    if e.reply {
+        Closed::fault(e.reason)
+    } else {
+        Closed::gone(e.reason)
+    }
+}
+
 impl Protocol for Memif {
     type Conn = Conn;
+    /// The slave's INIT.
+    type Intro = Message;
+    /// The queue pairs of the port's interface.
+    type Offer = u16;
     const KIND: &'static str = "memif";
     const SOCK_TYPE: SockType = SockType::SeqPacket;
+
+    fn offer(&self) -> u16 {
+        self.params.queues
+    }
+
+    fn greet(fd: BorrowedFd<'_>, offers: &[u16]) -> Result<(), String> {
+        let queues = offers.iter().copied().max().unwrap_or(1);
+        socket::send(fd.as_raw_fd(), &handshake::hello(queues).to_bytes(), None)
+            .map_err(|e| format!("sending HELLO: {e}"))
+    }
+
+    fn introduce(fd: BorrowedFd<'_>) -> Result<Option<(u32, Message)>, Closed> {
+        match read(fd)? {
+            Some((msg, _)) => handshake::named(msg).map(Some).map_err(closed),
+            None => Ok(None),
+        }
+    }
+
+    fn refuse(fd: OwnedFd, reason: &str) {
+        // As VPP and DPDK do: the peer is told why.
+        let _ = socket::send(
+            fd.as_raw_fd(),
+            &Message::disconnect(reason).to_bytes(),
+            None,
+        );
+    }
 
     fn open(
         &mut self,
@@ -95,10 +153,7 @@ impl Protocol for Memif {
     ) -> Result<Conn, String> {
         let hs = match side {
             switchyard_api::Side::Listen => {
-                let hs = MasterHandshake::new(self.params.clone());
-                socket::send(fd.as_raw_fd(), &hs.hello().to_bytes(), None)
-                    .map_err(|e| format!("sending HELLO: {e}"))?;
-                Handshake::Master(hs)
+                Handshake::Master(MasterHandshake::new(self.params.clone()))
             }
             switchyard_api::Side::Connect => {
                 Handshake::Slave(SlaveHandshake::new(self.params.clone()))
@@ -111,17 +166,18 @@ impl Protocol for Memif {
         })
     }
 
-    fn fd(conn: &Conn) -> BorrowedFd<'_> {
-        conn.fd.as_fd()
+    fn on_intro(
+        &mut self,
+        cx: &PortCtx<'_>,
+        conn: &mut Conn,
+        init: Message,
+        status: &mut PortStatus,
+    ) -> Result<(), Closed> {
+        self.step(cx, conn, init, None, status)
     }
 
-    fn refuse_extra(&mut self, fd: OwnedFd) {
-        // As VPP and DPDK do: the peer is told why.
-        let _ = socket::send(
-            fd.as_raw_fd(),
-            &Message::disconnect("Already connected").to_bytes(),
-            None,
-        );
+    fn fd(conn: &Conn) -> BorrowedFd<'_> {
+        conn.fd.as_fd()
     }
 
     fn on_ready(
@@ -130,57 +186,10 @@ impl Protocol for Memif {
         conn: &mut Conn,
         status: &mut PortStatus,
     ) -> Result<(), Closed> {
-        let fd = conn.fd.as_raw_fd();
-        loop {
-            let rx = match socket::recv(fd) {
-                Ok(Some(rx)) => rx,
-                Ok(None) => return Ok(()),
-                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-                    return Err(Closed::gone("peer closed the connection"))
-                }
-                Err(e) => return Err(Closed::gone(format!("control socket error: {e}"))),
-            };
-            let msg = match Message::parse(&rx.buf[..rx.len.min(rx.buf.len())]) {
-                Ok(m) if rx.len == rx.buf.len() => m,
-                Ok(_) => return Err(Closed::fault("invalid message size")),
-                Err(e) => return Err(Closed::fault(e.to_string())),
-            };
-            let step = match &mut conn.hs {
-                Handshake::Master(m) => m.on_message(msg, rx.fd).map(|s| match s {
-                    MasterStep::Reply(r) => (Some((r, None)), None),
-                    MasterStep::Connected(r, est) => (Some((r, None)), Some(est)),
-                }),
-                Handshake::Slave(s) => s.on_message(msg).map(|s| match s {
-                    SlaveStep::Send(m, fd) => (Some((m, fd)), None),
-                    SlaveStep::Wait => (None, None),
-                    SlaveStep::Connected(est) => (None, Some(est)),
-                }),
-                Handshake::Up(_) => match msg {
-                    Message::Disconnect { reason, .. } => Err(HsError {
-                        reason: format!("peer disconnected: {}", reason.to_string_lossy()),
-                        reply: false,
-                    }),
-                    m => Err(HsError {
-                        reason: format!("unexpected {:?} message while connected", m.msg_type()),
-                        reply: m.msg_type() != MsgType::Disconnect,
-                    }),
-                },
-            };
-            match step {
-                // `reply` is false when the peer itself said DISCONNECT.
-                Err(e) if e.reply => return Err(Closed::fault(e.reason)),
-                Err(e) => return Err(Closed::gone(e.reason)),
-                Ok((send, est)) => {
-                    if let Some((m, afd)) = send {
-                        socket::send(fd, &m.to_bytes(), afd)
-                            .map_err(|e| Closed::gone(format!("send failed: {e}")))?;
-                    }
-                    if let Some(est) = est {
-                        conn.hs = Handshake::Up(self.link_up(cx, est, status)?);
-                    }
-                }
-            }
+        while let Some((msg, fd)) = read(conn.fd.as_fd())? {
+            self.step(cx, conn, msg, fd, status)?;
         }
+        Ok(())
     }
 
     fn deadline(&self, conn: &Conn) -> Option<Instant> {
@@ -255,6 +264,48 @@ impl Protocol for Memif {
 }
 
 impl Memif {
+    /// Takes one message from the peer (with the fd it carried): the
+    /// handshake's next step, and the reply sent.
+    fn step(
+        &mut self,
+        cx: &PortCtx<'_>,
+        conn: &mut Conn,
+        msg: Message,
+        fd: Option<OwnedFd>,
+        status: &mut PortStatus,
+    ) -> Result<(), Closed> {
+        let step = match &mut conn.hs {
+            Handshake::Master(m) => m.on_message(msg, fd).map(|s| match s {
+                MasterStep::Reply(r) => (Some((r, None)), None),
+                MasterStep::Connected(r, est) => (Some((r, None)), Some(est)),
+            }),
+            Handshake::Slave(s) => s.on_message(msg).map(|s| match s {
+                SlaveStep::Send(m, fd) => (Some((m, fd)), None),
+                SlaveStep::Wait => (None, None),
+                SlaveStep::Connected(est) => (None, Some(est)),
+            }),
+            Handshake::Up(_) => match msg {
+                Message::Disconnect { reason, .. } => Err(HsError {
+                    reason: format!("peer disconnected: {}", reason.to_string_lossy()),
+                    reply: false,
+                }),
+                m => Err(HsError {
+                    reason: format!("unexpected {:?} message while connected", m.msg_type()),
+                    reply: m.msg_type() != MsgType::Disconnect,
+                }),
+            },
+        };
+        let (send, est) = step.map_err(closed)?;
+        if let Some((m, afd)) = send {
+            socket::send(conn.fd.as_raw_fd(), &m.to_bytes(), afd)
+                .map_err(|e| Closed::gone(format!("send failed: {e}")))?;
+        }
+        if let Some(est) = est {
+            conn.hs = Handshake::Up(self.link_up(cx, est, status)?);
+        }
+        Ok(())
+    }
+
     fn link_up(
         &mut self,
         cx: &PortCtx<'_>,

@@ -71,8 +71,27 @@ fn lock(d: &Mutex<NetDevice>) -> MutexGuard<'_, NetDevice> {
 
 impl Protocol for VhostUser {
     type Conn = Conn;
+    type Intro = ();
+    type Offer = ();
     const KIND: &'static str = "vhost-user";
     const SOCK_TYPE: SockType = SockType::Stream;
+
+    fn offer(&self) {}
+
+    /// A frontend names no interface: the socket is its port's alone.
+    fn introduce(_fd: BorrowedFd<'_>) -> Result<Option<(u32, ())>, Closed> {
+        Ok(Some((0, ())))
+    }
+
+    fn on_intro(
+        &mut self,
+        _cx: &PortCtx<'_>,
+        _conn: &mut Conn,
+        _intro: (),
+        _status: &mut PortStatus,
+    ) -> Result<(), Closed> {
+        Ok(())
+    }
 
     fn open(&mut self, cx: &PortCtx<'_>, fd: OwnedFd, _side: Side) -> Result<Conn, String> {
         let (relay, handler_side) =
