@@ -142,9 +142,11 @@ impl<'a> Tally<'a> {
     /// A peer refused before it named one of the socket's interfaces: in
     /// the log as `said`, and no port's fault.
     fn unowned(&mut self, sw: &mut Switch, said: &str) {
-        wait_for(Duration::from_secs(5), &format!("{said:?} in the log"), || {
-            sw.log().contains(said).then_some(())
-        });
+        wait_for(
+            Duration::from_secs(5),
+            &format!("{said:?} in the log"),
+            || sw.log().contains(said).then_some(()),
+        );
         assert_eq!(sw.port(self.port).status.faults, self.faults);
         self.survived(sw);
     }
@@ -212,6 +214,18 @@ fn set_ring(
 fn attack_as_slave(sw: &mut Switch, good: &GoodLoop) -> usize {
     let sock = add_port(sw, "hm", &["--kind", "memif", "--role", "master"]);
     let mut t = Tally::new("hm", good);
+    // A second interface on the socket, connected throughout: the attacks
+    // on interface 0 are that port's alone.
+    sw.cli_ok(&[
+        "port", "add", "hm1", "--kind", "memif", "--role", "master", "--socket", &sock, "--id",
+        "1", "--bridge", "default",
+    ]);
+    let mem1 = SlaveMem::new();
+    let mut steps1 = mem1.script();
+    set_init(&mut steps1, |_, id| *id = 1);
+    let conn1 = Conn::connect(&sock);
+    peer::run_slave(&conn1, &steps1).expect("the handshake of interface 1");
+    sw.wait_link("hm1", true);
 
     // --- The handshake.
     let version = |_: &SlaveMem, s: &mut Vec<_>| set_init(s, |v, _| *v = 0x0100);
@@ -221,7 +235,10 @@ fn attack_as_slave(sw: &mut Switch, good: &GoodLoop) -> usize {
     // An interface the socket does not serve is refused as DPDK says it,
     // and is no port's fault.
     bent_slave(&sock, "ID mismatch", |_, s| set_init(s, |_, id| *id = 9));
-    t.unowned(sw, "a peer asked for an interface the socket does not serve");
+    t.unowned(
+        sw,
+        "a peer asked for an interface the socket does not serve",
+    );
 
     bent_slave(&sock, "region 0: region fd holds", |m, s| {
         s[1].0 = Message::AddRegion {
@@ -306,6 +323,13 @@ fn attack_as_slave(sw: &mut Switch, good: &GoodLoop) -> usize {
     t.check(sw, "rings missing");
     bent_slave(&sock, "unexpected Init message", |_, s| {
         let init = s[0].clone();
+        s.insert(1, init);
+    });
+    t.check(sw, "unexpected Init message");
+    // ... naming the socket's other interface.
+    bent_slave(&sock, "unexpected Init message", |_, s| {
+        let mut init = s[0].clone();
+        set_init(std::slice::from_mut(&mut init), |_, id| *id = 1);
         s.insert(1, init);
     });
     t.check(sw, "unexpected Init message");
@@ -471,7 +495,20 @@ fn attack_as_slave(sw: &mut Switch, good: &GoodLoop) -> usize {
         "{:?}",
         sw.stats("hm").totals.drops
     );
+    // Interface 1 was never touched, and is still taken.
+    let hm1 = sw.port("hm1").status;
+    assert!(
+        hm1.link_up && hm1.connects == 1 && hm1.faults == 0,
+        "{hm1:?}"
+    );
+    let c = Conn::connect(&sock);
+    assert!(matches!(c.recv(), Ok((Message::Hello { .. }, _))));
+    assert!(c.send(&steps1[0].0, None));
+    assert_eq!(c.refusal(), "Already connected");
     sw.cli_ok(&["port", "del", "hm"]);
+    assert!(sw.port("hm1").status.link_up);
+    sw.cli_ok(&["port", "del", "hm1"]);
+    assert!(conn1.refusal().contains("interface deleted"));
     t.attacks
 }
 

@@ -222,6 +222,129 @@ fn slave_ports_share_a_testpmd_server_socket_by_id() {
     t.assert_alive();
 }
 
+/// The switch serves one socket with three interfaces (ids 0 and 1 on
+/// VLAN 10, id 9 on VLAN 20), as VPP's `create memif socket` and DPDK's
+/// `net_memif` with one `socket=` do; one testpmd attaches three vdevs to
+/// it by id.
+#[test]
+fn master_ports_serve_one_socket_to_testpmd_by_id() {
+    let _g = serial();
+    let sw = Switch::start(BRIDGE);
+    let sock = sw.path("served.sock");
+    let master = |name: &str, id: &str, vlan: &str| {
+        sw.cli(&[
+            "port", "add", name, "--kind", "memif", "--role", "master", "--socket", &sock, "--id",
+            id, "--bridge", "default", "--vlan", vlan,
+        ])
+    };
+    for (name, id, vlan) in [("m0", "0", "10"), ("m1", "1", "10"), ("m9", "9", "20")] {
+        let o = master(name, id, vlan);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    // The same interface twice, a slave or a vhost-user server there, or
+    // another group for the socket file: refused, naming the field.
+    let refused = |args: &[&str], field: &str| {
+        let o = sw.cli(args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains(field), "{err}");
+    };
+    let add = ["port", "add", "x", "--socket", &sock];
+    let memif = |role: &'static str, id: &'static str| {
+        [&add[..], &["--kind", "memif", "--role", role, "--id", id]].concat()
+    };
+    refused(&memif("master", "1"), "port.id: port \"m1\" is interface 1");
+    refused(&memif("slave", "5"), "port.socket");
+    refused(
+        &[&add[..], &["--kind", "vhost-user", "--role", "server"]].concat(),
+        "port.socket",
+    );
+    refused(
+        &[&memif("master", "5")[..], &["--socket-group", "4242"]].concat(),
+        "port.socket_group",
+    );
+    let list = sw.cli_ok(&["port", "list"]);
+    assert!(list.contains(&format!("{sock} id=9")), "{list}");
+
+    let mut t = Testpmd::start(
+        &[
+            memif_vdev(0, "client", &sock, &format!("id=0,mac={}", mac(0x40))),
+            memif_vdev(1, "client", &sock, &format!("id=1,mac={}", mac(0x41))),
+            memif_vdev(2, "client", &sock, &format!("id=9,mac={}", mac(0x49))),
+        ],
+        &["--forward-mode=rxonly"],
+    );
+    for port in ["m0", "m1", "m9"] {
+        sw.wait_link(port, true);
+    }
+    // Each interface's bursts reach the other of its VLAN through the
+    // switch, and nothing crosses to VLAN 20.
+    t.send_bursts(1);
+    assert_eq!(t.wait_rx(0, 32), 32);
+    assert_eq!(t.wait_rx(1, 32), 32);
+    assert_eq!(t.wait_rx(2, 0), 0);
+
+    // A slave asking for an id the socket does not serve is refused (as
+    // DPDK refuses it), and the others forward on.
+    let mut stranger = Testpmd::start(
+        &[memif_vdev(
+            0,
+            "client",
+            &sock,
+            &format!("id=5,mac={}", mac(0x45)),
+        )],
+        &["--forward-mode=rxonly"],
+    );
+    wait_for(
+        Duration::from_secs(10),
+        "the stranger to be refused",
+        || {
+            sw.log()
+                .contains("a peer asked for an interface the socket does not serve")
+                .then_some(())
+        },
+    );
+    t.send_bursts(1);
+    assert_eq!(t.wait_rx(0, 64), 64);
+    assert_eq!(t.wait_rx(1, 64), 64);
+    for port in ["m0", "m1", "m9"] {
+        assert_eq!(sw.port(port).status.faults, 0, "{port}");
+    }
+    stranger.assert_alive();
+
+    // Ports come and go on the socket; the others stay connected. (testpmd
+    // stops polling first: DPDK's memif driver may crash a polling lcore
+    // when a peer goes, see `Testpmd::pause`.)
+    t.pause();
+    let connects = sw.port("m0").status.connects;
+    let o = master("m5", "5", "10");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    sw.cli_ok(&["port", "del", "m1"]);
+    std::thread::sleep(Duration::from_secs(1));
+    let m0 = sw.port("m0");
+    assert!(
+        m0.status.link_up && m0.status.connects == connects,
+        "{m0:?}"
+    );
+    assert!(std::path::Path::new(&sock).exists());
+    t.assert_alive();
+    // The first port, which accepted for the socket, goes: the next one
+    // serves it, and the stranger, started again, finds its interface
+    // (added since).
+    sw.cli_ok(&["port", "del", "m0"]);
+    stranger.pause();
+    stranger.cmd("port stop 0");
+    stranger.cmd("port start 0");
+    sw.wait_link("m5", true);
+    assert!(sw.port("m9").status.link_up);
+    for port in ["m9", "m5"] {
+        sw.cli_ok(&["port", "del", port]);
+    }
+    // The socket file goes with the last port.
+    assert!(!std::path::Path::new(&sock).exists());
+    t.assert_alive();
+    stranger.assert_alive();
+}
+
 #[test]
 fn vlan_access_ports_are_isolated_and_trunks_carry_tags() {
     let _g = serial();

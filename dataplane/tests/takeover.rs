@@ -39,6 +39,8 @@ struct Loop {
 enum Kind {
     Memif,
     VhostUser,
+    /// Both memif masters, interfaces 0 (`m`) and 1 (`s`) of one socket.
+    SharedMemif,
 }
 
 /// Frames `start tx_first` puts in circulation: one burst on each port.
@@ -48,23 +50,39 @@ impl Loop {
     fn start(kind: Kind) -> Loop {
         let sw = Switch::start(BRIDGE);
         let (m, s) = (sw.path("m.sock"), sw.path("s.sock"));
-        let (name, roles) = match kind {
-            Kind::Memif => ("memif", ["master", "slave"]),
-            Kind::VhostUser => ("vhost-user", ["server", "client"]),
-        };
-        for (port, role, sock) in [("m", roles[0], &m), ("s", roles[1], &s)] {
-            sw.add_port(&[port, "--kind", name, "--role", role, "--socket", sock]);
-        }
         let (mac0, mac1) = (format!("mac={}", mac(0x0a)), format!("mac={}", mac(0x0b)));
         let vdevs = match kind {
-            Kind::Memif => [
-                memif_vdev(0, "client", &m, &mac0),
-                memif_vdev(1, "server", &s, &mac1),
-            ],
-            Kind::VhostUser => [
-                virtio_vdev(0, &m, false, &mac0),
-                virtio_vdev(1, &s, true, &mac1),
-            ],
+            Kind::Memif | Kind::VhostUser => {
+                let (name, roles) = match kind {
+                    Kind::VhostUser => ("vhost-user", ["server", "client"]),
+                    _ => ("memif", ["master", "slave"]),
+                };
+                for (port, role, sock) in [("m", roles[0], &m), ("s", roles[1], &s)] {
+                    sw.add_port(&[port, "--kind", name, "--role", role, "--socket", sock]);
+                }
+                match kind {
+                    Kind::VhostUser => [
+                        virtio_vdev(0, &m, false, &mac0),
+                        virtio_vdev(1, &s, true, &mac1),
+                    ],
+                    _ => [
+                        memif_vdev(0, "client", &m, &mac0),
+                        memif_vdev(1, "server", &s, &mac1),
+                    ],
+                }
+            }
+            Kind::SharedMemif => {
+                for (port, id) in [("m", "0"), ("s", "1")] {
+                    let sock = ["--socket", &m, "--id", id];
+                    sw.add_port(
+                        &[&[port, "--kind", "memif", "--role", "master"][..], &sock].concat(),
+                    );
+                }
+                [
+                    memif_vdev(0, "client", &m, &format!("id=0,{mac0}")),
+                    memif_vdev(1, "client", &m, &format!("id=1,{mac1}")),
+                ]
+            }
         };
         let peer0 = format!("--eth-peer=0,{}", mac(0x0b));
         let peer1 = format!("--eth-peer=1,{}", mac(0x0a));
@@ -192,6 +210,11 @@ fn connects(sw: &Switch) -> (u64, u64) {
 #[test]
 fn twenty_takeovers_of_memif_ports_lose_no_frame_and_reconnect_no_peer() {
     twenty_takeovers(Kind::Memif);
+}
+
+#[test]
+fn twenty_takeovers_of_memif_interfaces_on_one_socket_lose_no_frame_and_reconnect_no_peer() {
+    twenty_takeovers(Kind::SharedMemif);
 }
 
 #[test]

@@ -1,17 +1,22 @@
-//! The master's handshake state machine fed a hostile slave's messages,
-//! then the slave's rings (in a region whose bytes are fuzzed) polled by
-//! the switch's queues.
+//! A master socket fed a hostile slave's messages: the socket's dispatch
+//! (the first message must name one of its interfaces, 0 with two queue
+//! pairs or 1 with one, as `SocketPort`'s listener hands it over), that
+//! interface's handshake state machine, then the slave's rings (in a
+//! region whose bytes are fuzzed) polled by the switch's queues.
 //!
 //! Input: byte 0 picks the region size (x 64 bytes), the next bytes fill
 //! it, the rest is a sequence of 128-byte messages. ADD_REGION messages
 //! come with the region's (sealed memfd) descriptor, ADD_RING with an
 //! eventfd.
 #![no_main]
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::Arc;
 
 use libfuzzer_sys::fuzz_target;
 use switchyard::eventfd::new_eventfd;
-use switchyard::port::memif::handshake::{MasterHandshake, MasterStep, Params};
+use nix::sys::socket::{send, socketpair, AddressFamily, MsgFlags, SockFlag, SockType};
+use switchyard::port::memif;
+use switchyard::port::memif::handshake::{hello, MasterHandshake, MasterStep, Params};
 use switchyard::port::memif::queue::{MemifRx, MemifTx, Side};
 use switchyard::port::memif::region::Region;
 use switchyard::queue::{RxBurst, RxQueue, TxFrame, TxQueue};
@@ -26,18 +31,41 @@ fuzz_target!(|data: &[u8]| {
     let region = Region::create("fuzz", size as u64).unwrap();
     // SAFETY: the region is `size` bytes, `fill` at most that many.
     unsafe { std::ptr::copy_nonoverlapping(fill.as_ptr(), region.base(), fill.len()) };
+    // The socket's interfaces, and the HELLO every slave gets first.
+    let interfaces = [(0u32, 2u16), (1, 1)];
+    let _ = hello(interfaces.iter().map(|i| i.1).max().unwrap_or(1));
+    let msgs = data.get(1 + size..).unwrap_or_default();
+    let mut chunks = msgs.chunks(MSG_SIZE);
+    // The first message crosses a real socket to the switch's reader.
+    let (slave, master) = socketpair(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        None,
+        SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC,
+    )
+    .unwrap();
+    if let Some(first) = chunks.next() {
+        send(slave.as_raw_fd(), first, MsgFlags::empty()).unwrap();
+    }
+    let Ok(Some((id, init))) = memif::introduce(master.as_fd()) else {
+        return; // nothing named: the connection would be dropped
+    };
+    let Some(&(id, queues)) = interfaces.iter().find(|i| i.0 == id) else {
+        return; // "ID mismatch"
+    };
     let mut hs = MasterHandshake::new(Params {
         if_name: "fuzz".into(),
-        id: 0,
+        id,
         secret: None,
         mode: Mode::Ethernet,
-        queues: 2,
+        queues,
         log2_ring_size: 4,
         buffer_size: 256,
     });
-    let _ = hs.hello();
-    let msgs = data.get(1 + size..).unwrap_or_default();
-    for chunk in msgs.chunks(MSG_SIZE) {
+    if hs.on_message(init, None).is_err() {
+        return;
+    }
+    for chunk in chunks {
         let Ok(msg) = Message::parse(chunk) else {
             return; // the connection would be dropped
         };

@@ -120,9 +120,17 @@ pub(crate) fn worker_table(workers: &[WorkerInfo]) -> String {
     o
 }
 
-/// `port list`'s table: a line per port, its link and where it is.
+/// `port list`'s table: a line per port, its link and where it is. A
+/// socket that several ports share (memif interfaces, told apart by id) is
+/// shown with each port's interface: `PATH id=N`.
 pub(crate) fn port_table(ports: &[PortInfo]) -> String {
     use std::fmt::Write;
+    let mut users = std::collections::HashMap::new();
+    for p in ports {
+        if let Some(s) = p.spec.kind.socket() {
+            *users.entry(s.addr.clone()).or_insert(0) += 1;
+        }
+    }
     let mut o = String::new();
     let _ = writeln!(
         o,
@@ -148,11 +156,12 @@ pub(crate) fn port_table(ports: &[PortInfo]) -> String {
                 (None, Some(t)) => format!("trunk:{t}"),
                 (None, None) => "untagged".into(),
             },
-            s.kind
-                .socket()
-                .map(|s| s.addr.to_string())
-                .or(s.kind.interface().map(str::to_string))
-                .unwrap_or_else(|| "-".into()),
+            match s.kind.socket() {
+                Some(sock) if users.get(sock.addr) > Some(&1) =>
+                    format!("{} id={}", sock.addr, sock.interface.unwrap_or(0)),
+                Some(sock) => sock.addr.to_string(),
+                None => s.kind.interface().unwrap_or("-").to_string(),
+            },
             if p.status.link_up {
                 &p.status.peer
             } else {

@@ -23,7 +23,6 @@ use nix::sys::socket::{
 
 use switchyard_api::SocketAddr;
 
-
 /// How long a connecting endpoint waits between attempts.
 pub const RETRY_INTERVAL: Duration = Duration::from_secs(2);
 /// The sub-token of a port's connection in [`super::PortCtx::watch`]

@@ -89,8 +89,7 @@ struct Unnamed {
 /// The listeners open, by address. A listener of another socket kind at
 /// the address does not downcast, and is refused.
 fn registry() -> &'static Mutex<HashMap<SocketAddr, Weak<dyn Any + Send + Sync>>> {
-    static R: OnceLock<Mutex<HashMap<SocketAddr, Weak<dyn Any + Send + Sync>>>> =
-        OnceLock::new();
+    static R: OnceLock<Mutex<HashMap<SocketAddr, Weak<dyn Any + Send + Sync>>>> = OnceLock::new();
     R.get_or_init(Mutex::default)
 }
 
@@ -306,7 +305,10 @@ impl<P: Protocol + 'static> Listener<P> {
 
     /// Adds the listening socket to a takeover's fds; its index there.
     pub fn save(&self, fds: &mut FdOut) -> Option<usize> {
-        lock(&self.inner).socket.as_ref().map(|s| fds.add(s.as_fd()))
+        lock(&self.inner)
+            .socket
+            .as_ref()
+            .map(|s| fds.add(s.as_fd()))
     }
 
     /// Whether more than one port serves the socket.

@@ -110,6 +110,16 @@ fn closed(e: HsError) -> Closed {
     }
 }
 
+/// What a slave connected to a master socket says first, to name its
+/// interface: the id of its INIT and the INIT ([`Protocol::introduce`] of
+/// memif; `Ok(None)` while nothing is waiting). Anything else is refused.
+pub fn introduce(fd: BorrowedFd<'_>) -> Result<Option<(u32, Message)>, Closed> {
+    match read(fd)? {
+        Some((msg, _)) => handshake::named(msg).map(Some).map_err(closed),
+        None => Ok(None),
+    }
+}
+
 impl Protocol for Memif {
     type Conn = Conn;
     /// The slave's INIT.
@@ -130,10 +140,7 @@ impl Protocol for Memif {
     }
 
     fn introduce(fd: BorrowedFd<'_>) -> Result<Option<(u32, Message)>, Closed> {
-        match read(fd)? {
-            Some((msg, _)) => handshake::named(msg).map(Some).map_err(closed),
-            None => Ok(None),
-        }
+        introduce(fd)
     }
 
     fn refuse(fd: OwnedFd, reason: &str) {
