@@ -240,6 +240,72 @@ fn the_quick_start_runs_as_the_readme_has_it() {
     node.sh_ok("test -s /var/lib/switchyard/state.json");
 }
 
+/// "Several interfaces on one socket": the section's two `port add` lines
+/// and its testpmd network function with a vdev per interface, typed into
+/// as it says; each interface's frames reach the other.
+#[test]
+fn the_shared_socket_quick_start_runs_as_the_readme_has_it() {
+    let _g = serial();
+    let lines = block_lines("Several interfaces on one socket");
+    let node = PrivateRun::new();
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let mut switch = node
+        .sh("exec switchyard run")
+        .env("RUST_LOG", "info")
+        .stdout(log.reopen().unwrap())
+        .stderr(log.reopen().unwrap())
+        .spawn()
+        .unwrap();
+    let sw_cli = |args: &str| node.sh_ok(&format!("switchyard {args}"));
+    wait_for(Duration::from_secs(10), "the switch", || {
+        node.sh("switchyard bridge list")
+            .output()
+            .unwrap()
+            .status
+            .success()
+            .then_some(())
+    });
+    let adds: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.starts_with("switchyard port add"))
+        .collect();
+    assert_eq!(adds.len(), 2, "{lines:#?}");
+    for add in adds {
+        node.sh_ok(add);
+    }
+    let nf: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.starts_with("dpdk-testpmd"))
+        .collect();
+    assert_eq!(nf.len(), 1, "{lines:#?}");
+    assert!(
+        lines.iter().any(|l| l == "#   testpmd> start tx_first 4"),
+        "{lines:#?}"
+    );
+    let mut t = Testpmd::from_command(node.sh(&format!("exec stdbuf -oL -eL {}", nf[0])));
+    wait_for(Duration::from_secs(15), "both interfaces linked", || {
+        let list = sw_cli("port list");
+        (list.lines().filter(|l| l.contains(" up ")).count() == 2).then_some(())
+    });
+    t.send_bursts(4);
+    assert_eq!(t.wait_rx(0, 128), 128, "south's frames at north");
+    assert_eq!(t.wait_rx(1, 128), 128, "north's frames at south");
+    let list = lines
+        .iter()
+        .find(|l| l.starts_with("switchyard port list"))
+        .expect("the port list line");
+    let shown = node.sh_ok(list);
+    for id in ["id=0", "id=1"] {
+        assert!(
+            shown.contains(&format!("/run/switchyard/nf.sock {id}")),
+            "{shown}"
+        );
+    }
+    t.pause();
+    drop(t);
+    terminate(&mut switch, Duration::from_secs(10));
+}
+
 /// "Overlay: pods on two nodes": two nodes whose VTEPs are the README's
 /// addresses, in different subnets with a router between, each running a
 /// switch; the section's commands run on the node their comment names
