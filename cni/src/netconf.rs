@@ -37,6 +37,13 @@ pub struct MemifOptions {
     pub buffer_size: Option<u32>,
     /// Shared secret.
     pub secret: Option<String>,
+    /// A socket the pod's memif networks share, by name: each network
+    /// that names it is one interface of it, told apart by `id`, as VPP's
+    /// and DPDK's memif sockets carry several. Without it a network has a
+    /// socket of its own.
+    pub socket: Option<String>,
+    /// The interface's id on its socket (default 0).
+    pub id: Option<u32>,
 }
 
 /// vhost-user options (pod's point of view).
@@ -311,6 +318,12 @@ pub fn version_at_least(v: &str, first: &str) -> bool {
 pub const SUPPORTED_VERSIONS: [&str; 5] = ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
 
 impl NetConf {
+    /// The name of the socket this memif network shares with the pod's
+    /// other networks that name it (`memif.socket`).
+    pub fn shared_socket(&self) -> Option<&str> {
+        self.raw.memif.as_ref().and_then(|m| m.socket.as_deref())
+    }
+
     /// Parses and validates stdin bytes. Keys the plugin does not know are
     /// ignored and listed in [`NetConf::ignored`].
     pub fn parse(bytes: &[u8]) -> Result<NetConf, CniError> {
@@ -380,6 +393,20 @@ impl NetConf {
             ));
         }
         let pod_role = pod_role(&raw)?;
+        if let Some(name) = raw.memif.as_ref().and_then(|m| m.socket.as_deref()) {
+            let ok = !name.is_empty()
+                && name.len() <= 64
+                && !name.starts_with('.')
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+            if !ok {
+                return Err(invalid(
+                    "memif.socket",
+                    format!("{name:?} must be 1 to 64 of letters, digits, '-', '_', '.' and not start with '.'"),
+                ));
+            }
+        }
         let socket_dir = clean_absolute(
             "socketDir",
             raw.socket_dir.as_deref().unwrap_or(DEFAULT_SOCKET_DIR),
@@ -581,6 +608,13 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.msg.starts_with("memif.role:"), "{e}");
+        for bad in ["", "../x", ".hidden", "a/b"] {
+            let e = parse(&format!(
+                r#"{{"cniVersion":"1.1.0","name":"n","type":"switchyard","memif":{{"socket":"{bad}","id":1}}}}"#
+            ))
+            .unwrap_err();
+            assert!(e.msg.starts_with("memif.socket:"), "{e}");
+        }
         let e = parse(r#"{"cniVersion":"1.1.0","name":"n","type":"switchyard","ipam":{"type":"../../bin/sh"}}"#).unwrap_err();
         assert!(e.msg.starts_with("ipam.type:"), "{e}");
         assert_eq!(parse("{").unwrap_err().code, DECODE_FAILURE);

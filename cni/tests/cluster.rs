@@ -741,3 +741,131 @@ fn a_netconf_device_id_of_another_pods_device_is_refused() {
     assert_eq!(e["code"], 11, "{e}");
     assert!(node.ports().is_empty());
 }
+
+/// A network function's two memif networks on one socket (`memif.socket`),
+/// as VPP and DPDK attach several interfaces over one: through Multus with
+/// the device plugin's devices (the socket is the first network's device's),
+/// then without devices (`<pod dir>/<name>.sock`), where DEL takes the
+/// socket with the last network that uses it.
+#[test]
+fn a_pods_memif_networks_share_one_socket_by_id() {
+    let _g = serial();
+    let node = Node::start();
+    let mut m = multus(&node);
+    let kubelet = PodResourcesApi::start(&pod_resources_socket(&node));
+    m.pod_resources = Some(kubelet.socket.clone());
+    let (north, south) = ["north", "south"]
+        .map(|n| {
+            let id = if n == "north" { 0 } else { 1 };
+            nad(
+                &format!("nf-{n}"),
+                nad_config(&node, json!({"memif": {"socket": "nf", "id": id}})),
+                Some("switchyard.io/memif"),
+            )
+        })
+        .into();
+    // The device plugin's devices, as it writes them: one socket each.
+    kubelet.allocate(
+        "default",
+        "nf",
+        "app",
+        "switchyard.io/memif",
+        &["memif-1", "memif-2"],
+    );
+    let dev_sock = |id: &str| node.socket_dir().join(format!("devices/{id}/memif.sock"));
+    for id in ["memif-1", "memif-2"] {
+        std::fs::create_dir_all(dev_sock(id).parent().unwrap()).unwrap();
+        let dp = node
+            .dir
+            .path()
+            .join(format!("devinfo/dp/switchyard.io-memif-{id}-device.json"));
+        std::fs::create_dir_all(dp.parent().unwrap()).unwrap();
+        std::fs::write(
+            &dp,
+            json!({"type": "memif", "version": "1.1.0",
+                   "memif": {"role": "slave", "mode": "ethernet", "path": dev_sock(id)}})
+            .to_string(),
+        )
+        .unwrap();
+    }
+    let p = pod("nf");
+    let added = m
+        .add(
+            &p,
+            &[
+                (north, Selection::default(), None),
+                (south, Selection::default(), None),
+            ],
+        )
+        .unwrap_or_else(|e| panic!("ADD: {:?}", e.0));
+    // Both networks name the first device's socket, in the result and in
+    // network-status; the switch serves interfaces 0 and 1 there.
+    let shared = dev_sock("memif-1").display().to_string();
+    for a in &added {
+        assert_eq!(a.result["interfaces"][0]["socketPath"], shared);
+        assert_eq!(a.network_status["device-info"]["memif"]["path"], shared);
+    }
+    let ids = |node: &Node| -> Vec<(String, Option<u32>)> {
+        node.ports()
+            .iter()
+            .map(|p| match &p.spec.kind {
+                switchyard_api::KindSpec::Memif(m) => (p.socket(), m.id),
+                k => panic!("{k:?}"),
+            })
+            .collect()
+    };
+    let mut got = ids(&node);
+    got.sort();
+    assert_eq!(got, [(shared.clone(), Some(0)), (shared.clone(), Some(1))]);
+    // The application attaches both interfaces by id; each one's frames
+    // reach the other.
+    let mac = |a: &multus::Added, id: u32| {
+        format!("id={id},mac={}", a.network_status["mac"].as_str().unwrap())
+    };
+    let mut t = Testpmd::start(
+        &[
+            memif_vdev(0, "client", &shared, &mac(&added[0], 0)),
+            memif_vdev(1, "client", &shared, &mac(&added[1], 1)),
+        ],
+        &["--forward-mode=rxonly"],
+    );
+    wait_for(LIMIT, "both interfaces up", || {
+        let p = node.ports();
+        (p.len() == 2 && p.iter().all(|p| p.status.link_up)).then_some(())
+    });
+    t.send_bursts(1);
+    assert_eq!(t.wait_rx(0, 32), 32);
+    assert_eq!(t.wait_rx(1, 32), 32);
+    t.pause();
+    assert!(m.del(&p).is_empty());
+    assert!(node.ports().is_empty());
+    assert!(!dev_sock("memif-1").exists());
+    drop(t);
+
+    // Without devices: `<pod dir>/nf.sock`. The same id twice is the
+    // switch's refusal; DEL leaves the socket to the network still on it.
+    let conf = |ifname: &str, id: u32| {
+        node.netconf(
+            &format!("nf-{ifname}"),
+            json!({"memif": {"socket": "nf", "id": id}}),
+        )
+    };
+    let (c, args) = (&format!("{:0>64}", "nf2"), &pod_args("uid-nf2"));
+    let sock = node.socket_dir().join("uid-nf2/nf.sock");
+    for (ifname, id) in [("net1", 0), ("net2", 1)] {
+        let r = ok("ADD", c, ifname, args, &conf(ifname, id));
+        assert_eq!(r["interfaces"][0]["socketPath"], sock.display().to_string());
+    }
+    let (good, e) = cni("ADD", c, "net3", args, &conf("net3", 1));
+    assert!(!good, "{e}");
+    assert_eq!(e["code"], 100, "{e}");
+    assert!(e["msg"].as_str().unwrap().contains("port.id"), "{e}");
+    assert_eq!(node.ports().len(), 2);
+    ok("DEL", c, "net1", args, &conf("net1", 0));
+    assert!(sock.exists(), "net2 still uses the socket");
+    assert_eq!(ids(&node), [(sock.display().to_string(), Some(1))]);
+    ok("DEL", c, "net2", args, &conf("net2", 1));
+    assert!(node.ports().is_empty());
+    assert!(!sock.exists());
+    assert!(!node.socket_dir().join("uid-nf2").exists());
+}

@@ -64,6 +64,10 @@ pub struct Record {
     pub port: String,
     /// Socket path.
     pub socket: String,
+    /// The name of the memif socket the attachment shares with the pod's
+    /// other networks that name it (`memif.socket`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memif_socket: Option<String>,
     /// Device-info file written.
     pub device_info_file: Option<String>,
     /// Whether IPAM was used (its config is in the netconf).
@@ -163,6 +167,16 @@ pub(crate) fn pod_key(args: &CniArgs, container_id: &str) -> Result<String, CniE
     Ok(key)
 }
 
+/// Every attachment record of this socket dir, with its file.
+pub(crate) fn records(nc: &NetConf) -> Vec<(PathBuf, Record)> {
+    fs::read_dir(state_dir(nc))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| Some((e.path(), read_record(&e.path())?)))
+        .collect()
+}
+
 pub(crate) fn read_record(path: &Path) -> Option<Record> {
     fs::read(path)
         .ok()
@@ -217,6 +231,7 @@ mod tests {
             pod_key: "uid".into(),
             port: port_name("c", "net1"),
             socket: "/run/switchyard/uid/net1.sock".into(),
+            memif_socket: None,
             device_info_file: None,
             ipam: Some(serde_json::json!({"type": "host-local"})),
             cni_version: "1.1.0".into(),

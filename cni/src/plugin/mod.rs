@@ -18,8 +18,8 @@ use crate::ipam;
 use crate::netconf::{NetConf, SUPPORTED_VERSIONS};
 use crate::result::{add_result, Interface, ResultView};
 use attachment::{
-    derived_mac, lock, mkdir, owe, owed, pod_key, read_record, record_path, safe_component,
-    state_dir, write_record,
+    derived_mac, lock, mkdir, owe, owed, pod_key, read_record, record_path, records,
+    safe_component, state_dir, write_record,
 };
 use switch::{
     call, choose_socket, client, device_info, device_plugin_info, pod_role_with_devinfo, port_spec,
@@ -106,7 +106,13 @@ pub fn add(
         check_device_owner(nc, &args, id)?;
     }
     let pod_role = pod_role_with_devinfo(nc, dp.as_ref())?;
-    let socket = choose_socket(nc, &pod_dir, ifname, dp.as_ref())?;
+    // A socket the pod's networks share is where its first network has it
+    // (with a device plugin, in that network's device): each network is
+    // one interface of it.
+    let socket = match shared_socket_of(nc, &key, container_id, ifname) {
+        Some(s) => s,
+        None => choose_socket(nc, &pod_dir, ifname, dp.as_ref())?,
+    };
     let name = port_name(container_id, ifname);
 
     let mut c = client(nc)?;
@@ -182,6 +188,7 @@ pub fn add(
                 pod_key: key.clone(),
                 port: name.clone(),
                 socket: socket.display().to_string(),
+                memif_socket: nc.shared_socket().map(str::to_string),
                 device_info_file: nc
                     .device_info_file
                     .as_ref()
@@ -252,8 +259,19 @@ fn teardown(
     }
     // ADD's record knows the directory even if DEL's CNI_ARGS lack the pod UID.
     let key = rec.as_ref().map(|r| r.pod_key.clone()).or(pod_key);
+    // A socket other attachments still use (a shared memif socket) stays.
+    let others = records(nc)
+        .into_iter()
+        .filter(|(p, _)| *p != rec_path)
+        .map(|(_, r)| PathBuf::from(r.socket))
+        .collect::<Vec<_>>();
+    let remove_socket = |p: PathBuf| {
+        if !others.contains(&p) {
+            let _ = fs::remove_file(p);
+        }
+    };
     if let Some(r) = &rec {
-        let _ = fs::remove_file(&r.socket);
+        remove_socket(PathBuf::from(&r.socket));
     }
     let devinfo = nc.device_info_file.clone().or(rec
         .as_ref()
@@ -264,13 +282,28 @@ fn teardown(
     if let Some(k) = key {
         if safe_component("pod", &k, 128).is_ok() {
             let dir = nc.socket_dir.join(&k);
-            let _ = fs::remove_file(dir.join(format!("{ifname}.sock")));
+            remove_socket(dir.join(format!("{ifname}.sock")));
             // Only when empty: other interfaces of the pod may remain.
             let _ = fs::remove_dir(&dir);
         }
     }
     let _ = fs::remove_file(&rec_path);
     Ok(())
+}
+
+/// The socket of the pod's attachment that names the same shared memif
+/// socket (`memif.socket`) as this one, if another has been added.
+fn shared_socket_of(nc: &NetConf, key: &str, container_id: &str, ifname: &str) -> Option<PathBuf> {
+    let name = nc.shared_socket()?;
+    records(nc)
+        .into_iter()
+        .map(|(_, r)| r)
+        .find(|r| {
+            r.pod_key == key
+                && r.memif_socket.as_deref() == Some(name)
+                && !(r.container_id == container_id && r.ifname == ifname)
+        })
+        .map(|r| PathBuf::from(r.socket))
 }
 
 /// A Kubernetes pod (the runtime's `CNI_ARGS` name it) may use only a

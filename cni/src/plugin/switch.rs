@@ -47,7 +47,8 @@ pub(crate) fn remove_port(c: &mut Client, name: &str) -> Result<(), ClientError>
 }
 
 /// The socket to use: the one a device plugin named in the device-info
-/// file, else `<pod dir>/<ifname>.sock`. Either way it must lie inside the
+/// file, else `<pod dir>/<ifname>.sock` (`<pod dir>/<name>.sock` for a
+/// memif socket the pod's networks share, `memif.socket`). Either way it must lie inside the
 /// socket dir (checked with symlinks resolved). The path is kept as the
 /// device plugin wrote it: that is where the pod has it mounted (the pod's
 /// image need not have the host's `/var/run -> /run`), and device-info and
@@ -59,7 +60,8 @@ pub(crate) fn choose_socket(
     dp: Option<&DeviceInfo>,
 ) -> Result<PathBuf, CniError> {
     let Some(path) = dp.and_then(|d| d.socket_path()) else {
-        return Ok(pod_dir.join(format!("{ifname}.sock")));
+        let file = nc.shared_socket().unwrap_or(ifname);
+        return Ok(pod_dir.join(format!("{file}.sock")));
     };
     let p = crate::netconf::clean_absolute("device-info path", path)?;
     let base = fs::canonicalize(&nc.socket_dir).map_err(|e| io(nc.socket_dir.display(), e))?;
@@ -171,6 +173,7 @@ pub(crate) fn port_spec(
             m.ring_size = opts.ring_size;
             m.buffer_size = opts.buffer_size;
             m.secret = opts.secret;
+            m.id = opts.id;
             m.socket_group = group;
         }
         KindSpec::VhostUser(v) => {
