@@ -220,6 +220,15 @@ impl<P: Protocol> SocketPort<P> {
         Ok(())
     }
 
+    /// Leaves the socket's listener, if the port is a member.
+    fn leave(&mut self, cx: &PortCtx<'_>) {
+        if let End::Listens { member, .. } = &mut self.end {
+            if let Some((l, _)) = member.take() {
+                l.leave(cx);
+            }
+        }
+    }
+
     fn listener(&self) -> Option<&Arc<Listener<P>>> {
         match &self.end {
             End::Listens {
@@ -393,13 +402,9 @@ impl<P: Protocol> Port for SocketPort<P> {
                 ..Closed::gone("interface deleted")
             },
         );
-        match &mut self.end {
-            End::Listens { member, .. } => {
-                if let Some((l, _)) = member.take() {
-                    l.leave(cx);
-                }
-            }
-            End::Connects(c) => c.stop(),
+        self.leave(cx);
+        if let End::Connects(c) = &mut self.end {
+            c.stop();
         }
     }
 
@@ -450,21 +455,30 @@ impl<P: Protocol> Port for SocketPort<P> {
         if let Some(i) = saved.listener {
             self.join(cx, Some(fds.take(i)?))?;
         }
-        match saved.conn {
-            Some(c) => {
-                let conn = self.proto.restore(cx, c, fds, &mut self.status)?;
-                if let Err(e) = cx.watch(P::fd(&conn), SUB_CONN) {
-                    self.proto.close(cx, conn, "", false);
-                    return Err(HandoverError::Io(e).into());
+        let restored = match saved.conn {
+            Some(c) => self.proto.restore(cx, c, fds, &mut self.status).and_then(|conn| {
+                match cx.watch(P::fd(&conn), SUB_CONN) {
+                    Ok(()) => {
+                        self.conn = Some(conn);
+                        Ok(())
+                    }
+                    Err(e) => {
+                        self.proto.close(cx, conn, "", false);
+                        Err(HandoverError::Io(e))
+                    }
                 }
-                self.conn = Some(conn);
-            }
+            }),
             None => {
                 self.status.link_up = false;
                 self.try_connect(cx);
+                Ok(())
             }
+        };
+        if restored.is_err() {
+            // The port is dropped, not stopped: it leaves the socket now.
+            self.leave(cx);
         }
-        Ok(())
+        Ok(restored?)
     }
 
     fn requeue(&mut self, cx: &PortCtx<'_>) {
