@@ -229,7 +229,7 @@ fn slave_ports_share_a_testpmd_server_socket_by_id() {
 #[test]
 fn master_ports_serve_one_socket_to_testpmd_by_id() {
     let _g = serial();
-    let sw = Switch::start(BRIDGE);
+    let mut sw = Switch::start(BRIDGE);
     let sock = sw.path("served.sock");
     let master = |name: &str, id: &str, vlan: &str| {
         sw.cli(&[
@@ -336,6 +336,17 @@ fn master_ports_serve_one_socket_to_testpmd_by_id() {
     stranger.cmd("port start 0");
     sw.wait_link("m5", true);
     assert!(sw.port("m9").status.link_up);
+    // A restarted switch serves the socket again from its state, to both
+    // interfaces (DPDK's clients attach again when their ports restart).
+    stranger.pause();
+    sw.stop();
+    sw.spawn();
+    for (pmd, port) in [(&mut stranger, 0), (&mut t, 2)] {
+        pmd.cmd(&format!("port stop {port}"));
+        pmd.cmd(&format!("port start {port}"));
+    }
+    sw.wait_link("m5", true);
+    sw.wait_link("m9", true);
     for port in ["m9", "m5"] {
         sw.cli_ok(&["port", "del", port]);
     }

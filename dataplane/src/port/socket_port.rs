@@ -456,8 +456,10 @@ impl<P: Protocol> Port for SocketPort<P> {
             self.join(cx, Some(fds.take(i)?))?;
         }
         let restored = match saved.conn {
-            Some(c) => self.proto.restore(cx, c, fds, &mut self.status).and_then(|conn| {
-                match cx.watch(P::fd(&conn), SUB_CONN) {
+            Some(c) => self
+                .proto
+                .restore(cx, c, fds, &mut self.status)
+                .and_then(|conn| match cx.watch(P::fd(&conn), SUB_CONN) {
                     Ok(()) => {
                         self.conn = Some(conn);
                         Ok(())
@@ -466,8 +468,7 @@ impl<P: Protocol> Port for SocketPort<P> {
                         self.proto.close(cx, conn, "", false);
                         Err(HandoverError::Io(e))
                     }
-                }
-            }),
+                }),
             None => {
                 self.status.link_up = false;
                 self.try_connect(cx);
