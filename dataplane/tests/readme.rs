@@ -122,6 +122,31 @@ impl PrivateRun {
     fn sh_ok(&self, line: &str) -> String {
         run_ok(&mut self.sh(line))
     }
+
+    /// `switchyard run` as the README has it (no flags, no config), its
+    /// output in `log`; returns once it answers on the default socket.
+    fn run_switch(&self, log: &tempfile::NamedTempFile) -> Child {
+        let switch = self
+            .sh("exec switchyard run")
+            .env("RUST_LOG", "info")
+            .stdout(log.reopen().unwrap())
+            .stderr(log.reopen().unwrap())
+            .spawn()
+            .unwrap();
+        wait_for(
+            Duration::from_secs(10),
+            "the default control socket",
+            || {
+                self.sh("switchyard bridge list")
+                    .output()
+                    .unwrap()
+                    .status
+                    .success()
+                    .then_some(())
+            },
+        );
+        switch
+    }
 }
 
 impl Drop for PrivateRun {
@@ -145,25 +170,7 @@ fn the_quick_start_runs_as_the_readme_has_it() {
     let node = PrivateRun::new();
     // `switchyard run`: no flags, no config; answers on the default socket.
     let log = tempfile::NamedTempFile::new().unwrap();
-    let mut switch = node
-        .sh("exec switchyard run")
-        .env("RUST_LOG", "info")
-        .stdout(log.reopen().unwrap())
-        .stderr(log.reopen().unwrap())
-        .spawn()
-        .unwrap();
-    wait_for(
-        Duration::from_secs(10),
-        "the default control socket",
-        || {
-            node.sh("switchyard bridge list")
-                .output()
-                .unwrap()
-                .status
-                .success()
-                .then_some(())
-        },
-    );
+    let mut switch = node.run_switch(&log);
     node.sh_ok("test -S /run/switchyard/control.sock");
     assert!(node.sh_ok("switchyard bridge list").contains("default"));
 
@@ -249,22 +256,8 @@ fn the_shared_socket_quick_start_runs_as_the_readme_has_it() {
     let lines = block_lines("Several interfaces on one socket");
     let node = PrivateRun::new();
     let log = tempfile::NamedTempFile::new().unwrap();
-    let mut switch = node
-        .sh("exec switchyard run")
-        .env("RUST_LOG", "info")
-        .stdout(log.reopen().unwrap())
-        .stderr(log.reopen().unwrap())
-        .spawn()
-        .unwrap();
+    let mut switch = node.run_switch(&log);
     let sw_cli = |args: &str| node.sh_ok(&format!("switchyard {args}"));
-    wait_for(Duration::from_secs(10), "the switch", || {
-        node.sh("switchyard bridge list")
-            .output()
-            .unwrap()
-            .status
-            .success()
-            .then_some(())
-    });
     let adds: Vec<&String> = lines
         .iter()
         .filter(|l| l.starts_with("switchyard port add"))
