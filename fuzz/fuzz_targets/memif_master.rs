@@ -13,8 +13,8 @@ use std::os::fd::{AsFd, AsRawFd};
 use std::sync::Arc;
 
 use libfuzzer_sys::fuzz_target;
-use switchyard::eventfd::new_eventfd;
 use nix::sys::socket::{send, socketpair, AddressFamily, MsgFlags, SockFlag, SockType};
+use switchyard::eventfd::new_eventfd;
 use switchyard::port::memif;
 use switchyard::port::memif::handshake::{hello, MasterHandshake, MasterStep, Params};
 use switchyard::port::memif::queue::{MemifRx, MemifTx, Side};
