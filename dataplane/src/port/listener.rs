@@ -389,3 +389,179 @@ fn adopt<P: Protocol>(addr: &SocketAddr, l: OwnedFd) -> io::Result<OwnedFd> {
     }
     Ok(l)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dataplane::Dataplane;
+    use crate::port::handover::{FdIn, HandoverError, Saved};
+    use crate::port::socket_port::Closed;
+    use crate::reactor::Reactor;
+    use nix::sys::socket::{recv, send, MsgFlags, SockType};
+    use std::os::fd::BorrowedFd;
+    use switchyard_api::{PortStatus, Side};
+
+    /// A protocol whose peers name their interface in their first message,
+    /// a little-endian u32; greeted with "hi", refused with the reason.
+    struct Ids;
+
+    impl Protocol for Ids {
+        type Conn = OwnedFd;
+        type Intro = ();
+        type Offer = ();
+        const KIND: &'static str = "ids";
+        const SOCK_TYPE: SockType = SockType::SeqPacket;
+
+        fn offer(&self) {}
+        fn greet(fd: BorrowedFd<'_>, _: &[()]) -> Result<(), String> {
+            send(fd.as_raw_fd(), b"hi", MsgFlags::MSG_NOSIGNAL)
+                .map(drop)
+                .map_err(|e| e.to_string())
+        }
+        fn introduce(fd: BorrowedFd<'_>) -> Result<Option<(u32, ())>, Closed> {
+            let mut b = [0u8; 4];
+            match recv(fd.as_raw_fd(), &mut b, MsgFlags::MSG_DONTWAIT) {
+                Ok(4) => Ok(Some((u32::from_le_bytes(b), ()))),
+                Err(nix::errno::Errno::EAGAIN) => Ok(None),
+                _ => Err(Closed::fault("not an id")),
+            }
+        }
+        fn refuse(fd: OwnedFd, reason: &str) {
+            let _ = send(fd.as_raw_fd(), reason.as_bytes(), MsgFlags::MSG_NOSIGNAL);
+        }
+        fn open(&mut self, _: &PortCtx<'_>, fd: OwnedFd, _: Side) -> Result<OwnedFd, String> {
+            Ok(fd)
+        }
+        fn on_intro(
+            &mut self,
+            _: &PortCtx<'_>,
+            _: &mut OwnedFd,
+            _: (),
+            _: &mut PortStatus,
+        ) -> Result<(), Closed> {
+            Ok(())
+        }
+        fn fd(conn: &OwnedFd) -> BorrowedFd<'_> {
+            conn.as_fd()
+        }
+        fn on_ready(
+            &mut self,
+            _: &PortCtx<'_>,
+            _: &mut OwnedFd,
+            _: &mut PortStatus,
+        ) -> Result<(), Closed> {
+            Ok(())
+        }
+        fn deadline(&self, _: &OwnedFd) -> Option<Instant> {
+            None
+        }
+        fn on_timer(&mut self, _: &mut OwnedFd, _: Instant) -> Result<(), Closed> {
+            Ok(())
+        }
+        fn close(&mut self, _: &PortCtx<'_>, _: OwnedFd, _: &str, _: bool) -> bool {
+            false
+        }
+        fn save(&self, _: &OwnedFd, _: &mut FdOut) -> Result<Option<Saved>, String> {
+            Ok(None)
+        }
+        fn restore(
+            &mut self,
+            _: &PortCtx<'_>,
+            _: Saved,
+            _: &mut FdIn,
+            _: &mut PortStatus,
+        ) -> Result<OwnedFd, HandoverError> {
+            Err(HandoverError::Invalid("not saved".into()))
+        }
+        fn requeue(&mut self, _: &PortCtx<'_>, _: &mut OwnedFd) -> Result<(), Closed> {
+            Ok(())
+        }
+    }
+
+    /// A peer that connects, reads the greeting and names `id`.
+    fn peer(addr: &SocketAddr, id: u32) -> OwnedFd {
+        let c = crate::port::endpoint::connect(SockType::SeqPacket, addr).unwrap();
+        send(c.as_raw_fd(), &id.to_le_bytes(), MsgFlags::empty()).unwrap();
+        c
+    }
+
+    /// What the switch said to `c`, in order (waits up to a second).
+    fn heard(c: &OwnedFd) -> Vec<String> {
+        let mut out = Vec::new();
+        let end = Instant::now() + Duration::from_secs(1);
+        while Instant::now() < end {
+            let mut b = [0u8; 64];
+            match recv(c.as_raw_fd(), &mut b, MsgFlags::MSG_DONTWAIT) {
+                Ok(0) => break,
+                Ok(n) => out.push(String::from_utf8_lossy(&b[..n]).into_owned()),
+                Err(_) => std::thread::sleep(Duration::from_millis(5)),
+            }
+            if out.len() == 2 {
+                break;
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn a_socket_hands_each_peer_to_the_interface_it_names_and_outlives_its_first_port() {
+        let dir = tempfile::tempdir().unwrap();
+        let addr = SocketAddr::Path(dir.path().join("s.sock"));
+        let (reactor, dp) = (Reactor::new().unwrap(), Dataplane::new(1).unwrap());
+        let cx = |id| PortCtx {
+            id,
+            reactor: &reactor,
+            dp: &dp,
+        };
+        let joining = |interface| Joining::<Ids> {
+            addr: &addr,
+            group: None,
+            interface,
+            offer: (),
+        };
+        let l = Listener::<Ids>::join(&cx(1), joining(1), None).unwrap();
+        let l2 = Listener::<Ids>::join(&cx(2), joining(2), None).unwrap();
+        assert!(Arc::ptr_eq(&l, &l2) && l.shared());
+        assert!(Listener::<Ids>::join(&cx(3), joining(2), None).is_err());
+        // The tokens ready within a second.
+        let wait = || {
+            let mut ready = Vec::new();
+            reactor
+                .wait(Some(Duration::from_secs(1)), &mut ready)
+                .unwrap();
+            ready
+        };
+
+        // Port 1 watches; a peer naming interface 2 is handed to port 2.
+        let c = peer(&addr, 2);
+        assert_eq!(wait(), [Token::port(1, SUB_LISTENER)]);
+        l.on_ready(&cx(1), SUB_LISTENER);
+        assert_eq!(wait(), [Token::port(2, SUB_HANDED)]);
+        assert_eq!(l.take(1).len(), 0);
+        assert_eq!(l.take(2).len(), 1);
+        assert_eq!(heard(&c), ["hi"]);
+        // One naming an interface nobody serves is told so.
+        let c = peer(&addr, 7);
+        assert_eq!(wait(), [Token::port(1, SUB_LISTENER)]);
+        l.on_ready(&cx(1), SUB_LISTENER);
+        assert_eq!(heard(&c), ["hi", "ID mismatch"]);
+
+        // Port 1 goes: port 2 watches the socket now.
+        l.leave(&cx(1));
+        drop(l);
+        let c = peer(&addr, 2);
+        assert_eq!(wait(), [Token::port(2, SUB_LISTENER)]);
+        l2.on_ready(&cx(2), SUB_LISTENER);
+        assert_eq!(wait(), [Token::port(2, SUB_HANDED)]);
+        assert_eq!(l2.take(2).len(), 1);
+        drop(c);
+        // The last port takes the socket file with it; the address is free
+        // for a new listener.
+        l2.leave(&cx(2));
+        drop(l2);
+        assert!(!dir.path().join("s.sock").exists());
+        let l = Listener::<Ids>::join(&cx(4), joining(0), None).unwrap();
+        assert!(!l.shared());
+        l.leave(&cx(4));
+    }
+}
