@@ -54,10 +54,28 @@ fn bad_requests_get_errors_naming_the_field() {
         &sw.path("y.sock"),
     ]);
     assert!(String::from_utf8_lossy(&o.stderr).contains("exists"));
+    // The socket's interface 0 is p's; the socket is memif's.
     let o = sw.cli(&[
         "port", "add", "q", "--kind", "memif", "--role", "master", "--socket", &sock,
     ]);
-    assert!(String::from_utf8_lossy(&o.stderr).contains("used by port"));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("port.id: port \"p\" is interface 0"), "{err}");
+    let o = sw.cli(&[
+        "port",
+        "add",
+        "q",
+        "--kind",
+        "vhost-user",
+        "--role",
+        "server",
+        "--socket",
+        &sock,
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("port.socket") && err.contains("used by port"),
+        "{err}"
+    );
 
     let o = sw.cli(&["bridge", "del", "default"]);
     assert!(String::from_utf8_lossy(&o.stderr).contains("still has ports"));
