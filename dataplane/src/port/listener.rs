@@ -54,6 +54,8 @@ pub const SUB_HANDED: u32 = 3;
 pub const MAX_UNNAMED: usize = 16;
 /// How long a peer has to name its interface.
 pub const NAMING_TIMEOUT: Duration = Duration::from_secs(5);
+/// How many connections one readiness of the socket accepts.
+pub const ACCEPT_BATCH: usize = 16;
 
 /// A listening socket and the ports on it.
 pub struct Listener<P: Protocol> {
@@ -190,8 +192,12 @@ impl<P: Protocol + 'static> Listener<P> {
         }
     }
 
+    /// Accepts what is pending, [`ACCEPT_BATCH`] at most: a socket still
+    /// readable is reported again, after the other events, so a flood of
+    /// connections neither holds the control thread nor piles up
+    /// connections handed to ports that have not taken them yet.
     fn accept_all(&self, cx: &PortCtx<'_>, inner: &mut Inner<P>) {
-        loop {
+        for _ in 0..ACCEPT_BATCH {
             let Some(socket) = &inner.socket else { return };
             let fd = match accept(socket) {
                 Ok(Some(fd)) => fd,
