@@ -179,7 +179,7 @@ fn switches_join_pods_over_a_routed_underlay_one_network_per_vni() {
         .map(|ns| Switch::start_in(Some(&ns.name), config))
         .collect();
     let pods: Vec<Station> = (1..=3)
-        .map(|i| Station::attached(i as u8, Some(&u.vteps[i - 1]), "p0"))
+        .map(|i| Station::on_overlay(i as u8, Some(&u.vteps[i - 1]), "p0"))
         .collect();
     for (i, sw) in sws.iter().enumerate() {
         let i = i + 1;
@@ -203,7 +203,7 @@ fn switches_join_pods_over_a_routed_underlay_one_network_per_vni() {
     let blue: Vec<Station> = [(0, 5), (1, 4)]
         .into_iter()
         .map(|(i, n)| {
-            let pod = Station::attached(n, Some(&u.vteps[i]), "p1");
+            let pod = Station::on_overlay(n, Some(&u.vteps[i]), "p1");
             sws[i].cli_ok(&[
                 "port",
                 "add",
@@ -230,13 +230,9 @@ fn switches_join_pods_over_a_routed_underlay_one_network_per_vni() {
                 "--bridge",
                 "blue",
             ]);
-            pod.ns.sh_ok("ip link set eth0 mtu 1450");
             pod
         })
         .collect();
-    for p in &pods {
-        p.ns.sh_ok("ip link set eth0 mtu 1450");
-    }
 
     // Node 1's pod pings node 2's (its ARP broadcast goes to both tunnels).
     pods[0].ns.sh_ok("busybox ping -c 3 -W 2 10.66.0.2");
@@ -400,23 +396,9 @@ fn overlays_of_the_config_join_the_nodes_their_vteps_name() {
     for (i, sw) in sws.iter().enumerate() {
         for (n, overlay, vlan) in [(1, "flat", None), (3, "trunk", Some("200"))] {
             let host_end = format!("p{n}");
-            let pod = Station::attached(n + i as u8, Some(&u.vteps[i]), &host_end);
-            pod.ns.sh_ok("ip link set eth0 mtu 1450");
-            let mut args = vec![
-                "port",
-                "add",
-                &host_end,
-                "--kind",
-                "af-packet",
-                "--interface",
-                &host_end,
-                "--bridge",
-                overlay,
-            ];
-            if let Some(v) = vlan {
-                args.extend(["--vlan", v]);
-            }
-            sw.cli_ok(&args);
+            let pod = Station::on_overlay(n + i as u8, Some(&u.vteps[i]), &host_end);
+            let vlan = vlan.map(|v| ["--vlan", v]);
+            sw.add_af_packet(&host_end, overlay, vlan.as_ref().map_or(&[], |v| &v[..]));
             pods.push(pod);
         }
     }
@@ -485,25 +467,11 @@ fn a_pod_on_another_node_cannot_take_a_pinned_mac() {
         .iter()
         .enumerate()
         .map(|(i, sw)| {
-            let pod = Station::attached(i as u8 + 1, Some(&u.vteps[i]), "pod");
-            pod.ns.sh_ok("ip link set eth0 mtu 1450");
+            let pod = Station::on_overlay(i as u8 + 1, Some(&u.vteps[i]), "pod");
+            // Node 1's pod pins its MAC, as the CNI does.
             let mac = pod.mac();
-            let mut args = vec![
-                "port",
-                "add",
-                "pod",
-                "--kind",
-                "af-packet",
-                "--interface",
-                "pod",
-                "--bridge",
-                "flat",
-            ];
-            if i == 0 {
-                // Node 1's pod pins its MAC, as the CNI does.
-                args.extend(["--mac", mac.as_str()]);
-            }
-            sw.cli_ok(&args);
+            let pin = ["--mac", mac.as_str()];
+            sw.add_af_packet("pod", "flat", if i == 0 { &pin } else { &[] });
             pod
         })
         .collect();

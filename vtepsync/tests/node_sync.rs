@@ -174,19 +174,8 @@ fn nodes_of_the_cluster_join_the_overlays() {
         .zip(nodes)
         .enumerate()
         .map(|(i, (sw, ns))| {
-            let pod = Station::attached(i as u8 + 1, Some(ns), "pod");
-            pod.ns.sh_ok("ip link set eth0 mtu 1450");
-            sw.cli_ok(&[
-                "port",
-                "add",
-                "pod",
-                "--kind",
-                "af-packet",
-                "--interface",
-                "pod",
-                "--bridge",
-                &overlay,
-            ]);
+            let pod = Station::on_overlay(i as u8 + 1, Some(ns), "pod");
+            sw.add_af_packet("pod", &overlay, &[]);
             pod
         })
         .collect();

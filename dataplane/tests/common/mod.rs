@@ -350,6 +350,24 @@ impl Switch {
         self.cli_ok(&all);
     }
 
+    /// Adds af-packet port `iface` on the interface of that name, in
+    /// `bridge`, with `extra` arguments.
+    pub fn add_af_packet(&self, iface: &str, bridge: &str, extra: &[&str]) {
+        let mut args = vec![
+            "port",
+            "add",
+            iface,
+            "--kind",
+            "af-packet",
+            "--interface",
+            iface,
+            "--bridge",
+            bridge,
+        ];
+        args.extend_from_slice(extra);
+        self.cli_ok(&args);
+    }
+
     /// Adds memif port `name` in bridge `default`, the switch as master on
     /// socket `name.sock` in the test's directory, with `extra` arguments;
     /// returns the socket's path.

@@ -92,6 +92,15 @@ impl Station {
         Station { ns, ip }
     }
 
+    /// [`Station::attached`], with an MTU of 1450 on its interface: a pod
+    /// on an overlay, whose frames leave the node with VXLAN's 50 bytes
+    /// more on a 1500-byte underlay.
+    pub fn on_overlay(n: u8, sw_ns: Option<&Netns>, host_end: &str) -> Station {
+        let st = Station::attached(n, sw_ns, host_end);
+        st.ns.sh_ok("ip link set eth0 mtu 1450");
+        st
+    }
+
     /// Namespace `ns` as a station at `ip` (an address the caller gave
     /// one of its interfaces).
     pub fn at(ns: Netns, ip: &str) -> Station {
