@@ -244,13 +244,7 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
     });
     api.delete_node("node-2");
     wait_for(LIMIT, "node-2 left", || vteps().is_empty().then_some(()));
-    assert!(
-        api.requests()
-            .iter()
-            .all(|r| r == "list" || r.starts_with("watch")),
-        "{:?}",
-        api.requests()
-    );
+    api.assert_only_lists_and_watches();
 
     let regs = kubelet.registrations(2);
     let memif_reg = regs

@@ -305,14 +305,7 @@ fn nodes_of_the_cluster_join_the_overlays() {
         .sh("busybox ping -c 2 -W 1 10.66.0.2")
         .status
         .success());
-    // Only list and watch were asked, and each was allowed.
-    assert!(
-        api.requests()
-            .iter()
-            .all(|r| r == "list" || r.starts_with("watch")),
-        "{:?}",
-        api.requests()
-    );
+    api.assert_only_lists_and_watches();
     drop(syncs);
     for sw in &mut sws {
         sw.assert_alive();

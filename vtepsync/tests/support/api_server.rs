@@ -277,6 +277,16 @@ impl ApiServer {
     pub fn requests(&self) -> Vec<String> {
         self.shared.inner.lock().unwrap().requests.clone()
     }
+
+    /// Panics unless every request so far was a list or a watch, and
+    /// each was allowed (the shipped RBAC granted what was asked).
+    pub fn assert_only_lists_and_watches(&self) {
+        let r = self.requests();
+        assert!(
+            r.iter().all(|r| r == "list" || r.starts_with("watch")),
+            "{r:?}"
+        );
+    }
 }
 
 impl Drop for ApiServer {
