@@ -303,6 +303,24 @@ fn pod_role(raw: &RawNetConf) -> Result<SocketRole, CniError> {
     }
 }
 
+/// Checks that `s`, given as `field`, is safe as one path component: 1 to
+/// `max` of letters, digits, `-`, `_`, `.`, not starting with `.`. Else
+/// the error has `code`.
+pub(crate) fn path_component(field: &str, s: &str, max: usize, code: u32) -> Result<(), CniError> {
+    let ok = !s.is_empty()
+        && s.len() <= max
+        && !s.starts_with('.')
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if ok {
+        return Ok(());
+    }
+    Err(CniError::new(
+        code,
+        format!("{field}: {s:?} must be 1 to {max} of letters, digits, '-', '_', '.' and not start with '.'"),
+    ))
+}
+
 /// An absolute path without `..` components.
 pub fn clean_absolute(field: &str, p: &str) -> Result<PathBuf, CniError> {
     switchyard_api::fs::clean_absolute(field, p).map_err(|e| CniError::new(INVALID_CONFIG, e))
@@ -394,18 +412,7 @@ impl NetConf {
         }
         let pod_role = pod_role(&raw)?;
         if let Some(name) = raw.memif.as_ref().and_then(|m| m.socket.as_deref()) {
-            let ok = !name.is_empty()
-                && name.len() <= 64
-                && !name.starts_with('.')
-                && name
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
-            if !ok {
-                return Err(invalid(
-                    "memif.socket",
-                    format!("{name:?} must be 1 to 64 of letters, digits, '-', '_', '.' and not start with '.'"),
-                ));
-            }
+            path_component("memif.socket", name, 64, INVALID_CONFIG)?;
         }
         let socket_dir = clean_absolute(
             "socketDir",

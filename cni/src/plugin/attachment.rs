@@ -14,22 +14,10 @@ use crate::args::CniArgs;
 use crate::error::*;
 use crate::netconf::NetConf;
 
-/// A name safe as one path component: letters, digits, `-`, `_`, `.`,
-/// not starting with `.`.
+/// A name safe as one path component (an environment value:
+/// [`crate::netconf::path_component`] with `INVALID_ENV`).
 pub(crate) fn safe_component(what: &str, s: &str, max: usize) -> Result<(), CniError> {
-    let ok = !s.is_empty()
-        && s.len() <= max
-        && !s.starts_with('.')
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
-    if ok {
-        Ok(())
-    } else {
-        Err(CniError::new(
-            INVALID_ENV,
-            format!("{what}: {s:?} must be 1 to {max} of letters, digits, '-', '_', '.' and not start with '.'"),
-        ))
-    }
+    crate::netconf::path_component(what, s, max, INVALID_ENV)
 }
 
 /// The prefix of the names of the ports this plugin makes.

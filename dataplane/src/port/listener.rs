@@ -75,6 +75,17 @@ struct Inner<P: Protocol> {
 }
 
 /// A port on the socket.
+impl<P: Protocol> Inner<P> {
+    /// Takes the connections handed to `port` out of [`Inner::handed`].
+    fn take(&mut self, port: PortId) -> Vec<(OwnedFd, P::Intro)> {
+        let (mine, rest) = std::mem::take(&mut self.handed)
+            .into_iter()
+            .partition::<Vec<_>, _>(|(p, _, _)| *p == port);
+        self.handed = rest;
+        mine.into_iter().map(|(_, fd, intro)| (fd, intro)).collect()
+    }
+}
+
 struct Member<P: Protocol> {
     port: PortId,
     /// The interface it serves (memif's id; 0 on a socket of one port).
@@ -197,6 +208,7 @@ impl<P: Protocol + 'static> Listener<P> {
     /// connections neither holds the control thread nor piles up
     /// connections handed to ports that have not taken them yet.
     fn accept_all(&self, cx: &PortCtx<'_>, inner: &mut Inner<P>) {
+        let offers: Vec<P::Offer> = inner.members.iter().map(|m| m.offer.clone()).collect();
         for _ in 0..ACCEPT_BATCH {
             let Some(socket) = &inner.socket else { return };
             let fd = match accept(socket) {
@@ -207,7 +219,6 @@ impl<P: Protocol + 'static> Listener<P> {
                     return;
                 }
             };
-            let offers: Vec<P::Offer> = inner.members.iter().map(|m| m.offer.clone()).collect();
             if let Err(e) = P::greet(fd.as_fd(), &offers) {
                 debug!(socket = %self.addr, "a new peer: {e}");
                 continue;
@@ -239,13 +250,9 @@ impl<P: Protocol + 'static> Listener<P> {
     fn hear_all(&self, cx: &PortCtx<'_>, inner: &mut Inner<P>) {
         let mut i = 0;
         while i < inner.unnamed.len() {
-            let heard = match P::introduce(inner.unnamed[i].fd.as_fd()) {
-                Ok(None) => {
-                    i += 1;
-                    continue;
-                }
-                Ok(Some(named)) => Ok(named),
-                Err(why) => Err(why),
+            let Some(heard) = P::introduce(inner.unnamed[i].fd.as_fd()).transpose() else {
+                i += 1;
+                continue;
             };
             let Some(peer) = inner.unnamed.remove(i) else {
                 return;
@@ -276,12 +283,7 @@ impl<P: Protocol + 'static> Listener<P> {
 
     /// The connections handed to port `port`, oldest first.
     pub fn take(&self, port: PortId) -> Vec<(OwnedFd, P::Intro)> {
-        let mut inner = lock(&self.inner);
-        let (mine, rest) = std::mem::take(&mut inner.handed)
-            .into_iter()
-            .partition(|(p, _, _)| *p == port);
-        inner.handed = rest;
-        mine.into_iter().map(|(_, fd, intro)| (fd, intro)).collect()
+        lock(&self.inner).take(port)
     }
 
     /// When the oldest unnamed peer's time is up, if `port` watches them.
@@ -317,11 +319,6 @@ impl<P: Protocol + 'static> Listener<P> {
             .map(|s| fds.add(s.as_fd()))
     }
 
-    /// Whether more than one port serves the socket.
-    pub fn shared(&self) -> bool {
-        lock(&self.inner).members.len() > 1
-    }
-
     /// Port `cx.id` leaves. Connections handed to it and not taken are
     /// closed; if it watched, the next member takes the socket and the
     /// unnamed peers up. The last member closes the socket and removes
@@ -332,11 +329,7 @@ impl<P: Protocol + 'static> Listener<P> {
             return;
         };
         inner.members.remove(at);
-        let (mine, rest) = std::mem::take(&mut inner.handed)
-            .into_iter()
-            .partition::<Vec<_>, _>(|(p, _, _)| *p == cx.id);
-        inner.handed = rest;
-        for (_, fd, _) in mine {
+        for (fd, _) in inner.take(cx.id) {
             P::refuse(fd, "interface deleted");
         }
         if at != 0 {
@@ -527,7 +520,7 @@ mod tests {
         };
         let l = Listener::<Ids>::join(&cx(1), joining(1), None).unwrap();
         let l2 = Listener::<Ids>::join(&cx(2), joining(2), None).unwrap();
-        assert!(Arc::ptr_eq(&l, &l2) && l.shared());
+        assert!(Arc::ptr_eq(&l, &l2) && lock(&l.inner).members.len() == 2);
         assert!(Listener::<Ids>::join(&cx(3), joining(2), None).is_err());
         // The tokens ready within a second.
         let wait = || {
@@ -567,7 +560,7 @@ mod tests {
         drop(l2);
         assert!(!dir.path().join("s.sock").exists());
         let l = Listener::<Ids>::join(&cx(4), joining(0), None).unwrap();
-        assert!(!l.shared());
+        assert_eq!(lock(&l.inner).members.len(), 1);
         l.leave(&cx(4));
     }
 }

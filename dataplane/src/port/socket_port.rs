@@ -254,11 +254,10 @@ impl<P: Protocol> SocketPort<P> {
         let End::Connects(connector) = &mut self.end else {
             return;
         };
-        let res = match connector.connect() {
-            Ok(fd) => Ok(fd),
-            Err(e) => Err(format!("connect: {e}")),
-        }
-        .and_then(|fd| self.open(cx, fd, Side::Connect));
+        let res = connector
+            .connect()
+            .map_err(|e| format!("connect: {e}"))
+            .and_then(|fd| self.open(cx, fd, Side::Connect));
         if let Err(e) = res {
             if let End::Connects(c) = &mut self.end {
                 c.lost();
