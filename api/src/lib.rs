@@ -32,7 +32,7 @@ pub use protocol::{
     ApiError, BridgeCounts, BridgeInfo, CaptureDirection, CaptureFormat, CaptureInfo, Delivery,
     DropReason, ErrorCode, LearnOutcome, LookupOutcome, MacInfo, PollMode, PortInfo, PortStats,
     PortStatus, PortTotals, QueueLoad, Request, Response, TraceEntry, TraceOut, VtepInfo,
-    WorkerInfo,
+    WorkerInfo, WORKER_STALL_LIMIT,
 };
 pub use spec::{
     AfPacketSpec, AfXdpSpec, BridgeSpec, KindSpec, MemifMode, MemifRole, MemifSpec, PortSpec, Side,

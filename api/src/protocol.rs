@@ -678,7 +678,18 @@ pub struct WorkerInfo {
     pub wakeups: u64,
     /// The receive queues it polls.
     pub queues: Vec<QueueLoad>,
+    /// Seconds since the control thread, looking once a second, last saw
+    /// it complete a pass over its receive queues or have none: about a
+    /// second at most while it runs. At [`WORKER_STALL_LIMIT`] it is
+    /// stalled, and `switchyard live` fails.
+    #[serde(default)]
+    pub stalled_seconds: f64,
 }
+
+/// How long a worker with receive queues may go without completing a pass
+/// before it counts as stalled (an idle worker sleeps at most a second
+/// between passes).
+pub const WORKER_STALL_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// A receive queue's load.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -64,6 +64,9 @@ fn run(
     how: Launch,
 ) -> anyhow::Result<()> {
     logging();
+    // A dead thread is a dead switch: exit for the supervisor to restart
+    // it, rather than run on with ports nobody polls.
+    switchyard::control::daemon::panics_are_fatal();
     let mut cfg = match &config {
         Some(p) => Config::load(p)?,
         None => Config::embedded(),

@@ -165,6 +165,80 @@ impl Interrupts {
     }
 }
 
+thread_local! {
+    /// What this thread polls, if it is a worker: see [`polling`].
+    static POLLING: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+}
+
+/// What the calling thread polls, if it is a worker ("worker 0 on CPU 1,
+/// polling p0 queue 0, p1 queue 0"): the daemon's panic report names the
+/// ports a dead worker leaves unpolled. None on other threads.
+pub fn polling() -> Option<String> {
+    POLLING
+        .try_with(|p| p.borrow().clone())
+        .ok()
+        .filter(|p| !p.is_empty())
+}
+
+/// Records what worker `cfg.index` polls from now on (its view's receive
+/// queues), for [`polling`].
+fn note_polling(cfg: &WorkerConfig, view: &WorkerView) {
+    use std::fmt::Write;
+    let mut s = format!("worker {}", cfg.index);
+    if let Some(cpu) = cfg.cpu {
+        let _ = write!(s, " on CPU {cpu}");
+    }
+    s.push_str(", polling ");
+    if view.rx.is_empty() {
+        s.push_str("no queue");
+    }
+    for (i, rx) in view.rx.iter().enumerate() {
+        let name = view
+            .ports
+            .get(rx.port as usize)
+            .and_then(Option::as_ref)
+            .map_or("?", |p| p.shared.name.as_str());
+        let sep = if i > 0 { ", " } else { "" };
+        let _ = write!(s, "{sep}{name} queue {}", rx.queue);
+    }
+    let _ = POLLING.try_with(|p| *p.borrow_mut() = s);
+}
+
+/// Debug builds only: an environment variable naming a file that makes a
+/// worker misbehave once, for the tests of how the daemon meets a dead or
+/// stuck worker. A worker that builds a view with at least one receive
+/// queue while the file exists removes it, then panics (the file says
+/// `panic`) or stops completing passes until the switch stops (`stall`).
+#[cfg(debug_assertions)]
+pub const FAULT_FILE_ENV: &str = "SWITCHYARD_DEBUG_WORKER_FAULT";
+
+/// The fault [`FAULT_FILE_ENV`] asks of a worker whose view has queues.
+#[cfg(debug_assertions)]
+fn injected_fault(dp: &Dataplane, view: &WorkerView) {
+    let Some(path) = std::env::var_os(FAULT_FILE_ENV) else {
+        return;
+    };
+    if view.rx.is_empty() {
+        return;
+    }
+    let Ok(what) = std::fs::read_to_string(&path) else {
+        return;
+    };
+    if std::fs::remove_file(&path).is_err() {
+        return; // another worker took it
+    }
+    match what.trim() {
+        "panic" => panic!("injected by {FAULT_FILE_ENV}"),
+        "stall" => {
+            warn!("{FAULT_FILE_ENV}: this worker stops polling");
+            while !dp.stopping() {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        other => warn!("{FAULT_FILE_ENV}: unknown fault {other:?}"),
+    }
+}
+
 /// Runs worker `cfg.index` until the data plane stops.
 pub fn run(dp: Dataplane, cfg: WorkerConfig) {
     let w = cfg.index;
@@ -195,6 +269,9 @@ pub fn run(dp: Dataplane, cfg: WorkerConfig) {
             generation = dp.build_view(w, &mut view);
             claims.extend(view.rx.iter().map(|rx| rx.slot.claim()));
             dp.ack_generation(w, generation);
+            note_polling(&cfg, &view);
+            #[cfg(debug_assertions)]
+            injected_fault(&dp, &view);
             fwd.resize(&view);
             // The old set goes first: its queue fds are those of the
             // previous view.

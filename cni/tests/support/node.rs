@@ -123,10 +123,22 @@ impl Node {
         json!({"type": "host-local", "subnet": subnet, "dataDir": self.ipam_dir()})
     }
 
+    /// Stops the daemon; one that ended badly (see
+    /// [`testpmd::check_ending`]) fails the test.
     pub fn stop(&mut self) {
-        if let Some(mut d) = self.daemon.take() {
-            terminate(&mut d, Duration::from_secs(5));
-        }
+        let ending = self
+            .daemon
+            .take()
+            .map(|mut d| terminate(&mut d, Duration::from_secs(10)));
+        let log = self.log();
+        // Killed on purpose (kill9): what its log says still counts.
+        let ending = ending.unwrap_or(testpmd::Ending::Stopped(Default::default()));
+        testpmd::check_ending("the switch", ending, &log, &[]);
+    }
+
+    /// The daemon's log.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("switchyard.log")).unwrap_or_default()
     }
 }
 

@@ -58,6 +58,10 @@ pub(crate) enum Cmd {
     /// container (this process's PID namespace): the readiness of a
     /// DaemonSet pod whose switch takes over from the one before it.
     Ready,
+    /// Exits 0 if the switch serving the control socket answers and each
+    /// of its workers with queues completes its passes over them (none has
+    /// stalled for 5 s): the liveness of the DaemonSet's switch.
+    Live,
     /// What `run --linger` becomes once its ports are taken over.
     #[command(hide = true)]
     Linger,
@@ -369,6 +373,32 @@ pub(crate) fn run(cmd: Cmd, control: Option<PathBuf>) -> anyhow::Result<()> {
                     "not ready: the switch serving the control socket runs in another container"
                 )
             }
+        }
+        Cmd::Live => {
+            let workers = client()?.ask(&Request::worker_list())?;
+            let limit = switchyard_api::WORKER_STALL_LIMIT.as_secs_f64();
+            let stalled: Vec<String> = workers
+                .iter()
+                .filter(|w| w.stalled_seconds >= limit)
+                .map(|w| {
+                    let queues: Vec<String> = w
+                        .queues
+                        .iter()
+                        .map(|q| format!("{} queue {}", q.port, q.queue))
+                        .collect();
+                    format!(
+                        "worker {} has completed no pass over {} for {:.0} s",
+                        w.id,
+                        queues.join(", "),
+                        w.stalled_seconds
+                    )
+                })
+                .collect();
+            if !stalled.is_empty() {
+                anyhow::bail!("not live: {}", stalled.join("; "));
+            }
+            println!("live: {} worker(s) polling", workers.len());
+            Ok(())
         }
         Cmd::Port(PortCmd::Add(a)) => {
             let spec = a.spec()?;

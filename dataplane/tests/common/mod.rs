@@ -108,8 +108,21 @@ impl Reap {
 }
 
 impl Drop for Reap {
+    /// Kills it. One that had exited by itself with an error (rather than
+    /// been killed by the test) fails the test.
     fn drop(&mut self) {
+        use std::os::unix::process::ExitStatusExt;
+        let early = self.0.try_wait().ok().flatten();
+        let pid = self.0.id();
         self.kill();
+        if let Some(status) = early.filter(|s| !s.success() && s.signal() != Some(9)) {
+            let fault = format!("process {pid}, started by the test, exited with {status}");
+            if std::thread::panicking() {
+                eprintln!("{fault}");
+            } else {
+                panic!("{fault}");
+            }
+        }
     }
 }
 
@@ -186,6 +199,12 @@ pub struct Switch {
     /// A command the daemon runs under (e.g. `setpriv` dropping a
     /// capability).
     wrapper: Vec<String>,
+    /// Environment variables the daemon runs with.
+    env: Vec<(String, String)>,
+    /// Parts of the `ERROR` lines the test causes on purpose: any other
+    /// `ERROR` line, or a panic, in the log fails the test when the switch
+    /// is dropped (see [`Switch::expect_error`]).
+    expected_errors: Vec<String>,
 }
 
 impl Switch {
@@ -202,6 +221,17 @@ impl Switch {
 
     /// As [`Switch::start_in`], with the daemon run under `wrapper`.
     pub fn start_wrapped(netns: Option<&str>, wrapper: &[&str], extra: &str) -> Switch {
+        Switch::start_with(netns, wrapper, &[], extra)
+    }
+
+    /// As [`Switch::start_wrapped`], with `env` in the daemon's
+    /// environment.
+    pub fn start_with(
+        netns: Option<&str>,
+        wrapper: &[&str],
+        env: &[(&str, &str)],
+        extra: &str,
+    ) -> Switch {
         let dir = tempfile::Builder::new()
             .prefix("sy-test")
             .tempdir()
@@ -224,6 +254,11 @@ impl Switch {
             config,
             netns: netns.map(str::to_string),
             wrapper: wrapper.iter().map(|s| s.to_string()).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            expected_errors: Vec::new(),
         };
         s.spawn();
         s
@@ -266,6 +301,7 @@ impl Switch {
             .arg(&self.config)
             .args(args)
             .env("RUST_LOG", "info")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .envs(env.iter().copied())
             .stdout(log.try_clone().unwrap())
             .stderr(log);
@@ -302,11 +338,47 @@ impl Switch {
         self.child.replace(new).expect("a running switch")
     }
 
-    /// Stops the daemon with SIGTERM (waits for a clean exit).
+    /// Says that the test makes the switch log an `ERROR` line (or a
+    /// panic) containing `part`: such lines do not fail it.
+    pub fn expect_error(&mut self, part: &str) {
+        self.expected_errors.push(part.to_string());
+    }
+
+    /// Stops the daemon with SIGTERM and checks how it ended (see
+    /// [`check_ending`]): a switch that exited by itself with an error,
+    /// did not stop in time, exited non-zero, or logged a panic or an
+    /// unexpected `ERROR` line fails the test, with its log's last lines.
     pub fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            terminate(&mut c, Duration::from_secs(10));
+        if let Some(fault) = self.stop_fault() {
+            panic!("{fault}");
         }
+    }
+
+    /// As [`Switch::stop`], returning the fault instead of failing (and
+    /// printing it while the test is failing already).
+    pub fn stop_fault(&mut self) -> Option<String> {
+        let ending = self
+            .child
+            .take()
+            .map(|mut c| terminate(&mut c, Duration::from_secs(10)));
+        let fault = match ending {
+            Some(e) => ending_fault("the switch", e, &self.log(), &self.expected_errors),
+            // Killed on purpose (kill9), or ended as the test checked:
+            // what its log says still counts.
+            None => ending_fault(
+                "the switch",
+                Ending::Stopped(std::process::ExitStatus::default()),
+                &self.log(),
+                &self.expected_errors,
+            ),
+        };
+        if std::thread::panicking() {
+            if let Some(f) = &fault {
+                eprintln!("{f}");
+            }
+            return None;
+        }
+        fault
     }
 
     /// Kills the daemon with SIGKILL.
@@ -444,9 +516,11 @@ impl Switch {
 
 impl Drop for Switch {
     fn drop(&mut self) {
-        self.stop();
         if std::thread::panicking() {
+            let _ = self.stop_fault();
             eprintln!("---- switchyard log ----\n{}", self.log());
+        } else {
+            self.stop();
         }
     }
 }

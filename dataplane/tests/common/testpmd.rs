@@ -49,18 +49,78 @@ pub fn settled<T: PartialEq>(what: &str, mut read: impl FnMut() -> T) -> T {
     }
 }
 
-pub fn terminate(child: &mut Child, grace: Duration) {
+/// How a process a test stopped ended.
+#[derive(Debug, Clone, Copy)]
+pub enum Ending {
+    /// It had exited by itself before it was told to stop.
+    Early(std::process::ExitStatus),
+    /// It exited once told to (SIGTERM).
+    Stopped(std::process::ExitStatus),
+    /// It did not exit within the grace time and was SIGKILLed.
+    Killed,
+}
+
+/// Stops `child` with SIGTERM, and SIGKILL if it has not exited after
+/// `grace`; says how it ended (see [`check_ending`]).
+pub fn terminate(child: &mut Child, grace: Duration) -> Ending {
+    if let Ok(Some(status)) = child.try_wait() {
+        return Ending::Early(status);
+    }
     let pid = nix::unistd::Pid::from_raw(child.id() as i32);
     let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
     let end = Instant::now() + grace;
     while Instant::now() < end {
-        if let Ok(Some(_)) = child.try_wait() {
-            return;
+        if let Ok(Some(status)) = child.try_wait() {
+            return Ending::Stopped(status);
         }
         std::thread::sleep(Duration::from_millis(20));
     }
     let _ = child.kill();
     let _ = child.wait();
+    Ending::Killed
+}
+
+/// What is wrong with how a process a test started ended, if anything: a
+/// non-zero exit (or a signal), not stopping within its grace time, or, in
+/// its log, a panic (`panicked at`) or an `ERROR` line none of `expected`
+/// is part of (a test that causes one on purpose says so). An early exit
+/// with status 0 is not wrong (a switch stands down when asked). The log's
+/// last lines come with the reason.
+pub fn ending_fault(what: &str, ending: Ending, log: &str, expected: &[String]) -> Option<String> {
+    let unexpected: Vec<&str> = log
+        .lines()
+        .filter(|l| {
+            (l.contains("panicked at") || l.contains(" ERROR "))
+                && !expected.iter().any(|e| l.contains(e.as_str()))
+        })
+        .collect();
+    let why = match ending {
+        Ending::Early(s) if !s.success() => format!("{what} exited by itself ({s})"),
+        Ending::Stopped(s) if !s.success() => format!("{what} ended with {s} when stopped"),
+        Ending::Killed => format!("{what} did not stop on SIGTERM in time and was killed"),
+        _ if !unexpected.is_empty() => format!(
+            "{what} logged what the test did not expect:\n{}",
+            unexpected.join("\n")
+        ),
+        _ => return None,
+    };
+    let lines: Vec<&str> = log.lines().collect();
+    let tail = lines[lines.len().saturating_sub(40)..].join("\n");
+    Some(format!(
+        "{why}\n---- the last lines of its log ----\n{tail}"
+    ))
+}
+
+/// Fails the test with [`ending_fault`]'s reason, unless the test is
+/// failing already (then the reason is printed).
+pub fn check_ending(what: &str, ending: Ending, log: &str, expected: &[String]) {
+    if let Some(fault) = ending_fault(what, ending, log, expected) {
+        if std::thread::panicking() {
+            eprintln!("{fault}");
+        } else {
+            panic!("{fault}");
+        }
+    }
 }
 
 /// A binary of this workspace, from the target directory this test runs

@@ -4,10 +4,12 @@
 //! bridges; [`api`] answers the control API.
 
 mod api;
+mod health;
 mod ports;
 mod takeover;
 mod vtep;
 
+pub use health::{panics_are_fatal, PANIC_EXIT_STATUS};
 pub use takeover::{wait_to_be_stopped, Refused};
 
 pub(crate) use ports::Begin;
@@ -73,6 +75,8 @@ pub struct Daemon {
     metrics: Option<super::metrics::MetricsServer>,
     /// Moves receive queues between workers by load.
     rebalancer: super::rebalance::Rebalancer,
+    /// Whether each worker completes its passes.
+    liveness: health::Liveness,
     control_socket: PathBuf,
     /// The control socket's listener (the API server has its own copy),
     /// kept to hand over.
@@ -202,6 +206,7 @@ impl Daemon {
             worker_cpus: cpus,
             metrics: None,
             rebalancer: super::rebalance::Rebalancer::new(&cfg.dataplane),
+            liveness: health::Liveness::default(),
             control_socket,
             control_listener: None,
             taking_over: Arc::default(),
@@ -316,6 +321,13 @@ impl Daemon {
                 self.dp.age_macs(t, self.cfg.mac_aging_secs);
                 self.watch_security(now);
                 self.rebalancer.tick(&self.dp, now);
+                let ports = &self.ports;
+                self.liveness.tick(&self.dp, now, |id| {
+                    ports
+                        .get(id as usize)
+                        .and_then(Option::as_ref)
+                        .map_or_else(|| format!("port {id}"), |e| e.spec.name.clone())
+                });
                 next_tick = now + Duration::from_secs(1);
             }
             for id in 0..self.ports.len() {
