@@ -281,6 +281,7 @@ fn a_port_that_cannot_be_restored_stays_in_the_state() {
         })
         .collect();
     std::fs::write(&sw.config, moved).unwrap();
+    sw.expect_error("cannot restore port");
     sw.stop();
     sw.spawn();
     // Listed as failed, with why.

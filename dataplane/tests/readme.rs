@@ -1,24 +1,27 @@
-//! The README's quick start, as a reader runs it: `switchyard run` with no
-//! flags (the embedded default config and the default control socket,
-//! `/run/switchyard/control.sock`), then the quick start's own command
-//! lines, read from README.md: its `port add` lines, its two testpmd pods,
-//! and the commands that show what happened.
+//! The README's quick starts, as a reader runs them: `switchyard run` with
+//! no flags (the embedded default config and the default control socket,
+//! `/run/switchyard/control.sock`), then the sections' own command lines,
+//! read from README.md: the `port add` lines, the testpmd pods (memif and
+//! vhost-user), the QEMU guests, and the commands that show what happened.
 //!
-//! It runs in a mount namespace of its own whose `/run` and `/var/lib` are
+//! Each runs in a mount namespace of its own whose `/run` and `/var/lib` are
 //! empty, so the default paths are its own and cannot meet a switch that
 //! runs on this machine.
 
 mod common;
+#[path = "common/qemu.rs"]
+mod qemu;
 
-use std::io::BufRead;
+use std::io::{BufRead, Read, Write};
 use std::net::Ipv4Addr;
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use common::*;
 
-/// The shell lines of the quick start's code block, `\`-continued lines
-/// joined, comments and blank lines left out.
+/// The shell lines of the quick start's first code block, `\`-continued
+/// lines joined, comments and blank lines left out.
 fn quick_start() -> Vec<String> {
     shell_lines("Quick start: two testpmd pods through the switch")
 }
@@ -26,28 +29,59 @@ fn quick_start() -> Vec<String> {
 /// The shell lines of the first code block of the README's section
 /// `heading`, as [`quick_start`] reads them.
 fn shell_lines(heading: &str) -> Vec<String> {
-    block_lines(heading)
-        .into_iter()
+    commands(&block_lines(heading))
+}
+
+/// `lines` without their comment lines.
+fn commands(lines: &[String]) -> Vec<String> {
+    lines
+        .iter()
         .filter(|l| !l.starts_with('#'))
+        .cloned()
         .collect()
 }
 
-/// The lines of the first code block of the README's section `heading`:
-/// `\`-continued lines joined, a comment after a command dropped, blank
-/// lines left out; comment lines kept (they say where the commands below
-/// them run).
-fn block_lines(heading: &str) -> Vec<String> {
+/// The text of the README's section `heading`, up to the next section.
+fn section(heading: &str) -> String {
     let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
         .expect("README.md");
-    let section = readme
+    let rest = readme
         .split(&format!("\n## {heading}\n"))
         .nth(1)
-        .unwrap_or_else(|| panic!("the section {heading:?}"));
-    let block = section
+        .unwrap_or_else(|| panic!("the section {heading:?}"))
+        .to_string();
+    match rest.find("\n## ") {
+        Some(end) => rest[..end].to_string(),
+        None => rest,
+    }
+}
+
+/// The lines of the first code block of the README's section `heading`,
+/// as [`blocks`] reads them.
+fn block_lines(heading: &str) -> Vec<String> {
+    blocks(heading).swap_remove(0)
+}
+
+/// The lines of each `sh` code block of the README's section `heading`,
+/// in order: `\`-continued lines joined, a comment after a command
+/// dropped, blank lines left out; comment lines kept (they say where the
+/// commands below them run).
+fn blocks(heading: &str) -> Vec<Vec<String>> {
+    let section = section(heading);
+    let blocks: Vec<Vec<String>> = section
         .split("```sh\n")
-        .nth(1)
-        .and_then(|b| b.split("\n```").next())
-        .expect("its code block");
+        .skip(1)
+        .map(|b| b.split("\n```").next().unwrap_or_default())
+        .map(block_text_lines)
+        .collect();
+    assert!(
+        !blocks.is_empty(),
+        "no code block in the section {heading:?}"
+    );
+    blocks
+}
+
+fn block_text_lines(block: &str) -> Vec<String> {
     let mut lines = Vec::new();
     let mut cont = String::new();
     for l in block.lines() {
@@ -149,6 +183,14 @@ impl PrivateRun {
     }
 }
 
+/// Stops a switch [`PrivateRun::run_switch`] started; one that ended
+/// badly, or logged a panic or an error, fails the test.
+fn stop_switch(switch: &mut Child, log: &tempfile::NamedTempFile) {
+    let ending = terminate(switch, Duration::from_secs(10));
+    let text = std::fs::read_to_string(log.path()).unwrap_or_default();
+    check_ending("the switch", ending, &text, &[]);
+}
+
 impl Drop for PrivateRun {
     fn drop(&mut self) {
         let _ = self.holder.kill();
@@ -192,9 +234,32 @@ fn the_quick_start_runs_as_the_readme_has_it() {
     a.send_bursts(4);
     assert_eq!(b.wait_rx(0, 128), 128, "pod B's frames");
 
+    // "A vhost-user pod joins the same bridge the same way": the quick
+    // start's second block, a DPDK virtio_user pod; pod A's next bursts
+    // reach it as well as pod B.
+    let vhost = commands(&blocks("Quick start: two testpmd pods through the switch")[1]);
+    assert_eq!(vhost.len(), 2, "{vhost:#?}");
+    assert!(
+        vhost[0].starts_with("switchyard port add pod-c --kind vhost-user"),
+        "{vhost:#?}"
+    );
+    assert!(
+        vhost[1].starts_with("dpdk-testpmd") && vhost[1].contains("net_virtio_user0"),
+        "{vhost:#?}"
+    );
+    node.sh_ok(&vhost[0]);
+    let mut c = Testpmd::from_command(node.sh(&format!("exec stdbuf -oL -eL {}", vhost[1])));
+    wait_for(Duration::from_secs(15), "pod C linked", || {
+        let list = sw_cli("port list");
+        (list.lines().filter(|l| l.contains(" up ")).count() == 3).then_some(())
+    });
+    a.send_bursts(4);
+    assert_eq!(b.wait_rx(0, 256), 256, "pod B's frames");
+    assert_eq!(c.wait_rx(0, 128), 128, "pod C's frames");
+
     // "Upgrading": a new switch takes the running one's ports over, as the
-    // README has it; the pods (DPDK memif clients, which never dial a
-    // restarted switch again) go on as if nothing happened.
+    // README has it; the pods (DPDK memif and virtio_user clients, which
+    // never dial a restarted switch again) go on as if nothing happened.
     let upgrade = shell_lines("Upgrading");
     assert_eq!(upgrade, ["switchyard run --takeover &"], "{upgrade:?}");
     let mut new = node
@@ -215,9 +280,14 @@ fn the_quick_start_runs_as_the_readme_has_it() {
     assert!(text.contains("switchyard took over"), "{text}");
     a.send_bursts(4);
     assert_eq!(
-        b.wait_rx(0, 256),
-        256,
+        b.wait_rx(0, 384),
+        384,
         "pod B's frames through the new switch"
+    );
+    assert_eq!(
+        c.wait_rx(0, 256),
+        256,
+        "pod C's frames through the new switch"
     );
     let ports: Vec<switchyard_api::PortInfo> =
         serde_json::from_str(&sw_cli("port list --json")).unwrap();
@@ -241,8 +311,8 @@ fn the_quick_start_runs_as_the_readme_has_it() {
     assert!(sw_cli("stats").contains("pod-b"));
     let macs = sw_cli("mac list default");
     assert!(macs.contains("pod-a"), "pod A's MAC learned: {macs}");
-    drop((a, b));
-    terminate(&mut switch, Duration::from_secs(10));
+    drop((a, b, c));
+    stop_switch(&mut switch, &log);
     // The ports were persisted in the default state directory.
     node.sh_ok("test -s /var/lib/switchyard/state.json");
 }
@@ -296,7 +366,7 @@ fn the_shared_socket_quick_start_runs_as_the_readme_has_it() {
     }
     t.pause();
     drop(t);
-    terminate(&mut switch, Duration::from_secs(10));
+    stop_switch(&mut switch, &log);
 }
 
 /// "Overlay: pods on two nodes": two nodes whose VTEPs are the README's
@@ -380,4 +450,253 @@ fn the_overlay_quick_start_joins_two_nodes_as_the_readme_has_it() {
     pods[0].sh_ok("busybox ping -c 3 -W 2 10.77.0.2");
     // A full-size frame crosses: 1450 bytes of IP, unfragmented.
     pods[1].sh_ok("busybox ping -c 2 -W 2 -s 1422 10.77.0.1");
+}
+
+/// "VMs with QEMU": the section's two `port add` lines and its two QEMU
+/// command lines, run as they stand with `$KERNEL` and `$INITRD` the guest
+/// `common/qemu.rs` builds (Debian's cloud kernel, busybox-static) and
+/// `$ACCEL` the value the section gives for this machine's accelerator.
+/// QEMU takes the ports' two queue pairs, the driver brings both up, the
+/// switch logs them, and the guests ping each other.
+#[test]
+fn the_qemu_guests_run_as_the_readme_has_them() {
+    let _g = serial();
+    let lines = shell_lines("VMs with QEMU");
+    let adds: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.starts_with("switchyard port add"))
+        .collect();
+    let vms: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.starts_with("qemu-system-x86_64"))
+        .collect();
+    assert_eq!((adds.len(), vms.len()), (2, 2), "{lines:#?}");
+    let accel = readme_accel(qemu::accel());
+    let image = qemu::image();
+    let node = PrivateRun::new();
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let mut switch = node.run_switch(&log);
+    let mut guests = Vec::new();
+    for (add, vm) in adds.iter().zip(&vms) {
+        node.sh_ok(add);
+        let mut qemu = node.sh(&format!("exec {vm}"));
+        qemu.env("KERNEL", &image.kernel)
+            .env("INITRD", &image.initrd)
+            .env("ACCEL", &accel);
+        guests.push(ConsoleGuest::start(qemu));
+    }
+    let names: Vec<&str> = adds
+        .iter()
+        .map(|a| a.split_whitespace().nth(3).expect("a port name"))
+        .collect();
+    let ips = ["10.214.0.1", "10.214.0.2"];
+    for (g, ip) in guests.iter_mut().zip(ips) {
+        g.wait_shell(qemu::boot_limit());
+        g.sh_ok(&format!("ip addr add {ip}/24 dev eth0"));
+    }
+    // Both ports up, each with the two pairs of its `--queues 2` and of
+    // QEMU's `queues=2`: the guests' drivers enable one per vCPU.
+    let sw_cli = |args: &str| node.sh_ok(&format!("switchyard {args}"));
+    wait_for(Duration::from_secs(60), "both guests' queue pairs", || {
+        let ports: Vec<switchyard_api::PortInfo> =
+            serde_json::from_str(&sw_cli("port list --json")).unwrap();
+        names
+            .iter()
+            .all(|n| {
+                ports
+                    .iter()
+                    .any(|p| p.spec.name == *n && p.status.link_up && p.status.rx_queues == 2)
+            })
+            .then_some(())
+    });
+    let text = std::fs::read_to_string(log.path()).unwrap();
+    for n in &names {
+        for pair in 0..2 {
+            assert!(
+                text.lines().any(|l| l.contains("queue pair up")
+                    && l.contains(&format!("port={n}"))
+                    && l.contains(&format!("pair={pair}"))),
+                "the switch logs {n}'s queue pair {pair}:\n{text}"
+            );
+        }
+    }
+    let (one, two) = guests.split_at_mut(1);
+    one[0].sh_ok(&format!("ping -c 3 -W 10 {}", ips[1]));
+    two[0].sh_ok(&format!("ping -c 3 -W 10 {}", ips[0]));
+    for g in &guests {
+        let qemu_log = g.stderr();
+        for refused in ["more queues than supported", "PROTOCOL_F_CONFIG"] {
+            assert!(
+                !qemu_log.contains(refused),
+                "QEMU refused what the switch offered:\n{qemu_log}"
+            );
+        }
+    }
+    drop(guests);
+    stop_switch(&mut switch, &log);
+}
+
+/// `$ACCEL` as the README's QEMU section gives it for `accel` (`kvm` or
+/// `tcg`): its `ACCEL='...'` that names that accelerator.
+fn readme_accel(accel: &str) -> String {
+    let text = section("VMs with QEMU");
+    let want = format!("-accel {accel}");
+    text.split("ACCEL='")
+        .skip(1)
+        .filter_map(|s| s.split('\'').next())
+        .find(|v| v.starts_with(&want))
+        .unwrap_or_else(|| panic!("the QEMU section gives no ACCEL='{want} ...'"))
+        .to_string()
+}
+
+/// A QEMU started from a README command line (`-nographic`: the guest's
+/// serial console is QEMU's stdin and stdout), driven through its shell,
+/// killed by PID on drop.
+struct ConsoleGuest {
+    child: Child,
+    stdin: ChildStdin,
+    console: Arc<Mutex<Vec<u8>>>,
+    stderr: tempfile::NamedTempFile,
+    commands: usize,
+}
+
+impl ConsoleGuest {
+    fn start(mut cmd: Command) -> ConsoleGuest {
+        let stderr = tempfile::NamedTempFile::new().unwrap();
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(stderr.reopen().unwrap())
+            .spawn()
+            .expect("start qemu-system-x86_64");
+        let mut out = child.stdout.take().unwrap();
+        let console = Arc::new(Mutex::new(Vec::new()));
+        let sink = console.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = out.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        });
+        let stdin = child.stdin.take().unwrap();
+        ConsoleGuest {
+            child,
+            stdin,
+            console,
+            stderr,
+            commands: 0,
+        }
+    }
+
+    fn console(&self) -> String {
+        String::from_utf8_lossy(&self.console.lock().unwrap()).into_owned()
+    }
+
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(self.stderr.path()).unwrap_or_default()
+    }
+
+    /// The status `cmd` exited with, once the console shows it, typing it
+    /// into the shell again every `every` until then (a shell not yet
+    /// started loses what is typed); and what the console printed.
+    fn run(&mut self, cmd: &str, limit: Duration, every: Duration) -> (i32, String) {
+        self.commands += 1;
+        let marker = format!("@@done{}@@", self.commands);
+        let start = self.console.lock().unwrap().len();
+        let end = Instant::now() + limit;
+        let mut typed: Option<Instant> = None;
+        loop {
+            if typed.is_none_or(|t| t.elapsed() >= every) {
+                // The terminal echoes the line with `$?` unexpanded: only
+                // the shell's own echo prints the marker and a number.
+                let _ = write!(self.stdin, "{cmd}\necho {marker}$?@@\n");
+                let _ = self.stdin.flush();
+                typed = Some(Instant::now());
+            }
+            let out = String::from_utf8_lossy(&self.console.lock().unwrap()[start..]).into_owned();
+            let code = out.split(&marker).skip(1).find_map(|rest| {
+                let (n, _) = rest.split_once("@@")?;
+                n.parse::<i32>().ok()
+            });
+            if let Some(code) = code {
+                return (code, out);
+            }
+            if let Ok(Some(st)) = self.child.try_wait() {
+                panic!(
+                    "QEMU exited ({st}) during `{cmd}`: {}\nconsole:\n{}",
+                    self.stderr(),
+                    self.console()
+                );
+            }
+            if Instant::now() > end {
+                panic!(
+                    "timed out after {limit:?} on `{cmd}`; console:\n{}",
+                    self.console()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Waits until the guest has booted and its shell answers.
+    fn wait_shell(&mut self, limit: Duration) {
+        self.run("true", limit, Duration::from_secs(5));
+    }
+
+    /// Runs `cmd` in the guest's shell; panics unless it exits 0.
+    fn sh_ok(&mut self, cmd: &str) -> String {
+        let (code, out) = self.run(cmd, Duration::from_secs(60), Duration::MAX);
+        assert_eq!(code, 0, "`{cmd}` exited {code}:\n{out}");
+        out
+    }
+}
+
+impl Drop for ConsoleGuest {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "---- QEMU stderr ----\n{}\n---- console ----\n{}",
+                self.stderr(),
+                self.console()
+            );
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `fuzz/README.md` lists every fuzz target: each file of
+/// `fuzz/fuzz_targets/`, each a `[[bin]]` of `fuzz/Cargo.toml`.
+#[test]
+fn the_fuzz_readme_lists_every_target() {
+    let fuzz = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz");
+    let mut files: Vec<String> = std::fs::read_dir(fuzz.join("fuzz_targets"))
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().into_string().ok()?;
+            name.strip_suffix(".rs").map(str::to_string)
+        })
+        .collect();
+    files.sort();
+    let cargo = std::fs::read_to_string(fuzz.join("Cargo.toml")).unwrap();
+    let mut bins: Vec<String> = cargo
+        .split("[[bin]]")
+        .skip(1)
+        .filter_map(|b| {
+            let line = b.lines().find(|l| l.trim_start().starts_with("name"))?;
+            Some(line.split('"').nth(1)?.to_string())
+        })
+        .collect();
+    bins.sort();
+    assert_eq!(files, bins, "fuzz_targets/ and Cargo.toml's [[bin]]s");
+    let readme = std::fs::read_to_string(fuzz.join("README.md")).unwrap();
+    let mut listed: Vec<String> = readme
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `")?.split('`').next().map(str::to_string))
+        .collect();
+    listed.sort();
+    assert_eq!(listed, files, "the targets fuzz/README.md lists");
 }
