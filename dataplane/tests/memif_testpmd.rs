@@ -4,7 +4,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{memif_vdev, serial, wait_for, Switch, Testpmd};
+use common::{memif_vdev, serial, settled, wait_for, Switch, Testpmd};
 
 const BRIDGE: &str = "[[bridge]]\nname = \"default\"\n";
 
@@ -197,11 +197,23 @@ fn slave_ports_share_a_testpmd_server_socket_by_id() {
     assert_eq!(t.wait_rx(0, 32), 32);
     assert_eq!(t.wait_rx(1, 32), 32);
 
-    // An id the server does not have: refused, the others forward on.
+    // An id the server does not have: testpmd refuses it (DISCONNECT "ID
+    // not found", DPDK's `memif_msg_receive_init`), the switch records
+    // the refusal as the port's last error and keeps the link down (a
+    // refusal by the peer is no fault of the peer's), and the others
+    // forward on.
     let o = slave("s2", "2");
     assert!(o.status.success());
-    std::thread::sleep(Duration::from_secs(3));
-    assert!(!sw.stats("s2").link_up);
+    let s2 = wait_for(Duration::from_secs(10), "testpmd to refuse id 2", || {
+        let p = sw.port("s2");
+        let refused = p.status.last_error.as_deref() == Some("peer disconnected: ID not found");
+        refused.then_some(p)
+    });
+    assert!(
+        !s2.status.link_up && s2.status.connects == 0 && s2.status.faults == 0,
+        "{:?}",
+        s2.status
+    );
     t.send_bursts(1);
     assert_eq!(t.wait_rx(0, 64), 64);
     assert_eq!(t.wait_rx(1, 64), 64);
@@ -430,11 +442,22 @@ fn vlan_access_ports_are_isolated_and_trunks_carry_tags() {
 }
 
 #[test]
-fn io_forwarding_loop_and_master_peer_restart() {
+fn io_forwarding_loop_and_master_peer_killed_mid_traffic() {
     let _g = serial();
-    let sw = Switch::start(BRIDGE);
+    let mut sw = Switch::start(&format!("{BRIDGE}[[bridge]]\nname = \"other\"\n"));
     let sa = add_port(&sw, "a", "master", &["--bridge", "default"]);
     let sb = add_port(&sw, "b", "master", &["--bridge", "default"]);
+    // A bystander pod on bridge `other`: two memif clients the kill must
+    // not disturb.
+    let sc = add_port(&sw, "c", "master", &["--bridge", "other"]);
+    let sd = add_port(&sw, "d", "master", &["--bridge", "other"]);
+    let mut by = Testpmd::start(
+        &[
+            memif_vdev(0, "client", &sc, &format!("mac={}", mac(0x3c))),
+            memif_vdev(1, "client", &sd, &format!("mac={}", mac(0x3d))),
+        ],
+        &["--forward-mode=rxonly"],
+    );
     // One testpmd with two memif ports forwarding into each other through the switch.
     let mut t = Testpmd::start(
         &[
@@ -443,31 +466,54 @@ fn io_forwarding_loop_and_master_peer_restart() {
         ],
         &["--forward-mode=io"],
     );
-    sw.wait_link("a", true);
-    sw.wait_link("b", true);
+    for p in ["a", "b", "c", "d"] {
+        sw.wait_link(p, true);
+    }
     t.send_bursts(1);
+    let rx = |p: &str| sw.stats(p).totals.rx_packets;
     wait_for(Duration::from_secs(15), "frames to loop", || {
-        (sw.stats("a").totals.rx_packets > 10_000 && sw.stats("b").totals.rx_packets > 10_000)
-            .then_some(())
+        (rx("a") > 10_000 && rx("b") > 10_000).then_some(())
     });
-    t.pause();
 
-    // kill -9 the peer mid-traffic; the port goes down, counters stay.
-    let before = sw.stats("a").totals.rx_packets;
+    // kill -9 the peer while the frames loop (both ports received more
+    // just before it); the ports go down, their counters stay.
+    let (a0, b0) = (rx("a"), rx("b"));
+    wait_for(Duration::from_secs(5), "frames looping at the kill", || {
+        (rx("a") > a0 && rx("b") > b0).then_some(())
+    });
+    let at_kill = (sw.stats("a").totals, sw.stats("b").totals);
     t.kill9();
     sw.wait_link("a", false);
     sw.wait_link("b", false);
-    assert!(sw.stats("a").totals.rx_packets >= before);
     assert!(sw.log().contains("link down"), "{}", sw.log());
+    let down = settled("the counters of a and b", || {
+        (sw.stats("a").totals, sw.stats("b").totals)
+    });
+    for (port, (kill, down)) in [("a", (&at_kill.0, &down.0)), ("b", (&at_kill.1, &down.1))] {
+        assert!(
+            down.rx_packets >= kill.rx_packets && down.tx_packets >= kill.tx_packets,
+            "{port}: counters at the kill {kill:?}, after {down:?}"
+        );
+    }
+    // The switch runs on and serves the other ports: the bystander's
+    // bursts cross bridge `other`, which saw none of the loop.
+    sw.assert_alive();
+    by.send_bursts(1);
+    assert_eq!(by.wait_rx(0, 32), 32);
+    assert_eq!(by.wait_rx(1, 32), 32);
 
-    // The peer returns: links come back and frames pass.
+    // The peer returns: links come back, frames pass, and the counters go
+    // on from where the kill left them.
     let mut a = client(&sa, 0x3a, &[]);
     let mut b = client(&sb, 0x3b, &[]);
     sw.wait_link("a", true);
     sw.wait_link("b", true);
     a.send_bursts(1);
     assert_eq!(b.wait_rx(0, 32), 32);
+    assert_eq!(sw.stats("a").totals.rx_packets, down.0.rx_packets + 32);
+    assert_eq!(sw.stats("b").totals.tx_packets, down.1.tx_packets + 32);
     assert_eq!(sw.port("a").status.connects, 2);
+    by.assert_alive();
 }
 
 #[test]
@@ -614,11 +660,43 @@ fn multiqueue_ports_are_spread_over_two_workers() {
     sw.wait_link("b", true);
     let st = sw.port("a").status;
     assert_eq!((st.rx_queues, st.tx_queues), (2, 2));
-    // tx_first sends one burst per queue: 2 x 32 frames.
+    // Each queue goes to the least busy worker as it comes up: the two
+    // queues of each port are polled by different workers.
+    let placed = sw.queue_load();
+    let worker = |port: &str, q: usize| placed[&(port.to_string(), q)].0;
+    for port in ["a", "b"] {
+        let mut ws = [worker(port, 0), worker(port, 1)];
+        ws.sort();
+        assert_eq!(ws, [0, 1], "{port}'s queues on workers {ws:?}: {placed:?}");
+    }
+    assert_eq!(placed.len(), 4, "{placed:?}");
+
+    // tx_first sends one burst per queue: 32 frames on each of a's queues,
+    // so each worker receives 32 of them and sends them out of its own
+    // transmit queue of b: 32 on each of b's receive queues.
     a.send_bursts(1);
     assert_eq!(b.wait_rx(0, 64), 64);
+    let load = sw.queue_load();
+    let frames = |port: &str, q: usize| load[&(port.to_string(), q)].1;
+    assert_eq!((frames("a", 0), frames("a", 1)), (32, 32), "{load:?}");
+    assert_eq!(
+        (b.xstat(0, "rx_q0_packets"), b.xstat(0, "rx_q1_packets")),
+        (32, 32)
+    );
+    // And back: 64 frames on each of b's queues, to each of a's.
     b.send_bursts(2);
     assert_eq!(a.wait_rx(0, 128), 128);
+    let load = sw.queue_load();
+    let frames = |port: &str, q: usize| load[&(port.to_string(), q)].1;
+    assert_eq!((frames("b", 0), frames("b", 1)), (64, 64), "{load:?}");
+    assert_eq!(
+        (a.xstat(0, "rx_q0_packets"), a.xstat(0, "rx_q1_packets")),
+        (64, 64)
+    );
+    // The workers kept their queues while they forwarded.
+    let kept: Vec<_> = load.iter().map(|(k, v)| (k, v.0)).collect();
+    let before: Vec<_> = placed.iter().map(|(k, v)| (k, v.0)).collect();
+    assert_eq!(kept, before);
 }
 
 #[test]

@@ -114,8 +114,9 @@ fn start_loop(sw: &Switch, t: &mut Testpmd, pod: [&str; 2]) {
 }
 
 /// Kills `victim` (the peer of ports `dead`) with SIGKILL while frames
-/// flow, checks that only those ports went down and that `still` (the
-/// rest of the traffic) keeps flowing, then starts the pod again.
+/// flow through each of those ports, checks that only those ports went
+/// down, with their counters kept, and that `still` (the rest of the
+/// traffic) keeps flowing, then starts the pod again.
 fn kill_and_return(
     sw: &mut Switch,
     victim: Testpmd,
@@ -123,10 +124,30 @@ fn kill_and_return(
     still: &dyn Fn(&Switch),
     restart: impl Fn() -> Testpmd,
 ) -> Testpmd {
+    // Frames in either direction, each port.
+    let moved = |sw: &Switch| -> Vec<u64> {
+        dead.iter()
+            .map(|p| {
+                let t = sw.stats(p).totals;
+                t.rx_packets + t.tx_packets
+            })
+            .collect()
+    };
+    let before = moved(sw);
+    let at_kill = wait_for(
+        Duration::from_secs(5),
+        &format!("frames through {dead:?} at the kill"),
+        || Some(moved(sw)).filter(|now| now.iter().zip(&before).all(|(n, b)| n > b)),
+    );
     victim.kill9();
     for p in dead {
         sw.wait_link(p, false);
     }
+    let after = moved(sw);
+    assert!(
+        after.iter().zip(&at_kill).all(|(a, k)| a >= k),
+        "{dead:?}: counters {at_kill:?} at the kill, {after:?} after"
+    );
     still(sw);
     sw.assert_alive();
     let t = restart();
@@ -395,6 +416,7 @@ fn crashes_mid_write_and_damaged_state_never_lose_acknowledged_ports() {
     // never overwritten, and named in the log.
     sw.kill9();
     std::fs::write(&state, &body[..body.len() / 2]).unwrap();
+    sw.expect_error("cannot read persisted state");
     sw.spawn();
     assert!(
         sw.log().contains("cannot read persisted state"),

@@ -3,7 +3,9 @@
 
 mod common;
 
-use common::{memif_vdev, serial, Switch, Testpmd};
+use std::time::Duration;
+
+use common::{memif_vdev, serial, wait_for, Switch, Testpmd};
 
 const BRIDGE: &str = "[[bridge]]\nname = \"default\"\n";
 
@@ -220,14 +222,46 @@ fn multiqueue_uses_every_queue_pair() {
     let mut b = mq(&sb, 0x4b);
     sw.wait_link("va", true);
     sw.wait_link("vb", true);
-    common::wait_for(
-        std::time::Duration::from_secs(10),
-        "both queue pairs enabled",
-        || (sw.port("va").status.rx_queues == 2).then_some(()),
-    );
-    // tx_first sends one burst per transmit queue: both pairs carry frames.
+    wait_for(Duration::from_secs(10), "both queue pairs enabled", || {
+        let (va, vb) = (sw.port("va").status, sw.port("vb").status);
+        ((va.rx_queues, va.tx_queues, vb.rx_queues, vb.tx_queues) == (2, 2, 2, 2)).then_some(())
+    });
+
+    // tx_first sends a burst of 32 on each of a's transmit queues: the
+    // switch receives 32 on each of va's queues, and sends each queue's
+    // frames out of vb on the same queue number, 32 to each of b's
+    // receive queues.
     a.send_bursts(1);
     assert_eq!(b.wait_rx(0, 64), 64);
-    let info = sw.port("vb");
-    assert_eq!(info.status.tx_queues, 2, "{:?}", info.status);
+    let q = sw.queue_load();
+    let frames = |port: &str, n: usize| q.get(&(port.to_string(), n)).map(|l| l.1);
+    assert_eq!(
+        (frames("va", 0), frames("va", 1)),
+        (Some(32), Some(32)),
+        "{q:?}"
+    );
+    assert_eq!(
+        (
+            b.xstat(0, "rx_q0_good_packets"),
+            b.xstat(0, "rx_q1_good_packets")
+        ),
+        (32, 32)
+    );
+    // And the other way: 64 on each of b's queues, to each of a's.
+    b.send_bursts(2);
+    assert_eq!(a.wait_rx(0, 128), 128);
+    let q = sw.queue_load();
+    let frames = |port: &str, n: usize| q.get(&(port.to_string(), n)).map(|l| l.1);
+    assert_eq!(
+        (frames("vb", 0), frames("vb", 1)),
+        (Some(64), Some(64)),
+        "{q:?}"
+    );
+    assert_eq!(
+        (
+            a.xstat(0, "rx_q0_good_packets"),
+            a.xstat(0, "rx_q1_good_packets")
+        ),
+        (64, 64)
+    );
 }

@@ -498,6 +498,27 @@ impl Switch {
         );
     }
 
+    /// What `switchyard worker list --json` says of each receive queue:
+    /// (port, queue) -> (the worker polling it, the frames it received).
+    /// A queue polled by two workers fails the test.
+    pub fn queue_load(&self) -> std::collections::BTreeMap<(String, usize), (usize, u64)> {
+        let workers: Vec<switchyard_api::WorkerInfo> =
+            serde_json::from_str(&self.cli_ok(&["worker", "list", "--json"])).unwrap();
+        let mut m = std::collections::BTreeMap::new();
+        for w in &workers {
+            for q in &w.queues {
+                let was = m.insert((q.port.clone(), q.queue), (w.id, q.frames));
+                assert!(
+                    was.is_none(),
+                    "{}/{} polled twice: {workers:?}",
+                    q.port,
+                    q.queue
+                );
+            }
+        }
+        m
+    }
+
     /// Asserts the daemon process is still running and answers its API.
     pub fn assert_alive(&mut self) {
         let child = self.child.as_mut().expect("daemon started");
