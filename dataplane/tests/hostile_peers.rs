@@ -109,20 +109,28 @@ struct Tally<'a> {
     faults: u64,
     attacks: usize,
     good: &'a GoodLoop,
+    /// How long the switch's log was when the current attack began: its
+    /// reason is looked for only in what the switch wrote since, so an
+    /// attack whose reason an earlier attack also gave must log its own
+    /// line. Attacks run one after another, each beginning where the last
+    /// one's check ended.
+    since: usize,
 }
 
 impl<'a> Tally<'a> {
-    fn new(port: &'a str, good: &'a GoodLoop) -> Self {
+    fn new(sw: &Switch, port: &'a str, good: &'a GoodLoop) -> Self {
         Tally {
             port,
             faults: 0,
             attacks: 0,
             good,
+            since: sw.log().len(),
         }
     }
 
     /// Waits for the port's fault counter to move and for `reason` in the
-    /// log; checks the switch still runs and the good loop still forwards.
+    /// log this attack wrote; checks the switch still runs and the good loop
+    /// still forwards.
     fn check(&mut self, sw: &mut Switch, reason: &str) {
         let before = self.faults;
         self.faults = wait_for(
@@ -130,33 +138,43 @@ impl<'a> Tally<'a> {
             &format!("{} to be disconnected for {reason:?}", self.port),
             || Some(sw.port(self.port).status.faults).filter(|&f| f > before),
         );
-        wait_for(
-            Duration::from_secs(5),
-            &format!("{reason:?} in the log"),
-            || sw.log().contains(reason).then_some(()),
-        );
+        self.wait_logged(sw, reason);
         sw.assert_alive();
         self.survived(sw);
     }
 
     /// A peer refused before it named one of the socket's interfaces: in
-    /// the log as `said`, and no port's fault.
+    /// the log this attack wrote as `said`, and no port's fault.
     fn unowned(&mut self, sw: &mut Switch, said: &str) {
-        wait_for(
-            Duration::from_secs(5),
-            &format!("{said:?} in the log"),
-            || sw.log().contains(said).then_some(()),
-        );
+        self.wait_logged(sw, said);
         assert_eq!(sw.port(self.port).status.faults, self.faults);
         self.survived(sw);
     }
 
     /// An attack that is no fault of protocol (e.g. a connection flood):
-    /// the switch runs and the loop forwards.
+    /// the switch runs and the loop forwards. The next attack begins here.
     fn survived(&mut self, sw: &mut Switch) {
         sw.assert_alive();
         self.good.assert_flowing(sw);
         self.attacks += 1;
+        // `max`: a log read that failed (empty) must not reopen what
+        // earlier attacks wrote.
+        self.since = self.since.max(sw.log().len());
+    }
+
+    /// Waits for `line` in what the switch logged since the current attack
+    /// began.
+    fn wait_logged(&self, sw: &Switch, line: &str) {
+        wait_for(
+            Duration::from_secs(5),
+            &format!("{line:?} in the log since attack {}", self.attacks + 1),
+            || {
+                sw.log()
+                    .get(self.since..)
+                    .is_some_and(|new| new.contains(line))
+                    .then_some(())
+            },
+        );
     }
 }
 
@@ -213,7 +231,7 @@ fn set_ring(
 /// and then the rings in every way the protocol forbids.
 fn attack_as_slave(sw: &mut Switch, good: &GoodLoop) -> usize {
     let sock = add_port(sw, "hm", &["--kind", "memif", "--role", "master"]);
-    let mut t = Tally::new("hm", good);
+    let mut t = Tally::new(sw, "hm", good);
     // A second interface on the socket, connected throughout: the attacks
     // on interface 0 are that port's alone.
     sw.cli_ok(&[
@@ -521,7 +539,7 @@ fn attack_as_master(sw: &mut Switch, good: &GoodLoop) -> usize {
         "port", "add", "hs", "--kind", "memif", "--role", "slave", "--socket", &sock, "--bridge",
         "default",
     ]);
-    let mut t = Tally::new("hs", good);
+    let mut t = Tally::new(sw, "hs", good);
     let hello_with = |f: &dyn Fn(&mut u16, &mut u16, &mut u8)| {
         let mut h = peer::hello();
         if let Message::Hello {
@@ -624,7 +642,7 @@ const RUNT: [u8; 10] = [0xff; 10];
 /// (rust-vmm's protocol side, our rings) breaks requests, memory and rings.
 fn attack_vhost_frontend(sw: &mut Switch, good: &GoodLoop) -> usize {
     let sock = add_port(sw, "hv", &["--kind", "vhost-user", "--role", "server"]);
-    let mut t = Tally::new("hv", good);
+    let mut t = Tally::new(sw, "hv", good);
 
     // A well-behaved frontend first: its frames are read and returned.
     let f = VhostFrontend::connect(&sock).expect("setup");
@@ -818,6 +836,8 @@ fn attack_vhost_frontend(sw: &mut Switch, good: &GoodLoop) -> usize {
     );
     eprintln!("vhost-user: {sent} frames sent and all used across 20 memory table changes");
     t.survived(sw);
+    // virtio-queue logs the rings it can no longer reach as an ERROR.
+    sw.expect_error("virtio queue descriptor table is not accessible");
     f.set_mem_table(&[(0x10_0000, 0x10_0000, 0x10_0000)])
         .expect("SET_MEM_TABLE");
     t.check(sw, "lie outside guest memory");
@@ -860,6 +880,20 @@ enum Shape {
     Many(usize),
     /// Sends requests that are answered, and never reads the answers.
     NeverReads,
+}
+
+impl Shape {
+    /// Whether a vhost-user frontend holding its connection this way
+    /// breaks the protocol (a message left unfinished, replies unread),
+    /// which costs it the connection, counted as a fault.
+    fn breaks_vhost_user(self) -> bool {
+        match self {
+            Shape::PartialHeader | Shape::HeaderWithoutBody | Shape::Drip | Shape::NeverReads => {
+                true
+            }
+            Shape::Silent | Shape::Many(_) => false,
+        }
+    }
 }
 
 const SHAPES: &[Shape] = &[
@@ -917,22 +951,39 @@ impl Target {
     }
 }
 
-/// Runs `shape` against `path` until `until`, on threads of its own; each
-/// thread says on `ready` when it has connected (false: it could not).
+/// Lets attackers go when dropped (also when a check fails, so none is
+/// left holding a connection); until then they keep at it.
+struct Release(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Release {
+    fn new() -> Release {
+        Release(Default::default())
+    }
+
+    /// Whether the attack is still on, for an attacker's thread.
+    fn held(&self) -> impl Fn() -> bool + Send + 'static {
+        let released = self.0.clone();
+        move || !released.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Runs `shape` against `path` until `release` is dropped, on threads of
+/// its own; each thread says on `ready` when it has connected (false: it
+/// could not).
 fn attack(
     target: Target,
     path: &str,
     shape: Shape,
-    until: std::time::Instant,
+    release: &Release,
     ready: &std::sync::mpsc::Sender<bool>,
 ) -> Vec<std::thread::JoinHandle<()>> {
     use nix::sys::socket::{send, MsgFlags};
-    let hold = move |fd: std::os::fd::OwnedFd| {
-        while std::time::Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        drop(fd);
-    };
     let count = match shape {
         Shape::Many(n) => n,
         _ => 1,
@@ -941,6 +992,7 @@ fn attack(
         .map(|_| {
             let path = path.to_string();
             let ready = ready.clone();
+            let held = release.held();
             std::thread::spawn(move || {
                 let Some(fd) = target.connect(&path) else {
                     let _ = ready.send(false);
@@ -967,7 +1019,7 @@ fn attack(
                     Shape::Drip => {
                         let r = target.request();
                         for b in r.chunks(1) {
-                            if std::time::Instant::now() >= until || !put(b) {
+                            if !held() || !put(b) {
                                 break;
                             }
                             std::thread::sleep(Duration::from_millis(500));
@@ -976,7 +1028,7 @@ fn attack(
                     Shape::NeverReads => {
                         // As fast as the switch takes them.
                         let r = target.request();
-                        while std::time::Instant::now() < until {
+                        while held() {
                             match send(
                                 fd.as_raw_fd(),
                                 &r,
@@ -991,16 +1043,65 @@ fn attack(
                         }
                     }
                 }
-                hold(fd);
+                while held() {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                drop(fd);
             })
         })
         .collect()
 }
 
-/// Rounds of `port list`, `port add` + `port del` (from the CLI) and a
-/// CNI ADD + DEL, taken while `until` has not passed: each operation's
-/// round trips in order.
-fn api_round_trips(sw: &Switch, until: std::time::Instant) -> Vec<(String, Vec<Duration>)> {
+/// How long an API call may take while peers attack before the API counts
+/// as starved. A liveness bound, not a latency figure: how fast the API
+/// answers under attack is `benches/loop/api_bench.py`'s to measure (see
+/// docs/benchmarks.md); this VM's speed drifts up to 3x and the tests'
+/// dependencies are debug builds, so a test asserts only that the API
+/// still answers. The attackers hold on until the calls are done, so a
+/// call a peer stalls is not answered in time, rather than answered once
+/// the attack ends.
+const NOT_STARVED: Duration = Duration::from_secs(15);
+
+/// Runs `cmd` with `input` on its stdin, which must succeed within
+/// [`NOT_STARVED`]; returns how long it took. One still running then is
+/// killed, and fails the test: `what` was starved.
+fn answered(what: &str, mut cmd: std::process::Command, input: &[u8]) -> Duration {
+    use std::io::Write;
+    use std::process::Stdio;
+    let t = std::time::Instant::now();
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    // Waited for on a thread of its own, reading its output meanwhile (a
+    // full pipe would hold it up).
+    let (done, ended) = std::sync::mpsc::channel();
+    std::thread::spawn(move || done.send(child.wait_with_output()));
+    let Ok(out) = ended.recv_timeout(NOT_STARVED) else {
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+        panic!("{what}: no answer in {NOT_STARVED:?}, the API is starved");
+    };
+    let took = t.elapsed();
+    let out = out.unwrap();
+    assert!(
+        out.status.success(),
+        "{what} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    took
+}
+
+/// Rounds of `port list`, `port add`, `port del` (from the CLI) and a CNI
+/// ADD + DEL, at least 3 and for at least 4 s (so calls fall before and
+/// after the switch's 2 s message timeout drops the peers that stall):
+/// each operation's round trips in order. Each must be answered within
+/// [`NOT_STARVED`].
+fn api_round_trips(sw: &Switch, target: Target) -> Vec<(String, Vec<Duration>)> {
     let cni = common::workspace_bin("switchyard-cni", "switchyard-cni");
     let pods = sw.path("pods");
     let netconf = serde_json::json!({
@@ -1008,32 +1109,25 @@ fn api_round_trips(sw: &Switch, until: std::time::Instant) -> Vec<(String, Vec<D
         "socketDir": pods, "controlSocket": sw.control(),
     })
     .to_string();
+    let cli = |args: &[&str]| {
+        let mut c = std::process::Command::new(common::switchyard_bin());
+        c.args(args).env("SWITCHYARD_CONTROL", sw.control());
+        answered(&format!("{target:?} under attack: {args:?}"), c, b"")
+    };
     let run_cni = |cmd: &str| {
-        use std::io::Write;
-        let mut c = std::process::Command::new(&cni)
-            .env_clear()
-            .envs([
-                ("CNI_COMMAND", cmd),
-                ("CNI_CONTAINERID", "livecontainer"),
-                ("CNI_NETNS", "/var/run/netns/live"),
-                ("CNI_IFNAME", "net1"),
-                ("CNI_PATH", "/nonexistent"),
-            ])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        c.stdin
-            .take()
-            .unwrap()
-            .write_all(netconf.as_bytes())
-            .unwrap();
-        let out = c.wait_with_output().unwrap();
-        assert!(
-            out.status.success(),
-            "CNI {cmd}: {}",
-            String::from_utf8_lossy(&out.stdout)
-        );
+        let mut c = std::process::Command::new(&cni);
+        c.env_clear().envs([
+            ("CNI_COMMAND", cmd),
+            ("CNI_CONTAINERID", "livecontainer"),
+            ("CNI_NETNS", "/var/run/netns/live"),
+            ("CNI_IFNAME", "net1"),
+            ("CNI_PATH", "/nonexistent"),
+        ]);
+        answered(
+            &format!("{target:?} under attack: CNI {cmd}"),
+            c,
+            netconf.as_bytes(),
+        )
     };
     let sock = sw.path("live.sock");
     let mut times: Vec<(String, Vec<Duration>)> = Vec::new();
@@ -1041,22 +1135,20 @@ fn api_round_trips(sw: &Switch, until: std::time::Instant) -> Vec<(String, Vec<D
         Some((_, v)) => v.push(d),
         None => times.push((what.to_string(), vec![d])),
     };
-    while std::time::Instant::now() < until {
-        let t = std::time::Instant::now();
-        sw.cli_ok(&["port", "list"]);
-        note("port list", t.elapsed());
-        let t = std::time::Instant::now();
-        sw.cli_ok(&[
-            "port", "add", "live", "--kind", "memif", "--role", "master", "--socket", &sock,
-        ]);
-        note("port add", t.elapsed());
-        sw.cli_ok(&["port", "del", "live"]);
-        let t = std::time::Instant::now();
-        run_cni("ADD");
-        note("CNI ADD", t.elapsed());
-        let t = std::time::Instant::now();
-        run_cni("DEL");
-        note("CNI DEL", t.elapsed());
+    let start = std::time::Instant::now();
+    let mut rounds = 0;
+    while rounds < 3 || start.elapsed() < Duration::from_secs(4) {
+        rounds += 1;
+        note("port list", cli(&["port", "list"]));
+        note(
+            "port add",
+            cli(&[
+                "port", "add", "live", "--kind", "memif", "--role", "master", "--socket", &sock,
+            ]),
+        );
+        note("port del", cli(&["port", "del", "live"]));
+        note("CNI ADD", run_cni("ADD"));
+        note("CNI DEL", run_cni("DEL"));
     }
     times
 }
@@ -1109,41 +1201,33 @@ fn no_peer_or_client_stalls_the_api() {
         (Target::Memif, &hm),
         (Target::Control, &on_control),
     ] {
-        let until = std::time::Instant::now() + Duration::from_secs(4);
+        let release = Release::new();
         let (ready, connected) = std::sync::mpsc::channel();
         let threads: Vec<_> = SHAPES
             .iter()
             .zip(paths)
-            .flat_map(|(s, path)| attack(target, path, *s, until, &ready))
+            .flat_map(|(s, path)| attack(target, path, *s, &release, &ready))
             .collect();
-        // The round trips are timed once every attacker is in place.
+        // The API is called once every attacker is in place.
         for _ in &threads {
             let ok = connected.recv_timeout(Duration::from_secs(10));
             assert_eq!(ok, Ok(true), "{target:?}: an attacker could not connect");
         }
-        let times = api_round_trips(&sw, until);
+        let times = api_round_trips(&sw, target);
         eprintln!("{target:?} under attack, round trips: {times:?}");
-        // A stall a peer causes lasts as long as the attack: no operation
-        // may be slow twice in a row (one slow call alone is this 2-CPU
-        // machine's scheduler, both CPUs busy with the traffic loop), and
-        // none may take a second.
-        for (what, t) in &times {
-            assert!(t.len() >= 3, "{what}: only {} rounds", t.len());
-            let limit = Duration::from_millis(250);
-            for pair in t.windows(2) {
-                assert!(
-                    pair[0] < limit || pair[1] < limit,
-                    "{target:?} under attack: {what} took {:?} then {:?}",
-                    pair[0],
-                    pair[1]
-                );
-            }
-            let worst = t.iter().max().unwrap();
-            assert!(
-                *worst < Duration::from_secs(1),
-                "{target:?} under attack: {what} took {worst:?}"
-            );
+        if target == Target::VhostUser {
+            // Still attacking: the frontends that stall or never read are
+            // dropped by the switch, not by leaving (checked below).
+            wait_for(NOT_STARVED, "the stalling frontends dropped", || {
+                SHAPES
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, s)| s.breaks_vhost_user())
+                    .all(|(i, _)| sw.port(&format!("hv{i}")).status.faults > 0)
+                    .then_some(())
+            });
         }
+        drop(release);
         for t in threads {
             t.join().unwrap();
         }
@@ -1155,11 +1239,11 @@ fn no_peer_or_client_stalls_the_api() {
     // their replies unread lost those connections, counted as faults.
     for (i, shape) in SHAPES.iter().enumerate() {
         let st = sw.port(&format!("hv{i}")).status;
-        let broke = matches!(
-            shape,
-            Shape::PartialHeader | Shape::HeaderWithoutBody | Shape::Drip | Shape::NeverReads
+        assert_eq!(
+            st.faults > 0,
+            shape.breaks_vhost_user(),
+            "{shape:?}: {st:?}"
         );
-        assert_eq!(st.faults > 0, broke, "{shape:?}: {st:?}");
     }
     good.assert_nothing_lost(&sw);
 }

@@ -103,14 +103,18 @@ pod_role = "client"
         DevicePluginClient::new(ch)
     }
 
+    /// Allocate, as the kubelet calls it; one not answered within `LIMIT`
+    /// fails as `DeadlineExceeded`.
     fn allocate(&self, endpoint: &str, ids: &[&str]) -> Result<AllocateResponse, Status> {
         let mut c = self.plugin_client(endpoint);
+        let req = AllocateRequest {
+            container_requests: vec![ContainerAllocateRequest {
+                devices_ids: ids.iter().map(|s| s.to_string()).collect(),
+            }],
+        };
         self.rt
-            .block_on(c.allocate(AllocateRequest {
-                container_requests: vec![ContainerAllocateRequest {
-                    devices_ids: ids.iter().map(|s| s.to_string()).collect(),
-                }],
-            }))
+            .block_on(async { tokio::time::timeout(LIMIT, c.allocate(req)).await })
+            .map_err(|_| Status::deadline_exceeded(format!("no answer in {LIMIT:?}")))?
             .map(Response::into_inner)
     }
 
@@ -140,11 +144,15 @@ pod_role = "client"
 
 impl Drop for Node {
     fn drop(&mut self) {
-        if let Some(mut c) = self.plugin.take() {
-            terminate(&mut c, Duration::from_secs(5));
-        }
+        let ending = self
+            .plugin
+            .take()
+            .map(|mut c| terminate(&mut c, Duration::from_secs(5)));
         if std::thread::panicking() {
             eprintln!("---- device plugin log ----\n{}", self.log());
+        }
+        if let Some(e) = ending {
+            common::check_ending("the device plugin", e, &self.log(), &[]);
         }
     }
 }
@@ -348,8 +356,10 @@ fn hostile_clients_on_the_plugin_socket_do_not_stall_the_kubelet() {
     kubelet.registrations(2);
     // Connections that stay silent, stop in the HTTP/2 preface, send
     // garbage, or drip the preface a byte at a time, all at once.
+    // They hold on until the kubelet's calls below are done, so a call
+    // they stalled would not be answered in time.
     let sock = node.path("plugins").join("switchyard-memif.sock");
-    let until = std::time::Instant::now() + Duration::from_secs(3);
+    let released = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
     let shapes: Vec<&[u8]> = vec![b"", &preface[..10], b"\x00garbage\xff\xff", preface];
     let (ready, connected) = std::sync::mpsc::channel();
@@ -359,8 +369,10 @@ fn hostile_clients_on_the_plugin_socket_do_not_stall_the_kubelet() {
             let bytes = shapes[i % shapes.len()].to_vec();
             let drip = i % shapes.len() == 3;
             let ready = ready.clone();
+            let released = released.clone();
             std::thread::spawn(move || {
                 use std::io::Write;
+                use std::sync::atomic::Ordering::Relaxed;
                 let Ok(mut c) = std::os::unix::net::UnixStream::connect(&sock) else {
                     let _ = ready.send(false);
                     return;
@@ -368,7 +380,7 @@ fn hostile_clients_on_the_plugin_socket_do_not_stall_the_kubelet() {
                 let _ = ready.send(true);
                 if drip {
                     for b in bytes {
-                        if std::time::Instant::now() > until || c.write_all(&[b]).is_err() {
+                        if released.load(Relaxed) || c.write_all(&[b]).is_err() {
                             break;
                         }
                         std::thread::sleep(Duration::from_millis(300));
@@ -376,24 +388,39 @@ fn hostile_clients_on_the_plugin_socket_do_not_stall_the_kubelet() {
                 } else {
                     let _ = c.write_all(&bytes);
                 }
-                while std::time::Instant::now() < until {
+                while !released.load(Relaxed) {
                     std::thread::sleep(Duration::from_millis(50));
                 }
             })
         })
         .collect();
+    // Lets the attackers go however the test ends.
+    struct Release(std::sync::Arc<std::sync::atomic::AtomicBool>);
+    impl Drop for Release {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+    let release = Release(released);
     for _ in &threads {
         let ok = connected.recv_timeout(Duration::from_secs(10));
         assert_eq!(ok, Ok(true), "an attacker could not connect");
     }
-    // Meanwhile the kubelet's calls answer at once.
-    while std::time::Instant::now() < until {
-        let t = std::time::Instant::now();
-        node.allocate("switchyard-memif.sock", &["memif-1"])
-            .unwrap();
-        let took = t.elapsed();
-        assert!(took < Duration::from_millis(250), "Allocate took {took:?}");
+    // Meanwhile the kubelet's calls are answered: not starved. Each must
+    // come back within `LIMIT` (which `allocate` applies), a liveness
+    // bound, not a latency figure: this VM's speed drifts up to 3x and
+    // tokio, tonic and hyper are debug builds here, so how fast the plugin
+    // answers is no test's to say. At least 3 calls, for at least 3 s
+    // (while the drip goes on).
+    let start = std::time::Instant::now();
+    let mut calls = 0;
+    while calls < 3 || start.elapsed() < Duration::from_secs(3) {
+        if let Err(e) = node.allocate("switchyard-memif.sock", &["memif-1"]) {
+            panic!("Allocate under attack, call {calls}: {e}");
+        }
+        calls += 1;
     }
+    drop(release);
     for t in threads {
         t.join().unwrap();
     }
