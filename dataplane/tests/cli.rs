@@ -574,6 +574,7 @@ fn a_persisted_port_on_the_control_socket_is_set_aside_shown_failed() {
         .to_string(),
     )
     .unwrap();
+    sw.expect_error("cannot restore port");
     sw.spawn();
     // The API answers on its socket; the sound port is made; the other is
     // listed as failed, with why, and kept in the state.

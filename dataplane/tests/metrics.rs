@@ -115,12 +115,18 @@ impl Prometheus {
 }
 
 impl Drop for Prometheus {
+    /// Kills it; a Prometheus that had exited by itself (a crashed peer)
+    /// fails the test.
     fn drop(&mut self) {
-        if std::thread::panicking() {
+        let early = self.child.try_wait().ok().flatten();
+        if std::thread::panicking() || early.is_some() {
             eprintln!("---- prometheus log ----\n{}", self.log());
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if let (Some(s), false) = (early, std::thread::panicking()) {
+            panic!("prometheus exited during the test ({s})");
+        }
     }
 }
 

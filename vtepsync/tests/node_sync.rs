@@ -96,12 +96,17 @@ impl Sync {
 }
 
 impl Drop for Sync {
+    /// Stops it as the kubelet does (SIGTERM); one that ended badly, or
+    /// logged a panic or an error, fails the test.
     fn drop(&mut self) {
         if std::thread::panicking() {
             eprintln!("---- vtep-sync ----\n{}", self.log());
         }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let ending = terminate(&mut self.0, Duration::from_secs(10));
+        // The tests take the API server down on purpose (503 to every
+        // request): the client library logs each refused request.
+        let expected = ["failed with status 503 Service Unavailable".to_string()];
+        check_ending("vtep-sync", ending, &self.log(), &expected);
     }
 }
 

@@ -302,20 +302,43 @@ impl Webhook {
 }
 
 impl Drop for Webhook {
+    /// Stops it with SIGTERM, as the kubelet does. One that had exited,
+    /// exits non-zero, does not stop in 5 s, or logged a panic fails the
+    /// test, with its log.
     fn drop(&mut self) {
+        let early = self.child.try_wait().ok().flatten();
         let _ = nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(self.child.id() as i32),
             nix::sys::signal::Signal::SIGTERM,
         );
         let end = Instant::now() + Duration::from_secs(5);
+        let mut status = None;
         while Instant::now() < end {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
+            if let Ok(Some(s)) = self.child.try_wait() {
+                status = Some(s);
+                break;
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if status.is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let fault = match (early, status) {
+            (Some(s), _) => Some(format!("the webhook exited by itself ({s})")),
+            (None, None) => Some("the webhook did not stop on SIGTERM in 5 s".to_string()),
+            (None, Some(s)) if !s.success() => Some(format!("the webhook ended with {s}")),
+            _ if log.contains("panicked at") => Some("the webhook panicked".to_string()),
+            _ => None,
+        };
+        if let Some(f) = fault {
+            if std::thread::panicking() {
+                eprintln!("{f}\n{log}");
+            } else {
+                panic!("{f}\n{log}");
+            }
+        }
     }
 }
 
