@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use node::*;
 use serde_json::json;
-use testpmd::{rx_packets, serial, terminate, wait_for, workspace_bin};
+use testpmd::{check_ending, rx_packets, serial, terminate, wait_for, workspace_bin};
 
 const NOBODY: u32 = 65534;
 /// Where podman 4.3 reads CDI specs (it has no setting for another).
@@ -62,6 +62,16 @@ impl Podman {
         out
     }
 
+    /// Stops the device plugin (SIGTERM, as the kubelet stops it); one
+    /// that ended badly, or logged a panic or an error, fails the test.
+    fn stop_device_plugin(&mut self) {
+        if let Some(mut dp) = self.device_plugin.take() {
+            let ending = terminate(&mut dp, Duration::from_secs(5));
+            let log = std::fs::read_to_string(self.dir.join("dp.log")).unwrap_or_default();
+            check_ending("the device plugin", ending, &log, &[]);
+        }
+    }
+
     fn logs(&self, name: &str) -> String {
         let o = self.cmd(&["logs", name]).output().unwrap();
         format!(
@@ -82,9 +92,7 @@ impl Drop for Podman {
         for n in &self.names {
             let _ = self.cmd(&["rm", "-f", "-t", "2", n]).output();
         }
-        if let Some(mut dp) = self.device_plugin.take() {
-            terminate(&mut dp, Duration::from_secs(5));
-        }
+        self.stop_device_plugin();
         // The device plugin keeps its CDI spec when it stops; this test's
         // is removed with the test.
         let _ = std::fs::remove_file(Path::new(CDI_DIR).join("switchyard.io-socket.json"));
@@ -302,9 +310,7 @@ fn podman_containers_on_switchyard_networks_through_cni_and_cdi() {
     // The device plugin stopped (a rollout replaces it): its CDI spec stays,
     // so a container the kubelet (re)creates meanwhile with the same CDI
     // name still starts, with the device's mount and environment.
-    if let Some(mut dp) = pm.device_plugin.take() {
-        terminate(&mut dp, Duration::from_secs(5));
-    }
+    pm.stop_device_plugin();
     assert!(spec.exists());
     let c = format!("sy-c-{id}");
     pm.names = vec![c.clone()];

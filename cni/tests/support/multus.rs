@@ -1,12 +1,19 @@
 //! What Multus does around a delegate plugin, step by step as its source
-//! does it (multus-cni `pkg/types/conf.go`, `pkg/multus/multus.go`, the
-//! network-attachment-definition-client's `pkg/utils`, and libcni), so that
-//! the plugin is driven with exactly the bytes and files Multus produces:
+//! does it (multus-cni `pkg/types/conf.go`, `pkg/multus/multus.go`,
+//! `pkg/k8sclient/k8sclient.go`, `pkg/kubeletclient/kubeletclient.go`, the
+//! network-attachment-definition-client's `pkg/utils` and
+//! `pkg/apis/k8s.cni.cncf.io/v1/types.go`, and containernetworking/cni's
+//! libcni), so that the plugin is driven with exactly the bytes and files
+//! Multus produces:
 //!
 //! - the NAD's config, with `name` injected when missing
 //!   (`GetCNIConfigFromSpec`);
-//! - for a network whose NAD names a device-plugin resource, the device the
-//!   kubelet allocated injected as top-level `deviceID` and `pciBusID`
+//! - for a network whose NAD has the `k8s.v1.cni.cncf.io/resourceName`
+//!   annotation, the next device of that resource in the pod's resource map
+//!   (asked once per ADD, at the first such network, of the kubelet's Pod
+//!   Resources API `List`, or of its device-plugin checkpoint when the
+//!   socket is missing: `getKubernetesDelegate`, `GetResourceClient`,
+//!   `GetPodResourceMap`) injected as top-level `deviceID` and `pciBusID`
 //!   (`delegateAddDeviceID`), the network selection's `cni-args` as
 //!   `args.cni`;
 //! - the runtime conf: `CNI_ARGS` `IgnoreUnknown=true;K8S_POD_NAMESPACE=..;
@@ -16,29 +23,40 @@
 //!   (`delegateRuntimeConfig`, `GetCNIDeviceInfoPath`), of which libcni
 //!   passes in `runtimeConfig` only those the netconf's `capabilities`
 //!   declares (`injectRuntimeConfig`);
-//! - before ADD, the device plugin's file copied there
-//!   (`CopyDeviceInfoForCNIFromDP`: refused when the file exists, mode 0444);
+//! - before ADD, the device plugin's file copied there through the typed
+//!   `DeviceInfo` (`CopyDeviceInfoForCNIFromDP`: only the fields the type
+//!   has; refused when the file exists; mode 0444);
 //! - the delegates cached per container, and DEL replayed from that cache
 //!   with libcni's cached result as `prevResult`, then the CNI device-info
 //!   file removed;
 //! - the plugin found by the netconf's `type` in Multus's `binDir` and then
-//!   `CNI_PATH` (`confAdd`: `binDirs = append([]string{BinDir}, CNI_PATH...)`;
-//!   libcni `pkg/invoke/find.go` `FindInPath`: the first regular file
-//!   `<dir>/<type>`, else "failed to find plugin");
+//!   its own `CNI_PATH` (`confAdd`: `binDirs = append([]string{BinDir},
+//!   CNI_PATH...)`; libcni `pkg/invoke/find.go` `FindInPath`: the first
+//!   regular file `<dir>/<type>`, else "failed to find plugin"), and run
+//!   with `CNI_PATH` = those directories joined (libcni `CNIConfig.args`);
 //! - the plugin's stdout parsed as a Result the way the libcni this Multus
 //!   links does ([`MultusVersion`]): a result version that libcni cannot
 //!   create fails the ADD;
 //! - after ADD, the network-status entry built from the result and the
-//!   CNIDeviceInfoFile's content (`getDelegateDeviceInfo`,
+//!   CNIDeviceInfoFile read into the typed `DeviceInfo`
+//!   (`getDelegateDeviceInfo`, `LoadDeviceInfoFromCNI`,
 //!   `CreateNetworkStatus`).
 //!
 //! Multus sends STATUS and GC only to the cluster network's delegate, never
 //! to these (`pkg/server/api` and `multus.go` `CmdStatus`/`CmdGC`), so the
 //! stand-in has neither.
+//!
+//! Not reproduced (yet): Multus reports a delegate's failure as its own
+//! error (`cmdPluginErr`: code 999, "[ns/pod/uid:net]: error adding
+//! container to network ...") where this stand-in hands back the plugin's
+//! error JSON; from v4.1.0 it builds network-status with
+//! `CreateNetworkStatuses` (one entry per sandbox interface), and it fills
+//! `gateway` (from v4.0.0, nad-client v1.4.0) and `mtu` (from v4.1.0,
+//! nad-client v1.7.0), which this stand-in leaves out.
 #![allow(dead_code)]
 
 use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
@@ -112,10 +130,17 @@ impl MultusVersion {
     ];
 
     /// Whether it sorts each resource's device IDs as strings
-    /// (`kubeletclient.GetPodResourceMap` calls `types.SortDeviceIDs` from
-    /// v4.3.0 on); before, they go in the order the kubelet's `List` gives.
+    /// (`kubeletclient.GetPodResourceMap` and `checkpoint.GetPodResourceMap`
+    /// call `types.SortDeviceIDs` from v4.3.0 on); before, they go in the
+    /// order the kubelet's `List` gives.
     fn sorts_device_ids(self) -> bool {
         self == MultusVersion::V4_3
+    }
+
+    /// Whether `kubeletclient.GetPodResourceMap` also reads the containers'
+    /// `dynamic_resources` (`getDRAResources`, v4.1.0 on).
+    fn reads_dra_resources(self) -> bool {
+        matches!(self, MultusVersion::V4_1 | MultusVersion::V4_3)
     }
 
     /// The version libcni parses a plugin's stdout as.
@@ -186,13 +211,11 @@ pub struct Multus {
     /// A command prefix that runs the plugin in the node's root (Multus
     /// thick chroots to the host; empty when the node is this host).
     pub enter: Vec<String>,
-    /// The kubelet's Pod Resources API socket (a node path). With it, the
-    /// devices of networks whose NAD names a resource come from the
-    /// kubelet, as Multus takes them (`k8sclient.getKubernetesDelegate`,
-    /// `kubeletclient.GetPodResourceMap`: `List`, the pod's containers'
-    /// devices by resource, sorted as strings from v4.3.0 on
-    /// (`SortDeviceIDs`), handed out in the networks' order); without, from
-    /// the caller.
+    /// The kubelet's Pod Resources API socket (a node path; Multus's is
+    /// `/var/lib/kubelet/pod-resources/kubelet.sock`). With it, the devices
+    /// of networks whose NAD names a resource come from the kubelet, as
+    /// Multus takes them ([`Multus::resource_map`]); without, from the
+    /// caller.
     pub pod_resources: Option<PathBuf>,
     /// Multus's `cniDir` (`/var/lib/cni/multus`): delegate cache, and
     /// libcni's result cache.
@@ -200,7 +223,10 @@ pub struct Multus {
     /// The device-info base (`/var/run/k8s.cni.cncf.io/devinfo`): `dp/` is
     /// the device plugins', `cni/` Multus's.
     pub devinfo_base: PathBuf,
-    /// `CNI_PATH` (Multus puts its `binDir` first).
+    /// The `CNI_PATH` Multus itself runs with (the runtime's, or the thick
+    /// daemon's environment). The plugin is looked for in `binDir` and then
+    /// these, and gets them all, `binDir` first, as its `CNI_PATH`
+    /// ([`Multus::bin_dirs`]).
     pub cni_path: String,
 }
 
@@ -222,6 +248,127 @@ pub struct Added {
 /// A failed plugin call: its CNI error JSON.
 #[derive(Debug)]
 pub struct Failed(pub Value);
+
+/// multus-cni `pkg/types/types.go` `ResourceInfo`: a resource's device IDs
+/// and the next one to hand out.
+#[derive(Debug, Default)]
+struct ResourceInfo {
+    index: usize,
+    device_ids: Vec<String>,
+}
+
+/// The pod's resource map, by resource name.
+type ResourceMap = std::collections::BTreeMap<String, ResourceInfo>;
+
+/// The messages of the kubelet's Pod Resources API v1 that Multus reads,
+/// written from kubernetes/kubelet `pkg/apis/podresources/v1/api.proto`
+/// (package `v1`; protobuf skips the fields left out), independently of
+/// the .proto the code under test is built from.
+mod podresources_v1 {
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct ListPodResourcesRequest {}
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct ListPodResourcesResponse {
+        #[prost(message, repeated, tag = "1")]
+        pub pod_resources: Vec<PodResources>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct PodResources {
+        #[prost(string, tag = "1")]
+        pub name: String,
+        #[prost(string, tag = "2")]
+        pub namespace: String,
+        #[prost(message, repeated, tag = "3")]
+        pub containers: Vec<ContainerResources>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct ContainerResources {
+        #[prost(string, tag = "1")]
+        pub name: String,
+        #[prost(message, repeated, tag = "2")]
+        pub devices: Vec<ContainerDevices>,
+        #[prost(message, repeated, tag = "5")]
+        pub dynamic_resources: Vec<DynamicResource>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct ContainerDevices {
+        #[prost(string, tag = "1")]
+        pub resource_name: String,
+        #[prost(string, repeated, tag = "2")]
+        pub device_ids: Vec<String>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct DynamicResource {
+        #[prost(string, tag = "2")]
+        pub claim_name: String,
+        #[prost(string, tag = "3")]
+        pub claim_namespace: String,
+        #[prost(message, repeated, tag = "4")]
+        pub claim_resources: Vec<ClaimResource>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct ClaimResource {
+        #[prost(message, repeated, tag = "1")]
+        pub cdi_devices: Vec<CdiDevice>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct CdiDevice {
+        #[prost(string, tag = "1")]
+        pub name: String,
+    }
+}
+
+/// multus-cni `pkg/kubeletclient/kubeletclient.go`
+/// `getKubeletResourceClient` and `getPodResources`: a gRPC connection to
+/// the Unix socket (10 s), `/v1.PodResourcesLister/List` (10 s), answers up
+/// to `defaultPodResourcesMaxSize` (16 MiB).
+fn list_pod_resources(socket: &Path) -> Result<podresources_v1::ListPodResourcesResponse, String> {
+    use hyper_util::rt::TokioIo;
+    use tonic::codegen::http::uri::PathAndQuery;
+    use tonic::transport::{Endpoint, Uri};
+
+    const TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let path = socket.to_path_buf();
+    rt.block_on(async move {
+        let channel = Endpoint::from_static("http://localhost")
+            .connect_timeout(TIMEOUT)
+            .timeout(TIMEOUT)
+            .connect_with_connector(tower::service_fn(move |_: Uri| {
+                let path = path.clone();
+                async move {
+                    tokio::net::UnixStream::connect(path)
+                        .await
+                        .map(TokioIo::new)
+                }
+            }))
+            .await
+            .map_err(|e| format!("error dialing socket: {e}"))?;
+        let mut grpc = tonic::client::Grpc::new(channel).max_decoding_message_size(16 << 20);
+        grpc.ready().await.map_err(|e| e.to_string())?;
+        grpc.unary(
+            tonic::Request::new(podresources_v1::ListPodResourcesRequest {}),
+            PathAndQuery::from_static("/v1.PodResourcesLister/List"),
+            tonic_prost::ProstCodec::<
+                podresources_v1::ListPodResourcesRequest,
+                podresources_v1::ListPodResourcesResponse,
+            >::default(),
+        )
+        .await
+        .map(tonic::Response::into_inner)
+        .map_err(|e| format!("rpc error: code = {:?} desc = {}", e.code(), e.message()))
+    })
+}
 
 struct Delegate {
     name: String,
@@ -337,27 +484,53 @@ impl Multus {
         in_root(&self.host_root, p)
     }
 
-    /// libcni `FindInPath(type, [binDir] + CNI_PATH)`.
+    /// The directories of the `CNIConfig` Multus makes for every delegate
+    /// call: multus-cni `pkg/multus/multus.go` `confAdd` (and `confDel`,
+    /// `conflistAdd`, ...): `binDirs := filepath.SplitList(os.Getenv("CNI_PATH"));
+    /// binDirs = append([]string{multusNetconf.BinDir}, binDirs...);
+    /// libcni.NewCNIConfigWithCacheDir(binDirs, ...)`. Go's `SplitList`
+    /// gives nothing for an empty string and keeps empty elements
+    /// otherwise.
+    fn bin_dirs(&self) -> Vec<String> {
+        let mut dirs = vec![self.bin_dir.display().to_string()];
+        if !self.cni_path.is_empty() {
+            dirs.extend(self.cni_path.split(':').map(str::to_string));
+        }
+        dirs
+    }
+
+    /// containernetworking/cni `pkg/invoke/find.go` `FindInPath(type,
+    /// binDirs)` (the same in v0.8.1 and v1.x): the first `<dir>/<type>`
+    /// that `os.Stat` finds a regular file (`filepath.Join("", t)` is `t`,
+    /// relative to the working directory, taken here as the node's `/`).
     fn find_in_path(&self, plugin: &str) -> Result<PathBuf, Failed> {
-        let dirs: Vec<PathBuf> = std::iter::once(self.bin_dir.clone())
-            .chain(std::env::split_paths(&self.cni_path))
-            .collect();
-        if plugin.is_empty() || plugin.contains('/') {
-            return Err(Failed(
-                json!({"msg": format!("invalid plugin name: {plugin}")}),
-            ));
+        let dirs = self.bin_dirs();
+        let err = |msg: String| Failed(json!({"msg": msg}));
+        if plugin.is_empty() {
+            return Err(err("no plugin name provided".into()));
+        }
+        if plugin.contains('/') {
+            return Err(err(format!("invalid plugin name: {plugin}")));
         }
         dirs.iter()
-            .map(|d| d.join(plugin))
+            .map(|d| Path::new("/").join(d).join(plugin))
             .find(|p| std::fs::metadata(self.on_host(p)).is_ok_and(|m| m.file_type().is_file()))
             .ok_or_else(|| {
-                Failed(json!({"msg": format!("failed to find plugin {plugin:?} in path {dirs:?}")}))
+                // Go's %s of a []string: "[a b]".
+                err(format!(
+                    "failed to find plugin {plugin:?} in path [{}]",
+                    dirs.join(" ")
+                ))
             })
     }
 
     fn exec(&self, command: &str, pod: &Pod, d: &Delegate, conf: &Value) -> Result<Value, Failed> {
         let bin = self.find_in_path(d.bytes["type"].as_str().unwrap_or_default())?;
         let args = Self::cni_args(pod);
+        // containernetworking/cni `libcni/api.go` `CNIConfig.args`: `Path:
+        // strings.Join(c.Path, string(os.PathListSeparator))`, which
+        // `pkg/invoke/args.go` `AsEnv` passes as `CNI_PATH`: binDir first.
+        let cni_path = self.bin_dirs().join(":");
         let (ok, v) = super::exec::run_plugin_in(
             &self.enter,
             &bin,
@@ -367,7 +540,7 @@ impl Multus {
                 ("CNI_NETNS", &pod.netns),
                 ("CNI_IFNAME", &d.ifname),
                 ("CNI_ARGS", &args),
-                ("CNI_PATH", &self.cni_path),
+                ("CNI_PATH", &cni_path),
             ],
             conf,
         );
@@ -376,6 +549,165 @@ impl Multus {
             (true, _) => Ok(v),
             (false, _) => Err(Failed(v)),
         }
+    }
+
+    /// multus-cni `pkg/k8sclient/k8sclient.go` `getKubernetesDelegate`
+    /// (the same from v3.9 to v4.3): for a NAD with the
+    /// `k8s.v1.cni.cncf.io/resourceName` annotation (and a pod with a name
+    /// and namespace), the resource map is fetched if this ADD has none yet
+    /// (`kubeletclient.GetResourceClient("")` then `GetPodResourceMap`), and
+    /// the network takes `DeviceIDs[Index]` of its resource, `Index` then
+    /// moving on; a resource missing from the map, or with no device left,
+    /// gives no device ID.
+    fn kubernetes_delegate_device(
+        &self,
+        socket: &Path,
+        pod: &Pod,
+        nad: &Nad,
+        resource_map: &mut Option<ResourceMap>,
+    ) -> Result<Option<String>, String> {
+        let Some(resource) = &nad.resource_name else {
+            return Ok(None);
+        };
+        if pod.name.is_empty() || pod.namespace.is_empty() {
+            return Ok(None);
+        }
+        if resource_map.is_none() {
+            let map = self
+                .resource_map(socket, pod)
+                .map_err(|e| format!("failed to get a ResourceClient instance: {e}"))?;
+            *resource_map = Some(map);
+        }
+        let Some(entry) = resource_map.as_mut().unwrap().get_mut(resource) else {
+            return Ok(None);
+        };
+        if entry.device_ids.len() > entry.index {
+            let id = entry.device_ids[entry.index].clone();
+            entry.index += 1;
+            return Ok(Some(id));
+        }
+        Ok(None)
+    }
+
+    /// multus-cni `pkg/kubeletclient/kubeletclient.go` `GetResourceClient`
+    /// and `GetPodResourceMap`: when the kubelet's socket is there
+    /// (`hasKubeletAPIEndpoint`: `os.Stat`), one `List` of the Pod Resources
+    /// API (`getPodResources`; 10 s to dial and to answer, up to 16 MiB
+    /// received: `defaultPodResourcesMaxSize`), and of the pods with the
+    /// pod's name and namespace, every container's devices by resource name
+    /// in the order `List` gives them (`getDevicePluginResources`), then,
+    /// from v4.1.0, its DRA claims by claim name (`getDRAResources`: the
+    /// part after `=` of each CDI device name); from v4.3.0 each resource's
+    /// IDs sorted as strings (`types.SortDeviceIDs`). Without the socket, the
+    /// kubelet's device-plugin checkpoint (`pkg/checkpoint/checkpoint.go`).
+    fn resource_map(&self, socket: &Path, pod: &Pod) -> Result<ResourceMap, String> {
+        let socket = self.on_host(socket);
+        if std::fs::metadata(&socket).is_err() {
+            return self.checkpoint_resource_map(&socket, pod);
+        }
+        let list = list_pod_resources(&socket).map_err(|e| {
+            format!(
+                "getKubeletClient: error getting pod resources from client: \
+                 getPodResources: failed to list pod resources, {}.Get(_) = _, {e}",
+                socket.display()
+            )
+        })?;
+        let mut map = ResourceMap::new();
+        let mut add = |name: &str, ids: Vec<String>| {
+            map.entry(name.to_string())
+                .or_default()
+                .device_ids
+                .extend(ids)
+        };
+        for pr in list
+            .pod_resources
+            .iter()
+            .filter(|p| p.name == pod.name && p.namespace == pod.namespace)
+        {
+            for cnt in &pr.containers {
+                for dev in &cnt.devices {
+                    add(&dev.resource_name, dev.device_ids.clone());
+                }
+                if self.version.reads_dra_resources() {
+                    for dr in &cnt.dynamic_resources {
+                        // Names without exactly one '=' are logged
+                        // ("Invalid CDI format") and skipped.
+                        let ids = dr
+                            .claim_resources
+                            .iter()
+                            .flat_map(|c| &c.cdi_devices)
+                            .filter_map(|d| match d.name.split('=').collect::<Vec<_>>()[..] {
+                                [_, id] => Some(id.to_string()),
+                                _ => None,
+                            })
+                            .collect();
+                        add(&dr.claim_name, ids);
+                    }
+                }
+            }
+        }
+        if self.version.sorts_device_ids() {
+            for r in map.values_mut() {
+                r.device_ids.sort();
+            }
+        }
+        Ok(map)
+    }
+
+    /// multus-cni `pkg/checkpoint/checkpoint.go`: the kubelet's device
+    /// manager checkpoint (`/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint`;
+    /// here beside the kubelet's `pod-resources` directory, which is that
+    /// path for the default socket), its `Data.PodDeviceEntries` of the
+    /// pod's UID, each entry's `DeviceIDs` (by NUMA node) appended to its
+    /// `ResourceName`. Go visits that map in no fixed order; here, the
+    /// NUMA nodes in their order as strings.
+    fn checkpoint_resource_map(&self, socket: &Path, pod: &Pod) -> Result<ResourceMap, String> {
+        let file = socket
+            .parent()
+            .and_then(Path::parent)
+            .unwrap_or(Path::new("/"))
+            .join("device-plugins/kubelet_internal_checkpoint");
+        let bytes = std::fs::read(&file).map_err(|e| {
+            format!(
+                "getPodEntries: error reading file {}\n{e}\n",
+                "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"
+            )
+        })?;
+        let cp: Value = serde_json::from_slice(&bytes)
+            .map_err(|e| format!("getPodEntries: error unmarshalling raw bytes {e}"))?;
+        if pod.uid.is_empty() {
+            return Err("GetPodResourceMap: invalid Pod cannot be empty".into());
+        }
+        let mut map = ResourceMap::new();
+        for e in cp["Data"]["PodDeviceEntries"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            if e["PodUID"].as_str() != Some(pod.uid.as_str()) {
+                continue;
+            }
+            let entry = map
+                .entry(e["ResourceName"].as_str().unwrap_or_default().to_string())
+                .or_default();
+            let by_numa = e["DeviceIDs"].as_object().ok_or_else(|| {
+                "getPodEntries: error unmarshalling raw bytes: DeviceIDs is not a map".to_string()
+            })?;
+            for ids in by_numa.values() {
+                entry.device_ids.extend(
+                    ids.as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|i| i.as_str().map(str::to_string)),
+                );
+            }
+        }
+        if self.version.sorts_device_ids() {
+            for r in map.values_mut() {
+                r.device_ids.sort();
+            }
+        }
+        Ok(map)
     }
 
     fn result_cache(&self, d: &Delegate, pod: &Pod) -> PathBuf {
@@ -397,43 +729,33 @@ impl Multus {
         pod: &Pod,
         nets: &[(Nad, Selection, Option<String>)],
     ) -> Result<Vec<Added>, Failed> {
-        let mut resource_map: std::collections::BTreeMap<String, Vec<String>> = Default::default();
-        if let Some(sock) = &self.pod_resources {
-            let held = switchyard_cni::podresources::pod_devices(
-                &self.on_host(sock),
-                &pod.namespace,
-                &pod.name,
-            )
-            .map_err(|e| Failed(json!({"msg": e.msg})))?;
-            for (res, id) in held {
-                resource_map.entry(res).or_default().push(id);
-            }
-            if self.version.sorts_device_ids() {
-                for ids in resource_map.values_mut() {
-                    ids.sort();
+        // multus-cni `pkg/multus/multus.go` `CmdAdd`: "resourceMap holds Pod
+        // device allocation information; only initizized if CRD contains
+        // 'resourceName' annotation. This will only be initialized once and
+        // all delegate objects can reference this to look up device info."
+        let mut resource_map: Option<ResourceMap> = None;
+        let mut delegates = Vec::new();
+        // `pkg/k8sclient/k8sclient.go` `GetNetworkDelegates`: the networks
+        // in the annotation's order, each through `getKubernetesDelegate`.
+        for (i, (nad, sel, dev)) in nets.iter().enumerate() {
+            let dev = match &self.pod_resources {
+                None => dev.clone(),
+                Some(sock) => {
+                    assert!(dev.is_none(), "the kubelet's devices come from its API");
+                    self.kubernetes_delegate_device(sock, pod, nad, &mut resource_map)
+                        .map_err(|e| {
+                            Failed(json!({"code": 999, "msg": format!(
+                                "Multus: [{}/{}/{}]: error loading k8s delegates k8s args: \
+                                 TryLoadPodDelegates: error in getting k8s network for pod: \
+                                 GetNetworkDelegates: failed getting the delegate: \
+                                 getKubernetesDelegate: {e}",
+                                pod.namespace, pod.name, pod.uid
+                            )}))
+                        })?
                 }
-            }
+            };
+            delegates.push(self.delegate(nad, sel, dev.as_deref(), i));
         }
-        let mut next: std::collections::BTreeMap<String, usize> = Default::default();
-        let delegates: Vec<Delegate> = nets
-            .iter()
-            .enumerate()
-            .map(|(i, (nad, sel, dev))| {
-                let dev = match &self.pod_resources {
-                    None => dev.clone(),
-                    Some(_) => {
-                        assert!(dev.is_none(), "the kubelet's devices come from its API");
-                        nad.resource_name.as_ref().and_then(|r| {
-                            let at = next.entry(r.clone()).or_default();
-                            let d = resource_map.get(r)?.get(*at).cloned();
-                            *at += 1;
-                            d
-                        })
-                    }
-                };
-                self.delegate(nad, sel, dev.as_deref(), i)
-            })
-            .collect();
         // saveDelegates: the cache DEL replays.
         std::fs::create_dir_all(self.on_host(&self.cni_dir)).unwrap();
         let cache: Vec<Value> = delegates
@@ -469,11 +791,13 @@ impl Multus {
                             .unwrap(),
                     )
                     .unwrap();
-                    // getDelegateDeviceInfo: whatever CNIDeviceInfoFile holds now.
+                    // multus.go `getDelegateDeviceInfo` →
+                    // `nadutils.LoadDeviceInfoFromCNI`: whatever
+                    // CNIDeviceInfoFile holds now, read into the typed
+                    // `DeviceInfo`; an error is logged and leaves none.
                     let devinfo = file
                         .as_ref()
-                        .and_then(|f| std::fs::read(self.on_host(f)).ok())
-                        .and_then(|b| serde_json::from_slice::<Value>(&b).ok());
+                        .and_then(|f| load_device_info(&self.on_host(f)).ok());
                     out.push(Added {
                         network_status: network_status(&result, &d.name, devinfo),
                         result,
@@ -543,34 +867,345 @@ impl Multus {
     }
 }
 
-/// `CopyDeviceInfoForCNIFromDP` → `saveDeviceInfo`: the directory made if
-/// missing, an existing file is an error, the copy is written 0444. Multus
-/// ignores the errors.
+/// network-attachment-definition-client `pkg/apis/k8s.cni.cncf.io/v1/types.go`
+/// `DeviceInfo` (the same in every release the modelled Multus versions
+/// link: ad3f3381681f for v3.9.3, v1.4.0, v1.7.1, v1.7.6): what Multus keeps
+/// of a device-info file. Every field is `omitempty`; a field the types do
+/// not have (a memif `id`, a `socketGroup`, ...) is dropped on the way.
+#[derive(Debug, Default, Clone, serde::Serialize)]
+pub struct DeviceInfo {
+    #[serde(rename = "type", skip_serializing_if = "String::is_empty")]
+    kind: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    version: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pci: Option<PciDevice>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    vdpa: Option<VdpaDevice>,
+    #[serde(rename = "vhost-user", skip_serializing_if = "Option::is_none")]
+    vhost_user: Option<VhostDevice>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    memif: Option<MemifDevice>,
+}
+
+/// `PciDevice`.
+#[derive(Debug, Default, Clone, serde::Serialize)]
+struct PciDevice {
+    #[serde(rename = "pci-address", skip_serializing_if = "String::is_empty")]
+    pci_address: String,
+    #[serde(rename = "vhost-net", skip_serializing_if = "String::is_empty")]
+    vhostnet: String,
+    #[serde(rename = "rdma-device", skip_serializing_if = "String::is_empty")]
+    rdma_device: String,
+    #[serde(rename = "pf-pci-address", skip_serializing_if = "String::is_empty")]
+    pf_pci_address: String,
+    #[serde(
+        rename = "representor-device",
+        skip_serializing_if = "String::is_empty"
+    )]
+    representor_device: String,
+}
+
+/// `VdpaDevice`.
+#[derive(Debug, Default, Clone, serde::Serialize)]
+struct VdpaDevice {
+    #[serde(rename = "parent-device", skip_serializing_if = "String::is_empty")]
+    parent_device: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    driver: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    path: String,
+    #[serde(rename = "pci-address", skip_serializing_if = "String::is_empty")]
+    pci_address: String,
+    #[serde(rename = "pf-pci-address", skip_serializing_if = "String::is_empty")]
+    pf_pci_address: String,
+    #[serde(
+        rename = "representor-device",
+        skip_serializing_if = "String::is_empty"
+    )]
+    representor_device: String,
+}
+
+/// `VhostDevice`.
+#[derive(Debug, Default, Clone, serde::Serialize)]
+struct VhostDevice {
+    #[serde(skip_serializing_if = "String::is_empty")]
+    mode: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    path: String,
+}
+
+/// `MemifDevice`.
+#[derive(Debug, Default, Clone, serde::Serialize)]
+struct MemifDevice {
+    #[serde(skip_serializing_if = "String::is_empty")]
+    role: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    path: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    mode: String,
+}
+
+/// JSON as Go's `encoding/json` walks it into a struct: objects keep their
+/// keys in order, repeats included (each is assigned in turn, the last
+/// winning); arrays, numbers and booleans only need to be told apart.
+enum GoJson {
+    Null,
+    Str(String),
+    Obj(Vec<(String, GoJson)>),
+    Other(&'static str),
+}
+
+impl<'de> serde::Deserialize<'de> for GoJson {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = GoJson;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("JSON")
+            }
+            fn visit_unit<E>(self) -> Result<GoJson, E> {
+                Ok(GoJson::Null)
+            }
+            fn visit_none<E>(self) -> Result<GoJson, E> {
+                Ok(GoJson::Null)
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<GoJson, E> {
+                Ok(GoJson::Other("bool"))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<GoJson, E> {
+                Ok(GoJson::Other("number"))
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<GoJson, E> {
+                Ok(GoJson::Other("number"))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<GoJson, E> {
+                Ok(GoJson::Other("number"))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<GoJson, E> {
+                Ok(GoJson::Str(v.to_string()))
+            }
+            fn visit_string<E>(self, v: String) -> Result<GoJson, E> {
+                Ok(GoJson::Str(v))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut a: A) -> Result<GoJson, A::Error> {
+                while a.next_element::<GoJson>()?.is_some() {}
+                Ok(GoJson::Other("array"))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<GoJson, A::Error> {
+                let mut out = Vec::new();
+                while let Some(kv) = a.next_entry::<String, GoJson>()? {
+                    out.push(kv);
+                }
+                Ok(GoJson::Obj(out))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A Go struct's fields as `encoding/json` decodes into them.
+trait GoStruct: Default {
+    /// The fields' JSON names, in declaration order.
+    const FIELDS: &'static [&'static str];
+    /// Decodes `v` into field `i`.
+    fn set(&mut self, i: usize, v: &GoJson) -> Result<(), String>;
+}
+
+/// A `string` field: a JSON string sets it, `null` leaves it, anything
+/// else is an `UnmarshalTypeError`.
+fn go_string(dst: &mut String, v: &GoJson) -> Result<(), String> {
+    match v {
+        GoJson::Str(s) => *dst = s.clone(),
+        GoJson::Null => {}
+        GoJson::Obj(_) => return Err("cannot unmarshal object into Go value of type string".into()),
+        GoJson::Other(k) => {
+            return Err(format!("cannot unmarshal {k} into Go value of type string"))
+        }
+    }
+    Ok(())
+}
+
+/// A `*T` field: `null` makes it nil, an object is decoded into the value
+/// it points to (allocated when nil), anything else is an error.
+fn go_ptr<T: GoStruct>(dst: &mut Option<T>, v: &GoJson) -> Result<(), String> {
+    match v {
+        GoJson::Null => *dst = None,
+        GoJson::Obj(o) => go_struct(dst.get_or_insert_with(T::default), o)?,
+        GoJson::Str(_) => return Err("cannot unmarshal string into Go struct".into()),
+        GoJson::Other(k) => return Err(format!("cannot unmarshal {k} into Go struct")),
+    }
+    Ok(())
+}
+
+/// `encoding/json` `(*decodeState).object` into a struct: each key, in
+/// order, to the field of that name (the exact name preferred, else one
+/// equal under case folding), unknown keys skipped. Go keeps decoding past
+/// a type error but `Unmarshal` still returns it, and
+/// `loadDeviceInfo` then returns no `DeviceInfo`: the first error is the
+/// result either way.
+fn go_struct<T: GoStruct>(dst: &mut T, obj: &[(String, GoJson)]) -> Result<(), String> {
+    for (k, v) in obj {
+        let i = T::FIELDS.iter().position(|f| f == k).or_else(|| {
+            T::FIELDS
+                .iter()
+                .position(|f| f.to_lowercase() == k.to_lowercase())
+        });
+        if let Some(i) = i {
+            dst.set(i, v)?;
+        }
+    }
+    Ok(())
+}
+
+impl GoStruct for DeviceInfo {
+    const FIELDS: &'static [&'static str] =
+        &["type", "version", "pci", "vdpa", "vhost-user", "memif"];
+    fn set(&mut self, i: usize, v: &GoJson) -> Result<(), String> {
+        match i {
+            0 => go_string(&mut self.kind, v),
+            1 => go_string(&mut self.version, v),
+            2 => go_ptr(&mut self.pci, v),
+            3 => go_ptr(&mut self.vdpa, v),
+            4 => go_ptr(&mut self.vhost_user, v),
+            _ => go_ptr(&mut self.memif, v),
+        }
+    }
+}
+
+impl GoStruct for PciDevice {
+    const FIELDS: &'static [&'static str] = &[
+        "pci-address",
+        "vhost-net",
+        "rdma-device",
+        "pf-pci-address",
+        "representor-device",
+    ];
+    fn set(&mut self, i: usize, v: &GoJson) -> Result<(), String> {
+        let f = [
+            &mut self.pci_address,
+            &mut self.vhostnet,
+            &mut self.rdma_device,
+            &mut self.pf_pci_address,
+            &mut self.representor_device,
+        ];
+        go_string(f.into_iter().nth(i).unwrap(), v)
+    }
+}
+
+impl GoStruct for VdpaDevice {
+    const FIELDS: &'static [&'static str] = &[
+        "parent-device",
+        "driver",
+        "path",
+        "pci-address",
+        "pf-pci-address",
+        "representor-device",
+    ];
+    fn set(&mut self, i: usize, v: &GoJson) -> Result<(), String> {
+        let f = [
+            &mut self.parent_device,
+            &mut self.driver,
+            &mut self.path,
+            &mut self.pci_address,
+            &mut self.pf_pci_address,
+            &mut self.representor_device,
+        ];
+        go_string(f.into_iter().nth(i).unwrap(), v)
+    }
+}
+
+impl GoStruct for VhostDevice {
+    const FIELDS: &'static [&'static str] = &["mode", "path"];
+    fn set(&mut self, i: usize, v: &GoJson) -> Result<(), String> {
+        go_string(
+            [&mut self.mode, &mut self.path].into_iter().nth(i).unwrap(),
+            v,
+        )
+    }
+}
+
+impl GoStruct for MemifDevice {
+    const FIELDS: &'static [&'static str] = &["role", "path", "mode"];
+    fn set(&mut self, i: usize, v: &GoJson) -> Result<(), String> {
+        let f = [&mut self.role, &mut self.path, &mut self.mode];
+        go_string(f.into_iter().nth(i).unwrap(), v)
+    }
+}
+
+/// network-attachment-definition-client `pkg/utils/cniconfig.go`
+/// `loadDeviceInfo`: `json.Unmarshal` of the file into a `DeviceInfo`. The
+/// whole text must be valid JSON (Go reads invalid UTF-8 inside strings as
+/// U+FFFD); a top-level `null` is an empty `DeviceInfo`, anything but an
+/// object an error.
+fn load_device_info(path: &Path) -> Result<DeviceInfo, String> {
+    let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&bytes);
+    let v: GoJson = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+    let mut info = DeviceInfo::default();
+    match &v {
+        GoJson::Null => {}
+        GoJson::Obj(o) => go_struct(&mut info, o)?,
+        _ => return Err("json: cannot unmarshal into Go value of type v1.DeviceInfo".into()),
+    }
+    Ok(info)
+}
+
+/// Go's `json.Marshal`: serde_json's compact form, and `<`, `>`, `&`,
+/// U+2028 and U+2029 escaped (`encodeState.string` with `escapeHTML`);
+/// they can only occur inside strings.
+fn go_marshal<T: serde::Serialize>(v: &T) -> Vec<u8> {
+    let mut out = String::new();
+    for c in serde_json::to_string(v).unwrap().chars() {
+        match c {
+            '<' => out.push_str("\\u003c"),
+            '>' => out.push_str("\\u003e"),
+            '&' => out.push_str("\\u0026"),
+            '\u{2028}' => out.push_str("\\u2028"),
+            '\u{2029}' => out.push_str("\\u2029"),
+            c => out.push(c),
+        }
+    }
+    out.into_bytes()
+}
+
+/// network-attachment-definition-client `pkg/utils/cniconfig.go`
+/// `CopyDeviceInfoForCNIFromDP`: `loadDeviceInfo` of the device plugin's
+/// file, then `saveDeviceInfo`: the directory made when missing
+/// (`os.MkdirAll(dir, os.ModeDir)`, i.e. permission bits 0), an existing
+/// file is an error, the typed `DeviceInfo` marshalled and written with
+/// `ioutil.WriteFile(path, bytes, 0444)` (the umask applies). Multus logs
+/// the errors and goes on (multus.go `CmdAdd`).
 fn copy_device_info(dp: &Path, cni: &Path) {
-    let Ok(bytes) = std::fs::read(dp) else { return };
-    let Ok(info) = serde_json::from_slice::<Value>(&bytes) else {
+    use std::os::unix::fs::DirBuilderExt;
+    let Ok(info) = load_device_info(dp) else {
         return;
     };
     let dir = cni.parent().unwrap();
     if !dir.exists() {
-        std::fs::create_dir_all(dir).unwrap();
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o000)
+            .create(dir)
+            .unwrap();
     }
     if cni.exists() {
         return;
     }
     let mut f = std::fs::OpenOptions::new()
         .write(true)
-        .create_new(true)
+        .create(true)
+        .truncate(true)
         .mode(0o444)
         .open(cni)
         .unwrap();
-    f.write_all(&serde_json::to_vec(&info).unwrap()).unwrap();
-    std::fs::set_permissions(cni, std::fs::Permissions::from_mode(0o444)).unwrap();
+    f.write_all(&go_marshal(&info)).unwrap();
 }
 
+/// network-attachment-definition-client `pkg/utils/net-attach-def.go`
 /// `CreateNetworkStatus`: the pod's interface (the one with a sandbox), its
-/// addresses, DNS and device info.
-pub fn network_status(result: &Value, name: &str, devinfo: Option<Value>) -> Value {
+/// addresses, DNS and the typed device info.
+pub fn network_status(result: &Value, name: &str, devinfo: Option<DeviceInfo>) -> Value {
     let mut st = json!({"name": name, "dns": {}});
     for i in result["interfaces"].as_array().into_iter().flatten() {
         if i["sandbox"].as_str().is_some_and(|s| !s.is_empty()) {
@@ -592,7 +1227,7 @@ pub fn network_status(result: &Value, name: &str, devinfo: Option<Value>) -> Val
         st["dns"] = d.clone();
     }
     if let Some(d) = devinfo {
-        st["device-info"] = d;
+        st["device-info"] = serde_json::to_value(d).unwrap();
     }
     st
 }

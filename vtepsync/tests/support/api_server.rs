@@ -4,13 +4,11 @@
 //! does (kubernetes/kubernetes, `staging/src/k8s.io/apiserver`):
 //!
 //! - **list** (`endpoints/handlers/get.go`): a `NodeList` whose
-//!   `metadata.resourceVersion` is the store's; items without `kind` and
-//!   `apiVersion`, in key (name) order; the label selector applied
-//!   (`apimachinery/pkg/labels/selector.go`: `k=v`, `k==v`, `k!=v`, `k`,
-//!   `!k`; a set-based requirement is a 400 here). A `limit` below the
-//!   number of nodes would page with a `continue` token: this stand-in
-//!   holds fewer nodes than any limit a client sends, and fails the test
-//!   otherwise.
+//!   `metadata.resourceVersion` is the version listed at; items without
+//!   `kind` and `apiVersion`, in key (name) order; the label selector
+//!   applied (`apimachinery/pkg/labels/selector.go`: `k=v`, `k==v`, `k!=v`,
+//!   `k`, `!k`). Paged as the watch cache pages (`pkg/storage/cacher`):
+//!   see [`list`].
 //! - **watch** (`endpoints/handlers/watch.go`, `storage/cacher/cacher.go`,
 //!   `cache_watcher.go`, `watch_cache.go`): a stream of
 //!   `{"type":…,"object":…}` JSON documents, one per line, of the changes
@@ -27,6 +25,11 @@
 //! - **down** (restarting): open watches end, and every request is
 //!   answered 503 `ServiceUnavailable`, as an API server that is not ready
 //!   answers, until it is up again.
+//! - **what it cannot answer as upstream would** (a set-based selector, a
+//!   field selector, a list or watch it would have to wait for, ...) is
+//!   answered 500 and recorded: [`ApiServer::assert_only_lists_and_watches`],
+//!   and dropping the server, fail the test with it (a panic in a handler
+//!   would only end that connection's task, and the test would go on).
 //! - **authentication and authorization**: a token names a service
 //!   account (`system:serviceaccount:NS:NAME`, in group
 //!   `system:serviceaccounts`); a request is allowed when a
@@ -82,6 +85,36 @@ struct Inner {
     tokens: BTreeMap<String, (String, String)>,
     /// Every request: its method, verb and query.
     requests: Vec<String>,
+    /// Requests the stand-in cannot answer as the API server would.
+    unsupported: Vec<String>,
+}
+
+impl Inner {
+    /// Records a request the stand-in cannot answer as upstream, and
+    /// answers it 500 (the test fails from its own thread: see
+    /// [`ApiServer::assert_only_lists_and_watches`] and `Drop`).
+    fn unsupported(&mut self, what: String) -> Response {
+        let msg = format!("the API server stand-in cannot answer this as upstream would: {what}");
+        self.unsupported.push(what);
+        status(StatusCode::INTERNAL_SERVER_ERROR, "InternalError", &msg)
+    }
+
+    /// The nodes at resource version `rv` (at least `oldest`): the current
+    /// ones with the changes after `rv` undone, as the watch cache's
+    /// snapshots (`pkg/storage/cacher/store_btree.go`) or etcd at a
+    /// revision hold them.
+    fn nodes_at(&self, rv: u64) -> BTreeMap<String, Value> {
+        let mut nodes = self.nodes.clone();
+        for c in self.history.iter().rev().filter(|c| c.rv > rv) {
+            let obj = c.now.as_ref().or(c.before.as_ref()).unwrap();
+            let name = obj["metadata"]["name"].as_str().unwrap().to_string();
+            match &c.before {
+                Some(b) => nodes.insert(name, b.clone()),
+                None => nodes.remove(&name),
+            };
+        }
+        nodes
+    }
 }
 
 struct Shared {
@@ -273,17 +306,31 @@ impl ApiServer {
         self.shared.changed.notify_waiters();
     }
 
-    /// The requests so far: "list", "watch rv=N", or "denied …".
+    /// The requests so far: "list" (a list from the start), "list
+    /// continue" (a further page), "watch rv=N", or "denied …".
     pub fn requests(&self) -> Vec<String> {
         self.shared.inner.lock().unwrap().requests.clone()
     }
 
+    /// Panics if a request was one the stand-in cannot answer as the API
+    /// server would.
+    pub fn assert_answered_as_upstream(&self) {
+        let u = self.shared.inner.lock().unwrap().unsupported.clone();
+        assert!(
+            u.is_empty(),
+            "requests the API server stand-in cannot answer as upstream would: {u:?}"
+        );
+    }
+
     /// Panics unless every request so far was a list or a watch, and
-    /// each was allowed (the shipped RBAC granted what was asked).
+    /// each was allowed (the shipped RBAC granted what was asked) and
+    /// answered as upstream would.
     pub fn assert_only_lists_and_watches(&self) {
+        self.assert_answered_as_upstream();
         let r = self.requests();
         assert!(
-            r.iter().all(|r| r == "list" || r.starts_with("watch")),
+            r.iter()
+                .all(|r| r == "list" || r == "list continue" || r.starts_with("watch")),
             "{r:?}"
         );
     }
@@ -293,17 +340,25 @@ impl Drop for ApiServer {
     fn drop(&mut self) {
         self.handle.shutdown();
         self.set_down(true);
+        if !std::thread::panicking() {
+            self.assert_answered_as_upstream();
+        }
     }
 }
 
 fn status(code: StatusCode, reason: &str, message: &str) -> Response {
+    status_with(code, reason, message, json!({}))
+}
+
+/// A `Status` with its `metadata` (a `ListMeta`).
+fn status_with(code: StatusCode, reason: &str, message: &str, metadata: Value) -> Response {
     (
         code,
         [("content-type", "application/json")],
         json!({
             "kind": "Status",
             "apiVersion": "v1",
-            "metadata": {},
+            "metadata": metadata,
             "status": "Failure",
             "message": message,
             "reason": reason,
@@ -322,6 +377,9 @@ enum Req {
     Absent(String),
 }
 
+/// The requirements of `s`; `Err` for a set-based one (`in`, `notin`,
+/// `gt`, `lt`), which the API server would answer and this stand-in does
+/// not.
 fn parse_selector(s: &str) -> Result<Vec<Req>, String> {
     let mut out = Vec::new();
     for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -329,9 +387,9 @@ fn parse_selector(s: &str) -> Result<Vec<Req>, String> {
             Req::Ne(k.trim().into(), v.trim().into())
         } else if let Some((k, v)) = part.split_once("==").or_else(|| part.split_once('=')) {
             Req::Eq(k.trim().into(), v.trim().into())
-        } else if part.contains(' ') || part.contains('(') {
+        } else if part.contains(' ') || part.contains('(') || part.contains(['<', '>']) {
             return Err(format!(
-                "unable to parse requirement: {part:?} (set-based: not in the stand-in)"
+                "label selector {s:?}: set-based requirement {part:?}"
             ));
         } else if let Some(k) = part.strip_prefix('!') {
             Req::Absent(k.trim().into())
@@ -451,33 +509,32 @@ async fn nodes(
             ),
         );
     }
-    let sel = match parse_selector(q.get("labelSelector").map_or("", String::as_str)) {
+    let label_selector = q.get("labelSelector").map_or("", String::as_str);
+    let sel = match parse_selector(label_selector) {
         Ok(s) => s,
-        Err(e) => return status(StatusCode::BAD_REQUEST, "BadRequest", &e),
+        Err(e) => return shared.inner.lock().unwrap().unsupported(e),
     };
+    if let Some(f) = q.get("fieldSelector").filter(|f| !f.is_empty()) {
+        return shared
+            .inner
+            .lock()
+            .unwrap()
+            .unsupported(format!("field selector {f:?}"));
+    }
     if !watch {
-        let mut i = shared.inner.lock().unwrap();
-        i.requests.push("list".into());
-        let items: Vec<Value> = i
-            .nodes
-            .values()
-            .filter(|n| matches(&sel, n))
-            .cloned()
-            .collect();
-        if let Some(limit) = q.get("limit").and_then(|l| l.parse::<usize>().ok()) {
-            assert!(
-                limit == 0 || items.len() <= limit,
-                "a list of {} nodes with limit {limit}: paging is not in the stand-in",
-                items.len()
-            );
-        }
-        let body = json!({
-            "kind": "NodeList",
-            "apiVersion": "v1",
-            "metadata": {"resourceVersion": i.rv.to_string()},
-            "items": items,
-        });
-        return ([("content-type", "application/json")], body.to_string()).into_response();
+        return list(
+            &mut shared.inner.lock().unwrap(),
+            &q,
+            &sel,
+            label_selector.is_empty(),
+        );
+    }
+    if q.get("sendInitialEvents").is_some_and(|v| v == "true") {
+        return shared
+            .inner
+            .lock()
+            .unwrap()
+            .unsupported("a watch with sendInitialEvents (streaming list)".into());
     }
 
     let from: u64 = match q.get("resourceVersion").map(String::as_str) {
@@ -589,6 +646,215 @@ async fn nodes(
         }
     });
     stream_response(rx)
+}
+
+/// `pkg/storage/continue.go` `EncodeContinue`: base64url (no padding) of
+/// `{"v":"meta.k8s.io/v1","rv":…,"start":…}`, the start key without the
+/// resource's prefix (`/registry/minions/`).
+fn encode_continue(start: &str, rv: i64) -> String {
+    use base64::Engine;
+    // Go's json.Marshal of `continueToken`: its fields in order.
+    let token = format!(
+        r#"{{"v":"meta.k8s.io/v1","rv":{rv},"start":{}}}"#,
+        Value::from(start)
+    );
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(token)
+}
+
+/// `pkg/storage/continue.go` `DecodeContinue`: the start key and the
+/// resource version, or the error's text.
+fn decode_continue(token: &str) -> Result<(String, i64), String> {
+    use base64::Engine;
+    const INVALID: &str = "continue key is not valid";
+    let data = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(token)
+        .map_err(|e| format!("{INVALID}: {e}"))?;
+    let c: Value = serde_json::from_slice(&data).map_err(|e| format!("{INVALID}: {e}"))?;
+    let field = |k: &str| c.get(k).filter(|v| !v.is_null());
+    let v = field("v").map_or(Some(""), Value::as_str);
+    let rv = field("rv").map_or(Some(0), Value::as_i64);
+    let start = field("start").map_or(Some(""), Value::as_str);
+    let (Some(v), Some(rv), Some(start)) = (v, rv, start) else {
+        return Err(format!("{INVALID}: json: cannot unmarshal"));
+    };
+    if v != "meta.k8s.io/v1" {
+        return Err(format!(
+            "{INVALID}: server does not recognize this encoded version {v}"
+        ));
+    }
+    if rv == 0 {
+        return Err(format!(
+            "{INVALID}: incorrect encoded start resourceVersion (version meta.k8s.io/v1)"
+        ));
+    }
+    if start.is_empty() {
+        return Err(format!(
+            "{INVALID}: encoded start key empty (version meta.k8s.io/v1)"
+        ));
+    }
+    // path.Clean must leave "/" + start as it is: no climbing out of the
+    // resource's prefix.
+    let key = if start.starts_with('/') {
+        start.to_string()
+    } else {
+        format!("/{start}")
+    };
+    let clean = !key.contains("//")
+        && !key.split('/').skip(1).any(|c| c == "." || c == "..")
+        && (key == "/" || !key.ends_with('/'));
+    if !clean {
+        return Err(format!("{INVALID}: {start}"));
+    }
+    Ok((key[1..].to_string(), rv))
+}
+
+/// A list, as the API server answers one for a resource in its watch cache
+/// (kubernetes/kubernetes `staging/src/k8s.io/apiserver`, v1.35):
+///
+/// - validation (`pkg/storage/interfaces.go` `ValidateListOptions`): a
+///   `continue` token that does not decode is a 400 "invalid continue
+///   token: …", and one with a `resourceVersion` other than `"0"` a 400
+///   "specifying resource version is not allowed when using continue";
+/// - which version (`pkg/storage/cacher/delegator/interface.go`
+///   `ShouldDelegateList`, `cacher.go`): no `resourceVersion` is a
+///   consistent read, at the newest version; `"0"`, or `N` with
+///   `resourceVersionMatch=NotOlderThan` (or without a `limit`), the cache
+///   as it is (at least `N`); `N` with a `limit` (or
+///   `resourceVersionMatch=Exact`) exactly `N`; a continue token its own
+///   version (`-1`: the newest). A version no longer kept is etcd's
+///   compaction error (`pkg/storage/etcd3/errors.go` `interpretListError`):
+///   410 `Expired` "The resourceVersion for the provided list is too old.",
+///   or, for a continue token, the `inconsistentContinue` message with a
+///   token to go on at the newest version in the Status's
+///   `metadata.continue`;
+/// - paging (`cacher.go` `GetList`, `computeListLimit`,
+///   `pkg/storage/continue.go` `PrepareContinueToken`): a `limit` above 0
+///   (ignored with `resourceVersion=0`) ends the page at that many matching
+///   items; when any item, matching or not, follows, `metadata.continue`
+///   names the last one's key + "\0" at the list's version, and, without a
+///   selector, `remainingItemCount` is the items from the page's start
+///   less the limit.
+fn list(i: &mut Inner, q: &BTreeMap<String, String>, sel: &[Req], no_selector: bool) -> Response {
+    let get = |k: &str| q.get(k).map(String::as_str).unwrap_or("");
+    let (rv, rv_match, cont) = (
+        get("resourceVersion"),
+        get("resourceVersionMatch"),
+        get("continue"),
+    );
+    i.requests.push(
+        if cont.is_empty() {
+            "list"
+        } else {
+            "list continue"
+        }
+        .into(),
+    );
+    let limit: i64 = match get("limit") {
+        "" => 0,
+        l => match l.parse() {
+            Ok(n) => n,
+            Err(_) => return i.unsupported(format!("limit={l:?}")),
+        },
+    };
+    let bad = |m: String| status(StatusCode::BAD_REQUEST, "BadRequest", &m);
+    let gone = |m: &str, meta: Value| status_with(StatusCode::GONE, "Expired", m, meta);
+    // (the version listed at, the first key, the limit in force)
+    let (at, from, limit) = if !cont.is_empty() {
+        let (start, crv) = match decode_continue(cont) {
+            Ok(c) => c,
+            Err(e) => return bad(format!("invalid continue token: {e}")),
+        };
+        if !rv.is_empty() && rv != "0" {
+            return bad("specifying resource version is not allowed when using continue".into());
+        }
+        if !rv_match.is_empty() {
+            return i.unsupported(format!("continue with resourceVersionMatch={rv_match}"));
+        }
+        if crv > 0 && (crv as u64) < i.oldest {
+            return gone(
+                "The provided continue parameter is too old to display a consistent list \
+                 result. You can start a new list without the continue parameter, or use the \
+                 continue token in this response to retrieve the remainder of the results. \
+                 Continuing with the provided token results in an inconsistent list - objects \
+                 that were created, modified, or deleted between the time the first chunk was \
+                 returned and now may show up in the list.",
+                json!({"continue": encode_continue(&start, -1)}),
+            );
+        }
+        if crv > 0 && crv as u64 > i.rv {
+            return i.unsupported(format!(
+                "continue at {crv}, newer than the store's {}",
+                i.rv
+            ));
+        }
+        let at = if crv > 0 { crv as u64 } else { i.rv };
+        (at, start, limit)
+    } else {
+        match (rv, rv_match) {
+            ("", "") => (i.rv, String::new(), limit),
+            ("0", "" | "NotOlderThan") => (i.rv, String::new(), 0),
+            (n, m) => {
+                let Ok(n) = n.parse::<u64>() else {
+                    return i
+                        .unsupported(format!("resourceVersion={n:?} resourceVersionMatch={m:?}"));
+                };
+                let exact = match m {
+                    "" => limit > 0,
+                    "Exact" => true,
+                    "NotOlderThan" => false,
+                    _ => return i.unsupported(format!("resourceVersionMatch={m:?}")),
+                };
+                if n > i.rv || n == 0 {
+                    // The cache waits to catch up, then "Too large
+                    // resource version"; or a validation error.
+                    return i.unsupported(format!(
+                        "resourceVersion={n} resourceVersionMatch={m:?} (the store is at {})",
+                        i.rv
+                    ));
+                }
+                if exact && n < i.oldest {
+                    return gone(
+                        "The resourceVersion for the provided list is too old.",
+                        json!({}),
+                    );
+                }
+                (if exact { n } else { i.rv }, String::new(), limit)
+            }
+        }
+    };
+    let nodes = if at == i.rv {
+        i.nodes.clone()
+    } else {
+        i.nodes_at(at)
+    };
+    let range: Vec<(&String, &Value)> = nodes.range(from..).collect();
+    let mut items = Vec::new();
+    let mut last = None;
+    let mut more = false;
+    for (k, (name, n)) in range.iter().enumerate() {
+        if matches(sel, n) {
+            items.push((*n).clone());
+            last = Some(name.as_str());
+        }
+        if limit > 0 && items.len() as i64 >= limit {
+            more = k < range.len() - 1;
+            break;
+        }
+    }
+    let mut metadata = json!({"resourceVersion": at.to_string()});
+    if more {
+        metadata["continue"] = encode_continue(&format!("{}\0", last.unwrap()), at as i64).into();
+        if no_selector {
+            metadata["remainingItemCount"] = json!(range.len() as i64 - limit);
+        }
+    }
+    let body = json!({
+        "kind": "NodeList",
+        "apiVersion": "v1",
+        "metadata": metadata,
+        "items": items,
+    });
+    ([("content-type", "application/json")], body.to_string()).into_response()
 }
 
 fn stream_response(rx: tokio::sync::mpsc::Receiver<Result<Bytes, Infallible>>) -> Response {
