@@ -5,13 +5,16 @@
 
 mod common;
 
+use std::collections::HashSet;
 use std::io::{Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::process::Command;
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{
-    memif_vdev, serial, settled, veth, virtio_vdev, wait_for, Netns, Reap, Switch, Testpmd,
+    memif_vdev, ping_summary, serial, settled, veth, virtio_vdev, wait_for, Netns, Reap, Switch,
+    Testpmd,
 };
 
 const BRIDGE: &str = "[[bridge]]\nname = \"default\"\n";
@@ -179,15 +182,40 @@ fn numbers_after(text: &str, key: &str) -> Vec<u64> {
         .collect()
 }
 
-/// The process's open fds, once no API connection of the test's is open
+/// The connections switch `pid` has accepted on its control socket
+/// `control` and still holds: a unix socket accepted on a listener bears
+/// the listener's path in `/proc/net/unix`; the listener itself is the one
+/// flagged as accepting (`__SO_ACCEPTCON`, 00010000).
+fn api_connections(pid: u32, control: &Path) -> usize {
+    let held: HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        .filter_map(|l| {
+            let l = l.to_string_lossy().into_owned();
+            Some(l.strip_prefix("socket:[")?.strip_suffix(']')?.to_string())
+        })
+        .collect();
+    let unix = std::fs::read_to_string(format!("/proc/{pid}/net/unix")).unwrap();
+    let control = control.to_string_lossy();
+    unix.lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|f| f.len() == 8 && f[7] == control && f[3] != "00010000" && held.contains(f[6]))
+        .count()
+}
+
+/// The process's open fds, once it holds no API connection of the test's
 /// any more, and its resident memory (kB).
-fn footprint(pid: u32) -> (usize, u64) {
-    let fds = settled("the switch's fds", || {
-        std::thread::sleep(Duration::from_millis(200));
-        std::fs::read_dir(format!("/proc/{pid}/fd"))
-            .unwrap()
-            .count()
-    });
+fn footprint(pid: u32, control: &Path) -> (usize, u64) {
+    wait_for(
+        Duration::from_secs(10),
+        "the switch to close the test's API connections",
+        || (api_connections(pid, control) == 0).then_some(()),
+    );
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count();
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let rss = numbers_after(&status, "VmRSS:")[0];
     (fds, rss)
@@ -281,7 +309,7 @@ fn twenty_takeovers(kind: Kind) {
         if i != 0 && i != 19 {
             continue;
         }
-        let fp = footprint(pid);
+        let fp = footprint(pid, &l.sw.control());
         match first {
             None => first = Some(fp),
             Some((fds, rss)) => {
@@ -542,35 +570,79 @@ fn twenty_takeovers_of_a_tap_uplinks_and_a_vxlan_tunnel_lose_no_ping() {
     let before = sw.port("ux").status.peer;
     // A ping every 10 ms to each host (busybox's: the test command
     // installs it), from the node's stack through the tap port and an
-    // uplink, while the switch is replaced.
+    // uplink, while the switch is replaced. Enough of them to outlast the
+    // takeovers (checked below).
     const PINGS: u32 = 800;
-    let ping = |to: &str| {
-        Command::new("ip")
-            .args(["netns", "exec", &node.name, "busybox", "ping", "-i", "0.01"])
-            .args(["-c", &PINGS.to_string(), to])
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap()
+    let mut pings: Vec<(Reap, String)> = ["10.78.0.2", "10.78.0.3", "10.78.0.4"]
+        .into_iter()
+        .map(|to| {
+            let log = sw.path(&format!("ping-{to}.log"));
+            let child = Command::new("ip")
+                .args(["netns", "exec", &node.name, "busybox", "ping", "-i", "0.01"])
+                .args(["-c", &PINGS.to_string(), to])
+                .stdin(Stdio::null())
+                .stdout(std::fs::File::create(&log).unwrap())
+                .spawn()
+                .unwrap();
+            (Reap(child), log)
+        })
+        .collect();
+    // Each ping under way (a reply in), before the first takeover.
+    for (_, log) in &pings {
+        wait_for(
+            Duration::from_secs(10),
+            &format!("a reply in {log}"),
+            || {
+                std::fs::read_to_string(log)
+                    .ok()
+                    .filter(|o| o.contains("seq="))
+            },
+        );
+    }
+    // Frames the switch received on each port: the node's requests (on
+    // the tap port), each host's replies (on an uplink).
+    let received = |sw: &Switch| -> Vec<u64> {
+        ["t0", "up", "ux", "vx"]
+            .map(|p| sw.stats(p).totals.rx_packets)
+            .to_vec()
     };
-    let pings = [ping("10.78.0.2"), ping("10.78.0.3"), ping("10.78.0.4")];
-    std::thread::sleep(Duration::from_millis(500));
     // One that took every port up, killed after the go: the old switch
     // takes its queues back.
     kill_a_new_switch_at(&sw, "confirm");
-    for _ in 0..20 {
+    for i in 0..20 {
         sw.takeover();
-        std::thread::sleep(Duration::from_millis(150));
+        // The new switch forwards the pings on every port before it is
+        // replaced in turn.
+        let from = received(&sw);
+        wait_for(
+            Duration::from_secs(10),
+            &format!("takeover {i}: pings through the new switch on every port"),
+            || {
+                let now = received(&sw);
+                now.iter().zip(&from).all(|(n, f)| n > f).then_some(())
+            },
+        );
     }
-    for ping in pings {
-        let out = ping.wait_with_output().unwrap();
-        let out = String::from_utf8_lossy(&out.stdout);
+    // The pings outlasted the takeovers: "none lost" speaks for all of
+    // them.
+    for (ping, log) in &mut pings {
         assert!(
-            out.contains(&format!(
-                "{PINGS} packets transmitted, {PINGS} packets received"
-            )),
-            "pings lost:\n{out}"
+            ping.0.try_wait().unwrap().is_none(),
+            "{log}: the ping ended before the last takeover (raise PINGS)"
+        );
+    }
+    for (mut ping, log) in pings {
+        let status = wait_for(Duration::from_secs(60), "the pings to end", || {
+            ping.0.try_wait().unwrap()
+        });
+        let out = std::fs::read_to_string(&log).unwrap();
+        assert_eq!(
+            ping_summary(&out),
+            Some((PINGS, PINGS)),
+            "pings sent and answered (transmitted, received):\n{out}"
         );
         assert!(!out.contains("DUP!"), "{out}");
+        assert!(status.success(), "ping: {status}\n{out}");
     }
     for p in ["t0", "up", "ux", "vx"] {
         let st = sw.port(p).status;

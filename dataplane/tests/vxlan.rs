@@ -5,6 +5,8 @@
 
 mod common;
 
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::tcp::*;
@@ -42,6 +44,39 @@ fn kernel_errors(ns: &Netns) -> String {
         }
     }
     bad.join(", ")
+}
+
+/// Starts `switchyard capture PORT --direction rx --duration 3 -w FILE`
+/// on `sw` and waits until it says it is armed ("capturing on PORT", as
+/// tcpdump says "listening on"): no frame from then on is missed.
+fn capture_armed(sw: &Switch, port: &str, file: &str) -> Reap {
+    let mut c = Reap(
+        Command::new(switchyard_bin())
+            .args(["capture", port, "--direction", "rx", "--duration", "3"])
+            .args(["-w", file])
+            .env("SWITCHYARD_CONTROL", sw.control())
+            .stdin(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    // Read on a thread: a capture that never arms fails the test in time
+    // rather than hanging it.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stderr = c.0.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stderr).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx
+        .recv_timeout(Duration::from_secs(10))
+        .unwrap_or_else(|_| panic!("capture on {port}: not armed after 10 s"));
+    assert!(
+        line.starts_with(&format!("capturing on {port},")),
+        "capture on {port}: {line}"
+    );
+    c
 }
 
 /// A pod (station 1: a namespace on a veth whose other end is an
@@ -259,35 +294,21 @@ fn switches_join_pods_over_a_routed_underlay_one_network_per_vni() {
     // frames.
     let dir = tempfile::tempdir().unwrap();
     let file = |p: &str| dir.path().join(p).to_str().unwrap().to_string();
-    std::thread::scope(|s| {
-        for p in ["node1", "node2"] {
-            let (sw, f) = (&sws[2], file(p));
-            s.spawn(move || {
-                sw.cli_ok(&[
-                    "capture",
-                    p,
-                    "--direction",
-                    "rx",
-                    "--duration",
-                    "3",
-                    "-w",
-                    &f,
-                ])
-            });
-        }
-        std::thread::sleep(std::time::Duration::from_millis(500));
-        pods[0]
-            .ns
-            .sh_ok("ip neigh flush dev eth0 && busybox ping -c 2 -W 2 10.66.0.2");
-    });
+    let captures: Vec<Reap> = ["node1", "node2"]
+        .into_iter()
+        .map(|p| capture_armed(&sws[2], p, &file(p)))
+        .collect();
+    pods[0]
+        .ns
+        .sh_ok("ip neigh flush dev eth0 && busybox ping -c 2 -W 2 10.66.0.2");
+    for mut c in captures {
+        let st = wait_for(Duration::from_secs(10), "the capture to end", || {
+            c.0.try_wait().unwrap()
+        });
+        assert!(st.success(), "capture: {st}");
+    }
     let arp_from_1 = |p: &str| {
-        let out = run_ok(std::process::Command::new("tcpdump").args([
-            "-nn",
-            "-e",
-            "-r",
-            &file(p),
-            "arp",
-        ]));
+        let out = run_ok(Command::new("tcpdump").args(["-nn", "-e", "-r", &file(p), "arp"]));
         out.lines().filter(|l| l.contains(&m1)).count()
     };
     assert!(
@@ -295,25 +316,28 @@ fn switches_join_pods_over_a_routed_underlay_one_network_per_vni() {
         "no ARP from node 1's pod on node 1's tunnel"
     );
     assert_eq!(arp_from_1("node2"), 0, "node 2 sent node 1's broadcast on");
-    // A trace on node 2 names the VTEP a frame came from (node 1's
-    // requests) and went to (its pod's replies).
+    // A trace on node 2 names the VTEP a frame came from (node 1's pod's
+    // requests) and went to (its pod's replies): the pings' frames, not
+    // the pods' own multicast, which crosses the tunnels too.
     std::thread::scope(|s| {
         let t = s.spawn(|| sws[1].cli_ok(&["trace", "-c", "6", "--timeout", "10", "--json"]));
-        std::thread::sleep(std::time::Duration::from_millis(300));
-        pods[0].ns.sh_ok("busybox ping -c 4 -i 0.2 -W 2 10.66.0.2");
+        // Pings until the trace has its frames: it says nothing when it is
+        // armed, so none is waited for by time.
+        while !t.is_finished() {
+            pods[0].ns.sh_ok("busybox ping -c 2 -i 0.2 -W 2 10.66.0.2");
+        }
         let traced: Vec<switchyard_api::TraceEntry> =
             serde_json::from_str(&t.join().unwrap()).unwrap();
         let node1 = Some(Underlay::ip(1));
-        assert!(
-            traced
-                .iter()
-                .any(|e| e.in_vtep.map(|v| v.to_string()) == node1),
+        let request = traced.iter().find(|e| e.src == m1 && e.dst == m2);
+        assert_eq!(
+            request.and_then(|e| e.in_vtep).map(|v| v.to_string()),
+            node1,
             "{traced:?}"
         );
+        let reply = traced.iter().find(|e| e.src == m2 && e.dst == m1);
         assert!(
-            traced
-                .iter()
-                .any(|e| e.out.iter().any(|o| o.vtep.map(|v| v.to_string()) == node1)),
+            reply.is_some_and(|e| e.out.iter().any(|o| o.vtep.map(|v| v.to_string()) == node1)),
             "{traced:?}"
         );
     });

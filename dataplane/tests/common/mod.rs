@@ -126,6 +126,17 @@ impl Drop for Reap {
     }
 }
 
+/// `busybox ping`'s summary, "N packets transmitted, M packets received":
+/// (N, M).
+pub fn ping_summary(out: &str) -> Option<(u32, u32)> {
+    let line = out.lines().find(|l| l.contains("packets transmitted"))?;
+    let mut n = line
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|w| !w.is_empty())
+        .map(|w| w.parse().ok());
+    Some((n.next()??, n.next()??))
+}
+
 /// A veth pair, `a` in namespace `na` and `b` in `nb`, both up.
 pub fn veth(na: &Netns, a: &str, nb: &Netns, b: &str) {
     let ok = Command::new("ip")

@@ -493,6 +493,51 @@ impl Guest {
         out
     }
 
+    /// Runs `cmd` again until it exits 0 (what it tests for happened), for
+    /// at most `limit`.
+    pub fn wait_sh(&mut self, cmd: &str, limit: Duration, what: &str) {
+        let end = Instant::now() + limit;
+        loop {
+            let (code, out) = self.sh(cmd, limit);
+            if code == 0 {
+                return;
+            }
+            if Instant::now() > end {
+                panic!(
+                    "{}: timed out after {limit:?} waiting for {what}: `{cmd}` exited {code}:\n{out}",
+                    self.spec.name
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Packets each queue pair of `eth0` carried, as the guest's driver
+    /// counts them (`ethtool -S`: `rx_queue_N_packets`,
+    /// `tx_queue_N_packets`, for the pairs in use): (received, sent) by
+    /// pair.
+    pub fn queue_packets(&mut self) -> Vec<(u64, u64)> {
+        let out = self.sh_ok("ethtool -S eth0", Duration::from_secs(60));
+        let stat = |name: &str| -> Option<u64> {
+            out.lines().find_map(|l| {
+                l.trim()
+                    .strip_prefix(name)?
+                    .strip_prefix(':')?
+                    .trim()
+                    .parse()
+                    .ok()
+            })
+        };
+        (0..)
+            .map_while(|q| {
+                Some((
+                    stat(&format!("rx_queue_{q}_packets"))?,
+                    stat(&format!("tx_queue_{q}_packets"))?,
+                ))
+            })
+            .collect()
+    }
+
     /// Everything the console printed so far.
     pub fn console(&self) -> String {
         String::from_utf8_lossy(&self.console.lock().unwrap()).into_owned()
