@@ -208,7 +208,7 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
     // The DaemonSet's containers.
     let mut names = Vec::new();
     for c in spec["containers"].as_sequence().unwrap() {
-        let args = node.container_args(spec, c, &image, &config_maps, true);
+        let args = with_fault_hook(c, node.container_args(spec, c, &image, &config_maps, true));
         let name = format!("ds-{}", c["name"].as_str().unwrap());
         node.run(&name, &args);
         names.push(name);
@@ -462,30 +462,13 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
             let sent = rx_packets(&node.logs(&pods[1].name));
             let mut new_names = Vec::new();
             for c in spec["containers"].as_sequence().unwrap() {
-                let args = node.container_args(spec, c, &image, &config_maps, true);
+                let args =
+                    with_fault_hook(c, node.container_args(spec, c, &image, &config_maps, true));
                 let name = format!("ds2-{}", c["name"].as_str().unwrap());
                 node.run(&name, &args);
                 new_names.push(name);
             }
-            // The kubelet runs each container's probes in it.
-            let probe = |container: &str, kind: &str| -> bool {
-                let c = spec["containers"]
-                    .as_sequence()
-                    .unwrap()
-                    .iter()
-                    .find(|c| c["name"] == "switch")
-                    .unwrap();
-                let mut args = vec!["exec".to_string(), container.to_string()];
-                args.extend(
-                    c[kind]["exec"]["command"]
-                        .as_sequence()
-                        .expect("an exec probe")
-                        .iter()
-                        .map(|a| a.as_str().unwrap().to_string()),
-                );
-                let args: Vec<&str> = args.iter().map(String::as_str).collect();
-                node.podman(&args).output().unwrap().status.success()
-            };
+            let probe = |container: &str, kind: &str| switch_probe(&node, spec, container, kind);
             wait_for(LIMIT, "the new pod's switch ready", || {
                 probe("ds2-switch", "readinessProbe").then_some(())
             });
@@ -714,6 +697,72 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
         .then_some(())
     });
     assert!(node.path("/run/switchyard/k-vhost.sock").exists());
+
+    // A worker of the switch container panics (the debug builds' hook):
+    // the container exits with 101, the panic and the queues the worker
+    // polled in its log; the kubelet starts it again (a DaemonSet's pods
+    // restart always: pkg/kubelet/kuberuntime/kuberuntime_manager.go,
+    // computePodActions, restarts an exited container whose pod's policy
+    // is Always, in the same pod, with the same volumes), and the state
+    // file on the state volume brings every port back.
+    let switch_container = names
+        .iter()
+        .find(|n| n.ends_with("-switch"))
+        .unwrap()
+        .clone();
+    let before: Vec<String> = ports().into_iter().map(|p| p.spec.name).collect();
+    std::fs::write(node.path(FAULT_FILE), "panic").unwrap();
+    // A trace makes every worker take a new view of the table, where the
+    // hook acts; its own answer does not matter (the switch may be gone).
+    let _ = std::process::Command::new(workspace_bin("switchyard", "switchyard"))
+        .arg("--control")
+        .arg(&control)
+        .args(["trace", "--count", "1", "--timeout", "2"])
+        .output();
+    let state = || {
+        let o = node
+            .podman(&[
+                "inspect",
+                "-f",
+                "{{.State.Status}} {{.State.ExitCode}}",
+                &switch_container,
+            ])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    let ended = wait_for(LIMIT, "the switch container to exit", || {
+        let s = state();
+        (!s.starts_with("running")).then_some(s)
+    });
+    // podman says `stopped` until its clean-up has run, then `exited`.
+    assert!(
+        ["exited 101", "stopped 101"].contains(&ended.as_str()),
+        "{ended}"
+    );
+    let log = node.logs(&switch_container);
+    let report = log
+        .lines()
+        .find(|l| l.contains(" ERROR ") && l.contains("the worker panicked"))
+        .unwrap_or_else(|| panic!("no report of the panic:\n{log}"));
+    assert!(report.contains("k-tap queue 0"), "{report}");
+    assert!(log.contains("panicked at"), "{log}");
+    node.podman_ok(&["start", &switch_container]);
+    wait_for(LIMIT, "every port back after the restart", || {
+        let p = ports();
+        let names: Vec<&str> = p.iter().map(|p| p.spec.name.as_str()).collect();
+        (names == before
+            && p.iter()
+                .filter(|p| p.spec.name != "k-vhost")
+                .all(|p| p.status.link_up))
+        .then_some(())
+    });
+    assert!(node.logs(&switch_container).contains("restored port"));
+    assert!(
+        switch_probe(&node, spec, &switch_container, "livenessProbe"),
+        "the restarted switch is not live"
+    );
+
     for n in ["k-tap", "k-xdp", "k-pkt", "k-vhost"] {
         cli(&["port", "del", n]);
     }
@@ -730,6 +779,49 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
         .path(&cdi_dir)
         .join("switchyard.io-socket.json")
         .is_file());
+}
+
+/// Whether the switch container's probe `kind` (`livenessProbe`,
+/// `readinessProbe`) of the pod template `spec` passes in `container`, run
+/// in it as the kubelet runs an exec probe.
+fn switch_probe(node: &NodeRoot, spec: &serde_yaml::Value, container: &str, kind: &str) -> bool {
+    let c = spec["containers"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "switch")
+        .unwrap();
+    let mut args = vec!["exec".to_string(), container.to_string()];
+    args.extend(
+        c[kind]["exec"]["command"]
+            .as_sequence()
+            .expect("an exec probe")
+            .iter()
+            .map(|a| a.as_str().unwrap().to_string()),
+    );
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    node.podman(&args).output().unwrap().status.success()
+}
+
+/// Where the debug builds' worker-fault hook looks, on the switch's
+/// hostPath volume (`/run/switchyard`).
+const FAULT_FILE: &str = "/run/switchyard/debug-worker-fault";
+
+/// `args` with the debug builds' worker-fault hook
+/// (`SWITCHYARD_DEBUG_WORKER_FAULT`, see dataplane/src/worker.rs) set for
+/// the switch container: a test's addition to what the DaemonSet gives it,
+/// which does nothing until the test writes [`FAULT_FILE`].
+fn with_fault_hook(container: &serde_yaml::Value, mut args: Vec<String>) -> Vec<String> {
+    if container["name"].as_str() == Some("switch") {
+        args.splice(
+            0..0,
+            [
+                "-e".to_string(),
+                format!("SWITCHYARD_DEBUG_WORKER_FAULT={FAULT_FILE}"),
+            ],
+        );
+    }
+    args
 }
 
 /// A veth pair on this machine (the node's network namespace: the switch
