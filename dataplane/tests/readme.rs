@@ -655,8 +655,10 @@ impl ConsoleGuest {
 }
 
 impl Drop for ConsoleGuest {
+    /// Kills QEMU; one that had exited by itself fails the test.
     fn drop(&mut self) {
-        if std::thread::panicking() {
+        let early = self.child.try_wait().ok().flatten();
+        if std::thread::panicking() || early.is_some() {
             eprintln!(
                 "---- QEMU stderr ----\n{}\n---- console ----\n{}",
                 self.stderr(),
@@ -665,6 +667,9 @@ impl Drop for ConsoleGuest {
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if let (Some(st), false) = (early, std::thread::panicking()) {
+            panic!("QEMU exited during the test ({st})");
+        }
     }
 }
 

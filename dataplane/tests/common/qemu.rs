@@ -566,8 +566,14 @@ impl Guest {
 }
 
 impl Drop for Guest {
+    /// Kills QEMU. One that had exited by itself (a crashed or refusing
+    /// frontend: QEMU 7.2 under TCG has segfaulted here) fails the test.
     fn drop(&mut self) {
-        if std::thread::panicking() {
+        let early = self
+            .child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten());
+        if std::thread::panicking() || early.is_some() {
             eprintln!(
                 "---- {} QEMU log ----\n{}\n---- {} console ----\n{}",
                 self.spec.name,
@@ -577,6 +583,9 @@ impl Drop for Guest {
             );
         }
         self.kill9();
+        if let (Some(st), false) = (early, std::thread::panicking()) {
+            panic!("{}: QEMU exited during the test ({st})", self.spec.name);
+        }
     }
 }
 
