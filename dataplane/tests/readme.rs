@@ -569,18 +569,7 @@ impl ConsoleGuest {
             .stderr(stderr.reopen().unwrap())
             .spawn()
             .expect("start qemu-system-x86_64");
-        let mut out = child.stdout.take().unwrap();
-        let console = Arc::new(Mutex::new(Vec::new()));
-        let sink = console.clone();
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = out.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                sink.lock().unwrap().extend_from_slice(&buf[..n]);
-            }
-        });
+        let console = qemu::collected(child.stdout.take().unwrap());
         let stdin = child.stdin.take().unwrap();
         ConsoleGuest {
             child,

@@ -430,6 +430,11 @@ fn refused_takeovers_say_why_and_change_nothing() {
         "a second takeover at once went ahead"
     );
     first.kill();
+    // The control thread runs the handover: once it answers a ping, it has
+    // given the killed switch up and takes the next request.
+    l.sw.client()
+        .call(&switchyard_api::Request::Ping)
+        .expect("ping");
     assert!(
         l.sw.log().contains("while another is in progress"),
         "{}",

@@ -404,18 +404,7 @@ impl Guest {
                 }
                 UnixStream::connect(&serial).ok()
             });
-        let mut reader = stream.try_clone().unwrap();
-        let console = Arc::new(Mutex::new(Vec::new()));
-        let sink = console.clone();
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = reader.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                sink.lock().unwrap().extend_from_slice(&buf[..n]);
-            }
-        });
+        let console = collected(stream.try_clone().unwrap());
         self.serial = Some(stream);
         self.console = console;
         self.read_at = 0;
@@ -587,6 +576,23 @@ impl Drop for Guest {
             panic!("{}: QEMU exited during the test ({st})", self.spec.name);
         }
     }
+}
+
+/// What `reader` gives, gathered by a thread of its own until its end: a
+/// guest's console as it prints.
+pub fn collected(mut reader: impl Read + Send + 'static) -> Arc<Mutex<Vec<u8>>> {
+    let console = Arc::new(Mutex::new(Vec::new()));
+    let sink = console.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = reader.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            sink.lock().unwrap().extend_from_slice(&buf[..n]);
+        }
+    });
+    console
 }
 
 /// How long a boot may take: a few seconds under KVM, some more under TCG
