@@ -12,7 +12,7 @@ mod common;
 #[path = "common/qemu.rs"]
 mod qemu;
 
-use std::io::{BufRead, Read, Write};
+use std::io::{BufRead, Write};
 use std::net::Ipv4Addr;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Arc, Mutex};
