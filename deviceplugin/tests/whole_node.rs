@@ -749,7 +749,11 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
     assert!(log.contains("panicked at"), "{log}");
     node.podman_ok(&["start", &switch_container]);
     wait_for(LIMIT, "every port back after the restart", || {
-        let p = ports();
+        // Refused until the restarted switch serves its socket.
+        let p: Vec<PortInfo> = Client::connect(&control)
+            .ok()?
+            .call_as(&Request::PortList)
+            .ok()?;
         let names: Vec<&str> = p.iter().map(|p| p.spec.name.as_str()).collect();
         (names == before
             && p.iter()
