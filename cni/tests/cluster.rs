@@ -119,6 +119,43 @@ fn walk(p: &Path) -> Vec<PathBuf> {
     v
 }
 
+/// What a runtime gets from Multus when a delegate's ADD fails (multus-cni
+/// `pkg/multus/multus.go` `cmdPluginErr`, printed by containernetworking/cni
+/// `pkg/skel/skel.go`; see `support/multus.rs`): code 999, and in `msg`
+/// Multus's words for the pod and network around the delegate's error text
+/// `err`.
+fn multus_add_error(p: &Pod, net: &str, err: &str) -> Value {
+    json!({"code": 999, "msg": format!(
+        "[{}/{}/{}:{net}]: error adding container to network \"{net}\": {err}",
+        p.namespace, p.name, p.uid
+    )})
+}
+
+/// The text libcni makes of a plugin's error JSON (containernetworking/cni
+/// `pkg/types/types.go` `Error.Error`): `msg`, then `; details` when there
+/// are details.
+fn error_text(e: &Value) -> String {
+    let msg = e["msg"].as_str().unwrap_or_else(|| panic!("{e}"));
+    match e["details"].as_str().filter(|d| !d.is_empty()) {
+        Some(d) => format!("{msg}; {d}"),
+        None => msg.to_string(),
+    }
+}
+
+/// Runs the plugin directly with the input `m` gives it for `net` as pod
+/// `p`'s first network (with the kubelet's `device` for the NAD's
+/// resource), and returns its error JSON: the plugin's own code and
+/// message, which Multus's error carries only as text. Then DEL with the
+/// same input, its outcome ignored, as Multus follows a failed ADD.
+fn plugin_add_error(m: &Multus, p: &Pod, net: &Nad, device: Option<&str>) -> Value {
+    let (conf, ifname) = m.add_input(p, net, &Selection::default(), device, 0);
+    let args = Multus::cni_args(p);
+    let (good, e) = cni("ADD", &p.sandbox, &ifname, &args, &conf);
+    assert!(!good, "{e}");
+    let _ = cni("DEL", &p.sandbox, &ifname, &args, &conf);
+    e
+}
+
 #[test]
 fn multus_delegate_calls_cache_and_network_status() {
     let _g = serial();
@@ -272,12 +309,18 @@ fn a_device_plugin_network_without_its_device_info_fails_add() {
         .add(&p, &[(net.clone(), Selection::default(), None)])
         .unwrap_err()
         .0;
-    assert_eq!(e["code"], 11, "{e}");
-    let msg = e["msg"].as_str().unwrap();
+    // The plugin's own answer (run as Multus ran it): try again later, for
+    // want of the device plugin's file for memif-9 in deviceInfoDir.
+    let own = plugin_add_error(&m, &p, &net, Some("memif-9"));
+    assert_eq!(own["code"], 11, "{own}");
+    let msg = own["msg"].as_str().unwrap();
     assert!(
         msg.contains("memif-9") && msg.contains("deviceInfoDir"),
         "{msg}"
     );
+    // What the runtime gets from Multus: its code 999, the plugin's error
+    // whole inside its message.
+    assert_eq!(e, multus_add_error(&p, "dp-net", &error_text(&own)));
     assert!(node.ports().is_empty());
     assert_eq!(leftovers(&node), Vec::<String>::new());
 
@@ -615,8 +658,12 @@ fn each_multus_parses_the_result_versions_its_libcni_knows() {
             } else {
                 let e = got.unwrap_err().0;
                 assert_eq!(
-                    e["msg"],
-                    format!("unsupported CNI result version {cni_version:?}"),
+                    e,
+                    multus_add_error(
+                        &p,
+                        "versioned",
+                        &format!("unsupported CNI result version {cni_version:?}")
+                    ),
                     "{version:?}"
                 );
             }
@@ -648,14 +695,55 @@ fn multus_finds_the_plugin_by_type_only() {
         )
         .unwrap_err()
         .0;
-    assert!(
-        e["msg"]
-            .as_str()
-            .unwrap()
-            .starts_with("failed to find plugin \"switchyard\""),
-        "{e}"
+    // libcni's `FindInPath` error, in Multus's.
+    assert_eq!(
+        e,
+        multus_add_error(
+            &pod("t"),
+            "t-net",
+            &format!(
+                "failed to find plugin \"switchyard\" in path [{} /nonexistent {HOST_LOCAL_DIR}]",
+                elsewhere.display()
+            )
+        )
     );
     assert!(node.ports().is_empty());
+
+    // DEL looks it up the same way: the plugin gone after ADD, Multus's DEL
+    // fails with one error of its own around libcni's (`DelegateDel`'s
+    // words, "delegateDel" before v4). The plugin itself then deletes.
+    let found = multus(&node).bin_dir;
+    let p = pod("t");
+    let net = nad(
+        "t-net",
+        nad_config(&node, json!({"cniVersion": "0.4.0"})),
+        None,
+    );
+    for (version, del) in [
+        (MultusVersion::V3_9, "delegateDel"),
+        (MultusVersion::V4_1, "DelegateDel"),
+    ] {
+        m.version = version;
+        m.bin_dir = found.clone();
+        m.add(&p, &[(net.clone(), Selection::default(), None)])
+            .unwrap_or_else(|e| panic!("{version:?}: ADD: {:?}", e.0));
+        assert_eq!(node.ports().len(), 1);
+        m.bin_dir = elsewhere.clone();
+        let errs: Vec<Value> = m.del(&p).into_iter().map(|e| e.0).collect();
+        assert_eq!(
+            errs,
+            [json!({"code": 999, "msg": format!(
+                "{del}: error invoking DelegateDel - \"switchyard\": error in getting result \
+                 from DelNetwork: failed to find plugin \"switchyard\" in path [{} /nonexistent \
+                 {HOST_LOCAL_DIR}]",
+                elsewhere.display()
+            )})],
+            "{version:?}"
+        );
+        let (conf, ifname) = m.add_input(&p, &net, &Selection::default(), None, 0);
+        ok("DEL", &p.sandbox, &ifname, &Multus::cni_args(&p), &conf);
+        assert!(node.ports().is_empty(), "{version:?}");
+    }
 }
 
 /// A `deviceID` written into a NAD's config (by whoever may create NADs)
@@ -711,10 +799,17 @@ fn a_netconf_device_id_of_another_pods_device_is_refused() {
         )
         .unwrap_err()
         .0;
-    assert_eq!(e["code"], 7, "{e}");
+    // The plugin's own answer (run as Multus ran it): invalid config.
+    let own = plugin_add_error(&m, &pod("tenant"), &stolen, None);
+    assert_eq!(own["code"], 7, "{own}");
     assert_eq!(
-        e["msg"],
+        own["msg"],
         "deviceID: pod default/tenant holds no device \"memif-3\" of switchyard.io-memif (kubelet pod resources: switchyard.io/memif=memif-4); a deviceID comes from the kubelet's allocation, not from a netconf"
+    );
+    // Through Multus: its code 999, the plugin's error whole in its message.
+    assert_eq!(
+        e,
+        multus_add_error(&pod("tenant"), "stolen", &error_text(&own))
     );
     assert!(node.ports().is_empty());
     // The pod that holds it may.
@@ -735,10 +830,18 @@ fn a_netconf_device_id_of_another_pods_device_is_refused() {
         None,
     );
     let e = m
-        .add(&pod("victim"), &[(again, Selection::default(), None)])
+        .add(
+            &pod("victim"),
+            &[(again.clone(), Selection::default(), None)],
+        )
         .unwrap_err()
         .0;
-    assert_eq!(e["code"], 11, "{e}");
+    let own = plugin_add_error(&m, &pod("victim"), &again, None);
+    assert_eq!(own["code"], 11, "{own}");
+    assert_eq!(
+        e,
+        multus_add_error(&pod("victim"), "again", &error_text(&own))
+    );
     assert!(node.ports().is_empty());
 }
 

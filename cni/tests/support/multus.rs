@@ -40,19 +40,33 @@
 //! - after ADD, the network-status entry built from the result and the
 //!   CNIDeviceInfoFile read into the typed `DeviceInfo`
 //!   (`getDelegateDeviceInfo`, `LoadDeviceInfoFromCNI`,
-//!   `CreateNetworkStatus`).
+//!   `CreateNetworkStatus`);
+//! - a failure reported as the thin `multus` binary prints it to the runtime
+//!   ([`Failed`]): Multus's own error, never the delegate's. libcni turns a
+//!   failed plugin run into a `*types.Error` whose `Error()` is its `msg`
+//!   (`; details` appended when it has details: `pkg/invoke/raw_exec.go`
+//!   `pluginErr`, `pkg/types/types.go`); multus.go wraps that text with `%v`
+//!   (`CmdAdd`: `cmdPluginErr(k8sArgs, netName, "error adding container to
+//!   network %q: %v", netName, err)`; `CmdDel`: `delPlugins` joins the
+//!   `DelegateDel` errors with " / "), and skel (`pkg/skel/skel.go`
+//!   `checkVersionAndCall`) prints any error that is not a `*types.Error`
+//!   as code 999 (`ErrInternal`) with the text as `msg` and no `details`.
+//!   The delegate's code is lost; its message and details survive in `msg`.
 //!
 //! Multus sends STATUS and GC only to the cluster network's delegate, never
 //! to these (`pkg/server/api` and `multus.go` `CmdStatus`/`CmdGC`), so the
 //! stand-in has neither.
 //!
-//! Not reproduced (yet): Multus reports a delegate's failure as its own
-//! error (`cmdPluginErr`: code 999, "[ns/pod/uid:net]: error adding
-//! container to network ...") where this stand-in hands back the plugin's
-//! error JSON; from v4.1.0 it builds network-status with
-//! `CreateNetworkStatuses` (one entry per sandbox interface), and it fills
-//! `gateway` (from v4.0.0, nad-client v1.4.0) and `mtu` (from v4.1.0,
-//! nad-client v1.7.0), which this stand-in leaves out.
+//! Not reproduced (yet): the thick plugin of v4 (`multus-shim` and the
+//! daemon) reports failures otherwise than the thin binary modelled here
+//! (the daemon wraps CmdAdd's error once more, "error configuring pod
+//! [ns/name] networking: ...", in `pkg/server/server.go` `cmdAdd`, and the
+//! shim again, "CmdAdd (shim): ...", through `pkg/server/api/api.go` `DoCNI`
+//! and `pkg/server/api/shim.go`, worded differently from one v4 release to
+//! the next; the shim's `CmdDel` never fails); from v4.1.0 Multus builds
+//! network-status with `CreateNetworkStatuses` (one entry per sandbox
+//! interface), and it fills `gateway` (from v4.0.0, nad-client v1.4.0) and
+//! `mtu` (from v4.1.0, nad-client v1.7.0), which this stand-in leaves out.
 #![allow(dead_code)]
 
 use std::io::Write;
@@ -114,7 +128,7 @@ pub enum MultusVersion {
     V3_9,
     /// v4.0.x (libcni v1.1.2).
     V4_0,
-    /// v4.1.x and v4.2.x (libcni v1.2.x).
+    /// v4.1.x and v4.2.x (libcni v1.2.x; v1.3.0 from v4.2.1).
     V4_1,
     /// v4.3.0 and later (libcni v1.3.0; `SortDeviceIDs`).
     V4_3,
@@ -181,18 +195,38 @@ impl MultusVersion {
     }
 
     /// libcni's `create.Create` (or v0.8.1's `version.NewResult`) on the
-    /// plugin's stdout.
-    fn parse_result(self, conf: &Value, stdout: Value) -> Result<Value, Failed> {
+    /// plugin's stdout: `fmt.Errorf("unsupported CNI result version %q",
+    /// version)` (v0.8.1 `pkg/version/version.go`, v1.x
+    /// `pkg/types/internal/create.go`).
+    fn parse_result(self, conf: &Value, stdout: Value) -> Result<Value, GoError> {
         let v = self.result_version(conf, &stdout);
         if self.result_versions().contains(&v.as_str()) {
             Ok(stdout)
         } else {
-            Err(Failed(json!({
-                "code": 999,
-                "msg": format!("unsupported CNI result version {v:?}"),
-                "multus": format!("{self:?}"),
-            })))
+            Err(GoError::plain(format!(
+                "unsupported CNI result version {}",
+                go_quote(v.as_bytes())
+            )))
         }
+    }
+
+    /// The prefix `DelegateDel` puts on a delegate's DEL error: v3.9.x
+    /// `pkg/multus/multus.go` `delegateDel` ("delegateDel: error invoking
+    /// DelegateDel - %q: %v"), v4.x `DelegateDel` ("DelegateDel: ...").
+    fn delegate_del_name(self) -> &'static str {
+        match self {
+            MultusVersion::V3_9 => "delegateDel",
+            _ => "DelegateDel",
+        }
+    }
+
+    /// Whether `delPlugins` hands the joined DEL errors to `fmt.Errorf` as
+    /// its format (`fmt.Errorf(strings.Join(errorstrings, " / "))`, up to
+    /// v4.2.2), a `%` in them then read as a verb, or as an argument
+    /// (`fmt.Errorf("%s", ...)`, v4.2.3 on). [`MultusVersion::V4_1`] stands
+    /// for v4.1.x, whose Multus still does the former.
+    fn del_errors_as_format(self) -> bool {
+        self != MultusVersion::V4_3
     }
 }
 
@@ -245,9 +279,74 @@ pub struct Added {
     pub device_info_file: Option<PathBuf>,
 }
 
-/// A failed plugin call: its CNI error JSON.
+/// A failed Multus call, as the thin `multus` binary prints it to the
+/// runtime: skel's `*types.Error` JSON (`{"code": 999, "msg": ...}`; see
+/// [`skel_error`]). The delegate's own error is inside `msg`, not here.
 #[derive(Debug)]
 pub struct Failed(pub Value);
+
+/// A Go `error` as it travels up libcni and Multus: its Go type (named in
+/// `fmt`'s complaints, see [`go_sprintf`]) and its `Error()` text.
+#[derive(Debug, Clone)]
+struct GoError {
+    ty: &'static str,
+    text: String,
+}
+
+impl GoError {
+    /// A `fmt.Errorf` without `%w`.
+    fn plain(text: String) -> GoError {
+        GoError {
+            ty: "*errors.errorString",
+            text,
+        }
+    }
+
+    /// Not an error: a Go `string` argument of a format.
+    fn string(text: &str) -> GoError {
+        GoError {
+            ty: "string",
+            text: text.into(),
+        }
+    }
+}
+
+/// containernetworking/cni `pkg/skel/skel.go` `checkVersionAndCall` (v0.8.1
+/// and v1.1.2: `err.(*types.Error)`; v1.2.0-rc1 and v1.3.0: `errors.As`):
+/// an error that is not a `*types.Error` becomes `types.NewError(
+/// types.ErrInternal, err.Error(), "")`, printed by `PluginMain` /
+/// `PluginMainFuncs` as `{"code": 999, "msg": ...}` (`details` is
+/// `omitempty`). The errors of `CmdAdd` and `CmdDel` reproduced here are
+/// all `fmt.Errorf` with `%v` (`cmdErr`, `cmdPluginErr`, `delPlugins`), so
+/// never a `*types.Error`, whatever error they wrap.
+fn skel_error(err: String) -> Failed {
+    Failed(json!({"code": 999, "msg": err}))
+}
+
+/// multus-cni `pkg/multus/multus.go` `cmdErr` (the same from v3.9 to v4.3):
+/// `logging.Errorf("Multus: [ns/name/uid]: " + format, args...)` (the pod's
+/// part is in the format string).
+fn cmd_err(pod: &Pod, format: &str, args: &[&GoError]) -> Failed {
+    let format = format!(
+        "Multus: [{}/{}/{}]: {format}",
+        pod.namespace, pod.name, pod.uid
+    );
+    skel_error(go_sprintf(&format, args))
+}
+
+/// multus-cni `pkg/multus/multus.go` `CmdAdd` on a delegate's failure (the
+/// same from v3.9 to v4.3): `cmdPluginErr(k8sArgs, netName, "error adding
+/// container to network %q: %v", netName, err)`, i.e.
+/// `logging.Errorf("[ns/name/uid:netName]: " + format, args...)` (the
+/// prefix, network name included, is in the format string); `netName` is
+/// the delegate's netconf `name`.
+fn cmd_plugin_err(pod: &Pod, net: &str, err: &GoError) -> Failed {
+    let format = format!(
+        "[{}/{}/{}:{net}]: error adding container to network %q: %v",
+        pod.namespace, pod.name, pod.uid
+    );
+    skel_error(go_sprintf(&format, &[&GoError::string(net), err]))
+}
 
 /// multus-cni `pkg/types/types.go` `ResourceInfo`: a resource's device IDs
 /// and the next one to hand out.
@@ -451,7 +550,8 @@ impl Multus {
         (caps, file)
     }
 
-    fn cni_args(pod: &Pod) -> String {
+    /// The `CNI_ARGS` Multus runs every delegate with (`types.CreateCNIRuntimeConf`).
+    pub fn cni_args(pod: &Pod) -> String {
         format!(
             "IgnoreUnknown=true;K8S_POD_NAMESPACE={};K8S_POD_NAME={};K8S_POD_INFRA_CONTAINER_ID={};K8S_POD_UID={}",
             pod.namespace, pod.name, pod.sandbox, pod.uid
@@ -479,6 +579,24 @@ impl Multus {
         conf
     }
 
+    /// The netconf and `CNI_IFNAME` Multus runs the plugin with on ADD of
+    /// network `nad` (selection `sel`, the kubelet's device `device` for
+    /// the NAD's resource), the `idx`th of the pod's networks: what
+    /// [`Multus::add`] passes, for a test to run the plugin itself with
+    /// the same input (with [`Multus::cni_args`]).
+    pub fn add_input(
+        &self,
+        pod: &Pod,
+        nad: &Nad,
+        sel: &Selection,
+        device: Option<&str>,
+        idx: usize,
+    ) -> (Value, String) {
+        let d = self.delegate(nad, sel, device, idx);
+        let (caps, _) = self.capability_args(&d, &pod.sandbox);
+        (Self::netconf(&d, &caps, None), d.ifname)
+    }
+
     /// A path of the node, as this process reaches it.
     pub fn on_host(&self, p: &Path) -> PathBuf {
         in_root(&self.host_root, p)
@@ -503,51 +621,83 @@ impl Multus {
     /// binDirs)` (the same in v0.8.1 and v1.x): the first `<dir>/<type>`
     /// that `os.Stat` finds a regular file (`filepath.Join("", t)` is `t`,
     /// relative to the working directory, taken here as the node's `/`).
-    fn find_in_path(&self, plugin: &str) -> Result<PathBuf, Failed> {
+    fn find_in_path(&self, plugin: &str) -> Result<PathBuf, GoError> {
         let dirs = self.bin_dirs();
-        let err = |msg: String| Failed(json!({"msg": msg}));
         if plugin.is_empty() {
-            return Err(err("no plugin name provided".into()));
+            return Err(GoError::plain("no plugin name provided".into()));
         }
         if plugin.contains('/') {
-            return Err(err(format!("invalid plugin name: {plugin}")));
+            return Err(GoError::plain(format!("invalid plugin name: {plugin}")));
         }
         dirs.iter()
             .map(|d| Path::new("/").join(d).join(plugin))
             .find(|p| std::fs::metadata(self.on_host(p)).is_ok_and(|m| m.file_type().is_file()))
             .ok_or_else(|| {
                 // Go's %s of a []string: "[a b]".
-                err(format!(
-                    "failed to find plugin {plugin:?} in path [{}]",
+                GoError::plain(format!(
+                    "failed to find plugin {} in path [{}]",
+                    go_quote(plugin.as_bytes()),
                     dirs.join(" ")
                 ))
             })
     }
 
-    fn exec(&self, command: &str, pod: &Pod, d: &Delegate, conf: &Value) -> Result<Value, Failed> {
+    /// libcni's `AddNetwork` / `DelNetwork` for one delegate: the plugin
+    /// found, then run as `pkg/invoke/raw_exec.go` `RawExec.ExecPlugin`
+    /// runs it (exactly this environment, the netconf on stdin, stdout and
+    /// stderr kept apart; a non-zero exit is [`plugin_err`]), and on ADD
+    /// its stdout parsed as a Result. The error is libcni's, as Multus
+    /// receives it.
+    fn exec(&self, command: &str, pod: &Pod, d: &Delegate, conf: &Value) -> Result<Value, GoError> {
         let bin = self.find_in_path(d.bytes["type"].as_str().unwrap_or_default())?;
         let args = Self::cni_args(pod);
         // containernetworking/cni `libcni/api.go` `CNIConfig.args`: `Path:
         // strings.Join(c.Path, string(os.PathListSeparator))`, which
         // `pkg/invoke/args.go` `AsEnv` passes as `CNI_PATH`: binDir first.
         let cni_path = self.bin_dirs().join(":");
-        let (ok, v) = super::exec::run_plugin_in(
-            &self.enter,
-            &bin,
-            &[
-                ("CNI_COMMAND", command),
-                ("CNI_CONTAINERID", &pod.sandbox),
-                ("CNI_NETNS", &pod.netns),
-                ("CNI_IFNAME", &d.ifname),
-                ("CNI_ARGS", &args),
-                ("CNI_PATH", &cni_path),
-            ],
-            conf,
-        );
-        match (ok, command) {
-            (true, "ADD") => self.version.parse_result(conf, v),
-            (true, _) => Ok(v),
-            (false, _) => Err(Failed(v)),
+        let env = [
+            ("CNI_COMMAND", command),
+            ("CNI_CONTAINERID", pod.sandbox.as_str()),
+            ("CNI_NETNS", pod.netns.as_str()),
+            ("CNI_IFNAME", d.ifname.as_str()),
+            ("CNI_ARGS", args.as_str()),
+            ("CNI_PATH", cni_path.as_str()),
+        ];
+        let mut cmd = match self.enter.split_first() {
+            Some((first, rest)) => {
+                let mut c = std::process::Command::new(first);
+                c.args(rest).arg(&bin);
+                c
+            }
+            None => std::process::Command::new(&bin),
+        };
+        let mut child = cmd
+            .env_clear()
+            .envs(env)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(&serde_json::to_vec(conf).unwrap())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        if !out.status.success() {
+            return Err(plugin_err(&out.status, &out.stdout, &out.stderr));
+        }
+        let v = if out.stdout.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&out.stdout)
+                .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+        };
+        match command {
+            "ADD" => self.version.parse_result(conf, v),
+            _ => Ok(v),
         }
     }
 
@@ -744,13 +894,15 @@ impl Multus {
                     assert!(dev.is_none(), "the kubelet's devices come from its API");
                     self.kubernetes_delegate_device(sock, pod, nad, &mut resource_map)
                         .map_err(|e| {
-                            Failed(json!({"code": 999, "msg": format!(
-                                "Multus: [{}/{}/{}]: error loading k8s delegates k8s args: \
-                                 TryLoadPodDelegates: error in getting k8s network for pod: \
+                            // `cmdErr(k8sArgs, "error loading k8s delegates
+                            // k8s args: %v", err)` of the errors
+                            // `TryLoadPodDelegates` wraps.
+                            let e = GoError::plain(format!(
+                                "TryLoadPodDelegates: error in getting k8s network for pod: \
                                  GetNetworkDelegates: failed getting the delegate: \
-                                 getKubernetesDelegate: {e}",
-                                pod.namespace, pod.name, pod.uid
-                            )}))
+                                 getKubernetesDelegate: {e}"
+                            ));
+                            cmd_err(pod, "error loading k8s delegates k8s args: %v", &[&e])
                         })?
                 }
             };
@@ -807,8 +959,11 @@ impl Multus {
                     });
                 }
                 Err(e) => {
+                    // "If the add failed, tear down all networks we already
+                    // added. Ignore errors; DEL must be idempotent anyway"
                     self.del_delegates(pod, &delegates[..=i]);
-                    return Err(e);
+                    let net = d.bytes["name"].as_str().unwrap_or_default();
+                    return Err(cmd_plugin_err(pod, net, &e));
                 }
             }
         }
@@ -817,8 +972,10 @@ impl Multus {
 
     /// CmdDel: replays the cached delegates in reverse order, each with its
     /// cached result as `prevResult`, then removes the CNI device-info file
-    /// and the cache. Errors are collected, not fatal, as in Multus; they
-    /// are returned.
+    /// and the cache. A delegate's failure does not stop the others, as in
+    /// Multus (`delPlugins`); what Multus then returns is one error, all of
+    /// theirs joined (see [`Multus::del_delegates`]): empty on success, else
+    /// that error as the runtime gets it.
     pub fn del(&self, pod: &Pod) -> Vec<Failed> {
         let Ok(bytes) = std::fs::read(self.on_host(&self.delegate_cache(pod))) else {
             return Vec::new(); // Multus logs and succeeds
@@ -839,12 +996,20 @@ impl Multus {
                 },
             })
             .collect();
-        let errs = self.del_delegates(pod, &delegates);
+        let err = self.del_delegates(pod, &delegates);
         let _ = std::fs::remove_file(self.on_host(&self.delegate_cache(pod)));
-        errs
+        err.into_iter().collect()
     }
 
-    fn del_delegates(&self, pod: &Pod, delegates: &[Delegate]) -> Vec<Failed> {
+    /// multus-cni `pkg/multus/multus.go` `delPlugins`: DEL of each delegate,
+    /// last first, each failure kept as `DelegateDel` words it (`confDel`:
+    /// "error in getting result from DelNetwork: %v"; then "DelegateDel:
+    /// error invoking DelegateDel - %q: %v" of the netconf's `type`, v3.9.x
+    /// "delegateDel: ...": [`MultusVersion::delegate_del_name`]), and the
+    /// CNI device-info file removed; the failures joined with " / " into
+    /// one `fmt.Errorf` ([`MultusVersion::del_errors_as_format`]), which
+    /// `CmdDel` returns as it is, and skel prints as code 999.
+    fn del_delegates(&self, pod: &Pod, delegates: &[Delegate]) -> Option<Failed> {
         let mut errs = Vec::new();
         for d in delegates.iter().rev() {
             let (caps, file) = self.capability_args(d, &pod.sandbox);
@@ -855,7 +1020,16 @@ impl Multus {
                 .map(|c| c["result"].clone());
             let conf = Self::netconf(d, &caps, prev.as_ref());
             if let Err(e) = self.exec("DEL", pod, d, &conf) {
-                errs.push(e);
+                let e = GoError::plain(go_sprintf(
+                    "error in getting result from DelNetwork: %v",
+                    &[&e],
+                ));
+                let format = format!(
+                    "{}: error invoking DelegateDel - %q: %v",
+                    self.version.delegate_del_name()
+                );
+                let ty = GoError::string(d.bytes["type"].as_str().unwrap_or_default());
+                errs.push(go_sprintf(&format, &[&ty, &e]));
             } else {
                 let _ = std::fs::remove_file(&cache);
             }
@@ -863,7 +1037,15 @@ impl Multus {
                 let _ = std::fs::remove_file(self.on_host(&f));
             }
         }
-        errs
+        if errs.is_empty() {
+            return None;
+        }
+        let joined = errs.join(" / ");
+        Some(skel_error(if self.version.del_errors_as_format() {
+            go_sprintf(&joined, &[])
+        } else {
+            joined
+        }))
     }
 }
 
@@ -1167,6 +1349,279 @@ fn go_marshal<T: serde::Serialize>(v: &T) -> Vec<u8> {
         }
     }
     out.into_bytes()
+}
+
+/// Go's `strconv.Quote` (what `%q` prints for a string or `[]byte`):
+/// double quotes; `"` and `\` escaped; `\a \b \f \n \r \t \v`; other
+/// control bytes and each byte of invalid UTF-8 as `\xhh`; printable
+/// characters as they are, other characters as `\uhhhh` or `\Uhhhhhhhh`
+/// (Go's `unicode.IsPrint`, taken here as: not a control character and no
+/// space but U+0020).
+fn go_quote(b: &[u8]) -> String {
+    let mut out = String::from("\"");
+    for chunk in b.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                '\u{7}' => out.push_str("\\a"),
+                '\u{8}' => out.push_str("\\b"),
+                '\u{c}' => out.push_str("\\f"),
+                '\n' => out.push_str("\\n"),
+                '\r' => out.push_str("\\r"),
+                '\t' => out.push_str("\\t"),
+                '\u{b}' => out.push_str("\\v"),
+                c if (c as u32) < 0x20 || c == '\u{7f}' => {
+                    out.push_str(&format!("\\x{:02x}", c as u32))
+                }
+                c if c.is_control() || (c.is_whitespace() && c != ' ') => {
+                    if (c as u32) < 0x10000 {
+                        out.push_str(&format!("\\u{:04x}", c as u32))
+                    } else {
+                        out.push_str(&format!("\\U{:08x}", c as u32))
+                    }
+                }
+                c => out.push(c),
+            }
+        }
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// Go's `fmt.Sprintf(format, args...)` (and so `fmt.Errorf` and multus-cni
+/// `pkg/logging` `Errorf`) for the formats and arguments Multus's errors
+/// have: strings and errors under `%v`, `%s` and `%q` (width and `-` pad,
+/// a precision cuts the text; other flags are read and ignored), `%%`, and
+/// `fmt`'s complaints: `%!v(MISSING)` for a verb without an argument,
+/// `%!(NOVERB)` for a `%` at the end, `%!(EXTRA type=value, ...)` for
+/// arguments left over, `%!d(type=value)` for another verb (where Go would
+/// print some of those, `%x` for one, in its own way).
+fn go_sprintf(format: &str, args: &[&GoError]) -> String {
+    let mut out = String::new();
+    let mut next = 0;
+    let mut it = format.chars().peekable();
+    fn digits(it: &mut std::iter::Peekable<std::str::Chars<'_>>) -> Option<usize> {
+        let mut n: Option<usize> = None;
+        while let Some(d) = it.peek().and_then(|c| c.to_digit(10)) {
+            n = Some(n.unwrap_or(0) * 10 + d as usize);
+            it.next();
+        }
+        n
+    }
+    while let Some(c) = it.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        let mut left = false;
+        while let Some(&f) = it.peek() {
+            match f {
+                '-' => left = true,
+                '+' | '#' | ' ' | '0' => {}
+                _ => break,
+            }
+            it.next();
+        }
+        let width = digits(&mut it);
+        let prec = if it.peek() == Some(&'.') {
+            it.next();
+            Some(digits(&mut it).unwrap_or(0))
+        } else {
+            None
+        };
+        let Some(verb) = it.next() else {
+            out.push_str("%!(NOVERB)");
+            break;
+        };
+        if verb == '%' {
+            out.push('%');
+            continue;
+        }
+        let Some(arg) = args.get(next) else {
+            out.push_str(&format!("%!{verb}(MISSING)"));
+            continue;
+        };
+        next += 1;
+        let text: String = match prec {
+            Some(p) => arg.text.chars().take(p).collect(),
+            None => arg.text.clone(),
+        };
+        let text = match verb {
+            'v' | 's' => text,
+            'q' => go_quote(text.as_bytes()),
+            _ => {
+                out.push_str(&format!("%!{verb}({}={})", arg.ty, arg.text));
+                continue;
+            }
+        };
+        let pad = " ".repeat(width.unwrap_or(0).saturating_sub(text.chars().count()));
+        if left {
+            out.push_str(&text);
+            out.push_str(&pad);
+        } else {
+            out.push_str(&pad);
+            out.push_str(&text);
+        }
+    }
+    if next < args.len() {
+        let extra: Vec<String> = args[next..]
+            .iter()
+            .map(|a| format!("{}={}", a.ty, a.text))
+            .collect();
+        out.push_str(&format!("%!(EXTRA {})", extra.join(", ")));
+    }
+    out
+}
+
+/// What Go's `exec.ExitError` says of a plugin that failed
+/// (`os.ProcessState.String`): "exit status N", or "signal: NAME" (Go's
+/// names for the usual signals, "signal N" for others) with " (core
+/// dumped)".
+fn go_exit_error(status: &std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    if let Some(code) = status.code() {
+        return format!("exit status {code}");
+    }
+    let sig = status.signal().unwrap_or(0);
+    let name = match sig {
+        1 => "hangup".to_string(),
+        2 => "interrupt".to_string(),
+        3 => "quit".to_string(),
+        4 => "illegal instruction".to_string(),
+        6 => "aborted".to_string(),
+        7 => "bus error".to_string(),
+        8 => "floating point exception".to_string(),
+        9 => "killed".to_string(),
+        11 => "segmentation fault".to_string(),
+        13 => "broken pipe".to_string(),
+        15 => "terminated".to_string(),
+        n => format!("signal {n}"),
+    };
+    let core = if status.core_dumped() {
+        " (core dumped)"
+    } else {
+        ""
+    };
+    format!("signal: {name}{core}")
+}
+
+/// containernetworking/cni `pkg/types/types.go` `Error` (`Code uint`, `Msg
+/// string`, `Details string`), as `json.Unmarshal` fills it from a failed
+/// plugin's stdout: each key in order to the field of that name (exactly,
+/// else under case folding), the others skipped; a value of the wrong type
+/// leaves its field and is the first error `Unmarshal` returns, the other
+/// fields being filled all the same. The error texts are Go's for a type
+/// mismatch; for stdout that is not JSON at all they are serde's, not Go's
+/// (`invalid character ...`).
+fn unmarshal_types_error(stdout: &[u8]) -> (String, String, Option<String>) {
+    let (mut msg, mut details, mut first) = (String::new(), String::new(), None);
+    let text = String::from_utf8_lossy(stdout);
+    let (tree, values) = match (
+        serde_json::from_str::<GoJson>(&text),
+        serde_json::from_str::<Value>(&text),
+    ) {
+        (Ok(t), Ok(v)) => (t, v),
+        (Err(e), _) | (_, Err(e)) => return (msg, details, Some(e.to_string())),
+    };
+    let kind = |v: &GoJson| match v {
+        GoJson::Null => "null",
+        GoJson::Str(_) => "string",
+        GoJson::Obj(_) => "object",
+        GoJson::Other(k) => *k,
+    };
+    let obj = match &tree {
+        GoJson::Null => return (msg, details, None),
+        GoJson::Obj(o) => o,
+        other => {
+            let e = format!(
+                "json: cannot unmarshal {} into Go value of type types.Error",
+                kind(other)
+            );
+            return (msg, details, Some(e));
+        }
+    };
+    const FIELDS: [&str; 3] = ["code", "msg", "details"];
+    for (k, v) in obj {
+        let Some(field) = FIELDS
+            .iter()
+            .find(|f| **f == k.as_str())
+            .or_else(|| FIELDS.iter().find(|f| f.eq_ignore_ascii_case(k)))
+        else {
+            continue;
+        };
+        let mismatch = |what: String| {
+            format!(
+                "json: cannot unmarshal {what} into Go struct field Error.{field} of type {}",
+                if *field == "code" { "uint" } else { "string" }
+            )
+        };
+        let err = match (*field, v) {
+            (_, GoJson::Null) => None,
+            ("code", GoJson::Other("number")) => {
+                // The value as serde read it (the last of repeated keys).
+                let n = &values[k.as_str()];
+                (!n.is_u64()).then(|| mismatch(format!("number {n}")))
+            }
+            ("msg", GoJson::Str(s)) => {
+                msg = s.clone();
+                None
+            }
+            ("details", GoJson::Str(s)) => {
+                details = s.clone();
+                None
+            }
+            (_, v) => Some(mismatch(kind(v).to_string())),
+        };
+        if first.is_none() {
+            first = err;
+        }
+    }
+    (msg, details, first)
+}
+
+/// containernetworking/cni `pkg/invoke/raw_exec.go` `RawExec.pluginErr` (the
+/// same in v0.8.1, v1.1.2, v1.2.0-rc1 and v1.3.0): the `*types.Error` libcni
+/// makes of a plugin that exited non-zero, as its `Error()` text
+/// (`pkg/types/types.go`: `Msg`, then `"; " + Details` when there are
+/// details). Empty stdout: "netplugin failed with no error message: <exit>"
+/// or, with stderr, "netplugin failed: <stderr quoted>"; stdout that does
+/// not unmarshal: "netplugin failed but error parsing its diagnostic message
+/// <stdout quoted>: <error>".
+fn plugin_err(status: &std::process::ExitStatus, stdout: &[u8], stderr: &[u8]) -> GoError {
+    let (msg, details) = if stdout.is_empty() {
+        let msg = if stderr.is_empty() {
+            format!(
+                "netplugin failed with no error message: {}",
+                go_exit_error(status)
+            )
+        } else {
+            format!("netplugin failed: {}", go_quote(stderr))
+        };
+        (msg, String::new())
+    } else {
+        match unmarshal_types_error(stdout) {
+            (msg, details, None) => (msg, details),
+            (_, details, Some(perr)) => (
+                format!(
+                    "netplugin failed but error parsing its diagnostic message {}: {perr}",
+                    go_quote(stdout)
+                ),
+                details,
+            ),
+        }
+    };
+    GoError {
+        ty: "*types.Error",
+        text: if details.is_empty() {
+            msg
+        } else {
+            format!("{msg}; {details}")
+        },
+    }
 }
 
 /// network-attachment-definition-client `pkg/utils/cniconfig.go`
