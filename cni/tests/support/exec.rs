@@ -48,6 +48,25 @@ pub fn run_plugin_in(
     env: &[(&str, &str)],
     conf: &Value,
 ) -> (bool, Value) {
+    let out = plugin_output(enter, bin, env, conf);
+    let v = if out.stdout.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+    };
+    (out.status.success(), v)
+}
+
+/// Runs a plugin under `enter` with exactly the environment `env` and
+/// `conf` on stdin, as libcni's `RawExec` does: its exit status, stdout and
+/// stderr, kept apart.
+pub fn plugin_output(
+    enter: &[String],
+    bin: &Path,
+    env: &[(&str, &str)],
+    conf: &Value,
+) -> std::process::Output {
     let mut cmd = match enter.split_first() {
         Some((first, rest)) => {
             let mut c = Command::new(first);
@@ -70,12 +89,5 @@ pub fn run_plugin_in(
         .unwrap()
         .write_all(&serde_json::to_vec(conf).unwrap())
         .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let v = if out.stdout.is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
-    };
-    (out.status.success(), v)
+    child.wait_with_output().unwrap()
 }

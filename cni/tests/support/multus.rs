@@ -663,29 +663,7 @@ impl Multus {
             ("CNI_ARGS", args.as_str()),
             ("CNI_PATH", cni_path.as_str()),
         ];
-        let mut cmd = match self.enter.split_first() {
-            Some((first, rest)) => {
-                let mut c = std::process::Command::new(first);
-                c.args(rest).arg(&bin);
-                c
-            }
-            None => std::process::Command::new(&bin),
-        };
-        let mut child = cmd
-            .env_clear()
-            .envs(env)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(&serde_json::to_vec(conf).unwrap())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
+        let out = super::exec::plugin_output(&self.enter, &bin, &env, conf);
         if !out.status.success() {
             return Err(plugin_err(&out.status, &out.stdout, &out.stderr));
         }
