@@ -678,10 +678,11 @@ pub struct WorkerInfo {
     pub wakeups: u64,
     /// The receive queues it polls.
     pub queues: Vec<QueueLoad>,
-    /// Seconds since the control thread, looking once a second, last saw
-    /// it complete a pass over its receive queues or have none: about a
-    /// second at most while it runs. At [`WORKER_STALL_LIMIT`] it is
-    /// stalled, and `switchyard live` fails.
+    /// Seconds, as of the control thread's last look (once a second),
+    /// since it was last seen to complete a pass over its receive queues or
+    /// to have none: under a second while it runs. At
+    /// [`WORKER_STALL_LIMIT`] it is stalled (and logged so), and
+    /// `switchyard live` fails.
     #[serde(default)]
     pub stalled_seconds: f64,
 }

@@ -29,7 +29,6 @@ impl Daemon {
         let get = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
         let queues = self.dp.rx_queues();
         let mode = self.cfg.dataplane.poll_mode;
-        let now = Instant::now();
         (0..self.dp.workers())
             .map(|w| {
                 let l = self.dp.worker_load(w);
@@ -62,7 +61,7 @@ impl Daemon {
                             })
                         })
                         .collect(),
-                    stalled_seconds: self.liveness.stalled_seconds(w, now),
+                    stalled_seconds: self.liveness.stalled_seconds(w),
                 }
             })
             .collect()

@@ -55,10 +55,13 @@ pub fn panics_are_fatal() {
     }));
 }
 
-/// Per worker, its pass count as last seen and when it last moved.
+/// Per worker, its pass count as last seen and when it last moved, as of
+/// the last look.
 #[derive(Default)]
 pub(super) struct Liveness {
     seen: Vec<Seen>,
+    /// When the control thread last looked.
+    looked: Option<Instant>,
 }
 
 #[derive(Clone, Copy)]
@@ -75,6 +78,7 @@ impl Liveness {
     /// `name` names a port by its id.
     pub(super) fn tick(&mut self, dp: &Dataplane, now: Instant, name: impl Fn(PortId) -> String) {
         let queues = dp.rx_queues();
+        self.looked = Some(now);
         self.seen.resize(
             dp.workers(),
             Seen {
@@ -112,11 +116,14 @@ impl Liveness {
         }
     }
 
-    /// Seconds since worker `w` was last seen to complete a pass, or to
-    /// have no queue (at most about a second while it runs).
-    pub(super) fn stalled_seconds(&self, w: usize, now: Instant) -> f64 {
-        self.seen
-            .get(w)
-            .map_or(0.0, |s| now.duration_since(s.moved).as_secs_f64())
+    /// Seconds, as of the last look, since worker `w` was last seen to
+    /// complete a pass or to have no queue (under a second while it runs).
+    /// As of the look, not of now: a stall is reported once that look has
+    /// logged it.
+    pub(super) fn stalled_seconds(&self, w: usize) -> f64 {
+        match (self.seen.get(w), self.looked) {
+            (Some(s), Some(at)) => at.duration_since(s.moved).as_secs_f64(),
+            _ => 0.0,
+        }
     }
 }
