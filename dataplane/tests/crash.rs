@@ -147,9 +147,6 @@ fn the_harness_fails_a_test_whose_switch_panics_after_its_last_assertion() {
     // The last assertion passed; the worker panics after it. Waiting for
     // the end here only makes the order certain: the harness's drop finds
     // the exit.
-    let child = sw.child.as_mut().unwrap();
-    wait_for(Duration::from_secs(10), "the switch to exit", || {
-        child.try_wait().unwrap().map(|_| ())
-    });
+    wait_for_exit(&mut sw);
     // try_wait reaped it: the harness must still know how it ended.
 }

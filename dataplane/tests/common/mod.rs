@@ -115,13 +115,9 @@ impl Drop for Reap {
         let early = self.0.try_wait().ok().flatten();
         let pid = self.0.id();
         self.kill();
-        if let Some(status) = early.filter(|s| !s.success() && s.signal() != Some(9)) {
-            let fault = format!("process {pid}, started by the test, exited with {status}");
-            if std::thread::panicking() {
-                eprintln!("{fault}");
-            } else {
-                panic!("{fault}");
-            }
+        if let Some(status) = early.filter(|s| s.signal() != Some(9)) {
+            let what = format!("process {pid}, started by the test,");
+            check_ending(&what, Ending::Early(status), "", &[]);
         }
     }
 }
@@ -360,36 +356,14 @@ impl Switch {
     /// did not stop in time, exited non-zero, or logged a panic or an
     /// unexpected `ERROR` line fails the test, with its log's last lines.
     pub fn stop(&mut self) {
-        if let Some(fault) = self.stop_fault() {
-            panic!("{fault}");
-        }
-    }
-
-    /// As [`Switch::stop`], returning the fault instead of failing (and
-    /// printing it while the test is failing already).
-    pub fn stop_fault(&mut self) -> Option<String> {
         let ending = self
             .child
             .take()
-            .map(|mut c| terminate(&mut c, Duration::from_secs(10)));
-        let fault = match ending {
-            Some(e) => ending_fault("the switch", e, &self.log(), &self.expected_errors),
+            .map(|mut c| terminate(&mut c, Duration::from_secs(10)))
             // Killed on purpose (kill9), or ended as the test checked:
             // what its log says still counts.
-            None => ending_fault(
-                "the switch",
-                Ending::Stopped(std::process::ExitStatus::default()),
-                &self.log(),
-                &self.expected_errors,
-            ),
-        };
-        if std::thread::panicking() {
-            if let Some(f) = &fault {
-                eprintln!("{f}");
-            }
-            return None;
-        }
-        fault
+            .unwrap_or(Ending::Stopped(std::process::ExitStatus::default()));
+        check_ending("the switch", ending, &self.log(), &self.expected_errors);
     }
 
     /// Kills the daemon with SIGKILL.
@@ -548,11 +522,9 @@ impl Switch {
 
 impl Drop for Switch {
     fn drop(&mut self) {
+        self.stop();
         if std::thread::panicking() {
-            let _ = self.stop_fault();
             eprintln!("---- switchyard log ----\n{}", self.log());
-        } else {
-            self.stop();
         }
     }
 }
