@@ -711,6 +711,7 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
         .unwrap()
         .clone();
     let before: Vec<String> = ports().into_iter().map(|p| p.spec.name).collect();
+    node.expect_panic(&switch_container);
     std::fs::write(node.path(FAULT_FILE), "panic").unwrap();
     // A trace makes every worker take a new view of the table, where the
     // hook acts; its own answer does not matter (the switch may be gone).

@@ -157,6 +157,8 @@ pub struct NodeRoot {
     /// node shares).
     pub dir: tempfile::TempDir,
     containers: Vec<String>,
+    /// Containers whose log may show a panic: the test causes it.
+    expected_panics: Vec<String>,
 }
 
 impl NodeRoot {
@@ -187,6 +189,7 @@ impl NodeRoot {
             pid,
             dir,
             containers: Vec::new(),
+            expected_panics: Vec::new(),
         };
         std::fs::write(
             node.dir.path().join("containers.conf"),
@@ -265,9 +268,50 @@ impl NodeRoot {
         self.podman_ok(&all)
     }
 
+    /// Says that the test makes container `name` panic: its log's panic
+    /// does not fail the test.
+    pub fn expect_panic(&mut self, name: &str) {
+        self.expected_panics.push(name.to_string());
+    }
+
+    /// What is wrong with container `name`, if anything: it has exited by
+    /// itself with an error, or its log shows a panic the test did not
+    /// expect.
+    fn container_fault(&self, name: &str) -> Option<String> {
+        let o = self
+            .podman(&[
+                "inspect",
+                "-f",
+                "{{.State.Status}} {{.State.ExitCode}}",
+                name,
+            ])
+            .output()
+            .unwrap();
+        let state = String::from_utf8_lossy(&o.stdout).trim().to_string();
+        let log = self.logs(name);
+        let ended =
+            (state.starts_with("exited") || state.starts_with("stopped")) && !state.ends_with(" 0");
+        let panicked =
+            log.contains("panicked at") && !self.expected_panics.iter().any(|c| c == name);
+        (ended || panicked)
+            .then(|| format!("container {name} ({state}) ended badly or panicked:\n{log}"))
+    }
+
+    /// Fails the test with `fault`, unless it is failing already (then
+    /// says it).
+    fn fail(fault: Option<String>) {
+        match fault {
+            Some(f) if std::thread::panicking() => eprintln!("{f}"),
+            Some(f) => panic!("{f}"),
+            None => {}
+        }
+    }
+
     /// Stops a container as the kubelet does (SIGTERM, then SIGKILL after
-    /// `grace` seconds) and removes it.
+    /// `grace` seconds) and removes it; one that had ended badly fails the
+    /// test (see [`NodeRoot::container_fault`]).
     pub fn remove(&mut self, name: &str, grace: u32) {
+        Self::fail(self.container_fault(name));
         let g = grace.to_string();
         let _ = self.podman(&["stop", "-t", &g, name]).output();
         let _ = self.podman(&["rm", "-f", name]).output();
@@ -498,13 +542,17 @@ impl NodeRoot {
 
 impl Drop for NodeRoot {
     fn drop(&mut self) {
+        let mut faults = Vec::new();
         for c in std::mem::take(&mut self.containers) {
             if std::thread::panicking() {
                 eprintln!("---- {c} ----\n{}", self.logs(&c));
             }
+            faults.extend(self.container_fault(&c));
             let _ = self.podman(&["rm", "-f", "-t", "2", &c]).output();
         }
         let _ = self.holder.kill();
         let _ = self.holder.wait();
+        // After the clean-up: a failing check leaves nothing behind.
+        Self::fail((!faults.is_empty()).then(|| faults.join("\n")));
     }
 }
