@@ -21,7 +21,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use switchyard::dataplane::{Dataplane, RxClaim, WorkerView};
 use switchyard::eventfd::new_eventfd;
 use switchyard::forward::Forwarder;
-use switchyard::port::memif::queue::{MemifRx, MemifTx, Side};
+use switchyard::port::memif::queue::{MemifRx, MemifTx, Role};
 use switchyard::port::memif::region::{Region, Regions};
 use switchyard::port::memif::ring::{Desc, Ring};
 use switchyard::port::vhost_user::queue::{VirtioRx, VirtioTx, Vq};
@@ -151,14 +151,14 @@ impl Peers {
         b.post_all();
         b.ring.set_head(1 << LOG2);
         let rx = MemifRx::new(
-            Side::Master,
+            Role::Master,
             a.ring(),
             a.regions.clone(),
             new_eventfd().unwrap(),
             None,
         );
         let tx = MemifTx::new(
-            Side::Master,
+            Role::Master,
             b.ring(),
             b.regions.clone(),
             new_eventfd().unwrap(),

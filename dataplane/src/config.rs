@@ -528,7 +528,7 @@ pub fn confine_socket(
     {
         return Err(outside());
     }
-    crate::port::endpoint::refuse_symlink(&path)
+    crate::port::socket::endpoint::refuse_symlink(&path)
         .map_err(|_| invalid(field, format!("{} is a symbolic link", path.display())))?;
     Ok(SocketAddr::Path(path))
 }

@@ -15,11 +15,15 @@ use crate::types::PortId;
 pub enum Token {
     /// An fd of a port: slot and the port's own sub-token.
     Port(PortId, u32),
+    /// An fd of a listening socket (the ports it serves are its members):
+    /// the socket's number and its sub-token.
+    Socket(u32, u32),
     /// A control-plane source (API wakeup, signals, faults).
     Control(u32),
 }
 
 const CONTROL_BIT: u64 = 1 << 63;
+const SOCKET_BIT: u64 = 1 << 62;
 
 impl Token {
     /// A port token.
@@ -29,12 +33,15 @@ impl Token {
     fn to_u64(self) -> u64 {
         match self {
             Token::Port(id, sub) => (u64::from(id) << 32) | u64::from(sub),
+            Token::Socket(id, sub) => SOCKET_BIT | (u64::from(id) << 32) | u64::from(sub),
             Token::Control(c) => CONTROL_BIT | u64::from(c),
         }
     }
     fn from_u64(v: u64) -> Token {
         if v & CONTROL_BIT != 0 {
             Token::Control(v as u32)
+        } else if v & SOCKET_BIT != 0 {
+            Token::Socket(((v & !SOCKET_BIT) >> 32) as u32, v as u32)
         } else {
             Token::Port((v >> 32) as PortId, v as u32)
         }
@@ -146,7 +153,13 @@ mod tests {
 
     #[test]
     fn tokens_round_trip() {
-        for t in [Token::Port(0, 0), Token::Port(65535, 7), Token::Control(3)] {
+        for t in [
+            Token::Port(0, 0),
+            Token::Port(65535, 7),
+            Token::Socket(0, 0),
+            Token::Socket((1 << 30) - 1, 2),
+            Token::Control(3),
+        ] {
             assert_eq!(Token::from_u64(t.to_u64()), t);
         }
     }

@@ -1,9 +1,11 @@
 //! The module layers in `src/lib.rs`'s doc are true of the imports: every
 //! `crate::` path in a module's (non-test) code names a module of a lower
-//! layer, so the import graph has no cycle; and no module names a port kind
-//! but the kind itself and `port/registry.rs` (no kind imports another, and
-//! `port/`'s shared modules name none). `kind_edits` holds
-//! `docs/architecture.md` to its count of what a new kind touches.
+//! layer, so the import graph has no cycle; inside `port/`, `crate::` and
+//! `super::` paths alike, the modules of each directory import each other
+//! without a circle; and no module names a port kind but the kind itself
+//! and `port/registry.rs` (no kind imports another, and `port/`'s shared
+//! modules name none). `kind_edits` holds `docs/architecture.md` to its
+//! count of what a new kind touches.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -130,6 +132,218 @@ fn every_import_goes_down_a_layer() {
     );
 }
 
+/// The module path of a file below `src` (`port/socket/listener.rs` ->
+/// `port::socket::listener`; a `mod.rs` is its directory's module).
+fn module_of(rel: &Path) -> Vec<String> {
+    let mut segs: Vec<String> = rel
+        .components()
+        .map(|c| {
+            c.as_os_str()
+                .to_str()
+                .unwrap()
+                .trim_end_matches(".rs")
+                .to_string()
+        })
+        .collect();
+    if segs.last().is_some_and(|l| l == "mod") {
+        segs.pop();
+    }
+    segs
+}
+
+/// The modules a piece of code in module `me` names through `crate::` and
+/// `super::` paths, as absolute paths (`use super::{a, b::c}` included).
+fn paths_named(me: &[String], code: &str) -> Vec<Vec<String>> {
+    fn ident(c: char) -> bool {
+        c.is_ascii_alphanumeric() || c == '_'
+    }
+    /// The paths of a `use` tree after `base`: `x::y`, `{x, y::{z}}`.
+    fn tree(base: &[String], rest: &str, out: &mut Vec<Vec<String>>) {
+        let rest = rest.trim_start();
+        if let Some(group) = rest.strip_prefix('{') {
+            let mut depth = 1;
+            let mut start = 0;
+            for (i, c) in group.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' | ',' if depth == 1 => {
+                        tree(base, &group[start..i], out);
+                        start = i + 1;
+                        if c == '}' {
+                            return;
+                        }
+                    }
+                    '}' => depth -= 1,
+                    _ => {}
+                }
+            }
+            return;
+        }
+        let mut path = base.to_vec();
+        let mut r = rest;
+        loop {
+            let end = r.find(|c: char| !ident(c)).unwrap_or(r.len());
+            if end == 0 {
+                break;
+            }
+            path.push(r[..end].to_string());
+            r = &r[end..];
+            match r.strip_prefix("::") {
+                Some(next) if next.starts_with('{') => return tree(&path, next, out),
+                Some(next) => r = next,
+                None => break,
+            }
+        }
+        out.push(path);
+    }
+    let mut out = Vec::new();
+    for (at, _) in code
+        .match_indices("crate::")
+        .chain(code.match_indices("super::"))
+    {
+        if at > 0 && ident(code[..at].chars().last().unwrap()) {
+            continue; // `xsuper::` or the `super::` of `super::super::`
+        }
+        if at >= 2 && &code[at - 2..at] == "::" {
+            continue; // a later `super::` of `super::super::`
+        }
+        let mut base: Vec<String> = Vec::new();
+        let mut r = &code[at..];
+        if let Some(rest) = r.strip_prefix("crate::") {
+            r = rest;
+        } else {
+            base = me.to_vec();
+            while let Some(rest) = r.strip_prefix("super::") {
+                base.pop();
+                r = rest;
+            }
+        }
+        tree(&base, r, &mut out);
+    }
+    out
+}
+
+/// A circle in `edges` (`from -> to`), if there is one.
+fn circle(edges: &BTreeMap<String, std::collections::BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        n: &str,
+        edges: &BTreeMap<String, std::collections::BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut std::collections::BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(i) = path.iter().position(|p| p == n) {
+            let mut c = path[i..].to_vec();
+            c.push(n.to_string());
+            return Some(c);
+        }
+        if done.contains(n) {
+            return None;
+        }
+        path.push(n.to_string());
+        for m in edges.get(n).into_iter().flatten() {
+            if let Some(c) = visit(m, edges, path, done) {
+                return Some(c);
+            }
+        }
+        path.pop();
+        done.insert(n.to_string());
+        None
+    }
+    let mut done = Default::default();
+    edges
+        .keys()
+        .find_map(|n| visit(n, edges, &mut Vec::new(), &mut done))
+}
+
+/// Inside `port/`, in every directory, the modules beside each other (a
+/// file, or a subdirectory taken whole) import each other without a
+/// circle, through `crate::` and `super::` paths alike. A directory's
+/// `mod.rs` is its children's parent: they use its items, it declares them,
+/// and neither counts as an edge.
+#[test]
+fn the_port_modules_import_each_other_without_a_circle() {
+    let mut all = Vec::new();
+    files(&src().join("port"), &mut all);
+    // directory -> (child -> children it names)
+    let mut graphs: BTreeMap<Vec<String>, BTreeMap<String, std::collections::BTreeSet<String>>> =
+        BTreeMap::new();
+    for p in &all {
+        let rel = p.strip_prefix(src()).unwrap();
+        let me = module_of(rel);
+        let is_mod = rel.file_name().is_some_and(|f| f == "mod.rs");
+        for named in paths_named(&me, &code(p)) {
+            // Each directory both are in: the children of it they are in.
+            for depth in 1..me.len() {
+                let dir = &me[..depth];
+                if named.len() <= depth || named[..depth] != *dir {
+                    break;
+                }
+                let (from, to) = (&me[depth], &named[depth]);
+                // A directory's own mod.rs is no child of it.
+                let own_mod = is_mod && me.len() == depth + 1;
+                if from != to && !own_mod {
+                    graphs
+                        .entry(dir.to_vec())
+                        .or_default()
+                        .entry(from.clone())
+                        .or_default()
+                        .insert(to.clone());
+                }
+            }
+        }
+    }
+    assert!(
+        graphs
+            .get(&vec!["port".to_string()])
+            .is_some_and(|g| g.get("registry").is_some_and(|r| r.contains("memif"))),
+        "the check sees the registry's imports: {graphs:?}"
+    );
+    let circles: Vec<String> = graphs
+        .iter()
+        .filter_map(|(dir, g)| circle(g).map(|c| format!("{}: {}", dir.join("::"), c.join(" -> "))))
+        .collect();
+    assert!(
+        circles.is_empty(),
+        "import circles:\n{}",
+        circles.join("\n")
+    );
+}
+
+#[test]
+fn the_circle_check_sees_super_paths_and_circles() {
+    let me: Vec<String> = ["port", "socket", "listener"].map(String::from).to_vec();
+    let named = paths_named(
+        &me,
+        "use super::protocol::{Greeting, Sub};\nuse super::super::{takeover::FdRef, PortCtx};\nlet x = crate::reactor::Token::Socket;",
+    );
+    let names: Vec<String> = named.iter().map(|p| p.join("::")).collect();
+    assert!(
+        names.contains(&"port::socket::protocol::Greeting".to_string()),
+        "{names:?}"
+    );
+    assert!(
+        names.contains(&"port::takeover::FdRef".to_string()),
+        "{names:?}"
+    );
+    assert!(names.contains(&"port::PortCtx".to_string()), "{names:?}");
+    assert!(
+        names.contains(&"reactor::Token::Socket".to_string()),
+        "{names:?}"
+    );
+    let mut g: BTreeMap<String, std::collections::BTreeSet<String>> = BTreeMap::new();
+    g.entry("listener".into())
+        .or_default()
+        .insert("port".into());
+    g.entry("port".into())
+        .or_default()
+        .insert("protocol".into());
+    assert!(circle(&g).is_none());
+    g.entry("protocol".into())
+        .or_default()
+        .insert("listener".into());
+    assert!(circle(&g).is_some());
+}
+
 /// The port kinds: the modules `port/registry.rs` takes from `super`.
 fn port_kinds() -> Vec<String> {
     let reg = code(&src().join("port/registry.rs"));
@@ -240,7 +454,7 @@ mod kind_edits {
         "dataplane/src/control/",
         "dataplane/src/forward.rs",
         "dataplane/src/worker.rs",
-        "dataplane/src/dataplane.rs",
+        "dataplane/src/dataplane/",
         "dataplane/src/port/mod.rs",
         "deviceplugin/src/",
         "webhook/src/",

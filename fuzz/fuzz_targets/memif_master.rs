@@ -17,7 +17,7 @@ use nix::sys::socket::{send, socketpair, AddressFamily, MsgFlags, SockFlag, Sock
 use switchyard::eventfd::new_eventfd;
 use switchyard::port::memif;
 use switchyard::port::memif::handshake::{hello, MasterHandshake, MasterStep, Params};
-use switchyard::port::memif::queue::{MemifRx, MemifTx, Side};
+use switchyard::port::memif::queue::{MemifRx, MemifTx, Role};
 use switchyard::port::memif::region::Region;
 use switchyard::queue::{RxBurst, RxQueue, TxFrame, TxQueue};
 use switchyard::wire::memif::{Message, Mode, MSG_SIZE};
@@ -81,7 +81,7 @@ fuzz_target!(|data: &[u8]| {
                 let mut burst = RxBurst::default();
                 for r in est.s2m {
                     let mut q =
-                        MemifRx::new(Side::Master, r.ring, est.regions.clone(), r.irq, None);
+                        MemifRx::new(Role::Master, r.ring, est.regions.clone(), r.irq, None);
                     for _ in 0..2 {
                         burst.clear();
                         if q.rx_burst(&mut burst).is_err() {
@@ -111,7 +111,7 @@ fuzz_target!(|data: &[u8]| {
                 one.commit();
                 for r in est.m2s {
                     let mut q =
-                        MemifTx::new(Side::Master, r.ring, est.regions.clone(), r.irq, None);
+                        MemifTx::new(Role::Master, r.ring, est.regions.clone(), r.irq, None);
                     let _ = q.tx(&TxFrame::plain(&one.frames()[0]));
                     q.flush();
                 }

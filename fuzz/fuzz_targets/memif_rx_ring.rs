@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use libfuzzer_sys::fuzz_target;
 use switchyard::eventfd::new_eventfd;
-use switchyard::port::memif::queue::{MemifRx, OwnBuffers, Side};
+use switchyard::port::memif::queue::{MemifRx, OwnBuffers, Role};
 use switchyard::port::memif::region::{Region, Regions};
 use switchyard::port::memif::ring::Ring;
 use switchyard::queue::{RxBurst, RxQueue};
@@ -19,14 +19,14 @@ const LOG2: u8 = 3;
 fuzz_target!(|data: &[u8]| {
     let ring_len = ring_bytes(LOG2);
     let size = (ring_len + 8 * 128) as u64;
-    for side in [Side::Master, Side::Slave] {
+    for side in [Role::Master, Role::Slave] {
         let region = Region::create("fuzz", size).unwrap();
         let base = region.base();
         let regions = Arc::new(Regions::new(vec![region]));
         // SAFETY: ring_len bytes of ring at offset 0 of a `size`-byte mapping
         // kept alive by `regions`.
         let ring = unsafe { Ring::new(base, LOG2) };
-        let own = (side == Side::Slave).then_some(OwnBuffers {
+        let own = (side == Role::Slave).then_some(OwnBuffers {
             first: ring_len as u32,
             size: 128,
         });

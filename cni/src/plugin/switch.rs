@@ -180,7 +180,9 @@ pub(crate) fn port_spec(
             v.queues = nc.raw.vhost_user.as_ref().and_then(|o| o.queues);
             v.socket_group = group;
         }
-        _ => {}
+        // A pod's role is a socket kind's: no other spec comes from it, and
+        // a new kind is an error here until its options are read.
+        KindSpec::Tap(_) | KindSpec::AfPacket(_) | KindSpec::AfXdp(_) | KindSpec::Vxlan(_) => {}
     }
     PortSpec {
         bridge: Some(nc.bridge.clone()),

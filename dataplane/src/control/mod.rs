@@ -4,12 +4,12 @@
 //! across workers, the Prometheus endpoint and the persisted state.
 
 pub mod daemon;
-pub mod handover;
 pub mod metrics;
 pub mod observe;
 pub mod rebalance;
 pub mod server;
 pub mod state;
+pub mod takeover;
 
 pub use daemon::Daemon;
 

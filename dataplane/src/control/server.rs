@@ -14,7 +14,7 @@ use std::time::Duration;
 use crossbeam::channel::{bounded, Sender};
 use tracing::{debug, warn};
 
-use super::handover;
+use super::takeover;
 use crate::reactor::Waker;
 use switchyard_api::{ApiError, ErrorCode, Request, Response};
 
@@ -60,7 +60,7 @@ pub const MAX_REQUEST: usize = 64 * 1024;
 /// Binds the control socket (replacing a stale one; refusing a live one),
 /// readable and writable by its owner only.
 pub fn bind(path: &Path, group: Option<u32>) -> std::io::Result<UnixListener> {
-    use crate::port::endpoint::listen;
+    use crate::port::socket::endpoint::listen;
     // Connecting needs write permission: root only, or root and `group`.
     let fd = listen(
         nix::sys::socket::SockType::Stream,
@@ -167,7 +167,7 @@ fn handle(conn: UnixStream, calls: Sender<Call>, waker: Arc<Waker>, taking_over:
             Ok(request @ Request::Takeover { .. }) => {
                 if taking_over.swap(true, Ordering::AcqRel) {
                     warn!("a takeover asked while another is in progress: refused");
-                    let _ = handover::send(&writer, &handover::Step::Busy, &[]);
+                    let _ = takeover::send(&writer, &takeover::Step::Busy, &[]);
                     return;
                 }
                 let (tx, _) = bounded(1);

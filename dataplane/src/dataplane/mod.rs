@@ -51,9 +51,9 @@ pub use view::{Ingress, ViewBridge, ViewPort, ViewRx, WorkerView};
 #[derive(Debug, Default)]
 pub struct QueuePositions {
     /// Receive queues, in order.
-    pub rx: Vec<Option<serde_json::Value>>,
+    pub rx: Vec<Option<crate::queue::QueuePosition>>,
     /// Transmit queues, in order.
-    pub tx: Vec<Option<serde_json::Value>>,
+    pub tx: Vec<Option<crate::queue::QueuePosition>>,
 }
 
 struct DpPort {

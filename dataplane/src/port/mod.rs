@@ -2,37 +2,42 @@
 //!
 //! A kind is two things behind two seams:
 //! - a [`Port`], the control-plane side (sockets, handshakes, link state),
-//!   driven by the control thread's reactor through a [`PortCtx`]; socket
-//!   kinds listen through the socket's one [`listener::Listener`] (several
-//!   memif interfaces share a socket) or connect through an
-//!   [`endpoint::Connector`], and every
+//!   driven by the control thread's reactor through a [`PortCtx`]; every
 //!   kind hands its queues to the workers through one [`QueueLink`];
 //! - [`crate::queue::RxQueue`] / [`crate::queue::TxQueue`]s, the data-plane side,
 //!   polled by workers in bursts.
 //!
-//! Socket kinds (memif, vhost-user) are a [`socket_port::Protocol`] on a
-//! [`socket_port::SocketPort`]; uplink kinds (af-packet, af-xdp) an
-//! [`kernel_if::Uplink`] on a [`kernel_if::KernelIf`]. A kind's module
-//! knows nothing of the others, and nothing here names a kind:
-//! [`registry::build`] is the one place that lists them.
+//! The tree:
+//! - [`socket`]: the socket machinery. Socket kinds (memif, vhost-user)
+//!   are a [`socket::Protocol`] on a [`socket::SocketPort`], which listens
+//!   through the socket's [`socket::listener::Listener`] (several memif
+//!   interfaces share a socket) or connects.
+//! - [`kernel`]: uplink kinds (af-packet, af-xdp) are an
+//!   [`kernel::Uplink`] on a [`kernel::KernelIf`], which follows the
+//!   kernel interface.
+//! - [`takeover`]: a port handed to another switch process; each kind's
+//!   takeover is its `persist.rs`, behind [`Persist`].
+//! - [`sigbus`]: surviving a peer that truncates shared memory.
+//! - [`registry`]: the one place that lists the kinds.
+//! - the kinds: [`memif`], [`vhost_user`], [`tap`], [`af_packet`],
+//!   [`af_xdp`], [`vxlan`]; a kind's module knows nothing of the others.
 
 pub mod af_packet;
 pub mod af_xdp;
-pub mod endpoint;
-pub mod handover;
-pub mod kernel_if;
-pub mod listener;
+pub mod kernel;
 pub mod memif;
-pub mod netdev;
 pub mod registry;
 pub mod sigbus;
-pub mod socket_port;
+pub mod socket;
+pub mod takeover;
 pub mod tap;
 pub mod vhost_user;
 pub mod vxlan;
 
 use std::os::fd::AsFd;
 use std::time::Instant;
+
+use takeover::{FdIn, FdOut, Saved};
 
 use crate::queue::PortQueues;
 
@@ -58,7 +63,7 @@ pub enum PortError {
     SocketInUse(String),
     /// Saved state from a process handing over cannot be taken up.
     #[error(transparent)]
-    Handover(#[from] handover::HandoverError),
+    Takeover(#[from] takeover::TakeoverError),
     /// Anything else.
     #[error("{0}")]
     Other(String),
@@ -135,18 +140,22 @@ impl QueueLink {
     }
 }
 
+/// How a port starts ([`Port::start`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    /// Added over the API: a missing kernel interface is an error.
+    Now,
+    /// Made by the daemon at its start (from its config or its state
+    /// file): an uplink whose interface is missing is made anyway, down,
+    /// and comes up when the interface does (as Open vSwitch keeps a port
+    /// whose device is missing). Other errors stay errors.
+    Waiting,
+}
+
 /// The control-plane side of a port kind.
 pub trait Port: Send {
-    /// Opens sockets (listen or first connect attempt).
-    fn start(&mut self, cx: &PortCtx<'_>) -> Result<(), PortError>;
-    /// Starts a port the daemon makes itself at start (from its config or
-    /// its state file), whose kernel interface may appear later: an uplink
-    /// whose interface is missing is made anyway, down, and comes up when
-    /// the interface does (as Open vSwitch keeps a port whose device is
-    /// missing). Other errors stay errors. Kinds with a socket: `start`.
-    fn start_waiting(&mut self, cx: &PortCtx<'_>) -> Result<(), PortError> {
-        self.start(cx)
-    }
+    /// Opens sockets (listen or first connect attempt) or queues.
+    fn start(&mut self, cx: &PortCtx<'_>, start: Start) -> Result<(), PortError>;
     /// An fd registered with sub-token `sub` is readable (or hung up).
     fn on_ready(&mut self, cx: &PortCtx<'_>, sub: u32);
     /// When the port next wants [`Port::on_timer`].
@@ -164,28 +173,67 @@ pub trait Port: Send {
     fn remove(&mut self, cx: &PortCtx<'_>) {
         self.stop(cx);
     }
+
+    /// Takeover, first step (see [`takeover`]), the workers paused at a
+    /// burst boundary: stops what the saved state must not change under
+    /// (vhost-user's device takes its queues back; a half-done handshake
+    /// is dropped). `Err` refuses the takeover, saying why. Default:
+    /// nothing.
+    fn pause(&mut self, cx: &PortCtx<'_>) -> Result<(), PortError> {
+        let _ = cx;
+        Ok(())
+    }
     /// Writes down what a process taking over needs to carry the port on
-    /// where it is (see [`handover`]), its fds into `fds`. The workers are
-    /// paused at a burst boundary meanwhile, so the queues are as a burst
-    /// left them. `Err` refuses the takeover, saying why.
-    fn save(
-        &mut self,
-        cx: &PortCtx<'_>,
-        fds: &mut handover::FdOut,
-    ) -> Result<handover::Saved, PortError>;
+    /// where it is, its fds into `fds`; changes nothing. The kind's
+    /// [`Persist::save_state`], as JSON ([`save_as`]). `Err` refuses the
+    /// takeover, saying why.
+    fn save(&self, cx: &PortCtx<'_>, fds: &mut FdOut) -> Result<Saved, PortError>;
     /// Takes up, instead of [`Port::start`], a port another process saved
     /// with [`Port::save`]: its sockets, its connection and its queues,
-    /// which resume where the shared rings are.
-    fn restore(
-        &mut self,
-        cx: &PortCtx<'_>,
-        saved: handover::Saved,
-        fds: &mut handover::FdIn,
-    ) -> Result<(), PortError>;
-    /// A takeover failed (the workers are still paused, the process that
-    /// asked never ran a queue): the queues go on from where the rings
-    /// are, which [`Port::save`] may have stopped.
-    fn requeue(&mut self, cx: &PortCtx<'_>) {
+    /// which resume where the shared rings are ([`restore_as`]).
+    fn restore(&mut self, cx: &PortCtx<'_>, saved: Saved, fds: &mut FdIn) -> Result<(), PortError>;
+    /// The takeover failed (the workers are still paused, the process that
+    /// asked never ran a queue): undoes [`Port::pause`], the queues going
+    /// on from where the rings are. Default: nothing.
+    fn resume(&mut self, cx: &PortCtx<'_>) {
         let _ = cx;
     }
+}
+
+/// A kind's takeover state, typed: its `persist.rs` (as firecracker's
+/// `Persist`). [`Port::save`] and [`Port::restore`] are these, through
+/// [`save_as`] and [`restore_as`].
+pub trait Persist {
+    /// What the kind saves.
+    type Saved: serde::Serialize + serde::de::DeserializeOwned;
+    /// Writes the port down (the workers paused, [`Port::pause`] done),
+    /// its fds into `fds`.
+    fn save_state(&self, cx: &PortCtx<'_>, fds: &mut FdOut) -> Result<Self::Saved, PortError>;
+    /// Takes up a port another process saved.
+    fn restore_state(
+        &mut self,
+        cx: &PortCtx<'_>,
+        saved: Self::Saved,
+        fds: &mut FdIn,
+    ) -> Result<(), PortError>;
+}
+
+/// [`Port::save`] of a kind: its [`Persist::save_state`] as [`Saved`].
+pub fn save_as<T: Persist>(
+    port: &T,
+    cx: &PortCtx<'_>,
+    fds: &mut FdOut,
+) -> Result<Saved, PortError> {
+    Ok(takeover::write(&port.save_state(cx, fds)?))
+}
+
+/// [`Port::restore`] of a kind: [`Saved`] read as its [`Persist::Saved`].
+pub fn restore_as<T: Persist>(
+    port: &mut T,
+    cx: &PortCtx<'_>,
+    saved: Saved,
+    fds: &mut FdIn,
+) -> Result<(), PortError> {
+    let saved = takeover::read(saved)?;
+    port.restore_state(cx, saved, fds)
 }

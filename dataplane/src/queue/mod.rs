@@ -140,7 +140,7 @@ pub trait RxQueue: Send {
     /// not in memory the queue shares with its peer (a cursor of its own,
     /// buffers it holds). Asked only while the workers are paused, after a
     /// release.
-    fn position(&self) -> Option<serde_json::Value> {
+    fn position(&self) -> Option<QueuePosition> {
         None
     }
 }
@@ -238,8 +238,32 @@ pub trait TxQueue: Send {
     /// it asked for interrupts.
     fn flush(&mut self);
     /// As [`RxQueue::position`], after a flush.
-    fn position(&self) -> Option<serde_json::Value> {
+    fn position(&self) -> Option<QueuePosition> {
         None
+    }
+}
+
+/// Where a queue stands ([`RxQueue::position`], [`TxQueue::position`]): a
+/// value of the kind's own type, which only the kind that made the queue
+/// reads back ([`QueuePosition::get`]), for its takeover.
+pub struct QueuePosition(Box<dyn std::any::Any + Send>);
+
+impl QueuePosition {
+    /// A queue's position, of its kind's type `T`.
+    pub fn new<T: std::any::Any + Send>(at: T) -> QueuePosition {
+        QueuePosition(Box::new(at))
+    }
+
+    /// The position as the kind's type `T`; `None` if it is another type
+    /// (another kind's queue).
+    pub fn get<T: std::any::Any>(self) -> Option<T> {
+        self.0.downcast().ok().map(|b| *b)
+    }
+}
+
+impl std::fmt::Debug for QueuePosition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("QueuePosition")
     }
 }
 

@@ -6,10 +6,10 @@
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
-use switchyard::port::endpoint;
 use switchyard::port::memif::region::Region;
 use switchyard::port::memif::ring::{Desc, Ring};
 use switchyard::port::memif::socket;
+use switchyard::port::socket::endpoint;
 use switchyard_api::SocketAddr;
 
 const SEQPACKET: nix::sys::socket::SockType = nix::sys::socket::SockType::SeqPacket;

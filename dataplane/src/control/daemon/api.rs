@@ -215,7 +215,7 @@ impl Daemon {
             })),
             Request::PortAdd { port } => {
                 let name = port.name.clone();
-                self.create_port(*port, false, super::Begin::Now)?;
+                self.create_port(*port, false, super::Begin::Start(crate::port::Start::Now))?;
                 if let Err(e) = self.persist() {
                     self.delete_port(&name)?;
                     return Err(e);

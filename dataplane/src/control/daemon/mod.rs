@@ -30,7 +30,8 @@ use super::server::{self, Call};
 use super::state::{State, StateError, StateStore};
 use crate::config::{Config, PortSpec};
 use crate::dataplane::{Dataplane, PortShared};
-use crate::port::{Port, PortCtx};
+use crate::port::socket::Listeners;
+use crate::port::{Port, PortCtx, Start};
 use crate::reactor::{Reactor, Token, Waker};
 use crate::types::{BridgeId, PortId};
 use crate::worker::{self, WorkerConfig};
@@ -61,6 +62,8 @@ pub struct Daemon {
     dp: Dataplane,
     ports: Vec<Option<PortEntry>>,
     port_names: HashMap<String, PortId>,
+    /// The sockets the switch listens on, each serving its member ports.
+    listeners: Arc<Listeners>,
     bridges: BTreeMap<String, BridgeEntry>,
     store: StateStore,
     calls: Receiver<Call>,
@@ -196,6 +199,7 @@ impl Daemon {
             dp,
             ports: Vec::new(),
             port_names: HashMap::new(),
+            listeners: Arc::default(),
             bridges: BTreeMap::new(),
             store,
             calls,
@@ -228,10 +232,10 @@ impl Daemon {
             if !d.bridges.contains_key(&name) {
                 d.create_bridge(&name, true);
             }
-            let mut result = d.create_port(p.uplink(&name), true, Begin::AtStart);
+            let mut result = d.create_port(p.uplink(&name), true, Begin::Start(Start::Waiting));
             if let (Err(e), Some(fallback)) = (&result, p.fallback(&name)) {
                 warn!(physnet = %name, "no af-xdp uplink ({}): using af-packet", e.message);
-                result = d.create_port(fallback, true, Begin::AtStart);
+                result = d.create_port(fallback, true, Begin::Start(Start::Waiting));
             }
             if let Err(e) = result {
                 error!(physnet = %name, "cannot create the physnet's uplink: {}", e.message);
@@ -250,7 +254,7 @@ impl Daemon {
             }
         }
         for p in d.cfg.ports.clone() {
-            if let Err(e) = d.create_port(p.clone(), true, Begin::AtStart) {
+            if let Err(e) = d.create_port(p.clone(), true, Begin::Start(Start::Waiting)) {
                 error!(port = %p.name, "cannot create configured port: {}", e.message);
             }
         }
@@ -266,7 +270,7 @@ impl Daemon {
                 warn!(port = %p.name, "persisted port also in config; using config");
                 continue;
             }
-            match d.create_port(p.clone(), false, Begin::AtStart) {
+            match d.create_port(p.clone(), false, Begin::Start(Start::Waiting)) {
                 Ok(()) => info!(port = %p.name, "restored port"),
                 Err(e) => {
                     error!(port = %p.name, "cannot restore port (kept in the state until deleted or added again): {}", e.message);
@@ -341,11 +345,15 @@ impl Daemon {
                     self.ports[id] = Some(e);
                 }
             }
+            if self.listeners.deadline().is_some_and(|d| d <= now) {
+                self.listeners.expire(&self.reactor, now);
+            }
             let deadline = self
                 .ports
                 .iter()
                 .flatten()
                 .filter_map(|e| e.port.deadline())
+                .chain(self.listeners.deadline())
                 .fold(next_tick, Instant::min);
             self.reactor.wait(
                 Some(deadline.saturating_duration_since(Instant::now())),
@@ -360,26 +368,27 @@ impl Daemon {
                             self.ports[id as usize] = Some(e);
                         }
                     }
+                    Token::Socket(id, sub) => self.listeners.on_ready(&self.reactor, id, sub),
                     Token::Control(TOKEN_API) => {
                         self.api_waker.drain();
                         while let Ok(call) = self.calls.try_recv() {
                             if let (Request::Takeover { version }, Some(conn)) =
                                 (&call.request, call.conn)
                             {
-                                match self.hand_over(conn, *version) {
+                                match self.serve_takeover(conn, *version) {
                                     // Every socket, connection, file and
                                     // mapping is the new switch's now: the
                                     // process ends without a destructor
                                     // (a queue's would still write to its
                                     // ring, an XSK's leave its map).
-                                    takeover::Handed::Over => {
+                                    takeover::Served::Replaced => {
                                         self.end_streams();
                                         if self.linger {
                                             return Err(takeover::linger());
                                         }
                                         std::process::exit(0)
                                     }
-                                    takeover::Handed::Kept => continue,
+                                    takeover::Served::Kept => continue,
                                 }
                             }
                             if let Request::StandDown = call.request {

@@ -11,18 +11,18 @@ use switchyard_api::{ApiError, ErrorCode, KindSpec, MacAddr};
 use super::{BridgeEntry, Daemon, PortEntry};
 use crate::config::{confine_socket, BridgeSpec, PortSpec};
 use crate::control::state::{State, STATE_VERSION};
-use crate::port::handover::{FdIn, Saved};
+use crate::port::takeover::{FdIn, Saved};
+use crate::port::Start;
 use crate::switch::security::PortSecurity;
 use crate::types::DropReason;
 use crate::vlan::VlanMode;
 
 /// How a new port begins.
 pub(crate) enum Begin<'a> {
-    /// Added over the API: a missing interface is an error.
-    Now,
-    /// The daemon is starting (config, state file): an uplink may wait
-    /// for its interface.
-    AtStart,
+    /// Started: over the API ([`Start::Now`]: a missing interface is an
+    /// error), or as the daemon starts ([`Start::Waiting`]: config, state
+    /// file; an uplink may wait for its interface).
+    Start(Start),
     /// Taken over from another process: its saved state and the fds that
     /// came with it.
     Restore(Saved, &'a mut FdIn),
@@ -124,7 +124,7 @@ impl Daemon {
             }
         }
         let workers = u16::try_from(self.dp.workers().max(1)).unwrap_or(1);
-        let mut port = crate::port::registry::build(&spec, workers);
+        let mut port = crate::port::registry::build(&spec, workers, &self.listeners);
         let vlan = VlanMode::from_spec(spec.vlan, spec.trunk.as_ref());
         let security = PortSecurity::from_spec(&spec);
         let (id, shared) = self.dp.add_port(&spec.name, bridge, vlan, &security);
@@ -145,8 +145,7 @@ impl Daemon {
         // At the daemon's start (config, state file) an uplink may wait
         // for its interface; over the API a missing one is an error.
         let started = match begin {
-            Begin::Now => port.start(&self.ctx(id)),
-            Begin::AtStart => port.start_waiting(&self.ctx(id)),
+            Begin::Start(start) => port.start(&self.ctx(id), start),
             Begin::Restore(saved, fds) => port.restore(&self.ctx(id), saved, fds),
         };
         if let Err(e) = started {

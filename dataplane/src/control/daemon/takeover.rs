@@ -1,6 +1,8 @@
-//! Takeover, both sides: the running daemon hands its ports over
-//! ([`Daemon::hand_over`]), a new one takes them up ([`Daemon::take_over`]).
-//! The conversation and its framing are [`crate::control::handover`]'s.
+//! Takeover, both sides: the running daemon gives its ports to the process
+//! that asks ([`Daemon::serve_takeover`]), a new one takes them over
+//! ([`Daemon::take_over`]). The conversation and its framing are
+//! [`crate::control::takeover`]'s; a port's part is [`crate::port::takeover`]
+//! and its kind's `persist.rs`.
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -12,10 +14,12 @@ use tracing::{info, warn};
 
 use super::{Begin, Daemon};
 use crate::config::Config;
-use crate::control::handover::{self, SavedBridge, SavedMac, SavedPort, State, Step, WireError};
 use crate::control::metrics::MetricsServer;
+use crate::control::takeover::{
+    self as wire, SavedBridge, SavedMac, SavedPort, Step, TakeoverState, WireError,
+};
 use crate::dataplane::MacSeen;
-use crate::port::handover::{FdIn, FdOut};
+use crate::port::takeover::{FdIn, FdOut, VERSION};
 use crate::types::PortId;
 use switchyard_api::Request;
 
@@ -73,42 +77,42 @@ pub fn wait_to_be_stopped() -> anyhow::Result<()> {
 #[error("takeover refused: {0}")]
 pub struct Refused(pub String);
 
-/// How a handover ended, for the old switch.
-pub(super) enum Handed {
+/// How a takeover ended, for the old switch.
+pub(super) enum Served {
     /// The new switch runs the ports: this process exits, leaving them.
-    Over,
+    Replaced,
     /// No takeover: this process carries on.
     Kept,
 }
 
 impl Daemon {
-    /// The old side: hands every port over on `conn` to the process that
-    /// asked (`version` is the state version it reads). Returns
-    /// [`Handed::Over`] once the new process has confirmed (it runs them
-    /// from then on); else the ports stay here, their queues taken up again
-    /// where the rings are ([`Port::requeue`](crate::port::Port::requeue)).
-    pub(super) fn hand_over(&mut self, conn: UnixStream, version: u32) -> Handed {
+    /// The old side: gives every port on `conn` to the process that asked
+    /// (`version` is the state version it reads). Returns
+    /// [`Served::Replaced`] once the new process has confirmed (it runs them
+    /// from then on); else the ports stay here, their queues going on where
+    /// the rings are ([`Port::resume`](crate::port::Port::resume)).
+    pub(super) fn serve_takeover(&mut self, conn: UnixStream, version: u32) -> Served {
         let peer = nix::sys::socket::getsockopt(&conn, nix::sys::socket::sockopt::PeerCredentials)
             .map(|c| c.pid())
             .unwrap_or(0);
         info!(pid = peer, "a new switch asks to take over");
-        let handed = self.hand_over_to(&conn, version, peer);
-        if matches!(handed, Handed::Kept) {
+        let served = self.give_ports(&conn, version, peer);
+        if matches!(served, Served::Kept) {
             self.taking_over.store(false, Ordering::Release);
         }
-        handed
+        served
     }
 
-    fn hand_over_to(&mut self, conn: &UnixStream, version: u32, peer: i32) -> Handed {
+    fn give_ports(&mut self, conn: &UnixStream, version: u32, peer: i32) -> Served {
         let refuse = |reason: String| {
             warn!(pid = peer, "takeover refused: {reason}");
-            let _ = handover::send(conn, &Step::Refused { reason }, &[]);
-            Handed::Kept
+            let _ = wire::send(conn, &Step::Refused { reason }, &[]);
+            Served::Kept
         };
-        if version != handover::VERSION {
+        if version != VERSION {
             return refuse(format!(
                 "the new switch reads state version {version}, this one writes {}",
-                handover::VERSION
+                VERSION
             ));
         }
         let _ = conn.set_write_timeout(Some(GO_TIMEOUT));
@@ -118,52 +122,56 @@ impl Daemon {
             self.dp.resume();
             return refuse("a worker did not stop at a burst boundary".into());
         }
-        // From here on, a failure takes every port back with
-        // `take_back`: a port may have stopped its queues to save them.
+        // From here on, a failure resumes every port (`resume_ports`):
+        // a port may have stopped its queues to save them.
         let mut fds = FdOut::default();
-        let state = match self.save(&mut fds) {
+        let bridges = self.save_bridges();
+        let state = match self
+            .pause_ports()
+            .and_then(|()| self.save_state(bridges, &mut fds))
+        {
             Ok(s) => s,
             Err(reason) => {
-                self.take_back();
+                self.resume_ports();
                 return refuse(reason);
             }
         };
         let state = serde_json::to_value(&state).expect("plain data");
-        if let Err(e) = handover::send(conn, &Step::State(state), fds.fds()) {
-            self.take_back();
+        if let Err(e) = wire::send(conn, &Step::State(state), fds.fds()) {
+            self.resume_ports();
             warn!(pid = peer, "takeover failed: cannot send the state: {e}");
-            return Handed::Kept;
+            return Served::Kept;
         }
-        match handover::recv(conn) {
+        match wire::recv(conn) {
             Ok((Step::Ready, _)) => {}
             Ok((Step::Refused { reason }, _)) => {
-                self.take_back();
+                self.resume_ports();
                 warn!(pid = peer, "the new switch refused the takeover: {reason}");
-                return Handed::Kept;
+                return Served::Kept;
             }
             other => {
-                self.take_back();
+                self.resume_ports();
                 warn!(
                     pid = peer,
                     "takeover failed, carrying on: {}",
                     failure(other)
                 );
-                return Handed::Kept;
+                return Served::Kept;
             }
         }
-        if let Err(e) = handover::send(conn, &Step::Go, &[]) {
+        if let Err(e) = wire::send(conn, &Step::Go, &[]) {
             // It is gone before the go: it ran nothing.
-            self.take_back();
+            self.resume_ports();
             warn!(
                 pid = peer,
                 "takeover failed, carrying on: cannot send the go: {e}"
             );
-            return Handed::Kept;
+            return Served::Kept;
         }
         // The new switch confirms, then runs: the ports are its once its
         // confirmation is here, and never before.
         let _ = conn.set_read_timeout(Some(GO_TIMEOUT));
-        let confirmed = match handover::recv(conn) {
+        let confirmed = match wire::recv(conn) {
             Err(WireError::Io(e)) if timed_out(&e) => {
                 // Closing our receiving side makes a confirmation it has
                 // not yet written fail (it then exits without running); one
@@ -171,7 +179,7 @@ impl Daemon {
                 // agree on who runs the ports.
                 let _ = conn.shutdown(std::net::Shutdown::Read);
                 let _ = conn.set_nonblocking(true);
-                handover::recv(conn)
+                wire::recv(conn)
             }
             other => other,
         };
@@ -183,45 +191,53 @@ impl Daemon {
                     paused_ms = paused_at.elapsed().as_secs_f64() * 1e3,
                     "handed over: exiting"
                 );
-                Handed::Over
+                Served::Replaced
             }
             other => {
-                self.take_back();
+                self.resume_ports();
                 warn!(
                     pid = peer,
                     "the new switch did not confirm after the go ({}): carrying on",
                     failure(other)
                 );
-                Handed::Kept
+                Served::Kept
             }
         }
     }
 
-    /// After a failed handover: every port's queues start again where the
-    /// rings are (a port may have stopped its queues to save them), and
-    /// the workers resume.
-    fn take_back(&mut self) {
+    /// Takeover's first step on every port ([`Port::pause`](crate::port::Port::pause)),
+    /// the workers paused.
+    fn pause_ports(&mut self) -> Result<(), String> {
         for id in 0..self.ports.len() {
             if let Some(mut e) = self.ports[id].take() {
-                e.port.requeue(&self.ctx(id as PortId));
+                let paused = e.port.pause(&self.ctx(id as PortId));
+                let name = e.spec.name.clone();
+                self.ports[id] = Some(e);
+                paused.map_err(|err| format!("port {name:?}: {err}"))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// After a failed takeover: every port undoes its pause, its queues
+    /// going on where the rings are, and the workers resume.
+    fn resume_ports(&mut self) {
+        for id in 0..self.ports.len() {
+            if let Some(mut e) = self.ports[id].take() {
+                e.port.resume(&self.ctx(id as PortId));
                 self.ports[id] = Some(e);
             }
         }
         self.dp.resume();
     }
 
-    /// Saves every bridge and port, their fds into `fds`.
-    fn save(&mut self, fds: &mut FdOut) -> Result<State, String> {
-        let control_listener = fds.add(
-            self.control_listener
-                .as_ref()
-                .ok_or("the control socket is not served yet")?
-                .as_fd(),
-        );
-        let metrics_listener = self.metrics.as_ref().map(|m| fds.add(m.listener()));
+    /// The bridges, every MAC table as it is: saved before the ports pause
+    /// (a vhost-user device that takes its queues back takes its link
+    /// down, and its MACs out of the table).
+    fn save_bridges(&self) -> Vec<SavedBridge> {
         let mut bridges: Vec<(&String, &super::BridgeEntry)> = self.bridges.iter().collect();
         bridges.sort_by_key(|(_, b)| b.id);
-        let bridges = bridges
+        bridges
             .into_iter()
             .map(|(name, b)| SavedBridge {
                 name: name.clone(),
@@ -247,25 +263,35 @@ impl Daemon {
                     })
                     .collect(),
             })
-            .collect();
+            .collect()
+    }
+
+    /// Saves every port (paused) with `bridges`, their fds into `fds`.
+    fn save_state(
+        &self,
+        bridges: Vec<SavedBridge>,
+        fds: &mut FdOut,
+    ) -> Result<TakeoverState, String> {
+        let control_listener = fds.add(
+            self.control_listener
+                .as_ref()
+                .ok_or("the control socket is not served yet")?
+                .as_fd(),
+        );
+        let metrics_listener = self.metrics.as_ref().map(|m| fds.add(m.listener()));
         let mut ports = Vec::new();
-        for id in 0..self.ports.len() {
-            let Some(mut e) = self.ports[id].take() else {
-                continue;
-            };
+        for (id, e) in self.ports.iter().enumerate() {
+            let Some(e) = e else { continue };
             let saved = e.port.save(&self.ctx(id as PortId), fds);
-            let name = e.spec.name.clone();
-            let (spec, from_config, totals) = (e.spec.clone(), e.from_config, e.shared.totals());
-            self.ports[id] = Some(e);
             ports.push(SavedPort {
-                spec,
-                from_config,
-                totals,
-                state: saved.map_err(|err| format!("port {name:?}: {err}"))?,
+                spec: e.spec.clone(),
+                from_config: e.from_config,
+                totals: e.shared.totals(),
+                state: saved.map_err(|err| format!("port {:?}: {err}", e.spec.name))?,
             });
         }
-        Ok(State {
-            version: handover::VERSION,
+        Ok(TakeoverState {
+            version: VERSION,
             pid: std::process::id(),
             config: serde_json::to_value(&self.cfg).expect("plain data"),
             control_listener,
@@ -290,14 +316,11 @@ impl Daemon {
             .with_context(|| format!("no switch to take over at {}", path.display()))?;
         conn.set_read_timeout(Some(STATE_TIMEOUT))?;
         conn.set_write_timeout(Some(GO_TIMEOUT))?;
-        let mut line = serde_json::to_vec(&Request::Takeover {
-            version: handover::VERSION,
-        })?;
+        let mut line = serde_json::to_vec(&Request::Takeover { version: VERSION })?;
         line.push(b'\n');
         std::io::Write::write_all(&mut &conn, &line)?;
         stop_at("state");
-        let (step, fds) =
-            handover::recv(&conn).context("waiting for the running switch's state")?;
+        let (step, fds) = wire::recv(&conn).context("waiting for the running switch's state")?;
         let state = match step {
             Step::State(v) => v,
             Step::Refused { reason } => {
@@ -307,7 +330,7 @@ impl Daemon {
         };
         stop_at("fds");
         let refuse = |reason: String| {
-            let _ = handover::send(
+            let _ = wire::send(
                 &conn,
                 &Step::Refused {
                     reason: reason.clone(),
@@ -317,16 +340,16 @@ impl Daemon {
             anyhow::Error::new(Refused(reason))
         };
         let version = state.get("version").and_then(serde_json::Value::as_u64);
-        if version != Some(u64::from(handover::VERSION)) {
+        if version != Some(u64::from(VERSION)) {
             return Err(refuse(format!(
                 "the running switch wrote state version {}, this one reads {}",
                 version.map_or("(none)".to_string(), |v| v.to_string()),
-                handover::VERSION
+                VERSION
             )));
         }
-        let state: State = serde_json::from_value(state)
+        let state: TakeoverState = serde_json::from_value(state)
             .map_err(|e| refuse(format!("cannot read the running switch's state: {e}")))?;
-        let differ = handover::config_differences(&ours, &state.config);
+        let differ = wire::config_differences(&ours, &state.config);
         if !differ.is_empty() {
             return Err(refuse(format!(
                 "the configuration differs from the running switch's in {}: start the new switch with the same configuration (and change it through the API afterwards), or restart instead",
@@ -335,11 +358,11 @@ impl Daemon {
         }
         let mut fds = FdIn::new(fds);
         let (listener, metrics) = d
-            .take_up(state, &mut fds)
+            .restore_state(state, &mut fds)
             .map_err(|e| refuse(format!("{e:#}")))?;
         let _ = conn.set_read_timeout(Some(GO_TIMEOUT));
-        handover::send(&conn, &Step::Ready, &[])?;
-        match handover::recv(&conn) {
+        wire::send(&conn, &Step::Ready, &[])?;
+        match wire::recv(&conn) {
             Ok((Step::Go, _)) => {}
             other => anyhow::bail!(
                 "the running switch did not give the go (it carries on): {}",
@@ -350,7 +373,7 @@ impl Daemon {
         // Confirmed, then run: a confirmation the old switch no longer
         // takes (it gave up waiting) fails here, and this one exits
         // without having touched a queue.
-        handover::send(&conn, &Step::Running, &[])
+        wire::send(&conn, &Step::Running, &[])
             .context("the running switch did not take the confirmation (it carries on)")?;
         d.dp.resume();
         let metrics = match (metrics, d.cfg.metrics_listen) {
@@ -388,11 +411,11 @@ impl Daemon {
         Ok(())
     }
 
-    /// Makes the bridges and ports handed over (the workers paused), and
+    /// Makes the bridges and ports taken over (the workers paused), and
     /// returns the listeners to serve on after the go.
-    fn take_up(
+    fn restore_state(
         &mut self,
-        state: State,
+        state: TakeoverState,
         fds: &mut FdIn,
     ) -> anyhow::Result<(UnixListener, Option<std::net::TcpListener>)> {
         let d = self;

@@ -11,7 +11,8 @@ use switchyard_api::{ApiError, ErrorCode, VtepInfo};
 use super::ports::Begin;
 use super::Daemon;
 use crate::config::Overlay;
-use crate::port::netdev::route_source;
+use crate::port::kernel::netdev::route_source;
+use crate::port::Start;
 
 impl Daemon {
     fn overlay(&self, name: &str) -> Result<Overlay, ApiError> {
@@ -50,9 +51,9 @@ impl Daemon {
             }
             let port = spec.name.clone();
             let begin = if from_config {
-                Begin::AtStart
+                Begin::Start(Start::Waiting)
             } else {
-                Begin::Now
+                Begin::Start(Start::Now)
             };
             if let Err(e) = self.create_port(spec, from_config, begin) {
                 for p in made {

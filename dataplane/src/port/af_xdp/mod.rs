@@ -34,9 +34,11 @@ use switchyard_api::{AfXdpSpec, XdpMode};
 use tracing::{info, warn};
 
 use crate::dataplane::QueuePositions;
-use crate::port::handover::{self, FdIn, FdOut, HandoverError, Saved};
-use crate::port::kernel_if::{queue_position, Interface, KernelIf, Uplink};
-use crate::port::netdev::{self, exceeds_mtu, pad_short, rx_vlan_offload, set_rx_vlan_offload};
+use crate::port::kernel::netdev::{
+    self, exceeds_mtu, pad_short, rx_vlan_offload, set_rx_vlan_offload,
+};
+use crate::port::kernel::{Interface, KernelIf, Uplink};
+use crate::port::takeover::{FdIn, FdOut, TakeoverError};
 use crate::port::Port;
 use crate::queue::offload::MAX_HDR;
 use crate::queue::{
@@ -44,12 +46,13 @@ use crate::queue::{
 };
 use crate::wire::ethernet::HEADER_LEN as ETH_HEADER_LEN;
 
+mod persist;
 mod prog;
 mod rings;
 mod xsk;
 
 use prog::XdpProgram;
-use rings::{RxPosition, TxPosition, XdpDesc, XdpRx, XdpTx, XskRing};
+use rings::{XdpDesc, XdpRx, XdpTx, XskRing};
 use xsk::*;
 
 /// Bytes of a UMEM frame.
@@ -96,36 +99,6 @@ struct AfXdp {
     partial_checksums: bool,
     /// Whether the port carries VLAN tags (a trunk of some VLAN).
     carries_tags: bool,
-}
-
-/// An af-xdp port's program and queues as saved for a takeover (fds by
-/// index in the list handed over).
-#[derive(serde::Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SavedQueues {
-    /// The UMEM and ring sizes, which the next switch must make too.
-    frame: u64,
-    frames: u64,
-    ring: u32,
-    /// The socket map, program and link ([`XdpProgram::fds`]).
-    program: [usize; 3],
-    restores_vlan_tags: bool,
-    mode: Mode,
-    /// Whether the port turned receive VLAN offload off (and so puts it
-    /// back when it lets the interface go).
-    rx_vlan_restore: bool,
-    partial_checksums: bool,
-    queues: Vec<SavedQueue>,
-}
-
-/// One socket: its fd, its UMEM's memory file, where its rings stand.
-#[derive(serde::Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SavedQueue {
-    socket: usize,
-    umem: usize,
-    rx: RxPosition,
-    tx: TxPosition,
 }
 
 /// How the port list names the peer of a port with sockets in `mode` on
@@ -278,32 +251,14 @@ impl Uplink for AfXdp {
         self.open.clear();
     }
 
-    fn save(&mut self, positions: QueuePositions, fds: &mut FdOut) -> Result<Saved, String> {
-        let (Some(prog), Some(mode)) = (&self.prog, self.mode) else {
-            return Err("no sockets open".into());
-        };
-        let program = prog.fds().map(|fd| fds.add(fd));
-        let mut queues = Vec::with_capacity(self.open.len());
-        for (i, xsk) in self.open.iter().enumerate() {
-            let (rx, tx) = queue_position(&positions, i)?;
-            queues.push(SavedQueue {
-                socket: fds.add(xsk.socket()),
-                umem: fds.add(xsk.umem_file()),
-                rx,
-                tx,
-            });
-        }
-        Ok(handover::write(&SavedQueues {
-            frame: FRAME,
-            frames: FRAMES,
-            ring: RING,
-            program,
-            restores_vlan_tags: prog.restores_vlan_tags,
-            mode,
-            rx_vlan_restore: self.rx_vlan_restore,
-            partial_checksums: self.partial_checksums,
-            queues,
-        }))
+    type Saved = persist::SavedQueues;
+
+    fn save(
+        &self,
+        positions: QueuePositions,
+        fds: &mut FdOut,
+    ) -> Result<persist::SavedQueues, String> {
+        self.save_queues(positions, fds)
     }
 
     /// The program, the sockets and their UMEMs, each ring where it stood;
@@ -311,43 +266,10 @@ impl Uplink for AfXdp {
     fn restore(
         &mut self,
         at: &Interface<'_>,
-        saved: Saved,
+        saved: persist::SavedQueues,
         fds: &mut FdIn,
-    ) -> Result<(PortQueues, String), HandoverError> {
-        let s: SavedQueues = handover::read(saved)?;
-        if (s.frame, s.frames, s.ring) != (FRAME, FRAMES, RING) {
-            return Err(HandoverError::Invalid(format!(
-                "UMEMs of {} frames of {} bytes with rings of {}, where this switch makes {FRAMES} of {FRAME} with {RING}",
-                s.frames, s.frame, s.ring
-            )));
-        }
-        let program = [
-            fds.take(s.program[0])?,
-            fds.take(s.program[1])?,
-            fds.take(s.program[2])?,
-        ];
-        let prog = XdpProgram::adopt(program, at.index, s.restores_vlan_tags)?;
-        let mut q = PortQueues::default();
-        let mut open = Vec::with_capacity(s.queues.len());
-        for (i, saved) in s.queues.into_iter().enumerate() {
-            let (xsk, [fill, comp, rx, tx]) =
-                xsk::adopt(fds.take(saved.socket)?, fds.take(saved.umem)?)?;
-            let r = XdpRx::resume(xsk.clone(), fill, rx, &saved.rx, s.partial_checksums);
-            let t = XdpTx::resume(xsk.clone(), tx, comp, saved.tx, at.mtu.clone())
-                .map_err(|e| HandoverError::Invalid(format!("queue {i}: {e}")))?;
-            q.rx.push(Box::new(r));
-            q.tx.push(Box::new(t));
-            open.push(xsk);
-        }
-        // The interface is as the other switch left it, and this port puts
-        // it back as that one would have.
-        self.rx_vlan_restore = s.rx_vlan_restore;
-        self.prog = Some(prog);
-        self.open = open;
-        self.mode = Some(s.mode);
-        self.partial_checksums = s.partial_checksums;
-        let restored = s.restores_vlan_tags && prog::driver_gives_vlan_tags(at.index);
-        Ok((q, describe(at.name, s.mode, restored)))
+    ) -> Result<(PortQueues, String), TakeoverError> {
+        self.restore_queues(at, saved, fds)
     }
 
     fn release(&mut self) {

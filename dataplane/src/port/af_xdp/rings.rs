@@ -3,6 +3,7 @@
 //! queue.
 
 use super::*;
+use crate::queue::QueuePosition;
 
 /// `struct xsk_ring_prod` / `struct xsk_ring_cons` of `<xdp/xsk.h>`.
 ///
@@ -195,8 +196,8 @@ impl RxQueue for XdpRx {
 
     /// Where the fill and rx rings stand (every frame read was released:
     /// the receive half is all the kernel's).
-    fn position(&self) -> Option<serde_json::Value> {
-        Some(handover::write(&RxPosition {
+    fn position(&self) -> Option<QueuePosition> {
+        Some(QueuePosition::new(RxPosition {
             fill_prod: self.fill.cached_prod,
             rx_cons: self.rx.cached_cons,
         }))
@@ -353,8 +354,8 @@ impl TxQueue for XdpTx {
         Ok(())
     }
 
-    fn position(&self) -> Option<serde_json::Value> {
-        Some(handover::write(&TxPosition {
+    fn position(&self) -> Option<QueuePosition> {
+        Some(QueuePosition::new(TxPosition {
             tx_prod: self.tx.cached_prod,
             comp_cons: self.comp.cached_cons,
             pool: self.pool.clone(),

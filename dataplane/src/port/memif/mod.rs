@@ -3,6 +3,7 @@
 //! memif [`Protocol`] on a [`SocketPort`].
 
 pub mod handshake;
+mod persist;
 pub mod queue;
 pub mod region;
 pub mod ring;
@@ -17,17 +18,16 @@ use tracing::info;
 
 use switchyard_api::{MemifMode, MemifRole, MemifSpec, PortStatus};
 
-use crate::port::handover::{self, FdIn, FdOut, HandoverError, Saved};
-use crate::port::sigbus::Tripwire;
-use crate::port::socket_port::{Closed, Protocol, SocketPort};
+use crate::port::socket::{Closed, Greeting, Listeners, Protocol, SocketPort};
+use crate::port::takeover::{FdIn, FdOut, TakeoverError};
 use crate::port::{Port, PortCtx};
 use crate::queue::{PortQueues, RxQueue, TxQueue};
-use crate::wire::memif::{ring_bytes, Message, MsgType, COOKIE, MAX_LOG2_RING_SIZE};
+use crate::wire::memif::{Message, MsgType};
 use handshake::{
     Established, HsError, MasterHandshake, MasterStep, Params, SlaveHandshake, SlaveStep,
 };
-use queue::{MemifRx, MemifTx, OwnBuffers, Side};
-use region::{Region, Regions};
+use queue::{MemifRx, MemifTx, OwnBuffers, Role};
+use region::Regions;
 use ring::Ring;
 
 pub use crate::wire::memif::Mode;
@@ -35,14 +35,15 @@ pub use crate::wire::memif::Mode;
 /// How long a handshake may take before the connection is dropped.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// A memif port: the memif protocol on a socket port.
-pub fn port(name: &str, spec: &MemifSpec) -> Box<dyn Port> {
+/// A memif port: the memif protocol on a socket port (the switch's
+/// listening sockets are `listeners`).
+pub fn port(name: &str, spec: &MemifSpec, listeners: &Arc<Listeners>) -> Box<dyn Port> {
     use switchyard_api::spec::memif::{DEFAULT_BUFFER_SIZE, DEFAULT_RING_SIZE};
     let memif = Memif {
         name: name.to_string(),
-        side: match spec.role {
-            MemifRole::Master => Side::Master,
-            MemifRole::Slave => Side::Slave,
+        role: match spec.role {
+            MemifRole::Master => Role::Master,
+            MemifRole::Slave => Role::Slave,
         },
         params: Params {
             if_name: name.to_string(),
@@ -57,14 +58,14 @@ pub fn port(name: &str, spec: &MemifSpec) -> Box<dyn Port> {
             buffer_size: spec.buffer_size.unwrap_or(DEFAULT_BUFFER_SIZE),
         },
     };
-    Box::new(SocketPort::new(name, spec.socket_spec(), memif))
+    Box::new(SocketPort::new(name, spec.socket_spec(), memif, listeners))
 }
 
 /// The memif protocol of one port.
 struct Memif {
     name: String,
     /// The switch's role.
-    side: Side,
+    role: Role,
     /// Connection parameters.
     params: Params,
 }
@@ -111,7 +112,7 @@ fn closed(e: HsError) -> Closed {
 }
 
 /// What a slave connected to a master socket says first, to name its
-/// interface: the id of its INIT and the INIT ([`Protocol::introduce`] of
+/// interface: the id of its INIT and the INIT ([`Greeting::introduce`] of
 /// memif; `Ok(None)` while nothing is waiting). Anything else is refused.
 pub fn introduce(fd: BorrowedFd<'_>) -> Result<Option<(u32, Message)>, Closed> {
     match read(fd)? {
@@ -120,18 +121,13 @@ pub fn introduce(fd: BorrowedFd<'_>) -> Result<Option<(u32, Message)>, Closed> {
     }
 }
 
-impl Protocol for Memif {
-    type Conn = Conn;
+impl Greeting for Memif {
     /// The slave's INIT.
     type Intro = Message;
     /// The queue pairs of the port's interface.
     type Offer = u16;
     const KIND: &'static str = "memif";
     const SOCK_TYPE: SockType = SockType::SeqPacket;
-
-    fn offer(&self) -> u16 {
-        self.params.queues
-    }
 
     fn greet(fd: BorrowedFd<'_>, offers: &[u16]) -> Result<(), String> {
         let queues = offers.iter().copied().max().unwrap_or(1);
@@ -150,6 +146,15 @@ impl Protocol for Memif {
             &Message::disconnect(reason).to_bytes(),
             None,
         );
+    }
+}
+
+impl Protocol for Memif {
+    type Conn = Conn;
+    type Saved = persist::SavedLink;
+
+    fn offer(&self) -> u16 {
+        self.params.queues
     }
 
     fn open(
@@ -228,45 +233,26 @@ impl Protocol for Memif {
         was_up
     }
 
-    fn save(&self, conn: &Conn, fds: &mut FdOut) -> Result<Option<Saved>, String> {
-        Ok(match &conn.hs {
-            Handshake::Up(l) => Some(handover::write(&l.save(conn.fd.as_fd(), fds))),
-            _ => None,
-        })
+    fn settled(conn: &Conn) -> bool {
+        matches!(conn.hs, Handshake::Up(_))
+    }
+
+    fn save(&self, conn: &Conn, fds: &mut FdOut) -> Result<persist::SavedLink, String> {
+        self.save_link(conn, fds)
     }
 
     fn restore(
         &mut self,
         cx: &PortCtx<'_>,
-        saved: Saved,
+        saved: persist::SavedLink,
         fds: &mut FdIn,
         status: &mut PortStatus,
-    ) -> Result<Conn, HandoverError> {
-        let saved: SavedLink = handover::read(saved)?;
-        let linked = self.relink(&saved, fds)?;
-        let fd = fds.take(saved.socket)?;
-        let q = self
-            .queues(&linked, Start::Resume)
-            .map_err(|c| HandoverError::Invalid(c.reason))?;
-        status.rx_queues = q.rx.len();
-        status.tx_queues = q.tx.len();
-        status.link_up = true;
-        info!(port = %self.name, rx_queues = q.rx.len(), tx_queues = q.tx.len(), "link taken over");
-        cx.attach(q);
-        Ok(Conn {
-            fd,
-            hs: Handshake::Up(linked),
-            started: Instant::now(),
-        })
+    ) -> Result<Conn, TakeoverError> {
+        self.restore_link(cx, saved, fds, status)
     }
 
-    fn requeue(&mut self, cx: &PortCtx<'_>, conn: &mut Conn) -> Result<(), Closed> {
-        let Handshake::Up(linked) = &conn.hs else {
-            return Ok(());
-        };
-        // Replaces the queues the workers had (paused, they hold none).
-        cx.attach(self.queues(linked, Start::Resume)?);
-        Ok(())
+    fn resume(&mut self, cx: &PortCtx<'_>, conn: &mut Conn) -> Result<(), Closed> {
+        self.resume_link(cx, conn)
     }
 }
 
@@ -332,7 +318,7 @@ impl Memif {
             m2s: est.m2s.into_iter().map(ring).collect(),
             buffer_size: est.buffer_size,
         };
-        let q = self.queues(&linked, Start::Fresh)?;
+        let q = self.queues(&linked, QueuesFrom::Zero)?;
         status.link_up = true;
         status.rx_queues = q.rx.len();
         status.tx_queues = q.tx.len();
@@ -354,11 +340,11 @@ impl Memif {
 
     /// The queues of a link: fresh (a new connection; a slave posts its
     /// buffers) or resumed where the rings are (a takeover).
-    fn queues(&self, l: &Linked, start: Start) -> Result<PortQueues, Closed> {
-        let side = self.side;
-        let (rx_rings, tx_rings) = match side {
-            Side::Master => (&l.s2m, &l.m2s),
-            Side::Slave => (&l.m2s, &l.s2m),
+    fn queues(&self, l: &Linked, from: QueuesFrom) -> Result<PortQueues, Closed> {
+        let role = self.role;
+        let (rx_rings, tx_rings) = match role {
+            Role::Master => (&l.s2m, &l.m2s),
+            Role::Slave => (&l.m2s, &l.s2m),
         };
         let own = |r: &LinkedRing| {
             r.buffers.map(|first| OwnBuffers {
@@ -374,102 +360,29 @@ impl Memif {
         let mut q = PortQueues::default();
         for r in rx_rings {
             let (ring, regions, irq, own) = (r.ring, l.regions.clone(), irq(r)?, own(r));
-            q.rx.push(Box::new(match start {
-                Start::Fresh => MemifRx::new(side, ring, regions, irq, own),
-                Start::Resume => MemifRx::resume(side, ring, regions, irq, own),
+            q.rx.push(Box::new(match from {
+                QueuesFrom::Zero => MemifRx::new(role, ring, regions, irq, own),
+                QueuesFrom::Rings => MemifRx::resume(role, ring, regions, irq, own),
             }) as Box<dyn RxQueue>);
         }
         for r in tx_rings {
             let (ring, regions, irq, own) = (r.ring, l.regions.clone(), irq(r)?, own(r));
-            q.tx.push(Box::new(match start {
-                Start::Fresh => MemifTx::new(side, ring, regions, irq, own),
-                Start::Resume => MemifTx::resume(side, ring, regions, irq, own),
+            q.tx.push(Box::new(match from {
+                QueuesFrom::Zero => MemifTx::new(role, ring, regions, irq, own),
+                QueuesFrom::Rings => MemifTx::resume(role, ring, regions, irq, own),
             }) as Box<dyn TxQueue>);
         }
         Ok(q)
     }
-
-    /// Maps the memory and finds the rings of a link another process saved.
-    fn relink(&self, saved: &SavedLink, fds: &mut FdIn) -> Result<Linked, HandoverError> {
-        let invalid = |why: String| HandoverError::Invalid(why);
-        let mut wire = Tripwire::new();
-        let mut list = Vec::with_capacity(saved.regions.len());
-        for (i, r) in saved.regions.iter().enumerate() {
-            let fd = fds.take(r.fd)?;
-            let region = match self.side {
-                Side::Master => Region::from_peer(fd, r.size, &mut wire),
-                Side::Slave => Region::adopt(fd, r.size),
-            };
-            list.push(region.map_err(|e| invalid(format!("region {i}: {e}")))?);
-        }
-        if list.is_empty() || list.len() > region::MAX_REGIONS {
-            return Err(invalid(format!("{} regions", list.len())));
-        }
-        let regions = Arc::new(Regions::watched(list, wire));
-        let mut ring = |r: &SavedRing| -> Result<LinkedRing, HandoverError> {
-            let region = regions.get(r.region as usize).ok_or_else(|| {
-                invalid(format!("a ring in region {}, which is not there", r.region))
-            })?;
-            if r.log2 == 0
-                || r.log2 > MAX_LOG2_RING_SIZE
-                || r.offset % 8 != 0
-                || u64::from(r.offset) + ring_bytes(r.log2) > region.size()
-            {
-                return Err(invalid(format!(
-                    "a ring of 2^{} slots at {} is outside region {}",
-                    r.log2, r.offset, r.region
-                )));
-            }
-            if r.buffers.is_some() != (self.side == Side::Slave) {
-                return Err(invalid("buffers saved for the wrong side".into()));
-            }
-            // SAFETY: the offset is 8-aligned and the ring lies inside the
-            // region (checked above), which `regions` keeps mapped for as
-            // long as any queue built from this ring.
-            let ring = unsafe { Ring::new(region.base().add(r.offset as usize), r.log2) };
-            if ring.cookie() != COOKIE {
-                return Err(invalid(format!(
-                    "no memif cookie at ring offset {}",
-                    r.offset
-                )));
-            }
-            Ok(LinkedRing {
-                ring,
-                irq: fds.take(r.irq)?,
-                buffers: r.buffers,
-                region: r.region,
-                offset: r.offset,
-            })
-        };
-        let s2m = saved
-            .s2m
-            .iter()
-            .map(&mut ring)
-            .collect::<Result<Vec<_>, _>>()?;
-        let m2s = saved
-            .m2s
-            .iter()
-            .map(&mut ring)
-            .collect::<Result<Vec<_>, _>>()?;
-        if s2m.is_empty() || m2s.is_empty() {
-            return Err(invalid("a link without rings".into()));
-        }
-        Ok(Linked {
-            regions,
-            s2m,
-            m2s,
-            buffer_size: saved.buffer_size,
-        })
-    }
 }
 
-/// How a link's queues begin.
+/// Where a link's queues begin.
 #[derive(Clone, Copy)]
-enum Start {
+enum QueuesFrom {
     /// A new connection: counters at zero.
-    Fresh,
+    Zero,
     /// Taken over: where the rings are.
-    Resume,
+    Rings,
 }
 
 /// A ring of a link that is up.
@@ -489,59 +402,4 @@ struct Linked {
     s2m: Vec<LinkedRing>,
     m2s: Vec<LinkedRing>,
     buffer_size: u32,
-}
-
-/// A link as saved for a takeover; fds by their index in the handover.
-#[derive(serde::Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SavedLink {
-    socket: usize,
-    regions: Vec<SavedRegion>,
-    s2m: Vec<SavedRing>,
-    m2s: Vec<SavedRing>,
-    buffer_size: u32,
-}
-
-#[derive(serde::Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SavedRegion {
-    fd: usize,
-    size: u64,
-}
-
-#[derive(serde::Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SavedRing {
-    region: u16,
-    offset: u32,
-    log2: u8,
-    irq: usize,
-    buffers: Option<u32>,
-}
-
-impl Linked {
-    fn save(&self, socket: BorrowedFd<'_>, fds: &mut FdOut) -> SavedLink {
-        let mut ring = |r: &LinkedRing| SavedRing {
-            region: r.region,
-            offset: r.offset,
-            log2: r.ring.size().trailing_zeros() as u8,
-            irq: fds.add(r.irq.as_fd()),
-            buffers: r.buffers,
-        };
-        let s2m = self.s2m.iter().map(&mut ring).collect();
-        let m2s = self.m2s.iter().map(&mut ring).collect();
-        SavedLink {
-            socket: fds.add(socket),
-            regions: (0..self.regions.len())
-                .filter_map(|i| self.regions.get(i))
-                .map(|r| SavedRegion {
-                    fd: fds.add(r.fd()),
-                    size: r.size(),
-                })
-                .collect(),
-            s2m,
-            m2s,
-            buffer_size: self.buffer_size,
-        }
-    }
 }

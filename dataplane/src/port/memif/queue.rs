@@ -28,7 +28,7 @@ pub const MAX_TX_CHAIN: u16 = 64;
 
 /// Which end of the connection we are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Side {
+pub enum Role {
     /// We listen; the peer owns the memory.
     Master,
     /// We connect and own the memory.
@@ -60,7 +60,7 @@ impl OwnBuffers {
 
 /// A receive queue.
 pub struct MemifRx {
-    side: Side,
+    role: Role,
     ring: Ring,
     regions: Arc<Regions>,
     irq: OwnedFd,
@@ -74,14 +74,14 @@ pub struct MemifRx {
 impl MemifRx {
     /// Wraps a ring we receive on. The slave side posts every buffer now.
     pub fn new(
-        side: Side,
+        role: Role,
         ring: Ring,
         regions: Arc<Regions>,
         irq: OwnedFd,
         own: Option<OwnBuffers>,
     ) -> MemifRx {
         let mut q = MemifRx {
-            side,
+            role,
             ring,
             regions,
             irq,
@@ -90,9 +90,9 @@ impl MemifRx {
             posted: 0,
             own,
         };
-        match side {
-            Side::Master => q.ring.set_tail(0),
-            Side::Slave => {
+        match role {
+            Role::Master => q.ring.set_tail(0),
+            Role::Slave => {
                 q.ring.set_head(0);
                 q.refill();
             }
@@ -107,21 +107,21 @@ impl MemifRx {
     /// this side writes (a master's tail; a slave's head, which its refills
     /// keep one ring ahead of what it consumed). Nothing is written.
     pub fn resume(
-        side: Side,
+        role: Role,
         ring: Ring,
         regions: Arc<Regions>,
         irq: OwnedFd,
         own: Option<OwnBuffers>,
     ) -> MemifRx {
-        let (cursor, posted) = match side {
-            Side::Master => (ring.tail(), 0),
-            Side::Slave => {
+        let (cursor, posted) = match role {
+            Role::Master => (ring.tail(), 0),
+            Role::Slave => {
                 let head = ring.head();
                 (head.wrapping_sub(ring.size() as u16), head)
             }
         };
         MemifRx {
-            side,
+            role,
             ring,
             regions,
             irq,
@@ -146,9 +146,9 @@ impl MemifRx {
 
     #[inline]
     fn peer_counter(&self) -> u16 {
-        match self.side {
-            Side::Master => self.ring.head(),
-            Side::Slave => self.ring.tail(),
+        match self.role {
+            Role::Master => self.ring.head(),
+            Role::Slave => self.ring.tail(),
         }
     }
 }
@@ -172,13 +172,13 @@ impl MemifRx {
     fn take_burst(&mut self, burst: &mut RxBurst) -> Result<usize, QueueFault> {
         let limit = self.peer_counter();
         let avail = limit.wrapping_sub(self.cursor);
-        let allowed = match self.side {
-            Side::Master => self.ring.size(),
-            Side::Slave => u32::from(self.posted.wrapping_sub(self.cursor)),
+        let allowed = match self.role {
+            Role::Master => self.ring.size(),
+            Role::Slave => u32::from(self.posted.wrapping_sub(self.cursor)),
         };
         if u32::from(avail) > allowed {
             return Err(QueueFault::BadRingIndex {
-                what: if self.side == Side::Master {
+                what: if self.role == Role::Master {
                     "s2m head"
                 } else {
                     "m2s tail"
@@ -257,9 +257,9 @@ impl RxQueue for MemifRx {
         }
         self.cursor = self.cursor.wrapping_add(self.consumed);
         self.consumed = 0;
-        match self.side {
-            Side::Master => self.ring.set_tail(self.cursor),
-            Side::Slave => self.refill(),
+        match self.role {
+            Role::Master => self.ring.set_tail(self.cursor),
+            Role::Slave => self.refill(),
         }
     }
 
@@ -282,7 +282,7 @@ impl RxQueue for MemifRx {
 
 /// A transmit queue.
 pub struct MemifTx {
-    side: Side,
+    role: Role,
     ring: Ring,
     regions: Arc<Regions>,
     irq: OwnedFd,
@@ -295,18 +295,18 @@ pub struct MemifTx {
 impl MemifTx {
     /// Wraps a ring we transmit on.
     pub fn new(
-        side: Side,
+        role: Role,
         ring: Ring,
         regions: Arc<Regions>,
         irq: OwnedFd,
         own: Option<OwnBuffers>,
     ) -> MemifTx {
-        match side {
-            Side::Master => ring.set_tail(0),
-            Side::Slave => ring.set_head(0),
+        match role {
+            Role::Master => ring.set_tail(0),
+            Role::Slave => ring.set_head(0),
         }
         MemifTx {
-            side,
+            role,
             ring,
             regions,
             irq,
@@ -321,18 +321,18 @@ impl MemifTx {
     /// where its last flush left it: at the counter this side writes (a
     /// master's tail, a slave's head). Nothing is written.
     pub fn resume(
-        side: Side,
+        role: Role,
         ring: Ring,
         regions: Arc<Regions>,
         irq: OwnedFd,
         own: Option<OwnBuffers>,
     ) -> MemifTx {
-        let at = match side {
-            Side::Master => ring.tail(),
-            Side::Slave => ring.head(),
+        let at = match role {
+            Role::Master => ring.tail(),
+            Role::Slave => ring.head(),
         };
         MemifTx {
-            side,
+            role,
             ring,
             regions,
             irq,
@@ -346,8 +346,8 @@ impl MemifTx {
     /// Re-reads the peer's counter; returns the new limit of fillable slots.
     fn refresh(&mut self) -> Result<(), QueueFault> {
         let size = self.ring.size();
-        match self.side {
-            Side::Master => {
+        match self.role {
+            Role::Master => {
                 let head = self.ring.head();
                 if u32::from(head.wrapping_sub(self.cursor)) > size {
                     return Err(QueueFault::BadRingIndex {
@@ -359,7 +359,7 @@ impl MemifTx {
                 }
                 self.limit = head;
             }
-            Side::Slave => {
+            Role::Slave => {
                 let tail = self.ring.tail();
                 if u32::from(self.published.wrapping_sub(tail)) > size {
                     return Err(QueueFault::BadRingIndex {
@@ -390,8 +390,8 @@ impl MemifTx {
         }
         // A slave writes whole descriptors pointing at its own buffers; a
         // master fills the buffer the slave posted and sets length/flags.
-        match (self.side, self.own) {
-            (Side::Slave, Some(own)) => {
+        match (self.role, self.own) {
+            (Role::Slave, Some(own)) => {
                 let d = own.desc(&self.ring, slot, own.size, 0);
                 let p = self.regions.resolve(0, d.offset, own.size).ok_or_else(|| {
                     TxError::fault(QueueFault::Other("own buffer outside region".into()))
@@ -502,7 +502,7 @@ impl TxQueue for MemifTx {
     /// straight in; any other frame, and a slave's, goes through
     /// [`MemifTx::tx`], which refreshes the room and reports errors.
     fn tx_burst(&mut self, frames: &[TxFrame<'_>]) -> TxOutcome {
-        if self.side == Side::Slave {
+        if self.role == Role::Slave {
             return tx_each(frames, |f| self.tx(f));
         }
         tx_each(frames, |f| {
@@ -528,9 +528,9 @@ impl TxQueue for MemifTx {
         if self.cursor == self.published {
             return;
         }
-        match self.side {
-            Side::Master => self.ring.set_tail(self.cursor),
-            Side::Slave => self.ring.set_head(self.cursor),
+        match self.role {
+            Role::Master => self.ring.set_tail(self.cursor),
+            Role::Slave => self.ring.set_head(self.cursor),
         }
         self.published = self.cursor;
         // No fence between the counter store and the flag read, as DPDK,
@@ -578,7 +578,7 @@ mod tests {
     /// A master's receive queue on `ring`, in `regions`.
     fn master_rx(ring: Ring, regions: &Arc<Regions>) -> MemifRx {
         let irq = crate::eventfd::new_eventfd().unwrap();
-        MemifRx::new(Side::Master, ring, regions.clone(), irq, None)
+        MemifRx::new(Role::Master, ring, regions.clone(), irq, None)
     }
 
     fn peer_fill(regions: &Regions, ring: &Ring, slot: u16, d: Desc, byte: u8) {
@@ -719,7 +719,7 @@ mod tests {
     fn master_tx_burst_fills_posted_buffers_and_chains_what_does_not_fit() {
         let (regions, ring, first) = setup();
         let irq = crate::eventfd::new_eventfd().unwrap();
-        let mut tx = MemifTx::new(Side::Master, ring, regions.clone(), irq, None);
+        let mut tx = MemifTx::new(Role::Master, ring, regions.clone(), irq, None);
         // The slave posts 6 buffers of BUF bytes, slot i at buffer i.
         let post = |slot: u16| Desc {
             flags: 0,
@@ -787,7 +787,7 @@ mod tests {
     fn slave_tx_chains_long_frames_and_respects_the_master_tail() {
         let (regions, ring, first) = setup();
         let mut tx = MemifTx::new(
-            Side::Slave,
+            Role::Slave,
             ring,
             regions.clone(),
             crate::eventfd::new_eventfd().unwrap(),

@@ -91,7 +91,7 @@ pub fn recv(fd: RawFd) -> io::Result<Option<Received>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::port::endpoint::{accept, connect, listen};
+    use crate::port::socket::endpoint::{accept, connect, listen};
     use crate::wire::memif::Message;
     use nix::sys::socket::SockType;
     use std::os::fd::AsRawFd;

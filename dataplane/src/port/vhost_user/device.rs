@@ -43,8 +43,8 @@ use vm_memory::{
 };
 
 use super::queue::{RingProgress, VirtioRx, VirtioTx, Vq};
-use crate::port::handover::{FdIn, FdOut, HandoverError};
 use crate::port::sigbus::Tripwire;
+use crate::port::takeover::{FdIn, FdOut, FdRef, TakeoverError};
 use crate::port::QueueLink;
 use crate::queue::{OffloadCaps, PortQueues, RxQueue, TxQueue};
 
@@ -357,54 +357,59 @@ impl NetDevice {
 }
 
 /// A device as saved for a takeover: what the frontend's messages set,
-/// and where each ring stands (its fds by index in the handover).
+/// and where each ring stands.
 #[derive(serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SavedDevice {
     /// Queue pairs offered.
-    pub max_pairs: u16,
+    pub(super) max_pairs: u16,
     /// `SET_FEATURES`, if it came.
-    pub acked_features: Option<u64>,
+    pub(super) acked_features: Option<u64>,
     /// `SET_PROTOCOL_FEATURES`.
-    pub acked_protocol: u64,
+    pub(super) acked_protocol: u64,
     /// `SET_MEM_TABLE`, if it came.
-    memory: Option<Vec<SavedRegion>>,
-    vrings: Vec<SavedVring>,
+    pub(super) memory: Option<Vec<SavedRegion>>,
+    /// Every vring, in order.
+    pub(super) vrings: Vec<SavedVring>,
 }
 
+/// A region of the memory table: its file and where it is.
 #[derive(serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
-struct SavedRegion {
-    fd: usize,
-    guest_phys_addr: u64,
-    memory_size: u64,
-    user_addr: u64,
-    mmap_offset: u64,
+pub struct SavedRegion {
+    pub(super) fd: FdRef,
+    pub(super) guest_phys_addr: u64,
+    pub(super) memory_size: u64,
+    pub(super) user_addr: u64,
+    pub(super) mmap_offset: u64,
 }
 
+/// A vring: as `SET_VRING_*` set it, where its queue stands, its eventfds.
 #[derive(serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
-struct SavedVring {
-    size: u16,
-    ready: bool,
-    enabled: bool,
-    event_idx: bool,
-    desc_table: u64,
-    avail_ring: u64,
-    used_ring: u64,
-    next_avail: u16,
-    next_used: u16,
-    kick: Option<usize>,
-    call: Option<usize>,
+pub struct SavedVring {
+    pub(super) size: u16,
+    pub(super) ready: bool,
+    pub(super) enabled: bool,
+    pub(super) event_idx: bool,
+    pub(super) desc_table: u64,
+    pub(super) avail_ring: u64,
+    pub(super) used_ring: u64,
+    pub(super) next_avail: u16,
+    pub(super) next_used: u16,
+    pub(super) kick: Option<FdRef>,
+    pub(super) call: Option<FdRef>,
 }
 
 impl NetDevice {
-    /// Takes the queues back from the workers (their last positions into
-    /// the vrings) and writes the device down for a takeover, its memory
-    /// and eventfds into `fds`. [`NetDevice::activate`] hands the queues
-    /// out again if the takeover fails.
-    pub fn save(&mut self, fds: &mut FdOut) -> Result<SavedDevice, String> {
-        self.park();
+    /// Writes the device down for a takeover, its memory and eventfds into
+    /// `fds`. The queues are parked first ([`NetDevice::park`]: their last
+    /// positions into the vrings); [`NetDevice::activate`] hands them out
+    /// again if the takeover fails.
+    pub fn save(&self, fds: &mut FdOut) -> Result<SavedDevice, String> {
+        if !self.live.is_empty() {
+            return Err("queues with the workers (the device was not parked)".into());
+        }
         let memory = if self.mem_set {
             let mem = self.mem.memory();
             let mut regions = Vec::with_capacity(self.mappings.len());
@@ -468,8 +473,8 @@ impl NetDevice {
     /// (a takeover): the features come first, through the protocol handler
     /// (see `vhost_user::restore`). The device is then as the frontend
     /// left the old one; [`NetDevice::activate`] starts its queues.
-    pub fn restore(&mut self, saved: &SavedDevice, fds: &mut FdIn) -> Result<(), HandoverError> {
-        let invalid = |what: String| HandoverError::Invalid(what);
+    pub fn restore(&mut self, saved: &SavedDevice, fds: &mut FdIn) -> Result<(), TakeoverError> {
+        let invalid = |what: String| TakeoverError::Invalid(what);
         if saved.vrings.len() != self.vrings.len() {
             return Err(invalid(format!(
                 "{} vrings saved for a device of {}",

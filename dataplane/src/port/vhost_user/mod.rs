@@ -16,6 +16,7 @@
 //! the poll-mode workers run the queues.)
 
 pub mod device;
+mod persist;
 pub mod queue;
 pub mod relay;
 pub mod split;
@@ -28,25 +29,30 @@ use std::time::Instant;
 
 use nix::sys::socket::SockType;
 use tracing::{debug, info};
-use vhost::vhost_user::message::FrontendReq;
 use vhost::vhost_user::{BackendReqHandler, Error as VuError};
 
 use switchyard_api::{PortStatus, Side, VhostUserSpec};
 
-use crate::port::handover::{self, FdIn, FdOut, HandoverError, Saved};
-use crate::port::socket_port::{Closed, Protocol, SocketPort};
+use crate::port::socket::{Closed, Greeting, Listeners, Protocol, SocketPort};
+use crate::port::takeover::{FdIn, FdOut, TakeoverError};
 use crate::port::{Port, PortCtx};
 use device::{Activation, NetDevice};
 use relay::{Message, Relay, RelayError};
 
 /// A vhost-user port: the vhost-user protocol on a socket port, offering
-/// the spec's queue pairs, else `queues` (one per worker, as OVS-DPDK).
-pub fn port(name: &str, spec: &VhostUserSpec, queues: u16) -> Box<dyn Port> {
+/// the spec's queue pairs, else `queues` (one per worker, as OVS-DPDK);
+/// the switch's listening sockets are `listeners`.
+pub fn port(
+    name: &str,
+    spec: &VhostUserSpec,
+    queues: u16,
+    listeners: &Arc<Listeners>,
+) -> Box<dyn Port> {
     let vu = VhostUser {
         name: name.to_string(),
         queues: spec.queues.unwrap_or(queues),
     };
-    Box::new(SocketPort::new(name, spec.socket_spec(), vu))
+    Box::new(SocketPort::new(name, spec.socket_spec(), vu, listeners))
 }
 
 /// The vhost-user protocol of one port.
@@ -69,19 +75,23 @@ fn lock(d: &Mutex<NetDevice>) -> MutexGuard<'_, NetDevice> {
     d.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-impl Protocol for VhostUser {
-    type Conn = Conn;
+impl Greeting for VhostUser {
     type Intro = ();
     type Offer = ();
     const KIND: &'static str = "vhost-user";
     const SOCK_TYPE: SockType = SockType::Stream;
 
-    fn offer(&self) {}
-
     /// A frontend names no interface: the socket is its port's alone.
     fn introduce(_fd: BorrowedFd<'_>) -> Result<Option<(u32, ())>, Closed> {
         Ok(Some((0, ())))
     }
+}
+
+impl Protocol for VhostUser {
+    type Conn = Conn;
+    type Saved = persist::SavedConn;
+
+    fn offer(&self) {}
 
     fn on_intro(
         &mut self,
@@ -156,70 +166,30 @@ impl Protocol for VhostUser {
         lock(&conn.device).park()
     }
 
-    /// Between two messages the device holds the whole negotiation: it is
-    /// saved with its queues stopped, their positions in the vrings.
-    fn save(&self, conn: &Conn, fds: &mut FdOut) -> Result<Option<Saved>, String> {
-        let device = lock(&conn.device).save(fds)?;
-        Ok(Some(handover::write(&SavedConn {
-            socket: fds.add(conn.relay.fd()),
-            device,
-            relay: conn.relay.save(fds),
-        })))
+    /// The device takes its queues back from the workers, their positions
+    /// into the vrings: between two messages it then holds the whole
+    /// negotiation.
+    fn pause(&mut self, _cx: &PortCtx<'_>, conn: &mut Conn) {
+        lock(&conn.device).park();
     }
 
-    /// The frontend keeps its connection and sees no message: the `vhost`
-    /// crate's handler gets its own state (features, protocol features,
-    /// REPLY_ACK) from the messages that set it, replayed on the relay's
-    /// inner side with their replies dropped; the device gets its memory
-    /// table and rings as saved; the queues start where the rings are.
+    fn save(&self, conn: &Conn, fds: &mut FdOut) -> Result<persist::SavedConn, String> {
+        self.save_conn(conn, fds)
+    }
+
     fn restore(
         &mut self,
         cx: &PortCtx<'_>,
-        saved: Saved,
+        saved: persist::SavedConn,
         fds: &mut FdIn,
         _status: &mut PortStatus,
-    ) -> Result<Conn, HandoverError> {
-        let saved: SavedConn = handover::read(saved)?;
-        let fd = fds.take(saved.socket)?;
-        let (mut relay, handler_side) = Relay::new(UnixStream::from(fd))?;
-        let device = NetDevice::new(&self.name, cx.link(), saved.device.max_pairs)
-            .map_err(|e| HandoverError::Invalid(format!("device: {e}")))?;
-        let device = Arc::new(Mutex::new(device));
-        let mut handler = BackendReqHandler::from_stream(handler_side, device.clone());
-        let d = &saved.device;
-        let mut replay = vec![(FrontendReq::GET_FEATURES, None)];
-        if d.acked_protocol != 0 {
-            replay.push((FrontendReq::GET_PROTOCOL_FEATURES, None));
-            replay.push((FrontendReq::SET_PROTOCOL_FEATURES, Some(d.acked_protocol)));
-        }
-        if let Some(f) = d.acked_features {
-            replay.push((FrontendReq::SET_FEATURES, Some(f)));
-        }
-        for (req, value) in replay {
-            relay.replay(message(req as u32, FLAG_VERSION_1, value))?;
-            handler
-                .handle_request()
-                .map_err(|e| HandoverError::Invalid(format!("replaying {req:?}: {e}")))?;
-            relay.drop_replies()?;
-        }
-        lock(&device).restore(d, fds)?;
-        relay.restore(saved.relay, fds)?;
-        let pairs_up = match lock(&device).activate().map_err(HandoverError::Invalid)? {
-            Activation::Up { pairs } => pairs,
-            Activation::Unchanged => Vec::new(),
-        };
-        info!(port = %self.name, queue_pairs = pairs_up.len(), "frontend taken over");
-        Ok(Conn {
-            handler,
-            device,
-            relay,
-            pairs_up,
-        })
+    ) -> Result<Conn, TakeoverError> {
+        self.restore_conn(cx, saved, fds)
     }
 
     /// The queues start again from the vrings, each where its used index
     /// in guest memory stands (`NetDevice::activate`).
-    fn requeue(&mut self, _cx: &PortCtx<'_>, conn: &mut Conn) -> Result<(), Closed> {
+    fn resume(&mut self, _cx: &PortCtx<'_>, conn: &mut Conn) -> Result<(), Closed> {
         let mut dev = lock(&conn.device);
         dev.take_parked();
         dev.activate().map(|_| ()).map_err(Closed::fault)
@@ -279,15 +249,6 @@ impl VhostUser {
         }
         conn.pairs_up = now;
     }
-}
-
-/// A connection as saved for a takeover (fds by index).
-#[derive(serde::Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SavedConn {
-    socket: usize,
-    device: device::SavedDevice,
-    relay: relay::SavedRelay,
 }
 
 /// A vhost-user message: header (`code`, `flags`, body size) and an

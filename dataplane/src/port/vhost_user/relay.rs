@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, MsgFlags, UnixAddr};
 
-use crate::port::handover::{FdIn, FdOut, HandoverError};
+use crate::port::takeover::{FdIn, FdOut, FdRef, TakeoverError};
 
 /// vhost-user message header: `u32` request, `u32` flags, `u32` body size.
 pub const HEADER_LEN: usize = 12;
@@ -65,13 +65,13 @@ impl From<io::Error> for RelayError {
     }
 }
 
-/// What a relay held, as saved for a takeover (fds by index).
+/// What a relay held: a message begun and its fds, replies not yet read.
 #[derive(serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SavedRelay {
-    pending: Vec<u8>,
-    fds: Vec<usize>,
-    unread: Vec<u8>,
+    pub(super) pending: Vec<u8>,
+    pub(super) fds: Vec<FdRef>,
+    pub(super) unread: Vec<u8>,
 }
 
 /// One whole message from the frontend.
@@ -329,9 +329,9 @@ impl Relay {
 
     /// Takes up what another process's relay held ([`Relay::save`]): the
     /// rest of the message follows in the socket, the replies go out next.
-    pub fn restore(&mut self, saved: SavedRelay, fds: &mut FdIn) -> Result<(), HandoverError> {
+    pub fn restore(&mut self, saved: SavedRelay, fds: &mut FdIn) -> Result<(), TakeoverError> {
         if saved.pending.len() > HEADER_LEN + MAX_BODY || saved.fds.len() > MAX_FDS {
-            return Err(HandoverError::Invalid(format!(
+            return Err(TakeoverError::Invalid(format!(
                 "a relay holding {} bytes and {} fds",
                 saved.pending.len(),
                 saved.fds.len()

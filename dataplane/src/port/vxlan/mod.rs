@@ -31,9 +31,9 @@ use std::time::{Duration, Instant};
 use switchyard_api::{PortStatus, VxlanSpec};
 use tracing::{info, warn};
 
-use crate::port::handover::{self, FdIn, FdOut, Saved};
-use crate::port::netdev::{readable, status_with_mtu};
-use crate::port::{Port, PortCtx, PortError, QueueLink};
+use crate::port::kernel::netdev::{readable, status_with_mtu};
+use crate::port::takeover::{FdIn, FdOut, Saved};
+use crate::port::{Port, PortCtx, PortError, QueueLink, Start};
 use crate::queue::offload::MAX_HDR;
 use crate::queue::{
     Offload, PortQueues, QueueFault, RxBurst, RxQueue, TxError, TxFrame, TxQueue, BURST_SIZE,
@@ -42,6 +42,7 @@ use crate::types::PortId;
 use crate::wire::ethernet::HEADER_LEN as ETH_HEADER_LEN;
 use crate::wire::vxlan;
 
+mod persist;
 mod queues;
 mod underlay;
 
@@ -84,15 +85,6 @@ struct VxlanPort {
     /// headers (`max_frame` less an Ethernet header).
     mtu: Arc<AtomicU32>,
     check_at: Option<Instant>,
-    status: PortStatus,
-}
-
-/// A tunnel as saved for a takeover: the shared socket (fd by index; each
-/// tunnel hands it over, the first restored takes it up).
-#[derive(serde::Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SavedVxlan {
-    socket: usize,
     status: PortStatus,
 }
 
@@ -175,7 +167,7 @@ impl VxlanPort {
 }
 
 impl Port for VxlanPort {
-    fn start(&mut self, cx: &PortCtx<'_>) -> Result<(), PortError> {
+    fn start(&mut self, cx: &PortCtx<'_>, _: Start) -> Result<(), PortError> {
         self.join(cx, None)?;
         self.status.connects += 1;
         info!(port = %self.name, remote = %self.spec.remote, vni = self.spec.vni, local = %self.local(), "vxlan tunnel up");
@@ -219,23 +211,11 @@ impl Port for VxlanPort {
         self.check_at = None;
     }
 
-    fn save(&mut self, _cx: &PortCtx<'_>, fds: &mut FdOut) -> Result<Saved, PortError> {
-        let u = self
-            .underlay
-            .as_ref()
-            .ok_or_else(|| PortError::Other("a vxlan port that is not started".into()))?;
-        Ok(handover::write(&SavedVxlan {
-            socket: fds.add(u.socket.as_fd()),
-            status: self.status.clone(),
-        }))
+    fn save(&self, cx: &PortCtx<'_>, fds: &mut FdOut) -> Result<Saved, PortError> {
+        crate::port::save_as(self, cx, fds)
     }
 
-    /// The shared socket as the other switch had it: its packets wait in
-    /// the kernel meanwhile.
     fn restore(&mut self, cx: &PortCtx<'_>, saved: Saved, fds: &mut FdIn) -> Result<(), PortError> {
-        let saved: SavedVxlan = handover::read(saved)?;
-        let fd = fds.take(saved.socket)?;
-        self.status = saved.status;
-        self.join(cx, Some(fd))
+        crate::port::restore_as(self, cx, saved, fds)
     }
 }

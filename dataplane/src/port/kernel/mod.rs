@@ -2,7 +2,14 @@
 //! A [`KernelIf`] follows an existing kernel interface (it may be missing
 //! at start, go away, come back as a new interface, change its MTU) and
 //! keeps the port's [`PortStatus`]; an uplink kind adds only how it opens
-//! queues on the interface, its [`Uplink`].
+//! queues on the interface, its [`Uplink`]. Its takeover is `persist.rs`;
+//! [`netdev`] holds what every port on a kernel interface uses (its index,
+//! MTU, offload ioctls, frame I/O).
+
+pub mod netdev;
+mod persist;
+
+pub use persist::{queue_position, SavedKernelIf};
 
 use std::io;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -13,11 +20,11 @@ use tracing::{info, warn};
 
 use switchyard_api::PortStatus;
 
-use super::handover::{self, FdIn, FdOut, HandoverError, Saved};
-use super::netdev::{ifindex, read_mtu, status_with_mtu};
-use super::{Port, PortCtx, PortError};
 use crate::dataplane::QueuePositions;
+use crate::port::takeover::{FdIn, FdOut, Saved, TakeoverError};
+use crate::port::{Port, PortCtx, PortError, Start};
 use crate::queue::PortQueues;
+use netdev::{ifindex, read_mtu, status_with_mtu};
 
 /// How often the interface is looked at: there, the same one, its MTU.
 pub const CHECK_EVERY: Duration = Duration::from_secs(2);
@@ -43,50 +50,20 @@ pub trait Uplink: Send {
     fn hint(_e: &io::Error) -> &'static str {
         ""
     }
+    /// The open queues as saved for a takeover (the kind's `persist.rs`).
+    type Saved: serde::Serialize + serde::de::DeserializeOwned;
     /// Writes the open queues down for a takeover (see [`Port::save`]):
-    /// their fds into `fds`; where each queue stands is in `positions`.
-    /// `Err` refuses the takeover, saying why.
-    fn save(&mut self, positions: QueuePositions, fds: &mut FdOut) -> Result<Saved, String>;
+    /// their fds into `fds`; where each queue stands is in `positions`
+    /// ([`queue_position`]). `Err` refuses the takeover, saying why.
+    fn save(&self, positions: QueuePositions, fds: &mut FdOut) -> Result<Self::Saved, String>;
     /// Takes up the queues another process saved with [`Uplink::save`] on
     /// the interface, where they stood; returns them as `open` does.
     fn restore(
         &mut self,
         at: &Interface<'_>,
-        saved: Saved,
+        saved: Self::Saved,
         fds: &mut FdIn,
-    ) -> Result<(PortQueues, String), HandoverError>;
-}
-
-/// Where queue pair `i` stood when the workers paused, as its receive and
-/// transmit queues wrote it (`RxQueue/TxQueue::position`), read back as
-/// the kind's own types: for [`Uplink::save`].
-pub fn queue_position<R, T>(positions: &QueuePositions, i: usize) -> Result<(R, T), String>
-where
-    R: serde::de::DeserializeOwned,
-    T: serde::de::DeserializeOwned,
-{
-    fn one<P: serde::de::DeserializeOwned>(
-        p: Option<&Option<serde_json::Value>>,
-        i: usize,
-    ) -> Result<P, String> {
-        let v = p
-            .cloned()
-            .flatten()
-            .ok_or_else(|| format!("queue {i} says nothing of where it stands"))?;
-        handover::read(v).map_err(|e| e.to_string())
-    }
-    Ok((one(positions.rx.get(i), i)?, one(positions.tx.get(i), i)?))
-}
-
-/// A kernel interface port as saved for a takeover.
-#[derive(serde::Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SavedKernelIf {
-    /// The interface index the queues are open on, if they are.
-    index: Option<u32>,
-    /// The uplink's queues, if open.
-    queues: Option<Saved>,
-    status: PortStatus,
+    ) -> Result<(PortQueues, String), TakeoverError>;
 }
 
 /// The interface an [`Uplink`] opens its queues on.
@@ -102,14 +79,14 @@ pub struct Interface<'a> {
 
 /// A port on a kernel interface, through uplink kind `U`.
 pub struct KernelIf<U: Uplink> {
-    name: String,
-    interface: String,
-    uplink: U,
-    mtu: Arc<AtomicU32>,
+    pub(super) name: String,
+    pub(super) interface: String,
+    pub(super) uplink: U,
+    pub(super) mtu: Arc<AtomicU32>,
     /// The interface index the queues are open on.
-    open: Option<u32>,
-    check_at: Option<Instant>,
-    status: PortStatus,
+    pub(super) open: Option<u32>,
+    pub(super) check_at: Option<Instant>,
+    pub(super) status: PortStatus,
 }
 
 impl<U: Uplink> KernelIf<U> {
@@ -174,24 +151,19 @@ impl<U: Uplink> KernelIf<U> {
 }
 
 impl<U: Uplink> Port for KernelIf<U> {
-    fn start(&mut self, cx: &PortCtx<'_>) -> Result<(), PortError> {
+    fn start(&mut self, cx: &PortCtx<'_>, start: Start) -> Result<(), PortError> {
         self.check_at = Some(Instant::now() + CHECK_EVERY);
+        if start == Start::Waiting && ifindex(&self.interface).is_none() {
+            let why = format!("waiting for interface {}", self.interface);
+            warn!(port = %self.name, "{why}");
+            self.status.last_error = Some(why);
+            return Ok(());
+        }
         self.open(cx).map_err(|e| {
             // No port is made: the interface is left as it was.
             self.uplink.release();
             PortError::Other(format!("{}: {e}{}", self.interface, U::hint(&e)))
         })
-    }
-
-    fn start_waiting(&mut self, cx: &PortCtx<'_>) -> Result<(), PortError> {
-        if ifindex(&self.interface).is_some() {
-            return self.start(cx);
-        }
-        self.check_at = Some(Instant::now() + CHECK_EVERY);
-        let why = format!("waiting for interface {}", self.interface);
-        warn!(port = %self.name, "{why}");
-        self.status.last_error = Some(why);
-        Ok(())
     }
 
     fn on_ready(&mut self, _: &PortCtx<'_>, _: u32) {}
@@ -238,43 +210,11 @@ impl<U: Uplink> Port for KernelIf<U> {
         self.check_at = None;
     }
 
-    fn save(&mut self, cx: &PortCtx<'_>, fds: &mut FdOut) -> Result<Saved, PortError> {
-        let queues = match self.open {
-            Some(_) => Some(
-                self.uplink
-                    .save(cx.queue_positions(), fds)
-                    .map_err(PortError::Other)?,
-            ),
-            None => None,
-        };
-        Ok(handover::write(&SavedKernelIf {
-            index: self.open,
-            queues,
-            status: self.status.clone(),
-        }))
+    fn save(&self, cx: &PortCtx<'_>, fds: &mut FdOut) -> Result<Saved, PortError> {
+        crate::port::save_as(self, cx, fds)
     }
 
-    /// The queues as they were; the interface is looked at again on the
-    /// next check, as after any start (gone, made again, a new MTU).
     fn restore(&mut self, cx: &PortCtx<'_>, saved: Saved, fds: &mut FdIn) -> Result<(), PortError> {
-        let saved: SavedKernelIf = handover::read(saved)?;
-        self.status = saved.status;
-        self.check_at = Some(Instant::now() + CHECK_EVERY);
-        let (Some(index), Some(queues)) = (saved.index, saved.queues) else {
-            return Ok(());
-        };
-        if let Ok(m) = read_mtu(&self.interface) {
-            self.mtu.store(m, Ordering::Relaxed);
-        }
-        let at = Interface {
-            name: &self.interface,
-            index,
-            mtu: &self.mtu,
-        };
-        let (q, _) = self.uplink.restore(&at, queues, fds)?;
-        info!(port = %self.name, interface = %self.interface, queues = q.rx.len(), "{} queues taken over", U::KIND);
-        cx.attach(q);
-        self.open = Some(index);
-        Ok(())
+        crate::port::restore_as(self, cx, saved, fds)
     }
 }

@@ -50,16 +50,21 @@ use std::sync::Arc;
 use switchyard_api::AfPacketSpec;
 
 use crate::dataplane::QueuePositions;
-use crate::port::handover::{self, FdIn, FdOut, HandoverError, Saved};
-use crate::port::kernel_if::{queue_position, Interface, KernelIf, Uplink};
-use crate::port::netdev::{exceeds_mtu, kernel_at_least, pad_short, FrameIovecs};
+use crate::port::kernel::netdev::{exceeds_mtu, kernel_at_least, pad_short, FrameIovecs};
+use crate::port::kernel::{Interface, KernelIf, Uplink};
+use crate::port::takeover::{FdIn, FdOut, TakeoverError};
 use crate::port::Port;
+use crate::queue::QueuePosition;
+
+mod persist;
+
 use crate::queue::offload::VNET_HDR_LEN;
 use crate::queue::{
     Offload, OffloadCaps, PortQueues, QueueFault, RxBurst, RxQueue, TxError, TxFrame, TxQueue,
     BURST_SIZE,
 };
 use crate::wire::ethernet::{ETHERTYPE_VLAN, HEADER_LEN as ETH_HEADER_LEN, VLAN_TAG_LEN};
+use persist::{RxPosition, TxPosition};
 
 /// Bytes of each ring (receive and transmit alike).
 const RING_BYTES: usize = 4 << 20;
@@ -554,30 +559,13 @@ impl RxQueue for AfpRx {
 
     /// The block being read and where in it: the kernel's ring does not
     /// say which block the reader is at.
-    fn position(&self) -> Option<serde_json::Value> {
-        Some(handover::write(&RxPosition {
+    fn position(&self) -> Option<QueuePosition> {
+        Some(QueuePosition::new(RxPosition {
             block: self.block,
             left: self.left,
             next: self.next,
         }))
     }
-}
-
-/// Where a receive queue stands between bursts.
-#[derive(serde::Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RxPosition {
-    block: usize,
-    left: u32,
-    next: usize,
-}
-
-/// Where a transmit queue stands between bursts: the slot it fills next,
-/// the one the kernel sends from next.
-#[derive(serde::Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct TxPosition {
-    cursor: usize,
 }
 
 /// The transmit side of one socket.
@@ -665,8 +653,8 @@ impl TxQueue for AfpTx {
         self.caps
     }
 
-    fn position(&self) -> Option<serde_json::Value> {
-        Some(handover::write(&TxPosition {
+    fn position(&self) -> Option<QueuePosition> {
+        Some(QueuePosition::new(TxPosition {
             cursor: self.cursor,
         }))
     }
@@ -709,23 +697,6 @@ struct AfPacket {
     open: Vec<(Arc<OwnedFd>, Arc<OwnedFd>)>,
     /// Their rings' sizes.
     geometry: Option<Geometry>,
-}
-
-/// An af-packet port's queues as saved for a takeover (fds by index).
-#[derive(serde::Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SavedQueues {
-    geometry: Geometry,
-    queues: Vec<SavedQueue>,
-}
-
-#[derive(serde::Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SavedQueue {
-    socket: usize,
-    direct: usize,
-    rx: RxPosition,
-    tx: TxPosition,
 }
 
 impl AfPacket {
@@ -784,68 +755,24 @@ impl Uplink for AfPacket {
         self.open.clear();
     }
 
-    fn save(&mut self, positions: QueuePositions, fds: &mut FdOut) -> Result<Saved, String> {
-        let geometry = self.geometry.ok_or("no rings open")?;
-        let mut queues = Vec::with_capacity(self.open.len());
-        for (i, (socket, direct)) in self.open.iter().enumerate() {
-            let (rx, tx) = queue_position(&positions, i)?;
-            queues.push(SavedQueue {
-                socket: fds.add(socket.as_fd()),
-                direct: fds.add(direct.as_fd()),
-                rx,
-                tx,
-            });
-        }
-        Ok(handover::write(&SavedQueues { geometry, queues }))
+    type Saved = persist::SavedQueues;
+
+    fn save(
+        &self,
+        positions: QueuePositions,
+        fds: &mut FdOut,
+    ) -> Result<persist::SavedQueues, String> {
+        self.save_queues(positions, fds)
     }
 
     /// The sockets and where each ring stood; the rings are mapped again.
     fn restore(
         &mut self,
         at: &Interface<'_>,
-        saved: Saved,
+        saved: persist::SavedQueues,
         fds: &mut FdIn,
-    ) -> Result<(PortQueues, String), HandoverError> {
-        let saved: SavedQueues = handover::read(saved)?;
-        let g = saved.geometry;
-        let invalid = |why: String| HandoverError::Invalid(why);
-        if g.block_size == 0
-            || g.frame_size == 0
-            || g.blocks == 0
-            || g.block_size % g.frame_size != 0
-        {
-            return Err(invalid(format!("rings of {g:?}")));
-        }
-        let caps = AfPacket::caps();
-        let mut q = PortQueues::default();
-        self.open.clear();
-        for (i, s) in saved.queues.into_iter().enumerate() {
-            let fd = Arc::new(fds.take(s.socket)?);
-            let direct = Arc::new(fds.take(s.direct)?);
-            let (rx, tx) = g.map(&fd)?;
-            if s.rx.block >= rx.blocks || s.rx.next >= rx.block_size || s.tx.cursor >= tx.frames {
-                return Err(invalid(format!("queue {i} stands outside its rings")));
-            }
-            self.open.push((fd.clone(), direct.clone()));
-            let mut r = AfpRx::new(fd.clone(), rx);
-            (r.block, r.left, r.next) = (s.rx.block, s.rx.left, s.rx.next);
-            q.rx.push(Box::new(r));
-            q.tx.push(Box::new(AfpTx {
-                fd,
-                direct,
-                caps,
-                ring: tx,
-                cursor: s.tx.cursor,
-                queued: false,
-                mtu: at.mtu.clone(),
-            }));
-        }
-        self.geometry = Some(g);
-        let m = at.mtu.load(Ordering::Relaxed);
-        Ok((
-            q,
-            format!("kernel interface {} (af-packet, mtu {m})", at.name),
-        ))
+    ) -> Result<(PortQueues, String), TakeoverError> {
+        self.restore_queues(at, saved, fds)
     }
 
     fn hint(e: &io::Error) -> &'static str {

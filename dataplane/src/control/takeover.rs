@@ -35,13 +35,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::PortSpec;
 use crate::dataplane::BridgeTotals;
-use crate::port::handover::Saved;
+use crate::port::takeover::{FdRef, Saved};
 use switchyard_api::PortTotals;
 
-/// The version of the state this build writes and reads. A takeover
-/// between builds of different versions is refused (the new one then
-/// starts as after a restart, once the old one has stopped).
-pub const VERSION: u32 = 1;
+pub use crate::port::takeover::VERSION;
 
 /// Fds sent with one byte: below the kernel's `SCM_MAX_FD` (253).
 pub const FDS_PER_BATCH: usize = 250;
@@ -55,8 +52,8 @@ const MAGIC: [u8; 4] = *b"SYHO";
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum Step {
-    /// Old to new: the state (a [`State`], read once its version is known
-    /// to be [`VERSION`]); the fds it names come with the frame.
+    /// Old to new: the state (a [`TakeoverState`], read once its version
+    /// is known to be [`VERSION`]); the fds it names come with the frame.
     State(serde_json::Value),
     /// New to old: every port is taken up, the workers wait for the go.
     Ready,
@@ -76,17 +73,17 @@ pub enum Step {
 /// What the old switch hands over.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct State {
+pub struct TakeoverState {
     /// [`VERSION`].
     pub version: u32,
     /// The old process's id (for the log).
     pub pid: u32,
     /// Its configuration, as it runs it: the new one must run the same.
     pub config: serde_json::Value,
-    /// The control socket's listener (an fd index).
-    pub control_listener: usize,
+    /// The control socket's listener.
+    pub control_listener: FdRef,
     /// The metrics endpoint's listener, if there is one.
-    pub metrics_listener: Option<usize>,
+    pub metrics_listener: Option<FdRef>,
     /// Bridges, in the order they were made.
     pub bridges: Vec<SavedBridge>,
     /// Ports, in slot order.
@@ -150,7 +147,7 @@ pub enum WireError {
     #[error("the other switch answered {0:?}")]
     NotAFrame(String),
     /// A frame broke the bounds or the format.
-    #[error("bad handover frame: {0}")]
+    #[error("bad takeover frame: {0}")]
     Bad(String),
     /// A socket call failed (a timeout included).
     #[error("{0}")]

@@ -35,9 +35,13 @@ use std::time::{Duration, Instant};
 use switchyard_api::{PortStatus, TapSpec};
 use tracing::{info, warn};
 
-use crate::port::handover::{self, FdIn, FdOut, HandoverError, Saved};
-use crate::port::netdev::{exceeds_mtu, read_mtu, readable, status_with_mtu, FrameIovecs, IfReq};
-use crate::port::{Port, PortCtx, PortError};
+use crate::port::kernel::netdev::{
+    exceeds_mtu, read_mtu, readable, status_with_mtu, FrameIovecs, IfReq,
+};
+use crate::port::takeover::{FdIn, FdOut, Saved};
+use crate::port::{Port, PortCtx, PortError, Start};
+
+mod persist;
 use crate::queue::offload::VNET_HDR_LEN;
 use crate::queue::{
     Offload, OffloadCaps, PortQueues, QueueFault, RxBurst, RxQueue, TxError, TxFrame, TxQueue,
@@ -135,10 +139,10 @@ fn set_persist(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
 /// Sets the interface's MAC unless it has it already (a change would make
 /// every neighbour re-resolve the host).
 fn set_mac(ifname: &str, mac: switchyard_api::MacAddr) -> io::Result<()> {
-    if crate::port::netdev::read_mac(ifname)? == mac {
+    if crate::port::kernel::netdev::read_mac(ifname)? == mac {
         return Ok(());
     }
-    crate::port::netdev::write_mac(ifname, mac)
+    crate::port::kernel::netdev::write_mac(ifname, mac)
 }
 
 /// The receive side of one tap queue.
@@ -241,14 +245,6 @@ impl TxQueue for TapTx {
     fn flush(&mut self) {}
 }
 
-/// A tap as saved for a takeover (fds by index).
-#[derive(serde::Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SavedTap {
-    queues: Vec<usize>,
-    status: PortStatus,
-}
-
 /// A tap port: the kernel interface it makes, not started yet.
 pub fn port(name: &str, spec: &TapSpec) -> Box<dyn Port> {
     Box::new(TapPort::new(name, spec))
@@ -314,7 +310,7 @@ impl TapPort {
 }
 
 impl Port for TapPort {
-    fn start(&mut self, cx: &PortCtx<'_>) -> Result<(), PortError> {
+    fn start(&mut self, cx: &PortCtx<'_>, _: Start) -> Result<(), PortError> {
         let ifname = self.spec.interface.clone();
         let err = |e: io::Error| PortError::Other(format!("tap {}: {e}", self.spec.interface));
         let n = self.spec.queues.unwrap_or(1);
@@ -336,30 +332,12 @@ impl Port for TapPort {
         Ok(())
     }
 
-    /// The tap's queue fds, as another process saved them (a takeover):
-    /// the interface and its frames stay in the kernel meanwhile.
-    fn restore(&mut self, cx: &PortCtx<'_>, saved: Saved, fds: &mut FdIn) -> Result<(), PortError> {
-        let saved: SavedTap = handover::read(saved)?;
-        if saved.queues.is_empty() {
-            return Err(HandoverError::Invalid("a tap without queues".into()).into());
-        }
-        self.queues = saved
-            .queues
-            .iter()
-            .map(|&i| fds.take(i).map(Arc::new))
-            .collect::<Result<_, _>>()?;
-        let err = |e: io::Error| PortError::Other(format!("tap {}: {e}", self.spec.interface));
-        let caps = set_offloads(self.queues[0].as_fd()).map_err(err)?;
-        self.status = saved.status;
-        self.attach(cx, caps);
-        Ok(())
+    fn save(&self, cx: &PortCtx<'_>, fds: &mut FdOut) -> Result<Saved, PortError> {
+        crate::port::save_as(self, cx, fds)
     }
 
-    fn save(&mut self, _cx: &PortCtx<'_>, fds: &mut FdOut) -> Result<Saved, PortError> {
-        Ok(handover::write(&SavedTap {
-            queues: self.queues.iter().map(|q| fds.add(q.as_fd())).collect(),
-            status: self.status.clone(),
-        }))
+    fn restore(&mut self, cx: &PortCtx<'_>, saved: Saved, fds: &mut FdIn) -> Result<(), PortError> {
+        crate::port::restore_as(self, cx, saved, fds)
     }
 
     fn on_ready(&mut self, _: &PortCtx<'_>, _: u32) {}
