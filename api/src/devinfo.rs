@@ -3,33 +3,17 @@
 //! plugin writes it for each device, the CNI for each attachment (and
 //! reads the device plugin's). Roles here are **the pod's**: memif `slave`
 //! and vhost-user `client` mean the host (the switch) created the socket.
+//!
+//! Each socket kind's section (`memif`, `vhost-user`) is its spec
+//! module's ([`crate::spec::socket::SocketKindSpec::device_info`]); this
+//! document knows none of them by name.
 
 use serde::{Deserialize, Serialize};
 
-use crate::spec::{MemifRole, SocketKind, SocketRole, VhostUserRole};
+use crate::spec::{SocketKind, SocketRole};
 
 /// The spec version written.
 pub const VERSION: &str = "1.1.0";
-
-/// memif details.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MemifInfo {
-    /// The pod's role: `master` or `slave`.
-    pub role: MemifRole,
-    /// `ethernet`, `ip` or `inject-punt`.
-    pub mode: String,
-    /// Socket path.
-    pub path: String,
-}
-
-/// vhost-user details.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct VhostUserInfo {
-    /// The pod's mode: `client` (the host made the socket) or `server`.
-    pub mode: VhostUserRole,
-    /// Socket path.
-    pub path: String,
-}
 
 /// A device information document.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -39,64 +23,54 @@ pub struct DeviceInfo {
     pub kind: String,
     /// Spec version.
     pub version: String,
-    /// memif details.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub memif: Option<MemifInfo>,
-    /// vhost-user details.
-    #[serde(
-        default,
-        rename = "vhost-user",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub vhost_user: Option<VhostUserInfo>,
+    /// The sections, by type (`memif`, `vhost-user`, `pci`, ...): the
+    /// type's own is the one read.
+    #[serde(flatten)]
+    pub sections: serde_json::Map<String, serde_json::Value>,
 }
 
-/// Why bytes are not a device-info document.
+/// A document that cannot be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("device-info: {0}")]
 pub struct DeviceInfoError(String);
 
 impl DeviceInfo {
     /// The document telling a pod whose role is `pod_role` that its
-    /// socket is `path` (memif in ethernet mode, the one a bridge serves).
+    /// socket is `path`.
     pub fn for_pod(pod_role: SocketRole, path: &str) -> DeviceInfo {
-        let path = path.to_string();
-        let side = pod_role.side();
-        let (memif, vhost_user) = match pod_role.kind() {
-            SocketKind::Memif => (
-                Some(MemifInfo {
-                    role: side.into(),
-                    mode: "ethernet".into(),
-                    path,
-                }),
-                None,
-            ),
-            SocketKind::VhostUser => (
-                None,
-                Some(VhostUserInfo {
-                    mode: side.into(),
-                    path,
-                }),
-            ),
-        };
+        let kind = pod_role.kind();
+        let mut sections = serde_json::Map::new();
+        sections.insert(
+            kind.name().to_string(),
+            kind.device_info(pod_role.side(), path),
+        );
         DeviceInfo {
-            kind: pod_role.kind().name().to_string(),
+            kind: kind.name().to_string(),
             version: VERSION.to_string(),
-            memif,
-            vhost_user,
+            sections,
         }
     }
 
-    /// The pod's role, for the socket types we know.
+    /// The socket kind the document describes, and its section.
+    fn socket_section(&self) -> Option<(SocketKind, &serde_json::Value)> {
+        let kind = SocketKind::from_name(&self.kind)?;
+        Some((kind, self.sections.get(kind.name())?))
+    }
+
+    /// The section of the document's type, read as `T` (a kind's info
+    /// type, e.g. `MemifInfo`).
+    pub fn section<T: serde::de::DeserializeOwned>(&self) -> Option<T> {
+        serde_json::from_value(self.sections.get(&self.kind)?.clone()).ok()
+    }
+
+    /// The pod's role the document names, for a socket kind.
     pub fn pod_role(&self) -> Option<SocketRole> {
-        match self.kind.as_str() {
-            "memif" => self.memif.as_ref().map(|m| m.role.into()),
-            "vhost-user" => self.vhost_user.as_ref().map(|v| v.mode.into()),
-            _ => None,
-        }
+        let (kind, section) = self.socket_section()?;
+        Some(kind.role(kind.device_info_side(section)?))
     }
 
-    /// Parses a document, checking the part its type requires.
+    /// Parses a document: a UTF-8 JSON object whose socket type (if it is
+    /// one) has its section, readable as the kind's.
     pub fn parse(bytes: &[u8]) -> Result<DeviceInfo, DeviceInfoError> {
         let bad = |e: String| DeviceInfoError(e);
         // JSON text is UTF-8 (RFC 8259 8.1) throughout: serde_json checks
@@ -111,22 +85,24 @@ impl DeviceInfo {
             return Err(bad("not a JSON object".into()));
         }
         let d: DeviceInfo = serde_json::from_value(v).map_err(|e| bad(e.to_string()))?;
-        let ok = match d.kind.as_str() {
-            "memif" => d.memif.is_some(),
-            "vhost-user" => d.vhost_user.is_some(),
-            _ => true,
-        };
-        if !ok {
-            return Err(bad(format!(
-                "type {:?} without its {:?} section",
-                d.kind, d.kind
-            )));
+        if let Some(kind) = SocketKind::from_name(&d.kind) {
+            let section = d.sections.get(kind.name()).ok_or_else(|| {
+                bad(format!(
+                    "type {:?} without its {:?} section",
+                    d.kind, d.kind
+                ))
+            })?;
+            if kind.device_info_side(section).is_none() || d.socket_path().is_none() {
+                return Err(bad(format!(
+                    "the {:?} section names no role or path it can be read by",
+                    d.kind
+                )));
+            }
         }
         Ok(d)
     }
 
-    /// Writes the document to `path` atomically (mode 0644), creating its
-    /// directory.
+    /// Writes the document (atomically, mode 0644).
     pub fn write(&self, path: &std::path::Path) -> std::io::Result<()> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
@@ -135,12 +111,9 @@ impl DeviceInfo {
         crate::fs::write_atomic(path, &body, 0o644)
     }
 
-    /// The socket path, for the types we know.
+    /// The socket path, for a socket kind's document.
     pub fn socket_path(&self) -> Option<&str> {
-        self.memif
-            .as_ref()
-            .map(|m| m.path.as_str())
-            .or(self.vhost_user.as_ref().map(|v| v.path.as_str()))
+        self.socket_section()?.1.get("path")?.as_str()
     }
 }
 
@@ -185,7 +158,7 @@ mod tests {
 
     #[test]
     fn a_pods_document_says_its_role_and_socket() {
-        for kind in SocketKind::ALL {
+        for &kind in SocketKind::ALL {
             let role = kind.default_pod_role();
             let d = DeviceInfo::for_pod(role, "/run/p/x.sock");
             let back = DeviceInfo::parse(&serde_json::to_vec(&d).unwrap()).unwrap();

@@ -8,6 +8,7 @@
 use std::path::PathBuf;
 
 use serde::Deserialize;
+use switchyard_api::spec::socket::PodSection;
 use switchyard_api::{SocketKind, SocketRole, VlanSet};
 
 use crate::error::{CniError, DECODE_FAILURE, INVALID_CONFIG};
@@ -19,42 +20,6 @@ pub const DEFAULT_CONTROL_SOCKET: &str = switchyard_api::DEFAULT_CONTROL_SOCKET;
 /// Where device plugins write device-info files (NPWG Device Information
 /// spec, the `dp` directory Multus reads).
 pub const DEFAULT_DEVICE_INFO_DIR: &str = "/var/run/k8s.cni.cncf.io/devinfo/dp";
-
-/// memif options (pod's point of view).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct MemifOptions {
-    /// The pod's role: `slave` (default: the switch creates the socket) or `master`.
-    pub role: Option<String>,
-    /// `ethernet` (default; `ip` and `inject-punt` are refused: the bridge
-    /// switches Ethernet frames).
-    pub mode: Option<String>,
-    /// Queue pairs.
-    pub queues: Option<u16>,
-    /// Descriptors per ring.
-    pub ring_size: Option<u32>,
-    /// Buffer size.
-    pub buffer_size: Option<u32>,
-    /// Shared secret.
-    pub secret: Option<String>,
-    /// A socket the pod's memif networks share, by name: each network
-    /// that names it is one interface of it, told apart by `id`, as VPP's
-    /// and DPDK's memif sockets carry several. Without it a network has a
-    /// socket of its own.
-    pub socket: Option<String>,
-    /// The interface's id on its socket (default 0).
-    pub id: Option<u32>,
-}
-
-/// vhost-user options (pod's point of view).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct VhostUserOptions {
-    /// The pod's mode: `client` (default: the switch creates the socket) or `server`.
-    pub mode: Option<String>,
-    /// Queue pairs.
-    pub queues: Option<u16>,
-}
 
 /// Runtime-provided values (from declared capabilities: libcni passes a
 /// key only when the netconf's `capabilities` declares it).
@@ -128,10 +93,6 @@ pub struct RawNetConf {
     pub trunk: Option<Vec<TrunkItem>>,
     /// `memif` or `vhost-user`.
     pub interface_type: Option<String>,
-    /// memif options.
-    pub memif: Option<MemifOptions>,
-    /// vhost-user options.
-    pub vhost_user: Option<VhostUserOptions>,
     /// Base of the per-pod directories.
     pub socket_dir: Option<String>,
     /// Group given access to pod directories and the sockets the switch
@@ -186,6 +147,12 @@ pub struct RawNetConf {
     /// GC (older spelling used by libcni).
     #[serde(rename = "cni.dev/attachments")]
     pub attachments: Option<Vec<ValidAttachment>>,
+    /// The keys not named above: a socket kind's section (`memif: {...}`,
+    /// `vhostUser: {...}`), which the kind's spec module reads
+    /// ([`switchyard_api::SocketKind::pod_section`]); any other is ignored
+    /// with a warning.
+    #[serde(flatten)]
+    pub other: serde_json::Map<String, serde_json::Value>,
 }
 
 /// An attachment named by GC as still valid.
@@ -213,9 +180,12 @@ pub struct NetConf {
     /// Trunk VLANs (exclusive with `vlan`; neither: untagged only).
     pub trunk: Option<VlanSet>,
     /// The pod's role at its socket (the kind is `interfaceType`; the
-    /// switch takes the other end, [`SocketRole::peer`]). The kind's
-    /// options are in `raw.memif` / `raw.vhost_user`.
+    /// switch takes the other end, [`SocketRole::peer`]).
     pub pod_role: SocketRole,
+    /// What the kind's section says (`memif: {...}`), as the CNI needs it.
+    pub pod_section: PodSection,
+    /// The kind's section as given (`Null`: none), for the port's options.
+    pub pod_options: serde_json::Value,
     /// Base of the per-pod directories.
     pub socket_dir: PathBuf,
     /// Control socket.
@@ -251,56 +221,52 @@ fn invalid(field: &str, msg: impl std::fmt::Display) -> CniError {
     CniError::new(INVALID_CONFIG, format!("{field}: {msg}"))
 }
 
-/// The pod's role, from `interfaceType` and that kind's section (the
-/// other kind's section is refused: it would be ignored).
-fn pod_role(raw: &RawNetConf) -> Result<SocketRole, CniError> {
+/// The pod's role, from `interfaceType` and that kind's section (another
+/// kind's section is refused: it would be ignored), with what the section
+/// says and the section itself.
+fn pod_role(raw: &RawNetConf) -> Result<(SocketRole, PodSection, serde_json::Value), CniError> {
     let itype = raw.interface_type.as_deref().unwrap_or("memif");
     let kind = SocketKind::from_name(itype).ok_or_else(|| {
+        let names: Vec<&str> = SocketKind::ALL.iter().map(|k| k.name()).collect();
         invalid(
             "interfaceType",
-            format!("{itype:?} is not supported (memif or vhost-user)"),
+            format!("{itype:?} is not supported ({})", names.join(" or ")),
         )
     })?;
-    let (given, field, what, other) = match kind {
-        SocketKind::Memif => (
-            raw.memif.as_ref().and_then(|o| o.role.as_deref()),
-            "memif.role",
-            "memif role is master or slave",
-            raw.vhost_user.is_some().then_some("vhostUser"),
-        ),
-        SocketKind::VhostUser => (
-            raw.vhost_user.as_ref().and_then(|o| o.mode.as_deref()),
-            "vhostUser.mode",
-            "vhost-user mode is client or server",
-            raw.memif.is_some().then_some("memif"),
-        ),
-    };
-    if let Some(other) = other {
+    if let Some(other) = SocketKind::ALL
+        .iter()
+        .map(|k| k.netconf_key())
+        .find(|k| *k != kind.netconf_key() && raw.other.contains_key(*k))
+    {
         return Err(invalid(other, format!("given with interfaceType {itype}")));
     }
-    if let Some(m) = raw.memif.as_ref().and_then(|o| o.mode.as_deref()) {
-        match m {
-            "ethernet" => {}
-            "ip" | "inject-punt" => {
-                return Err(invalid(
-                    "memif.mode",
-                    format!("{m:?} is not served: the switch's bridges carry Ethernet frames (use ethernet)"),
-                ))
-            }
-            _ => {
-                return Err(invalid(
-                    "memif.mode",
-                    format!("{m:?}: the memif modes are ethernet, ip and inject-punt, and the switch serves ethernet"),
-                ))
-            }
+    let section = raw
+        .other
+        .get(kind.netconf_key())
+        .cloned()
+        .unwrap_or_default();
+    let said = kind.pod_section(&section).map_err(|e| {
+        // The section is not the kind's shape: as the netconf's decoding
+        // reports it.
+        if e.field == kind.netconf_key() {
+            CniError::new(DECODE_FAILURE, format!("netconf: {e}"))
+        } else {
+            CniError::new(INVALID_CONFIG, e.to_string())
         }
-    }
-    match given {
-        None => Ok(kind.default_pod_role()),
-        Some(g) => kind
-            .parse_role(g)
-            .map_err(|_| invalid(field, format!("{g:?}: the pod's {what}"))),
-    }
+    })?;
+    let role = match &said.role {
+        None => kind.default_pod_role(),
+        Some(g) => {
+            let (field, what) = kind.netconf_role();
+            kind.parse_role(g).map_err(|_| {
+                invalid(
+                    &format!("{}.{field}", kind.netconf_key()),
+                    format!("{g:?}: the pod's {what}"),
+                )
+            })?
+        }
+    };
+    Ok((role, said, section))
 }
 
 /// Checks that `s`, given as `field`, is safe as one path component: 1 to
@@ -336,10 +302,10 @@ pub fn version_at_least(v: &str, first: &str) -> bool {
 pub const SUPPORTED_VERSIONS: [&str; 5] = ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
 
 impl NetConf {
-    /// The name of the socket this memif network shares with the pod's
-    /// other networks that name it (`memif.socket`).
+    /// The name of the socket this network shares with the pod's other
+    /// networks that name it (memif's `memif.socket`).
     pub fn shared_socket(&self) -> Option<&str> {
-        self.raw.memif.as_ref().and_then(|m| m.socket.as_deref())
+        self.pod_section.shared_socket.as_deref()
     }
 
     /// Parses and validates stdin bytes. Keys the plugin does not know are
@@ -354,6 +320,20 @@ impl NetConf {
         .and_then(|r| de.end().map(|()| r))
         .map_err(|e| CniError::new(DECODE_FAILURE, format!("netconf: {e}")))?;
         let mut nc = NetConf::validate(raw)?;
+        // The kind's section's unknown keys, then the netconf's own (the
+        // ones no socket kind's section is named by).
+        ignored.extend(nc.pod_section.ignored.iter().cloned());
+        ignored.extend(
+            nc.raw
+                .other
+                .keys()
+                .filter(|k| {
+                    !SocketKind::ALL
+                        .iter()
+                        .any(|s| s.netconf_key() == k.as_str())
+                })
+                .cloned(),
+        );
         nc.ignored = ignored;
         Ok(nc)
     }
@@ -410,9 +390,10 @@ impl NetConf {
                 "a network is an access VLAN (vlan) or a trunk, not both",
             ));
         }
-        let pod_role = pod_role(&raw)?;
-        if let Some(name) = raw.memif.as_ref().and_then(|m| m.socket.as_deref()) {
-            path_component("memif.socket", name, 64, INVALID_CONFIG)?;
+        let (pod_role, pod_section, pod_options) = pod_role(&raw)?;
+        if let Some(name) = &pod_section.shared_socket {
+            let field = format!("{}.socket", pod_role.kind().netconf_key());
+            path_component(&field, name, 64, INVALID_CONFIG)?;
         }
         let socket_dir = clean_absolute(
             "socketDir",
@@ -489,6 +470,8 @@ impl NetConf {
             vlan: raw.vlan,
             trunk,
             pod_role,
+            pod_section,
+            pod_options,
             socket_dir,
             control_socket,
             device_info_file,

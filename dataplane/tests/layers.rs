@@ -295,7 +295,7 @@ fn the_port_modules_import_each_other_without_a_circle() {
     assert!(
         graphs
             .get(&vec!["port".to_string()])
-            .is_some_and(|g| g.get("registry").is_some_and(|r| r.contains("memif"))),
+            .is_some_and(|g| g.get("memif").is_some_and(|r| r.contains("socket"))),
         "the check sees the registry's imports: {graphs:?}"
     );
     let circles: Vec<String> = graphs
@@ -344,26 +344,32 @@ fn the_circle_check_sees_super_paths_and_circles() {
     assert!(circle(&g).is_some());
 }
 
-/// The port kinds: the modules `port/registry.rs` takes from `super`.
+/// The port kinds: the modules the `registry::port_kinds!` list in
+/// `port/mod.rs` declares.
 fn port_kinds() -> Vec<String> {
-    let reg = code(&src().join("port/registry.rs"));
-    let list = reg
-        .split("use super::{")
-        .nth(1)
-        .expect("registry.rs imports the kinds from super")
-        .split('}')
-        .next()
-        .unwrap();
-    list.split(',')
-        .map(str::trim)
-        .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'))
-        .map(str::to_string)
+    registry_block()
+        .lines()
+        .filter_map(|l| l.split("=>").nth(1))
+        .map(|m| m.trim().trim_end_matches(',').to_string())
+        .filter(|n| !n.is_empty())
         .collect()
+}
+
+/// The `registry::port_kinds! { ... }` block of `port/mod.rs`: the one
+/// list of the kinds.
+fn registry_block() -> String {
+    let code = code(&src().join("port/mod.rs"));
+    let start = code
+        .find("registry::port_kinds! {")
+        .expect("port/mod.rs lists the kinds with registry::port_kinds!");
+    let end = start + code[start..].find('}').unwrap();
+    code[start..=end].to_string()
 }
 
 #[test]
 fn only_the_registry_names_a_port_kind() {
-    // A kind's own files are port/<kind>.rs and port/<kind>/.
+    // A kind's own files are port/<kind>.rs and port/<kind>/; the list is
+    // port/mod.rs's registry block.
     let kinds = port_kinds();
     assert!(kinds.len() >= 5, "{kinds:?}");
     let mut all = Vec::new();
@@ -378,10 +384,11 @@ fn only_the_registry_names_a_port_kind() {
             .nth(1)
             .filter(|_| in_port)
             .map(|c| c.as_os_str().to_str().unwrap().trim_end_matches(".rs"));
-        if rel == Path::new("port/registry.rs") {
-            continue;
-        }
-        let code = code(p);
+        let code = if rel == Path::new("port/mod.rs") {
+            code(p).replace(&registry_block(), "")
+        } else {
+            code(p)
+        };
         for k in &kinds {
             if own == Some(k.as_str()) {
                 continue;
@@ -461,7 +468,10 @@ mod kind_names {
             }
             assert!(!files.is_empty() && files[0].exists(), "{n} is not there");
             for f in files {
-                let code = super::code(&f);
+                let mut code = super::code(&f);
+                if f.ends_with("dataplane/src/port/mod.rs") {
+                    code = code.replace(&super::registry_block(), "");
+                }
                 if let Some(l) = code.lines().find(|l| names_a_kind(l)) {
                     wrong.push(format!("{}: {}", f.display(), l.trim()));
                 }
@@ -510,20 +520,20 @@ mod kind_edits {
 
     const SOCKET_PORT: &str = r#"//! A scratch socket kind (tests/layers.rs builds it).
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::Arc;
 use std::time::Instant;
 
 use nix::sys::socket::SockType;
 use switchyard_api::spec::scratch::ScratchSpec;
 use switchyard_api::{PortStatus, Side};
 
-use crate::port::socket::{Closed, Greeting, Listeners, Protocol, SocketPort};
+use crate::port::registry::Build;
+use crate::port::socket::{Closed, Greeting, Protocol, SocketPort};
 use crate::port::takeover::{FdIn, FdOut, FdRef, TakeoverError};
 use crate::port::{Port, PortCtx};
 
 /// A scratch port.
-pub fn port(name: &str, spec: &ScratchSpec, listeners: &Arc<Listeners>) -> Box<dyn Port> {
-    Box::new(SocketPort::new(name, spec.socket_spec(), Scratch, listeners))
+pub fn port(spec: &ScratchSpec, b: &Build<'_>) -> Box<dyn Port> {
+    Box::new(SocketPort::new(b.name(), spec.socket_spec(), Scratch, b.listeners))
 }
 
 struct Scratch;
@@ -582,13 +592,14 @@ use switchyard_api::spec::scratch_link::ScratchLinkSpec;
 
 use crate::dataplane::QueuePositions;
 use crate::port::kernel::{Interface, KernelIf, Uplink};
+use crate::port::registry::Build;
 use crate::port::takeover::{FdIn, FdOut, TakeoverError};
 use crate::port::Port;
 use crate::queue::PortQueues;
 
 /// A scratch uplink port.
-pub fn port(name: &str, spec: &ScratchLinkSpec) -> Box<dyn Port> {
-    Box::new(KernelIf::new(name, &spec.interface, ScratchLink))
+pub fn port(spec: &ScratchLinkSpec, b: &Build<'_>) -> Box<dyn Port> {
+    Box::new(KernelIf::new(b.name(), &spec.interface, ScratchLink))
 }
 
 struct ScratchLink;
@@ -614,7 +625,11 @@ impl Uplink for ScratchLink {
             name: "socket",
             api_spec: (
                 "api/src/spec/vhost_user.rs",
-                &[("VhostUser", "Scratch"), ("vhost-user", "scratch")],
+                &[
+                    ("VhostUser", "Scratch"),
+                    ("vhost-user", "scratch"),
+                    ("vhostUser", "scratch"),
+                ],
             ),
             own: &[
                 ("api/src/spec/scratch.rs", ""),
@@ -623,83 +638,18 @@ impl Uplink for ScratchLink {
             edits: &[
                 Edit {
                     file: "api/src/spec/mod.rs",
-                    anchor: "pub mod socket;\n",
-                    with: "pub mod socket;\npub mod scratch;\n",
-                },
-                Edit {
-                    file: "api/src/spec/mod.rs",
-                    anchor: "    Vxlan(VxlanSpec),\n",
-                    with: "    Vxlan(VxlanSpec),\n    /// A scratch kind.\n    Scratch(scratch::ScratchSpec),\n",
-                },
-                Edit {
-                    file: "api/src/spec/mod.rs",
-                    anchor: "            KindSpec::Vxlan(v) => v,\n",
-                    with: "            KindSpec::Vxlan(v) => v,\n            KindSpec::Scratch(s) => s,\n",
-                },
-                Edit {
-                    file: "api/src/spec/mod.rs",
-                    anchor: "            KindSpec::VhostUser(v) => Some(&mut v.socket),\n",
-                    with: "            KindSpec::VhostUser(v) => Some(&mut v.socket),\n            KindSpec::Scratch(s) => Some(&mut s.socket),\n",
+                    anchor: "    Vxlan(vxlan::VxlanSpec),\n",
+                    with: "    Vxlan(vxlan::VxlanSpec),\n    Scratch(scratch::ScratchSpec),\n",
                 },
                 Edit {
                     file: "api/src/spec/socket.rs",
-                    anchor: "use super::{\n",
-                    with: "use super::scratch::{ScratchRole, ScratchSpec};\nuse super::{\n",
-                },
-                Edit {
-                    file: "api/src/spec/socket.rs",
-                    anchor: "    VhostUser,\n}\n",
-                    with: "    VhostUser,\n    /// scratch.\n    #[serde(rename = \"scratch\")]\n    Scratch,\n}\n",
-                },
-                Edit {
-                    file: "api/src/spec/socket.rs",
-                    anchor: "pub const ALL: [SocketKind; 2] = [SocketKind::Memif, SocketKind::VhostUser];",
-                    with: "pub const ALL: [SocketKind; 3] = [SocketKind::Memif, SocketKind::VhostUser, SocketKind::Scratch];",
-                },
-                Edit {
-                    file: "api/src/spec/socket.rs",
-                    anchor: "            SocketKind::VhostUser => \"vhost-user\",\n",
-                    with: "            SocketKind::VhostUser => \"vhost-user\",\n            SocketKind::Scratch => \"scratch\",\n",
-                },
-                Edit {
-                    file: "api/src/spec/socket.rs",
-                    anchor: "                VhostUserRole::Client.as_str(),\n            ],\n",
-                    with: "                VhostUserRole::Client.as_str(),\n            ],\n            SocketKind::Scratch => [ScratchRole::Server.as_str(), ScratchRole::Client.as_str()],\n",
-                },
-                Edit {
-                    file: "api/src/spec/socket.rs",
-                    anchor: "            SocketKind::VhostUser => s.parse::<VhostUserRole>()?.side(),\n",
-                    with: "            SocketKind::VhostUser => s.parse::<VhostUserRole>()?.side(),\n            SocketKind::Scratch => s.parse::<ScratchRole>()?.side(),\n",
-                },
-                Edit {
-                    file: "api/src/spec/socket.rs",
-                    anchor: "            SocketKind::VhostUser => KindSpec::VhostUser(VhostUserSpec::new(side.into(), addr)),\n",
-                    with: "            SocketKind::VhostUser => KindSpec::VhostUser(VhostUserSpec::new(side.into(), addr)),\n            SocketKind::Scratch => KindSpec::Scratch(ScratchSpec::new(side.into(), addr)),\n",
-                },
-                Edit {
-                    file: "api/src/devinfo.rs",
-                    anchor: "            SocketKind::VhostUser => (\n",
-                    with: "            SocketKind::Scratch => (None, None),\n            SocketKind::VhostUser => (\n",
-                },
-                Edit {
-                    file: "cni/src/netconf.rs",
-                    anchor: "        SocketKind::VhostUser => (\n",
-                    with: "        SocketKind::Scratch => (None, \"interfaceType\", \"\", None),\n        SocketKind::VhostUser => (\n",
-                },
-                Edit {
-                    file: "cni/src/plugin/switch.rs",
-                    anchor: "        KindSpec::VhostUser(v) => {\n",
-                    with: "        KindSpec::Scratch(s) => s.socket_group = group,\n        KindSpec::VhostUser(v) => {\n",
+                    anchor: "    VhostUser(vhost_user::VhostUserSpec),\n",
+                    with: "    VhostUser(vhost_user::VhostUserSpec),\n    Scratch(scratch::ScratchSpec),\n",
                 },
                 Edit {
                     file: "dataplane/src/port/mod.rs",
-                    anchor: "pub mod registry;\n",
-                    with: "pub mod registry;\npub mod scratch;\n",
-                },
-                Edit {
-                    file: "dataplane/src/port/registry.rs",
-                    anchor: "        KindSpec::Vxlan(v) => vxlan::port(name, v),\n",
-                    with: "        KindSpec::Vxlan(v) => vxlan::port(name, v),\n        KindSpec::Scratch(s) => super::scratch::port(name, s, listeners),\n",
+                    anchor: "    Vxlan => vxlan,\n",
+                    with: "    Vxlan => vxlan,\n    Scratch => scratch,\n",
                 },
             ],
         },
@@ -716,38 +666,13 @@ impl Uplink for ScratchLink {
             edits: &[
                 Edit {
                     file: "api/src/spec/mod.rs",
-                    anchor: "pub mod socket;\n",
-                    with: "pub mod socket;\npub mod scratch_link;\n",
-                },
-                Edit {
-                    file: "api/src/spec/mod.rs",
-                    anchor: "    Vxlan(VxlanSpec),\n",
-                    with: "    Vxlan(VxlanSpec),\n    /// A scratch kind.\n    ScratchLink(scratch_link::ScratchLinkSpec),\n",
-                },
-                Edit {
-                    file: "api/src/spec/mod.rs",
-                    anchor: "            KindSpec::Vxlan(v) => v,\n",
-                    with: "            KindSpec::Vxlan(v) => v,\n            KindSpec::ScratchLink(s) => s,\n",
-                },
-                Edit {
-                    file: "api/src/spec/mod.rs",
-                    anchor: "KindSpec::Tap(_) | KindSpec::AfPacket(_) | KindSpec::AfXdp(_) | KindSpec::Vxlan(_) => {",
-                    with: "KindSpec::Tap(_) | KindSpec::AfPacket(_) | KindSpec::AfXdp(_) | KindSpec::Vxlan(_) | KindSpec::ScratchLink(_) => {",
-                },
-                Edit {
-                    file: "cni/src/plugin/switch.rs",
-                    anchor: "KindSpec::Tap(_) | KindSpec::AfPacket(_) | KindSpec::AfXdp(_) | KindSpec::Vxlan(_) => {}",
-                    with: "KindSpec::Tap(_) | KindSpec::AfPacket(_) | KindSpec::AfXdp(_) | KindSpec::Vxlan(_) | KindSpec::ScratchLink(_) => {}",
+                    anchor: "    Vxlan(vxlan::VxlanSpec),\n",
+                    with: "    Vxlan(vxlan::VxlanSpec),\n    ScratchLink(scratch_link::ScratchLinkSpec),\n",
                 },
                 Edit {
                     file: "dataplane/src/port/mod.rs",
-                    anchor: "pub mod registry;\n",
-                    with: "pub mod registry;\npub mod scratch_link;\n",
-                },
-                Edit {
-                    file: "dataplane/src/port/registry.rs",
-                    anchor: "        KindSpec::Vxlan(v) => vxlan::port(name, v),\n",
-                    with: "        KindSpec::Vxlan(v) => vxlan::port(name, v),\n        KindSpec::ScratchLink(s) => super::scratch_link::port(name, s),\n",
+                    anchor: "    Vxlan => vxlan,\n",
+                    with: "    Vxlan => vxlan,\n    ScratchLink => scratch_link,\n",
                 },
             ],
         },

@@ -347,10 +347,8 @@ mod tests {
             "SWITCHYARD_SOCKET_VHOST_USER_12"
         );
         let info = c.pools[1].device_info(&c.devices(&c.pools[1]).next().unwrap());
-        assert_eq!(
-            info.vhost_user.unwrap().mode,
-            switchyard_api::VhostUserRole::Client
-        );
+        let v: switchyard_api::spec::vhost_user::VhostUserInfo = info.section().unwrap();
+        assert_eq!(v.mode, switchyard_api::VhostUserRole::Client);
     }
 
     fn err(text: &str) -> String {

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::tap::validate_interface_and_queues;
-use super::{KindOptions, SpecError};
+use super::{KindOptions, SocketAddr, SpecError};
 
 /// An af-packet port.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -31,6 +31,9 @@ impl AfPacketSpec {
 impl KindOptions for AfPacketSpec {
     fn kind_name(&self) -> &'static str {
         "af-packet"
+    }
+    fn socket_addr_mut(&mut self) -> Option<&mut SocketAddr> {
+        None
     }
     fn queues(&self) -> Option<u16> {
         self.queues

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::tap::validate_interface_and_queues;
-use super::{KindOptions, SpecError};
+use super::{KindOptions, SocketAddr, SpecError};
 
 /// An af-xdp port.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -51,6 +51,9 @@ impl AfXdpSpec {
 impl KindOptions for AfXdpSpec {
     fn kind_name(&self) -> &'static str {
         "af-xdp"
+    }
+    fn socket_addr_mut(&mut self) -> Option<&mut SocketAddr> {
+        None
     }
     fn queues(&self) -> Option<u16> {
         self.queues

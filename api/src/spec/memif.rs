@@ -2,8 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::socket::socket_roles;
-use super::{validate_queues, KindOptions, SocketAddr, SocketSpec, SpecError};
+use super::socket::{socket_roles, unknown_keys, PodSection, SocketKindSpec};
+use super::{validate_queues, KindOptions, KindSpec, SocketAddr, SocketSpec, SpecError};
 
 socket_roles! {
     /// A memif role: the switch's in a port spec, the pod's in device-info.
@@ -126,6 +126,9 @@ impl KindOptions for MemifSpec {
     fn kind_name(&self) -> &'static str {
         "memif"
     }
+    fn socket_addr_mut(&mut self) -> Option<&mut SocketAddr> {
+        Some(&mut self.socket)
+    }
     fn socket(&self) -> Option<SocketSpec<'_>> {
         Some(self.socket_spec())
     }
@@ -165,5 +168,131 @@ impl KindOptions for MemifSpec {
             }
         }
         Ok(())
+    }
+}
+
+/// The memif section of an NPWG device-info document (the pod's role).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemifInfo {
+    /// The pod's role: `master` or `slave`.
+    pub role: MemifRole,
+    /// `ethernet`, `ip` or `inject-punt`.
+    pub mode: String,
+    /// Socket path.
+    pub path: String,
+}
+
+/// The memif section of a CNI netconf (`memif: {...}`): the pod's point of
+/// view.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MemifOptions {
+    /// The pod's role: `slave` (default: the switch creates the socket) or
+    /// `master`.
+    pub role: Option<String>,
+    /// `ethernet` (default; `ip` and `inject-punt` are refused: the bridge
+    /// switches Ethernet frames).
+    pub mode: Option<String>,
+    /// Queue pairs.
+    pub queues: Option<u16>,
+    /// Descriptors per ring.
+    pub ring_size: Option<u32>,
+    /// Buffer size.
+    pub buffer_size: Option<u32>,
+    /// Shared secret.
+    pub secret: Option<String>,
+    /// A socket the pod's memif networks share, by name: each network
+    /// that names it is one interface of it, told apart by `id`, as VPP's
+    /// and DPDK's memif sockets carry several. Without it a network has a
+    /// socket of its own.
+    pub socket: Option<String>,
+    /// The interface's id on its socket (default 0).
+    pub id: Option<u32>,
+}
+
+/// The keys of [`MemifOptions`].
+const MEMIF_OPTIONS: &[&str] = &[
+    "role",
+    "mode",
+    "queues",
+    "ringSize",
+    "bufferSize",
+    "secret",
+    "socket",
+    "id",
+];
+
+impl MemifOptions {
+    fn read(section: &serde_json::Value) -> Result<MemifOptions, SpecError> {
+        if section.is_null() {
+            return Ok(MemifOptions::default());
+        }
+        serde_json::from_value(section.clone()).map_err(|e| SpecError::new("memif", e.to_string()))
+    }
+}
+
+impl SocketKindSpec for MemifSpec {
+    type Role = MemifRole;
+    const NAME: &'static str = "memif";
+    const NETCONF_KEY: &'static str = "memif";
+    const NETCONF_ROLE: (&'static str, &'static str) = ("role", "memif role is master or slave");
+
+    fn with_socket(role: MemifRole, addr: SocketAddr) -> MemifSpec {
+        MemifSpec::new(role, addr)
+    }
+
+    fn into_kind(self) -> KindSpec {
+        KindSpec::Memif(self)
+    }
+
+    /// memif in ethernet mode, the one a bridge serves.
+    fn device_info(role: MemifRole, path: &str) -> serde_json::Value {
+        serde_json::to_value(MemifInfo {
+            role,
+            mode: "ethernet".into(),
+            path: path.to_string(),
+        })
+        .unwrap_or_default()
+    }
+
+    fn device_info_role(section: &serde_json::Value) -> Option<MemifRole> {
+        serde_json::from_value::<MemifInfo>(section.clone())
+            .ok()
+            .map(|i| i.role)
+    }
+
+    fn pod_section(section: &serde_json::Value) -> Result<PodSection, SpecError> {
+        let o = MemifOptions::read(section)?;
+        match o.mode.as_deref() {
+            None | Some("ethernet") => {}
+            Some(m @ ("ip" | "inject-punt")) => {
+                return Err(SpecError::new(
+                    "memif.mode",
+                    format!("{m:?} is not served: the switch's bridges carry Ethernet frames (use ethernet)"),
+                ))
+            }
+            Some(m) => {
+                return Err(SpecError::new(
+                    "memif.mode",
+                    format!("{m:?}: the memif modes are ethernet, ip and inject-punt, and the switch serves ethernet"),
+                ))
+            }
+        }
+        Ok(PodSection {
+            role: o.role,
+            shared_socket: o.socket,
+            ignored: unknown_keys("memif", section, MEMIF_OPTIONS),
+        })
+    }
+
+    fn take_pod_section(&mut self, section: &serde_json::Value, socket_group: Option<u32>) {
+        let o = MemifOptions::read(section).unwrap_or_default();
+        self.mode = Some(MemifMode::Ethernet);
+        self.queues = o.queues;
+        self.ring_size = o.ring_size;
+        self.buffer_size = o.buffer_size;
+        self.secret = o.secret;
+        self.id = o.id;
+        self.socket_group = socket_group;
     }
 }

@@ -15,16 +15,11 @@
 //! the socket; vhost-user `server` means the switch creates the socket.
 //!
 //! Adding a port kind is a module here (its spec, implementing
-//! [`KindOptions`]) and one variant in [`KindSpec`] (with its arm in
-//! [`KindSpec::options`]), plus the kind's port in the daemon.
+//! [`KindOptions`], and for a socket kind [`socket::SocketKindSpec`]) and
+//! its line in the [`kinds!`] list below (a socket kind also its line in
+//! [`socket::SocketKind`]'s), plus the kind's port in the daemon.
 
-pub mod af_packet;
-pub mod af_xdp;
-pub mod memif;
 pub mod socket;
-pub mod tap;
-pub mod vhost_user;
-pub mod vxlan;
 
 use serde::{Deserialize, Serialize};
 
@@ -111,40 +106,57 @@ pub struct PortSpec {
     pub pin_first: Option<bool>,
 }
 
-/// The kind-specific part of a port spec.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "kebab-case")]
-pub enum KindSpec {
-    /// memif (VPP/DPDK/libmemif shared-memory interface).
-    Memif(MemifSpec),
-    /// vhost-user (the switch is the virtio backend); `vhostuser` as well.
+/// Declares the port kinds, one line each: `Variant(module::Spec)`. Makes
+/// each kind's module (`spec/<module>.rs`), the [`KindSpec`] enum (one
+/// variant per kind, `kind` in JSON and TOML its kebab-case name) and its
+/// dispatch to the kind's [`KindOptions`]: the one list of the kinds in the
+/// API.
+macro_rules! kinds {
+    ($($(#[$attr:meta])* $variant:ident($module:ident::$spec:ident),)*) => {
+        $(pub mod $module;)*
+
+        /// The kind-specific part of a port spec: one variant per port
+        /// kind, each its module's spec.
+        #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+        #[serde(tag = "kind", rename_all = "kebab-case")]
+        pub enum KindSpec {
+            $(
+                #[doc = concat!("A ", stringify!($module), " port ([`", stringify!($module), "::", stringify!($spec), "`]).")]
+                $(#[$attr])*
+                $variant($module::$spec),
+            )*
+        }
+
+        impl KindSpec {
+            /// The kind's own spec, behind the interface every kind
+            /// implements.
+            pub fn options(&self) -> &dyn KindOptions {
+                match self {
+                    $(KindSpec::$variant(k) => k,)*
+                }
+            }
+
+            /// As [`KindSpec::options`], to change it.
+            pub fn options_mut(&mut self) -> &mut dyn KindOptions {
+                match self {
+                    $(KindSpec::$variant(k) => k,)*
+                }
+            }
+        }
+    };
+}
+
+kinds! {
+    Memif(memif::MemifSpec),
     #[serde(alias = "vhostuser")]
-    VhostUser(VhostUserSpec),
-    /// A kernel tap interface the switch creates.
-    Tap(TapSpec),
-    /// An existing kernel interface, through `AF_PACKET` sockets.
-    AfPacket(AfPacketSpec),
-    /// An existing kernel interface, through AF_XDP sockets.
-    AfXdp(AfXdpSpec),
-    /// A VXLAN tunnel to a remote VTEP.
-    Vxlan(VxlanSpec),
+    VhostUser(vhost_user::VhostUserSpec),
+    Tap(tap::TapSpec),
+    AfPacket(af_packet::AfPacketSpec),
+    AfXdp(af_xdp::AfXdpSpec),
+    Vxlan(vxlan::VxlanSpec),
 }
 
 impl KindSpec {
-    /// The kind's own spec, behind the interface every kind implements:
-    /// with [`KindSpec::socket_mut`], the places besides the enum that list
-    /// the kinds.
-    pub fn options(&self) -> &dyn KindOptions {
-        match self {
-            KindSpec::Memif(m) => m,
-            KindSpec::VhostUser(v) => v,
-            KindSpec::Tap(t) => t,
-            KindSpec::AfPacket(a) => a,
-            KindSpec::AfXdp(x) => x,
-            KindSpec::Vxlan(v) => v,
-        }
-    }
-
     /// The kind's name as specs spell it (`memif`, `vhost-user`).
     pub fn name(&self) -> &'static str {
         self.options().kind_name()
@@ -157,16 +169,11 @@ impl KindSpec {
     }
 
     /// The socket's address, to change it (the daemon resolves it below
-    /// its socket dir). Every kind is named: a new socket kind must say
-    /// where its socket is, or it would escape that check.
+    /// its socket dir). Every kind says, in its own module
+    /// ([`KindOptions::socket_addr_mut`]): a new socket kind must say where
+    /// its socket is, or it would escape that check.
     pub fn socket_mut(&mut self) -> Option<&mut SocketAddr> {
-        match self {
-            KindSpec::Memif(m) => Some(&mut m.socket),
-            KindSpec::VhostUser(v) => Some(&mut v.socket),
-            KindSpec::Tap(_) | KindSpec::AfPacket(_) | KindSpec::AfXdp(_) | KindSpec::Vxlan(_) => {
-                None
-            }
-        }
+        self.options_mut().socket_addr_mut()
     }
 
     /// The switch's role at the socket, for a socket kind.
@@ -204,7 +211,7 @@ impl KindSpec {
 }
 
 /// What every kind's spec tells the rest of the switch. A new kind
-/// implements it in its own module and adds one variant to [`KindSpec`].
+/// implements it in its own module and adds its line to [`kinds!`].
 pub trait KindOptions {
     /// The kind's name, as the `kind` field spells it.
     fn kind_name(&self) -> &'static str;
@@ -212,6 +219,9 @@ pub trait KindOptions {
     fn socket(&self) -> Option<SocketSpec<'_>> {
         None
     }
+    /// The socket's address, to change it (`None` for a kind without
+    /// one). No default: every kind says.
+    fn socket_addr_mut(&mut self) -> Option<&mut SocketAddr>;
     /// Queue pairs asked for, if any.
     fn queues(&self) -> Option<u16>;
     /// The kernel interface, for kinds attached to one.

@@ -12,9 +12,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::{
-    KindSpec, MemifRole, MemifSpec, SpecError, VhostUserRole, VhostUserSpec, MAX_SOCKET_PATH,
-};
+use super::{KindOptions, KindSpec, SpecError, MAX_SOCKET_PATH};
 
 /// Declares a socket kind's two roles: an enum whose variants are named as
 /// the kind names them (with the other names it also takes), each on its
@@ -99,6 +97,15 @@ macro_rules! socket_roles {
         impl std::fmt::Display for $ty {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str(self.as_str())
+            }
+        }
+
+        impl $crate::spec::socket::KindRole for $ty {
+            fn name(self) -> &'static str {
+                self.as_str()
+            }
+            fn side(self) -> $crate::spec::Side {
+                $ty::side(self)
             }
         }
     };
@@ -188,44 +195,197 @@ pub enum Side {
     Connect,
 }
 
-/// The socket port kinds, as device-info's `type`, the CNI's
-/// `interfaceType` and the device plugin's `interface_type` name them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum SocketKind {
-    /// memif.
-    #[serde(rename = "memif")]
-    Memif,
-    /// vhost-user.
-    #[serde(rename = "vhost-user")]
-    VhostUser,
+/// A socket kind's role, as its module declares them (`socket_roles!`).
+pub trait KindRole: Copy + From<Side> + std::str::FromStr<Err = String> {
+    /// The role's name.
+    fn name(self) -> &'static str;
+    /// Which end of the socket the role's holder is.
+    fn side(self) -> Side;
+}
+
+/// What the pod says of its socket kind in its CNI netconf (the kind's
+/// section, the pod's point of view), as far as the CNI itself needs it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodSection {
+    /// The pod's role as written, if given.
+    pub role: Option<String>,
+    /// A socket the pod's networks of the kind share, by name (memif's
+    /// `socket`: each network that names it is one interface of it).
+    pub shared_socket: Option<String>,
+    /// Keys of the section the kind does not read (`memif.ringsize`).
+    pub ignored: Vec<String>,
+}
+
+/// What a socket kind is, besides its spec: implemented by the spec in
+/// the kind's own module (its roles, its names, its device-info section,
+/// its CNI netconf section), listed once in [`socket_kinds!`].
+pub trait SocketKindSpec: KindOptions + Sized {
+    /// The kind's roles.
+    type Role: KindRole;
+    /// The kind's name: device-info's `type`, the CNI's `interfaceType`,
+    /// the device plugin's `interface_type`, the spec's `kind`.
+    const NAME: &'static str;
+    /// The key of the kind's section in the CNI netconf (`memif`,
+    /// `vhostUser`).
+    const NETCONF_KEY: &'static str;
+    /// The field of that section naming the pod's role (`role`, `mode`),
+    /// and what its values are, for errors.
+    const NETCONF_ROLE: (&'static str, &'static str);
+
+    /// The spec of a port whose switch is in `role` at `addr`, with the
+    /// kind's defaults.
+    fn with_socket(role: Self::Role, addr: SocketAddr) -> Self;
+    /// The spec as a port's [`KindSpec`].
+    fn into_kind(self) -> KindSpec;
+    /// The kind's section of the NPWG device-info document for a pod in
+    /// `role` whose socket is `path`.
+    fn device_info(role: Self::Role, path: &str) -> serde_json::Value;
+    /// The pod's role a device-info section of the kind names.
+    fn device_info_role(section: &serde_json::Value) -> Option<Self::Role>;
+    /// Reads the kind's section of a CNI netconf (`Null` when absent).
+    /// Errors name the field (`memif.mode`).
+    fn pod_section(section: &serde_json::Value) -> Result<PodSection, SpecError>;
+    /// Takes into the switch's spec the options of the pod's netconf
+    /// section both ends share (queues, sizes, a secret, an id), and the
+    /// group of a socket the switch creates.
+    fn take_pod_section(&mut self, section: &serde_json::Value, socket_group: Option<u32>);
+}
+
+/// The keys of a netconf `section` that are not among `known`, as
+/// `<key>.<name>` (for [`PodSection::ignored`]).
+pub fn unknown_keys(key: &str, section: &serde_json::Value, known: &[&str]) -> Vec<String> {
+    section
+        .as_object()
+        .map(|o| {
+            o.keys()
+                .filter(|k| !known.contains(&k.as_str()))
+                .map(|k| format!("{key}.{k}"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Declares the socket kinds, one line each: `Variant(module::Spec)`, the
+/// variant being the kind's [`KindSpec`] variant too. Makes [`SocketKind`]
+/// and its dispatch to each kind's [`SocketKindSpec`]: the one list of the
+/// socket kinds.
+macro_rules! socket_kinds {
+    ($($variant:ident($module:ident::$spec:ident),)*) => {
+        /// The socket port kinds, as device-info's `type`, the CNI's
+        /// `interfaceType` and the device plugin's `interface_type` name
+        /// them.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        #[serde(try_from = "String", into = "&'static str")]
+        pub enum SocketKind {
+            $(
+                #[doc = concat!("[`super::", stringify!($module), "::", stringify!($spec), "`].")]
+                $variant,
+            )*
+        }
+
+        impl SocketKind {
+            /// Every socket kind.
+            pub const ALL: &'static [SocketKind] = &[$(SocketKind::$variant),*];
+
+            /// The kind's name (`memif`, `vhost-user`).
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(SocketKind::$variant => <super::$module::$spec as SocketKindSpec>::NAME,)*
+                }
+            }
+
+            /// The names of the role that listens and of the one that
+            /// connects.
+            pub fn role_names(self) -> [&'static str; 2] {
+                match self {
+                    $(SocketKind::$variant => {
+                        type R = <super::$module::$spec as SocketKindSpec>::Role;
+                        [R::from(Side::Listen).name(), R::from(Side::Connect).name()]
+                    })*
+                }
+            }
+
+            /// Parses a role of this kind by name (memif: `master`/`slave`,
+            /// or DPDK's `server`/`client`; vhost-user: `server`/`client`).
+            /// The error says which names the kind takes.
+            pub fn parse_role(self, s: &str) -> Result<SocketRole, String> {
+                let side = match self {
+                    $(SocketKind::$variant => s.parse::<<super::$module::$spec as SocketKindSpec>::Role>()?.side(),)*
+                };
+                Ok(self.role(side))
+            }
+
+            /// The spec of a port whose switch is on `side` of a socket at
+            /// `addr`, with the kind's defaults.
+            pub fn spec(self, side: Side, addr: SocketAddr) -> KindSpec {
+                match self {
+                    $(SocketKind::$variant => super::$module::$spec::with_socket(side.into(), addr).into_kind(),)*
+                }
+            }
+
+            /// The kind's section of a device-info document for a pod on
+            /// `side` whose socket is `path`.
+            pub fn device_info(self, side: Side, path: &str) -> serde_json::Value {
+                match self {
+                    $(SocketKind::$variant => super::$module::$spec::device_info(side.into(), path),)*
+                }
+            }
+
+            /// The pod's side a device-info section of the kind names.
+            pub fn device_info_side(self, section: &serde_json::Value) -> Option<Side> {
+                match self {
+                    $(SocketKind::$variant => super::$module::$spec::device_info_role(section).map(KindRole::side),)*
+                }
+            }
+
+            /// The key of the kind's section in the CNI netconf.
+            pub fn netconf_key(self) -> &'static str {
+                match self {
+                    $(SocketKind::$variant => <super::$module::$spec as SocketKindSpec>::NETCONF_KEY,)*
+                }
+            }
+
+            /// The field of that section naming the pod's role, and what
+            /// its values are.
+            pub fn netconf_role(self) -> (&'static str, &'static str) {
+                match self {
+                    $(SocketKind::$variant => <super::$module::$spec as SocketKindSpec>::NETCONF_ROLE,)*
+                }
+            }
+
+            /// Reads the kind's section of a CNI netconf (`Null`: absent).
+            pub fn pod_section(self, section: &serde_json::Value) -> Result<PodSection, SpecError> {
+                match self {
+                    $(SocketKind::$variant => super::$module::$spec::pod_section(section),)*
+                }
+            }
+
+            /// Takes the pod's netconf section into `spec`, a spec of this
+            /// kind (another kind's is left as it is).
+            pub fn take_pod_section(
+                self,
+                spec: &mut KindSpec,
+                section: &serde_json::Value,
+                socket_group: Option<u32>,
+            ) {
+                match (self, spec) {
+                    $((SocketKind::$variant, KindSpec::$variant(s)) => s.take_pod_section(section, socket_group),)*
+                    _ => {}
+                }
+            }
+        }
+    };
+}
+
+socket_kinds! {
+    Memif(memif::MemifSpec),
+    VhostUser(vhost_user::VhostUserSpec),
 }
 
 impl SocketKind {
-    /// Every socket kind.
-    pub const ALL: [SocketKind; 2] = [SocketKind::Memif, SocketKind::VhostUser];
-
-    /// The kind's name (`memif`, `vhost-user`).
-    pub fn name(self) -> &'static str {
-        match self {
-            SocketKind::Memif => "memif",
-            SocketKind::VhostUser => "vhost-user",
-        }
-    }
-
     /// The kind named `s`, if it is a socket kind.
     pub fn from_name(s: &str) -> Option<SocketKind> {
-        SocketKind::ALL.into_iter().find(|k| k.name() == s)
-    }
-
-    /// The names of the role that listens and of the one that connects.
-    pub fn role_names(self) -> [&'static str; 2] {
-        match self {
-            SocketKind::Memif => [MemifRole::Master.as_str(), MemifRole::Slave.as_str()],
-            SocketKind::VhostUser => [
-                VhostUserRole::Server.as_str(),
-                VhostUserRole::Client.as_str(),
-            ],
-        }
+        SocketKind::ALL.iter().copied().find(|k| k.name() == s)
     }
 
     /// The role of this kind whose holder is on `side`.
@@ -233,30 +393,29 @@ impl SocketKind {
         SocketRole { kind: self, side }
     }
 
-    /// Parses a role of this kind by name (memif: `master`/`slave`, or
-    /// DPDK's `server`/`client`; vhost-user: `server`/`client`). The error
-    /// says which names the kind takes.
-    pub fn parse_role(self, s: &str) -> Result<SocketRole, String> {
-        let side = match self {
-            SocketKind::Memif => s.parse::<MemifRole>()?.side(),
-            SocketKind::VhostUser => s.parse::<VhostUserRole>()?.side(),
-        };
-        Ok(self.role(side))
-    }
-
     /// The pod's role when a netconf or a device plugin pool names none:
     /// the pod connects, the switch creates the socket.
     pub fn default_pod_role(self) -> SocketRole {
         self.role(Side::Connect)
     }
+}
 
-    /// The spec of a port whose switch is on `side` of a socket at `addr`,
-    /// with the kind's defaults.
-    pub fn spec(self, side: Side, addr: SocketAddr) -> KindSpec {
-        match self {
-            SocketKind::Memif => KindSpec::Memif(MemifSpec::new(side.into(), addr)),
-            SocketKind::VhostUser => KindSpec::VhostUser(VhostUserSpec::new(side.into(), addr)),
-        }
+impl TryFrom<String> for SocketKind {
+    type Error = String;
+    fn try_from(s: String) -> Result<SocketKind, String> {
+        SocketKind::from_name(&s).ok_or_else(|| {
+            let names: Vec<String> = SocketKind::ALL
+                .iter()
+                .map(|k| format!("`{}`", k.name()))
+                .collect();
+            format!("unknown variant `{s}`, expected {}", names.join(" or "))
+        })
+    }
+}
+
+impl From<SocketKind> for &'static str {
+    fn from(k: SocketKind) -> &'static str {
+        k.name()
     }
 }
 
@@ -396,6 +555,7 @@ impl SocketSpec<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::MemifRole;
 
     #[test]
     fn addresses_parse_once_and_print_as_written() {
@@ -421,7 +581,7 @@ mod tests {
 
     #[test]
     fn the_pods_role_is_the_switchs_peer() {
-        for kind in SocketKind::ALL {
+        for &kind in SocketKind::ALL {
             for side in [Side::Listen, Side::Connect] {
                 let r = kind.role(side);
                 assert_eq!((r.kind(), r.side()), (kind, side));

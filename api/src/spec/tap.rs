@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{validate_queues, KindOptions, SpecError};
+use super::{validate_queues, KindOptions, SocketAddr, SpecError};
 
 /// Longest Linux interface name (`IFNAMSIZ` less its NUL).
 pub const MAX_IFNAME: usize = 15;
@@ -76,6 +76,9 @@ pub(crate) fn validate_interface_and_queues(
 impl KindOptions for TapSpec {
     fn kind_name(&self) -> &'static str {
         "tap"
+    }
+    fn socket_addr_mut(&mut self) -> Option<&mut SocketAddr> {
+        None
     }
     fn queues(&self) -> Option<u16> {
         self.queues

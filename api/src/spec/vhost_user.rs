@@ -2,8 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::socket::socket_roles;
-use super::{validate_queues, KindOptions, SocketAddr, SocketSpec, SpecError};
+use super::socket::{socket_roles, unknown_keys, PodSection, SocketKindSpec};
+use super::{validate_queues, KindOptions, KindSpec, SocketAddr, SocketSpec, SpecError};
 
 socket_roles! {
     /// Which end of the vhost-user socket a side is. (The switch is always
@@ -65,6 +65,9 @@ impl KindOptions for VhostUserSpec {
     fn kind_name(&self) -> &'static str {
         "vhost-user"
     }
+    fn socket_addr_mut(&mut self) -> Option<&mut SocketAddr> {
+        Some(&mut self.socket)
+    }
     fn socket(&self) -> Option<SocketSpec<'_>> {
         Some(self.socket_spec())
     }
@@ -81,5 +84,81 @@ impl KindOptions for VhostUserSpec {
             ));
         }
         Ok(())
+    }
+}
+
+/// The vhost-user section of an NPWG device-info document (the pod's
+/// mode).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VhostUserInfo {
+    /// The pod's mode: `client` (the host made the socket) or `server`.
+    pub mode: VhostUserRole,
+    /// Socket path.
+    pub path: String,
+}
+
+/// The vhost-user section of a CNI netconf (`vhostUser: {...}`): the pod's
+/// point of view.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VhostUserOptions {
+    /// The pod's mode: `client` (default: the switch creates the socket) or
+    /// `server`.
+    pub mode: Option<String>,
+    /// Queue pairs.
+    pub queues: Option<u16>,
+}
+
+impl VhostUserOptions {
+    fn read(section: &serde_json::Value) -> Result<VhostUserOptions, SpecError> {
+        if section.is_null() {
+            return Ok(VhostUserOptions::default());
+        }
+        serde_json::from_value(section.clone())
+            .map_err(|e| SpecError::new("vhostUser", e.to_string()))
+    }
+}
+
+impl SocketKindSpec for VhostUserSpec {
+    type Role = VhostUserRole;
+    const NAME: &'static str = "vhost-user";
+    const NETCONF_KEY: &'static str = "vhostUser";
+    const NETCONF_ROLE: (&'static str, &'static str) =
+        ("mode", "vhost-user mode is client or server");
+
+    fn with_socket(role: VhostUserRole, addr: SocketAddr) -> VhostUserSpec {
+        VhostUserSpec::new(role, addr)
+    }
+
+    fn into_kind(self) -> KindSpec {
+        KindSpec::VhostUser(self)
+    }
+
+    fn device_info(role: VhostUserRole, path: &str) -> serde_json::Value {
+        serde_json::to_value(VhostUserInfo {
+            mode: role,
+            path: path.to_string(),
+        })
+        .unwrap_or_default()
+    }
+
+    fn device_info_role(section: &serde_json::Value) -> Option<VhostUserRole> {
+        serde_json::from_value::<VhostUserInfo>(section.clone())
+            .ok()
+            .map(|i| i.mode)
+    }
+
+    fn pod_section(section: &serde_json::Value) -> Result<PodSection, SpecError> {
+        let o = VhostUserOptions::read(section)?;
+        Ok(PodSection {
+            role: o.mode,
+            shared_socket: None,
+            ignored: unknown_keys("vhostUser", section, &["mode", "queues"]),
+        })
+    }
+
+    fn take_pod_section(&mut self, section: &serde_json::Value, socket_group: Option<u32>) {
+        self.queues = VhostUserOptions::read(section).unwrap_or_default().queues;
+        self.socket_group = socket_group;
     }
 }

@@ -13,7 +13,7 @@ use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
 
-use super::{KindOptions, SpecError};
+use super::{KindOptions, SocketAddr, SpecError};
 
 /// The IANA port for VXLAN.
 pub const VXLAN_PORT: u16 = 4789;
@@ -62,6 +62,9 @@ fn validate_vtep(field: String, ip: IpAddr) -> Result<(), SpecError> {
 impl KindOptions for VxlanSpec {
     fn kind_name(&self) -> &'static str {
         "vxlan"
+    }
+    fn socket_addr_mut(&mut self) -> Option<&mut SocketAddr> {
+        None
     }
     fn queues(&self) -> Option<u16> {
         None

@@ -5,9 +5,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use switchyard_api::{
-    Client, ClientError, ErrorCode, KindSpec, MemifMode, PortSpec, Request, SocketAddr, SocketRole,
-};
+use switchyard_api::{Client, ClientError, ErrorCode, PortSpec, Request, SocketAddr, SocketRole};
 
 use crate::devinfo::{self, DeviceInfo};
 use crate::error::*;
@@ -165,25 +163,11 @@ pub(crate) fn port_spec(
         .raw
         .socket_group
         .filter(|_| kind.socket().is_some_and(|s| s.switch_creates()));
-    match &mut kind {
-        KindSpec::Memif(m) => {
-            let opts = nc.raw.memif.clone().unwrap_or_default();
-            m.mode = Some(MemifMode::Ethernet);
-            m.queues = opts.queues;
-            m.ring_size = opts.ring_size;
-            m.buffer_size = opts.buffer_size;
-            m.secret = opts.secret;
-            m.id = opts.id;
-            m.socket_group = group;
-        }
-        KindSpec::VhostUser(v) => {
-            v.queues = nc.raw.vhost_user.as_ref().and_then(|o| o.queues);
-            v.socket_group = group;
-        }
-        // A pod's role is a socket kind's: no other spec comes from it, and
-        // a new kind is an error here until its options are read.
-        KindSpec::Tap(_) | KindSpec::AfPacket(_) | KindSpec::AfXdp(_) | KindSpec::Vxlan(_) => {}
-    }
+    // The options of the kind's netconf section, as its spec module
+    // reads them.
+    pod_role
+        .kind()
+        .take_pod_section(&mut kind, &nc.pod_options, group);
     PortSpec {
         bridge: Some(nc.bridge.clone()),
         vlan: nc.vlan,
@@ -201,7 +185,8 @@ pub(crate) fn port_spec(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use switchyard_api::{MemifRole, VhostUserRole};
+    use switchyard_api::spec::memif::MemifInfo;
+    use switchyard_api::{KindSpec, MemifRole, VhostUserRole};
 
     fn netconf(extra: &str) -> NetConf {
         NetConf::parse(
@@ -273,8 +258,8 @@ mod tests {
     fn device_info_names_the_pods_role_and_a_device_plugins_role_wins() {
         let nc = netconf("");
         let d = device_info(nc.pod_role, Path::new("/s/p.sock"));
-        assert_eq!(d.memif.as_ref().unwrap().role, MemifRole::Slave);
-        assert_eq!(d.memif.as_ref().unwrap().path, "/s/p.sock");
+        let m: MemifInfo = d.section().unwrap();
+        assert_eq!((m.role, m.path.as_str()), (MemifRole::Slave, "/s/p.sock"));
         let dp = device_info(MemifRole::Master.into(), Path::new("/s/p.sock"));
         let r = pod_role_with_devinfo(&nc, Some(&dp)).unwrap();
         assert_eq!(r.peer().as_str(), "slave");

@@ -18,21 +18,26 @@
 //! - [`takeover`]: a port handed to another switch process; each kind's
 //!   takeover is its `persist.rs`, behind [`Persist`].
 //! - [`sigbus`]: surviving a peer that truncates shared memory.
-//! - [`registry`]: the one place that lists the kinds.
+//! - [`registry`]: the one list of the kinds ([`registry::port_kinds!`],
+//!   invoked here) and [`build`].
 //! - the kinds: [`memif`], [`vhost_user`], [`tap`], [`af_packet`],
 //!   [`af_xdp`], [`vxlan`]; a kind's module knows nothing of the others.
 
-pub mod af_packet;
-pub mod af_xdp;
 pub mod kernel;
-pub mod memif;
 pub mod registry;
 pub mod sigbus;
 pub mod socket;
 pub mod takeover;
-pub mod tap;
-pub mod vhost_user;
-pub mod vxlan;
+
+// The kinds: the one list of them.
+registry::port_kinds! {
+    Memif => memif,
+    VhostUser => vhost_user,
+    Tap => tap,
+    AfPacket => af_packet,
+    AfXdp => af_xdp,
+    Vxlan => vxlan,
+}
 
 use std::os::fd::AsFd;
 use std::time::Instant;

@@ -1,30 +1,58 @@
-//! The one place that lists the port kinds: a spec's kind to its port.
-//! Adding a kind is its module and one line here.
+//! The one list of the port kinds: [`port_kinds!`], invoked once in
+//! `port/mod.rs`, declares each kind's module and makes [`build`](super::build),
+//! which turns a spec's kind into its port. Adding a kind is its module and
+//! one line there.
 
 use std::sync::Arc;
 
-use switchyard_api::{KindSpec, PortSpec};
+use switchyard_api::PortSpec;
 
 use super::socket::Listeners;
-use super::{af_packet, af_xdp, memif, tap, vhost_user, vxlan, Port};
 
-/// Builds the port a validated spec describes (not started yet); a
-/// vhost-user port that names no queue count offers `queues` (one per
-/// worker, as OVS-DPDK); a port on a socket the switch listens on joins
-/// it in `listeners`. The one place that lists every port kind.
-pub fn build(spec: &PortSpec, queues: u16, listeners: &Arc<Listeners>) -> Box<dyn Port> {
-    let name = spec.name.as_str();
-    // A trunk of some VLAN sends and receives tagged frames.
-    let carries_tags = spec
-        .trunk
-        .as_ref()
-        .is_some_and(|t| t.ranges().iter().any(|&(_, hi)| hi > 0));
-    match &spec.kind {
-        KindSpec::Memif(m) => memif::port(name, m, listeners),
-        KindSpec::VhostUser(v) => vhost_user::port(name, v, queues, listeners),
-        KindSpec::Tap(t) => tap::port(name, t),
-        KindSpec::AfPacket(a) => af_packet::port(name, a, switchyard_api::stable_hash(name) as u16),
-        KindSpec::AfXdp(x) => af_xdp::port(name, x, carries_tags),
-        KindSpec::Vxlan(v) => vxlan::port(name, v),
+/// What every kind's `port` constructor gets besides its own spec: the
+/// port's whole spec, the daemon's workers and its table of listening
+/// sockets.
+pub struct Build<'a> {
+    /// The port's spec (its name, VLANs: a trunk's uplink keeps tags).
+    pub spec: &'a PortSpec,
+    /// Workers (a vhost-user port that names no queue count offers one
+    /// queue pair per worker, as OVS-DPDK).
+    pub workers: u16,
+    /// The sockets the switch listens on, which a listening port joins.
+    pub listeners: &'a Arc<Listeners>,
+}
+
+impl Build<'_> {
+    /// The port's name.
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+
+    /// Whether the port sends and receives tagged frames (a trunk of some
+    /// VLAN).
+    pub fn carries_tags(&self) -> bool {
+        self.spec
+            .trunk
+            .as_ref()
+            .is_some_and(|t| t.ranges().iter().any(|&(_, hi)| hi > 0))
     }
 }
+
+/// Declares the port kinds, one line each: `Variant => module`, the
+/// variant the API's `KindSpec`'s, the module `port/<module>/` with its
+/// `pub fn port(spec, &Build) -> Box<dyn Port>`. Makes each kind's module
+/// and `build`.
+macro_rules! port_kinds {
+    ($($variant:ident => $module:ident,)*) => {
+        $(pub mod $module;)*
+
+        /// Builds the port a validated spec describes (not started yet).
+        pub fn build(b: &registry::Build<'_>) -> Box<dyn Port> {
+            match &b.spec.kind {
+                $(switchyard_api::KindSpec::$variant(s) => $module::port(s, b),)*
+            }
+        }
+    };
+}
+
+pub(crate) use port_kinds;

@@ -124,7 +124,11 @@ impl Daemon {
             }
         }
         let workers = u16::try_from(self.dp.workers().max(1)).unwrap_or(1);
-        let mut port = crate::port::registry::build(&spec, workers, &self.listeners);
+        let mut port = crate::port::build(&crate::port::registry::Build {
+            spec: &spec,
+            workers,
+            listeners: &self.listeners,
+        });
         let vlan = VlanMode::from_spec(spec.vlan, spec.trunk.as_ref());
         let security = PortSecurity::from_spec(&spec);
         let (id, shared) = self.dp.add_port(&spec.name, bridge, vlan, &security);

@@ -53,6 +53,7 @@ use crate::dataplane::QueuePositions;
 use crate::port::kernel::netdev::{exceeds_mtu, kernel_at_least, pad_short, FrameIovecs};
 use crate::port::kernel::{Interface, KernelIf, Uplink};
 use crate::port::takeover::{FdIn, FdOut, TakeoverError};
+use crate::port::registry::Build;
 use crate::port::Port;
 use crate::queue::QueuePosition;
 
@@ -678,7 +679,8 @@ impl TxQueue for AfpTx {
 }
 
 /// An af-packet port: its sockets on a followed kernel interface.
-pub fn port(name: &str, spec: &AfPacketSpec, fanout: u16) -> Box<dyn Port> {
+pub fn port(spec: &AfPacketSpec, b: &Build<'_>) -> Box<dyn Port> {
+    let (name, fanout) = (b.name(), switchyard_api::stable_hash(b.name()) as u16);
     let uplink = AfPacket {
         queues: spec.queues.unwrap_or(1),
         fanout,

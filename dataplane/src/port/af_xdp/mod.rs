@@ -39,6 +39,7 @@ use crate::port::kernel::netdev::{
 };
 use crate::port::kernel::{Interface, KernelIf, Uplink};
 use crate::port::takeover::{FdIn, FdOut, TakeoverError};
+use crate::port::registry::Build;
 use crate::port::Port;
 use crate::queue::offload::MAX_HDR;
 use crate::queue::{
@@ -67,7 +68,8 @@ const BUSY_TRIES: u32 = 20;
 /// An af-xdp port: its sockets on a followed kernel interface.
 /// `carries_tags`: whether its frames carry VLAN tags (it is a trunk of
 /// some VLAN), which it then refuses to lose.
-pub fn port(name: &str, spec: &AfXdpSpec, carries_tags: bool) -> Box<dyn Port> {
+pub fn port(spec: &AfXdpSpec, b: &Build<'_>) -> Box<dyn Port> {
+    let (name, carries_tags) = (b.name(), b.carries_tags());
     let uplink = AfXdp {
         name: name.to_string(),
         spec: spec.clone(),

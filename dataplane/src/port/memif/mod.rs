@@ -18,7 +18,8 @@ use tracing::info;
 
 use switchyard_api::{MemifMode, MemifRole, MemifSpec, PortStatus};
 
-use crate::port::socket::{Closed, Greeting, Listeners, Protocol, SocketPort};
+use crate::port::registry::Build;
+use crate::port::socket::{Closed, Greeting, Protocol, SocketPort};
 use crate::port::takeover::{FdIn, FdOut, TakeoverError};
 use crate::port::{Port, PortCtx};
 use crate::queue::{PortQueues, RxQueue, TxQueue};
@@ -37,7 +38,8 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A memif port: the memif protocol on a socket port (the switch's
 /// listening sockets are `listeners`).
-pub fn port(name: &str, spec: &MemifSpec, listeners: &Arc<Listeners>) -> Box<dyn Port> {
+pub fn port(spec: &MemifSpec, b: &Build<'_>) -> Box<dyn Port> {
+    let name = b.name();
     use switchyard_api::spec::memif::{DEFAULT_BUFFER_SIZE, DEFAULT_RING_SIZE};
     let memif = Memif {
         name: name.to_string(),
@@ -58,7 +60,7 @@ pub fn port(name: &str, spec: &MemifSpec, listeners: &Arc<Listeners>) -> Box<dyn
             buffer_size: spec.buffer_size.unwrap_or(DEFAULT_BUFFER_SIZE),
         },
     };
-    Box::new(SocketPort::new(name, spec.socket_spec(), memif, listeners))
+    Box::new(SocketPort::new(name, spec.socket_spec(), memif, b.listeners))
 }
 
 /// The memif protocol of one port.

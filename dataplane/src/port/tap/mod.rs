@@ -39,6 +39,7 @@ use crate::port::kernel::netdev::{
     exceeds_mtu, read_mtu, readable, status_with_mtu, FrameIovecs, IfReq,
 };
 use crate::port::takeover::{FdIn, FdOut, Saved};
+use crate::port::registry::Build;
 use crate::port::{Port, PortCtx, PortError, Start};
 
 mod persist;
@@ -246,8 +247,8 @@ impl TxQueue for TapTx {
 }
 
 /// A tap port: the kernel interface it makes, not started yet.
-pub fn port(name: &str, spec: &TapSpec) -> Box<dyn Port> {
-    Box::new(TapPort::new(name, spec))
+pub fn port(spec: &TapSpec, b: &Build<'_>) -> Box<dyn Port> {
+    Box::new(TapPort::new(b.name(), spec))
 }
 
 /// A tap port.

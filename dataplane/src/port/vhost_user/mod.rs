@@ -33,7 +33,8 @@ use vhost::vhost_user::{BackendReqHandler, Error as VuError};
 
 use switchyard_api::{PortStatus, Side, VhostUserSpec};
 
-use crate::port::socket::{Closed, Greeting, Listeners, Protocol, SocketPort};
+use crate::port::registry::Build;
+use crate::port::socket::{Closed, Greeting, Protocol, SocketPort};
 use crate::port::takeover::{FdIn, FdOut, TakeoverError};
 use crate::port::{Port, PortCtx};
 use device::{Activation, NetDevice};
@@ -42,17 +43,13 @@ use relay::{Message, Relay, RelayError};
 /// A vhost-user port: the vhost-user protocol on a socket port, offering
 /// the spec's queue pairs, else `queues` (one per worker, as OVS-DPDK);
 /// the switch's listening sockets are `listeners`.
-pub fn port(
-    name: &str,
-    spec: &VhostUserSpec,
-    queues: u16,
-    listeners: &Arc<Listeners>,
-) -> Box<dyn Port> {
+pub fn port(spec: &VhostUserSpec, b: &Build<'_>) -> Box<dyn Port> {
+    let name = b.name();
     let vu = VhostUser {
         name: name.to_string(),
-        queues: spec.queues.unwrap_or(queues),
+        queues: spec.queues.unwrap_or(b.workers),
     };
-    Box::new(SocketPort::new(name, spec.socket_spec(), vu, listeners))
+    Box::new(SocketPort::new(name, spec.socket_spec(), vu, b.listeners))
 }
 
 /// The vhost-user protocol of one port.

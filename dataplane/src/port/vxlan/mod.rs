@@ -33,6 +33,7 @@ use tracing::{info, warn};
 
 use crate::port::kernel::netdev::{readable, status_with_mtu};
 use crate::port::takeover::{FdIn, FdOut, Saved};
+use crate::port::registry::Build;
 use crate::port::{Port, PortCtx, PortError, QueueLink, Start};
 use crate::queue::offload::MAX_HDR;
 use crate::queue::{
@@ -57,7 +58,8 @@ const SOCKET_BUFFER: libc::c_int = 4 << 20;
 const DEFAULT_PATH_MTU: u32 = 1500;
 
 /// A vxlan port, not started yet.
-pub fn port(name: &str, spec: &VxlanSpec) -> Box<dyn Port> {
+pub fn port(spec: &VxlanSpec, b: &Build<'_>) -> Box<dyn Port> {
+    let name = b.name();
     Box::new(VxlanPort {
         name: name.to_string(),
         spec: spec.clone(),

@@ -35,7 +35,7 @@ pub(super) struct Member {
 
 /// The sockets open, by local address and port: tunnels of the same
 /// address share one.
-fn registry() -> &'static Mutex<HashMap<SocketAddr, Weak<Underlay>>> {
+fn open_sockets() -> &'static Mutex<HashMap<SocketAddr, Weak<Underlay>>> {
     static R: OnceLock<Mutex<HashMap<SocketAddr, Weak<Underlay>>>> = OnceLock::new();
     R.get_or_init(Mutex::default)
 }
@@ -68,7 +68,7 @@ pub(super) fn join(
     local: SocketAddr,
     handed: Option<OwnedFd>,
 ) -> Result<Arc<Underlay>, UnderlayError> {
-    let mut r = lock(registry());
+    let mut r = lock(open_sockets());
     r.retain(|_, u| u.strong_count() > 0);
     if let Some(u) = r.get(&local).and_then(Weak::upgrade) {
         return Ok(u);
