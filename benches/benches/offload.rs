@@ -7,9 +7,10 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use switchyard::queue::offload::{self, Offload, Scratch, VNET_HDR_LEN};
+use switchyard::queue::offload::{self, Offload, Scratch};
 use switchyard::queue::{tx_each, RxFrame, TxFrame};
 use switchyard::wire::checksum::Checksum;
+use switchyard::wire::virtio_net::VNET_HDR_LEN;
 
 /// An IPv4 TCP frame of `payload` bytes whose checksum is left to finish.
 fn tcp4(payload: usize) -> Vec<u8> {
@@ -51,7 +52,7 @@ fn finish(c: &mut Criterion) {
         assert!(unsafe { frame.push(bytes.as_ptr(), bytes.len() as u32) });
         let mut vnet = Offload::checksum(34, 16).to_vnet();
         if gso {
-            vnet[1] = offload::GSO_TCPV4;
+            vnet[1] = switchyard::wire::virtio_net::GSO_TCPV4;
             vnet[4..6].copy_from_slice(&1448u16.to_le_bytes());
         }
         let vnet: [u8; VNET_HDR_LEN] = vnet;

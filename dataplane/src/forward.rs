@@ -157,38 +157,60 @@ fn seen_now(id: PortId, p: &ViewPort, now: u32) -> MacEntry {
     }
 }
 
+/// One burst being switched: what is the same for each of its frames.
+struct Burst<'a> {
+    dp: &'a Dataplane,
+    view: &'a WorkerView,
+    /// The worker.
+    w: usize,
+    /// The port and receive queue it came from, and that port's view.
+    from: Ingress,
+    inp: &'a ViewPort,
+    /// The bridge it is switched in.
+    bridge_id: BridgeId,
+    bridge: &'a ViewBridge,
+    /// The trace that may claim its frames.
+    trace: Option<&'a Trace>,
+    /// The clock in seconds, and how long a MAC must be quiet on its port
+    /// before it moves ([`Dataplane::mac_move_hold`]).
+    now: u32,
+    hold: u32,
+}
+
+/// A frame about to be queued on a destination: its index in the burst,
+/// its headers and the VLAN it is in inside the bridge.
+struct Queued<'l> {
+    i: usize,
+    l2: &'l L2Head,
+    domain: u16,
+}
+
 /// The full admission of a source that the fast checks did not find
 /// known (new, moved, refreshed once a second, or sent by a port that pins
 /// its sources): learns it, counts what changed in the bridge's counters of
-/// worker `w` and notes it in the frame's trace record. `Ok(true)`: known
+/// the burst's worker and notes it in the frame's trace record. `Ok(true)`: known
 /// on this port, nothing written; `Err`: why the frame is dropped (noted
 /// in the record, not counted). Out of line, so that the per-frame loop
 /// keeps its registers for the usual case.
 #[cold]
 #[inline(never)]
-#[allow(clippy::too_many_arguments)]
 fn admit<'a>(
-    w: usize,
-    bridge: &ViewBridge,
-    inp: &ViewPort,
-    in_port: PortId,
+    b: &Burst<'_>,
     src: MacAddr,
     domain: u16,
-    now: u32,
-    hold: u32,
     owner: &impl Fn(&MacEntry) -> Option<&'a security::SecurityState>,
     traced: Option<&mut TraceRecord>,
 ) -> Result<bool, DropReason> {
     let admitted = security::admit_source(
-        &bridge.macs,
-        &inp.shared.security,
+        &b.bridge.macs,
+        &b.inp.shared.security,
         src,
         domain,
-        seen_now(in_port, inp, now),
-        hold,
+        seen_now(b.from.port, b.inp, b.now),
+        b.hold,
         owner,
     );
-    let counters = bridge.stats.counters(w);
+    let counters = b.bridge.stats.counters(b.w);
     let learn = match admitted {
         Err(r) => {
             if let Some(t) = traced {
@@ -304,21 +326,25 @@ impl Forwarder {
                 break 'switch;
             };
             let r = &mut release;
+            let (bridge_id, bridge) = bridge;
+            let mut b = Burst {
+                dp,
+                view,
+                w,
+                from,
+                inp,
+                bridge_id,
+                bridge,
+                trace: None,
+                now: dp.now_secs(),
+                hold: dp.mac_move_hold(),
+            };
             match (HOOKS, &view.trace) {
-                (true, Some(t)) => self.switch_burst::<true, true, _>(
-                    dp,
-                    view,
-                    w,
-                    from,
-                    inp,
-                    bridge,
-                    frames,
-                    Some(t),
-                    r,
-                ),
-                _ => self.switch_burst::<HOOKS, false, _>(
-                    dp, view, w, from, inp, bridge, frames, None, r,
-                ),
+                (true, Some(t)) => {
+                    b.trace = Some(t);
+                    self.switch_burst::<true, true, _>(&b, frames, r)
+                }
+                _ => self.switch_burst::<HOOKS, false, _>(&b, frames, r),
             }
         }
         if let Some(r) = release {
@@ -326,28 +352,31 @@ impl Forwarder {
         }
     }
 
-    /// Learns, looks up and sends a burst of frames received from `from`
-    /// in `bridge`; with `TRACE`, fills a record for each frame `trace`
-    /// claims. `release` goes to the last chunk's sending.
-    #[allow(clippy::too_many_arguments)]
+    /// Learns, looks up and sends burst `b`'s frames in its bridge; with
+    /// `TRACE`, fills a record for each frame its trace claims. `release`
+    /// goes to the last chunk's sending.
     #[inline(always)]
     fn switch_burst<const HOOKS: bool, const TRACE: bool, R: FnOnce()>(
         &mut self,
-        dp: &Dataplane,
-        view: &WorkerView,
-        w: usize,
-        from: Ingress,
-        inp: &ViewPort,
-        (bridge_id, bridge): (BridgeId, &ViewBridge),
+        b: &Burst<'_>,
         frames: &[RxFrame],
-        trace: Option<&Trace>,
         release: &mut Option<R>,
     ) {
+        let Burst {
+            dp,
+            view,
+            w,
+            from,
+            inp,
+            bridge_id,
+            bridge,
+            trace,
+            now,
+            ..
+        } = *b;
         let in_port = from.port;
         let in_counters = inp.shared.counters(w);
         let bridge_counters = bridge.stats.counters(w);
-        let now = dp.now_secs();
-        let hold = dp.mac_move_hold();
         // The security state of the port an entry belongs to, if it is
         // still that port.
         let owner = |e: &MacEntry| {
@@ -432,18 +461,7 @@ impl Forwarder {
                     note!(|t| t.learn = TraceLearn::Known);
                 } else {
                     let traced = if TRACE { self.traced[i].as_mut() } else { None };
-                    match admit(
-                        w,
-                        bridge,
-                        inp,
-                        in_port,
-                        l2.src_mac(),
-                        domain,
-                        now,
-                        hold,
-                        &owner,
-                        traced,
-                    ) {
+                    match admit(b, l2.src_mac(), domain, &owner, traced) {
                         Err(r) => {
                             bump(&in_counters.drops[r as usize], 1);
                             continue;
@@ -485,10 +503,11 @@ impl Forwarder {
                         }
                     }
                 }
+                let f = Queued { i, l2: &l2, domain };
                 match unicast {
                     Some((id, p)) => {
                         note!(|t| t.lookup = TraceLookup::Unicast(id));
-                        self.queue::<TRACE>(w, id, p, i, &l2, domain, true);
+                        self.queue::<TRACE>(w, (id, p), &f, true);
                     }
                     None => {
                         bump(&bridge_counters.flooded, 1);
@@ -507,7 +526,7 @@ impl Forwarder {
                                 if inp.split_horizon && p.split_horizon {
                                     continue;
                                 }
-                                self.queue::<TRACE>(w, id, p, i, &l2, domain, false);
+                                self.queue::<TRACE>(w, (id, p), &f, false);
                             }
                         }
                     }
@@ -532,20 +551,17 @@ impl Forwarder {
         }
     }
 
-    /// Queues frame `i` on port `id` of the bridge, with the VLAN rewrite
-    /// it needs there.
-    #[allow(clippy::too_many_arguments)]
+    /// Queues frame `f` on port `id` of the bridge (worker `w`), with the
+    /// VLAN rewrite it needs there; `unicast`: its one destination.
     #[inline(always)]
     fn queue<const TRACE: bool>(
         &mut self,
         w: usize,
-        id: PortId,
-        p: &ViewPort,
-        i: usize,
-        l2: &L2Head,
-        domain: u16,
+        (id, p): (PortId, &ViewPort),
+        f: &Queued<'_>,
         unicast: bool,
     ) {
+        let Queued { i, l2, domain } = *f;
         let Some(out_tagged) = p.vlan.egress(domain) else {
             return; // not a member of this VLAN
         };

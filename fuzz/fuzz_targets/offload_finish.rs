@@ -6,8 +6,9 @@
 //! window of the frame's, its headers at most `MAX_HDR` bytes).
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use switchyard::queue::offload::{self, Offload, Scratch, MAX_HDR, VNET_HDR_LEN};
+use switchyard::queue::offload::{self, Offload, Scratch, MAX_HDR};
 use switchyard::queue::{tx_each, RxFrame, TxFrame};
+use switchyard::wire::virtio_net::VNET_HDR_LEN;
 
 fuzz_target!(|data: &[u8]| {
     if data.len() < VNET_HDR_LEN + 1 {

@@ -18,31 +18,14 @@ use crate::queue::{TxError, TxFrame, TxOutcome, BURST_SIZE};
 use crate::wire::checksum::{same, Checksum};
 use crate::wire::ip::{self, Headers, IpVersion, PROTO_TCP, PROTO_UDP};
 
-/// `VIRTIO_NET_HDR_F_NEEDS_CSUM`: the checksum from `csum_start` to the
-/// end is to be computed and stored at `csum_start + csum_offset`.
-pub const F_NEEDS_CSUM: u8 = 1;
-/// `VIRTIO_NET_HDR_F_DATA_VALID`: the checksum was verified already.
-pub const F_DATA_VALID: u8 = 2;
-/// `VIRTIO_NET_HDR_GSO_TCPV4`.
-pub const GSO_TCPV4: u8 = 1;
-/// `VIRTIO_NET_HDR_GSO_UDP` (UFO: IP fragmentation, which no current
-/// kernel sends; refused).
-pub const GSO_UDP: u8 = 3;
-/// `VIRTIO_NET_HDR_GSO_TCPV6`.
-pub const GSO_TCPV6: u8 = 4;
-/// `VIRTIO_NET_HDR_GSO_UDP_L4`: UDP segmentation (USO).
-pub const GSO_UDP_L4: u8 = 5;
-/// `VIRTIO_NET_HDR_GSO_ECN`: the TCP flow uses ECN.
-pub const GSO_ECN: u8 = 0x80;
+use crate::wire::virtio_net::{
+    OffloadFields, F_DATA_VALID, F_NEEDS_CSUM, GSO_ECN, GSO_TCPV4, GSO_TCPV6, GSO_UDP_L4,
+    VNET_HDR_LEN,
+};
 
 /// The smallest segment size taken (Linux's `TCP_MIN_MSS`): a super-frame
 /// of up to 64 KB becomes at most about 750 segments.
 pub const MIN_GSO_SIZE: u16 = 88;
-
-/// Bytes of a virtio-net header's offload fields (`struct virtio_net_hdr`,
-/// without `num_buffers`): what `PACKET_VNET_HDR` and `IFF_VNET_HDR` put
-/// in front of a frame.
-pub const VNET_HDR_LEN: usize = 10;
 
 /// The most header bytes (Ethernet, tags, IP, TCP) a frame finished in
 /// software may have in front of its checksum field or payload.
@@ -153,9 +136,10 @@ impl Offload {
     /// virtio 1.0 and the kernel on every little-endian host have them) in
     /// front of a frame of `len` bytes, and checks them against it.
     pub fn from_vnet(h: &[u8; VNET_HDR_LEN], len: usize) -> Result<Offload, BadOffload> {
-        let le = |at: usize| u16::from_le_bytes([h[at], h[at + 1]]);
-        let flags = h[0] & (F_NEEDS_CSUM | F_DATA_VALID);
-        let (gso_type, gso_size, start, offset) = (h[1], le(4), le(6), le(8));
+        let h = OffloadFields::read(h);
+        let flags = h.flags & (F_NEEDS_CSUM | F_DATA_VALID);
+        let (gso_type, gso_size, start, offset) =
+            (h.gso_type, h.gso_size, h.csum_start, h.csum_offset);
         let needs = flags & F_NEEDS_CSUM != 0;
         if needs && u64::from(start) + u64::from(offset) + 2 > len as u64 {
             return Err(BadOffload::ChecksumOutside { start, offset, len });
@@ -176,9 +160,6 @@ impl Offload {
 
     /// The virtio-net header's offload fields for this frame.
     pub fn to_vnet(&self) -> [u8; VNET_HDR_LEN] {
-        let mut h = [0u8; VNET_HDR_LEN];
-        h[0] = self.flags();
-        h[1] = self.gso_type();
         // `hdr_len`: the kernel needs at least the checksum field in the
         // linear part; it finds the rest of the headers itself.
         let hdr_len = if self.needs_checksum() {
@@ -188,22 +169,26 @@ impl Offload {
         } else {
             0
         };
-        h[2..4].copy_from_slice(&hdr_len.to_le_bytes());
-        h[4..6].copy_from_slice(&self.gso_size().to_le_bytes());
-        h[6..8].copy_from_slice(&self.csum_start().to_le_bytes());
-        h[8..10].copy_from_slice(&self.csum_offset().to_le_bytes());
-        h
+        OffloadFields {
+            flags: self.flags(),
+            gso_type: self.gso_type(),
+            hdr_len,
+            gso_size: self.gso_size(),
+            csum_start: self.csum_start(),
+            csum_offset: self.csum_offset(),
+        }
+        .to_bytes()
     }
 
     /// [`Offload::to_vnet`] for a peer that takes `caps`: without
     /// checksum offload a virtio driver may not be told a checksum was
     /// verified (`DATA_VALID` is only defined with `GUEST_CSUM`).
     pub fn to_vnet_for(&self, caps: OffloadCaps) -> [u8; VNET_HDR_LEN] {
-        let mut h = self.to_vnet();
-        if !caps.contains(OffloadCaps::CSUM) {
-            h[0] &= !F_DATA_VALID;
+        if caps.contains(OffloadCaps::CSUM) {
+            self.to_vnet()
+        } else {
+            self.without_data_valid().to_vnet()
         }
-        h
     }
 
     /// Nothing to do and nothing to tell (the usual frame).
@@ -590,6 +575,7 @@ mod tests {
     use crate::queue::RxFrame;
     use crate::wire::checksum::same;
     use crate::wire::ip::tests::tcp4;
+    use crate::wire::virtio_net::GSO_UDP;
 
     fn frame(bytes: &[u8]) -> RxFrame {
         let mut f = RxFrame::default();

@@ -3,9 +3,11 @@
 //! With `VIRTIO_F_VERSION_1` the header is always [`HEADER_LEN`] bytes,
 //! little-endian, whether or not mergeable receive buffers were negotiated
 //! (virtio 1.2, section 5.1.6). Its offload fields (flags, GSO type and
-//! size, checksum start and offset) are read and written as
-//! [`crate::queue::Offload`]; a header for a frame with no work left is all
-//! zeroes except `num_buffers`.
+//! size, checksum start and offset: [`OffloadFields`], the
+//! [`VNET_HDR_LEN`] bytes the kernel's `PACKET_VNET_HDR` and
+//! `IFF_VNET_HDR` put in front of a frame too) are what a frame carries
+//! through the switch as [`crate::queue::Offload`]; a header for a frame
+//! with no work left is all zeroes except `num_buffers`.
 
 use std::mem::{offset_of, size_of};
 
@@ -36,6 +38,76 @@ pub mod field {
 }
 
 const _: () = assert!(HEADER_LEN == 12 && field::NUM_BUFFERS == 10 && field::CSUM_START == 6);
+
+/// Bytes of the header's offload fields (`struct virtio_net_hdr`, without
+/// `num_buffers`): what `PACKET_VNET_HDR` and `IFF_VNET_HDR` put in front
+/// of a frame.
+pub const VNET_HDR_LEN: usize = field::NUM_BUFFERS;
+
+/// `VIRTIO_NET_HDR_F_NEEDS_CSUM`: the checksum from `csum_start` to the
+/// end is to be computed and stored at `csum_start + csum_offset`.
+pub const F_NEEDS_CSUM: u8 = 1;
+/// `VIRTIO_NET_HDR_F_DATA_VALID`: the checksum was verified already.
+pub const F_DATA_VALID: u8 = 2;
+/// `VIRTIO_NET_HDR_GSO_TCPV4`.
+pub const GSO_TCPV4: u8 = 1;
+/// `VIRTIO_NET_HDR_GSO_UDP` (UFO: IP fragmentation, which no current
+/// kernel sends; refused).
+pub const GSO_UDP: u8 = 3;
+/// `VIRTIO_NET_HDR_GSO_TCPV6`.
+pub const GSO_TCPV6: u8 = 4;
+/// `VIRTIO_NET_HDR_GSO_UDP_L4`: UDP segmentation (USO).
+pub const GSO_UDP_L4: u8 = 5;
+/// `VIRTIO_NET_HDR_GSO_ECN`: the TCP flow uses ECN.
+pub const GSO_ECN: u8 = 0x80;
+
+/// The header's offload fields, as the wire has them (little-endian, as
+/// virtio 1.0 and the kernel on every little-endian host write them).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OffloadFields {
+    /// `VIRTIO_NET_HDR_F_*`.
+    pub flags: u8,
+    /// `VIRTIO_NET_HDR_GSO_*` (0: none).
+    pub gso_type: u8,
+    /// Bytes of headers in the linear part.
+    pub hdr_len: u16,
+    /// Payload bytes per segment.
+    pub gso_size: u16,
+    /// Where the checksum to compute starts.
+    pub csum_start: u16,
+    /// Where it goes, from `csum_start`.
+    pub csum_offset: u16,
+}
+
+impl OffloadFields {
+    /// Reads the fields.
+    #[inline]
+    pub fn read(h: &[u8; VNET_HDR_LEN]) -> OffloadFields {
+        let le = |at: usize| u16::from_le_bytes([h[at], h[at + 1]]);
+        OffloadFields {
+            flags: h[field::FLAGS],
+            gso_type: h[field::GSO_TYPE],
+            hdr_len: le(field::HDR_LEN),
+            gso_size: le(field::GSO_SIZE),
+            csum_start: le(field::CSUM_START),
+            csum_offset: le(field::CSUM_OFFSET),
+        }
+    }
+
+    /// Writes the fields.
+    #[inline]
+    pub fn to_bytes(self) -> [u8; VNET_HDR_LEN] {
+        let mut h = [0u8; VNET_HDR_LEN];
+        h[field::FLAGS] = self.flags;
+        h[field::GSO_TYPE] = self.gso_type;
+        h[field::HDR_LEN..field::HDR_LEN + 2].copy_from_slice(&self.hdr_len.to_le_bytes());
+        h[field::GSO_SIZE..field::GSO_SIZE + 2].copy_from_slice(&self.gso_size.to_le_bytes());
+        h[field::CSUM_START..field::CSUM_START + 2].copy_from_slice(&self.csum_start.to_le_bytes());
+        h[field::CSUM_OFFSET..field::CSUM_OFFSET + 2]
+            .copy_from_slice(&self.csum_offset.to_le_bytes());
+        h
+    }
+}
 
 /// Error for a buffer shorter than the header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -120,6 +192,21 @@ mod tests {
         assert_eq!(h.gso_type(), 0);
         assert_eq!(h.gso_size(), 0);
         assert_eq!(&b[10..12], &[3, 0]);
+    }
+
+    #[test]
+    fn offload_fields_round_trip_at_their_offsets() {
+        let f = OffloadFields {
+            flags: F_NEEDS_CSUM,
+            gso_type: GSO_TCPV4,
+            hdr_len: 0x0102,
+            gso_size: 1448,
+            csum_start: 34,
+            csum_offset: 16,
+        };
+        let b = f.to_bytes();
+        assert_eq!(b, [1, 1, 2, 1, 0xa8, 5, 34, 0, 16, 0]);
+        assert_eq!(OffloadFields::read(&b), f);
     }
 
     #[test]

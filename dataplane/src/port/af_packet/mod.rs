@@ -59,7 +59,7 @@ use crate::queue::QueuePosition;
 
 mod persist;
 
-use crate::queue::offload::VNET_HDR_LEN;
+use crate::wire::virtio_net::VNET_HDR_LEN;
 use crate::queue::{
     Offload, OffloadCaps, PortQueues, QueueFault, RxBurst, RxQueue, TxError, TxFrame, TxQueue,
     BURST_SIZE,

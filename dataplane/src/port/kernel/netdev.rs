@@ -381,7 +381,8 @@ mod tests {
 
     #[test]
     fn a_super_frame_is_held_to_the_mtu_segment_by_segment() {
-        use crate::queue::offload::{Offload, GSO_TCPV4};
+        use crate::queue::offload::Offload;
+        use crate::wire::virtio_net::GSO_TCPV4;
         // 20000 bytes of TCP payload behind Ethernet, IPv4 and TCP headers.
         let mut b = vec![0u8; 54 + 20000];
         b[12..14].copy_from_slice(&0x0800u16.to_be_bytes());

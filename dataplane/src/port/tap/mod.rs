@@ -43,7 +43,7 @@ use crate::port::registry::Build;
 use crate::port::{Port, PortCtx, PortError, Start};
 
 mod persist;
-use crate::queue::offload::VNET_HDR_LEN;
+use crate::wire::virtio_net::VNET_HDR_LEN;
 use crate::queue::{
     Offload, OffloadCaps, PortQueues, QueueFault, RxBurst, RxQueue, TxError, TxFrame, TxQueue,
     BURST_SIZE,

@@ -25,7 +25,7 @@ use super::split::{Broken, Desc, MemTable, SplitRing};
 
 use crate::eventfd::kick_eventfd;
 use crate::port::sigbus::Tripwire;
-use crate::queue::offload::VNET_HDR_LEN;
+use crate::wire::virtio_net::VNET_HDR_LEN;
 use crate::queue::{
     prefetch, rx_unless_truncated, tx_each, tx_unless_truncated, Offload, OffloadCaps, QueueFault,
     RxBurst, RxFrame, RxQueue, Segment, TxError, TxFrame, TxOutcome, TxQueue, BURST_SIZE,
