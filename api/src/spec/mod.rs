@@ -16,7 +16,7 @@
 //!
 //! Adding a port kind is a module here (its spec, implementing
 //! [`KindOptions`], and for a socket kind [`socket::SocketKindSpec`]) and
-//! its line in the [`kinds!`] list below (a socket kind also its line in
+//! its line in the `kinds!` list below (a socket kind also its line in
 //! [`socket::SocketKind`]'s), plus the kind's port in the daemon.
 
 pub mod socket;
@@ -211,7 +211,7 @@ impl KindSpec {
 }
 
 /// What every kind's spec tells the rest of the switch. A new kind
-/// implements it in its own module and adds its line to [`kinds!`].
+/// implements it in its own module and adds its line to `kinds!`.
 pub trait KindOptions {
     /// The kind's name, as the `kind` field spells it.
     fn kind_name(&self) -> &'static str;

@@ -218,7 +218,7 @@ pub struct PodSection {
 
 /// What a socket kind is, besides its spec: implemented by the spec in
 /// the kind's own module (its roles, its names, its device-info section,
-/// its CNI netconf section), listed once in [`socket_kinds!`].
+/// its CNI netconf section), listed once in `socket_kinds!`.
 pub trait SocketKindSpec: KindOptions + Sized {
     /// The kind's roles.
     type Role: KindRole;

@@ -18,7 +18,7 @@
 //! - [`takeover`]: a port handed to another switch process; each kind's
 //!   takeover is its `persist.rs`, behind [`Persist`].
 //! - [`sigbus`]: surviving a peer that truncates shared memory.
-//! - [`registry`]: the one list of the kinds ([`registry::port_kinds!`],
+//! - [`registry`]: the one list of the kinds (`registry::port_kinds!`,
 //!   invoked here) and [`build`].
 //! - the kinds: [`memif`], [`vhost_user`], [`tap`], [`af_packet`],
 //!   [`af_xdp`], [`vxlan`]; a kind's module knows nothing of the others.

@@ -1,4 +1,4 @@
-//! The one list of the port kinds: [`port_kinds!`], invoked once in
+//! The one list of the port kinds: `port_kinds!`, invoked once in
 //! `port/mod.rs`, declares each kind's module and makes [`build`](super::build),
 //! which turns a spec's kind into its port. Adding a kind is its module and
 //! one line there.

@@ -25,9 +25,6 @@ use switchyard_api::SocketAddr;
 
 /// How long a connecting endpoint waits between attempts.
 pub const RETRY_INTERVAL: Duration = Duration::from_secs(2);
-/// The sub-token of a port's connection in [`super::PortCtx::watch`]
-/// (those of a listening socket are [`super::listener`]'s).
-pub const SUB_CONN: u32 = 1;
 
 /// The kernel's form of `addr`. An abstract name's length is sun_family +
 /// NUL + name, as VPP, libmemif and DPDK use.
