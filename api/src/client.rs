@@ -1,10 +1,10 @@
 //! A client of the control socket (the CLI, the CNI plugin and the device
 //! plugin use it).
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, ErrorKind, Write};
 use std::os::unix::net::UnixStream;
-use std::path::Path;
-use std::time::Duration;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use crate::call::Call;
 use crate::protocol::{ApiError, ErrorCode, Request, Response};
@@ -40,52 +40,157 @@ impl From<std::io::Error> for ClientError {
     }
 }
 
-/// A connection to the daemon.
+/// How long a call asks again while the switch is being taken over or
+/// restarted (its socket refused, gone, or closed before an answer; or
+/// answered [`ErrorCode::Unavailable`]) before it gives up.
+pub const RETRY_FOR: Duration = Duration::from_secs(15);
+
+/// A connection to the daemon. A call the switch did not take (it was
+/// taken over or is restarting) is asked again on a new connection, for
+/// up to [`RETRY_FOR`]: a takeover or a restart costs a call latency, not
+/// an error.
 pub struct Client {
-    reader: BufReader<UnixStream>,
-    writer: UnixStream,
+    path: PathBuf,
+    conn: Option<(BufReader<UnixStream>, UnixStream)>,
+    timeout: Duration,
+    retry_for: Duration,
+}
+
+/// Why one attempt failed, and whether the switch took the request.
+enum Attempt {
+    /// Not taken (refused, gone, closed before an answer, or
+    /// `Unavailable`): it may be asked again.
+    NotTaken(ClientError),
+    /// Anything else.
+    Failed(ClientError),
 }
 
 impl Client {
     /// Connects to the control socket.
     pub fn connect(path: &Path) -> Result<Client, ClientError> {
-        let s = UnixStream::connect(path).map_err(|cause| ClientError::Connect {
-            path: path.display().to_string(),
-            cause,
-        })?;
-        s.set_read_timeout(Some(Duration::from_secs(60)))?;
-        Ok(Client {
-            reader: BufReader::new(s.try_clone()?),
-            writer: s,
-        })
+        let mut c = Client {
+            path: path.to_path_buf(),
+            conn: None,
+            timeout: Duration::from_secs(60),
+            retry_for: RETRY_FOR,
+        };
+        c.open()?;
+        Ok(c)
     }
 
-    /// Bounds how long one call waits for the daemon's answer (60 s by
-    /// default); health probes use a short one.
-    pub fn set_timeout(&self, limit: Duration) -> Result<(), ClientError> {
-        self.writer.set_read_timeout(Some(limit))?;
-        self.writer.set_write_timeout(Some(limit))?;
+    fn open(&mut self) -> Result<(), ClientError> {
+        let s = UnixStream::connect(&self.path).map_err(|cause| ClientError::Connect {
+            path: self.path.display().to_string(),
+            cause,
+        })?;
+        s.set_read_timeout(Some(self.timeout))?;
+        s.set_write_timeout(Some(self.timeout))?;
+        self.conn = Some((BufReader::new(s.try_clone()?), s));
         Ok(())
     }
 
-    /// Sends a request and returns the `result` value.
-    pub fn call(&mut self, req: &Request) -> Result<serde_json::Value, ClientError> {
-        let mut line =
-            serde_json::to_vec(req).map_err(|e| ClientError::BadAnswer(e.to_string()))?;
-        line.push(b'\n');
-        self.writer.write_all(&line)?;
-        let mut answer = String::new();
-        if self.reader.read_line(&mut answer)? == 0 {
-            return Err(ClientError::BadAnswer("connection closed".into()));
+    /// Bounds how long one call waits for the daemon's answer (60 s by
+    /// default), and how long it asks again (at most that long too);
+    /// health probes use a short one.
+    pub fn set_timeout(&mut self, limit: Duration) -> Result<(), ClientError> {
+        self.timeout = limit;
+        self.retry_for = self.retry_for.min(limit);
+        if let Some((_, w)) = &self.conn {
+            w.set_read_timeout(Some(limit))?;
+            w.set_write_timeout(Some(limit))?;
         }
-        let r: Response =
-            serde_json::from_str(&answer).map_err(|e| ClientError::BadAnswer(e.to_string()))?;
+        Ok(())
+    }
+
+    /// How long a call the switch did not take is asked again
+    /// ([`RETRY_FOR`] by default; zero: never).
+    pub fn set_retry(&mut self, retry_for: Duration) {
+        self.retry_for = retry_for;
+    }
+
+    /// Sends a request and returns the `result` value. A request the switch
+    /// did not take is asked again on a new connection until
+    /// [`Client::set_retry`]'s time is up; a stand-down or a takeover is
+    /// asked once.
+    pub fn call(&mut self, req: &Request) -> Result<serde_json::Value, ClientError> {
+        let once = matches!(req, Request::StandDown | Request::Takeover { .. });
+        let end = Instant::now() + self.retry_for;
+        let mut pause = Duration::from_millis(10);
+        loop {
+            match self.attempt(req) {
+                Ok(v) => return Ok(v),
+                Err(Attempt::NotTaken(_)) if !once && Instant::now() + pause < end => {
+                    self.conn = None;
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(200));
+                }
+                Err(Attempt::NotTaken(e)) => {
+                    // The connection is to a switch that goes, if any.
+                    self.conn = None;
+                    return Err(e);
+                }
+                Err(Attempt::Failed(e)) => {
+                    if matches!(e, ClientError::Io(_) | ClientError::BadAnswer(_)) {
+                        self.conn = None;
+                    }
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// One attempt: on the open connection, or a new one.
+    fn attempt(&mut self, req: &Request) -> Result<serde_json::Value, Attempt> {
+        let not_taken = |e: std::io::Error| match e.kind() {
+            ErrorKind::NotFound
+            | ErrorKind::ConnectionRefused
+            | ErrorKind::ConnectionReset
+            | ErrorKind::BrokenPipe
+            | ErrorKind::UnexpectedEof => Attempt::NotTaken(ClientError::Io(e)),
+            _ => Attempt::Failed(ClientError::Io(e)),
+        };
+        if self.conn.is_none() {
+            self.open().map_err(|e| match e {
+                ClientError::Connect { cause, path }
+                    if matches!(
+                        cause.kind(),
+                        ErrorKind::NotFound | ErrorKind::ConnectionRefused
+                    ) =>
+                {
+                    Attempt::NotTaken(ClientError::Connect { path, cause })
+                }
+                e => Attempt::Failed(e),
+            })?;
+        }
+        let Some((reader, writer)) = self.conn.as_mut() else {
+            return Err(Attempt::Failed(ClientError::BadAnswer(
+                "not connected".into(),
+            )));
+        };
+        let mut line = serde_json::to_vec(req)
+            .map_err(|e| Attempt::Failed(ClientError::BadAnswer(e.to_string())))?;
+        line.push(b'\n');
+        writer.write_all(&line).map_err(not_taken)?;
+        let mut answer = String::new();
+        // The switch answers every request it reads, before it goes: a
+        // connection that closes without an answer had it not taken.
+        if reader.read_line(&mut answer).map_err(not_taken)? == 0 {
+            return Err(Attempt::NotTaken(ClientError::BadAnswer(
+                "connection closed".into(),
+            )));
+        }
+        let r: Response = serde_json::from_str(&answer)
+            .map_err(|e| Attempt::Failed(ClientError::BadAnswer(e.to_string())))?;
         if r.ok {
-            Ok(r.result.unwrap_or(serde_json::Value::Null))
+            return Ok(r.result.unwrap_or(serde_json::Value::Null));
+        }
+        let e = r
+            .error
+            .unwrap_or_else(|| ApiError::new(ErrorCode::Internal, "error without details"));
+        if e.code == ErrorCode::Unavailable {
+            Err(Attempt::NotTaken(ClientError::Api(e)))
         } else {
-            Err(ClientError::Api(r.error.unwrap_or_else(|| {
-                ApiError::new(ErrorCode::Internal, "error without details")
-            })))
+            Err(Attempt::Failed(ClientError::Api(e)))
         }
     }
 
@@ -97,7 +202,10 @@ impl Client {
         req: &Request,
     ) -> Result<(serde_json::Value, &mut BufReader<UnixStream>), ClientError> {
         let v = self.call(req)?;
-        Ok((v, &mut self.reader))
+        match self.conn.as_mut() {
+            Some((reader, _)) => Ok((v, reader)),
+            None => Err(ClientError::BadAnswer("connection closed".into())),
+        }
     }
 
     /// Sends `call`'s request and decodes its answer, of the type the

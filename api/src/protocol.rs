@@ -460,6 +460,11 @@ pub enum ErrorCode {
     /// The caller may not ask this (a takeover or stand-down from another
     /// user than the switch's).
     PermissionDenied,
+    /// The switch did not take the request: it was taken over or is
+    /// stopping. Nothing was done; ask again ([`crate::Client`] does, on a
+    /// new connection, where the switch that took over or restarted
+    /// answers).
+    Unavailable,
 }
 
 /// An error answer.

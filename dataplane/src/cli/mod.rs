@@ -350,6 +350,11 @@ impl PortAdd {
     }
 }
 
+/// How long a probe (`ready`, `live`) asks again a call the switch did not
+/// take (a takeover under way): within the kubelet's default probe
+/// timeout (1 s).
+const PROBE_RETRY: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// Runs a client command (every command but `run`) against the daemon at
 /// `control` (default [`DEFAULT_CONTROL_SOCKET`]).
 pub(crate) fn run(cmd: Cmd, control: Option<PathBuf>) -> anyhow::Result<()> {
@@ -362,7 +367,9 @@ pub(crate) fn run(cmd: Cmd, control: Option<PathBuf>) -> anyhow::Result<()> {
     match cmd {
         Cmd::Run { .. } | Cmd::Linger => unreachable!("main runs the daemon"),
         Cmd::Ready => {
-            let answer = client()?.call(&Request::Ping)?;
+            let mut c = client()?;
+            c.set_retry(PROBE_RETRY);
+            let answer = c.call(&Request::Ping)?;
             let theirs = answer.get("pid_ns").and_then(serde_json::Value::as_u64);
             let ours = switchyard::control::pid_namespace();
             if theirs.is_some() && theirs == ours {
@@ -375,7 +382,9 @@ pub(crate) fn run(cmd: Cmd, control: Option<PathBuf>) -> anyhow::Result<()> {
             }
         }
         Cmd::Live => {
-            let workers = client()?.ask(&Request::worker_list())?;
+            let mut c = client()?;
+            c.set_retry(PROBE_RETRY);
+            let workers = c.ask(&Request::worker_list())?;
             let limit = switchyard_api::WORKER_STALL_LIMIT.as_secs_f64();
             let stalled: Vec<String> = workers
                 .iter()

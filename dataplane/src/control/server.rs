@@ -54,6 +54,46 @@ pub fn streaming() -> usize {
     STREAMING.load(Ordering::Acquire)
 }
 
+/// Requests read and not yet answered.
+static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+/// The switch takes no more requests (it was taken over or stops): each
+/// one read is answered `Unavailable`, so its client asks again.
+static STOPPING: AtomicBool = AtomicBool::new(false);
+
+/// The switch takes no more requests: see [`STOPPING`].
+pub fn stop_taking() {
+    STOPPING.store(true, Ordering::Release);
+}
+
+/// How many requests were read and are not yet answered.
+pub fn in_flight() -> usize {
+    IN_FLIGHT.load(Ordering::Acquire)
+}
+
+/// Counts a request in flight until it is answered (dropped).
+struct InFlight;
+
+impl InFlight {
+    fn new() -> InFlight {
+        IN_FLIGHT.fetch_add(1, Ordering::AcqRel);
+        InFlight
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        IN_FLIGHT.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The answer to a request the switch does not take any more.
+pub fn unavailable() -> Response {
+    Response::err(ApiError::new(
+        ErrorCode::Unavailable,
+        "the switch was taken over or is stopping: nothing done, ask again",
+    ))
+}
+
 /// Longest request line accepted.
 pub const MAX_REQUEST: usize = 64 * 1024;
 
@@ -184,8 +224,17 @@ fn handle(conn: UnixStream, calls: Sender<Call>, waker: Arc<Waker>, taking_over:
                 }
                 return;
             }
+            Ok(_) if STOPPING.load(Ordering::Acquire) => unavailable(),
             Ok(request) => {
                 debug!(?request, "api call");
+                // Counted from before the daemon can see it until its
+                // answer is written: a switch that goes waits for it.
+                let flight = InFlight::new();
+                if STOPPING.load(Ordering::Acquire) {
+                    drop(flight);
+                    let _ = send(&mut writer, &unavailable());
+                    continue;
+                }
                 let (tx, rx) = bounded(1);
                 if calls
                     .send(Call {
@@ -198,9 +247,10 @@ fn handle(conn: UnixStream, calls: Sender<Call>, waker: Arc<Waker>, taking_over:
                     return;
                 }
                 waker.wake();
-                match rx.recv_timeout(Duration::from_secs(60)) {
+                let resp = match rx.recv_timeout(Duration::from_secs(60)) {
                     Ok(Answer::Now(r)) => r,
                     Ok(Answer::Stream(job)) => {
+                        drop(flight);
                         STREAMING.fetch_add(1, Ordering::AcqRel);
                         job.run(&mut writer);
                         let _ = writer.shutdown(Shutdown::Both);
@@ -211,7 +261,13 @@ fn handle(conn: UnixStream, calls: Sender<Call>, waker: Arc<Waker>, taking_over:
                         warn!("daemon did not answer an API call");
                         Response::err(ApiError::new(ErrorCode::Internal, "daemon did not answer"))
                     }
+                };
+                let sent = send(&mut writer, &resp);
+                drop(flight);
+                if sent.is_err() {
+                    return;
                 }
+                continue;
             }
         };
         if send(&mut writer, &resp).is_err() {

@@ -383,6 +383,7 @@ impl Daemon {
                                     // ring, an XSK's leave its map).
                                     takeover::Served::Replaced => {
                                         self.end_streams();
+                                        self.let_go_of_api();
                                         if self.linger {
                                             return Err(takeover::linger());
                                         }
@@ -397,6 +398,7 @@ impl Daemon {
                                     serde_json::Value::Null,
                                 ));
                                 let _ = call.reply.send(ok);
+                                self.let_go_of_api();
                                 self.shutdown();
                                 if self.linger {
                                     return Err(takeover::linger());
@@ -421,12 +423,37 @@ impl Daemon {
                         let mut b = [0u8; 16];
                         let _ = std::io::Read::read(&mut self.signals, &mut b);
                         info!("signal received, stopping");
+                        self.let_go_of_api();
                         self.shutdown();
                         return Ok(());
                     }
                     Token::Control(_) => {}
                 }
             }
+        }
+    }
+
+    /// The API's last act before the process goes (taken over, stopped):
+    /// the switch takes no more requests (one read from now on is answered
+    /// `Unavailable`), answers those queued so, and waits (a second at
+    /// most) until every answer in flight is written. So a client never
+    /// loses the answer to a request the switch took, and asks every other
+    /// again, of the switch that took over or restarted.
+    fn let_go_of_api(&mut self) {
+        server::stop_taking();
+        let end = Instant::now() + Duration::from_secs(1);
+        loop {
+            while let Ok(call) = self.calls.try_recv() {
+                if let Some(conn) = &call.conn {
+                    // A second takeover asked meanwhile.
+                    let _ = super::takeover::send(conn, &super::takeover::Step::Busy, &[]);
+                }
+                let _ = call.reply.send(server::Answer::Now(server::unavailable()));
+            }
+            if server::in_flight() == 0 || Instant::now() > end {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(2));
         }
     }
 
