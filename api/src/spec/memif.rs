@@ -124,7 +124,7 @@ impl MemifSpec {
 
 impl KindOptions for MemifSpec {
     fn kind_name(&self) -> &'static str {
-        "memif"
+        <Self as SocketKindSpec>::NAME
     }
     fn socket_addr_mut(&mut self) -> Option<&mut SocketAddr> {
         Some(&mut self.socket)
@@ -184,7 +184,7 @@ pub struct MemifInfo {
 
 /// The memif section of a CNI netconf (`memif: {...}`): the pod's point of
 /// view.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MemifOptions {
     /// The pod's role: `slave` (default: the switch creates the socket) or
@@ -210,24 +210,13 @@ pub struct MemifOptions {
     pub id: Option<u32>,
 }
 
-/// The keys of [`MemifOptions`].
-const MEMIF_OPTIONS: &[&str] = &[
-    "role",
-    "mode",
-    "queues",
-    "ringSize",
-    "bufferSize",
-    "secret",
-    "socket",
-    "id",
-];
-
 impl MemifOptions {
     fn read(section: &serde_json::Value) -> Result<MemifOptions, SpecError> {
         if section.is_null() {
             return Ok(MemifOptions::default());
         }
-        serde_json::from_value(section.clone()).map_err(|e| SpecError::new("memif", e.to_string()))
+        serde_json::from_value(section.clone())
+            .map_err(|e| SpecError::new(<MemifSpec as SocketKindSpec>::NETCONF_KEY, e.to_string()))
     }
 }
 
@@ -281,7 +270,7 @@ impl SocketKindSpec for MemifSpec {
         Ok(PodSection {
             role: o.role,
             shared_socket: o.socket,
-            ignored: unknown_keys("memif", section, MEMIF_OPTIONS),
+            ignored: unknown_keys::<MemifOptions>(Self::NETCONF_KEY, section),
         })
     }
 

@@ -251,14 +251,19 @@ pub trait SocketKindSpec: KindOptions + Sized {
     fn take_pod_section(&mut self, section: &serde_json::Value, socket_group: Option<u32>);
 }
 
-/// The keys of a netconf `section` that are not among `known`, as
-/// `<key>.<name>` (for [`PodSection::ignored`]).
-pub fn unknown_keys(key: &str, section: &serde_json::Value, known: &[&str]) -> Vec<String> {
+/// The keys of a netconf `section` (the one at `key`) that options type
+/// `T` does not read, as `<key>.<name>` (for [`PodSection::ignored`]).
+/// `T`'s keys are those it writes: every field, as its default.
+pub fn unknown_keys<T: Serialize + Default>(key: &str, section: &serde_json::Value) -> Vec<String> {
+    let known = serde_json::to_value(T::default()).unwrap_or_default();
+    let Some(known) = known.as_object() else {
+        return Vec::new();
+    };
     section
         .as_object()
         .map(|o| {
             o.keys()
-                .filter(|k| !known.contains(&k.as_str()))
+                .filter(|k| !known.contains_key(*k))
                 .map(|k| format!("{key}.{k}"))
                 .collect()
         })

@@ -63,7 +63,7 @@ impl VhostUserSpec {
 
 impl KindOptions for VhostUserSpec {
     fn kind_name(&self) -> &'static str {
-        "vhost-user"
+        <Self as SocketKindSpec>::NAME
     }
     fn socket_addr_mut(&mut self) -> Option<&mut SocketAddr> {
         Some(&mut self.socket)
@@ -99,7 +99,7 @@ pub struct VhostUserInfo {
 
 /// The vhost-user section of a CNI netconf (`vhostUser: {...}`): the pod's
 /// point of view.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct VhostUserOptions {
     /// The pod's mode: `client` (default: the switch creates the socket) or
@@ -114,8 +114,9 @@ impl VhostUserOptions {
         if section.is_null() {
             return Ok(VhostUserOptions::default());
         }
-        serde_json::from_value(section.clone())
-            .map_err(|e| SpecError::new("vhostUser", e.to_string()))
+        serde_json::from_value(section.clone()).map_err(|e| {
+            SpecError::new(<VhostUserSpec as SocketKindSpec>::NETCONF_KEY, e.to_string())
+        })
     }
 }
 
@@ -153,7 +154,7 @@ impl SocketKindSpec for VhostUserSpec {
         Ok(PodSection {
             role: o.mode,
             shared_socket: None,
-            ignored: unknown_keys("vhostUser", section, &["mode", "queues"]),
+            ignored: unknown_keys::<VhostUserOptions>(Self::NETCONF_KEY, section),
         })
     }
 

@@ -224,42 +224,43 @@ fn handle(conn: UnixStream, calls: Sender<Call>, waker: Arc<Waker>, taking_over:
                 }
                 return;
             }
-            Ok(_) if STOPPING.load(Ordering::Acquire) => unavailable(),
             Ok(request) => {
                 debug!(?request, "api call");
                 // Counted from before the daemon can see it until its
                 // answer is written: a switch that goes waits for it.
                 let flight = InFlight::new();
-                if STOPPING.load(Ordering::Acquire) {
-                    drop(flight);
-                    let _ = send(&mut writer, &unavailable());
-                    continue;
-                }
-                let (tx, rx) = bounded(1);
-                if calls
-                    .send(Call {
-                        request,
-                        reply: tx,
-                        conn: None,
-                    })
-                    .is_err()
-                {
-                    return;
-                }
-                waker.wake();
-                let resp = match rx.recv_timeout(Duration::from_secs(60)) {
-                    Ok(Answer::Now(r)) => r,
-                    Ok(Answer::Stream(job)) => {
-                        drop(flight);
-                        STREAMING.fetch_add(1, Ordering::AcqRel);
-                        job.run(&mut writer);
-                        let _ = writer.shutdown(Shutdown::Both);
-                        STREAMING.fetch_sub(1, Ordering::AcqRel);
+                let resp = if STOPPING.load(Ordering::Acquire) {
+                    unavailable()
+                } else {
+                    let (tx, rx) = bounded(1);
+                    if calls
+                        .send(Call {
+                            request,
+                            reply: tx,
+                            conn: None,
+                        })
+                        .is_err()
+                    {
                         return;
                     }
-                    Err(_) => {
-                        warn!("daemon did not answer an API call");
-                        Response::err(ApiError::new(ErrorCode::Internal, "daemon did not answer"))
+                    waker.wake();
+                    match rx.recv_timeout(Duration::from_secs(60)) {
+                        Ok(Answer::Now(r)) => r,
+                        Ok(Answer::Stream(job)) => {
+                            drop(flight);
+                            STREAMING.fetch_add(1, Ordering::AcqRel);
+                            job.run(&mut writer);
+                            let _ = writer.shutdown(Shutdown::Both);
+                            STREAMING.fetch_sub(1, Ordering::AcqRel);
+                            return;
+                        }
+                        Err(_) => {
+                            warn!("daemon did not answer an API call");
+                            Response::err(ApiError::new(
+                                ErrorCode::Internal,
+                                "daemon did not answer",
+                            ))
+                        }
                     }
                 };
                 let sent = send(&mut writer, &resp);

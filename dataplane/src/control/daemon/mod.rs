@@ -345,15 +345,17 @@ impl Daemon {
                     self.ports[id] = Some(e);
                 }
             }
-            if self.listeners.deadline().is_some_and(|d| d <= now) {
+            let mut sockets_due = self.listeners.deadline();
+            if sockets_due.is_some_and(|d| d <= now) {
                 self.listeners.expire(&self.reactor, now);
+                sockets_due = self.listeners.deadline();
             }
             let deadline = self
                 .ports
                 .iter()
                 .flatten()
                 .filter_map(|e| e.port.deadline())
-                .chain(self.listeners.deadline())
+                .chain(sockets_due)
                 .fold(next_tick, Instant::min);
             self.reactor.wait(
                 Some(deadline.saturating_duration_since(Instant::now())),

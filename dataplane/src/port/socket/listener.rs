@@ -223,8 +223,12 @@ impl Listeners {
 
     /// When the first unnamed peer of any listener runs out of time.
     pub fn deadline(&self) -> Option<Instant> {
-        let open: Vec<_> = lock(&self.table).open.values().cloned().collect();
-        open.iter().filter_map(|l| l.deadline()).min()
+        // Table, then listener: the order every path takes both locks in.
+        lock(&self.table)
+            .open
+            .values()
+            .filter_map(|l| l.deadline())
+            .min()
     }
 
     /// Closes the peers that named no interface in time.
