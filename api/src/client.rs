@@ -66,16 +66,27 @@ enum Attempt {
 }
 
 impl Client {
-    /// Connects to the control socket.
+    /// Connects to the control socket; a switch that is not there is an
+    /// error now (the CLI's way: `ovs-vsctl` fails so too without
+    /// `--retry`).
     pub fn connect(path: &Path) -> Result<Client, ClientError> {
-        let mut c = Client {
+        let mut c = Client::lazy(path);
+        c.open()?;
+        Ok(c)
+    }
+
+    /// A client that connects at its first call, and asks that call again
+    /// while the socket is missing or refused, as any call the switch did
+    /// not take: a switch restarting (or not yet started) costs the call a
+    /// latency of up to [`Client::set_retry`]'s time, not an error. The
+    /// CNI plugin's way.
+    pub fn lazy(path: &Path) -> Client {
+        Client {
             path: path.to_path_buf(),
             conn: None,
             timeout: Duration::from_secs(60),
             retry_for: RETRY_FOR,
-        };
-        c.open()?;
-        Ok(c)
+        }
     }
 
     fn open(&mut self) -> Result<(), ClientError> {

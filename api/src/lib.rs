@@ -26,7 +26,7 @@ pub mod spec;
 pub mod vlan;
 
 pub use call::{Call, Pong};
-pub use client::{Client, ClientError};
+pub use client::{Client, ClientError, RETRY_FOR};
 pub use mac::{MacAddr, MacParseError};
 pub use protocol::{
     ApiError, BridgeCounts, BridgeInfo, CaptureDirection, CaptureFormat, CaptureInfo, Delivery,

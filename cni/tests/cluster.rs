@@ -972,3 +972,149 @@ fn a_pods_memif_networks_share_one_socket_by_id() {
     assert!(!sock.exists());
     assert!(!node.socket_dir().join("uid-nf2").exists());
 }
+
+/// Day two: pods come and go through Multus (ADD and DEL as the kubelet
+/// asks them, with host-local IPAM) and an operator's client adds and
+/// deletes ports, while the switch is taken over 20 times and restarted 5
+/// times. No call fails (a call the switch did not take is asked again of
+/// the next one; a restart costs a latency), and at the end the switch's
+/// ports are exactly the CNI's records and the operator's ports.
+#[test]
+fn cni_and_api_calls_across_takeovers_and_restarts_all_succeed() {
+    use std::collections::HashSet;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use switchyard_api::{Client, KindSpec, MemifRole, MemifSpec, PortSpec, Request, SocketAddr};
+
+    let _g = serial();
+    let mut node = Node::start();
+    let m = multus(&node);
+    let net = nad(
+        "day-two",
+        nad_config(
+            &node,
+            json!({"bridge": "br-d", "ipam": node.ipam("10.91.0.0/24"),
+                   "memif": {"role": "slave"}}),
+        ),
+        None,
+    );
+    let control = node.control();
+    let op_dir = node.dir.path().join("operator");
+    std::fs::create_dir_all(&op_dir).unwrap();
+    Client::connect(&control)
+        .unwrap()
+        .call(&Request::BridgeAdd {
+            name: "br-d".into(),
+        })
+        .unwrap();
+    let stop = AtomicBool::new(false);
+    let (pods_left, (pod_calls, pod_errors), (op_calls, op_errors, op_ports)) =
+        std::thread::scope(|s| {
+            let pods = s.spawn(|| {
+                let (mut calls, mut errors, mut up) = (0u32, Vec::new(), HashSet::new());
+                let mut i = 0u32;
+                while !stop.load(Ordering::Acquire) {
+                    let p = pod(&format!("d{}", i % 4));
+                    i += 1;
+                    calls += 1;
+                    if up.remove(&p.name) {
+                        let failed = m.del(&p);
+                        if !failed.is_empty() {
+                            errors.push(format!("DEL {}: {failed:?}", p.name));
+                        }
+                    } else {
+                        match m.add(&p, &[(net.clone(), Selection::default(), None)]) {
+                            Ok(_) => {
+                                up.insert(p.name.clone());
+                            }
+                            Err(e) => errors.push(format!("ADD {}: {:?}", p.name, e.0)),
+                        }
+                    }
+                }
+                (up, (calls, errors))
+            });
+            let ops = s.spawn(|| {
+                let mut c = Client::lazy(&control);
+                let (mut calls, mut errors, mut held) = (0u32, Vec::new(), HashSet::new());
+                let mut i = 0u32;
+                while !stop.load(Ordering::Acquire) {
+                    let name = format!("op{}", i % 4);
+                    i += 1;
+                    let req = if held.contains(&name) {
+                        Request::PortDel { name: name.clone() }
+                    } else {
+                        let mut spec = PortSpec::new(
+                            &name,
+                            KindSpec::Memif(MemifSpec::new(
+                                MemifRole::Master,
+                                SocketAddr::Path(op_dir.join(format!("{name}.sock"))),
+                            )),
+                        );
+                        spec.bridge = Some("br-d".into());
+                        Request::PortAdd {
+                            port: Box::new(spec),
+                        }
+                    };
+                    calls += 1;
+                    match c.call(&req) {
+                        Ok(_) => {
+                            if !held.remove(&name) {
+                                held.insert(name);
+                            }
+                        }
+                        Err(e) => errors.push(format!("{req:?}: {e}")),
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                (calls, errors, held)
+            });
+            for round in 0..25 {
+                std::thread::sleep(Duration::from_millis(200));
+                if round % 5 == 4 {
+                    node.stop();
+                    node.spawn();
+                } else {
+                    node.takeover();
+                }
+            }
+            std::thread::sleep(Duration::from_millis(200));
+            stop.store(true, Ordering::Release);
+            let (up, pod) = pods.join().unwrap();
+            (up, pod, ops.join().unwrap())
+        });
+    for (who, calls, errors) in [
+        ("pods (Multus ADD/DEL)", pod_calls, &pod_errors),
+        ("operator (port add/del)", op_calls, &op_errors),
+    ] {
+        assert!(calls >= 25, "{who}: only {calls} calls");
+        assert!(
+            errors.is_empty(),
+            "{who}: {} of {calls} calls failed:\n{}",
+            errors.len(),
+            errors.join("\n")
+        );
+    }
+    eprintln!(
+        "{pod_calls} Multus calls and {op_calls} port calls across 20 takeovers and 5 restarts"
+    );
+    // The switch's ports: the CNI's records (one per pod still up) and the
+    // operator's.
+    let records: HashSet<String> = walk(&node.socket_dir().join(switchyard_api::CNI_RECORDS_DIR))
+        .iter()
+        .filter_map(|f| {
+            serde_json::from_slice::<switchyard_cni::plugin::Record>(&std::fs::read(f).ok()?).ok()
+        })
+        .map(|r| r.port)
+        .collect();
+    assert_eq!(records.len(), pods_left.len(), "{records:?} {pods_left:?}");
+    let ports: HashSet<String> = node.ports().into_iter().map(|p| p.spec.name).collect();
+    let expected: HashSet<String> = records.iter().cloned().chain(op_ports).collect();
+    assert_eq!(
+        ports, expected,
+        "the switch's ports, the CNI's records and the operator's"
+    );
+    for name in pods_left {
+        assert!(m.del(&pod(&name)).is_empty());
+    }
+    assert!(node.ports().iter().all(|p| p.spec.name.starts_with("op")));
+    assert_eq!(leftovers(&node), Vec::<String>::new());
+}

@@ -813,3 +813,58 @@ fn a_socket_dir_in_the_switchs_own_directory_is_refused() {
     assert!(!state.join("uid-own").exists());
     assert!(node.ports().is_empty());
 }
+
+/// A runtime that asks ADD again (after a timeout, or an answer it lost)
+/// gets the first ADD's answer: the same address (host-local, which refuses
+/// a second allocation for one container, is not asked again) and the same
+/// port, whose pod stays connected. An ADD under the same container and
+/// interface that asks something else (another MAC) replaces the first, as
+/// DEL and ADD would.
+#[test]
+fn add_asked_again_gets_the_same_answer() {
+    let _g = serial();
+    let node = Node::start();
+    let conf = node.netconf("again", json!({"ipam": node.ipam("10.78.0.0/24")}));
+    let file = node.devinfo("again.json");
+    let conf = with_devinfo(&conf, &file);
+    let (id, args) = (format!("{:064x}", 7), pod_args("again"));
+    let first = ok("ADD", &id, "net1", &args, &conf);
+    let socket = first["interfaces"][0]["socketPath"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mac = first["interfaces"][0]["mac"].as_str().unwrap().to_string();
+    let pod = Testpmd::start(
+        &[format!(
+            "net_memif0,role=client,socket={socket},socket-abstract=no,mac={mac}"
+        )],
+        &["--forward-mode=rxonly"],
+    );
+    let up = |n: &Node| {
+        let p = n.ports();
+        assert_eq!(p.len(), 1, "{p:?}");
+        (p[0].status.link_up, p[0].status.connects)
+    };
+    wait_for(Duration::from_secs(20), "the pod connected", || {
+        (up(&node) == (true, 1)).then_some(())
+    });
+    for _ in 0..3 {
+        assert_eq!(ok("ADD", &id, "net1", &args, &conf), first);
+        assert_eq!(up(&node), (true, 1), "the pod stays connected");
+        assert_eq!(reserved_ips(&node, "again").len(), 1);
+    }
+    drop(pod);
+    let mut other = conf.clone();
+    other["runtimeConfig"]["mac"] = json!("02:00:00:00:0a:0b");
+    let second = ok("ADD", &id, "net1", &args, &other);
+    assert_eq!(second["interfaces"][0]["mac"], "02:00:00:00:0a:0b");
+    assert_eq!(
+        node.ports()[0].spec.macs.as_deref(),
+        Some(&["02:00:00:00:0a:0b".parse().unwrap()][..])
+    );
+    assert_eq!(reserved_ips(&node, "again").len(), 1);
+    ok("DEL", &id, "net1", &args, &other);
+    assert!(node.ports().is_empty());
+    assert!(reserved_ips(&node, "again").is_empty());
+    assert_eq!(leftovers(&node), Vec::<String>::new());
+}

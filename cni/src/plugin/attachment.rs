@@ -62,6 +62,23 @@ pub struct Record {
     pub ipam: Option<serde_json::Value>,
     /// Netconf CNI version.
     pub cni_version: String,
+    /// The ADD this attachment answered and its answer: the same ADD asked
+    /// again gets the same answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub added: Option<Added>,
+}
+
+/// An ADD and its answer, as a record keeps them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Added {
+    /// The ADD's stdin (netconf, runtime config, prevResult).
+    pub stdin: serde_json::Value,
+    /// Its `CNI_ARGS`.
+    pub args: String,
+    /// Its `CNI_NETNS`.
+    pub netns: String,
+    /// The result printed.
+    pub result: serde_json::Value,
 }
 
 /// The node-wide bookkeeping directory (not visible to pods: only pod
@@ -223,6 +240,12 @@ mod tests {
             device_info_file: None,
             ipam: Some(serde_json::json!({"type": "host-local"})),
             cni_version: "1.1.0".into(),
+            added: Some(Added {
+                stdin: serde_json::json!({"name": "n"}),
+                args: "IgnoreUnknown=1".into(),
+                netns: "/var/run/netns/x".into(),
+                result: serde_json::json!({"cniVersion": "1.1.0"}),
+            }),
         };
         let p = d.path().join("dir/r.json");
         write_record(&p, &r).unwrap();

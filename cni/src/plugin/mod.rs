@@ -3,13 +3,13 @@
 mod attachment;
 mod switch;
 
-pub use attachment::{port_name, Record};
+pub use attachment::{port_name, Added, Record};
 
 use std::fs;
 use std::path::PathBuf;
 
 use switchyard_api::fs::share_with_group;
-use switchyard_api::{Client, ClientError, ErrorCode, PortInfo, Request};
+use switchyard_api::{Client, ClientError, ErrorCode, PortInfo, PortSpec, Request};
 
 use crate::args::CniArgs;
 use crate::devinfo;
@@ -23,7 +23,7 @@ use attachment::{
 };
 use switch::{
     call, choose_socket, client, device_info, device_plugin_info, pod_role_with_devinfo, port_spec,
-    remove_port, switch_err,
+    remove_port, switch_err, TEARDOWN_WAIT,
 };
 
 /// The `CNI_*` environment.
@@ -115,8 +115,47 @@ pub fn add(
     };
     let name = port_name(container_id, ifname);
 
-    let mut c = client(nc)?;
+    let mut c = client(nc, switchyard_api::RETRY_FOR)?;
     collect_garbage(nc, &mut c);
+    let spec = port_spec(nc, pod_role, &name, &socket, &mac);
+    let rec_path = record_path(nc, container_id, ifname);
+    let asked = Added {
+        stdin: stdin.clone(),
+        args: env.args.clone(),
+        netns: netns.to_string(),
+        result: serde_json::Value::Null,
+    };
+    if let Some(rec) = read_record(&rec_path) {
+        match rec.added {
+            // The same ADD again (a runtime that asks again after a timeout
+            // or a lost answer): the same answer, with the port as that
+            // ADD made it; nothing allocated twice.
+            Some(a)
+                if rec.network == nc.raw.name
+                    && Added {
+                        result: serde_json::Value::Null,
+                        ..a.clone()
+                    } == asked =>
+            {
+                keep_port(&mut c, &spec).map_err(|e| switch_err("port", e))?;
+                if let Some(f) = &nc.device_info_file {
+                    devinfo::write(&device_info(pod_role, &socket), f)?;
+                }
+                return Ok(a.result);
+            }
+            // Another ADD under the same container and interface: the first
+            // is taken down as DEL would, then this one is made.
+            _ => {
+                let mut switch = Ok(c);
+                teardown(nc, stdin, env, &mut switch, container_id, ifname, None, &[])?;
+                c = switch?;
+                mkdir(&pod_dir, mode)?;
+                if let Some(gid) = nc.raw.socket_group {
+                    share_with_group(&pod_dir, gid, 0o770).map_err(|e| io(pod_dir.display(), e))?;
+                }
+            }
+        }
+    }
     if let Some(physnet) = &nc.raw.physnet {
         check_physnet(&mut c, physnet)?;
     }
@@ -165,7 +204,6 @@ pub fn add(
         undo_ipam();
         return Err(switch_err("port", e));
     }
-    let spec = port_spec(nc, pod_role, &name, &socket, &mac);
     if let Err(e) = call(
         &mut c,
         &Request::PortAdd {
@@ -180,7 +218,7 @@ pub fn add(
             devinfo::write(&device_info(pod_role, &socket), f)?;
         }
         write_record(
-            &record_path(nc, container_id, ifname),
+            &rec_path,
             &Record {
                 network: nc.raw.name.clone(),
                 container_id: container_id.to_string(),
@@ -195,6 +233,10 @@ pub fn add(
                     .map(|p| p.display().to_string()),
                 ipam: nc.raw.ipam.clone(),
                 cni_version: nc.cni_version.clone(),
+                added: Some(Added {
+                    result: result.clone(),
+                    ..asked.clone()
+                }),
             },
         )
     };
@@ -207,10 +249,29 @@ pub fn add(
     Ok(result)
 }
 
+/// Port `spec` on the switch as it is: left alone when the switch has it
+/// so (its peer stays connected), else made so.
+fn keep_port(c: &mut Client, spec: &PortSpec) -> Result<(), ClientError> {
+    let ports: Vec<PortInfo> = serde_json::from_value(call(c, &Request::PortList)?)
+        .map_err(|e| ClientError::BadAnswer(e.to_string()))?;
+    match ports.iter().find(|p| p.spec.name == spec.name) {
+        Some(p) if p.spec == *spec => return Ok(()),
+        Some(_) => remove_port(c, &spec.name)?,
+        None => {}
+    }
+    call(
+        c,
+        &Request::PortAdd {
+            port: Box::new(spec.clone()),
+        },
+    )
+    .map(drop)
+}
+
 /// The switch for DEL and GC, with the plugin's own garbage collected
 /// first, or why it cannot be reached (which does not stop a teardown).
 fn switch_for_teardown(nc: &NetConf) -> Result<Client, CniError> {
-    let mut c = client(nc)?;
+    let mut c = client(nc, TEARDOWN_WAIT)?;
     collect_garbage(nc, &mut c);
     Ok(c)
 }
@@ -456,7 +517,7 @@ pub fn check(env: &Env, nc: &NetConf, stdin: &serde_json::Value) -> Result<(), C
             format!("no attachment {ifname} for this container"),
         )
     })?;
-    let mut c = client(nc)?;
+    let mut c = client(nc, switchyard_api::RETRY_FOR)?;
     let ports: Vec<PortInfo> = serde_json::from_value(
         call(&mut c, &Request::PortList).map_err(|e| switch_err("port list", e))?,
     )

@@ -4,6 +4,7 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use switchyard_api::{Client, ClientError, ErrorCode, PortSpec, Request, SocketAddr, SocketRole};
 
@@ -11,9 +12,23 @@ use crate::devinfo::{self, DeviceInfo};
 use crate::error::*;
 use crate::netconf::{NetConf, Pin};
 
-pub(crate) fn client(nc: &NetConf) -> Result<Client, CniError> {
-    Client::connect(&nc.control_socket)
-        .map_err(|e| CniError::new(TRY_AGAIN_LATER, format!("switchyard daemon: {e}")))
+/// How long DEL and GC wait for a switch that does not answer before they
+/// tear down without it (its ports then owed): a plain restart answers
+/// again well within it, and a switch away longer must not hold up every
+/// pod's teardown.
+pub(crate) const TEARDOWN_WAIT: Duration = Duration::from_secs(3);
+
+/// The switch, once it answers: asked for up to `wait` while it is
+/// restarting or being taken over (its socket missing, refused, or
+/// answering `unavailable`), so that a restart costs the call a latency.
+/// Later calls on the client ask again for [`switchyard_api::RETRY_FOR`].
+pub(crate) fn client(nc: &NetConf, wait: Duration) -> Result<Client, CniError> {
+    let mut c = Client::lazy(&nc.control_socket);
+    c.set_retry(wait);
+    c.call(&Request::Ping)
+        .map_err(|e| CniError::new(TRY_AGAIN_LATER, format!("switchyard daemon: {e}")))?;
+    c.set_retry(switchyard_api::RETRY_FOR);
+    Ok(c)
 }
 
 pub(crate) fn call(c: &mut Client, req: &Request) -> Result<serde_json::Value, ClientError> {

@@ -77,6 +77,28 @@ impl Node {
         });
     }
 
+    /// Takes the daemon over with a new one (`run --takeover`, as the
+    /// DaemonSet's rollout starts it) and checks that the old one exited
+    /// cleanly.
+    pub fn takeover(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .append(true)
+            .open(self.dir.path().join("switchyard.log"))
+            .unwrap();
+        let new = Command::new(switchyard_bin())
+            .args(["run", "--takeover", "--config"])
+            .arg(self.dir.path().join("switchyard.toml"))
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let mut old = self.daemon.replace(new).expect("a running daemon");
+        let status = wait_for(Duration::from_secs(30), "the old switch to exit", || {
+            old.try_wait().unwrap()
+        });
+        assert!(status.success(), "the old switch: {status}\n{}", self.log());
+    }
+
     /// Kills the daemon with SIGKILL (a crash).
     pub fn kill9(&mut self) {
         if let Some(mut d) = self.daemon.take() {
