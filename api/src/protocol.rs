@@ -116,6 +116,13 @@ pub enum Request {
     Takeover {
         /// The version of the handover state the new process reads.
         version: u32,
+        /// The new process takes the ports that cannot change meanwhile
+        /// (no connection) before the old one pauses (a `prepare` step),
+        /// so that the pause covers only the others. Switches before it
+        /// neither send nor know the field: a new switch that finds the
+        /// running one refuses it asks again without.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        prepare: bool,
     },
     /// Stops the switch (its ports, then the process) so that another can
     /// start in its place: what a new switch whose takeover was refused
@@ -595,6 +602,29 @@ pub struct PortTotals {
     pub tx_bytes: u64,
     /// Drops by reason name.
     pub drops: std::collections::BTreeMap<DropReason, u64>,
+}
+
+impl PortTotals {
+    /// What was counted since `earlier` (counters only grow).
+    pub fn since(&self, earlier: &PortTotals) -> PortTotals {
+        PortTotals {
+            rx_packets: self.rx_packets.saturating_sub(earlier.rx_packets),
+            rx_bytes: self.rx_bytes.saturating_sub(earlier.rx_bytes),
+            tx_packets: self.tx_packets.saturating_sub(earlier.tx_packets),
+            tx_bytes: self.tx_bytes.saturating_sub(earlier.tx_bytes),
+            drops: self
+                .drops
+                .iter()
+                .map(|(r, n)| {
+                    (
+                        *r,
+                        n.saturating_sub(earlier.drops.get(r).copied().unwrap_or(0)),
+                    )
+                })
+                .filter(|(_, n)| *n > 0)
+                .collect(),
+        }
+    }
 }
 
 /// Counters of a port.

@@ -20,7 +20,17 @@ It prints a table: per kind and cell, the pause (p50 and max over the
 events), frames lost (sent and never received), duplicated, and refused
 (port 0's ring full while the switch was away: never sent).
 
+With --idle N1,N2,.. each takeover cell is run again beside N idle ports
+(half memif, half vhost-user, the switch listening on each, nobody
+connected), as a node's pods that are not sending: the pause must not grow
+with them. The table adds the switch's own account of each takeover (its
+log): the longest pause of its workers, and how many ports the new switch
+took up before it (quiet: no connection) and in it.
+
   ./benches/loop/takeover_bench.py [--kinds memif,vhost-user] [--takeovers 20]
+                                   [--idle 0,100,1000]
+
+TAKEOVER_BENCH_LOGS=DIR keeps each cell's switch log there.
 
 Needs root, the release build (`cargo build --release -p switchyard`, or
 $SWITCHYARD_BIN), dpdk, dpdk-dev, librte-net-memif23, pkg-config and cc.
@@ -74,6 +84,41 @@ class Switch:
         return subprocess.Popen([switchyard_bin(), "run", "--config", self.config] + extra,
                                 stdout=self.log, stderr=self.log, start_new_session=True)
 
+    def add_idle(self, n):
+        """n idle ports on the default bridge, through one API connection."""
+        import json
+        import socket
+        with socket.socket(socket.AF_UNIX) as c:
+            c.connect(f"{self.tmp}/control.sock")
+            f = c.makefile("rw")
+            for i in range(n):
+                kind, role = ("memif", "master") if i % 2 == 0 else ("vhost-user", "server")
+                port = {"name": f"idle{i}", "kind": kind, "role": role,
+                        "socket": f"{self.tmp}/idle{i}.sock", "bridge": "default"}
+                f.write(json.dumps({"op": "port_add", "port": port}) + "\n")
+                f.flush()
+                answer = json.loads(f.readline())
+                if not answer.get("ok"):
+                    raise RuntimeError(f"idle port {i}: {answer}")
+
+    def pauses(self):
+        """The switch's own account of each takeover, from its log: (workers
+        paused ms, ports taken up before the pause, ports taken up in it)."""
+        out = []
+        with open(os.path.join(self.tmp, "switchyard.log"), errors="replace") as f:
+            restored = float("nan")
+            for line in f:
+                if "took up the running switch's ports and bridges" in line:
+                    restored = float(line.split(" ms=")[1].split()[0])
+                if "handed over: exiting" not in line:
+                    continue
+                kv = dict(w.split("=", 1) for w in line.split() if "=" in w)
+                out.append((float(kv.get("paused_ms", "nan")), int(kv.get("prepared", 0)),
+                            int(kv.get("in_pause", kv.get("ports", 0))),
+                            [float(kv.get(k, "nan")) for k in ("saved_ms", "sent_ms", "ready_ms")]
+                            + [restored]))
+        return out
+
     def cli(self, *args):
         subprocess.run([switchyard_bin(), "--control", f"{self.tmp}/control.sock", *args],
                        check=True, capture_output=True)
@@ -105,10 +150,12 @@ class Switch:
             self.p.wait(30)
 
 
-def cell(kind, what, takeovers):
-    """One cell: a fresh switch and gapgen; returns (pauses in ms, counts)."""
+def cell(kind, what, takeovers, idle=0):
+    """One cell: a fresh switch (with `idle` idle ports) and gapgen; returns
+    (pauses in ms, counts, the switch's own account)."""
     with tempfile.TemporaryDirectory(prefix="sy-tkb") as tmp:
         sw = Switch(tmp)
+        sw.add_idle(idle)
         socks = [os.path.join(tmp, f"g{i}.sock") for i in range(2)]
         for i, s in enumerate(socks):
             if kind == "memif":
@@ -150,7 +197,17 @@ def cell(kind, what, takeovers):
             drops = subprocess.run([switchyard_bin(), "--control", f"{tmp}/control.sock",
                                     "stats", "--json"], capture_output=True, text=True).stdout
             sw.stop()
+            own = sw.pauses()
+            if os.environ.get("TAKEOVER_BENCH_LOGS"):
+                import shutil
+                shutil.copy(os.path.join(tmp, "switchyard.log"),
+                            os.path.join(os.environ["TAKEOVER_BENCH_LOGS"],
+                                         f"{kind}-{idle}-{what}.log"))
         out = gen.text()
+        if os.environ.get("TAKEOVER_BENCH_LOGS"):
+            with open(os.path.join(os.environ["TAKEOVER_BENCH_LOGS"],
+                                   f"{kind}-{idle}-{what}.gapgen"), "w") as f:
+                f.write(out)
         counts = {}
         gaps = []
         quiet = 0.0
@@ -182,33 +239,57 @@ def cell(kind, what, takeovers):
         pauses = sorted(gaps, reverse=True)[:events]
         if quiet > 1000:
             pauses = [float("inf")]
-        return pauses, counts
+        return pauses, counts, own
+
+
+def sw_p50_of(v):
+    return statistics.median(v) if v else float("nan")
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--kinds", default="memif,vhost-user")
     ap.add_argument("--takeovers", type=int, default=20)
+    ap.add_argument("--idle", default="0",
+                    help="idle port counts (comma-separated) beside the two busy ports")
     args = ap.parse_args()
     rows = []
-    for kind in args.kinds.split(","):
-        for what in ("takeover", "sigterm", "kill-9"):
-            pauses, c = cell(kind, what, args.takeovers)
-            n = len(pauses)
-            p50 = statistics.median(pauses) if pauses else float("nan")
-            mx = max(pauses) if pauses else float("nan")
-            rows.append((kind, what, n, p50, mx, c["sent"], c["lost"], c["duplicated"],
-                         c["refused"]))
-            print(f"# {kind} {what}: pauses {[round(p, 2) for p in pauses]} ms, {c}",
-                  file=sys.stderr, flush=True)
-    print("| kind       | replaced by | events | pause p50 | pause max |    sent |  lost "
-          "| duplicated | refused |")
-    print("|------------|-------------|--------|-----------|-----------|---------|-------"
-          "|------------|---------|")
-    for kind, what, n, p50, mx, sent, lost, dup, refused in rows:
+    for idle in (int(n) for n in args.idle.split(",")):
+        for kind in args.kinds.split(","):
+            # A restart's gap is the peers' redial, whatever the port count.
+            for what in ("takeover",) if idle else ("takeover", "sigterm", "kill-9"):
+                pauses, c, own = cell(kind, what, args.takeovers, idle)
+                n = len(pauses)
+                p50 = statistics.median(pauses) if pauses else float("nan")
+                mx = max(pauses) if pauses else float("nan")
+                sw = [p for p, _, _, _ in own]
+                # Where the workers' pause goes (medians): saving, sending,
+                # until the new switch is ready, until it confirms.
+                if own:
+                    at = [statistics.median(o[3][i] for o in own) for i in range(4)]
+                    print(f"# {kind} +{idle} idle: paused -> saved {at[0]:.2f} ms, sent "
+                          f"{at[1]:.2f}, new ready {at[2]:.2f} (its restore {at[3]:.2f}), "
+                          f"confirmed {sw_p50_of(sw):.2f}",
+                          file=sys.stderr, flush=True)
+                sw_p50 = statistics.median(sw) if sw else float("nan")
+                sw_max = max(sw) if sw else float("nan")
+                split = f"{own[-1][1]}+{own[-1][2]}" if own else "-"
+                rows.append((kind, idle, what, n, p50, mx, sw_p50, sw_max, split, c["sent"],
+                             c["lost"], c["duplicated"], c["refused"]))
+                print(f"# {kind} +{idle} idle {what}: pauses {[round(p, 2) for p in pauses]} ms,"
+                      f" the switch's {[round(p, 2) for p in sw]} ms, {c}",
+                      file=sys.stderr, flush=True)
+    print("| kind       | idle | replaced by | events | pause p50 | pause max "
+          "| workers paused p50 | max | ports before+in | sent |  lost | duplicated | refused |")
+    print("|------------|------|-------------|--------|-----------|-----------"
+          "|--------------------|-----|-----------------|------|-------|------------|---------|")
+    for kind, idle, what, n, p50, mx, sw50, swmx, split, sent, lost, dup, refused in rows:
         def ms(v):
+            if v != v:
+                return "-"
             return "  never" + " " * 3 if v == float("inf") else f"{v:6.2f} ms"
-        print(f"| {kind:10} | {what:11} | {n:6} | {ms(p50):>9} | {ms(mx):>9} | {sent:7} "
+        print(f"| {kind:10} | {idle:4} | {what:11} | {n:6} | {ms(p50):>9} | {ms(mx):>9} "
+              f"| {ms(sw50):>18} | {ms(swmx)} | {split:>15} | {sent} "
               f"| {lost:5} | {dup:10} | {refused:7} |")
 
 

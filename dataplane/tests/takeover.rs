@@ -890,3 +890,82 @@ fn api_calls_across_takeovers_and_restarts_all_succeed() {
     assert_eq!(ports, expected, "the switch's ports and the clients' view");
     sw.stop();
 }
+
+/// Ports nobody is connected to are taken up by the new switch before the
+/// old one pauses (the prepare step, while it forwards): the pause holds
+/// only the connected port. Afterwards each serves its peer as any port
+/// does: another interface of the memif socket a connected interface
+/// shares, a memif socket of its own, a vhost-user socket, and a memif
+/// slave that connects once its peer is there.
+#[test]
+fn quiet_ports_are_taken_up_before_the_pause_and_serve_their_peers_after() {
+    let _serial = serial();
+    let mut sw = Switch::start(BRIDGE);
+    let (shared, own, vhost, slave) = (
+        sw.path("m.sock"),
+        sw.path("q.sock"),
+        sw.path("v.sock"),
+        sw.path("s.sock"),
+    );
+    for (port, id) in [("a", "0"), ("b", "1")] {
+        sw.add_port(&[
+            port, "--kind", "memif", "--role", "master", "--socket", &shared, "--id", id,
+        ]);
+    }
+    sw.add_port(&["c", "--kind", "memif", "--role", "master", "--socket", &own]);
+    sw.add_port(&[
+        "d",
+        "--kind",
+        "vhost-user",
+        "--role",
+        "server",
+        "--socket",
+        &vhost,
+    ]);
+    sw.add_port(&[
+        "e", "--kind", "memif", "--role", "slave", "--socket", &slave,
+    ]);
+    let mut first = Testpmd::start(
+        &[memif_vdev(
+            0,
+            "client",
+            &shared,
+            &format!("id=0,mac={}", mac(1)),
+        )],
+        &["--forward-mode=rxonly"],
+    );
+    sw.wait_link("a", true);
+    for _ in 0..3 {
+        sw.takeover();
+    }
+    let log = sw.log();
+    assert_eq!(
+        log.matches("prepared=4 in_pause=1").count(),
+        3,
+        "4 quiet ports taken up before each pause, 1 in it:\n{log}"
+    );
+    let mut second = Testpmd::start(
+        &[
+            memif_vdev(0, "client", &shared, &format!("id=1,mac={}", mac(2))),
+            memif_vdev(1, "client", &own, &format!("mac={}", mac(3))),
+            virtio_vdev(2, &vhost, false, &format!("mac={}", mac(4))),
+            memif_vdev(3, "server", &slave, &format!("mac={}", mac(5))),
+        ],
+        &["--forward-mode=rxonly"],
+    );
+    for p in ["b", "c", "d", "e"] {
+        sw.wait_link(p, true);
+    }
+    // The connected pod's frames (to a MAC nobody has: flooded) reach each.
+    first.send_bursts(1);
+    for port in 0..4 {
+        assert_eq!(
+            second.wait_rx(port, 32),
+            32,
+            "port {port} of the second pod"
+        );
+    }
+    assert_eq!(sw.stats("a").totals.rx_packets, 32);
+    drop((first, second));
+    sw.stop();
+}

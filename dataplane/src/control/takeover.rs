@@ -3,15 +3,26 @@
 //! state the old one hands over, and their framing with file descriptors.
 //!
 //! ```text
-//! new: {"op":"takeover","version":V}\n      (a control API request line)
-//! old: pauses its workers at a burst boundary, saves every port
-//! old: State (+ every fd, SCM_RIGHTS)   or Refused
-//! new: maps the memory, builds its ports and queues (its workers paused)
+//! new: {"op":"takeover","version":V,"prepare":true}\n  (an API request line)
+//! old: saves its quiet ports (no connection), forwarding on
+//! old: Prepare (+ their fds)            or Refused
+//! new: builds those ports and the bridges (its workers paused)
+//! new: Prepared                         or Refused
+//! old: pauses its workers at a burst boundary, saves the other ports
+//! old: State (+ their fds)              or Refused
+//! new: maps the memory, builds its ports and queues, the MAC tables
 //! new: Ready                            or Refused
 //! old: Go
 //! new: Running (its confirmation), then resumes its workers and serves
 //!      the API                          old: exits, leaving every socket
 //! ```
+//!
+//! Without `prepare` (a switch before it asks so, and one that finds the
+//! running switch refusing the field asks again so), the old switch sends
+//! no Prepare: every port is in the State. A quiet port stays so until the
+//! State, because only the old switch's daemon thread changes it (accepts,
+//! connects, handshakes), and that thread is in the conversation; the
+//! State refuses the takeover if one did change.
 //!
 //! The ports are the new switch's once its confirmation reaches the old
 //! one, and not before: the new one runs nothing until it has written it,
@@ -52,8 +63,20 @@ const MAGIC: [u8; 4] = *b"SYHO";
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum Step {
-    /// Old to new: the state (a [`TakeoverState`], read once its version
-    /// is known to be [`VERSION`]); the fds it names come with the frame.
+    /// Old to new, when the new one asked for it, before the old one
+    /// pauses: the ports that cannot change meanwhile ([`Port::quiet`]:
+    /// no connection) and the bridges without their MAC tables, as a
+    /// [`TakeoverState`] with its fds; the new one takes them up while the
+    /// old one forwards.
+    ///
+    /// [`Port::quiet`]: crate::port::Port::quiet
+    Prepare(serde_json::Value),
+    /// New to old: the ports of [`Step::Prepare`] are taken up.
+    Prepared,
+    /// Old to new, its workers paused: the state (a [`TakeoverState`],
+    /// read once its version is known to be [`VERSION`]); the fds it names
+    /// come with the frame. After a [`Step::Prepare`], it holds the other
+    /// ports, the MAC tables and what the prepared ports counted since.
     State(serde_json::Value),
     /// New to old: every port is taken up, the workers wait for the go.
     Ready,
@@ -90,6 +113,10 @@ pub struct TakeoverState {
     pub ports: Vec<SavedPort>,
     /// Persisted ports that could not be made, and why.
     pub unrestored: Vec<(PortSpec, String)>,
+    /// In the state after a [`Step::Prepare`]: what ports taken up then
+    /// counted since (by name; those that counted nothing are left out).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub counted: Vec<(String, PortTotals)>,
 }
 
 /// A bridge handed over.
@@ -182,8 +209,11 @@ pub fn send(conn: &UnixStream, step: &Step, fds: &[RawFd]) -> io::Result<()> {
     w.write_all(&body)
 }
 
+/// A frame received: its step and the fds that came with it.
+pub type Received = (Step, Vec<OwnedFd>);
+
 /// Receives one frame: its step and the fds that came with it.
-pub fn recv(conn: &UnixStream) -> Result<(Step, Vec<OwnedFd>), WireError> {
+pub fn recv(conn: &UnixStream) -> Result<Received, WireError> {
     let mut r = conn;
     let mut magic = [0u8; 4];
     read_exact(&mut r, &mut magic)?;

@@ -112,6 +112,9 @@ struct DpInner {
     move_hold: AtomicU32,
     epoch: Instant,
     stop: AtomicBool,
+    /// Set once [`Dataplane::pause`] has the workers stopped, until
+    /// [`Dataplane::resume`]: [`Dataplane::publish`] then wakes none.
+    paused: AtomicBool,
     /// Per worker: the table generation its view was last built from
     /// (`u64::MAX` while the worker is not running).
     acks: Box<[AtomicU64]>,
@@ -144,6 +147,7 @@ impl Dataplane {
                 move_hold: AtomicU32::new(DEFAULT_MOVE_HOLD_SECS),
                 epoch: Instant::now(),
                 stop: AtomicBool::new(false),
+                paused: AtomicBool::new(false),
                 acks: (0..workers).map(|_| AtomicU64::new(u64::MAX)).collect(),
                 load: (0..workers).map(|_| WorkerCounters::default()).collect(),
                 recent_load: (0..workers).map(|_| AtomicU32::new(0)).collect(),
@@ -168,6 +172,16 @@ impl Dataplane {
 
     fn publish(&self) {
         self.inner.generation.fetch_add(1, Ordering::AcqRel);
+        // Paused workers have nothing to do with a new view: left asleep,
+        // a takeover's thousand port additions do not keep them spinning
+        // beside the control thread ([`Dataplane::quiesce`] still wakes
+        // one it waits for).
+        if !self.inner.paused.load(Ordering::Acquire) {
+            self.wake_workers();
+        }
+    }
+
+    fn wake_workers(&self) {
         for w in &self.inner.worker_wakers {
             w.wake();
         }
@@ -257,13 +271,16 @@ impl Dataplane {
     pub fn pause(&self) -> bool {
         let mut t = self.table();
         t.paused = true;
-        self.publish_and_quiesce(t)
+        let quiet = self.publish_and_quiesce(t);
+        self.inner.paused.store(true, Ordering::Release);
+        quiet
     }
 
     /// Lets the workers poll their queues again after [`Dataplane::pause`].
     pub fn resume(&self) {
         let mut t = self.table();
         t.paused = false;
+        self.inner.paused.store(false, Ordering::Release);
         drop(t);
         self.publish();
     }
@@ -271,7 +288,8 @@ impl Dataplane {
     /// Asks workers to exit.
     pub fn request_stop(&self) {
         self.inner.stop.store(true, Ordering::Release);
-        self.publish();
+        self.inner.generation.fetch_add(1, Ordering::AcqRel);
+        self.wake_workers();
     }
 
     /// True once [`Dataplane::request_stop`] was called.

@@ -110,6 +110,12 @@ impl Dataplane {
         view.rx.clear();
         view.ports.clear();
         view.bridges.clear();
+        if t.paused {
+            // Nothing is forwarded while paused: an empty view, so that a
+            // takeover's thousand port additions cost a paused worker
+            // nothing each.
+            return generation;
+        }
         let workers = self.inner.workers.max(1);
         for (i, p) in t.ports.iter().enumerate() {
             let Some(p) = p else {
@@ -117,7 +123,7 @@ impl Dataplane {
                 continue;
             };
             for (queue, (slot, &qw)) in p.rx.iter().zip(&p.rx_worker).enumerate() {
-                if qw == w && !t.paused {
+                if qw == w {
                     view.rx.push(ViewRx {
                         port: i as PortId,
                         queue,

@@ -179,6 +179,13 @@ pub trait Port: Send {
         self.stop(cx);
     }
 
+    /// Nothing of the port changes while the daemon's thread does
+    /// something else (no queue, no connection, no thread of its own): a
+    /// takeover saves it, and the new process takes it up, before the
+    /// workers pause. Default: false (saved in the pause).
+    fn quiet(&self) -> bool {
+        false
+    }
     /// Takeover, first step (see [`takeover`]), the workers paused at a
     /// burst boundary: stops what the saved state must not change under
     /// (vhost-user's device takes its queues back; a half-done handshake

@@ -374,10 +374,10 @@ impl Daemon {
                     Token::Control(TOKEN_API) => {
                         self.api_waker.drain();
                         while let Ok(call) = self.calls.try_recv() {
-                            if let (Request::Takeover { version }, Some(conn)) =
+                            if let (Request::Takeover { version, prepare }, Some(conn)) =
                                 (&call.request, call.conn)
                             {
-                                match self.serve_takeover(conn, *version) {
+                                match self.serve_takeover(conn, *version, *prepare) {
                                     // Every socket, connection, file and
                                     // mapping is the new switch's now: the
                                     // process ends without a destructor

@@ -99,6 +99,8 @@ pub struct Listeners {
 struct Table {
     by_addr: HashMap<SocketAddr, SocketId>,
     open: BTreeMap<SocketId, Arc<dyn Listening>>,
+    /// Where the search for a free id starts.
+    next: SocketId,
 }
 
 /// A listener, whatever its kind: what the table calls.
@@ -163,7 +165,10 @@ impl Listeners {
             }
             return Ok(l);
         }
-        let id = (0..MAX_SOCKETS)
+        // The first free id at or after the last one given (a scan from 0
+        // would make a node's thousand ports a million lookups).
+        let id = (t.next..MAX_SOCKETS)
+            .chain(0..t.next)
             .find(|i| !t.open.contains_key(i))
             .ok_or(ListenError::Full)?;
         let err = |cause: io::Error| {
@@ -195,6 +200,7 @@ impl Listeners {
         });
         t.by_addr.insert(j.addr.clone(), id);
         t.open.insert(id, l.clone());
+        t.next = (id + 1) % MAX_SOCKETS;
         Ok(l)
     }
 

@@ -214,6 +214,12 @@ impl<P: Protocol> SocketPort<P> {
 }
 
 impl<P: Protocol> Port for SocketPort<P> {
+    /// Without a connection, only the daemon's thread changes the port
+    /// (accepting, connecting, handshakes).
+    fn quiet(&self) -> bool {
+        self.conn.is_none()
+    }
+
     /// Listens (joins the socket's listener) or makes the first connect
     /// attempt; a socket port has no interface to wait for.
     fn start(&mut self, cx: &PortCtx<'_>, _: Start) -> Result<(), PortError> {
