@@ -108,7 +108,7 @@ class Switch:
         with open(os.path.join(self.tmp, "switchyard.log"), errors="replace") as f:
             restored = float("nan")
             for line in f:
-                if "took up the running switch's ports and bridges" in line:
+                if "took up the running switch's ports and bridges" in line and " ms=" in line:
                     restored = float(line.split(" ms=")[1].split()[0])
                 if "handed over: exiting" not in line:
                     continue

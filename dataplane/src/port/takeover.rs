@@ -4,6 +4,10 @@
 //!
 //! A takeover of one port, in the order the two processes run it:
 //!
+//! 0. A port that is [`super::Port::quiet`] (no connection) goes before
+//!    the pause: old [`super::Port::save`], new [`super::Port::restore`],
+//!    while the old workers forward; nothing of it changes until the old
+//!    switch's daemon thread, busy in the conversation, is back. Then:
 //! 1. old: [`super::Port::pause`], its workers paused at a burst boundary:
 //!    a kind whose queues' state lives in the switch (vhost-user's device)
 //!    takes its queues back; a half-done handshake is dropped.
