@@ -270,11 +270,6 @@ impl Config {
 }
 
 impl Pool {
-    /// The endpoint socket's file name inside the plugin dir.
-    pub fn endpoint(&self) -> String {
-        format!("switchyard-{}.sock", self.class)
-    }
-
     /// The environment variable listing the allocated sockets of this pool.
     pub fn list_env(&self) -> String {
         format!("SWITCHYARD_{}_SOCKETS", env_part(&self.class))
@@ -340,7 +335,6 @@ mod tests {
                 "/var/run/k8s.cni.cncf.io/devinfo/dp/switchyard.io-memif-memif-3-device.json"
             )
         );
-        assert_eq!(p.endpoint(), "switchyard-memif.sock");
         assert_eq!(p.list_env(), "SWITCHYARD_MEMIF_SOCKETS");
         assert_eq!(
             device_env("vhost-user-12"),

@@ -32,23 +32,28 @@ pub struct PoolPlugin {
     pool: usize,
     health: watch::Receiver<bool>,
     stop: watch::Receiver<bool>,
+    streams: Arc<watch::Sender<usize>>,
 }
 
 impl PoolPlugin {
     /// The service for `cfg.pools[pool]`; `health` is whether the switch
     /// daemon answers; `stop` turning true ends the ListAndWatch streams
-    /// (so that the server can shut down).
+    /// (so that the server can shut down); `streams` counts the
+    /// ListAndWatch streams open (the kubelet holds one per registration it
+    /// keeps: none means it dropped the registration).
     pub fn new(
         cfg: Arc<Config>,
         pool: usize,
         health: watch::Receiver<bool>,
         stop: watch::Receiver<bool>,
+        streams: Arc<watch::Sender<usize>>,
     ) -> PoolPlugin {
         PoolPlugin {
             cfg,
             pool,
             health,
             stop,
+            streams,
         }
     }
 
@@ -130,6 +135,22 @@ pub fn multus_order(ids: &[String]) -> Vec<String> {
     v
 }
 
+/// One ListAndWatch stream open, counted while it lives.
+struct OpenStream(Arc<watch::Sender<usize>>);
+
+impl OpenStream {
+    fn new(count: Arc<watch::Sender<usize>>) -> OpenStream {
+        count.send_modify(|n| *n += 1);
+        OpenStream(count)
+    }
+}
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n = n.saturating_sub(1));
+    }
+}
+
 type ListStream = Pin<Box<dyn Stream<Item = Result<ListAndWatchResponse, Status>> + Send>>;
 
 #[tonic::async_trait]
@@ -154,7 +175,9 @@ impl DevicePlugin for PoolPlugin {
         let me = self.clone();
         let mut health = self.health.clone();
         let mut stop = self.stop.clone();
+        let open = OpenStream::new(self.streams.clone());
         tokio::spawn(async move {
+            let _open = open;
             loop {
                 let healthy = *health.borrow_and_update();
                 if tx.send(Ok(me.list(healthy))).await.is_err() {

@@ -104,12 +104,74 @@ fn file_id(p: &Path) -> Option<FileId> {
         .map(|m| (m.dev(), m.ino(), m.ctime(), m.ctime_nsec()))
 }
 
+/// This process, as its endpoints name it (`switchyard-<class>-<instance>.sock`):
+/// the two plugins of a rollout (`maxSurge`) never share a socket path,
+/// and the newer is known by its name. Instances order by start time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Instance {
+    /// When the process started (nanoseconds since the epoch).
+    started: u128,
+    /// Its pid (in its PID namespace).
+    pid: u32,
+}
+
+impl Instance {
+    /// This process.
+    pub fn this() -> Instance {
+        Instance {
+            started: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos()),
+            pid: std::process::id(),
+        }
+    }
+
+    /// Its endpoint for a pool of class `class`.
+    pub fn endpoint(&self, class: &str) -> String {
+        format!("switchyard-{class}-{:x}-{}.sock", self.started, self.pid)
+    }
+
+    /// The instance whose endpoint for `class` `file` is, if it is one.
+    fn of(class: &str, file: &str) -> Option<Instance> {
+        let rest = file
+            .strip_prefix("switchyard-")?
+            .strip_prefix(class)?
+            .strip_prefix('-')?
+            .strip_suffix(".sock")?;
+        let (started, pid) = rest.split_once('-')?;
+        Some(Instance {
+            started: u128::from_str_radix(started, 16).ok()?,
+            pid: pid.parse().ok()?,
+        })
+    }
+}
+
+/// The endpoints of `class`'s pool in the plugin dir other than `me`'s:
+/// each instance with its socket, and whether a server answers there.
+fn other_endpoints(cfg: &Config, class: &str, me: Instance) -> Vec<(Instance, PathBuf, bool)> {
+    let Ok(entries) = std::fs::read_dir(&cfg.plugin_dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let inst = Instance::of(class, &e.file_name().to_string_lossy())?;
+            (inst != me).then(|| {
+                let live = std::os::unix::net::UnixStream::connect(e.path()).is_ok();
+                (inst, e.path(), live)
+            })
+        })
+        .collect()
+}
+
 /// One pool's endpoint: a gRPC server on its socket.
 struct Serving {
     socket: PathBuf,
     id: Option<FileId>,
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
+    /// The ListAndWatch streams open.
+    streams: watch::Receiver<usize>,
 }
 
 impl Serving {
@@ -126,7 +188,8 @@ impl Serving {
         }
         let listener = UnixListener::bind(&socket).map_err(io(socket.display()))?;
         let (stop, mut stopped) = watch::channel(false);
-        let service = PoolPlugin::new(cfg, pool, health, stopped.clone());
+        let (count, streams) = watch::channel(0);
+        let service = PoolPlugin::new(cfg, pool, health, stopped.clone(), Arc::new(count));
         let task = tokio::spawn(async move {
             let r = Server::builder()
                 .add_service(DevicePluginServer::new(service))
@@ -143,19 +206,13 @@ impl Serving {
             socket,
             stop,
             task,
+            streams,
         })
     }
 
     /// Still ours: the file the kubelet dials is the one we bound.
     fn intact(&self) -> bool {
         self.id.is_some() && file_id(&self.socket) == self.id
-    }
-
-    /// Another plugin bound the endpoint in our place (a DaemonSet's new
-    /// pod beside the old one in a rollout): the socket is there and not
-    /// ours. A kubelet restart removes it instead.
-    fn replaced(&self) -> bool {
-        file_id(&self.socket).is_some_and(|id| Some(id) != self.id)
     }
 
     async fn shutdown(self) {
@@ -174,7 +231,7 @@ impl Serving {
     }
 }
 
-async fn register(cfg: &Config, pool: usize) -> Result<(), String> {
+async fn register(cfg: &Config, pool: usize, endpoint: &str) -> Result<(), String> {
     let p = &cfg.pools[pool];
     let channel = uds_channel(&cfg.kubelet_socket())
         .await
@@ -182,7 +239,7 @@ async fn register(cfg: &Config, pool: usize) -> Result<(), String> {
     RegistrationClient::new(channel)
         .register(RegisterRequest {
             version: API_VERSION.into(),
-            endpoint: p.endpoint(),
+            endpoint: endpoint.to_string(),
             resource_name: p.resource.clone(),
             options: Some(DevicePluginOptions::default()),
         })
@@ -196,56 +253,138 @@ async fn register(cfg: &Config, pool: usize) -> Result<(), String> {
 enum Ended {
     /// Told to stop.
     Stopped,
-    /// Another plugin serves the pool's endpoint now: it is the kubelet's,
-    /// and so are the device-info files.
+    /// A newer plugin serves the pool (a rollout's new pod, which
+    /// registered itself): the resource is the kubelet's with it, and so
+    /// are the device-info files.
     Replaced,
 }
 
-/// One pool: serve, register, and start over whenever the kubelet restarts
-/// (it wipes the plugin dir, so our socket disappears, and it makes a new
-/// `kubelet.sock`). When another plugin binds the endpoint in our place (a
-/// rollout's new pod, which registers itself), this one stands down.
+/// How long a registered pool may have no ListAndWatch stream open before
+/// it registers again: the kubelet opens one right after a registration,
+/// and holds it while it keeps the registration. The wait lets a kubelet
+/// that dropped the client finish (`disconnectClient`: its
+/// `PluginDisconnected` marks the resource unhealthy), so the new
+/// registration is not dropped with it.
+const REREGISTER_AFTER: Duration = Duration::from_millis(500);
+
+/// After a registration, how much longer than [`REREGISTER_AFTER`] the
+/// kubelet may take to open its first stream.
+const FIRST_STREAM_GRACE: Duration = Duration::from_millis(1500);
+
+/// Why a registered pool stopped waiting.
+enum Woke {
+    Quit,
+    /// The kubelet restarted (a new `kubelet.sock`) or wiped our socket.
+    Kubelet,
+    /// No ListAndWatch stream is open: the kubelet dropped the client
+    /// (kubernetes#121994: a kubelet from 1.25 drops the *new* plugin's
+    /// client when the old plugin's stream ends in a rollout), or never
+    /// opened one.
+    HungUp,
+    /// A newer instance of this plugin serves the pool.
+    Newer,
+}
+
+/// One pool: serve on this instance's endpoint, register, and register
+/// again whenever the kubelet drops the registration (it ended our
+/// ListAndWatch stream) or restarts (a new `kubelet.sock`; a restart also
+/// wipes the plugin dir, and so our socket: then serve again). A newer
+/// instance of the plugin serving the pool (a rollout's new pod) makes
+/// this one stand down until it is stopped.
 async fn pool_loop(
     cfg: Arc<Config>,
     pool: usize,
+    me: Instance,
     health: watch::Receiver<bool>,
     mut quit: watch::Receiver<bool>,
 ) -> Result<Ended, RunError> {
     let every = Duration::from_millis(cfg.health_interval_ms);
-    let socket = cfg.plugin_dir.join(cfg.pools[pool].endpoint());
+    let class = cfg.pools[pool].class.clone();
+    let endpoint = me.endpoint(&class);
+    let socket = cfg.plugin_dir.join(&endpoint);
     let resource = cfg.pools[pool].resource.clone();
+    // Endpoints of instances that are gone (a crash; the kubelet wipes
+    // them only when it restarts).
+    for (inst, path, live) in other_endpoints(&cfg, &class, me) {
+        if !live {
+            tracing::info!(endpoint = %path.display(), ?inst, "removing the endpoint of a device plugin that is gone");
+            let _ = std::fs::remove_file(path);
+        }
+    }
+    let newer = |cfg: &Config| {
+        other_endpoints(cfg, &class, me)
+            .into_iter()
+            .any(|(inst, _, live)| live && inst > me)
+    };
     loop {
         let serving = Serving::start(socket.clone(), cfg.clone(), pool, health.clone())?;
-        // Register (the kubelet may not be up yet).
-        let mut kubelet = None;
-        while kubelet.is_none() && serving.intact() && !*quit.borrow() {
+        let mut why = Woke::Kubelet;
+        'registered: while serving.intact() && !*quit.borrow() {
+            if newer(&cfg) {
+                why = Woke::Newer;
+                break;
+            }
             let seen = file_id(&cfg.kubelet_socket());
-            match register(&cfg, pool).await {
-                Ok(()) => {
-                    tracing::info!(%resource, endpoint = %socket.display(), "registered with the kubelet");
-                    kubelet = seen;
+            if let Err(e) = register(&cfg, pool, &endpoint).await {
+                // The kubelet may not be up yet.
+                tracing::warn!(%resource, "registration: {e}; retrying");
+                let _ = tokio::time::timeout(every, quit.changed()).await;
+                continue;
+            }
+            tracing::info!(%resource, endpoint = %socket.display(), "registered with the kubelet");
+            // Registered: watch for the kubelet dropping us or restarting,
+            // a newer instance, and the end.
+            let mut streams = serving.streams.clone();
+            // The first stream may take the kubelet a moment longer.
+            let mut streamless_since = Some(tokio::time::Instant::now() + FIRST_STREAM_GRACE);
+            why = loop {
+                let tick = match streamless_since {
+                    Some(t) => (t + REREGISTER_AFTER).min(tokio::time::Instant::now() + every),
+                    None => tokio::time::Instant::now() + every,
+                };
+                tokio::select! {
+                    _ = streams.changed() => {}
+                    _ = quit.changed() => {}
+                    _ = tokio::time::sleep_until(tick) => {}
                 }
-                Err(e) => {
-                    tracing::warn!(%resource, "registration: {e}; retrying");
-                    let _ = tokio::time::timeout(every, quit.changed()).await;
+                if *quit.borrow() {
+                    break Woke::Quit;
                 }
+                match (*streams.borrow_and_update(), streamless_since) {
+                    (0, None) => streamless_since = Some(tokio::time::Instant::now()),
+                    (0, Some(t)) if tokio::time::Instant::now() >= t + REREGISTER_AFTER => {
+                        break Woke::HungUp
+                    }
+                    (0, Some(_)) => {}
+                    (_, _) => streamless_since = None,
+                }
+                if !serving.intact() || file_id(&cfg.kubelet_socket()) != seen {
+                    break Woke::Kubelet;
+                }
+                if newer(&cfg) {
+                    break Woke::Newer;
+                }
+            };
+            match why {
+                Woke::HungUp => {
+                    tracing::warn!(%resource, "the kubelet holds no device list stream of ours (it dropped the registration): registering again");
+                }
+                Woke::Kubelet if serving.intact() => {
+                    tracing::info!(%resource, "kubelet restarted; registering again");
+                }
+                _ => break 'registered,
             }
         }
-        // Registered: watch for a kubelet restart.
-        while serving.intact() && file_id(&cfg.kubelet_socket()) == kubelet && !*quit.borrow() {
-            let _ = tokio::time::timeout(every, quit.changed()).await;
-        }
-        let replaced = serving.replaced();
         serving.shutdown().await;
-        if replaced {
-            tracing::info!(%resource, endpoint = %socket.display(), "another device plugin serves the endpoint now (a rollout): standing down");
+        if matches!(why, Woke::Newer) {
+            tracing::info!(%resource, endpoint = %socket.display(), "a newer device plugin serves the pool (a rollout): standing down");
             let _ = quit.wait_for(|q| *q).await;
             return Ok(Ended::Replaced);
         }
         if *quit.borrow() {
             return Ok(Ended::Stopped);
         }
-        tracing::info!(%resource, "kubelet restarted; serving and registering again");
+        tracing::info!(%resource, "kubelet restarted and removed our socket; serving and registering again");
     }
 }
 
@@ -278,8 +417,9 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), 
     let (health, health_task) = spawn_health(&cfg);
     let (quit_tx, quit) = watch::channel(false);
     let mut pools = JoinSet::new();
+    let me = Instance::this();
     for i in 0..cfg.pools.len() {
-        pools.spawn(pool_loop(cfg.clone(), i, health.clone(), quit.clone()));
+        pools.spawn(pool_loop(cfg.clone(), i, me, health.clone(), quit.clone()));
     }
     let mut result = Ok(());
     let mut replaced = false;
@@ -309,4 +449,29 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), 
     // replaced (a rollout), and a runtime that finds no spec for a name
     // fails the container. The next start rewrites it atomically.
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_name_their_instance_and_class() {
+        let a = Instance {
+            started: 0x18ec22a84211de3e,
+            pid: 7,
+        };
+        let b = Instance {
+            started: 0x18ec22a84211de3f,
+            pid: 3,
+        };
+        assert!(a < b, "instances order by start");
+        let e = a.endpoint("vhost-user");
+        assert_eq!(e, "switchyard-vhost-user-18ec22a84211de3e-7.sock");
+        assert_eq!(Instance::of("vhost-user", &e), Some(a));
+        // Not another class's, nor the endpoint of a build before instances.
+        assert_eq!(Instance::of("memif", &e), None);
+        assert_eq!(Instance::of("vhost", &e), None);
+        assert_eq!(Instance::of("memif", "switchyard-memif.sock"), None);
+    }
 }

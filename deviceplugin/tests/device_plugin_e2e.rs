@@ -16,12 +16,13 @@ mod multus;
 #[path = "../../cni/tests/support/pod_resources.rs"]
 mod pod_resources;
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::Duration;
 
 use common::{serial, terminate, wait_for, workspace_bin, Switch, Testpmd};
-use kubelet::Kubelet;
+use kubelet::{Behaviour, Kubelet};
 use multus::{Multus, MultusVersion, Nad, Pod as MultusPod, Selection};
 use pod_resources::PodResourcesApi;
 use serde_json::{json, Value};
@@ -85,16 +86,46 @@ pod_role = "client"
     }
 
     fn start_plugin(&mut self) {
-        let log = std::fs::File::create(self.path("dp.log")).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_switchyard-device-plugin"))
+        self.plugin = Some(self.spawn_plugin("dp.log"));
+    }
+
+    /// A plugin process on the node's config, logging to `log`.
+    fn spawn_plugin(&self, log: &str) -> Child {
+        let log = std::fs::File::create(self.path(log)).unwrap();
+        Command::new(env!("CARGO_BIN_EXE_switchyard-device-plugin"))
             .arg("--config")
             .arg(self.path("dp.toml"))
             .env("RUST_LOG", "info")
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
-            .unwrap();
-        self.plugin = Some(child);
+            .unwrap()
+    }
+
+    /// The endpoint of the newest plugin serving pool `class`.
+    fn endpoint(&self, class: &str) -> String {
+        let prefix = format!("switchyard-{class}-");
+        let dir = self.path("plugins");
+        let mut found: Vec<(std::time::SystemTime, String)> =
+            wait_for(LIMIT, "an endpoint", || {
+                let v: Vec<_> = std::fs::read_dir(&dir)
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .filter_map(|e| {
+                        let name = e.file_name().to_string_lossy().into_owned();
+                        let rest = name.strip_prefix(&prefix)?.strip_suffix(".sock")?;
+                        // Not another class's with this one as its prefix.
+                        rest.split_once('-').filter(|(t, p)| {
+                            u128::from_str_radix(t, 16).is_ok() && p.parse::<u32>().is_ok()
+                        })?;
+                        Some((e.metadata().ok()?.modified().ok()?, name))
+                    })
+                    .collect();
+                (!v.is_empty()).then_some(v)
+            });
+        found.sort();
+        found.pop().unwrap().1
     }
 
     fn plugin_client(&self, endpoint: &str) -> DevicePluginClient<Channel> {
@@ -185,9 +216,15 @@ fn registers_lists_allocates_follows_health_and_kubelet_restarts_then_cleans_up(
     assert_eq!(regs.len(), 2);
     assert_eq!(regs[0].version, "v1beta1");
     assert_eq!(regs[0].resource_name, "switchyard.io/memif");
-    assert_eq!(regs[0].endpoint, "switchyard-memif.sock");
+    // An endpoint of this instance's own (`switchyard-<class>-<start>-<pid>`):
+    // the plugins of a rollout never share one.
+    assert!(
+        regs[0].endpoint.starts_with("switchyard-memif-"),
+        "{regs:?}"
+    );
+    assert_eq!(regs[0].endpoint, node.endpoint("memif"));
     assert_eq!(regs[1].resource_name, "switchyard.io/vhost-user");
-    assert_eq!(regs[1].endpoint, "switchyard-vhost-user.sock");
+    assert_eq!(regs[1].endpoint, node.endpoint("vhost-user"));
 
     // Before any allocation, every advertised device has its device-info
     // file (NPWG Device Information spec 1.1.0, 4.1.1) and its directory.
@@ -202,14 +239,14 @@ fn registers_lists_allocates_follows_health_and_kubelet_restarts_then_cleans_up(
     assert!(node.path("pods/devices/vhost-user-1").is_dir());
 
     // Options and the device list, healthy while the switch answers.
-    let mut c = node.plugin_client("switchyard-memif.sock");
+    let mut c = node.plugin_client(&node.endpoint("memif"));
     let opts = node
         .rt
         .block_on(c.get_device_plugin_options(Empty {}))
         .unwrap()
         .into_inner();
     assert!(!opts.pre_start_required && !opts.get_preferred_allocation_available);
-    let mut watch = node.watch("switchyard-memif.sock");
+    let mut watch = node.watch(&node.endpoint("memif"));
     let healthy = |n: &str| (n.to_string(), "Healthy".to_string());
     let mut list = node.next_list(&mut watch);
     if list.iter().any(|(_, h)| h != "Healthy") {
@@ -223,7 +260,7 @@ fn registers_lists_allocates_follows_health_and_kubelet_restarts_then_cleans_up(
 
     // Allocate two memif devices to one container.
     let r = node
-        .allocate("switchyard-memif.sock", &["memif-2", "memif-0"])
+        .allocate(&node.endpoint("memif"), &["memif-2", "memif-0"])
         .unwrap();
     let c0 = &r.container_responses[0];
     let dev = |id: &str| node.path("pods/devices").join(id);
@@ -260,7 +297,7 @@ fn registers_lists_allocates_follows_health_and_kubelet_restarts_then_cleans_up(
                "memif": {"role": "slave", "mode": "ethernet", "path": sock("memif-2")}})
     );
     let vinfo = {
-        node.allocate("switchyard-vhost-user.sock", &["vhost-user-1"])
+        node.allocate(&node.endpoint("vhost-user"), &["vhost-user-1"])
             .unwrap();
         json_file(&node.path("devinfo/dp/switchyard.io-vhost-user-vhost-user-1-device.json"))
     };
@@ -268,7 +305,7 @@ fn registers_lists_allocates_follows_health_and_kubelet_restarts_then_cleans_up(
 
     // Unknown devices are refused.
     for bad in ["memif-3", "memif-01", "vhost-user-0", "../x"] {
-        let e = node.allocate("switchyard-memif.sock", &[bad]).unwrap_err();
+        let e = node.allocate(&node.endpoint("memif"), &[bad]).unwrap_err();
         assert_eq!(e.code(), tonic::Code::InvalidArgument, "{bad}");
     }
 
@@ -312,8 +349,8 @@ fn registers_lists_allocates_follows_health_and_kubelet_restarts_then_cleans_up(
     }
     let kubelet = Kubelet::start(&node.rt, &node.path("plugins"));
     let regs = kubelet.registrations(2);
-    assert_eq!(regs[0].endpoint, "switchyard-memif.sock");
-    let mut watch = node.watch("switchyard-vhost-user.sock");
+    assert_eq!(regs[0].endpoint, node.endpoint("memif"));
+    let mut watch = node.watch(&node.endpoint("vhost-user"));
     assert_eq!(node.next_list(&mut watch).len(), 2);
     // A kubelet restart that keeps the plugin dir: only kubelet.sock is new.
     drop(kubelet);
@@ -358,7 +395,7 @@ fn hostile_clients_on_the_plugin_socket_do_not_stall_the_kubelet() {
     // garbage, or drip the preface a byte at a time, all at once.
     // They hold on until the kubelet's calls below are done, so a call
     // they stalled would not be answered in time.
-    let sock = node.path("plugins").join("switchyard-memif.sock");
+    let sock = node.path("plugins").join(node.endpoint("memif"));
     let released = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
     let shapes: Vec<&[u8]> = vec![b"", &preface[..10], b"\x00garbage\xff\xff", preface];
@@ -415,7 +452,7 @@ fn hostile_clients_on_the_plugin_socket_do_not_stall_the_kubelet() {
     let start = std::time::Instant::now();
     let mut calls = 0;
     while calls < 3 || start.elapsed() < Duration::from_secs(3) {
-        if let Err(e) = node.allocate("switchyard-memif.sock", &["memif-1"]) {
+        if let Err(e) = node.allocate(&node.endpoint("memif"), &["memif-1"]) {
             panic!("Allocate under attack, call {calls}: {e}");
         }
         calls += 1;
@@ -457,10 +494,10 @@ fn device_plugin_to_cni_to_switch_to_testpmd() {
     // The kubelet allocates one device per pod: pod A gets a memif socket,
     // pod B a vhost-user one.
     let a = node
-        .allocate("switchyard-memif.sock", &["memif-1"])
+        .allocate(&node.endpoint("memif"), &["memif-1"])
         .unwrap();
     let b = node
-        .allocate("switchyard-vhost-user.sock", &["vhost-user-0"])
+        .allocate(&node.endpoint("vhost-user"), &["vhost-user-0"])
         .unwrap();
     let a_sock = a.container_responses[0].envs["SWITCHYARD_SOCKET_MEMIF_1"].clone();
     let b_sock = b.container_responses[0].envs["SWITCHYARD_SOCKET_VHOST_USER_0"].clone();
@@ -588,4 +625,108 @@ fn device_plugin_to_cni_to_switch_to_testpmd() {
     assert!(files_under(&node.path("devinfo/cni")).is_empty());
     assert!(Path::new(&a_sock).parent().unwrap().is_dir());
     assert_eq!(files_under(&node.path("devinfo/dp")).len(), 4);
+}
+
+/// A DaemonSet rollout with `maxSurge: 1`, as the kubelet sees its device
+/// plugins: the new pod's plugin starts beside the old one and registers
+/// both pools on endpoints of its own, the old one stands down, and the
+/// old pod is deleted. Against a kubelet of each upstream behaviour (one
+/// that drops the new plugin's client when the old one's stream ends, as
+/// from 1.25 until the fix of kubernetes#121994, and one that does not),
+/// with and without a kubelet restart in the middle: at the end every
+/// device of both pools is allocatable, and stays so.
+#[test]
+fn a_rollout_leaves_the_resources_allocatable_whatever_the_kubelet() {
+    for behaviour in [Behaviour::DropsTheNewClient, Behaviour::DropsOnlyItsOwn] {
+        for restart in [false, true] {
+            rollout(behaviour, restart);
+        }
+    }
+}
+
+fn rollout(behaviour: Behaviour, restart_kubelet: bool) {
+    let what = format!("{behaviour:?}, kubelet restarted: {restart_kubelet}");
+    let switch = Switch::start("");
+    let mut node = Node::new(&switch.control(), 3, 2);
+    let mut kubelet = Kubelet::start_as(&node.rt, &node.path("plugins"), behaviour);
+    node.start_plugin();
+    kubelet.registrations(2);
+    let full = |k: &Kubelet| {
+        (
+            k.allocatable("switchyard.io/memif"),
+            k.allocatable("switchyard.io/vhost-user"),
+        ) == (3, 2)
+    };
+    wait_for(LIMIT, "every device allocatable", || {
+        full(&kubelet).then_some(())
+    });
+
+    // The new pod's plugin: its own endpoints, registered; the old one
+    // stands down.
+    let mut new = Reap(Some(node.spawn_plugin("dp2.log")));
+    let regs = kubelet.registrations(4);
+    let endpoints: BTreeSet<&str> = regs.iter().map(|r| r.endpoint.as_str()).collect();
+    assert_eq!(endpoints.len(), 4, "{what}: shared endpoints {regs:?}");
+    wait_for(LIMIT, "the old plugin to stand down", || {
+        (node.log().matches("standing down").count() == 2).then_some(())
+    });
+    if restart_kubelet {
+        kubelet.restart(&node.rt);
+        // Only the new plugin serves: it alone registers again.
+        kubelet.registrations(2);
+    }
+    // The old pod is deleted: its plugin stops.
+    let mut old = node.plugin.take().unwrap();
+    terminate_and_check(&mut old, &node.log(), &what);
+    let end = std::time::Instant::now() + LIMIT;
+    while !full(&kubelet) {
+        assert!(
+            std::time::Instant::now() < end,
+            "{what}: allocatable memif {}, vhost-user {} after the rollout\nold plugin:\n{}\nnew plugin:\n{}",
+            kubelet.allocatable("switchyard.io/memif"),
+            kubelet.allocatable("switchyard.io/vhost-user"),
+            node.log(),
+            std::fs::read_to_string(node.path("dp2.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // ... and it stays so (the old streams' ends are behind).
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        full(&kubelet),
+        "{what}: allocatable memif {}, vhost-user {}\nnew plugin:\n{}",
+        kubelet.allocatable("switchyard.io/memif"),
+        kubelet.allocatable("switchyard.io/vhost-user"),
+        std::fs::read_to_string(node.path("dp2.log")).unwrap_or_default()
+    );
+    let new_log = std::fs::read_to_string(node.path("dp2.log")).unwrap_or_default();
+    if behaviour == Behaviour::DropsTheNewClient && !restart_kubelet {
+        // The kubelet dropped the new plugin's clients when the old
+        // plugin's streams ended: it registered again.
+        assert!(new_log.contains("registering again"), "{what}:\n{new_log}");
+    }
+    // Left in the plugin dir: the kubelet's socket and the new plugin's
+    // two endpoints.
+    let files = files_under(&node.path("plugins"));
+    assert_eq!(files.len(), 3, "{what}: {files:?}");
+    let mut new = new.0.take().unwrap();
+    terminate_and_check(&mut new, &new_log, &what);
+}
+
+/// A process killed if the test ends before it is stopped and checked.
+struct Reap(Option<Child>);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Stops a plugin with SIGTERM and checks its exit and its log.
+fn terminate_and_check(p: &mut Child, log: &str, what: &str) {
+    let ending = terminate(p, Duration::from_secs(5));
+    common::check_ending(&format!("the device plugin ({what})"), ending, log, &[]);
 }

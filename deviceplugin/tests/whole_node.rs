@@ -151,7 +151,10 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
     let rt = Runtime::new().unwrap();
     let plugin_dir = node.path(&toml_value(&dp_cfg, "plugin_dir"));
     std::fs::create_dir_all(&plugin_dir).unwrap();
-    let kubelet = Kubelet::start(&rt, &plugin_dir);
+    // Of the versions most clusters run: 1.25 until the fix of
+    // kubernetes#121994, which drop a rollout's new plugin when the old
+    // one's streams end (see support/kubelet.rs).
+    let mut kubelet = Kubelet::start(&rt, &plugin_dir);
     // ... and its Pod Resources API, where Multus and the plugin ask it.
     let pod_resources_socket = "/var/lib/kubelet/pod-resources/kubelet.sock";
     let pod_resources = PodResourcesApi::start(&node.path(pod_resources_socket));
@@ -247,10 +250,11 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
     api.assert_only_lists_and_watches();
 
     let regs = kubelet.registrations(2);
-    let memif_reg = regs
-        .iter()
-        .find(|r| r.resource_name == "switchyard.io/memif")
-        .expect("the memif pool registered");
+    assert!(
+        regs.iter()
+            .any(|r| r.resource_name == "switchyard.io/memif"),
+        "the memif pool registered: {regs:?}"
+    );
 
     // The example pod, admitted as the webhook admits it: the NADs its
     // annotation names (as the API server holds them: the shipped ones)
@@ -359,7 +363,8 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
         let mut pods = Vec::new();
         for (i, role) in ["txonly", "rxonly"].into_iter().enumerate() {
             let device = format!("memif-{}", 2 * round + i);
-            let alloc = allocate(&memif_reg.endpoint, &device);
+            // The pool's endpoint now (a rollout's new plugin's after it).
+            let alloc = allocate(&kubelet.current("switchyard.io/memif").endpoint, &device);
             let pod = scratch_pod(&format!("testpmd-{round}-{i}"));
             pod_resources.allocate(
                 &pod.namespace,
@@ -480,8 +485,10 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
                 probe("ds-switch", "livenessProbe"),
                 "the kubelet would restart the old switch"
             );
-            // The new device plugin registered both pools in its turn; the
-            // old one saw its endpoints taken and stood down.
+            // The new device plugin registered both pools in its turn, on
+            // endpoints of its own; the old one saw it and stood down. Its
+            // streams' end made this kubelet drop the new plugin's clients,
+            // which registered again: every device stays allocatable.
             let again = kubelet.registrations(4);
             assert_eq!(again.len(), 4, "{again:?}");
             wait_for(LIMIT, "the old device plugin to stand down", || {
@@ -492,12 +499,34 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
                     == 2)
                     .then_some(())
             });
+            let allocatable = |k: &Kubelet| {
+                ["switchyard.io/memif", "switchyard.io/vhost-user"]
+                    .iter()
+                    .all(|r| k.allocatable(r) > 0 && k.allocatable(r) == k.capacity(r))
+            };
+            wait_for(LIMIT, "every device allocatable beside the old pod", || {
+                allocatable(&kubelet).then_some(())
+            });
+            // The kubelet restarts mid-rollout: only the new plugin
+            // registers again.
+            kubelet.restart(&rt);
+            kubelet.registrations(2);
+            wait_for(
+                LIMIT,
+                "every device allocatable after a kubelet restart",
+                || allocatable(&kubelet).then_some(()),
+            );
             // The old pod is deleted; the ports, their connections and the
             // device-info files stay.
             let grace = spec["terminationGracePeriodSeconds"].as_u64().unwrap_or(30) as u32;
             for n in std::mem::replace(&mut names, new_names) {
                 node.remove(&n, grace);
             }
+            wait_for(LIMIT, "every device allocatable after the rollout", || {
+                allocatable(&kubelet).then_some(())
+            });
+            std::thread::sleep(Duration::from_secs(1));
+            assert!(allocatable(&kubelet), "allocatable lost after the rollout");
             let after = ports();
             assert_eq!(after.len(), 2, "{after:?}");
             for (a, b) in after.iter().zip(&p) {
@@ -539,12 +568,9 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
     let overlay_resource = overlay_net.resource_name.clone().unwrap();
     let m = multus(*versions.last().unwrap());
     let device = "memif-15";
-    let endpoint = &regs
-        .iter()
-        .find(|r| r.resource_name == overlay_resource)
-        .unwrap()
-        .endpoint;
-    allocate(endpoint, device);
+    // The pool's endpoint now: the rollout's new plugin's.
+    let endpoint = kubelet.current(&overlay_resource).endpoint;
+    allocate(&endpoint, device);
     let pod = scratch_pod("overlay-pod");
     pod_resources.allocate(
         &pod.namespace,
@@ -577,10 +603,7 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
         .find(|n| n.resource_name.as_deref() == Some("switchyard.io/vhost-user"))
         .expect("a NAD of the vhost-user pool")
         .clone();
-    let vreg = regs
-        .iter()
-        .find(|r| r.resource_name == "switchyard.io/vhost-user")
-        .expect("the vhost-user pool registered");
+    let vreg = kubelet.current("switchyard.io/vhost-user");
     let m = multus(MultusVersion::V3_9);
     let mut vpods = Vec::new();
     for (i, role) in ["txonly", "rxonly"].into_iter().enumerate() {
