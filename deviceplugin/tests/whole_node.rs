@@ -217,11 +217,16 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
         names.push(name);
     }
     let control = node.path(&toml_value(&switch_cfg, "control_socket"));
+    // The pods' ports (the overlay's tunnels are vtep-sync's, checked by
+    // themselves).
     let ports = || -> Vec<PortInfo> {
         Client::connect(&control)
             .unwrap()
-            .call_as(&Request::PortList)
+            .call_as::<Vec<PortInfo>>(&Request::PortList)
             .unwrap()
+            .into_iter()
+            .filter(|p| !matches!(p.spec.kind, switchyard_api::KindSpec::Vxlan(_)))
+            .collect()
     };
     wait_for(LIMIT, "the switch", || {
         Client::connect(&control)
@@ -248,6 +253,17 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
     api.delete_node("node-2");
     wait_for(LIMIT, "node-2 left", || vteps().is_empty().then_some(()));
     api.assert_only_lists_and_watches();
+    // A node that stays through the rollout below: the two vtep-syncs of
+    // the rollout must neither take its tunnels out nor add them again.
+    api.put_node("node-4", &selected, &[("InternalIP", "127.0.0.4")]);
+    let joined4: Vec<(String, String)> = overlays
+        .iter()
+        .map(|o| (o.clone(), "127.0.0.4".to_string()))
+        .collect();
+    wait_for(LIMIT, "the overlays joined to node-4", || {
+        (vteps() == joined4).then_some(())
+    });
+    let changes = |log: &str| (log.matches(" joined").count(), log.matches(" left").count());
 
     let regs = kubelet.registrations(2);
     assert!(
@@ -465,6 +481,7 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
                 Some(0)
             );
             let sent = rx_packets(&node.logs(&pods[1].name));
+            let vtep_changes = changes(&node.logs("ds-vtep-sync"));
             let mut new_names = Vec::new();
             for c in spec["containers"].as_sequence().unwrap() {
                 let args =
@@ -519,9 +536,15 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
             // The old pod is deleted; the ports, their connections and the
             // device-info files stay.
             let grace = spec["terminationGracePeriodSeconds"].as_u64().unwrap_or(30) as u32;
+            // (The old vtep-sync's log, before its container goes.)
+            let old_sync_changes = changes(&node.logs("ds-vtep-sync"));
             for n in std::mem::replace(&mut names, new_names) {
                 node.remove(&n, grace);
             }
+            assert_eq!(
+                old_sync_changes, vtep_changes,
+                "the old vtep-sync changed tunnels"
+            );
             wait_for(LIMIT, "every device allocatable after the rollout", || {
                 allocatable(&kubelet).then_some(())
             });
@@ -543,6 +566,13 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
             );
             let log = node.logs("ds2-switch");
             assert!(log.contains("switchyard took over"), "{log}");
+            // vtep-sync: the tunnels stayed, neither process changed any.
+            assert_eq!(vteps(), joined4);
+            let new_sync = node.logs("ds2-vtep-sync");
+            assert!(new_sync.contains("listed the nodes"), "{new_sync}");
+            assert_eq!(changes(&new_sync), (0, 0), "{new_sync}");
+            api.delete_node("node-4");
+            wait_for(LIMIT, "node-4 left", || vteps().is_empty().then_some(()));
             let dp_log = node.logs("ds2-device-plugin");
             eprintln!(
                 "rollout: the new pod's switch took over {} ports under traffic",

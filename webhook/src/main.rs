@@ -26,6 +26,12 @@ struct Args {
     /// MutatingWebhookConfiguration's failurePolicy.
     #[arg(long, value_enum, default_value = "fail")]
     failure_policy: FailurePolicy,
+    /// On SIGTERM, seconds to go on answering reviews, not ready, before
+    /// stopping: the Service takes the pod out of its endpoints meanwhile,
+    /// so a rollout refuses no admission. Keep it, plus 5 s, within the
+    /// pod's terminationGracePeriodSeconds.
+    #[arg(long, default_value_t = 5)]
+    shutdown_delay_secs: u64,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -60,6 +66,7 @@ fn main() -> anyhow::Result<()> {
                 cert: args.tls_cert,
                 key: args.tls_key,
                 failure_policy: args.failure_policy,
+                shutdown_delay: std::time::Duration::from_secs(args.shutdown_delay_secs),
             },
             Nads::new(client),
             stop,

@@ -1,5 +1,6 @@
 //! The HTTPS endpoint: `POST /mutate` takes an `AdmissionReview` v1 as the
-//! API server sends it; `GET /healthz` answers while the server runs. The
+//! API server sends it; `GET /healthz` answers while the server runs (503
+//! once it is stopping, while it still answers reviews). The
 //! certificate and key are PEM files (a Secret mounted from cert-manager or
 //! the set-up script), read again when they change.
 
@@ -28,6 +29,12 @@ pub struct Settings {
     pub key: PathBuf,
     /// What to do when a NAD cannot be read.
     pub failure_policy: FailurePolicy,
+    /// After `shutdown`, how long the webhook still answers reviews while
+    /// `/healthz` says it is stopping: until the Service has taken it out
+    /// of its endpoints (the API server still sends reviews to a pod for a
+    /// moment after it is told to stop). Then it takes no new connection
+    /// and finishes those it has (5 s at most).
+    pub shutdown_delay: Duration,
 }
 
 struct App {
@@ -99,14 +106,33 @@ pub async fn serve(
         nads,
         policy: settings.failure_policy,
     });
+    let stopping = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let health = {
+        let stopping = stopping.clone();
+        move || async move {
+            if stopping.load(std::sync::atomic::Ordering::Relaxed) {
+                (axum::http::StatusCode::SERVICE_UNAVAILABLE, "stopping")
+            } else {
+                (axum::http::StatusCode::OK, "ok")
+            }
+        }
+    };
     let router = Router::new()
         .route("/mutate", post(mutate))
-        .route("/healthz", get(|| async { "ok" }))
+        .route("/healthz", get(health))
         .with_state(app);
     let handle = axum_server::Handle::new();
     let stopper = handle.clone();
+    let delay = settings.shutdown_delay;
     tokio::spawn(async move {
         shutdown.await;
+        // Out of the Service first (not ready), reviews still answered.
+        stopping.store(true, std::sync::atomic::Ordering::Relaxed);
+        tracing::info!(
+            delay_secs = delay.as_secs_f64(),
+            "stopping: not ready, still answering until the Service lets go"
+        );
+        tokio::time::sleep(delay).await;
         stopper.graceful_shutdown(Some(Duration::from_secs(5)));
     });
     tracing::info!(listen = %settings.listen, "serving admission reviews");

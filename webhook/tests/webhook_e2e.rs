@@ -199,6 +199,8 @@ fn free_port() -> u16 {
 
 struct Webhook {
     child: Child,
+    /// SIGTERM was sent (its exit is then expected).
+    stopping: bool,
     port: u16,
     log: PathBuf,
     /// The name its certificate is for (reached at 127.0.0.1).
@@ -242,6 +244,7 @@ impl Webhook {
             .unwrap();
         let w = Webhook {
             child,
+            stopping: false,
             port,
             log,
             host: host.to_string(),
@@ -301,17 +304,33 @@ impl Webhook {
     }
 }
 
-impl Drop for Webhook {
-    /// Stops it with SIGTERM, as the kubelet does. One that had exited,
-    /// exits non-zero, does not stop in 5 s, or logged a panic fails the
-    /// test, with its log.
-    fn drop(&mut self) {
-        let early = self.child.try_wait().ok().flatten();
+impl Webhook {
+    /// SIGTERM, as the kubelet stops a container.
+    fn sigterm(&mut self) {
+        self.stopping = true;
         let _ = nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(self.child.id() as i32),
             nix::sys::signal::Signal::SIGTERM,
         );
-        let end = Instant::now() + Duration::from_secs(5);
+    }
+}
+
+/// How long a webhook may take to stop: its shutdown delay (5 s, the
+/// default the manifest keeps) and its drain (5 s).
+const STOP_LIMIT: Duration = Duration::from_secs(12);
+
+impl Drop for Webhook {
+    /// Stops it with SIGTERM, as the kubelet does. One that had exited by
+    /// itself, exits non-zero, does not stop in time, or logged a panic
+    /// fails the test, with its log.
+    fn drop(&mut self) {
+        let early = if self.stopping {
+            None
+        } else {
+            self.child.try_wait().ok().flatten()
+        };
+        self.sigterm();
+        let end = Instant::now() + STOP_LIMIT;
         let mut status = None;
         while Instant::now() < end {
             if let Ok(Some(s)) = self.child.try_wait() {
@@ -327,7 +346,9 @@ impl Drop for Webhook {
         let log = std::fs::read_to_string(&self.log).unwrap_or_default();
         let fault = match (early, status) {
             (Some(s), _) => Some(format!("the webhook exited by itself ({s})")),
-            (None, None) => Some("the webhook did not stop on SIGTERM in 5 s".to_string()),
+            (None, None) => Some(format!(
+                "the webhook did not stop on SIGTERM in {STOP_LIMIT:?}"
+            )),
             (None, Some(s)) if !s.success() => Some(format!("the webhook ended with {s}")),
             _ if log.contains("panicked at") => Some("the webhook panicked".to_string()),
             _ => None,
@@ -673,4 +694,72 @@ fn the_certificate_script_and_the_example_pod() {
     assert_eq!(lim["switchyard.io/memif"], "1");
     assert_eq!(lim["cpu"], "2", "the pod's own limits stay");
     validate(script.dir.path(), &[out]);
+}
+
+/// A replica stopped as a rollout stops it (SIGTERM): at once it says it is
+/// not ready (the Service takes it out of its endpoints), it answers every
+/// review that still reaches it meanwhile, and it exits cleanly after its
+/// delay (the shipped default) and drain, within the pod's default grace
+/// period (30 s). With the shipped two replicas, the other one answers all
+/// along: a rollout of the Deployment refuses no admission.
+#[test]
+fn a_stopping_webhook_answers_until_the_service_lets_it_go() {
+    let (tls, api_tls) = (Tls::new(), Tls::new());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (api, _) = start_api(&rt, &api_tls);
+    let mut old = Webhook::start(&tls, api, &api_tls, "fail");
+    let new = Webhook::start_for(&tls, "localhost", api, &api_tls, "ignore");
+    let r = review(&pod("rolling", None, json!({})), "team-a", "CREATE");
+    old.admit(&tls, &r);
+    let stopped_at = Instant::now();
+    old.sigterm();
+    let end = Instant::now() + Duration::from_secs(2);
+    while old.curl(&tls, "/healthz", None).1 != "503" {
+        assert!(
+            Instant::now() < end,
+            "still ready after SIGTERM:\n{}",
+            old.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Reviews still reach it until the endpoints change: all answered.
+    let mut answered = 0;
+    while stopped_at.elapsed() < Duration::from_secs(3) {
+        old.admit(&tls, &r);
+        new.admit(&tls, &r);
+        answered += 1;
+    }
+    assert!(answered > 3, "{answered}");
+    let status = loop {
+        if let Some(s) = old.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            stopped_at.elapsed() < STOP_LIMIT,
+            "did not stop:\n{}",
+            old.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status}\n{}", old.log());
+    assert!(
+        stopped_at.elapsed() >= Duration::from_secs(4),
+        "stopped before its delay"
+    );
+    // The shipped Deployment leaves the time for it.
+    let text = std::fs::read_to_string(repo().join("config/kubernetes/webhook.yaml")).unwrap();
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let v: Value = serde::Deserialize::deserialize(doc).unwrap();
+        if v["kind"] == "Deployment" {
+            let grace = v["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+                .as_u64()
+                .unwrap_or(30);
+            assert!(grace >= 5 + 5, "terminationGracePeriodSeconds {grace}");
+            let args = v["spec"]["template"]["spec"]["containers"][0]["command"].to_string();
+            assert!(
+                !args.contains("shutdown-delay"),
+                "the default delay is the tested one"
+            );
+        }
+    }
 }

@@ -6,7 +6,8 @@
 //! `#[path]` by the device plugin tests, beside
 //! `cni/tests/support/grpc_unix.rs`.)
 //!
-//! Step by step as upstream (`plugin/v1beta1/server.go` `Register`,
+//! Step by step as upstream, 1.25 through the 1.37 line
+//! (`pkg/kubelet/cm/devicemanager/plugin/v1beta1/server.go` `Register`,
 //! `handler.go` `connectClient`, `registerClient`, `runClient`,
 //! `disconnectClient`, `client.go` `Connect`, `Run`, `Disconnect`, and
 //! `manager.go` `PluginConnected`, `PluginDisconnected`,
@@ -28,6 +29,10 @@
 //!   closed, then `PluginDisconnected`, which marks every device of the
 //!   resource unhealthy (allocatable 0) and stops the endpoint. Which
 //!   client it disconnects is the [`Behaviour`].
+//! - A restart removes the plugin dir's sockets (`CleanupPluginDirectory`)
+//!   and starts with nothing registered; a plugin must notice the new
+//!   `kubelet.sock` and register again (the reference `stub.go` watches the
+//!   directory for it).
 #![allow(dead_code)]
 
 use std::collections::{BTreeSet, HashMap};
@@ -53,14 +58,18 @@ const LIMIT: Duration = Duration::from_secs(15);
 /// new pod beside the old one: `maxSurge`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Behaviour {
-    /// Kubelets from 1.25 until the fix of kubernetes/kubernetes#121994
-    /// (PR #135437): `runClient` disconnects whatever client is registered
-    /// under the resource name when any client's stream ends, so the old
-    /// plugin's stream ending drops the new plugin's client, and the
-    /// resource's allocatable goes to 0 until a plugin registers again.
+    /// Kubelets 1.25 (PR #109016 moved registration into
+    /// `plugin/v1beta1`) through 1.36: `registerClient` overwrites
+    /// `clients[name]` (the old client is not disconnected and streams on),
+    /// and `runClient` disconnects whatever client `getClient(name)`
+    /// returns when any client's stream ends, so the old plugin's stream
+    /// ending drops the new plugin's client (kubernetes/kubernetes#121994),
+    /// and the resource's allocatable is 0 until a plugin registers again:
+    /// the kubelet never dials a plugin again by itself.
     DropsTheNewClient,
-    /// With the fix: `runClient` disconnects the client only if it is
-    /// still the one registered under the resource name.
+    /// With PR #135437 (the 1.37 line): clients are kept per socket path
+    /// and `runClient` disconnects only its own; the old client is still
+    /// not disconnected when the new one registers.
     DropsOnlyItsOwn,
 }
 
@@ -132,14 +141,17 @@ impl KubeletState {
 impl Registration for KubeletState {
     async fn register(&self, req: Request<RegisterRequest>) -> Result<Response<Empty>, Status> {
         let req = req.into_inner();
+        // server.go `Register`: the version (`SupportedVersions`: v1beta1),
+        // then the resource name, then connectClient; the endpoint name is
+        // joined to the plugin dir unchecked.
         if req.version != "v1beta1" {
             return Err(Status::unknown(format!(
-                "Unsupported version of device plugin API: {}",
+                "requested API version {:?} is not supported by kubelet. Supported versions are [\"v1beta1\"]",
                 req.version
             )));
         }
-        // v1helper.IsExtendedResourceName: a qualified name with a domain
-        // other than kubernetes.io, not requests.-prefixed.
+        // v1helper.IsExtendedResourceName: a "/" in the name, not in the
+        // kubernetes.io domain, not requests.-prefixed.
         let extended = req.resource_name.split_once('/').is_some_and(|(d, n)| {
             !d.is_empty()
                 && !n.is_empty()
