@@ -33,6 +33,8 @@ mod multus;
 mod node_root;
 #[path = "../../cni/tests/support/pod_resources.rs"]
 mod pod_resources;
+#[path = "support/scheduler.rs"]
+mod scheduler;
 
 use std::time::Duration;
 
@@ -480,6 +482,39 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
                 strategy["rollingUpdate"]["maxUnavailable"].as_u64(),
                 Some(0)
             );
+            // First on a node without room for a second pod: the new one
+            // asks for the switch's CPUs again while the old one holds its
+            // own. The scheduler leaves it Pending and, with maxUnavailable
+            // 0, the controller keeps the old pod (support/scheduler.rs):
+            // the rollout waits on this node while the old switch forwards.
+            let per_pod = scheduler::pod_requests(spec);
+            let full = scheduler::Resources {
+                cpu: 2 * per_pod.cpu - 1000,
+                memory: 2 * per_pod.memory,
+            };
+            let pending = scheduler::fits(full, per_pod, per_pod).unwrap_err();
+            assert!(pending.contains("Insufficient cpu"), "{pending}");
+            let waiting = rx_packets(&node.logs(&pods[1].name));
+            std::thread::sleep(Duration::from_secs(2));
+            assert!(
+                rx_packets(&node.logs(&pods[1].name)) > waiting + 1000,
+                "the old switch stopped forwarding while the rollout waited"
+            );
+            assert!(switch_probe(&node, spec, "ds-switch", "readinessProbe"));
+            // The headroom docs/kubernetes.md names (one more pod's
+            // requests) lets it in.
+            let docs =
+                std::fs::read_to_string(node_root::repo().join("docs/kubernetes.md")).unwrap();
+            for headroom in [
+                format!("{}m CPU", per_pod.cpu),
+                format!("{}Mi memory", per_pod.memory >> 20),
+            ] {
+                assert!(
+                    docs.contains(&headroom),
+                    "docs/kubernetes.md names no headroom of {headroom}"
+                );
+            }
+            scheduler::fits(per_pod + per_pod, per_pod, per_pod).unwrap();
             let sent = rx_packets(&node.logs(&pods[1].name));
             let vtep_changes = changes(&node.logs("ds-vtep-sync"));
             let mut new_names = Vec::new();
