@@ -22,6 +22,8 @@ const POD_B: [&str; 2] = ["mm", "mm2"];
 /// Pod C connects with a client-mode virtio_user: the switch is vhost-user
 /// server on bridge `a`, and pod C receives the flood of pod A's loop.
 const POD_C: &str = "vs";
+/// Pod C's MAC.
+const POD_C_MAC: &str = "02:00:00:00:0c:01";
 
 struct Sockets {
     ms: String,
@@ -40,13 +42,32 @@ fn add_ports(sw: &Switch) -> Sockets {
         ]);
         sock
     };
-    Sockets {
+    let s = Sockets {
         ms: add("ms", "memif", "slave", "a"),
         vc: add("vc", "vhost-user", "client", "a"),
         mm: add("mm", "memif", "master", "b"),
         mm2: add("mm2", "memif", "master", "b"),
         vs: add("vs", "vhost-user", "server", "a"),
-    }
+    };
+    // Pod C's MAC, pinned: the kernel's frames to it (KernelFlood) go to
+    // pod C alone, never around pod A's loop.
+    sw.cli_ok(&["port", "del", "vs"]);
+    sw.cli_ok(&[
+        "port",
+        "add",
+        "vs",
+        "--kind",
+        "vhost-user",
+        "--role",
+        "server",
+        "--socket",
+        &s.vs,
+        "--bridge",
+        "a",
+        "--mac",
+        POD_C_MAC,
+    ]);
+    s
 }
 
 /// Pod A: one testpmd forwarding its memif port into its virtio port and
@@ -79,7 +100,7 @@ fn pod_b(s: &Sockets) -> Testpmd {
 /// Pod C: receives what bridge `a` floods to it.
 fn pod_c(s: &Sockets) -> Testpmd {
     Testpmd::start(
-        &[virtio_vdev(0, &s.vs, false, "mac=02:00:00:00:0c:01")],
+        &[virtio_vdev(0, &s.vs, false, &format!("mac={POD_C_MAC}"))],
         &["--forward-mode=rxonly"],
     )
 }
@@ -200,22 +221,28 @@ fn testpmd_killed_mid_traffic_in_every_role_comes_back() {
 
 /// A kernel flood through bridge `k`: broadcast frames written by a raw
 /// socket onto tap `k1` (a port of the switch) as fast as Python can, which
-/// the switch floods to its tap port `k2`. Killed when dropped.
+/// the switch floods to its tap port `k2`; and frames to pod C's pinned MAC
+/// onto tap `ka` of bridge `a`, which reach pod C alone (so pod C receives
+/// while pods A and B are paused). Killed when dropped.
 struct KernelFlood(std::process::Child);
 
 impl KernelFlood {
     const SCRIPT: &'static str = "import socket\n\
         s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)\n\
         s.bind(('k1', 0))\n\
+        a = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)\n\
+        a.bind(('ka', 0))\n\
         f = bytes.fromhex('ffffffffffff02000000f00188b5') + bytes(46)\n\
+        c = bytes.fromhex('020000000c0102000000f00288b5') + bytes(46)\n\
         while True:\n\
-        \x20   try:\n\
-        \x20       s.send(f)\n\
-        \x20   except OSError:\n\
-        \x20       pass\n";
+        \x20   for sock, frame in ((s, f), (a, c)):\n\
+        \x20       try:\n\
+        \x20           sock.send(frame)\n\
+        \x20       except OSError:\n\
+        \x20           pass\n";
 
     fn start(sw: &Switch, ns: &Netns) -> KernelFlood {
-        for p in ["k1", "k2"] {
+        for (p, bridge) in [("k1", "k"), ("k2", "k"), ("ka", "a")] {
             sw.cli_ok(&[
                 "port",
                 "add",
@@ -225,7 +252,7 @@ impl KernelFlood {
                 "--interface",
                 p,
                 "--bridge",
-                "k",
+                bridge,
             ]);
             ns.sh_ok(&format!("ip link set {p} up"));
         }
@@ -286,12 +313,15 @@ fn daemon_stopped_or_killed_under_traffic_restores_ports_and_traffic_resumes() {
         flowing(&sw, POD_A);
         flowing(&sw, POD_B);
         KernelFlood::flowing(&sw);
-        // The DPDK pods stop polling while the switch is away: DPDK's memif
-        // driver may crash otherwise (see Testpmd::pause). The kernel's
-        // flood keeps the switch under traffic when it goes.
-        for t in [&mut a, &mut b, &mut c] {
+        // The memif pods stop polling while the switch is away: DPDK's memif
+        // driver may crash otherwise (see Testpmd::pause). Pod C, a
+        // client-mode virtio_user receiving the flood, polls on: it must
+        // survive the switch going under traffic (docs/interop.md). The
+        // kernel's flood keeps the switch under traffic when it goes.
+        for t in [&mut a, &mut b] {
             t.pause();
         }
+        flooded(&sw);
         KernelFlood::flowing(&sw);
         if kill {
             sw.kill9();
