@@ -53,15 +53,15 @@ pub async fn uds_channel(path: &Path) -> Result<Channel, tonic::transport::Error
         .await
 }
 
-/// Whether the switch daemon answers a ping (blocking, bounded).
+/// Whether the switch daemon answers a ping within `limit` (blocking):
+/// a switch restarting or taken over meanwhile (its socket missing or
+/// refused for a moment) is asked again within it, so that a restart does
+/// not make every device unhealthy (the kubelet would refuse pods it
+/// admits meanwhile).
 fn daemon_healthy(control: &Path, limit: Duration) -> bool {
     use switchyard_api::{Client, Request};
-    Client::connect(control)
-        .and_then(|mut c| {
-            c.set_timeout(limit)?;
-            c.ask(&Request::ping())
-        })
-        .is_ok()
+    let mut c = Client::lazy(control);
+    c.set_timeout(limit).is_ok() && c.ask(&Request::ping()).is_ok()
 }
 
 /// Follows the daemon's health into a watch channel.

@@ -178,7 +178,11 @@ struct Outcome {
 fn sync(socket: &Path, wanted: &[String], remotes: &BTreeMap<IpAddr, String>) -> Outcome {
     let mut out = Outcome::default();
     let asked = (|| -> anyhow::Result<_> {
-        let mut c = Client::connect(socket)?;
+        // Asked again while the switch restarts (its socket missing or
+        // refused) or is taken over, for a few seconds: longer, the sync
+        // itself is tried again later (and SIGTERM waits for no more).
+        let mut c = Client::lazy(socket);
+        c.set_retry(Duration::from_secs(3));
         let overlays = if wanted.is_empty() {
             plan::overlays(&c.ask(&Request::bridge_list())?)
         } else {

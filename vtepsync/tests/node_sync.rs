@@ -291,7 +291,9 @@ fn nodes_of_the_cluster_join_the_overlays() {
         &["10.81.2.2", "10.81.4.2"],
         "node 4 joined",
     );
-    std::thread::sleep(Duration::from_secs(1));
+    // Down longer than a restart (a sync asks again for 3 s): the sync
+    // fails and is tried again later.
+    std::thread::sleep(Duration::from_secs(4));
     sws[1].spawn();
     wait_vteps(
         &sws[1],
