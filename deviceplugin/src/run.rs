@@ -290,7 +290,7 @@ enum Woke {
 /// ListAndWatch stream) or restarts (a new `kubelet.sock`; a restart also
 /// wipes the plugin dir, and so our socket: then serve again). A newer
 /// instance of the plugin serving the pool (a rollout's new pod) makes
-/// this one stand down until it is stopped.
+/// this one stand down, until it is stopped or no newer one serves.
 async fn pool_loop(
     cfg: Arc<Config>,
     pool: usize,
@@ -378,8 +378,19 @@ async fn pool_loop(
         serving.shutdown().await;
         if matches!(why, Woke::Newer) {
             tracing::info!(%resource, endpoint = %socket.display(), "a newer device plugin serves the pool (a rollout): standing down");
-            let _ = quit.wait_for(|q| *q).await;
-            return Ok(Ended::Replaced);
+            // Until stopped, or until no newer one serves any more (it
+            // died, or its pod went first: the newest live plugin serves).
+            loop {
+                let _ = tokio::time::timeout(every, quit.changed()).await;
+                if *quit.borrow() {
+                    return Ok(Ended::Replaced);
+                }
+                if !newer(&cfg) {
+                    break;
+                }
+            }
+            tracing::warn!(%resource, "no newer device plugin serves the pool any more: serving again");
+            continue;
         }
         if *quit.borrow() {
             return Ok(Ended::Stopped);

@@ -730,3 +730,36 @@ fn terminate_and_check(p: &mut Child, log: &str, what: &str) {
     let ending = terminate(p, Duration::from_secs(5));
     common::check_ending(&format!("the device plugin ({what})"), ending, log, &[]);
 }
+
+/// A plugin that stood down for a newer one serves again when that one is
+/// gone (it crashed, or its pod went first): the newest live plugin
+/// serves, and every device is allocatable again.
+#[test]
+fn a_plugin_that_stood_down_serves_again_when_the_newer_one_dies() {
+    let switch = Switch::start("");
+    let mut node = Node::new(&switch.control(), 3, 2);
+    let kubelet = Kubelet::start_as(
+        &node.rt,
+        &node.path("plugins"),
+        Behaviour::DropsTheNewClient,
+    );
+    node.start_plugin();
+    kubelet.registrations(2);
+    let mut new = Reap(Some(node.spawn_plugin("dp2.log")));
+    kubelet.registrations(4);
+    wait_for(LIMIT, "the old plugin to stand down", || {
+        (node.log().matches("standing down").count() == 2).then_some(())
+    });
+    // The newer one crashes.
+    new.0.as_mut().unwrap().kill().unwrap();
+    new.0.as_mut().unwrap().wait().unwrap();
+    wait_for(LIMIT, "the old plugin to serve again", || {
+        (node.log().matches("serving again").count() == 2).then_some(())
+    });
+    kubelet.registrations(6);
+    wait_for(LIMIT, "every device allocatable", || {
+        (kubelet.allocatable("switchyard.io/memif") == 3
+            && kubelet.allocatable("switchyard.io/vhost-user") == 2)
+            .then_some(())
+    });
+}
