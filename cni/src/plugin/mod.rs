@@ -254,8 +254,18 @@ pub fn add(
 fn keep_port(c: &mut Client, spec: &PortSpec) -> Result<(), ClientError> {
     let ports: Vec<PortInfo> = serde_json::from_value(call(c, &Request::PortList)?)
         .map_err(|e| ClientError::BadAnswer(e.to_string()))?;
+    // A `pin_first` port records the MAC it pinned in its spec: that is
+    // still the port this spec made. A port the switch could not make
+    // (`failed`) is made again.
+    let same = |have: &PortSpec| {
+        let mut have = have.clone();
+        if spec.pin_first == Some(true) && spec.macs.is_none() {
+            have.macs = None;
+        }
+        have == *spec
+    };
     match ports.iter().find(|p| p.spec.name == spec.name) {
-        Some(p) if p.spec == *spec => return Ok(()),
+        Some(p) if p.status.failed.is_none() && same(&p.spec) => return Ok(()),
         Some(_) => remove_port(c, &spec.name)?,
         None => {}
     }

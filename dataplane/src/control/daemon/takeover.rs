@@ -246,6 +246,12 @@ impl Daemon {
             .collect();
         let bridges = self.saved_bridges(false);
         let mut fds = FdOut::default();
+        // Counted first: a frame counted between this and the totals the
+        // state takes makes the pause's check differ, and the pause carries
+        // what came after those totals: nothing is lost or counted twice.
+        let counted: Vec<u64> = (quiet.iter())
+            .map(|&id| (self.ports[id as usize].as_ref()).map_or(0, |e| e.shared.counted()))
+            .collect();
         let mut which = vec![false; self.ports.len()];
         for &id in &quiet {
             which[id as usize] = true;
@@ -259,10 +265,11 @@ impl Daemon {
             }
         };
         let sent: Vec<Prepared> = (quiet.iter().copied())
+            .zip(counted)
             .zip(&state.ports)
-            .map(|(id, p)| Prepared {
+            .map(|((id, counted), p)| Prepared {
                 id,
-                counted: (self.ports[id as usize].as_ref()).map_or(0, |e| e.shared.counted()),
+                counted,
                 totals: p.totals.clone(),
             })
             .collect();
@@ -693,7 +700,9 @@ fn reserve_fds() {
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
         return;
     }
-    let target = (2 * open + 1024).min(usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX)) - 1;
+    let target = (2 * open + 1024)
+        .min(usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX))
+        .saturating_sub(1);
     let Ok(target) = i32::try_from(target) else {
         return;
     };
