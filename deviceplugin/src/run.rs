@@ -311,6 +311,21 @@ async fn pool_loop(
             let _ = std::fs::remove_file(path);
         }
     }
+    // A plugin from before per-instance endpoints serves `switchyard-<class>.sock`
+    // and stands down (keeping the device-info files) only when that file
+    // is replaced: replace it, so an upgrade from it loses no file.
+    let legacy = cfg.plugin_dir.join(format!("switchyard-{class}.sock"));
+    if std::os::unix::net::UnixStream::connect(&legacy).is_ok() {
+        let _ = std::fs::remove_file(&legacy);
+        match std::os::unix::net::UnixListener::bind(&legacy) {
+            Ok(_) => {
+                tracing::info!(endpoint = %legacy.display(), "replaced the endpoint of a device plugin from before per-instance endpoints: it stands down")
+            }
+            Err(e) => {
+                tracing::warn!(endpoint = %legacy.display(), "cannot replace an older plugin's endpoint: {e}")
+            }
+        }
+    }
     let newer = |cfg: &Config| {
         other_endpoints(cfg, &class, me)
             .into_iter()
@@ -390,6 +405,14 @@ async fn pool_loop(
                 }
             }
             tracing::warn!(%resource, "no newer device plugin serves the pool any more: serving again");
+            // The newer one may have removed the device-info files as it
+            // stopped: they are written again before the kubelet allocates.
+            let all = cfg.clone();
+            if let Ok(Err(e)) =
+                tokio::task::spawn_blocking(move || crate::plugin::prepare_all(&all)).await
+            {
+                tracing::warn!(%resource, "preparing devices again: {e}");
+            }
             continue;
         }
         if *quit.borrow() {
