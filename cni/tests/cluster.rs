@@ -4,6 +4,8 @@
 //! networks on one bridge, non-root pods, and the CNI version rules; real
 //! daemon, real `host-local`, real DPDK testpmd pods.
 
+#[path = "../../dataplane/tests/common/churn.rs"]
+mod churn;
 #[path = "support/exec.rs"]
 mod exec;
 #[path = "support/grpc_unix.rs"]
@@ -981,9 +983,10 @@ fn a_pods_memif_networks_share_one_socket_by_id() {
 /// ports are exactly the CNI's records and the operator's ports.
 #[test]
 fn cni_and_api_calls_across_takeovers_and_restarts_all_succeed() {
+    use churn::PortChurn;
     use std::collections::HashSet;
     use std::sync::atomic::{AtomicBool, Ordering};
-    use switchyard_api::{Client, KindSpec, MemifRole, MemifSpec, PortSpec, Request, SocketAddr};
+    use switchyard_api::{Client, Request};
 
     let _g = serial();
     let mut node = Node::start();
@@ -1034,38 +1037,18 @@ fn cni_and_api_calls_across_takeovers_and_restarts_all_succeed() {
             });
             let ops = s.spawn(|| {
                 let mut c = Client::lazy(&control);
-                let (mut calls, mut errors, mut held) = (0u32, Vec::new(), HashSet::new());
-                let mut i = 0u32;
+                let mut churn = PortChurn::new("op", op_dir.clone(), "br-d");
+                let (mut calls, mut errors) = (0u32, Vec::new());
                 while !stop.load(Ordering::Acquire) {
-                    let name = format!("op{}", i % 4);
-                    i += 1;
-                    let req = if held.contains(&name) {
-                        Request::PortDel { name: name.clone() }
-                    } else {
-                        let mut spec = PortSpec::new(
-                            &name,
-                            KindSpec::Memif(MemifSpec::new(
-                                MemifRole::Master,
-                                SocketAddr::Path(op_dir.join(format!("{name}.sock"))),
-                            )),
-                        );
-                        spec.bridge = Some("br-d".into());
-                        Request::PortAdd {
-                            port: Box::new(spec),
-                        }
-                    };
+                    let (name, req) = churn.next();
                     calls += 1;
                     match c.call(&req) {
-                        Ok(_) => {
-                            if !held.remove(&name) {
-                                held.insert(name);
-                            }
-                        }
+                        Ok(_) => churn.done(name),
                         Err(e) => errors.push(format!("{req:?}: {e}")),
                     }
                     std::thread::sleep(Duration::from_millis(5));
                 }
-                (calls, errors, held)
+                (calls, errors, churn.held())
             });
             for round in 0..25 {
                 std::thread::sleep(Duration::from_millis(200));

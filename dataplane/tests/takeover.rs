@@ -794,7 +794,7 @@ fn only_the_switchs_own_user_may_take_it_over_or_stop_it() {
 fn api_calls_across_takeovers_and_restarts_all_succeed() {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
-    use switchyard_api::{Client, KindSpec, MemifRole, MemifSpec, PortSpec, Request, SocketAddr};
+    use switchyard_api::{Client, Request};
 
     let _serial = serial();
     let mut sw = Switch::start(BRIDGE);
@@ -802,57 +802,30 @@ fn api_calls_across_takeovers_and_restarts_all_succeed() {
     let stop = Arc::new(AtomicBool::new(false));
     let worker = |label: &'static str, keep: bool| {
         let (control, stop) = (control.clone(), stop.clone());
-        let dir = sw.dir.path().to_path_buf();
+        let mut churn =
+            common::churn::PortChurn::new(label, sw.dir.path().to_path_buf(), "default");
         std::thread::spawn(move || {
-            let mut kept = keep.then(|| Client::connect(&control).unwrap());
-            let (mut calls, mut errors, mut held) = (0u32, Vec::new(), HashSet::new());
-            let mut i = 0u32;
+            let mut kept = Client::connect(&control).unwrap();
+            let (mut calls, mut errors) = (0u32, Vec::new());
             while !stop.load(Ordering::Acquire) {
-                let name = format!("{label}{}", i % 4);
-                i += 1;
-                let req = if held.contains(&name) {
-                    Request::PortDel { name: name.clone() }
-                } else {
-                    let mut spec = PortSpec::new(
-                        &name,
-                        KindSpec::Memif(MemifSpec::new(
-                            MemifRole::Master,
-                            SocketAddr::Path(dir.join(format!("{name}.sock"))),
-                        )),
-                    );
-                    spec.bridge = Some("default".into());
-                    Request::PortAdd {
-                        port: Box::new(spec),
-                    }
-                };
+                let (name, req) = churn.next();
+                // A connection kept across calls, or one per call (made at
+                // the call, as the CNI plugin's: a restart between stop and
+                // start costs it a latency too).
                 let mut fresh;
-                let c = match kept.as_mut() {
-                    Some(c) => c,
-                    None => match Client::connect(&control) {
-                        Ok(c) => {
-                            fresh = c;
-                            &mut fresh
-                        }
-                        // Between a restart's stop and start: the CNI
-                        // plugin's first connect fails so too (the
-                        // runtime retries the ADD); counted apart.
-                        Err(_) => {
-                            std::thread::sleep(Duration::from_millis(20));
-                            continue;
-                        }
-                    },
+                let c = if keep {
+                    &mut kept
+                } else {
+                    fresh = Client::lazy(&control);
+                    &mut fresh
                 };
                 calls += 1;
                 match c.call(&req).and_then(|_| c.call(&Request::PortList)) {
-                    Ok(_) => {
-                        if !held.remove(&name) {
-                            held.insert(name);
-                        }
-                    }
+                    Ok(_) => churn.done(name),
                     Err(e) => errors.push(format!("{req:?}: {e}")),
                 }
             }
-            (calls, errors, held)
+            (calls, errors, churn.held())
         })
     };
     let kept = worker("k", true);

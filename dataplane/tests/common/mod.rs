@@ -2,6 +2,7 @@
 //! processes, each killed by PID and cleaned up on drop.
 #![allow(dead_code)]
 
+pub mod churn;
 pub mod memif_peer;
 pub mod tcp;
 mod testpmd;
