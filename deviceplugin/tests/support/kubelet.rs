@@ -313,11 +313,6 @@ impl Kubelet {
         v
     }
 
-    /// The registrations so far.
-    pub fn registered(&self) -> usize {
-        self.state.seen.lock().unwrap().len()
-    }
-
     /// The resource's allocatable count, as the node status reports it
     /// (`GetCapacity`: its healthy devices).
     pub fn allocatable(&self, resource: &str) -> usize {
@@ -331,11 +326,6 @@ impl Kubelet {
         m.resources
             .get(resource)
             .map_or(0, |r| r.healthy.len() + r.unhealthy.len())
-    }
-
-    /// Whether a client is registered for the resource.
-    pub fn has_client(&self, resource: &str) -> bool {
-        (self.state.manager.lock().unwrap().clients).contains_key(resource)
     }
 }
 

@@ -139,7 +139,7 @@ impl Daemon {
         // From here on, a failure resumes every port (`resume_ports`):
         // a port may have stopped its queues to save them.
         let mut fds = FdOut::default();
-        let bridges = self.save_bridges();
+        let bridges = self.saved_bridges(true);
         let state = match self.pause_ports().and_then(|()| {
             let counted = self.counted_since(&prepared)?;
             let mut taken = vec![false; self.ports.len()];
@@ -347,15 +347,11 @@ impl Daemon {
         self.dp.resume();
     }
 
-    /// The bridges, every MAC table as it is: saved before the ports pause
-    /// (a vhost-user device that takes its queues back takes its link
-    /// down, and its MACs out of the table).
-    fn save_bridges(&self) -> Vec<SavedBridge> {
-        self.saved_bridges(true)
-    }
-
     /// The bridges in the order they were made, with their counters and
-    /// MAC tables, or (`full` false: the prepare step) as made, empty.
+    /// MAC tables, or (`full` false: the prepare step) as made, empty. In
+    /// the pause they are saved before the ports pause (a vhost-user device
+    /// that takes its queues back takes its link down, and its MACs out of
+    /// the table).
     fn saved_bridges(&self, full: bool) -> Vec<SavedBridge> {
         let mut bridges: Vec<(&String, &super::BridgeEntry)> = self.bridges.iter().collect();
         bridges.sort_by_key(|(_, b)| b.id);
