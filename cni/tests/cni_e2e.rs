@@ -721,6 +721,22 @@ fn del_cleans_up_whatever_state_the_switch_is_in() {
     add("d"); // ADD settles what is owed first
     assert_eq!(port_names(&node), [name("d")]);
     assert!(owed_ports(&node).is_empty());
+    // A port still owed when its attachment is made again (a DEL with the
+    // switch away, the owed removal failing, then ADD of the same container
+    // and interface) is the new attachment's: never removed under it.
+    let owed_file = node
+        .socket_dir()
+        .join(".switchyard-cni/owed")
+        .join(name("d"));
+    std::fs::write(&owed_file, node.control().as_os_str().as_encoded_bytes()).unwrap();
+    add("x");
+    assert_eq!(port_names(&node), {
+        let mut v = vec![name("d"), name("x")];
+        v.sort();
+        v
+    });
+    assert!(owed_ports(&node).is_empty());
+    del("x", &conf);
     del("d", &conf);
     assert!(node.ports().is_empty());
 
@@ -863,8 +879,24 @@ fn add_asked_again_gets_the_same_answer() {
         Some(&["02:00:00:00:0a:0b".parse().unwrap()][..])
     );
     assert_eq!(reserved_ips(&node, "again").len(), 1);
-    ok("DEL", &id, "net1", &args, &other);
+    // One under another network and range: the first lease is released
+    // with the first ADD's netconf (the new one names another store).
+    let moved = with_devinfo(
+        &node.netconf("moved", json!({"ipam": node.ipam("10.79.0.0/24")})),
+        &file,
+    );
+    let third = ok("ADD", &id, "net1", &args, &moved);
+    assert!(third["ips"][0]["address"]
+        .as_str()
+        .unwrap()
+        .starts_with("10.79.0."));
+    assert!(
+        reserved_ips(&node, "again").is_empty(),
+        "first lease released"
+    );
+    assert_eq!(reserved_ips(&node, "moved").len(), 1);
+    ok("DEL", &id, "net1", &args, &moved);
     assert!(node.ports().is_empty());
-    assert!(reserved_ips(&node, "again").is_empty());
+    assert!(reserved_ips(&node, "moved").is_empty());
     assert_eq!(leftovers(&node), Vec::<String>::new());
 }

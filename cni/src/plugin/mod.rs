@@ -144,10 +144,39 @@ pub fn add(
                 return Ok(a.result);
             }
             // Another ADD under the same container and interface: the first
-            // is taken down as DEL would, then this one is made.
-            _ => {
+            // is taken down as DEL would (its lease released with its own
+            // netconf, which may name another network or IPAM), then this
+            // one is made.
+            added => {
+                let first = match added {
+                    Some(a) => a.stdin,
+                    // A record from before `added`: this ADD's netconf under
+                    // the first one's network and IPAM.
+                    None => {
+                        let mut v = stdin.clone();
+                        v["name"] = serde_json::Value::String(rec.network.clone());
+                        match &rec.ipam {
+                            Some(i) => v["ipam"] = i.clone(),
+                            None => {
+                                if let Some(o) = v.as_object_mut() {
+                                    o.remove("ipam");
+                                }
+                            }
+                        }
+                        v
+                    }
+                };
                 let mut switch = Ok(c);
-                teardown(nc, stdin, env, &mut switch, container_id, ifname, None, &[])?;
+                teardown(
+                    nc,
+                    &first,
+                    env,
+                    &mut switch,
+                    container_id,
+                    ifname,
+                    None,
+                    &[],
+                )?;
                 c = switch?;
                 mkdir(&pod_dir, mode)?;
                 if let Some(gid) = nc.raw.socket_group {
@@ -286,8 +315,9 @@ fn switch_for_teardown(nc: &NetConf) -> Result<Client, CniError> {
     Ok(c)
 }
 
-/// Removes everything of one attachment. `ipam_env` overrides the
-/// environment for the IPAM plugin (GC of other containers); `switch` is
+/// Removes everything of one attachment. `stdin` is the netconf its lease
+/// is released with (IPAM DEL); `ipam_env` overrides the environment for
+/// the IPAM plugin (GC of other containers); `switch` is
 /// [`switch_for_teardown`]'s answer.
 #[allow(clippy::too_many_arguments)]
 fn teardown(
@@ -318,10 +348,10 @@ fn teardown(
             e.msg
         );
     }
-    let ipam_conf = nc
-        .raw
-        .ipam
-        .clone()
+    let ipam_conf = stdin
+        .get("ipam")
+        .filter(|v| !v.is_null())
+        .cloned()
         .or(rec.as_ref().and_then(|r| r.ipam.clone()));
     if let Some(ipam) = ipam_conf {
         let mut conf = stdin.clone();
@@ -464,19 +494,15 @@ fn listed(items: impl Iterator<Item = String>) -> String {
 ///   any more: after a node reboot the records (in `/run`) are gone while
 ///   the switch's state (in `/var/lib`) brings the ports back.
 fn collect_garbage(nc: &NetConf, c: &mut Client) {
+    let claimed: std::collections::HashSet<String> =
+        records(nc).into_iter().map(|(_, r)| r.port).collect();
     for (port, file) in owed(nc) {
-        if remove_port(c, &port).is_ok() {
+        // A port an attachment made again since (same container and
+        // interface) is that attachment's now, not owed.
+        if claimed.contains(&port) || remove_port(c, &port).is_ok() {
             let _ = fs::remove_file(file);
         }
     }
-    let Ok(entries) = fs::read_dir(state_dir(nc)) else {
-        return;
-    };
-    let claimed: std::collections::HashSet<String> = entries
-        .flatten()
-        .filter_map(|e| read_record(&e.path()))
-        .map(|r| r.port)
-        .collect();
     let Ok(ports) = call(c, &Request::PortList)
         .map_err(|_| ())
         .and_then(|v| serde_json::from_value::<Vec<PortInfo>>(v).map_err(|_| ()))
