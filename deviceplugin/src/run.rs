@@ -147,20 +147,41 @@ impl Instance {
 }
 
 /// The endpoints of `class`'s pool in the plugin dir other than `me`'s:
-/// each instance with its socket, and whether a server answers there.
-fn other_endpoints(cfg: &Config, class: &str, me: Instance) -> Vec<(Instance, PathBuf, bool)> {
+/// each instance with its socket, and whether a server answers there
+/// (within a second: a server too stuck to accept is not serving).
+async fn other_endpoints(
+    cfg: &Config,
+    class: &str,
+    me: Instance,
+) -> Vec<(Instance, PathBuf, bool)> {
     let Ok(entries) = std::fs::read_dir(&cfg.plugin_dir) else {
         return Vec::new();
     };
-    entries
+    let found: Vec<(Instance, PathBuf)> = entries
         .flatten()
         .filter_map(|e| {
             let inst = Instance::of(class, &e.file_name().to_string_lossy())?;
-            (inst != me).then(|| {
-                let live = std::os::unix::net::UnixStream::connect(e.path()).is_ok();
-                (inst, e.path(), live)
-            })
+            (inst != me).then(|| (inst, e.path()))
         })
+        .collect();
+    let mut out = Vec::with_capacity(found.len());
+    for (inst, path) in found {
+        let live = matches!(
+            tokio::time::timeout(Duration::from_secs(1), UnixStream::connect(&path)).await,
+            Ok(Ok(_))
+        );
+        out.push((inst, path, live));
+    }
+    out
+}
+
+/// The live endpoints of instances older than `me`.
+async fn live_older(cfg: &Config, class: &str, me: Instance) -> Vec<Instance> {
+    other_endpoints(cfg, class, me)
+        .await
+        .into_iter()
+        .filter(|(inst, _, live)| *live && *inst < me)
+        .map(|(inst, _, _)| inst)
         .collect()
 }
 
@@ -283,7 +304,60 @@ enum Woke {
     HungUp,
     /// A newer instance of this plugin serves the pool.
     Newer,
+    /// An older instance served the pool after this one registered, and
+    /// stopped: it may have registered after this one (the kubelet then
+    /// holds its client, not ours, and drops it as its stream ends, while
+    /// our stream, replaced but not disconnected, stays open).
+    OlderCameAndWent,
 }
+
+/// What a registered instance saw of older instances serving the same
+/// pool since it registered: one that came (it was not serving then) and
+/// went may have registered after this one.
+struct OlderSince {
+    /// Serving when this instance registered (it stands down for us).
+    at_registration: Vec<Instance>,
+    /// Serving since.
+    came: Vec<Instance>,
+    /// When one of `came` stopped serving.
+    went_at: Option<tokio::time::Instant>,
+}
+
+impl OlderSince {
+    fn new(at_registration: Vec<Instance>) -> OlderSince {
+        OlderSince {
+            at_registration,
+            came: Vec::new(),
+            went_at: None,
+        }
+    }
+
+    /// Notes the older instances serving `now`; whether to register again:
+    /// one that came has gone, [`REREGISTER_AFTER`] ago (the kubelet's
+    /// moment to finish dropping its client).
+    fn see(&mut self, serving: &[Instance], now: tokio::time::Instant) -> bool {
+        for inst in serving {
+            if !self.at_registration.contains(inst) && !self.came.contains(inst) {
+                self.came.push(*inst);
+            }
+        }
+        match self.went_at {
+            None => {
+                if self.came.iter().any(|i| !serving.contains(i)) {
+                    self.went_at = Some(now);
+                }
+                false
+            }
+            Some(t) => now >= t + REREGISTER_AFTER,
+        }
+    }
+}
+
+/// How many health intervals in a row a plugin that stood down must find
+/// no newer instance serving before it serves again. A kubelet restart
+/// wipes every endpoint, and the newer instance binds its own again at its
+/// next check: one empty look is a restart, not a newer instance gone.
+const EMPTY_CHECKS_TO_SERVE_AGAIN: u32 = 3;
 
 /// One pool: serve on this instance's endpoint, register, and register
 /// again whenever the kubelet drops the registration (it ended our
@@ -305,7 +379,7 @@ async fn pool_loop(
     let resource = cfg.pools[pool].resource.clone();
     // Endpoints of instances that are gone (a crash; the kubelet wipes
     // them only when it restarts).
-    for (inst, path, live) in other_endpoints(&cfg, &class, me) {
+    for (inst, path, live) in other_endpoints(&cfg, &class, me).await {
         if !live {
             tracing::info!(endpoint = %path.display(), ?inst, "removing the endpoint of a device plugin that is gone");
             let _ = std::fs::remove_file(path);
@@ -326,16 +400,20 @@ async fn pool_loop(
             }
         }
     }
-    let newer = |cfg: &Config| {
-        other_endpoints(cfg, &class, me)
-            .into_iter()
-            .any(|(inst, _, live)| live && inst > me)
+    let newer = |cfg: Arc<Config>| {
+        let class = class.clone();
+        async move {
+            other_endpoints(&cfg, &class, me)
+                .await
+                .into_iter()
+                .any(|(inst, _, live)| live && inst > me)
+        }
     };
     loop {
         let serving = Serving::start(socket.clone(), cfg.clone(), pool, health.clone())?;
         let mut why = Woke::Kubelet;
         'registered: while serving.intact() && !*quit.borrow() {
-            if newer(&cfg) {
+            if newer(cfg.clone()).await {
                 why = Woke::Newer;
                 break;
             }
@@ -348,15 +426,17 @@ async fn pool_loop(
             }
             tracing::info!(%resource, endpoint = %socket.display(), "registered with the kubelet");
             // Registered: watch for the kubelet dropping us or restarting,
-            // a newer instance, and the end.
+            // a newer instance, an older one coming and going, and the end.
             let mut streams = serving.streams.clone();
+            let mut older = OlderSince::new(live_older(&cfg, &class, me).await);
             // The first stream may take the kubelet a moment longer.
             let mut streamless_since = Some(tokio::time::Instant::now() + FIRST_STREAM_GRACE);
             why = loop {
-                let tick = match streamless_since {
-                    Some(t) => (t + REREGISTER_AFTER).min(tokio::time::Instant::now() + every),
-                    None => tokio::time::Instant::now() + every,
-                };
+                let tick = [streamless_since, older.went_at]
+                    .into_iter()
+                    .flatten()
+                    .map(|t| t + REREGISTER_AFTER)
+                    .fold(tokio::time::Instant::now() + every, |a, b| a.min(b));
                 tokio::select! {
                     _ = streams.changed() => {}
                     _ = quit.changed() => {}
@@ -376,13 +456,22 @@ async fn pool_loop(
                 if !serving.intact() || file_id(&cfg.kubelet_socket()) != seen {
                     break Woke::Kubelet;
                 }
-                if newer(&cfg) {
+                if newer(cfg.clone()).await {
                     break Woke::Newer;
+                }
+                if older.see(
+                    &live_older(&cfg, &class, me).await,
+                    tokio::time::Instant::now(),
+                ) {
+                    break Woke::OlderCameAndWent;
                 }
             };
             match why {
                 Woke::HungUp => {
                     tracing::warn!(%resource, "the kubelet holds no device list stream of ours (it dropped the registration): registering again");
+                }
+                Woke::OlderCameAndWent => {
+                    tracing::warn!(%resource, "an older device plugin served the pool after we registered and stopped (the kubelet may hold its client, not ours): registering again");
                 }
                 Woke::Kubelet if serving.intact() => {
                     tracing::info!(%resource, "kubelet restarted; registering again");
@@ -394,15 +483,20 @@ async fn pool_loop(
         if matches!(why, Woke::Newer) {
             tracing::info!(%resource, endpoint = %socket.display(), "a newer device plugin serves the pool (a rollout): standing down");
             // Until stopped, or until no newer one serves any more (it
-            // died, or its pod went first: the newest live plugin serves).
-            loop {
+            // died, or its pod went first: the newest live plugin serves),
+            // seen in enough checks in a row that it is not a kubelet
+            // restart the newer one has yet to notice.
+            let mut empty = 0;
+            while empty < EMPTY_CHECKS_TO_SERVE_AGAIN {
                 let _ = tokio::time::timeout(every, quit.changed()).await;
                 if *quit.borrow() {
                     return Ok(Ended::Replaced);
                 }
-                if !newer(&cfg) {
-                    break;
-                }
+                empty = if newer(cfg.clone()).await {
+                    0
+                } else {
+                    empty + 1
+                };
             }
             tracing::warn!(%resource, "no newer device plugin serves the pool any more: serving again");
             // The newer one may have removed the device-info files as it
@@ -488,6 +582,29 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_older_instance_that_came_and_went_asks_for_a_registration() {
+        let i = |n| Instance { started: n, pid: 1 };
+        let t0 = tokio::time::Instant::now();
+        let later = |ms| t0 + Duration::from_millis(ms);
+        // Serving at our registration (a rollout's old plugin): it stands
+        // down; its going asks nothing.
+        let mut o = OlderSince::new(vec![i(1)]);
+        assert!(!o.see(&[i(1)], t0));
+        assert!(!o.see(&[], later(100)));
+        assert!(!o.see(&[], later(5000)));
+        // Not serving then, serving since (it resumed after a kubelet
+        // restart, and may have registered after us), then gone: register
+        // again, once the kubelet had its moment.
+        let mut o = OlderSince::new(vec![]);
+        assert!(!o.see(&[], t0));
+        assert!(!o.see(&[i(1)], later(100)));
+        assert!(!o.see(&[i(1)], later(200)));
+        assert!(!o.see(&[], later(300)));
+        assert!(!o.see(&[], later(300) + REREGISTER_AFTER / 2));
+        assert!(o.see(&[], later(300) + REREGISTER_AFTER));
+    }
 
     #[test]
     fn endpoints_name_their_instance_and_class() {

@@ -763,3 +763,64 @@ fn a_plugin_that_stood_down_serves_again_when_the_newer_one_dies() {
             .then_some(())
     });
 }
+
+/// The kubelet restarts (wiping every endpoint) while a rollout's two
+/// plugins run, the old one stood down: the newer one serves and registers
+/// again, the old one stays down (one empty look is a restart, not the
+/// newer one gone), and every device stays allocatable, restart after
+/// restart.
+#[test]
+fn kubelet_restarts_during_a_rollout_leave_the_newer_plugin_serving() {
+    let switch = Switch::start("");
+    let mut node = Node::new(&switch.control(), 3, 2);
+    let mut kubelet = Kubelet::start_as(
+        &node.rt,
+        &node.path("plugins"),
+        Behaviour::DropsTheNewClient,
+    );
+    node.start_plugin();
+    kubelet.registrations(2);
+    let new = Reap(Some(node.spawn_plugin("dp2.log")));
+    kubelet.registrations(4);
+    wait_for(LIMIT, "the old plugin to stand down", || {
+        (node.log().matches("standing down").count() == 2).then_some(())
+    });
+    let full = |k: &Kubelet| {
+        k.allocatable("switchyard.io/memif") == 3 && k.allocatable("switchyard.io/vhost-user") == 2
+    };
+    for round in 0..5 {
+        kubelet.restart(&node.rt);
+        kubelet.registrations(2);
+        wait_for(LIMIT, "every device allocatable", || {
+            full(&kubelet).then_some(())
+        });
+        // Past the old plugin's empty checks and any stream's end.
+        std::thread::sleep(Duration::from_millis(1500));
+        let logs = format!(
+            "old plugin:\n{}\nnew plugin:\n{}",
+            node.log(),
+            std::fs::read_to_string(node.path("dp2.log")).unwrap_or_default()
+        );
+        assert!(full(&kubelet), "round {round}: allocatable fell\n{logs}");
+        assert!(
+            !node.log().contains("serving again"),
+            "round {round}: the old plugin served again\n{logs}"
+        );
+        let current = kubelet.current("switchyard.io/memif").endpoint;
+        assert!(
+            std::fs::read_to_string(node.path("dp2.log"))
+                .unwrap_or_default()
+                .contains(&current),
+            "round {round}: registered endpoint {current} is not the new plugin's\n{logs}"
+        );
+    }
+    let mut old = node.plugin.take().unwrap();
+    terminate_and_check(&mut old, &node.log(), "old plugin");
+    let mut new = new;
+    let mut p = new.0.take().unwrap();
+    terminate_and_check(
+        &mut p,
+        &std::fs::read_to_string(node.path("dp2.log")).unwrap_or_default(),
+        "new plugin",
+    );
+}
