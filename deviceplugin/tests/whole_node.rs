@@ -476,33 +476,69 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
             // A rollout of the DaemonSet under these pods' traffic, as its
             // update strategy runs it: the new pod beside the old one, the
             // old one deleted once the new one is ready.
-            let strategy = &ds["spec"]["updateStrategy"];
-            assert_eq!(strategy["rollingUpdate"]["maxSurge"].as_u64(), Some(1));
-            assert_eq!(
-                strategy["rollingUpdate"]["maxUnavailable"].as_u64(),
-                Some(0)
-            );
-            // First on a node without room for a second pod: the new one
-            // asks for the switch's CPUs again while the old one holds its
-            // own. The scheduler leaves it Pending and, with maxUnavailable
-            // 0, the controller keeps the old pod (support/scheduler.rs):
-            // the rollout waits on this node while the old switch forwards.
+            // The DaemonSet controller drives it (support/scheduler.rs,
+            // `update.go`'s surge branch), the scheduler places its pod, and
+            // the containers run (the kubelet's part) only once it is bound.
+            // The node: room for one more switchyard pod only when a
+            // workload pod beside it ends.
+            let rollout = scheduler::Rollout::of(ds);
             let per_pod = scheduler::pod_requests(spec);
-            let full = scheduler::Resources {
-                cpu: 2 * per_pod.cpu - 1000,
-                memory: 2 * per_pod.memory,
+            let node_allocatable = scheduler::Resources {
+                cpu: 2 * per_pod.cpu + 1000,
+                memory: 2 * per_pod.memory + (1 << 30),
             };
-            let pending = scheduler::fits(full, per_pod, per_pod).unwrap_err();
+            let mut workloads = vec![
+                scheduler::Resources {
+                    cpu: 800,
+                    memory: 256 << 20,
+                },
+                scheduler::Resources {
+                    cpu: 700,
+                    memory: 256 << 20,
+                },
+            ];
+            let requested = |w: &[scheduler::Resources]| {
+                w.iter().fold(per_pod, |a, b| a + *b) // the old pod and the workloads
+            };
+            let mut ds_pods = vec![scheduler::DsPod {
+                name: "ds".into(),
+                updated: false,
+                ready_since: Some(std::time::Instant::now()),
+            }];
+            let sync = rollout.sync(&ds_pods, std::time::Instant::now());
+            assert_eq!(
+                sync,
+                scheduler::Sync {
+                    create: true,
+                    delete: vec![]
+                },
+                "the controller surges"
+            );
+            ds_pods.push(scheduler::DsPod {
+                name: "ds2".into(),
+                updated: true,
+                ready_since: None,
+            });
+            // The new pod asks for the switch's CPUs again while the old one
+            // holds its own: Pending. The controller keeps the old pod and
+            // the old switch forwards.
+            let pending =
+                scheduler::fits(node_allocatable, requested(&workloads), per_pod).unwrap_err();
             assert!(pending.contains("Insufficient cpu"), "{pending}");
             let waiting = rx_packets(&node.logs(&pods[1].name));
             std::thread::sleep(Duration::from_secs(2));
+            assert_eq!(
+                rollout.sync(&ds_pods, std::time::Instant::now()),
+                scheduler::Sync::default(),
+                "the controller deleted or created while the new pod was Pending"
+            );
             assert!(
                 rx_packets(&node.logs(&pods[1].name)) > waiting + 1000,
                 "the old switch stopped forwarding while the rollout waited"
             );
             assert!(switch_probe(&node, spec, "ds-switch", "readinessProbe"));
             // The headroom docs/kubernetes.md names (one more pod's
-            // requests) lets it in.
+            // requests) is what the new pod needs.
             let docs =
                 std::fs::read_to_string(node_root::repo().join("docs/kubernetes.md")).unwrap();
             for headroom in [
@@ -514,7 +550,10 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
                     "docs/kubernetes.md names no headroom of {headroom}"
                 );
             }
-            scheduler::fits(per_pod + per_pod, per_pod, per_pod).unwrap();
+            // A workload pod ends: the scheduler tries again and binds it.
+            workloads.pop();
+            scheduler::fits(node_allocatable, requested(&workloads), per_pod)
+                .expect("the new pod fits once the workload pod ended");
             let sent = rx_packets(&node.logs(&pods[1].name));
             let vtep_changes = changes(&node.logs("ds-vtep-sync"));
             let mut new_names = Vec::new();
@@ -529,6 +568,7 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
             wait_for(LIMIT, "the new pod's switch ready", || {
                 probe("ds2-switch", "readinessProbe").then_some(())
             });
+            ds_pods[1].ready_since = Some(std::time::Instant::now());
             assert!(
                 !probe("ds-switch", "readinessProbe"),
                 "the old switch still serves"
@@ -568,8 +608,20 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
                 "every device allocatable after a kubelet restart",
                 || allocatable(&kubelet).then_some(()),
             );
-            // The old pod is deleted; the ports, their connections and the
-            // device-info files stay.
+            // The new pod is available: the controller deletes the old one
+            // (at once, or after `minReadySeconds`). The ports, their
+            // connections and the device-info files stay.
+            let sync = wait_for(LIMIT, "the controller to delete the old pod", || {
+                let s = rollout.sync(&ds_pods, std::time::Instant::now());
+                (s != scheduler::Sync::default()).then_some(s)
+            });
+            assert_eq!(
+                sync,
+                scheduler::Sync {
+                    create: false,
+                    delete: vec!["ds".into()]
+                }
+            );
             let grace = spec["terminationGracePeriodSeconds"].as_u64().unwrap_or(30) as u32;
             // (The old vtep-sync's log, before its container goes.)
             let old_sync_changes = changes(&node.logs("ds-vtep-sync"));

@@ -1,7 +1,6 @@
 //! Whether a pod fits on a node, as the kube-scheduler decides it for CPU
-//! and memory, and what a DaemonSet rollout with `maxSurge` does on a node
-//! where the new pod does not fit. (Included with `#[path]` by the device
-//! plugin tests.)
+//! and memory, and what the DaemonSet controller does in a rollout with
+//! `maxSurge`. (Included with `#[path]` by the device plugin tests.)
 //!
 //! - A pod's requests (`pkg/api/v1/resource/helpers.go` `PodRequests`):
 //!   the sum over its containers, and at least the largest init
@@ -10,13 +9,10 @@
 //! - Fit (`pkg/scheduler/framework/plugins/noderesources/fit.go`
 //!   `fitsRequest`): for each resource, the pod's request must be at most
 //!   the node's allocatable less what the pods on it request; otherwise
-//!   "Insufficient cpu" and the pod stays Pending.
-//! - The rollout (`pkg/controller/daemon/update.go` `rollingUpdate`, the
-//!   surge branch): with `maxSurge` the controller creates the new pod
-//!   beside the old one and deletes the old one only once the new one is
-//!   available; with `maxUnavailable: 0` it never deletes first. A new pod
-//!   that stays Pending leaves the old one running: the rollout waits on
-//!   that node.
+//!   "Insufficient cpu" and the pod stays Pending, tried again when
+//!   something on the node changes (a pod deleted).
+//! - The rollout ([`Rollout`], `pkg/controller/daemon/update.go`
+//!   `rollingUpdate`, the surge branch, for one node).
 #![allow(dead_code)]
 
 use serde_yaml::Value;
@@ -138,4 +134,149 @@ pub fn fits(allocatable: Resources, requested: Resources, pod: Resources) -> Res
     } else {
         Err(format!("0/1 nodes are available: {}.", why.join(", ")))
     }
+}
+
+/// A DaemonSet's pod on the node, as the controller sees it.
+#[derive(Debug, Clone)]
+pub struct DsPod {
+    /// Its name.
+    pub name: String,
+    /// Of the DaemonSet's current template (`IsPodUpdated`).
+    pub updated: bool,
+    /// Since when it is Ready (every container ready: the switch's
+    /// readinessProbe passes, the others have none), if it is.
+    pub ready_since: Option<std::time::Instant>,
+}
+
+/// What one sync of the controller does on the node (`syncNodes`).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Sync {
+    /// Creates a pod of the current template.
+    pub create: bool,
+    /// Deletes these pods.
+    pub delete: Vec<String>,
+}
+
+/// A DaemonSet's rolling update with `maxSurge`, on one node
+/// (`pkg/controller/daemon/update.go` `rollingUpdate`, the branch after
+/// `if maxSurge == 0`):
+/// - an old pod that is not available is replaced at once (a new pod is
+///   created beside it);
+/// - beside an available old pod a new one is created while fewer than
+///   `maxSurge` new pods are not yet available (`numSurge`);
+/// - a new pod not yet available counts as a surge and nothing is deleted
+///   (a Pending one too: the rollout waits on the node);
+/// - once the new pod is available (`IsPodAvailable`: Ready for
+///   `minReadySeconds`), the old one is deleted.
+pub struct Rollout {
+    max_surge: u32,
+    min_ready: std::time::Duration,
+}
+
+impl Rollout {
+    /// The rollout `ds` (a DaemonSet) asks for. The stand-in has the surge
+    /// branch only: `maxSurge` must be set and `maxUnavailable` 0, as the
+    /// API server requires of a surge (`ValidateRollingUpdateDaemonSet`).
+    pub fn of(ds: &Value) -> Rollout {
+        let strategy = &ds["spec"]["updateStrategy"];
+        assert_eq!(
+            strategy["type"].as_str(),
+            Some("RollingUpdate"),
+            "{strategy:?}"
+        );
+        let ru = &strategy["rollingUpdate"];
+        // `GetValueFromIntOrPercent(maxSurge, desiredNumberScheduled, true)`:
+        // a percentage of one node rounds up.
+        let max_surge = match &ru["maxSurge"] {
+            Value::Number(n) => n.as_u64().unwrap() as u32,
+            Value::String(p) if p.ends_with('%') => {
+                u32::from(p.trim_end_matches('%').parse::<u32>().unwrap() > 0)
+            }
+            v => panic!("maxSurge: {v:?}"),
+        };
+        assert!(max_surge > 0, "the stand-in models the surge branch only");
+        assert!(
+            matches!(&ru["maxUnavailable"], Value::Number(n) if n.as_u64() == Some(0))
+                || ru["maxUnavailable"] == Value::String("0%".into()),
+            "a surge needs maxUnavailable 0: {ru:?}"
+        );
+        Rollout {
+            max_surge,
+            min_ready: std::time::Duration::from_secs(
+                ds["spec"]["minReadySeconds"].as_u64().unwrap_or(0),
+            ),
+        }
+    }
+
+    /// `IsPodAvailable`.
+    pub fn available(&self, pod: &DsPod, now: std::time::Instant) -> bool {
+        pod.ready_since.is_some_and(|t| t + self.min_ready <= now)
+    }
+
+    /// One sync of the node's pods at `now`.
+    pub fn sync(&self, pods: &[DsPod], now: std::time::Instant) -> Sync {
+        let new: Vec<&DsPod> = pods.iter().filter(|p| p.updated).collect();
+        let old: Vec<&DsPod> = pods.iter().filter(|p| !p.updated).collect();
+        // `findUpdatedPodsOnNode`: more than one of either is the manage
+        // loop's to prune, and counts as a surge.
+        if new.len() > 1 || old.len() > 1 {
+            return Sync::default();
+        }
+        match (old.first(), new.first()) {
+            // Nothing to update here: the manage loop's.
+            (None, _) => Sync::default(),
+            (Some(o), None) if !self.available(o, now) => Sync {
+                create: true,
+                delete: vec![],
+            },
+            // A candidate; `numSurge` is 0 on this one node.
+            (Some(_), None) => Sync {
+                create: self.max_surge > 0,
+                delete: vec![],
+            },
+            (Some(o), Some(n)) if self.available(n, now) => Sync {
+                create: false,
+                delete: vec![o.name.clone()],
+            },
+            // Waiting for the new one to be available.
+            (Some(_), Some(_)) => Sync::default(),
+        }
+    }
+}
+
+#[test]
+fn the_rollout_stand_in_follows_the_surge_branch() {
+    let ds: Value = serde_yaml::from_str(
+        "spec: {minReadySeconds: 5, updateStrategy: {type: RollingUpdate, rollingUpdate: {maxSurge: 1, maxUnavailable: 0}}}",
+    )
+    .unwrap();
+    let r = Rollout::of(&ds);
+    let t = std::time::Instant::now();
+    let pod = |name: &str, updated, ready: Option<u64>| DsPod {
+        name: name.into(),
+        updated,
+        ready_since: ready.map(|s| t - std::time::Duration::from_secs(s)),
+    };
+    let create = Sync {
+        create: true,
+        delete: vec![],
+    };
+    // An available old pod: surge; an unavailable one: replaced at once.
+    assert_eq!(r.sync(&[pod("a", false, Some(60))], t), create);
+    assert_eq!(r.sync(&[pod("a", false, None)], t), create);
+    // The new one Pending, or Ready for less than minReadySeconds: wait.
+    for new in [None, Some(2)] {
+        let pods = [pod("a", false, Some(60)), pod("b", true, new)];
+        assert_eq!(r.sync(&pods, t), Sync::default());
+    }
+    // Available: the old one goes; then nothing is left to do.
+    let pods = [pod("a", false, Some(60)), pod("b", true, Some(5))];
+    assert_eq!(
+        r.sync(&pods, t),
+        Sync {
+            create: false,
+            delete: vec!["a".into()]
+        }
+    );
+    assert_eq!(r.sync(&[pod("b", true, Some(5))], t), Sync::default());
 }
