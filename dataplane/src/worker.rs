@@ -383,16 +383,21 @@ pub fn run(dp: Dataplane, cfg: WorkerConfig) {
             continue;
         }
         bump(&load.idle_ticks, end.wrapping_sub(start));
-        let sleep = !unclaimed
-            && match cfg.mode {
-                PollMode::Poll => false,
-                PollMode::Interrupt => true,
-                PollMode::Adaptive => {
-                    let now = Instant::now();
-                    let since = *idle_since.get_or_insert(now);
-                    now.duration_since(since) >= cfg.idle_threshold
-                }
-            };
+        // A view without queues (no port, or the workers paused for a
+        // takeover) has nothing to wait for but a new view, which wakes
+        // the worker: it sleeps at once, leaving the core to the threads
+        // that have work (in a takeover, both switches' control threads).
+        let sleep = view.rx.is_empty()
+            || !unclaimed
+                && match cfg.mode {
+                    PollMode::Poll => false,
+                    PollMode::Interrupt => true,
+                    PollMode::Adaptive => {
+                        let now = Instant::now();
+                        let since = *idle_since.get_or_insert(now);
+                        now.duration_since(since) >= cfg.idle_threshold
+                    }
+                };
         if !sleep {
             std::hint::spin_loop();
             continue;

@@ -942,3 +942,61 @@ fn quiet_ports_are_taken_up_before_the_pause_and_serve_their_peers_after() {
     drop((first, second));
     sw.stop();
 }
+
+/// A peer connects to a quiet port while the new switch takes the quiet
+/// ports up (stopped there): the old switch, busy with the handover, leaves
+/// the connection in the socket's backlog, the port stays quiet, and the
+/// new switch accepts it once it runs. The pod connects once, the socket
+/// file stays, and the ports forward.
+#[test]
+fn a_peer_connecting_during_the_prepare_step_is_served_by_the_new_switch() {
+    let _serial = serial();
+    let mut sw = Switch::start(BRIDGE);
+    let (a_sock, c_sock) = (sw.path("a.sock"), sw.path("c.sock"));
+    sw.add_port(&[
+        "a", "--kind", "memif", "--role", "master", "--socket", &a_sock,
+    ]);
+    sw.add_port(&[
+        "c", "--kind", "memif", "--role", "master", "--socket", &c_sock,
+    ]);
+    let mut sender = Testpmd::start(
+        &[memif_vdev(0, "client", &a_sock, &format!("mac={}", mac(1)))],
+        &["--forward-mode=rxonly"],
+    );
+    sw.wait_link("a", true);
+    let mut old = Reap(sw.replace_with(&[], &[(STOP_AT, "prepare")]));
+    let new = sw.child.as_ref().unwrap().id();
+    wait_for(
+        Duration::from_secs(20),
+        "the new switch to stop with the quiet ports",
+        || stopped(new).then_some(()),
+    );
+    // c was quiet when it was sent; its pod connects now.
+    let mut pod = Testpmd::start(
+        &[memif_vdev(0, "client", &c_sock, &format!("mac={}", mac(2)))],
+        &["--forward-mode=rxonly"],
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(new as i32),
+        nix::sys::signal::Signal::SIGCONT,
+    )
+    .unwrap();
+    let status = wait_for(Duration::from_secs(30), "the old switch to exit", || {
+        old.0.try_wait().unwrap()
+    });
+    assert!(status.success(), "{}", sw.log());
+    sw.assert_alive();
+    let log = sw.log();
+    assert!(log.contains("prepared=1 in_pause=1"), "{log}");
+    sw.wait_link("c", true);
+    assert!(
+        std::path::Path::new(&c_sock).exists(),
+        "the socket file went"
+    );
+    assert_eq!(sw.port("c").status.connects, 1, "the pod reconnected");
+    sender.send_bursts(1);
+    assert_eq!(pod.wait_rx(0, 32), 32);
+    drop((sender, pod));
+    sw.stop();
+}

@@ -339,8 +339,13 @@ impl Switch {
     /// Starts a new process taking over (`run --takeover` and `args`) in
     /// the running one's place; returns the old process.
     pub fn replace(&mut self, args: &[&str]) -> Child {
+        self.replace_with(args, &[])
+    }
+
+    /// [`Switch::replace`], with `envs` set for the new process.
+    pub fn replace_with(&mut self, args: &[&str], envs: &[(&str, &str)]) -> Child {
         let new = self
-            .command(&[&["--takeover"], args].concat(), &[])
+            .command(&[&["--takeover"], args].concat(), envs)
             .spawn()
             .expect("start switchyard --takeover");
         self.child.replace(new).expect("a running switch")

@@ -33,9 +33,10 @@ pub const STATE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// An environment variable for tests of failed takeovers: the new process
 /// stops itself (`SIGSTOP`) at the named step, `state` (asked, nothing
-/// received yet), `fds` (state and fds received, nothing taken up) or
-/// `confirm` (everything taken up, the go received, not yet confirmed),
-/// so a test can kill it there.
+/// received yet), `prepare` (the quiet ports received, not yet taken up),
+/// `fds` (state and fds received, nothing taken up) or `confirm`
+/// (everything taken up, the go received, not yet confirmed), so a test
+/// can kill it there, or change something and let it go on (`SIGCONT`).
 pub const STOP_AT_ENV: &str = "SWITCHYARD_TAKEOVER_STOP_AT";
 
 fn stop_at(step: &str) {
@@ -51,6 +52,11 @@ fn stop_at(step: &str) {
 pub(super) fn linger() -> anyhow::Error {
     use std::os::unix::process::CommandExt;
     info!("handed over: lingering until stopped");
+    // Blocked before the exec (the mask and a pending signal carry over):
+    // a SIGTERM that comes before `switchyard linger` waits for it (the
+    // process runs at idle priority by then, see `step_aside`) is taken
+    // by its wait, not by the default action.
+    let _ = stop_signals().thread_block();
     let e = std::process::Command::new("/proc/self/exe")
         .arg0("switchyard")
         .arg("linger")
@@ -60,14 +66,26 @@ pub(super) fn linger() -> anyhow::Error {
 
 /// Waits for SIGTERM or SIGINT (`switchyard linger`), holding nothing.
 pub fn wait_to_be_stopped() -> anyhow::Result<()> {
-    use nix::sys::signal::{SigSet, Signal};
-    let mut set = SigSet::empty();
-    set.add(Signal::SIGTERM);
-    set.add(Signal::SIGINT);
+    // Back from the idle priority the handover left it at: its exit, when
+    // told, is not put off by busy CPUs.
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: sched_setscheduler reads `param` (a valid, initialised
+    // struct) and changes only the calling thread's policy (pid 0).
+    let _ = unsafe { libc::sched_setscheduler(0, libc::SCHED_OTHER, &param) };
+    let set = stop_signals();
     set.thread_block()?;
     let s = set.wait()?;
     info!("{s:?}: the switch that took over runs the ports; exiting");
     Ok(())
+}
+
+/// The signals that stop a lingering switch.
+fn stop_signals() -> nix::sys::signal::SigSet {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGTERM);
+    set.add(Signal::SIGINT);
+    set
 }
 
 /// A takeover that one of the two switches refused: the running one
@@ -124,13 +142,22 @@ impl Daemon {
         let _ = conn.set_read_timeout(Some(READY_TIMEOUT));
         // Before the pause: the quiet ports, which the new switch takes up
         // while the workers here forward.
-        let prepared = match prepare {
+        // What the prepare step sent stays allocated until the takeover
+        // ends: freed before the pause, its many small allocations leave
+        // the allocator's bins to be sorted and merged by the next
+        // allocations, in the pause (1 ms with 1000 ports, perf).
+        let (prepared, sent) = match prepare {
             true => match self.prepare_ports(conn, peer) {
-                Some(p) => p,
+                Some((p, sent)) => (p, Some(sent)),
                 None => return Served::Kept,
             },
-            false => Vec::new(),
+            false => (Vec::new(), None),
         };
+        let mut taken = vec![false; self.ports.len()];
+        for p in &prepared {
+            taken[p.id as usize] = true;
+        }
+        let rest = |id: PortId| !taken[id as usize];
         let paused_at = Instant::now();
         if !self.dp.pause() {
             self.dp.resume();
@@ -140,15 +167,23 @@ impl Daemon {
         // a port may have stopped its queues to save them.
         let mut fds = FdOut::default();
         let bridges = self.saved_bridges(true);
-        let state = match self.pause_ports().and_then(|()| {
-            let counted = self.counted_since(&prepared)?;
-            let mut taken = vec![false; self.ports.len()];
-            for p in &prepared {
-                taken[p.id as usize] = true;
+        // The prepared ports are quiet, as `counted_since` checks: nothing
+        // of theirs to pause.
+        if let Err(reason) = self.pause_ports(rest) {
+            self.resume_ports();
+            return refuse(reason);
+        }
+        // A prepared port that is no longer quiet cannot be (only this
+        // thread, busy with the handover, changes a connection): checked
+        // all the same.
+        let counted = match self.counted_since(&prepared) {
+            Ok(c) => c,
+            Err(reason) => {
+                self.resume_ports();
+                return refuse(reason);
             }
-            let rest = |id: PortId| !taken[id as usize];
-            self.save_state(bridges, rest, counted, &mut fds)
-        }) {
+        };
+        let state = match self.save_state(bridges, rest, counted, &mut fds) {
             Ok(s) => s,
             Err(reason) => {
                 self.resume_ports();
@@ -208,6 +243,11 @@ impl Daemon {
         };
         match confirmed {
             Ok((Step::Running, _)) => {
+                // This process exits now: nothing of it is worth the
+                // freeing, and its exit (the kernel taking its memory back)
+                // gives way to the new switch's threads.
+                std::mem::forget(sent);
+                step_aside();
                 info!(
                     pid = peer,
                     ports = self.port_names.len(),
@@ -236,9 +276,10 @@ impl Daemon {
     /// Takeover's prepare step, the workers forwarding: sends the quiet
     /// ports ([`Port::quiet`](crate::port::Port::quiet)) and the bridges
     /// (without their MAC tables), and waits until the new switch has taken
-    /// them up. Returns those ports with the totals sent, or None (said
-    /// why) if the takeover ends here.
-    fn prepare_ports(&self, conn: &UnixStream, peer: i32) -> Option<Vec<Prepared>> {
+    /// them up. Returns those ports with the totals sent, and what was
+    /// sent (for the caller to free after the pause), or None (said why)
+    /// if the takeover ends here.
+    fn prepare_ports(&self, conn: &UnixStream, peer: i32) -> Option<(Vec<Prepared>, Step)> {
         let started = Instant::now();
         let quiet: Vec<PortId> = (self.ports.iter().enumerate())
             .filter(|(_, e)| e.as_ref().is_some_and(|e| e.port.quiet()))
@@ -273,8 +314,9 @@ impl Daemon {
                 totals: p.totals.clone(),
             })
             .collect();
-        let state = serde_json::to_value(&state).expect("plain data");
-        if let Err(e) = wire::send(conn, &Step::Prepare(state), fds.fds()) {
+        let step = Step::Prepare(serde_json::to_value(&state).expect("plain data"));
+        drop(state);
+        if let Err(e) = wire::send(conn, &step, fds.fds()) {
             warn!(
                 pid = peer,
                 "takeover failed: cannot send the quiet ports: {e}"
@@ -302,18 +344,25 @@ impl Daemon {
             ms = started.elapsed().as_secs_f64() * 1e3,
             "the new switch took up the quiet ports, forwarding on"
         );
-        Some(sent)
+        Some((sent, step))
     }
 
     /// In the pause: what each prepared port counted since its totals were
-    /// sent; refuses (saying why) if one is no longer quiet.
+    /// sent; or why not, if one is no longer quiet.
     fn counted_since(&self, prepared: &[Prepared]) -> Result<Vec<(String, PortTotals)>, String> {
         let mut counted = Vec::new();
         for p in prepared {
             let e = self.ports[p.id as usize]
                 .as_ref()
                 .filter(|e| e.port.quiet())
-                .ok_or("a port changed while the new switch took it up: ask again")?;
+                .ok_or_else(|| {
+                    format!(
+                        "port {:?} changed while the new switch took it up",
+                        self.ports[p.id as usize]
+                            .as_ref()
+                            .map_or("", |e| e.spec.name.as_str())
+                    )
+                })?;
             if e.shared.counted() != p.counted {
                 counted.push((e.spec.name.clone(), e.shared.totals().since(&p.totals)));
             }
@@ -321,15 +370,18 @@ impl Daemon {
         Ok(counted)
     }
 
-    /// Takeover's first step on every port ([`Port::pause`](crate::port::Port::pause)),
+    /// Takeover's first step on the ports `which` takes ([`Port::pause`](crate::port::Port::pause)),
     /// the workers paused.
-    fn pause_ports(&mut self) -> Result<(), String> {
+    fn pause_ports(&mut self, which: impl Fn(PortId) -> bool) -> Result<(), String> {
         for id in 0..self.ports.len() {
+            if !which(id as PortId) {
+                continue;
+            }
             if let Some(mut e) = self.ports[id].take() {
                 let paused = e.port.pause(&self.ctx(id as PortId));
-                let name = e.spec.name.clone();
+                let failed = paused.map_err(|err| format!("port {:?}: {err}", e.spec.name));
                 self.ports[id] = Some(e);
-                paused.map_err(|err| format!("port {name:?}: {err}"))?;
+                failed?;
             }
         }
         Ok(())
@@ -455,8 +507,13 @@ impl Daemon {
             );
             anyhow::Error::new(Refused(reason))
         };
-        // The quiet ports first, the old switch forwarding meanwhile.
+        // The quiet ports first, the old switch forwarding meanwhile. What
+        // the old switch sent stays allocated until this one runs: freed
+        // now, the allocator would sort and merge its bins in the pause.
+        let mut _prepare = None;
         if let Step::Prepare(state) = step {
+            stop_at("prepare");
+            let state = _prepare.insert(state);
             let state = read_state(state, &ours).map_err(|r| refuse(&conn, r))?;
             d.restore_state(state, &mut FdIn::new(fds), true)
                 .map_err(|e| refuse(&conn, format!("{e:#}")))?;
@@ -472,7 +529,7 @@ impl Daemon {
             s => anyhow::bail!("the running switch sent {s:?} instead of its state"),
         };
         stop_at("fds");
-        let state = read_state(state, &ours).map_err(|r| refuse(&conn, r))?;
+        let state = read_state(&state, &ours).map_err(|r| refuse(&conn, r))?;
         let mut fds = FdIn::new(fds);
         let (listener, metrics) = d
             .restore_state(state, &mut fds, false)
@@ -505,6 +562,16 @@ impl Daemon {
             bridges = d.bridges.len(),
             "switchyard took over"
         );
+        // The prepare step's state is freed beside the workers that just
+        // resumed, never before them (1 to 2 ms with 1000 ports).
+        if let Some(v) = _prepare.take() {
+            let _ = std::thread::Builder::new()
+                .name("sy-free".into())
+                .spawn(move || {
+                    step_aside();
+                    drop(v);
+                });
+        }
         Ok(d)
     }
 
@@ -660,7 +727,10 @@ fn ask_takeover(
 
 /// The running switch's state, if this switch reads its version and runs
 /// its configuration (`ours`); else why not.
-fn read_state(state: serde_json::Value, ours: &serde_json::Value) -> Result<TakeoverState, String> {
+fn read_state(
+    state: &serde_json::Value,
+    ours: &serde_json::Value,
+) -> Result<TakeoverState, String> {
     let version = state.get("version").and_then(serde_json::Value::as_u64);
     if version != Some(u64::from(VERSION)) {
         return Err(format!(
@@ -669,7 +739,7 @@ fn read_state(state: serde_json::Value, ours: &serde_json::Value) -> Result<Take
             VERSION
         ));
     }
-    let state: TakeoverState = serde_json::from_value(state)
+    let state = <TakeoverState as serde::Deserialize>::deserialize(state)
         .map_err(|e| format!("cannot read the running switch's state: {e}"))?;
     let differ = wire::config_differences(ours, &state.config);
     if !differ.is_empty() {
@@ -716,6 +786,19 @@ struct Prepared {
     /// [`PortShared::counted`](crate::dataplane::PortShared::counted).
     counted: u64,
     totals: PortTotals,
+}
+
+/// The calling thread runs only when nothing else wants its CPU
+/// (`SCHED_IDLE`): after a handover, the old switch's exit and the new
+/// one's freeing of what was handed over must not delay the new switch's
+/// workers (on a node whose control threads share the workers' CPUs).
+/// Best effort: a policy the kernel refuses leaves the thread as it is.
+/// `switchyard linger` goes back to the normal policy once it runs.
+fn step_aside() {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: sched_setscheduler reads `param` (a valid, initialised
+    // struct) and changes only the calling thread's policy (pid 0).
+    let _ = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
 }
 
 /// Milliseconds, for the log.

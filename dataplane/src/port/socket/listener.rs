@@ -208,8 +208,30 @@ impl Listeners {
     /// closed. The last member closes the socket, removes its file and
     /// the listener from the table.
     pub fn leave<G: Greeting>(&self, reactor: &Reactor, l: &Listener<G>, port: PortId) {
+        self.leave_and(reactor, l, port, SocketFile::Remove);
+    }
+
+    /// As [`Listeners::leave`], but the socket's file stays: a port whose
+    /// takeover failed leaves a socket the switch that handed it over
+    /// still serves, at that path.
+    pub fn leave_keeping_file<G: Greeting>(
+        &self,
+        reactor: &Reactor,
+        l: &Listener<G>,
+        port: PortId,
+    ) {
+        self.leave_and(reactor, l, port, SocketFile::Keep);
+    }
+
+    fn leave_and<G: Greeting>(
+        &self,
+        reactor: &Reactor,
+        l: &Listener<G>,
+        port: PortId,
+        file: SocketFile,
+    ) {
         let mut t = lock(&self.table);
-        if !l.leave(reactor, port) {
+        if !l.leave(reactor, port, file) {
             return;
         }
         if t.by_addr.get(&l.addr) == Some(&l.id) {
@@ -434,9 +456,9 @@ impl<G: Greeting> Listener<G> {
     }
 
     /// Port `port` leaves; connections handed to it and not taken are
-    /// closed. The last member closes the socket and removes its file:
-    /// returns whether it was the last.
-    fn leave(&self, reactor: &Reactor, port: PortId) -> bool {
+    /// closed. The last member closes the socket and removes its file
+    /// (unless told to keep it): returns whether it was the last.
+    fn leave(&self, reactor: &Reactor, port: PortId, file: SocketFile) -> bool {
         let mut inner = lock(&self.inner);
         let Some(at) = inner.members.iter().position(|m| m.port == port) else {
             return false;
@@ -455,11 +477,18 @@ impl<G: Greeting> Listener<G> {
             reactor.remove(&s);
         }
         drop(inner);
-        if let Some(p) = self.addr.path() {
+        if let (SocketFile::Remove, Some(p)) = (file, self.addr.path()) {
             let _ = std::fs::remove_file(p);
         }
         true
     }
+}
+
+/// What the last member leaving a listener does with its socket's file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SocketFile {
+    Remove,
+    Keep,
 }
 
 /// Checks that `l`, handed over by another switch, is a listening socket of
@@ -636,7 +665,10 @@ mod tests {
         assert!(!dir.path().join("s.sock").exists());
         let l = table.join(&reactor, 4, joining(0), None).unwrap();
         assert_eq!(lock(&l.inner).members.len(), 1);
-        table.leave(&reactor, &l, 4);
+        // A port whose takeover failed leaves the socket's file to the
+        // switch that handed it over (it serves on).
+        table.leave_keeping_file(&reactor, &l, 4);
         assert!(table.is_empty());
+        assert!(dir.path().join("s.sock").exists());
     }
 }

@@ -117,8 +117,9 @@ impl<P: Protocol> Persist for SocketPort<P> {
             }
         };
         if restored.is_err() {
-            // The port is dropped, not stopped: it leaves the socket now.
-            self.leave(cx);
+            // The port is dropped, not stopped: it leaves the socket now,
+            // whose file is still the old switch's (it carries on).
+            self.leave_handed(cx);
         }
         Ok(restored?)
     }

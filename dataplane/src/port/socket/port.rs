@@ -117,6 +117,16 @@ impl<P: Protocol> SocketPort<P> {
         }
     }
 
+    /// Leaves the listener a takeover handed over, its file left to the
+    /// switch that still serves it.
+    pub(super) fn leave_handed(&mut self, cx: &PortCtx<'_>) {
+        if let End::Listens { table, member, .. } = &mut self.end {
+            if let Some(l) = member.take() {
+                table.leave_keeping_file(cx.reactor, &l, cx.id);
+            }
+        }
+    }
+
     pub(super) fn listener(&self) -> Option<&Arc<Listener<P>>> {
         match &self.end {
             End::Listens { member, .. } => member.as_ref(),
