@@ -17,6 +17,8 @@
 //! the same with non-root pods, and the switch container serving every
 //! other port kind.
 
+#[path = "support/admission.rs"]
+mod admission;
 #[path = "../../vtepsync/tests/support/api_server.rs"]
 mod api_server;
 #[path = "../../dataplane/tests/common/mod.rs"]
@@ -160,6 +162,31 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
     // ... and its Pod Resources API, where Multus and the plugin ask it.
     let pod_resources_socket = "/var/lib/kubelet/pod-resources/kubelet.sock";
     let pod_resources = PodResourcesApi::start(&node.path(pod_resources_socket));
+
+    // The DaemonSet controller creates the node's pod, and the API server
+    // admits it as clusters operators run do (support/admission.rs: Pod
+    // Security `baseline` by default, critical priorities limited to
+    // namespaces whose quota covers them, as GKE limits them).
+    let cluster_admission = admission::Cluster::as_operators_run_it();
+    let ns_object = find(&ds_docs, "Namespace", namespace);
+    let quotas: Vec<&serde_yaml::Value> = ds_docs
+        .iter()
+        .filter(|d| d["kind"] == "ResourceQuota" && d["metadata"]["namespace"] == namespace)
+        .collect();
+    let admit_daemon_pod = |existing: u64| {
+        cluster_admission
+            .admit_pod(Some(ns_object), &quotas, existing, "switchyard-x7k2p", spec)
+            .unwrap_or_else(|e| panic!("the DaemonSet's pod is refused: {e}"))
+    };
+    admit_daemon_pod(0);
+    // Exclusive CPUs for the switch's worker under the static CPU manager
+    // need a Guaranteed pod (pkg/kubelet/cm/cpumanager/policy_static.go
+    // `guaranteedCPUs`: 0 for any other QoS class).
+    assert_eq!(
+        admission::qos_class(spec),
+        "Guaranteed",
+        "the DaemonSet's pod: the static CPU manager pins only a Guaranteed pod's containers"
+    );
 
     // The init containers, in order, each to completion.
     for c in spec["initContainers"].as_sequence().unwrap() {
@@ -310,6 +337,19 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
     assert!(warnings.is_empty(), "{warnings:?}");
     let mut admitted = example.clone();
     json_patch::patch(&mut admitted, &patch).unwrap();
+    // ... and Pod Security admits it where it is created (a namespace the
+    // shipped files do not label: the cluster's default level).
+    let admitted_spec: serde_yaml::Value =
+        serde_json::from_value(admitted["spec"].clone()).unwrap();
+    cluster_admission
+        .admit_pod(
+            None,
+            &[],
+            0,
+            admitted["metadata"]["name"].as_str().unwrap(),
+            &admitted_spec,
+        )
+        .unwrap_or_else(|e| panic!("the example pod is refused: {e}"));
     let container = &admitted["spec"]["containers"][0];
     let podnetinfo_at = container["volumeMounts"]
         .as_array()
@@ -550,6 +590,9 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
                     "docs/kubernetes.md names no headroom of {headroom}"
                 );
             }
+            // The API server admitted the new pod (the old one counts
+            // against the quota).
+            admit_daemon_pod(1);
             // A workload pod ends: the scheduler tries again and binds it.
             workloads.pop();
             scheduler::fits(node_allocatable, requested(&workloads), per_pod)

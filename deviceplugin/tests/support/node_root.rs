@@ -362,6 +362,30 @@ impl NodeRoot {
             "--network".into(),
             if host_network { "host" } else { "none" }.into(),
         ]);
+        // seccomp: the pod's profile, unless the container names its own.
+        let seccomp = |v: &Value| match v["type"].as_str() {
+            // The runtime's default profile: podman's, as it applies it
+            // to every container it is not told otherwise about.
+            Some("RuntimeDefault") => None,
+            Some("Unconfined") => Some("seccomp=unconfined".to_string()),
+            other => panic!("seccompProfile.type {other:?}: not translated to the runtime"),
+        };
+        let mut seccomp_opt = None;
+        for (k, v) in spec["securityContext"].as_mapping().into_iter().flatten() {
+            match k.as_str().unwrap() {
+                "seccompProfile" => seccomp_opt = seccomp(v),
+                other => panic!("pod securityContext.{other}: not translated to the runtime"),
+            }
+        }
+        if let Some(p) = container["securityContext"]
+            .get("seccompProfile")
+            .map(seccomp)
+        {
+            seccomp_opt = p;
+        }
+        if let Some(o) = seccomp_opt {
+            a.extend(["--security-opt".into(), o]);
+        }
         let sc = &container["securityContext"];
         for (k, v) in sc.as_mapping().into_iter().flatten() {
             match k.as_str().unwrap() {
@@ -384,6 +408,7 @@ impl NodeRoot {
                         a.extend(["--cap-add".into(), c.as_str().unwrap().to_string()]);
                     }
                 }
+                "seccompProfile" => {}
                 other => panic!("securityContext.{other}: not translated to the runtime"),
             }
         }

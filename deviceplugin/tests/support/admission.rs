@@ -1,0 +1,529 @@
+//! What the API server's admission does to a pod that a real cluster
+//! creates, for the two plugins that refuse what we ship on clusters as
+//! operators run them. (Included with `#[path]` by the device plugin tests.)
+//!
+//! - **Pod Security** (`staging/src/k8s.io/pod-security-admission`): the
+//!   level is the namespace's `pod-security.kubernetes.io/enforce` label,
+//!   else the cluster's default (`AdmissionConfiguration`
+//!   `defaults.enforce`); a label that does not parse is `restricted`
+//!   (`api/helpers.go` `PolicyToEvaluate`). At `baseline` the checks of
+//!   `policy/check_*.go` whose level is baseline run, each giving a reason
+//!   and a detail; a pod failing any is refused with `pods "NAME" is
+//!   forbidden: violates PodSecurity "baseline:latest": REASON (DETAIL),
+//!   ...` (`admission/admission.go`, the checks in ID order). The
+//!   `restricted` checks are not modelled: a namespace at that level is
+//!   refused here, loudly.
+//! - **ResourceQuota with limited scopes**
+//!   (`plugin/pkg/admission/resourcequota/controller.go` `checkRequest`,
+//!   `pkg/quota/v1/evaluator/core/pods.go`): a cluster whose
+//!   `LimitedResources` limit pods of the critical priority classes (GKE's
+//!   `PriorityClass In [system-node-critical system-cluster-critical]`)
+//!   admits such a pod only where a ResourceQuota matching it has a scope
+//!   of the same name (`UncoveredQuotaScopes`), else `insufficient quota to
+//!   match these scopes: [{PriorityClass In [...]}]`; and within that
+//!   quota's `hard` pod count (`exceeded quota`).
+#![allow(dead_code)]
+
+use serde_yaml::Value;
+
+/// A Pod Security level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    /// No checks.
+    Privileged,
+    /// The baseline checks.
+    Baseline,
+    /// Baseline and restricted's (not modelled).
+    Restricted,
+}
+
+impl Level {
+    fn parse(s: &str) -> Option<Level> {
+        match s {
+            "privileged" => Some(Level::Privileged),
+            "baseline" => Some(Level::Baseline),
+            "restricted" => Some(Level::Restricted),
+            _ => None,
+        }
+    }
+}
+
+/// How the cluster's API server admits pods.
+#[derive(Debug, Clone)]
+pub struct Cluster {
+    /// Pod Security's `defaults.enforce`.
+    pub default_enforce: Level,
+    /// ResourceQuota's `LimitedResources` for pods: priority classes a
+    /// pod may have only where a quota covers them (`PriorityClass In`).
+    pub limited_priority_classes: Vec<String>,
+}
+
+impl Cluster {
+    /// A cluster as many operators run one: Pod Security `baseline` by
+    /// default, and the critical priority classes limited as GKE limits
+    /// them.
+    pub fn as_operators_run_it() -> Cluster {
+        Cluster {
+            default_enforce: Level::Baseline,
+            limited_priority_classes: vec![
+                "system-node-critical".into(),
+                "system-cluster-critical".into(),
+            ],
+        }
+    }
+
+    /// Admits a pod named `name` with `spec` into `namespace` (its
+    /// Namespace object; `None` for one without labels, such as
+    /// `default`), whose ResourceQuotas are `quotas` and where `existing`
+    /// pods already count against them; else the API server's refusal.
+    pub fn admit_pod(
+        &self,
+        namespace: Option<&Value>,
+        quotas: &[&Value],
+        existing: u64,
+        name: &str,
+        spec: &Value,
+    ) -> Result<(), String> {
+        let forbidden = |why: String| format!("pods {name:?} is forbidden: {why}");
+        // Pod Security runs before ResourceQuota (the plugins' order).
+        let label = namespace
+            .map(|n| &n["metadata"]["labels"]["pod-security.kubernetes.io/enforce"])
+            .and_then(Value::as_str);
+        let level = match label {
+            Some(l) => Level::parse(l).unwrap_or(Level::Restricted),
+            None => self.default_enforce,
+        };
+        match level {
+            Level::Privileged => {}
+            Level::Baseline => {
+                let failed = baseline(spec);
+                if !failed.is_empty() {
+                    return Err(forbidden(format!(
+                        "violates PodSecurity \"baseline:latest\": {}",
+                        failed.join(", ")
+                    )));
+                }
+            }
+            Level::Restricted => panic!("the stand-in has no restricted checks"),
+        }
+        let class = spec["priorityClassName"].as_str().unwrap_or("");
+        if self.limited_priority_classes.iter().any(|c| c == class) {
+            let limited = format!(
+                "{{PriorityClass In [{}]}}",
+                self.limited_priority_classes.join(" ")
+            );
+            // The quotas that match the pod (every scope of theirs does),
+            // and whether one has a PriorityClass scope.
+            let matching: Vec<&&Value> = quotas
+                .iter()
+                .filter(|q| scopes(q).iter().all(|s| scope_matches(s, class)))
+                .collect();
+            let covered = matching
+                .iter()
+                .any(|q| scopes(q).iter().any(|s| s["scopeName"] == "PriorityClass"));
+            if !covered {
+                return Err(forbidden(format!(
+                    "insufficient quota to match these scopes: [{limited}]"
+                )));
+            }
+            for q in matching {
+                if let Some(hard) = q["spec"]["hard"]["pods"].as_str().map(str::to_string).or_else(
+                    || q["spec"]["hard"]["pods"].as_u64().map(|n| n.to_string()),
+                ) {
+                    let hard: u64 = hard.parse().expect("a pod count");
+                    if existing + 1 > hard {
+                        return Err(forbidden(format!(
+                            "exceeded quota: {}, requested: pods=1, used: pods={existing}, limited: pods={hard}",
+                            q["metadata"]["name"].as_str().unwrap_or("")
+                        )));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A ResourceQuota's scope selectors (`scopeSelector.matchExpressions`).
+fn scopes(q: &Value) -> Vec<Value> {
+    q["spec"]["scopeSelector"]["matchExpressions"]
+        .as_sequence()
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// `podMatchesScopeFunc` for a PriorityClass scope (other scopes are not
+/// modelled: they never match here).
+fn scope_matches(s: &Value, class: &str) -> bool {
+    if s["scopeName"] != "PriorityClass" {
+        return false;
+    }
+    let values: Vec<&str> = s["values"]
+        .as_sequence()
+        .map(|v| v.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    match s["operator"].as_str() {
+        Some("In") => values.contains(&class),
+        Some("NotIn") => !values.contains(&class),
+        Some("Exists") => !class.is_empty(),
+        Some("DoesNotExist") => class.is_empty(),
+        o => panic!("scope operator {o:?}"),
+    }
+}
+
+/// Every container of the pod, init containers first (`visitContainers`).
+fn containers(spec: &Value) -> Vec<&Value> {
+    ["initContainers", "containers", "ephemeralContainers"]
+        .iter()
+        .filter_map(|k| spec[*k].as_sequence())
+        .flatten()
+        .collect()
+}
+
+fn name(c: &Value) -> String {
+    c["name"].as_str().unwrap_or("").to_string()
+}
+
+/// `"a", "b"` (`joinQuote`).
+fn join_quote(v: &[String]) -> String {
+    v.iter()
+        .map(|s| format!("{s:?}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn plural<'a>(one: &'a str, many: &'a str, n: usize) -> &'a str {
+    if n == 1 {
+        one
+    } else {
+        many
+    }
+}
+
+/// The baseline checks, in ID order: each failure as `reason (detail)`.
+fn baseline(spec: &Value) -> Vec<String> {
+    let mut failed = Vec::new();
+    let mut fail = |reason: &str, detail: String| failed.push(format!("{reason} ({detail})"));
+    let sc = |c: &Value| c["securityContext"].clone();
+
+    // appArmorProfile: no Unconfined profile, pod or container.
+    let mut apparmor = Vec::new();
+    if spec["securityContext"]["appArmorProfile"]["type"] == "Unconfined" {
+        apparmor.push("pod".to_string());
+    }
+    for c in containers(spec) {
+        if sc(c)["appArmorProfile"]["type"] == "Unconfined" {
+            apparmor.push(format!("container {:?}", name(c)));
+        }
+    }
+    if !apparmor.is_empty() {
+        fail(
+            "forbidden AppArmor profile",
+            format!("{} must not set appArmorProfile.type to \"Unconfined\"", apparmor.join(", ")),
+        );
+    }
+
+    // capabilities_baseline: only the default set may be added.
+    const DEFAULT: [&str; 13] = [
+        "AUDIT_WRITE",
+        "CHOWN",
+        "DAC_OVERRIDE",
+        "FOWNER",
+        "FSETID",
+        "KILL",
+        "MKNOD",
+        "NET_BIND_SERVICE",
+        "SETFCAP",
+        "SETGID",
+        "SETPCAP",
+        "SETUID",
+        "SYS_CHROOT",
+    ];
+    let mut bad = Vec::new();
+    let mut caps = std::collections::BTreeSet::new();
+    for c in containers(spec) {
+        let added = sc(c)["capabilities"]["add"].as_sequence().cloned().unwrap_or_default();
+        let extra: Vec<String> = added
+            .iter()
+            .filter_map(Value::as_str)
+            .filter(|a| !DEFAULT.contains(a))
+            .map(str::to_string)
+            .collect();
+        if !extra.is_empty() {
+            bad.push(name(c));
+            caps.extend(extra);
+        }
+    }
+    if !bad.is_empty() {
+        let caps: Vec<String> = caps.into_iter().collect();
+        fail(
+            "non-default capabilities",
+            format!(
+                "{} {} must not include {} in securityContext.capabilities.add",
+                plural("container", "containers", bad.len()),
+                join_quote(&bad),
+                join_quote(&caps)
+            ),
+        );
+    }
+
+    // hostNamespaces.
+    let host: Vec<String> = ["hostNetwork", "hostPID", "hostIPC"]
+        .iter()
+        .filter(|k| spec[**k].as_bool() == Some(true))
+        .map(|k| format!("{k}=true"))
+        .collect();
+    if !host.is_empty() {
+        fail("host namespaces", host.join(", "));
+    }
+
+    // hostPathVolumes.
+    let host_paths: Vec<String> = spec["volumes"]
+        .as_sequence()
+        .into_iter()
+        .flatten()
+        .filter(|v| !v["hostPath"].is_null())
+        .map(name)
+        .collect();
+    if !host_paths.is_empty() {
+        fail(
+            "hostPath volumes",
+            format!(
+                "{} {}",
+                plural("volume", "volumes", host_paths.len()),
+                join_quote(&host_paths)
+            ),
+        );
+    }
+
+    // hostPorts.
+    let mut bad = Vec::new();
+    let mut ports = Vec::new();
+    for c in containers(spec) {
+        let used: Vec<String> = c["ports"]
+            .as_sequence()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p["hostPort"].as_u64())
+            .filter(|&p| p != 0)
+            .map(|p| p.to_string())
+            .collect();
+        if !used.is_empty() {
+            bad.push(name(c));
+            ports.extend(used);
+        }
+    }
+    if !bad.is_empty() {
+        fail(
+            "hostPort",
+            format!(
+                "{} {} {} {} {}",
+                plural("container", "containers", bad.len()),
+                join_quote(&bad),
+                plural("uses", "use", bad.len()),
+                plural("hostPort", "hostPorts", ports.len()),
+                ports.join(", ")
+            ),
+        );
+    }
+
+    // privileged.
+    let bad: Vec<String> = containers(spec)
+        .into_iter()
+        .filter(|c| sc(c)["privileged"].as_bool() == Some(true))
+        .map(name)
+        .collect();
+    if !bad.is_empty() {
+        fail(
+            "privileged",
+            format!(
+                "{} {} must not set securityContext.privileged=true",
+                plural("container", "containers", bad.len()),
+                join_quote(&bad)
+            ),
+        );
+    }
+
+    // procMount: Default only.
+    let bad: Vec<String> = containers(spec)
+        .into_iter()
+        .filter(|c| sc(c)["procMount"].as_str().is_some_and(|p| p != "Default"))
+        .map(name)
+        .collect();
+    if !bad.is_empty() {
+        fail(
+            "procMount",
+            format!(
+                "{} {} must not set securityContext.procMount to \"Unmasked\"",
+                plural("container", "containers", bad.len()),
+                join_quote(&bad)
+            ),
+        );
+    }
+
+    // seLinuxOptions: the container types only, no user or role.
+    const TYPES: [&str; 4] = [
+        "container_t",
+        "container_init_t",
+        "container_kvm_t",
+        "container_engine_t",
+    ];
+    let selinux_bad = |o: &Value| {
+        o["type"].as_str().is_some_and(|t| !t.is_empty() && !TYPES.contains(&t))
+            || o["user"].as_str().is_some_and(|u| !u.is_empty())
+            || o["role"].as_str().is_some_and(|r| !r.is_empty())
+    };
+    let mut where_ = Vec::new();
+    if selinux_bad(&spec["securityContext"]["seLinuxOptions"]) {
+        where_.push("pod".to_string());
+    }
+    for c in containers(spec) {
+        if selinux_bad(&sc(c)["seLinuxOptions"]) {
+            where_.push(format!("container {:?}", name(c)));
+        }
+    }
+    if !where_.is_empty() {
+        fail(
+            "seLinuxOptions",
+            format!("{} set forbidden securityContext.seLinuxOptions", where_.join(", ")),
+        );
+    }
+
+    // seccompProfile_baseline: no Unconfined profile.
+    let mut where_ = Vec::new();
+    if spec["securityContext"]["seccompProfile"]["type"] == "Unconfined" {
+        where_.push("pod".to_string());
+    }
+    for c in containers(spec) {
+        if sc(c)["seccompProfile"]["type"] == "Unconfined" {
+            where_.push(format!("container {:?}", name(c)));
+        }
+    }
+    if !where_.is_empty() {
+        fail(
+            "seccompProfile",
+            format!(
+                "{} must not set securityContext.seccompProfile.type to \"Unconfined\"",
+                where_.join(", ")
+            ),
+        );
+    }
+
+    // sysctls: the safe set only.
+    const SAFE: [&str; 9] = [
+        "kernel.shm_rmid_forced",
+        "net.ipv4.ip_local_port_range",
+        "net.ipv4.ip_unprivileged_port_start",
+        "net.ipv4.tcp_syncookies",
+        "net.ipv4.ping_group_range",
+        "net.ipv4.ip_local_reserved_ports",
+        "net.ipv4.tcp_keepalive_time",
+        "net.ipv4.tcp_fin_timeout",
+        "net.ipv4.tcp_keepalive_intvl",
+    ];
+    let bad: Vec<String> = spec["securityContext"]["sysctls"]
+        .as_sequence()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s["name"].as_str())
+        .filter(|n| !SAFE.contains(n) && *n != "net.ipv4.tcp_keepalive_probes")
+        .map(str::to_string)
+        .collect();
+    if !bad.is_empty() {
+        fail("forbidden sysctls", bad.join(", "));
+    }
+    failed
+}
+
+/// A pod's QoS class (`pkg/apis/core/helper/qos/qos.go` `GetPodQOS`):
+/// `Guaranteed` when every container (init containers too) has CPU and
+/// memory limits and requests equal to them (a request left out is its
+/// limit), `BestEffort` when none asks for anything, else `Burstable`.
+pub fn qos_class(spec: &Value) -> &'static str {
+    let mut any = false;
+    let mut guaranteed = true;
+    for c in containers(spec) {
+        let r = &c["resources"];
+        for res in ["cpu", "memory"] {
+            let limit = r["limits"][res].as_str().map(str::to_string).or(r["limits"][res]
+                .as_u64()
+                .map(|n| n.to_string()));
+            let request = r["requests"][res].as_str().map(str::to_string).or(r["requests"][res]
+                .as_u64()
+                .map(|n| n.to_string()));
+            any |= limit.is_some() || request.is_some();
+            match (&request, &limit) {
+                (_, None) => guaranteed = false,
+                (Some(q), Some(l)) if quantity_ne(res, q, l) => guaranteed = false,
+                _ => {}
+            }
+        }
+    }
+    match (any, guaranteed) {
+        (false, _) => "BestEffort",
+        (true, true) => "Guaranteed",
+        (true, false) => "Burstable",
+    }
+}
+
+fn quantity_ne(res: &str, a: &str, b: &str) -> bool {
+    let v = |q: &str| {
+        let q = Value::String(q.to_string());
+        if res == "cpu" {
+            super::scheduler::cpu(&q)
+        } else {
+            super::scheduler::memory(&q)
+        }
+    };
+    v(a) != v(b)
+}
+
+#[test]
+fn the_admission_stand_in_refuses_as_upstream() {
+    let spec: Value = serde_yaml::from_str(
+        r#"
+priorityClassName: system-node-critical
+hostNetwork: true
+containers:
+  - name: a
+    securityContext: {capabilities: {add: [NET_ADMIN, CHOWN, IPC_LOCK]}}
+    resources: {requests: {cpu: "1", memory: 1Gi}, limits: {cpu: 1000m, memory: 1Gi}}
+  - name: b
+    ports: [{containerPort: 80, hostPort: 80}]
+    resources: {limits: {cpu: 100m, memory: 64Mi}}
+volumes:
+  - {name: run, hostPath: {path: /run}}
+"#,
+    )
+    .unwrap();
+    let c = Cluster::as_operators_run_it();
+    let ns = |label: Option<&str>| -> Value {
+        let mut n: Value = serde_yaml::from_str("metadata: {name: ns, labels: {}}").unwrap();
+        if let Some(l) = label {
+            n["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] = l.into();
+        }
+        n
+    };
+    assert_eq!(
+        c.admit_pod(Some(&ns(None)), &[], 0, "p", &spec).unwrap_err(),
+        "pods \"p\" is forbidden: violates PodSecurity \"baseline:latest\": non-default capabilities (container \"a\" must not include \"IPC_LOCK\", \"NET_ADMIN\" in securityContext.capabilities.add), host namespaces (hostNetwork=true), hostPath volumes (volume \"run\"), hostPort (container \"b\" uses hostPort 80)"
+    );
+    let privileged = ns(Some("privileged"));
+    assert_eq!(
+        c.admit_pod(Some(&privileged), &[], 0, "p", &spec).unwrap_err(),
+        "pods \"p\" is forbidden: insufficient quota to match these scopes: [{PriorityClass In [system-node-critical system-cluster-critical]}]"
+    );
+    let quota: Value = serde_yaml::from_str(
+        "metadata: {name: q}\nspec: {hard: {pods: \"2\"}, scopeSelector: {matchExpressions: [{scopeName: PriorityClass, operator: In, values: [system-node-critical]}]}}",
+    )
+    .unwrap();
+    c.admit_pod(Some(&privileged), &[&quota], 1, "p", &spec).unwrap();
+    assert!(c
+        .admit_pod(Some(&privileged), &[&quota], 2, "p", &spec)
+        .unwrap_err()
+        .contains("exceeded quota: q"));
+    assert_eq!(qos_class(&spec), "Guaranteed");
+    let mut burstable = spec.clone();
+    burstable["containers"][1]["resources"]["requests"] = serde_yaml::from_str("{cpu: 10m}").unwrap();
+    assert_eq!(qos_class(&burstable), "Burstable");
+}
