@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Parser;
-use switchyard_webhook::review::{FailurePolicy, Nads};
+use switchyard_webhook::review::{FailurePolicy, Nads, Policy};
 use switchyard_webhook::serve::{serve, Settings};
 
 /// Adds the device resources of a pod's Switchyard networks to the pod.
@@ -32,6 +32,11 @@ struct Args {
     /// pod's terminationGracePeriodSeconds.
     #[arg(long, default_value_t = 5)]
     shutdown_delay_secs: u64,
+    /// Multus's namespace (its `multusNamespace`): where a pod's
+    /// `v1.multus-cni.io/default-network` is read when it names no
+    /// namespace.
+    #[arg(long, default_value = "kube-system")]
+    multus_namespace: String,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -65,7 +70,10 @@ fn main() -> anyhow::Result<()> {
                 listen: args.listen,
                 cert: args.tls_cert,
                 key: args.tls_key,
-                failure_policy: args.failure_policy,
+                policy: Policy {
+                    failure: args.failure_policy,
+                    multus_namespace: args.multus_namespace,
+                },
                 shutdown_delay: std::time::Duration::from_secs(args.shutdown_delay_secs),
             },
             Nads::new(client),

@@ -5,7 +5,7 @@ use kube::api::{Api, ApiResource, DynamicObject};
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 
 use crate::mutate::{self, Needs, NODE_SELECTOR_ANNOTATION, RESOURCE_ANNOTATION};
-use crate::selection::{self, Selection, NETWORKS_ANNOTATION};
+use crate::selection::{self, Selection, DEFAULT_NETWORK_ANNOTATION, NETWORKS_ANNOTATION};
 
 /// What to do when the API server cannot be asked about a network.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -110,10 +110,20 @@ impl Nads {
     }
 }
 
+/// How reviews are answered.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    /// When a NAD cannot be read.
+    pub failure: FailurePolicy,
+    /// Multus's namespace (its `multusNamespace`): where the default-network
+    /// annotation's network is when it names no namespace.
+    pub multus_namespace: String,
+}
+
 /// Answers one review.
 pub async fn review(
     nads: &Nads,
-    policy: FailurePolicy,
+    policy: &Policy,
     review: AdmissionReview<DynamicObject>,
 ) -> AdmissionReview<DynamicObject> {
     let req: AdmissionRequest<DynamicObject> = match review.try_into() {
@@ -128,14 +138,14 @@ pub async fn review(
         (Operation::Create, Some(o)) if req.kind.kind == "Pod" && req.kind.group.is_empty() => o,
         _ => return resp.into_review(),
     };
-    let Some(text) = pod
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(NETWORKS_ANNOTATION))
-    else {
+    let annotation = |k: &str| pod.metadata.annotations.as_ref().and_then(|a| a.get(k));
+    let (text, default_net) = (
+        annotation(NETWORKS_ANNOTATION),
+        annotation(DEFAULT_NETWORK_ANNOTATION),
+    );
+    if text.is_none() && default_net.is_none() {
         return resp.into_review();
-    };
+    }
     let namespace = pod
         .metadata
         .namespace
@@ -148,7 +158,18 @@ pub async fn review(
         .clone()
         .or(pod.metadata.generate_name.clone())
         .unwrap_or_default();
-    let nets = match selection::parse(text, &namespace) {
+    // The network replacing the cluster network first, as Multus attaches
+    // it first (its device the first of its resource's).
+    let parsed = default_net
+        .map(|d| selection::parse_default(d, &policy.multus_namespace).map(|s| vec![s]))
+        .unwrap_or_else(|| Ok(Vec::new()))
+        .and_then(|mut nets| {
+            if let Some(t) = text {
+                nets.extend(selection::parse(t, &namespace)?);
+            }
+            Ok(nets)
+        });
+    let nets = match parsed {
         Ok(n) => n,
         Err(e) => return resp.deny(e).into_review(),
     };
@@ -178,7 +199,7 @@ pub async fn review(
         Err(Refusal::Api(net, e)) => {
             let why = format!("cannot read NetworkAttachmentDefinition {net}: {e}");
             tracing::warn!(pod = %format!("{namespace}/{who}"), "{why}");
-            return match policy {
+            return match policy.failure {
                 FailurePolicy::Fail => resp.deny(why).into_review(),
                 FailurePolicy::Ignore => {
                     let mut r = resp;

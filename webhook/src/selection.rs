@@ -1,12 +1,22 @@
-//! The pod annotation `k8s.v1.cni.cncf.io/networks`, parsed as Multus and
-//! the network-attachment-definition client parse it: a JSON list of
-//! network selection elements when the text holds any of `[`, `{` or `"`,
-//! else a comma-separated list of `[namespace/]name[@interface]`.
+//! The pod annotations `k8s.v1.cni.cncf.io/networks` and
+//! `v1.multus-cni.io/default-network`, parsed as Multus parses them
+//! (`pkg/k8sclient/k8sclient.go` `parsePodNetworkAnnotation`,
+//! `parsePodNetworkObjectName`): a JSON list of network selection elements
+//! when the text holds any of `[`, `{` or `"`, else a comma-separated list
+//! of `[namespace/]name[@interface]`, whose namespace and name must be
+//! DNS-1123 labels in form (`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`, no length
+//! limit) and whose interface name at most 15 bytes without whitespace or
+//! `/` (the JSON form's interface is not checked).
 
 use serde::Deserialize;
 
 /// The annotation naming a pod's networks.
 pub const NETWORKS_ANNOTATION: &str = "k8s.v1.cni.cncf.io/networks";
+
+/// The annotation naming the network that replaces the pod's cluster
+/// network (Multus `tryLoadK8sPodDefaultNetwork`: one network, its
+/// namespace Multus's own when it names none).
+pub const DEFAULT_NETWORK_ANNOTATION: &str = "v1.multus-cni.io/default-network";
 
 /// One network the pod asks for.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -26,14 +36,21 @@ pub struct Selection {
 #[error("annotation {NETWORKS_ANNOTATION}: {0}")]
 pub struct SelectionError(String);
 
+/// `^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`, as Multus matches a namespace and a
+/// name (no length limit: the API server's own limits apply elsewhere).
 fn dns_label(s: &str) -> bool {
     let b = s.as_bytes();
     !b.is_empty()
-        && b.len() <= 63
         && b.iter()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
         && b[0] != b'-'
         && b[b.len() - 1] != b'-'
+}
+
+/// An interface name Multus takes: at most `IFNAMSIZ - 1` (15) bytes, and
+/// none of `" \t\n\v\f\r/"`.
+fn interface_name(s: &str) -> bool {
+    s.len() <= 15 && !s.contains([' ', '\t', '\n', '\x0b', '\x0c', '\r', '/'])
 }
 
 /// The networks of `text`, each with its namespace filled in
@@ -71,18 +88,43 @@ fn parse_item(item: &str) -> Result<Selection, SelectionError> {
         [name, ifname] => (name.trim(), Some(ifname.trim())),
         _ => return Err(SelectionError(format!("{item:?}: more than one '@'"))),
     };
-    for part in [ns, Some(name), ifname].into_iter().flatten() {
-        if !dns_label(part) {
+    for part in [ns, Some(name)].into_iter().flatten() {
+        if !part.is_empty() && !dns_label(part) {
             return Err(SelectionError(format!(
                 "{item:?}: {part:?} is not a DNS-1123 label (lower-case letters, digits, '-')"
             )));
         }
     }
+    let ifname = ifname.filter(|i| !i.is_empty());
+    if let Some(i) = ifname {
+        if !interface_name(i) {
+            return Err(SelectionError(format!(
+                "{item:?}: interface name {i:?} must be at most 15 bytes, without '/' or whitespace"
+            )));
+        }
+    }
     Ok(Selection {
         name: name.to_string(),
-        namespace: ns.map(str::to_string),
+        namespace: ns.filter(|n| !n.is_empty()).map(str::to_string),
         interface: ifname.map(str::to_string),
     })
+}
+
+/// The network of the default-network annotation `text`, its namespace
+/// `multus_ns` when it names none; one only.
+pub fn parse_default(text: &str, multus_ns: &str) -> Result<Selection, SelectionError> {
+    let mut nets = parse(text, multus_ns).map_err(|SelectionError(e)| {
+        SelectionError(format!("{DEFAULT_NETWORK_ANNOTATION}: {e}"))
+    })?;
+    match nets.len() {
+        1 => Ok(nets.remove(0)),
+        0 => Err(SelectionError(format!(
+            "{DEFAULT_NETWORK_ANNOTATION}: no network"
+        ))),
+        _ => Err(SelectionError(format!(
+            "{DEFAULT_NETWORK_ANNOTATION}: more than one default network is specified: {text}"
+        ))),
+    }
 }
 
 #[cfg(test)]
@@ -121,5 +163,47 @@ mod tests {
         assert!(parse(r#"[{"namespace":"x"}]"#, "p").is_err());
         assert!(parse("[", "p").is_err());
         assert_eq!(parse(" ", "p").unwrap(), []);
+    }
+
+    /// The interface names of the comma form, as Multus's
+    /// `parsePodNetworkObjectName` takes and refuses them.
+    #[test]
+    fn interface_names_as_multus_takes_them() {
+        for ok in ["eth1", "net_1", "eth1.100", "Net1", "a", "fifteen-chars15"].iter() {
+            let got = parse(&format!("net@{ok}"), "p").unwrap_or_else(|e| panic!("{ok:?}: {e}"));
+            assert_eq!(got[0].interface.as_deref(), Some(*ok));
+        }
+        for bad in ["sixteen-chars-16", "a/b", "a\tb", "a\x0bb"] {
+            assert!(parse(&format!("net@{bad}"), "p").is_err(), "{bad:?}");
+        }
+        // Whitespace around it is trimmed, and nothing after '@' is none.
+        assert_eq!(
+            parse("net@ eth1 ", "p").unwrap()[0].interface.as_deref(),
+            Some("eth1")
+        );
+        assert_eq!(parse("net@", "p").unwrap()[0].interface, None);
+        // Long names and namespaces pass (no DNS label length here).
+        let long = "n".repeat(80);
+        assert!(parse(&format!("{long}/{long}"), "p").is_ok());
+        assert!(parse("net.v2", "p").is_err());
+        assert!(parse("-net", "p").is_err());
+        // The JSON form's interface is not checked (Multus does not).
+        assert!(parse(r#"[{"name":"n","interface":"a very long name"}]"#, "p").is_ok());
+    }
+
+    #[test]
+    fn the_default_network_is_one_in_multus_namespace() {
+        assert_eq!(
+            parse_default("sriov-net", "kube-system").unwrap(),
+            sel("kube-system", "sriov-net", None)
+        );
+        assert_eq!(
+            parse_default("ns1/net", "kube-system").unwrap(),
+            sel("ns1", "net", None)
+        );
+        assert!(parse_default("a,b", "kube-system")
+            .unwrap_err()
+            .to_string()
+            .contains("more than one"));
     }
 }

@@ -16,7 +16,7 @@ use axum_server::tls_rustls::RustlsConfig;
 use kube::api::DynamicObject;
 use kube::core::admission::AdmissionReview;
 
-use crate::review::{review, FailurePolicy, Nads};
+use crate::review::{review, Nads, Policy};
 
 /// How the webhook runs.
 #[derive(Debug, Clone)]
@@ -27,8 +27,8 @@ pub struct Settings {
     pub cert: PathBuf,
     /// PEM private key.
     pub key: PathBuf,
-    /// What to do when a NAD cannot be read.
-    pub failure_policy: FailurePolicy,
+    /// What to do when a NAD cannot be read, and where Multus is.
+    pub policy: Policy,
     /// After `shutdown`, how long the webhook still answers reviews while
     /// `/healthz` says it is stopping: until the Service has taken it out
     /// of its endpoints (the API server still sends reviews to a pod for a
@@ -39,14 +39,14 @@ pub struct Settings {
 
 struct App {
     nads: Nads,
-    policy: FailurePolicy,
+    policy: Policy,
 }
 
 async fn mutate(
     State(app): State<Arc<App>>,
     Json(req): Json<AdmissionReview<DynamicObject>>,
 ) -> Json<serde_json::Value> {
-    Json(wire_form(review(&app.nads, app.policy, req).await))
+    Json(wire_form(review(&app.nads, &app.policy, req).await))
 }
 
 /// The review as the API server's Go types encode it: `patch` is a `[]byte`,
@@ -104,7 +104,7 @@ pub async fn serve(
     };
     let app = Arc::new(App {
         nads,
-        policy: settings.failure_policy,
+        policy: settings.policy.clone(),
     });
     let stopping = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let health = {

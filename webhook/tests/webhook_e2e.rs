@@ -106,6 +106,12 @@ fn nad_store() -> BTreeMap<(String, String), Value> {
     store.extend([
         tuned,
         nad("team-b", "blue", Some("switchyard.io/memif")),
+        // A cluster network replacement, where Multus reads one.
+        nad(
+            "kube-system",
+            "userspace-default",
+            Some("switchyard.io/vhost-user"),
+        ),
         nad("team-b", "plain", None),
         physnet,
         bad_sel,
@@ -481,6 +487,36 @@ fn pods_get_the_resources_of_their_networks() {
             {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}},
             {"path": "annotations", "fieldRef": {"fieldPath": "metadata.annotations"}}]}}])
     );
+    valid.push(out);
+
+    // Interface names Multus takes (at most 15 bytes, no '/' or
+    // whitespace): not only DNS labels.
+    for ifname in ["net_1", "eth1.100"] {
+        let p = pod(
+            "ifname",
+            Some(&format!("default/switchyard-memif@{ifname}")),
+            Value::Null,
+        );
+        let r = hook.admit(&tls, &review(&p, "team-a", "CREATE"));
+        assert_eq!(r["allowed"], true, "{ifname}: {r}");
+    }
+    let p = pod(
+        "ifname",
+        Some("default/switchyard-memif@sixteen-chars-16"),
+        Value::Null,
+    );
+    let r = hook.admit(&tls, &review(&p, "team-a", "CREATE"));
+    assert_eq!(r["allowed"], false, "{r}");
+
+    // The network that replaces the cluster network (Multus's namespace
+    // when it names none) needs its device too, beside the others.
+    let mut p = pod("default-net", Some("default/switchyard-memif"), Value::Null);
+    let mut v = serde_json::to_value(&p).unwrap();
+    v["metadata"]["annotations"]["v1.multus-cni.io/default-network"] = json!("userspace-default");
+    p = serde_json::from_value(v).unwrap();
+    let out = patched(&p, &hook.admit(&tls, &review(&p, "team-a", "CREATE")));
+    let both = json!({"switchyard.io/memif": "1", "switchyard.io/vhost-user": "1"});
+    assert_eq!(resources_of(&out), (both.clone(), both));
     valid.push(out);
 
     // A resource the user gave another container is left to it; init

@@ -127,9 +127,11 @@ impl Cluster {
                 )));
             }
             for q in matching {
-                if let Some(hard) = q["spec"]["hard"]["pods"].as_str().map(str::to_string).or_else(
-                    || q["spec"]["hard"]["pods"].as_u64().map(|n| n.to_string()),
-                ) {
+                if let Some(hard) = q["spec"]["hard"]["pods"]
+                    .as_str()
+                    .map(str::to_string)
+                    .or_else(|| q["spec"]["hard"]["pods"].as_u64().map(|n| n.to_string()))
+                {
                     let hard: u64 = hard.parse().expect("a pod count");
                     if existing + 1 > hard {
                         return Err(forbidden(format!(
@@ -219,7 +221,10 @@ fn baseline(spec: &Value) -> Vec<String> {
     if !apparmor.is_empty() {
         fail(
             "forbidden AppArmor profile",
-            format!("{} must not set appArmorProfile.type to \"Unconfined\"", apparmor.join(", ")),
+            format!(
+                "{} must not set appArmorProfile.type to \"Unconfined\"",
+                apparmor.join(", ")
+            ),
         );
     }
 
@@ -242,7 +247,10 @@ fn baseline(spec: &Value) -> Vec<String> {
     let mut bad = Vec::new();
     let mut caps = std::collections::BTreeSet::new();
     for c in containers(spec) {
-        let added = sc(c)["capabilities"]["add"].as_sequence().cloned().unwrap_or_default();
+        let added = sc(c)["capabilities"]["add"]
+            .as_sequence()
+            .cloned()
+            .unwrap_or_default();
         let extra: Vec<String> = added
             .iter()
             .filter_map(Value::as_str)
@@ -369,7 +377,9 @@ fn baseline(spec: &Value) -> Vec<String> {
         "container_engine_t",
     ];
     let selinux_bad = |o: &Value| {
-        o["type"].as_str().is_some_and(|t| !t.is_empty() && !TYPES.contains(&t))
+        o["type"]
+            .as_str()
+            .is_some_and(|t| !t.is_empty() && !TYPES.contains(&t))
             || o["user"].as_str().is_some_and(|u| !u.is_empty())
             || o["role"].as_str().is_some_and(|r| !r.is_empty())
     };
@@ -385,7 +395,10 @@ fn baseline(spec: &Value) -> Vec<String> {
     if !where_.is_empty() {
         fail(
             "seLinuxOptions",
-            format!("{} set forbidden securityContext.seLinuxOptions", where_.join(", ")),
+            format!(
+                "{} set forbidden securityContext.seLinuxOptions",
+                where_.join(", ")
+            ),
         );
     }
 
@@ -445,12 +458,14 @@ pub fn qos_class(spec: &Value) -> &'static str {
     for c in containers(spec) {
         let r = &c["resources"];
         for res in ["cpu", "memory"] {
-            let limit = r["limits"][res].as_str().map(str::to_string).or(r["limits"][res]
-                .as_u64()
-                .map(|n| n.to_string()));
-            let request = r["requests"][res].as_str().map(str::to_string).or(r["requests"][res]
-                .as_u64()
-                .map(|n| n.to_string()));
+            let limit = r["limits"][res]
+                .as_str()
+                .map(str::to_string)
+                .or(r["limits"][res].as_u64().map(|n| n.to_string()));
+            let request = r["requests"][res]
+                .as_str()
+                .map(str::to_string)
+                .or(r["requests"][res].as_u64().map(|n| n.to_string()));
             any |= limit.is_some() || request.is_some();
             match (&request, &limit) {
                 (_, None) => guaranteed = false,
@@ -517,13 +532,15 @@ volumes:
         "metadata: {name: q}\nspec: {hard: {pods: \"2\"}, scopeSelector: {matchExpressions: [{scopeName: PriorityClass, operator: In, values: [system-node-critical]}]}}",
     )
     .unwrap();
-    c.admit_pod(Some(&privileged), &[&quota], 1, "p", &spec).unwrap();
+    c.admit_pod(Some(&privileged), &[&quota], 1, "p", &spec)
+        .unwrap();
     assert!(c
         .admit_pod(Some(&privileged), &[&quota], 2, "p", &spec)
         .unwrap_err()
         .contains("exceeded quota: q"));
     assert_eq!(qos_class(&spec), "Guaranteed");
     let mut burstable = spec.clone();
-    burstable["containers"][1]["resources"]["requests"] = serde_yaml::from_str("{cpu: 10m}").unwrap();
+    burstable["containers"][1]["resources"]["requests"] =
+        serde_yaml::from_str("{cpu: 10m}").unwrap();
     assert_eq!(qos_class(&burstable), "Burstable");
 }
