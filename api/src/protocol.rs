@@ -429,7 +429,8 @@ pub enum LookupOutcome {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PollMode {
-    /// Busy-poll always (lowest latency, one full CPU per worker).
+    /// Busy-poll always (lowest latency, one full CPU per worker); a worker
+    /// with no queue to poll (or paused for a takeover) sleeps all the same.
     Poll,
     /// Sleep whenever a poll finds nothing.
     Interrupt,

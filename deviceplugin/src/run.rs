@@ -147,8 +147,8 @@ impl Instance {
 }
 
 /// The endpoints of `class`'s pool in the plugin dir other than `me`'s:
-/// each instance with its socket, and whether a server answers there
-/// (within a second: a server too stuck to accept is not serving).
+/// each instance with its socket, and whether a server answers there (a
+/// connection the kernel completes, within a second).
 async fn other_endpoints(
     cfg: &Config,
     class: &str,
@@ -336,6 +336,8 @@ impl OlderSince {
     /// one that came has gone, [`REREGISTER_AFTER`] ago (the kubelet's
     /// moment to finish dropping its client).
     fn see(&mut self, serving: &[Instance], now: tokio::time::Instant) -> bool {
+        // One that stops and serves again later may register again.
+        self.at_registration.retain(|i| serving.contains(i));
         for inst in serving {
             if !self.at_registration.contains(inst) && !self.came.contains(inst) {
                 self.came.push(*inst);
@@ -353,11 +355,14 @@ impl OlderSince {
     }
 }
 
-/// How many health intervals in a row a plugin that stood down must find
-/// no newer instance serving before it serves again. A kubelet restart
-/// wipes every endpoint, and the newer instance binds its own again at its
-/// next check: one empty look is a restart, not a newer instance gone.
+/// How long, and in at least how many health checks in a row, a plugin
+/// that stood down must find no newer instance serving before it serves
+/// again. A kubelet restart wipes every endpoint, and the newer instance
+/// binds its own again at its next check, after closing its old server
+/// (up to 2 s): a short empty spell is a restart, not a newer instance
+/// gone.
 const EMPTY_CHECKS_TO_SERVE_AGAIN: u32 = 3;
+const EMPTY_FOR_TO_SERVE_AGAIN: Duration = Duration::from_secs(3);
 
 /// One pool: serve on this instance's endpoint, register, and register
 /// again whenever the kubelet drops the registration (it ended our
@@ -418,6 +423,9 @@ async fn pool_loop(
                 break;
             }
             let seen = file_id(&cfg.kubelet_socket());
+            // Older instances serving before this registration: one that
+            // registers after it is one that came back (see OlderSince).
+            let older_before = live_older(&cfg, &class, me).await;
             if let Err(e) = register(&cfg, pool, &endpoint).await {
                 // The kubelet may not be up yet.
                 tracing::warn!(%resource, "registration: {e}; retrying");
@@ -428,7 +436,7 @@ async fn pool_loop(
             // Registered: watch for the kubelet dropping us or restarting,
             // a newer instance, an older one coming and going, and the end.
             let mut streams = serving.streams.clone();
-            let mut older = OlderSince::new(live_older(&cfg, &class, me).await);
+            let mut older = OlderSince::new(older_before);
             // The first stream may take the kubelet a moment longer.
             let mut streamless_since = Some(tokio::time::Instant::now() + FIRST_STREAM_GRACE);
             why = loop {
@@ -486,17 +494,18 @@ async fn pool_loop(
             // died, or its pod went first: the newest live plugin serves),
             // seen in enough checks in a row that it is not a kubelet
             // restart the newer one has yet to notice.
-            let mut empty = 0;
-            while empty < EMPTY_CHECKS_TO_SERVE_AGAIN {
+            let (mut empty, mut since) = (0, tokio::time::Instant::now());
+            while empty < EMPTY_CHECKS_TO_SERVE_AGAIN || since.elapsed() < EMPTY_FOR_TO_SERVE_AGAIN
+            {
                 let _ = tokio::time::timeout(every, quit.changed()).await;
                 if *quit.borrow() {
                     return Ok(Ended::Replaced);
                 }
-                empty = if newer(cfg.clone()).await {
-                    0
+                if newer(cfg.clone()).await {
+                    (empty, since) = (0, tokio::time::Instant::now());
                 } else {
-                    empty + 1
-                };
+                    empty += 1;
+                }
             }
             tracing::warn!(%resource, "no newer device plugin serves the pool any more: serving again");
             // The newer one may have removed the device-info files as it
@@ -594,6 +603,10 @@ mod tests {
         assert!(!o.see(&[i(1)], t0));
         assert!(!o.see(&[], later(100)));
         assert!(!o.see(&[], later(5000)));
+        // ... unless it serves again later, and goes again.
+        assert!(!o.see(&[i(1)], later(6000)));
+        assert!(!o.see(&[], later(6100)));
+        assert!(o.see(&[], later(6100) + REREGISTER_AFTER));
         // Not serving then, serving since (it resumed after a kubelet
         // restart, and may have registered after us), then gone: register
         // again, once the kubelet had its moment.

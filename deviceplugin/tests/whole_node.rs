@@ -616,6 +616,18 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
                 !probe("ds-switch", "readinessProbe"),
                 "the old switch still serves"
             );
+            // The old pod is no longer Ready (its switch serves nothing):
+            // the controller deletes it at once (and would once the new one
+            // is available, in any case).
+            ds_pods[0].ready_since = None;
+            let sync = rollout.sync(&ds_pods, std::time::Instant::now());
+            assert_eq!(
+                sync,
+                scheduler::Sync {
+                    create: false,
+                    delete: vec!["ds".into()]
+                }
+            );
             assert!(
                 probe("ds-switch", "livenessProbe"),
                 "the kubelet would restart the old switch"
@@ -642,8 +654,8 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
             wait_for(LIMIT, "every device allocatable beside the old pod", || {
                 allocatable(&kubelet).then_some(())
             });
-            // The kubelet restarts mid-rollout: only the new plugin
-            // registers again.
+            // The kubelet restarts mid-rollout (the old pod terminating):
+            // only the new plugin registers again.
             kubelet.restart(&rt);
             kubelet.registrations(2);
             wait_for(
@@ -651,20 +663,9 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
                 "every device allocatable after a kubelet restart",
                 || allocatable(&kubelet).then_some(()),
             );
-            // The new pod is available: the controller deletes the old one
-            // (at once, or after `minReadySeconds`). The ports, their
-            // connections and the device-info files stay.
-            let sync = wait_for(LIMIT, "the controller to delete the old pod", || {
-                let s = rollout.sync(&ds_pods, std::time::Instant::now());
-                (s != scheduler::Sync::default()).then_some(s)
-            });
-            assert_eq!(
-                sync,
-                scheduler::Sync {
-                    create: false,
-                    delete: vec!["ds".into()]
-                }
-            );
+            // The old pod, deleted above, terminates (the kubelet restart
+            // came within its grace period). The ports, their connections
+            // and the device-info files stay.
             let grace = spec["terminationGracePeriodSeconds"].as_u64().unwrap_or(30) as u32;
             // (The old vtep-sync's log, before its container goes.)
             let old_sync_changes = changes(&node.logs("ds-vtep-sync"));

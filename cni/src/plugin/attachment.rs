@@ -109,6 +109,11 @@ pub(crate) fn owe(nc: &NetConf, port: &str) -> Result<(), CniError> {
     write_atomic(&path, body, 0o600).map_err(|e| io(path.display(), e))
 }
 
+/// Forgets that `port` is owed: an attachment made it again.
+pub(crate) fn forgive(nc: &NetConf, port: &str) {
+    let _ = fs::remove_file(owed_dir(nc).join(port));
+}
+
 /// The ports owed by the switch at `nc.control_socket`.
 pub(crate) fn owed(nc: &NetConf) -> Vec<(String, PathBuf)> {
     let want = nc.control_socket.as_os_str().as_encoded_bytes();

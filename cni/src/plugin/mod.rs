@@ -148,6 +148,11 @@ pub fn add(
             // netconf, which may name another network or IPAM), then this
             // one is made.
             added => {
+                // The first ADD's CNI_ARGS and CNI_NETNS, as its IPAM saw them.
+                let first_env: Vec<(&str, String)> = match &added {
+                    Some(a) => vec![("CNI_ARGS", a.args.clone()), ("CNI_NETNS", a.netns.clone())],
+                    None => Vec::new(),
+                };
                 let first = match added {
                     Some(a) => a.stdin,
                     // A record from before `added`: this ADD's netconf under
@@ -175,7 +180,7 @@ pub fn add(
                     container_id,
                     ifname,
                     None,
-                    &[],
+                    &first_env,
                 )?;
                 c = switch?;
                 mkdir(&pod_dir, mode)?;
@@ -242,6 +247,9 @@ pub fn add(
         undo_ipam();
         return Err(switch_err("port", e));
     }
+    // Owed by an earlier DEL of this attachment and not yet removed: the
+    // port is this attachment's now, never to be removed for that DEL.
+    attachment::forgive(nc, &name);
     let finish = || -> Result<(), CniError> {
         if let Some(f) = &nc.device_info_file {
             devinfo::write(&device_info(pod_role, &socket), f)?;
@@ -494,15 +502,20 @@ fn listed(items: impl Iterator<Item = String>) -> String {
 ///   any more: after a node reboot the records (in `/run`) are gone while
 ///   the switch's state (in `/var/lib`) brings the ports back.
 fn collect_garbage(nc: &NetConf, c: &mut Client) {
-    let claimed: std::collections::HashSet<String> =
-        records(nc).into_iter().map(|(_, r)| r.port).collect();
     for (port, file) in owed(nc) {
-        // A port an attachment made again since (same container and
-        // interface) is that attachment's now, not owed.
-        if claimed.contains(&port) || remove_port(c, &port).is_ok() {
+        if remove_port(c, &port).is_ok() {
             let _ = fs::remove_file(file);
         }
     }
+    // Records unreadable (not just absent): no port is judged unclaimed.
+    let Ok(entries) = fs::read_dir(state_dir(nc)) else {
+        return;
+    };
+    let claimed: std::collections::HashSet<String> = entries
+        .flatten()
+        .filter_map(|e| read_record(&e.path()))
+        .map(|r| r.port)
+        .collect();
     let Ok(ports) = call(c, &Request::PortList)
         .map_err(|_| ())
         .and_then(|v| serde_json::from_value::<Vec<PortInfo>>(v).map_err(|_| ()))

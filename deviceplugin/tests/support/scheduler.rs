@@ -167,7 +167,10 @@ pub struct Sync {
 /// - a new pod not yet available counts as a surge and nothing is deleted
 ///   (a Pending one too: the rollout waits on the node);
 /// - once the new pod is available (`IsPodAvailable`: Ready for
-///   `minReadySeconds`), the old one is deleted.
+///   `minReadySeconds`), the old one is deleted; and, from the manage loop
+///   (`daemon_controller.go` `podsShouldBeOnNode`, surge allowed), so is an
+///   old one that is no longer Ready while a new one exists, available or
+///   not.
 pub struct Rollout {
     max_surge: u32,
     min_ready: std::time::Duration,
@@ -234,7 +237,7 @@ impl Rollout {
                 create: self.max_surge > 0,
                 delete: vec![],
             },
-            (Some(o), Some(n)) if self.available(n, now) => Sync {
+            (Some(o), Some(n)) if o.ready_since.is_none() || self.available(n, now) => Sync {
                 create: false,
                 delete: vec![o.name.clone()],
             },
@@ -269,6 +272,16 @@ fn the_rollout_stand_in_follows_the_surge_branch() {
         let pods = [pod("a", false, Some(60)), pod("b", true, new)];
         assert_eq!(r.sync(&pods, t), Sync::default());
     }
+    // An old one no longer Ready goes while the new one is not yet
+    // available (the manage loop's rule).
+    let pods = [pod("a", false, None), pod("b", true, Some(2))];
+    assert_eq!(
+        r.sync(&pods, t),
+        Sync {
+            create: false,
+            delete: vec!["a".into()]
+        }
+    );
     // Available: the old one goes; then nothing is left to do.
     let pods = [pod("a", false, Some(60)), pod("b", true, Some(5))];
     assert_eq!(

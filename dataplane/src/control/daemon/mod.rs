@@ -386,6 +386,7 @@ impl Daemon {
                                     takeover::Served::Replaced => {
                                         self.end_streams();
                                         self.let_go_of_api();
+                                        takeover::step_aside();
                                         if self.linger {
                                             return Err(takeover::linger());
                                         }

@@ -53,9 +53,10 @@ pub(super) fn linger() -> anyhow::Error {
     use std::os::unix::process::CommandExt;
     info!("handed over: lingering until stopped");
     // Blocked before the exec (the mask and a pending signal carry over):
-    // a SIGTERM that comes before `switchyard linger` waits for it (the
-    // process runs at idle priority by then, see `step_aside`) is taken
-    // by its wait, not by the default action.
+    // a SIGTERM sent to this thread between here and the wait of
+    // `switchyard linger` is taken by that wait, not by the default
+    // action. (One the daemon's handler took before, in another thread, is
+    // lost with the exec: a window of microseconds.)
     let _ = stop_signals().thread_block();
     let e = std::process::Command::new("/proc/self/exe")
         .arg0("switchyard")
@@ -243,11 +244,9 @@ impl Daemon {
         };
         match confirmed {
             Ok((Step::Running, _)) => {
-                // This process exits now: nothing of it is worth the
-                // freeing, and its exit (the kernel taking its memory back)
-                // gives way to the new switch's threads.
+                // This process exits now (see `step_aside`): nothing of
+                // it is worth the freeing.
                 std::mem::forget(sent);
-                step_aside();
                 info!(
                     pid = peer,
                     ports = self.port_names.len(),
@@ -510,10 +509,10 @@ impl Daemon {
         // The quiet ports first, the old switch forwarding meanwhile. What
         // the old switch sent stays allocated until this one runs: freed
         // now, the allocator would sort and merge its bins in the pause.
-        let mut _prepare = None;
+        let mut prepare_sent = None;
         if let Step::Prepare(state) = step {
             stop_at("prepare");
-            let state = _prepare.insert(state);
+            let state = prepare_sent.insert(state);
             let state = read_state(state, &ours).map_err(|r| refuse(&conn, r))?;
             d.restore_state(state, &mut FdIn::new(fds), true)
                 .map_err(|e| refuse(&conn, format!("{e:#}")))?;
@@ -562,13 +561,15 @@ impl Daemon {
             bridges = d.bridges.len(),
             "switchyard took over"
         );
-        // The prepare step's state is freed beside the workers that just
-        // resumed, never before them (1 to 2 ms with 1000 ports).
-        if let Some(v) = _prepare.take() {
+        // The prepare step's state (1 to 2 ms of freeing with 1000 ports)
+        // is freed a second after the workers resumed, never before them:
+        // at the normal priority (an idle one could be preempted holding
+        // the allocator's lock the daemon thread needs).
+        if let Some(v) = prepare_sent.take() {
             let _ = std::thread::Builder::new()
                 .name("sy-free".into())
                 .spawn(move || {
-                    step_aside();
+                    std::thread::sleep(Duration::from_secs(1));
                     drop(v);
                 });
         }
@@ -789,12 +790,12 @@ struct Prepared {
 }
 
 /// The calling thread runs only when nothing else wants its CPU
-/// (`SCHED_IDLE`): after a handover, the old switch's exit and the new
-/// one's freeing of what was handed over must not delay the new switch's
-/// workers (on a node whose control threads share the workers' CPUs).
-/// Best effort: a policy the kernel refuses leaves the thread as it is.
-/// `switchyard linger` goes back to the normal policy once it runs.
-fn step_aside() {
+/// (`SCHED_IDLE`): after a handover, once it takes no more API calls, the
+/// old switch's exit must not delay the new switch's workers (on a node
+/// whose control threads share the workers' CPUs). Best effort: a policy
+/// the kernel refuses leaves the thread as it is. `switchyard linger`
+/// goes back to the normal policy once it runs.
+pub(super) fn step_aside() {
     let param = libc::sched_param { sched_priority: 0 };
     // SAFETY: sched_setscheduler reads `param` (a valid, initialised
     // struct) and changes only the calling thread's policy (pid 0).
