@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 mod kubernetes_validate;
 
 use serde::Deserialize;
+use serde_json::json;
 use serde_yaml::Value;
 
 fn repo() -> PathBuf {
@@ -301,6 +302,39 @@ fn webhook_manifests_fit_together() {
         values.contains(&"kube-system") && values.contains(&ns.as_str()),
         "{values:?}"
     );
+    // Only pods that ask for networks are sent to it (the API server's
+    // CEL, `object` the pod): a pod without, or with other annotations,
+    // never waits on the webhook.
+    let conditions = hook["matchConditions"].as_sequence().unwrap();
+    assert_eq!(conditions.len(), 1);
+    let program =
+        cel_interpreter::Program::compile(conditions[0]["expression"].as_str().unwrap()).unwrap();
+    for (annotations, sent) in [
+        (
+            Some(json!({"k8s.v1.cni.cncf.io/networks": "switchyard-memif"})),
+            true,
+        ),
+        (
+            Some(json!({"v1.multus-cni.io/default-network": "kube-system/x"})),
+            true,
+        ),
+        (Some(json!({"prometheus.io/scrape": "true"})), false),
+        (Some(json!({})), false),
+        (None, false),
+    ] {
+        let mut pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "team-a"}, "spec": {"containers": []}});
+        if let Some(a) = &annotations {
+            pod["metadata"]["annotations"] = a.clone();
+        }
+        let mut ctx = cel_interpreter::Context::default();
+        ctx.add_variable("object", pod).unwrap();
+        assert_eq!(
+            program.execute(&ctx).unwrap(),
+            cel_interpreter::Value::Bool(sent),
+            "annotations {annotations:?}"
+        );
+    }
     // The deployment's failure policy flag matches the configuration's.
     let args: Vec<&str> = deploy["spec"]["template"]["spec"]["containers"][0]["command"]
         .as_sequence()
