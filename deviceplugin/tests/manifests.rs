@@ -7,8 +7,12 @@
 
 use std::path::{Path, PathBuf};
 
+#[path = "support/admission.rs"]
+mod admission;
 #[path = "support/kubernetes_validate.rs"]
 mod kubernetes_validate;
+#[path = "support/scheduler.rs"]
+mod scheduler;
 
 use serde::Deserialize;
 use serde_json::json;
@@ -366,4 +370,87 @@ fn webhook_manifests_fit_together() {
     );
     assert_eq!(rules[0]["verbs"].as_sequence().unwrap().len(), 1);
     assert_eq!(rules[0]["verbs"][0].as_str(), Some("get"));
+}
+
+/// A drain takes the webhook's replicas one at a time: the budget lets the
+/// first be evicted and refuses the second until the first one's
+/// replacement is Ready; the replicas prefer different nodes.
+#[test]
+fn a_drain_evicts_one_webhook_replica_at_a_time() {
+    let docs = all_documents();
+    let deploy = of_kind(&docs, "Deployment")
+        .into_iter()
+        .find(|d| d["metadata"]["name"] == "switchyard-webhook")
+        .unwrap()
+        .clone();
+    let labels = &deploy["spec"]["template"]["metadata"]["labels"];
+    let pdb = of_kind(&docs, "PodDisruptionBudget")
+        .into_iter()
+        .find(|p| {
+            p["metadata"]["namespace"] == deploy["metadata"]["namespace"]
+                && p["spec"]["selector"]["matchLabels"]
+                    .as_mapping()
+                    .unwrap()
+                    .iter()
+                    .all(|(k, v)| labels[k] == *v)
+        })
+        .expect("a PodDisruptionBudget selecting the webhook's pods")
+        .clone();
+    let replicas = deploy["spec"]["replicas"].as_i64().unwrap();
+    assert_eq!(replicas, 2);
+    let mut budget = admission::Disruptions::new(&pdb, replicas);
+    budget.evict(&["hook-a", "hook-b"], "hook-a").unwrap();
+    let refused = budget.evict(&["hook-a", "hook-b"], "hook-b").unwrap_err();
+    assert!(refused.contains("disruption budget"), "{refused}");
+    // hook-a is gone and its replacement is Ready: the next one may go.
+    budget.gone("hook-a");
+    budget.evict(&["hook-b", "hook-c"], "hook-b").unwrap();
+    // Spread: the replicas prefer different nodes.
+    let term = &deploy["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+        ["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"];
+    assert_eq!(term["topologyKey"], "kubernetes.io/hostname");
+    assert_eq!(&term["labelSelector"]["matchLabels"], labels);
+}
+
+/// The cert-manager variant signs the serving certificate with a CA of its
+/// own (a self-signed issuer makes it, a CA issuer uses it), so a renewal
+/// keeps the CA the webhook configuration trusts.
+#[test]
+fn cert_manager_signs_the_webhook_with_a_ca_of_its_own() {
+    let text = std::fs::read_to_string(repo().join("config/kubernetes/webhook-cert-manager.yaml"))
+        .unwrap();
+    let docs: Vec<Value> = serde_yaml::Deserializer::from_str(&text)
+        .map(|d| Value::deserialize(d).unwrap())
+        .collect();
+    let find = |kind: &str, name: &str| {
+        docs.iter()
+            .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("{kind} {name}"))
+    };
+    let serving = find("Certificate", "switchyard-webhook");
+    assert_eq!(serving["spec"]["secretName"], "switchyard-webhook-tls");
+    assert_ne!(serving["spec"]["isCA"].as_bool(), Some(true));
+    let issuer = find(
+        "Issuer",
+        serving["spec"]["issuerRef"]["name"].as_str().unwrap(),
+    );
+    let ca_secret = issuer["spec"]["ca"]["secretName"]
+        .as_str()
+        .expect("the serving certificate's issuer is a CA issuer");
+    let ca = docs
+        .iter()
+        .find(|d| d["kind"] == "Certificate" && d["spec"]["secretName"] == ca_secret)
+        .expect("a Certificate makes the CA issuer's secret");
+    assert_eq!(ca["spec"]["isCA"].as_bool(), Some(true));
+    let root = find("Issuer", ca["spec"]["issuerRef"]["name"].as_str().unwrap());
+    assert!(root["spec"]["selfSigned"].is_mapping(), "{root:?}");
+    // The CA outlives many renewals of the serving certificate (90 days
+    // by default).
+    let hours: u64 = ca["spec"]["duration"]
+        .as_str()
+        .unwrap()
+        .trim_end_matches('h')
+        .parse()
+        .unwrap();
+    assert!(hours >= 5 * 365 * 24, "{hours} h");
 }

@@ -448,6 +448,63 @@ fn baseline(spec: &Value) -> Vec<String> {
     failed
 }
 
+/// Evictions under a PodDisruptionBudget, as the API server's eviction
+/// subresource decides them (`pkg/registry/core/pod/storage/eviction.go`)
+/// on the status the disruption controller keeps
+/// (`pkg/controller/disruption/disruption.go`): `currentHealthy` is the
+/// Ready pods the budget selects that no eviction has claimed
+/// (`disruptedPods`), `desiredHealthy` the controller's replicas less
+/// `maxUnavailable` (or `minAvailable`), and an eviction is allowed while
+/// `currentHealthy - desiredHealthy` is above 0; it is then recorded, and
+/// the pod stops counting.
+pub struct Disruptions {
+    desired_healthy: i64,
+    disrupted: Vec<String>,
+}
+
+impl Disruptions {
+    /// The budget `pdb` over a controller of `replicas` pods.
+    pub fn new(pdb: &Value, replicas: i64) -> Disruptions {
+        let spec = &pdb["spec"];
+        let desired_healthy = match (
+            spec["maxUnavailable"].as_i64(),
+            spec["minAvailable"].as_i64(),
+        ) {
+            (Some(m), None) => replicas - m,
+            (None, Some(m)) => m,
+            other => {
+                panic!("the stand-in takes one integer maxUnavailable or minAvailable: {other:?}")
+            }
+        };
+        Disruptions {
+            desired_healthy,
+            disrupted: Vec::new(),
+        }
+    }
+
+    /// Evicts `pod` of the pods `ready` (the Ready ones the budget
+    /// selects), or the API server's refusal (429).
+    pub fn evict(&mut self, ready: &[&str], pod: &str) -> Result<(), String> {
+        let healthy = ready
+            .iter()
+            .filter(|p| !self.disrupted.iter().any(|d| d == *p))
+            .count() as i64;
+        if healthy - self.desired_healthy <= 0 {
+            return Err(
+                "Cannot evict pod as it would violate the pod's disruption budget.".to_string(),
+            );
+        }
+        self.disrupted.push(pod.to_string());
+        Ok(())
+    }
+
+    /// The pod is gone (deleted after its eviction): the controller stops
+    /// tracking it.
+    pub fn gone(&mut self, pod: &str) {
+        self.disrupted.retain(|d| d != pod);
+    }
+}
+
 /// A pod's QoS class (`pkg/apis/core/helper/qos/qos.go` `GetPodQOS`):
 /// `Guaranteed` when every container (init containers too) has CPU and
 /// memory limits and requests equal to them (a request left out is its
