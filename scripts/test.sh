@@ -25,6 +25,8 @@ command -v ethtool >/dev/null || need_pkgs+=(ethtool)
 # A real container runtime runs the plugin (podman's CNI backend, runc).
 command -v podman >/dev/null || need_pkgs+=(podman)
 command -v runc >/dev/null || need_pkgs+=(runc)
+# `kubectl kustomize` builds what `kubectl apply -k config/kubernetes` applies.
+command -v kubectl >/dev/null || need_pkgs+=(kubernetes-client)
 # The webhook tests post AdmissionReviews with curl and make certificates
 # with the set-up script (openssl).
 command -v curl >/dev/null || need_pkgs+=(curl)

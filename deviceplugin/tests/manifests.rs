@@ -27,7 +27,10 @@ fn manifests() -> Vec<PathBuf> {
     for dir in ["config/kubernetes", "config/cni"] {
         for e in std::fs::read_dir(repo().join(dir)).unwrap().flatten() {
             let p = e.path();
-            if p.extension().is_some_and(|x| x == "yaml") {
+            // kustomization.yaml is kustomize's, not an object to apply.
+            if p.extension().is_some_and(|x| x == "yaml")
+                && p.file_name().is_some_and(|n| n != "kustomization.yaml")
+            {
                 v.push(p);
             }
         }
@@ -453,4 +456,94 @@ fn cert_manager_signs_the_webhook_with_a_ca_of_its_own() {
         .parse()
         .unwrap();
     assert!(hours >= 5 * 365 * 24, "{hours} h");
+}
+
+/// `kubectl apply -k config/kubernetes` names the image once: with the
+/// kustomization's `images` set to another registry and tag, `kubectl
+/// kustomize` (the build `apply -k` applies) gives every container and init
+/// container of the DaemonSet and the webhook that image, leaves the
+/// objects as the files have them otherwise, and its output passes the
+/// Kubernetes schemas strictly.
+#[test]
+fn the_kustomization_names_the_image_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = repo().join("config/kubernetes");
+    for e in std::fs::read_dir(&src).unwrap().flatten() {
+        std::fs::copy(e.path(), dir.path().join(e.file_name())).unwrap();
+    }
+    let k_path = dir.path().join("kustomization.yaml");
+    let mut k: Value = serde_yaml::from_str(&std::fs::read_to_string(&k_path).unwrap()).unwrap();
+    let shipped = k["images"][0].clone();
+    assert_eq!(shipped["name"], "switchyard");
+    k["images"][0]["newName"] = "registry.example/team/switchyard".into();
+    k["images"][0]["newTag"] = "9.9.9".into();
+    std::fs::write(&k_path, serde_yaml::to_string(&k).unwrap()).unwrap();
+    let out = std::process::Command::new("kubectl")
+        .arg("kustomize")
+        .arg(dir.path())
+        .output()
+        .expect("kubectl (./scripts/test.sh installs it)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let built: Vec<Value> = serde_yaml::Deserializer::from_slice(&out.stdout)
+        .map(|d| Value::deserialize(d).unwrap())
+        .collect();
+    // The same objects as the files listed.
+    let listed: Vec<Value> = k["resources"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .flat_map(|r| documents(&src.join(r.as_str().unwrap())))
+        .collect();
+    let ids = |docs: &[Value]| {
+        let mut v: Vec<String> = docs
+            .iter()
+            .map(|d| {
+                format!(
+                    "{}/{}",
+                    d["kind"].as_str().unwrap(),
+                    d["metadata"]["name"].as_str().unwrap()
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(ids(&built), ids(&listed));
+    // Every image, and only through the kustomization.
+    let mut images = Vec::new();
+    for d in &built {
+        let spec = &d["spec"]["template"]["spec"];
+        for c in ["initContainers", "containers"]
+            .iter()
+            .filter_map(|k| spec[*k].as_sequence())
+            .flatten()
+        {
+            images.push(c["image"].as_str().unwrap().to_string());
+        }
+    }
+    assert!(images.len() >= 5, "{images:?}");
+    assert!(
+        images
+            .iter()
+            .all(|i| i == "registry.example/team/switchyard:9.9.9"),
+        "{images:?}"
+    );
+    // The shipped one names the image the README builds.
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let tag = format!(
+        "{}:{}",
+        shipped["newName"].as_str().unwrap(),
+        shipped["newTag"].as_str().unwrap()
+    );
+    assert!(
+        readme.contains(&format!("docker build -t {tag} .")),
+        "{tag}"
+    );
+    let file = dir.path().join("built.yaml");
+    std::fs::write(&file, &out.stdout).unwrap();
+    kubernetes_validate::validate_strictly(&[file]);
 }
