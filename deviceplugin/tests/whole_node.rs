@@ -452,30 +452,35 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
             if let Pods::NonRoot(id) = pods_as {
                 args.extend(["--user".into(), format!("{id}:{id}")]);
             }
-            // The webhook's podnetinfo volume, as the kubelet fills it: the
-            // pod's annotations, network-status among them as Multus
-            // writes it (the cluster network's entry first).
+            // The webhook's podnetinfo volume, as the kubelet fills it:
+            // written when the volume is mounted, before the sandbox and
+            // its networks exist (the pod's annotations then: no
+            // network-status); rewritten, atomically, at a later sync once
+            // Multus has set network-status (the cluster network's entry
+            // first), below, after the container started.
             let podnetinfo = node.dir.path().join(format!("podnetinfo-{}", pod.name));
             std::fs::create_dir_all(&podnetinfo).unwrap();
+            let networks = (
+                "k8s.v1.cni.cncf.io/networks",
+                admitted["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+            );
+            std::fs::write(
+                podnetinfo.join("annotations"),
+                downward_api_annotations(std::slice::from_ref(&networks)),
+            )
+            .unwrap();
             let status = json!([
                 {"name": "cbr0", "interface": "eth0", "ips": ["10.244.1.7"],
                  "mac": "0a:58:0a:f4:01:07", "default": true, "dns": {}},
                 added.network_status,
             ]);
-            std::fs::write(
-                podnetinfo.join("annotations"),
-                downward_api_annotations(&[
-                    (
-                        "k8s.v1.cni.cncf.io/networks",
-                        admitted["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"]
-                            .as_str()
-                            .unwrap()
-                            .to_string(),
-                    ),
-                    ("k8s.v1.cni.cncf.io/network-status", multus_indent(&status)),
-                ]),
-            )
-            .unwrap();
+            let synced = downward_api_annotations(&[
+                networks,
+                ("k8s.v1.cni.cncf.io/network-status", multus_indent(&status)),
+            ]);
             args.extend([
                 "-v".into(),
                 format!("{}:{podnetinfo_at}:ro", podnetinfo.display()),
@@ -503,6 +508,12 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
                 ),
             ]);
             node.run(&pod.name, &args);
+            // The kubelet's next sync of the pod rewrites the file (a new
+            // file swapped in, as its atomic writer does).
+            std::thread::sleep(Duration::from_secs(2));
+            let fresh = podnetinfo.join(".annotations.new");
+            std::fs::write(&fresh, synced).unwrap();
+            std::fs::rename(&fresh, podnetinfo.join("annotations")).unwrap();
             pods.push(pod);
         }
         wait_for(LIMIT, "frames from one pod at the other", || {
