@@ -202,6 +202,21 @@ fn plural<'a>(one: &'a str, many: &'a str, n: usize) -> &'a str {
     }
 }
 
+/// Where `bad` holds of a security context: `pod` (the pod's), then
+/// `container "NAME"` for each container's.
+fn setting(spec: &Value, bad: impl Fn(&Value) -> bool) -> Vec<String> {
+    let mut at = Vec::new();
+    if bad(&spec["securityContext"]) {
+        at.push("pod".to_string());
+    }
+    for c in containers(spec) {
+        if bad(&c["securityContext"]) {
+            at.push(format!("container {:?}", name(c)));
+        }
+    }
+    at
+}
+
 /// The baseline checks, in ID order: each failure as `reason (detail)`.
 fn baseline(spec: &Value) -> Vec<String> {
     let mut failed = Vec::new();
@@ -209,15 +224,7 @@ fn baseline(spec: &Value) -> Vec<String> {
     let sc = |c: &Value| c["securityContext"].clone();
 
     // appArmorProfile: no Unconfined profile, pod or container.
-    let mut apparmor = Vec::new();
-    if spec["securityContext"]["appArmorProfile"]["type"] == "Unconfined" {
-        apparmor.push("pod".to_string());
-    }
-    for c in containers(spec) {
-        if sc(c)["appArmorProfile"]["type"] == "Unconfined" {
-            apparmor.push(format!("container {:?}", name(c)));
-        }
-    }
+    let apparmor = setting(spec, |sc| sc["appArmorProfile"]["type"] == "Unconfined");
     if !apparmor.is_empty() {
         fail(
             "forbidden AppArmor profile",
@@ -383,15 +390,7 @@ fn baseline(spec: &Value) -> Vec<String> {
             || o["user"].as_str().is_some_and(|u| !u.is_empty())
             || o["role"].as_str().is_some_and(|r| !r.is_empty())
     };
-    let mut where_ = Vec::new();
-    if selinux_bad(&spec["securityContext"]["seLinuxOptions"]) {
-        where_.push("pod".to_string());
-    }
-    for c in containers(spec) {
-        if selinux_bad(&sc(c)["seLinuxOptions"]) {
-            where_.push(format!("container {:?}", name(c)));
-        }
-    }
+    let where_ = setting(spec, |sc| selinux_bad(&sc["seLinuxOptions"]));
     if !where_.is_empty() {
         fail(
             "seLinuxOptions",
@@ -403,15 +402,7 @@ fn baseline(spec: &Value) -> Vec<String> {
     }
 
     // seccompProfile_baseline: no Unconfined profile.
-    let mut where_ = Vec::new();
-    if spec["securityContext"]["seccompProfile"]["type"] == "Unconfined" {
-        where_.push("pod".to_string());
-    }
-    for c in containers(spec) {
-        if sc(c)["seccompProfile"]["type"] == "Unconfined" {
-            where_.push(format!("container {:?}", name(c)));
-        }
-    }
+    let where_ = setting(spec, |sc| sc["seccompProfile"]["type"] == "Unconfined");
     if !where_.is_empty() {
         fail(
             "seccompProfile",
