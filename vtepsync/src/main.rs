@@ -14,7 +14,7 @@ use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::Api;
 use switchyard_api::{Client, Request};
-use switchyard_vtep_sync::nodes::{AddressType, Nodes};
+use switchyard_vtep_sync::nodes::{AddressFamily, AddressType, Nodes};
 use switchyard_vtep_sync::plan::{self, plan};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::time::{sleep_until, Instant};
@@ -39,6 +39,10 @@ struct Args {
     /// Which of a node's addresses is its VTEP: InternalIP or ExternalIP.
     #[arg(long, default_value = "InternalIP")]
     address_type: AddressType,
+    /// The VTEP's address family, the same on every node: prefer-ipv4
+    /// (IPv4 where a node has it, else IPv6), ipv4 or ipv6.
+    #[arg(long, default_value = "prefer-ipv4")]
+    address_family: AddressFamily,
     /// An overlay to fill (repeat for more). None: every overlay of the
     /// switch's config.
     #[arg(long = "overlay")]
@@ -90,7 +94,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let mut stream = std::pin::pin!(stream);
     let mut term = signal(SignalKind::terminate())?;
     let resync = Duration::from_secs(args.resync_secs);
-    let mut nodes = Nodes::new(&args.node_name, args.address_type);
+    let mut nodes = Nodes::new(&args.node_name, args.address_type, args.address_family);
     let mut listing: Option<Nodes> = None;
     let mut listed = false;
     let mut dirty = false;
@@ -101,7 +105,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     loop {
         tokio::select! {
             ev = stream.next() => match ev {
-                Some(Ok(Event::Init)) => listing = Some(Nodes::new(&args.node_name, args.address_type)),
+                Some(Ok(Event::Init)) => listing = Some(Nodes::new(&args.node_name, args.address_type, args.address_family)),
                 Some(Ok(Event::InitApply(n))) => {
                     if let Some(l) = listing.as_mut() {
                         l.apply(&n);

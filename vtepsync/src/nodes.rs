@@ -1,5 +1,8 @@
 //! The cluster's nodes as remote VTEPs: each node's address of a type
-//! (`status.addresses`), in the address family this node's own has.
+//! (`status.addresses`), in one address family for the whole cluster (as
+//! flannel fixes it cluster-wide): every node must pick its peers'
+//! addresses in the family its peers pick its own in, or tunnels go one
+//! way (a receiver keys them by source address and VNI).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -38,6 +41,45 @@ impl std::str::FromStr for AddressType {
     }
 }
 
+/// Which family of a node's addresses is its VTEP, the same on every node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AddressFamily {
+    /// IPv4 where a node has an IPv4 address, else IPv6: on a dual-stack
+    /// cluster every node's IPv4 address, whatever order its status lists
+    /// them in; on an IPv6-only one, IPv6.
+    #[default]
+    PreferIpv4,
+    /// IPv4 only.
+    Ipv4,
+    /// IPv6 only.
+    Ipv6,
+}
+
+impl AddressFamily {
+    /// The VTEP among a node's addresses (in the order its status lists
+    /// them).
+    pub fn pick(self, addrs: &[IpAddr]) -> Option<IpAddr> {
+        let first = |v4: bool| addrs.iter().copied().find(|a| a.is_ipv4() == v4);
+        match self {
+            AddressFamily::PreferIpv4 => first(true).or_else(|| first(false)),
+            AddressFamily::Ipv4 => first(true),
+            AddressFamily::Ipv6 => first(false),
+        }
+    }
+}
+
+impl std::str::FromStr for AddressFamily {
+    type Err = String;
+    fn from_str(s: &str) -> Result<AddressFamily, String> {
+        match s {
+            "prefer-ipv4" => Ok(AddressFamily::PreferIpv4),
+            "ipv4" => Ok(AddressFamily::Ipv4),
+            "ipv6" => Ok(AddressFamily::Ipv6),
+            _ => Err(format!("{s:?}: not prefer-ipv4, ipv4 or ipv6")),
+        }
+    }
+}
+
 /// A node's addresses of type `kind`, in the order its status lists them
 /// (a dual-stack node has one of each family). Entries that are not IP
 /// addresses are passed over.
@@ -57,16 +99,18 @@ pub fn addresses(node: &Node, kind: AddressType) -> Vec<IpAddr> {
 pub struct Nodes {
     own: String,
     kind: AddressType,
+    family: AddressFamily,
     seen: BTreeMap<String, Vec<IpAddr>>,
 }
 
 impl Nodes {
     /// None seen yet; `own` is this node's name (never a remote of its
     /// own switch).
-    pub fn new(own: &str, kind: AddressType) -> Nodes {
+    pub fn new(own: &str, kind: AddressType, family: AddressFamily) -> Nodes {
         Nodes {
             own: own.to_string(),
             kind,
+            family,
             seen: BTreeMap::new(),
         }
     }
@@ -100,24 +144,24 @@ impl Nodes {
         self.seen.is_empty()
     }
 
-    /// The remote VTEPs: each other node's first address in the family of
-    /// this node's first one (all of a node's first addresses while this
-    /// node is not among the selected), with the node it is. A node with
-    /// no address of the type, or one of this node's own, is left out.
+    /// The remote VTEPs: each other node's address of the cluster's
+    /// family ([`AddressFamily::pick`]), with the node it is. A node with
+    /// no such address, or one of this node's own, is left out.
     pub fn remotes(&self) -> BTreeMap<IpAddr, String> {
-        let own = self.seen.get(&self.own);
-        let family = own.and_then(|a| a.first()).map(IpAddr::is_ipv4);
-        let own: BTreeSet<IpAddr> = own.into_iter().flatten().copied().collect();
+        let own: BTreeSet<IpAddr> = self
+            .seen
+            .get(&self.own)
+            .into_iter()
+            .flatten()
+            .copied()
+            .collect();
         let mut out = BTreeMap::new();
         for (name, addrs) in &self.seen {
             if *name == self.own {
                 continue;
             }
-            let pick = addrs
-                .iter()
-                .find(|a| family.is_none_or(|v4| a.is_ipv4() == v4));
-            if let Some(a) = pick.filter(|a| !own.contains(a)) {
-                out.entry(*a).or_insert_with(|| name.clone());
+            if let Some(a) = self.family.pick(addrs).filter(|a| !own.contains(a)) {
+                out.entry(a).or_insert_with(|| name.clone());
             }
         }
         out
@@ -147,9 +191,42 @@ mod tests {
         n
     }
 
+    /// Dual-stack nodes that list their families in different orders pick
+    /// each other's addresses in one family: the tunnels go both ways.
     #[test]
-    fn remotes_are_the_other_nodes_in_this_nodes_family() {
-        let mut ns = Nodes::new("a", AddressType::InternalIp);
+    fn dual_stack_nodes_agree_on_the_family_whatever_their_order() {
+        let a = node(
+            "a",
+            &[("InternalIP", "fd00::1"), ("InternalIP", "10.0.0.1")],
+        );
+        let b = node(
+            "b",
+            &[("InternalIP", "10.0.0.2"), ("InternalIP", "fd00::2")],
+        );
+        let view = |own: &str, family| {
+            let mut ns = Nodes::new(own, AddressType::InternalIp, family);
+            ns.apply(&a);
+            ns.apply(&b);
+            ns.remotes()
+                .keys()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(view("a", AddressFamily::PreferIpv4), ["10.0.0.2"]);
+        assert_eq!(view("b", AddressFamily::PreferIpv4), ["10.0.0.1"]);
+        assert_eq!(view("a", AddressFamily::Ipv6), ["fd00::2"]);
+        assert_eq!(view("b", AddressFamily::Ipv6), ["fd00::1"]);
+        // An IPv6-only cluster with the default: IPv6.
+        let mut ns = Nodes::new("x", AddressType::InternalIp, AddressFamily::default());
+        ns.apply(&node("y", &[("InternalIP", "fd00::9")]));
+        assert_eq!(ns.remotes().keys().next().unwrap().to_string(), "fd00::9");
+        assert_eq!("ipv6".parse(), Ok(AddressFamily::Ipv6));
+        assert!("v6".parse::<AddressFamily>().is_err());
+    }
+
+    #[test]
+    fn remotes_are_the_other_nodes_in_the_clusters_family() {
+        let mut ns = Nodes::new("a", AddressType::InternalIp, AddressFamily::Ipv6);
         ns.apply(&node(
             "a",
             &[
@@ -172,16 +249,16 @@ mod tests {
         assert_eq!(got, ["b=fd00::2", "d=fd00::4"]);
         ns.delete(&node("d", &[]));
         assert_eq!(ns.remotes().len(), 1);
-        // Without this node among them: each node's first address.
+        // Without this node among them: the same family.
         ns.delete(&node("a", &[]));
         let got: Vec<String> = ns.remotes().values().cloned().collect();
         assert_eq!(got, ["b"]);
-        assert_eq!(ns.remotes().keys().next().unwrap().to_string(), "10.0.0.2");
+        assert_eq!(ns.remotes().keys().next().unwrap().to_string(), "fd00::2");
     }
 
     #[test]
     fn an_address_of_this_node_is_never_a_remote() {
-        let mut ns = Nodes::new("a", AddressType::InternalIp);
+        let mut ns = Nodes::new("a", AddressType::InternalIp, AddressFamily::default());
         ns.apply(&node("a", &[("InternalIP", "10.0.0.1")]));
         ns.apply(&node("stale", &[("InternalIP", "10.0.0.1")]));
         assert!(ns.remotes().is_empty());
