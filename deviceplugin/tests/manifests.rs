@@ -363,7 +363,7 @@ fn webhook_manifests_fit_together() {
     let script = std::fs::read_to_string(repo().join("scripts/webhook-certs.sh")).unwrap();
     assert!(script.contains("svc=switchyard-webhook") && script.contains("\"$svc-tls\""));
     assert_eq!(secret, "switchyard-webhook-tls");
-    // Only `get` on NADs.
+    // Only reading NADs: get, list and watch.
     let role = one("ClusterRole", "switchyard-webhook");
     let rules = role["rules"].as_sequence().unwrap();
     assert_eq!(rules.len(), 1);
@@ -371,8 +371,13 @@ fn webhook_manifests_fit_together() {
         rules[0]["resources"][0].as_str(),
         Some("network-attachment-definitions")
     );
-    assert_eq!(rules[0]["verbs"].as_sequence().unwrap().len(), 1);
-    assert_eq!(rules[0]["verbs"][0].as_str(), Some("get"));
+    let verbs: Vec<&str> = rules[0]["verbs"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v.as_str())
+        .collect();
+    assert_eq!(verbs, ["get", "list", "watch"]);
 }
 
 /// A drain takes the webhook's replicas one at a time: the budget lets the

@@ -1,8 +1,11 @@
 //! One admission review: a Pod CREATE whose networks name device-plugin
 //! resources gets them added; anything else passes unchanged.
 
+use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{watcher, WatchStreamExt};
 
 use crate::mutate::{self, Needs, NODE_SELECTOR_ANNOTATION, RESOURCE_ANNOTATION};
 use crate::selection::{self, Selection, DEFAULT_NETWORK_ANNOTATION, NETWORKS_ANNOTATION};
@@ -16,11 +19,15 @@ pub enum FailurePolicy {
     Ignore,
 }
 
-/// Where NetworkAttachmentDefinitions are read: the API server, with the
-/// webhook's service account (which may only `get` them).
+/// Where NetworkAttachmentDefinitions are read: a cache the API server's
+/// watch keeps (as network-resources-injector keeps an informer's), and the
+/// API server itself for one the cache does not hold (not listed yet, just
+/// created, or gone), with the webhook's service account (`get`, `list`,
+/// `watch`).
 #[derive(Clone)]
 pub struct Nads {
     client: kube::Client,
+    cache: reflector::Store<DynamicObject>,
 }
 
 /// What a NAD lookup found.
@@ -79,16 +86,41 @@ fn nad_resource() -> ApiResource {
 }
 
 impl Nads {
-    /// NADs through `client`.
+    /// NADs through `client`, their cache filled by a watch of every
+    /// namespace's from now on (a task of the current runtime, which
+    /// lists and watches again after an error).
     pub fn new(client: kube::Client) -> Nads {
-        Nads { client }
+        let writer = reflector::store::Writer::new(nad_resource());
+        let cache = writer.as_reader();
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &nad_resource());
+        let events = reflector::reflector(writer, watcher(api, watcher::Config::default()))
+            .default_backoff()
+            .touched_objects();
+        tokio::spawn(async move {
+            futures::pin_mut!(events);
+            while let Some(e) = events.next().await {
+                if let Err(e) = e {
+                    tracing::warn!(
+                        "NetworkAttachmentDefinition watch: {e}; the API server is asked"
+                    );
+                }
+            }
+        });
+        Nads { client, cache }
     }
 
     /// The NAD `namespace/name`.
     pub async fn lookup(&self, namespace: &str, name: &str) -> Result<Lookup, kube::Error> {
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(self.client.clone(), namespace, &nad_resource());
-        Ok(match api.get_opt(name).await? {
+        let key = ObjectRef::new_with(name, nad_resource()).within(namespace);
+        let nad = match self.cache.get(&key) {
+            Some(nad) => Some((*nad).clone()),
+            None => {
+                let api: Api<DynamicObject> =
+                    Api::namespaced_with(self.client.clone(), namespace, &nad_resource());
+                api.get_opt(name).await?
+            }
+        };
+        Ok(match nad {
             None => Lookup::Missing,
             Some(nad) => {
                 let get = |k: &str| {

@@ -119,10 +119,94 @@ fn nad_store() -> BTreeMap<(String, String), Value> {
     store
 }
 
+/// The API server stand-in: NADs by namespace and name, as GET, LIST and
+/// WATCH (`pkg/apiserver`'s list, and a watch as a stream of
+/// `{"type", "object"}` lines) serve them, each change with a resource
+/// version of its own.
 #[derive(Clone)]
 struct ApiServer {
-    nads: Arc<BTreeMap<(String, String), Value>>,
+    nads: Arc<Mutex<BTreeMap<(String, String), Value>>>,
+    version: Arc<Mutex<u64>>,
+    events: tokio::sync::broadcast::Sender<Value>,
     seen: Arc<Mutex<Vec<String>>>,
+}
+
+impl ApiServer {
+    /// Creates or replaces a NAD, and tells the watches.
+    fn put(&self, mut nad: Value) {
+        let mut v = self.version.lock().unwrap();
+        *v += 1;
+        nad["metadata"]["resourceVersion"] = json!(v.to_string());
+        let key = (
+            nad["metadata"]["namespace"].as_str().unwrap().to_string(),
+            nad["metadata"]["name"].as_str().unwrap().to_string(),
+        );
+        let kind = match self.nads.lock().unwrap().insert(key, nad.clone()) {
+            Some(_) => "MODIFIED",
+            None => "ADDED",
+        };
+        let _ = self.events.send(json!({"type": kind, "object": nad}));
+    }
+
+    /// Deletes a NAD, and tells the watches.
+    fn delete(&self, ns: &str, name: &str) {
+        let mut v = self.version.lock().unwrap();
+        *v += 1;
+        if let Some(mut nad) = self.nads.lock().unwrap().remove(&(ns.into(), name.into())) {
+            nad["metadata"]["resourceVersion"] = json!(v.to_string());
+            let _ = self.events.send(json!({"type": "DELETED", "object": nad}));
+        }
+    }
+
+    /// Whether a watch of the NADs has been asked for.
+    fn watched(&self) -> bool {
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|s| s.contains("watch=true"))
+    }
+}
+
+/// LIST and WATCH of every namespace's NADs.
+async fn list_nads(
+    State(api): State<ApiServer>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> axum::response::Response {
+    api.seen.lock().unwrap().push(format!("{method} {uri}"));
+    if headers.get("authorization").and_then(|h| h.to_str().ok())
+        != Some(&format!("Bearer {TOKEN}"))
+    {
+        return (StatusCode::UNAUTHORIZED, "Unauthorized").into_response();
+    }
+    if uri
+        .query()
+        .is_some_and(|q| q.split('&').any(|p| p == "watch=true"))
+    {
+        let rx = api.events.subscribe();
+        let lines = futures::stream::unfold(rx, |mut rx| async move {
+            loop {
+                match rx.recv().await {
+                    Ok(ev) => return Some((Ok::<_, std::io::Error>(format!("{ev}\n")), rx)),
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+                }
+            }
+        });
+        return axum::response::Response::builder()
+            .header("content-type", "application/json")
+            .body(axum::body::Body::from_stream(lines))
+            .unwrap();
+    }
+    let version = *api.version.lock().unwrap();
+    let items: Vec<Value> = api.nads.lock().unwrap().values().cloned().collect();
+    Json(
+        json!({"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinitionList",
+                "metadata": {"resourceVersion": version.to_string()}, "items": items}),
+    )
+    .into_response()
 }
 
 async fn get_nad(
@@ -151,8 +235,9 @@ async fn get_nad(
     if name == "broken" {
         return status(500, "InternalError", "etcd is having a bad day".into());
     }
-    match api.nads.get(&(ns, name.clone())) {
-        Some(v) => (StatusCode::OK, Json(v.clone())),
+    let found = api.nads.lock().unwrap().get(&(ns, name.clone())).cloned();
+    match found {
+        Some(v) => (StatusCode::OK, Json(v)),
         None => status(
             404,
             "NotFound",
@@ -164,15 +249,35 @@ async fn get_nad(
 /// Starts the API server stand-in on a thread of its own; returns its
 /// address and the requests it saw.
 fn start_api(rt: &tokio::runtime::Runtime, tls: &Tls) -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
+    let (addr, api) = start_api_server(rt, tls);
+    (addr, api.seen)
+}
+
+/// [`start_api`], with the server's store to change.
+fn start_api_server(rt: &tokio::runtime::Runtime, tls: &Tls) -> (SocketAddr, ApiServer) {
     let api = ApiServer {
-        nads: Arc::new(nad_store()),
+        nads: Arc::new(Mutex::new(
+            nad_store()
+                .into_iter()
+                .map(|(k, mut v)| {
+                    v["metadata"]["resourceVersion"] = json!("1");
+                    (k, v)
+                })
+                .collect(),
+        )),
+        version: Arc::new(Mutex::new(1)),
+        events: tokio::sync::broadcast::channel(64).0,
         seen: Arc::new(Mutex::new(Vec::new())),
     };
-    let seen = api.seen.clone();
+    let server = api.clone();
     let router = Router::new()
         .route(
             "/apis/k8s.cni.cncf.io/v1/namespaces/{ns}/network-attachment-definitions/{name}",
             get(get_nad),
+        )
+        .route(
+            "/apis/k8s.cni.cncf.io/v1/network-attachment-definitions",
+            get(list_nads),
         )
         .with_state(api);
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -192,7 +297,7 @@ fn start_api(rt: &tokio::runtime::Runtime, tls: &Tls) -> (SocketAddr, Arc<Mutex<
             .unwrap();
     });
     let addr = rt.block_on(handle.listening()).unwrap();
-    (addr, seen)
+    (addr, server)
 }
 
 fn free_port() -> u16 {
@@ -677,14 +782,91 @@ fn pods_get_the_resources_of_their_networks() {
         "{r}"
     );
 
-    // The webhook only ever read NADs, one GET each, as its role allows.
+    // The webhook only ever read NADs (its cache's list and watch, a GET
+    // for one the cache did not hold), as its role allows.
     let seen = seen.lock().unwrap();
     assert!(!seen.is_empty());
     assert!(
-        seen.iter()
-            .all(|s| s.starts_with("GET /apis/k8s.cni.cncf.io/v1/namespaces/")),
+        seen.iter().all(
+            |s| s.starts_with("GET /apis/k8s.cni.cncf.io/v1/namespaces/")
+                || s.starts_with("GET /apis/k8s.cni.cncf.io/v1/network-attachment-definitions?")
+        ),
         "{seen:?}"
     );
+}
+
+/// The webhook's cache of NADs follows the API server: once its watch is
+/// up, a pod's networks are read from it (no GET), a NAD changed after
+/// that is read as it is now, one deleted is missing, and one just created
+/// is found (the API server is asked for what the cache does not hold).
+#[test]
+fn a_nad_changed_after_the_cache_warmed_is_read_as_it_is_now() {
+    let tls = Tls::new();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (addr, api) = start_api_server(&rt, &tls);
+    let hook = Webhook::start(&tls, addr, &tls, "fail");
+    wait_until(
+        Duration::from_secs(20),
+        "the webhook's watch of NADs",
+        || api.watched(),
+    );
+    let gets = |api: &ApiServer| {
+        api.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|s| s.contains("/namespaces/team-b/network-attachment-definitions/blue"))
+            .count()
+    };
+    let resources = |hook: &Webhook| {
+        let p = pod("cached", Some("team-b/blue"), Value::Null);
+        let r = hook.admit(&tls, &review(&p, "team-a", "CREATE"));
+        if r["allowed"] != true {
+            return Err(r["status"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string());
+        }
+        Ok(resources_of(&patched(&p, &r)).0)
+    };
+    let before = gets(&api);
+    assert_eq!(
+        resources(&hook).unwrap(),
+        json!({"switchyard.io/memif": "1"})
+    );
+    assert_eq!(
+        gets(&api),
+        before,
+        "read from the cache, not the API server"
+    );
+    // Changed: another pool.
+    let mut blue = api.nads.lock().unwrap()[&("team-b".to_string(), "blue".to_string())].clone();
+    blue["metadata"]["annotations"]["k8s.v1.cni.cncf.io/resourceName"] =
+        json!("switchyard.io/vhost-user");
+    api.put(blue.clone());
+    wait_until(Duration::from_secs(5), "the changed NAD", || {
+        resources(&hook).ok() == Some(json!({"switchyard.io/vhost-user": "1"}))
+    });
+    // Deleted: refused as missing.
+    api.delete("team-b", "blue");
+    wait_until(Duration::from_secs(5), "the deleted NAD", || {
+        resources(&hook).is_err_and(|e| e.contains("does not exist"))
+    });
+    // Created again: found at once.
+    api.put(blue);
+    assert_eq!(
+        resources(&hook).unwrap(),
+        json!({"switchyard.io/vhost-user": "1"})
+    );
+    drop(hook);
+}
+
+fn wait_until(limit: Duration, what: &str, mut f: impl FnMut() -> bool) {
+    let end = Instant::now() + limit;
+    while !f() {
+        assert!(Instant::now() < end, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 #[test]
