@@ -175,14 +175,28 @@ async fn other_endpoints(
     out
 }
 
-/// The live endpoints of instances older than `me`.
-async fn live_older(cfg: &Config, class: &str, me: Instance) -> Vec<Instance> {
-    other_endpoints(cfg, class, me)
-        .await
-        .into_iter()
-        .filter(|(inst, _, live)| *live && *inst < me)
-        .map(|(inst, _, _)| inst)
-        .collect()
+/// The other instances serving `class`'s pool (a live endpoint), as seen
+/// from `me`.
+struct Others {
+    /// A newer one serves.
+    newer: bool,
+    /// The older ones serving.
+    older: Vec<Instance>,
+}
+
+impl Others {
+    async fn look(cfg: &Config, class: &str, me: Instance) -> Others {
+        let live: Vec<Instance> = other_endpoints(cfg, class, me)
+            .await
+            .into_iter()
+            .filter(|(_, _, live)| *live)
+            .map(|(inst, _, _)| inst)
+            .collect();
+        Others {
+            newer: live.iter().any(|i| *i > me),
+            older: live.into_iter().filter(|i| *i < me).collect(),
+        }
+    }
 }
 
 /// One pool's endpoint: a gRPC server on its socket.
@@ -405,27 +419,18 @@ async fn pool_loop(
             }
         }
     }
-    let newer = |cfg: Arc<Config>| {
-        let class = class.clone();
-        async move {
-            other_endpoints(&cfg, &class, me)
-                .await
-                .into_iter()
-                .any(|(inst, _, live)| live && inst > me)
-        }
-    };
     loop {
         let serving = Serving::start(socket.clone(), cfg.clone(), pool, health.clone())?;
         let mut why = Woke::Kubelet;
         'registered: while serving.intact() && !*quit.borrow() {
-            if newer(cfg.clone()).await {
+            // Older instances serving before this registration: one that
+            // registers after it is one that came back (see OlderSince).
+            let others = Others::look(&cfg, &class, me).await;
+            if others.newer {
                 why = Woke::Newer;
                 break;
             }
             let seen = file_id(&cfg.kubelet_socket());
-            // Older instances serving before this registration: one that
-            // registers after it is one that came back (see OlderSince).
-            let older_before = live_older(&cfg, &class, me).await;
             if let Err(e) = register(&cfg, pool, &endpoint).await {
                 // The kubelet may not be up yet.
                 tracing::warn!(%resource, "registration: {e}; retrying");
@@ -436,7 +441,7 @@ async fn pool_loop(
             // Registered: watch for the kubelet dropping us or restarting,
             // a newer instance, an older one coming and going, and the end.
             let mut streams = serving.streams.clone();
-            let mut older = OlderSince::new(older_before);
+            let mut older = OlderSince::new(others.older);
             // The first stream may take the kubelet a moment longer.
             let mut streamless_since = Some(tokio::time::Instant::now() + FIRST_STREAM_GRACE);
             why = loop {
@@ -464,13 +469,11 @@ async fn pool_loop(
                 if !serving.intact() || file_id(&cfg.kubelet_socket()) != seen {
                     break Woke::Kubelet;
                 }
-                if newer(cfg.clone()).await {
+                let others = Others::look(&cfg, &class, me).await;
+                if others.newer {
                     break Woke::Newer;
                 }
-                if older.see(
-                    &live_older(&cfg, &class, me).await,
-                    tokio::time::Instant::now(),
-                ) {
+                if older.see(&others.older, tokio::time::Instant::now()) {
                     break Woke::OlderCameAndWent;
                 }
             };
@@ -501,7 +504,7 @@ async fn pool_loop(
                 if *quit.borrow() {
                     return Ok(Ended::Replaced);
                 }
-                if newer(cfg.clone()).await {
+                if Others::look(&cfg, &class, me).await.newer {
                     (empty, since) = (0, tokio::time::Instant::now());
                 } else {
                     empty += 1;

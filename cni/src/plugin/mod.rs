@@ -148,13 +148,10 @@ pub fn add(
             // netconf, which may name another network or IPAM), then this
             // one is made.
             added => {
-                // The first ADD's CNI_ARGS and CNI_NETNS, as its IPAM saw them.
-                let first_env: Vec<(&str, String)> = match &added {
-                    Some(a) => vec![("CNI_ARGS", a.args.clone()), ("CNI_NETNS", a.netns.clone())],
-                    None => Vec::new(),
-                };
-                let first = match added {
-                    Some(a) => a.stdin,
+                // The first ADD's netconf, CNI_ARGS and CNI_NETNS, as its
+                // IPAM saw them.
+                let (first, first_env) = match added {
+                    Some(a) => (a.stdin, vec![("CNI_ARGS", a.args), ("CNI_NETNS", a.netns)]),
                     // A record from before `added`: this ADD's netconf under
                     // the first one's network and IPAM.
                     None => {
@@ -168,7 +165,7 @@ pub fn add(
                                 }
                             }
                         }
-                        v
+                        (v, Vec::new())
                     }
                 };
                 let mut switch = Ok(c);

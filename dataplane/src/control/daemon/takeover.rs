@@ -69,10 +69,7 @@ pub(super) fn linger() -> anyhow::Error {
 pub fn wait_to_be_stopped() -> anyhow::Result<()> {
     // Back from the idle priority the handover left it at: its exit, when
     // told, is not put off by busy CPUs.
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: sched_setscheduler reads `param` (a valid, initialised
-    // struct) and changes only the calling thread's policy (pid 0).
-    let _ = unsafe { libc::sched_setscheduler(0, libc::SCHED_OTHER, &param) };
+    set_policy(libc::SCHED_OTHER);
     let set = stop_signals();
     set.thread_block()?;
     let s = set.wait()?;
@@ -796,10 +793,16 @@ struct Prepared {
 /// the kernel refuses leaves the thread as it is. `switchyard linger`
 /// goes back to the normal policy once it runs.
 pub(super) fn step_aside() {
+    set_policy(libc::SCHED_IDLE);
+}
+
+/// Sets the calling thread's scheduling policy (one without a priority:
+/// `SCHED_OTHER`, `SCHED_IDLE`), best effort.
+fn set_policy(policy: libc::c_int) {
     let param = libc::sched_param { sched_priority: 0 };
     // SAFETY: sched_setscheduler reads `param` (a valid, initialised
     // struct) and changes only the calling thread's policy (pid 0).
-    let _ = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+    let _ = unsafe { libc::sched_setscheduler(0, policy, &param) };
 }
 
 /// Milliseconds, for the log.
