@@ -88,11 +88,17 @@ impl Request {
             bridge: bridge.to_string(),
         })
     }
-    /// `vtep_add`: the remote VTEP as joined.
-    pub fn vtep_add(overlay: &str, remote: std::net::IpAddr) -> Call<VtepInfo> {
+    /// `vtep_add`, leaving from `local` (`None`: the overlay's, or the
+    /// route's): the remote VTEP as joined.
+    pub fn vtep_add(
+        overlay: &str,
+        remote: std::net::IpAddr,
+        local: Option<std::net::IpAddr>,
+    ) -> Call<VtepInfo> {
         Call::new(Request::VtepAdd {
             overlay: overlay.to_string(),
             remote,
+            local,
         })
     }
     /// `vtep_del`.

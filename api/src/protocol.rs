@@ -130,12 +130,21 @@ pub enum Request {
     StandDown,
     /// Joins an overlay of the config to a remote VTEP (another node): its
     /// tunnels, one per VNI, persisted. Adding a VTEP the overlay has is no
-    /// error (its tunnels stay as they are).
+    /// error: its tunnels stay as they are, or are made again from `local`
+    /// when they leave from another address.
     VtepAdd {
         /// The overlay's name.
         overlay: String,
         /// The remote VTEP's address.
         remote: std::net::IpAddr,
+        /// The address the tunnels leave from: this node's VTEP as the
+        /// other nodes know it (on a node with several addresses, the one
+        /// the route to `remote` leaves from may be another, and the remote
+        /// end drops what it does not expect). Unset: the overlay's
+        /// `local`, else the route's source address. Switches before it
+        /// refuse the field.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        local: Option<std::net::IpAddr>,
     },
     /// Takes a remote VTEP out of an overlay: its tunnels go, and the MACs
     /// learned on them.

@@ -4,9 +4,11 @@
 //! (`[overlays]`); a remote VTEP of an overlay is another node's address.
 //! `switchyard-vtep-sync` runs beside the switch, watches the cluster's
 //! Nodes (those a label selector picks: the nodes that run Switchyard) and
-//! keeps every overlay joined to each of them, by their InternalIP, through
-//! the switch's `vtep add` and `vtep del`, as flannel and Calico-VPP fill
-//! their VXLAN peers from the Nodes.
+//! keeps every overlay joined to each of them, by their VTEP address
+//! (published in an annotation, else their InternalIP), through the
+//! switch's `vtep add` and `vtep del`, as flannel and Calico-VPP fill their
+//! VXLAN peers from the Nodes. It publishes its own node's VTEP address,
+//! and the tunnels leave from it.
 //!
 //! [`nodes`] turns Nodes into the addresses to join; [`plan`] compares them
 //! with the switch's VTEPs and says what to add and take out.

@@ -10,11 +10,12 @@ use anyhow::Context;
 use clap::Parser;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
+use kube::api::{Patch, PatchParams};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::Api;
 use switchyard_api::{Client, Request};
-use switchyard_vtep_sync::nodes::{AddressFamily, AddressType, Nodes};
+use switchyard_vtep_sync::nodes::{AddressFamily, AddressType, Nodes, VTEP_ANNOTATION};
 use switchyard_vtep_sync::plan::{self, plan};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::time::{sleep_until, Instant};
@@ -90,7 +91,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
     // List, then watch from the list's resourceVersion; relist when the
     // watch falls too far behind (410 Gone); back off on errors.
-    let stream = watcher::watcher(Api::<Node>::all(client), config).default_backoff();
+    let api = Api::<Node>::all(client);
+    let stream = watcher::watcher(api.clone(), config).default_backoff();
     let mut stream = std::pin::pin!(stream);
     let mut term = signal(SignalKind::terminate())?;
     let resync = Duration::from_secs(args.resync_secs);
@@ -138,11 +140,25 @@ async fn run(args: Args) -> anyhow::Result<()> {
             continue;
         }
         let remotes = nodes.remotes();
+        let own = nodes.own_vtep();
+        let published = match own.filter(|a| nodes.own_published() != Some(*a)) {
+            Some(a) => publish(&api, &args.node_name, a).await,
+            None => Ok(()),
+        };
+        // The tunnels leave from this node's VTEP address where it is one
+        // of the host's (the pod shares the host's network); else (an
+        // address the node is reached at through NAT) from the route's.
+        let local = own.filter(|a| std::net::UdpSocket::bind((*a, 0)).is_ok());
         let socket = args.control_socket.clone();
         let wanted = args.overlays.clone();
-        let outcome = tokio::task::spawn_blocking(move || sync(&socket, &wanted, &remotes))
-            .await
-            .context("the sync task")?;
+        let mut outcome =
+            tokio::task::spawn_blocking(move || sync(&socket, &wanted, &remotes, local))
+                .await
+                .context("the sync task")?;
+        if let Err(e) = published {
+            warn!("{e:#}");
+            outcome.error.get_or_insert(e);
+        }
         if outcome.overlays != last.overlays && outcome.error.is_none() {
             if outcome.overlays.is_empty() {
                 info!("the switch has no overlays: none to fill");
@@ -167,6 +183,20 @@ async fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Publishes `vtep` as this node's VTEP address ([`VTEP_ANNOTATION`]), so
+/// that the other nodes send to it and expect it, through the Node's
+/// status as flannel patches its annotations (`pkg/subnet/kube/kube.go`
+/// `AcquireLease`: the RBAC needs `patch` on `nodes/status` only).
+async fn publish(api: &Api<Node>, node: &str, vtep: IpAddr) -> anyhow::Result<()> {
+    let patch =
+        serde_json::json!({"metadata": {"annotations": {VTEP_ANNOTATION: vtep.to_string()}}});
+    api.patch_status(node, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .with_context(|| format!("publishing {vtep} as node {node}'s VTEP ({VTEP_ANNOTATION})"))?;
+    info!(%vtep, "published this node's VTEP address");
+    Ok(())
+}
+
 /// What a sync found and did.
 #[derive(Default)]
 struct Outcome {
@@ -176,10 +206,16 @@ struct Outcome {
     error: Option<anyhow::Error>,
 }
 
-/// Brings the switch's overlays to `remotes` (address, node): adds what
-/// they lack, takes out what no node has. A VTEP that cannot be added or
-/// taken out is reported and the others done all the same.
-fn sync(socket: &Path, wanted: &[String], remotes: &BTreeMap<IpAddr, String>) -> Outcome {
+/// Brings the switch's overlays to `remotes` (address, node), their
+/// tunnels leaving from `local` where it is given: adds what they lack,
+/// takes out what no node has. A VTEP that cannot be added or taken out is
+/// reported and the others done all the same.
+fn sync(
+    socket: &Path,
+    wanted: &[String],
+    remotes: &BTreeMap<IpAddr, String>,
+    local: Option<IpAddr>,
+) -> Outcome {
     let mut out = Outcome::default();
     let asked = (|| -> anyhow::Result<_> {
         // Asked again while the switch restarts (its socket missing or
@@ -203,13 +239,13 @@ fn sync(socket: &Path, wanted: &[String], remotes: &BTreeMap<IpAddr, String>) ->
         }
     };
     let addrs = remotes.keys().copied().collect();
-    let p = plan(&overlays, &addrs, &current);
+    let p = plan(&overlays, &addrs, local, &current);
     out.overlays = overlays;
     let node = |a: &IpAddr| remotes.get(a).map_or("(gone)", String::as_str).to_string();
     for v in &p.add {
-        match c.ask(&Request::vtep_add(&v.overlay, v.remote)) {
-            Ok(_) => {
-                info!(overlay = %v.overlay, remote = %v.remote, node = %node(&v.remote), "joined")
+        match c.ask(&Request::vtep_add(&v.overlay, v.remote, local)) {
+            Ok(j) => {
+                info!(overlay = %v.overlay, remote = %v.remote, node = %node(&v.remote), local = %j.local, "joined")
             }
             Err(e) => {
                 let e = anyhow::Error::new(e).context(format!(

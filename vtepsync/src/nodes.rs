@@ -1,8 +1,18 @@
-//! The cluster's nodes as remote VTEPs: each node's address of a type
-//! (`status.addresses`), in one address family for the whole cluster (as
-//! flannel fixes it cluster-wide): every node must pick its peers'
-//! addresses in the family its peers pick its own in, or tunnels go one
-//! way (a receiver keys them by source address and VNI).
+//! The cluster's nodes as remote VTEPs. A node's VTEP address is, in
+//! order (as flannel's kube subnet manager, `pkg/subnet/kube/kube.go`,
+//! publishes `flannel.alpha.coreos.com/public-ip` and takes
+//! `public-ip-overwrite` from the operator):
+//!
+//! - the address its own vtep-sync published in [`VTEP_ANNOTATION`]: the
+//!   one its tunnels leave from, so the one its peers must expect;
+//! - else the operator's [`VTEP_OVERWRITE_ANNOTATION`] (a node with several
+//!   addresses whose tunnels must use another than the one its status
+//!   lists first);
+//! - else its address of a type (`status.addresses`), in one address
+//!   family for the whole cluster (as flannel fixes it cluster-wide):
+//!   every node must pick its peers' addresses in the family its peers
+//!   pick its own in, or tunnels go one way (a receiver keys them by
+//!   source address and VNI).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -94,13 +104,42 @@ pub fn addresses(node: &Node, kind: AddressType) -> Vec<IpAddr> {
         .collect()
 }
 
+/// The annotation in which a node's vtep-sync publishes the node's VTEP
+/// address: the address its tunnels leave from.
+pub const VTEP_ANNOTATION: &str = "switchyard.io/vtep-address";
+
+/// The annotation an operator sets on a node whose VTEP is not its
+/// address of the cluster's type and family (a node with several
+/// networks): its vtep-sync uses and publishes it instead.
+pub const VTEP_OVERWRITE_ANNOTATION: &str = "switchyard.io/vtep-address-overwrite";
+
+/// What a node says about its VTEP.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Seen {
+    /// Its addresses of the type, in its status's order.
+    addrs: Vec<IpAddr>,
+    /// [`VTEP_ANNOTATION`], if it holds an address.
+    published: Option<IpAddr>,
+    /// [`VTEP_OVERWRITE_ANNOTATION`], if it holds an address.
+    overwrite: Option<IpAddr>,
+}
+
+/// An annotation of `node` that holds an IP address.
+fn annotation(node: &Node, key: &str) -> Option<IpAddr> {
+    node.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .and_then(|v| v.trim().parse().ok())
+}
+
 /// The nodes seen so far, by name, with their addresses.
 #[derive(Debug, Clone)]
 pub struct Nodes {
     own: String,
     kind: AddressType,
     family: AddressFamily,
-    seen: BTreeMap<String, Vec<IpAddr>>,
+    seen: BTreeMap<String, Seen>,
 }
 
 impl Nodes {
@@ -118,7 +157,12 @@ impl Nodes {
     /// A node added or changed.
     pub fn apply(&mut self, node: &Node) {
         if let Some(name) = node.metadata.name.as_ref() {
-            self.seen.insert(name.clone(), addresses(node, self.kind));
+            let seen = Seen {
+                addrs: addresses(node, self.kind),
+                published: annotation(node, VTEP_ANNOTATION),
+                overwrite: annotation(node, VTEP_OVERWRITE_ANNOTATION),
+            };
+            self.seen.insert(name.clone(), seen);
         }
     }
 
@@ -144,23 +188,40 @@ impl Nodes {
         self.seen.is_empty()
     }
 
-    /// The remote VTEPs: each other node's address of the cluster's
-    /// family ([`AddressFamily::pick`]), with the node it is. A node with
-    /// no such address, or one of this node's own, is left out.
+    /// This node's VTEP address: the operator's overwrite, else its
+    /// address of the cluster's type and family. `None` while this node
+    /// is not seen (or has no such address).
+    pub fn own_vtep(&self) -> Option<IpAddr> {
+        let s = self.seen.get(&self.own)?;
+        s.overwrite.or_else(|| self.family.pick(&s.addrs))
+    }
+
+    /// What this node has published as its VTEP address.
+    pub fn own_published(&self) -> Option<IpAddr> {
+        self.seen.get(&self.own)?.published
+    }
+
+    /// The remote VTEPs: each other node's VTEP address (see the module's
+    /// documentation), with the node it is. A node with none, or one of
+    /// this node's own addresses, is left out.
     pub fn remotes(&self) -> BTreeMap<IpAddr, String> {
-        let own: BTreeSet<IpAddr> = self
+        let mut own: BTreeSet<IpAddr> = self
             .seen
             .get(&self.own)
             .into_iter()
-            .flatten()
-            .copied()
+            .flat_map(|s| s.addrs.iter().copied())
             .collect();
+        own.extend(self.own_vtep());
         let mut out = BTreeMap::new();
-        for (name, addrs) in &self.seen {
+        for (name, s) in &self.seen {
             if *name == self.own {
                 continue;
             }
-            if let Some(a) = self.family.pick(addrs).filter(|a| !own.contains(a)) {
+            let vtep = s
+                .published
+                .or(s.overwrite)
+                .or_else(|| self.family.pick(&s.addrs));
+            if let Some(a) = vtep.filter(|a| !own.contains(a)) {
                 out.entry(a).or_insert_with(|| name.clone());
             }
         }
@@ -262,6 +323,56 @@ mod tests {
         ns.apply(&node("a", &[("InternalIP", "10.0.0.1")]));
         ns.apply(&node("stale", &[("InternalIP", "10.0.0.1")]));
         assert!(ns.remotes().is_empty());
+    }
+
+    fn annotated(mut n: Node, key: &str, value: &str) -> Node {
+        n.metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(key.into(), value.into());
+        n
+    }
+
+    /// A node's published VTEP address before the operator's overwrite,
+    /// before its status's address; this node's own VTEP is the overwrite
+    /// (what it will publish), else its address.
+    #[test]
+    fn published_and_overwritten_vtep_addresses() {
+        let a = node("a", &[("InternalIP", "10.0.0.1")]);
+        let b = node("b", &[("InternalIP", "10.0.0.2")]);
+        let mut ns = Nodes::new("a", AddressType::InternalIp, AddressFamily::default());
+        ns.apply(&a);
+        ns.apply(&b);
+        assert_eq!(ns.own_vtep(), "10.0.0.1".parse().ok());
+        assert_eq!(ns.own_published(), None);
+        let b = annotated(b, VTEP_OVERWRITE_ANNOTATION, "192.168.0.2");
+        ns.apply(&b);
+        let remote = |ns: &Nodes| ns.remotes().keys().next().map(ToString::to_string);
+        assert_eq!(remote(&ns).as_deref(), Some("192.168.0.2"));
+        // What b published wins: the address its tunnels leave from.
+        let b = annotated(b, VTEP_ANNOTATION, "192.168.9.2");
+        ns.apply(&b);
+        assert_eq!(remote(&ns).as_deref(), Some("192.168.9.2"));
+        // Not an address: passed over.
+        ns.apply(&annotated(
+            node("b", &[("InternalIP", "10.0.0.2")]),
+            VTEP_ANNOTATION,
+            "eth1",
+        ));
+        assert_eq!(remote(&ns).as_deref(), Some("10.0.0.2"));
+        // This node's own overwrite, published or not yet.
+        let a = annotated(a, VTEP_OVERWRITE_ANNOTATION, "192.168.0.1");
+        ns.apply(&a);
+        assert_eq!(ns.own_vtep(), "192.168.0.1".parse().ok());
+        ns.apply(&annotated(a, VTEP_ANNOTATION, "192.168.0.1"));
+        assert_eq!(ns.own_published(), "192.168.0.1".parse().ok());
+        // A node claiming this node's VTEP is no remote.
+        ns.apply(&annotated(
+            node("stale", &[("InternalIP", "10.0.0.7")]),
+            VTEP_ANNOTATION,
+            "192.168.0.1",
+        ));
+        assert_eq!(ns.remotes().len(), 1);
     }
 
     #[test]

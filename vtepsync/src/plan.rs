@@ -40,14 +40,21 @@ pub fn overlays(bridges: &[BridgeInfo]) -> Vec<String> {
         .collect()
 }
 
-/// Every overlay of `overlays` joined to every address of `remotes`, and
-/// nothing else: a VTEP of `current` no node has any more goes, unless the
-/// config names it (the config's remotes are the operator's, and the
-/// switch refuses to delete them). VTEPs of other overlays stay as they
-/// are.
-pub fn plan(overlays: &[String], remotes: &BTreeSet<IpAddr>, current: &[VtepInfo]) -> Plan {
+/// Every overlay of `overlays` joined to every address of `remotes`, from
+/// `local` where it is given, and nothing else: a VTEP of `current` no node
+/// has any more goes, unless the config names it (the config's remotes are
+/// the operator's, and the switch refuses to delete them); one that leaves
+/// from another address than `local` is added again (the switch makes its
+/// tunnels again from `local`). VTEPs of other overlays stay as they are.
+pub fn plan(
+    overlays: &[String],
+    remotes: &BTreeSet<IpAddr>,
+    local: Option<IpAddr>,
+    current: &[VtepInfo],
+) -> Plan {
     let have: BTreeSet<(&str, IpAddr)> = current
         .iter()
+        .filter(|v| v.from_config || local.is_none_or(|l| l == v.local))
         .map(|v| (v.overlay.as_str(), v.remote))
         .collect();
     let mut p = Plan::default();
@@ -108,14 +115,29 @@ mod tests {
         let p = plan(
             &["a".into(), "b".into()],
             &ips(&["10.0.0.2", "10.0.0.3"]),
+            None,
             &current,
         );
         assert_eq!(names(&p.add), ["a 10.0.0.3", "b 10.0.0.2", "b 10.0.0.3"]);
         assert_eq!(names(&p.del), ["a 10.0.0.9"]);
         // A node the config already joins is not added again.
-        let p = plan(&["a".into()], &ips(&["10.0.0.8"]), &current);
+        let p = plan(&["a".into()], &ips(&["10.0.0.8"]), None, &current);
         assert!(p.add.is_empty());
         assert_eq!(names(&p.del), ["a 10.0.0.2", "a 10.0.0.9"]);
-        assert!(plan(&[], &ips(&["10.0.0.2"]), &current).is_empty());
+        assert!(plan(&[], &ips(&["10.0.0.2"]), None, &current).is_empty());
+    }
+
+    /// This node's VTEP address changed (its annotation, its address):
+    /// the VTEPs leaving from another address are added again, those of
+    /// the config stay as the config makes them.
+    #[test]
+    fn vteps_leaving_from_another_address_are_added_again() {
+        let current = [vtep("a", "10.0.0.2", false), vtep("a", "10.0.0.8", true)];
+        let remotes = ips(&["10.0.0.2", "10.0.0.8"]);
+        let p = plan(&["a".into()], &remotes, "10.0.0.1".parse().ok(), &current);
+        assert!(p.is_empty(), "{p:?}");
+        let p = plan(&["a".into()], &remotes, "10.1.0.1".parse().ok(), &current);
+        assert_eq!(names(&p.add), ["a 10.0.0.2"]);
+        assert!(p.del.is_empty());
     }
 }

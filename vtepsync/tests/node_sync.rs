@@ -43,7 +43,8 @@ fn find<'a>(docs: &'a [serde_json::Value], kind: &str, name: &str) -> &'a serde_
         .unwrap_or_else(|| panic!("{kind} {name}"))
 }
 
-/// The running `switchyard-vtep-sync` of a node, killed on drop.
+/// The running `switchyard-vtep-sync` of a node, killed on drop (`ip
+/// netns exec` execs it: the child is the program).
 struct Sync(Child, PathBuf);
 
 impl Sync {
@@ -53,6 +54,7 @@ impl Sync {
     fn start(
         container: &serde_json::Value,
         node: &str,
+        netns: &Netns,
         switch: &Switch,
         api: &ApiServer,
         token: &str,
@@ -73,8 +75,12 @@ impl Sync {
         api.kubeconfig(token, &kubeconfig);
         let log = switch.dir.path().join("vtep-sync.log");
         let bin = workspace_bin("switchyard-vtep-sync", &argv[0]);
-        let mut cmd = Command::new(bin);
-        cmd.args(&argv[1..])
+        // In the node's network namespace, as the DaemonSet's pod
+        // (hostNetwork) runs it.
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &netns.name])
+            .arg(bin)
+            .args(&argv[1..])
             .env("KUBECONFIG", &kubeconfig)
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
@@ -118,53 +124,95 @@ fn wait_vteps(sw: &Switch, overlay: &str, want: &[&str], what: &str) {
     wait_for(LIMIT, what, || (vteps(&sw.control()) == want).then_some(()));
 }
 
+/// What the shipped manifests say: the DaemonSet's vtep-sync container,
+/// the labels of the nodes it runs on and the ConfigMap's overlay.
+struct Shipped {
+    docs: Vec<serde_json::Value>,
+    /// The vtep-sync container.
+    container: serde_json::Value,
+    /// The DaemonSet's nodeSelector.
+    selected: Vec<(String, String)>,
+    /// The overlay's name.
+    overlay: String,
+    /// A switch config with the ConfigMap's overlays alone.
+    overlay_cfg: String,
+    /// The DaemonSet's namespace and service account.
+    namespace: String,
+    account: String,
+}
+
+impl Shipped {
+    fn read() -> Shipped {
+        let docs = documents("config/kubernetes/switchyard.yaml");
+        let ds = find(&docs, "DaemonSet", "switchyard");
+        let spec = &ds["spec"]["template"]["spec"];
+        let container = spec["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == "vtep-sync")
+            .expect("the DaemonSet's vtep-sync container")
+            .clone();
+        // The nodes the DaemonSet runs on are the nodes the container selects.
+        let cmd: Vec<&str> = container["command"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect();
+        let selector = cmd[cmd.iter().position(|a| *a == "--selector").unwrap() + 1];
+        let selected: Vec<(String, String)> = spec["nodeSelector"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
+            .collect();
+        let node_selector: Vec<String> = selected.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        assert_eq!(selector, node_selector.join(","));
+
+        // The overlays of the shipped ConfigMap.
+        let cfg: toml::Value = toml::from_str(
+            find(&docs, "ConfigMap", "switchyard-config")["data"]["switchyard.toml"]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap();
+        let overlays = cfg["overlays"].as_table().unwrap();
+        assert_eq!(overlays.len(), 1, "{overlays:?}");
+        let overlay = overlays.keys().next().unwrap().clone();
+        let mut only = toml::Table::new();
+        only.insert("overlays".into(), cfg["overlays"].clone());
+        let overlay_cfg = toml::to_string(&only).unwrap();
+        let namespace = ds["metadata"]["namespace"].as_str().unwrap().to_string();
+        let account = spec["serviceAccountName"].as_str().unwrap().to_string();
+        Shipped {
+            container,
+            selected,
+            overlay,
+            overlay_cfg,
+            namespace,
+            account,
+            docs,
+        }
+    }
+
+    fn selected(&self) -> Vec<(&str, &str)> {
+        self.selected
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect()
+    }
+}
+
 #[test]
 fn nodes_of_the_cluster_join_the_overlays() {
     let _g = serial();
-    let docs = documents("config/kubernetes/switchyard.yaml");
-    let ds = find(&docs, "DaemonSet", "switchyard");
-    let spec = &ds["spec"]["template"]["spec"];
-    let container = spec["containers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == "vtep-sync")
-        .expect("the DaemonSet's vtep-sync container");
-    // The nodes the DaemonSet runs on are the nodes the container selects.
-    let cmd: Vec<&str> = container["command"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a.as_str().unwrap())
-        .collect();
-    let selector = cmd[cmd.iter().position(|a| *a == "--selector").unwrap() + 1];
-    let node_selector: Vec<String> = spec["nodeSelector"]
-        .as_object()
-        .unwrap()
-        .iter()
-        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap()))
-        .collect();
-    assert_eq!(selector, node_selector.join(","));
-    let selected: Vec<(&str, &str)> = spec["nodeSelector"]
-        .as_object()
-        .unwrap()
-        .iter()
-        .map(|(k, v)| (k.as_str(), v.as_str().unwrap()))
-        .collect();
-
-    // The overlays of the shipped ConfigMap.
-    let cfg: toml::Value = toml::from_str(
-        find(&docs, "ConfigMap", "switchyard-config")["data"]["switchyard.toml"]
-            .as_str()
-            .unwrap(),
-    )
-    .unwrap();
-    let overlays = cfg["overlays"].as_table().unwrap();
-    assert_eq!(overlays.len(), 1, "{overlays:?}");
-    let overlay = overlays.keys().next().unwrap().clone();
-    let mut only = toml::Table::new();
-    only.insert("overlays".into(), cfg["overlays"].clone());
-    let overlay_cfg = toml::to_string(&only).unwrap();
+    let shipped = Shipped::read();
+    let container = &shipped.container;
+    let selected = shipped.selected();
+    let overlay = shipped.overlay.clone();
+    let overlay_cfg = shipped.overlay_cfg.clone();
+    let docs = &shipped.docs;
 
     // The underlay: node i at 10.81.i.2, a router between.
     let u = Underlay::new(2);
@@ -185,9 +233,9 @@ fn nodes_of_the_cluster_join_the_overlays() {
         })
         .collect();
 
-    let api = ApiServer::start(&docs);
-    let namespace = ds["metadata"]["namespace"].as_str().unwrap();
-    let token = api.token_for(namespace, spec["serviceAccountName"].as_str().unwrap());
+    // The API server where the nodes reach it: on the router.
+    let api = ApiServer::start_in(docs, &u.router.name, "10.81.1.1".parse().unwrap());
+    let token = api.token_for(&shipped.namespace, &shipped.account);
     api.put_node("node-1", &selected, &[("InternalIP", "10.81.1.2")]);
     api.put_node(
         "windows-1",
@@ -197,7 +245,16 @@ fn nodes_of_the_cluster_join_the_overlays() {
     let syncs: Vec<Sync> = sws
         .iter()
         .enumerate()
-        .map(|(i, sw)| Sync::start(container, &format!("node-{}", i + 1), sw, &api, &token))
+        .map(|(i, sw)| {
+            Sync::start(
+                container,
+                &format!("node-{}", i + 1),
+                &nodes[i],
+                sw,
+                &api,
+                &token,
+            )
+        })
         .collect();
     // Node 1 alone: nothing to join; node 2 is not in the cluster yet.
     wait_for(LIMIT, "both syncs listed", || {
@@ -312,7 +369,172 @@ fn nodes_of_the_cluster_join_the_overlays() {
         .sh("busybox ping -c 2 -W 1 10.66.0.2")
         .status
         .success());
-    api.assert_only_lists_and_watches();
+    api.assert_only_lists_watches_and_status_patches();
+    drop(syncs);
+    for sw in &mut sws {
+        sw.assert_alive();
+    }
+}
+
+/// The switch's VTEPs as (remote, local) addresses.
+fn vteps_from(sw: &Switch) -> Vec<(String, String)> {
+    switchyard_api::Client::connect(&sw.control())
+        .unwrap()
+        .ask(&switchyard_api::Request::vtep_list())
+        .unwrap()
+        .into_iter()
+        .map(|v| (v.remote.to_string(), v.local.to_string()))
+        .collect()
+}
+
+/// Node `name`'s annotation `key`.
+fn annotation(api: &ApiServer, name: &str, key: &str) -> Option<String> {
+    api.node(name)?["metadata"]["annotations"][key]
+        .as_str()
+        .map(str::to_string)
+}
+
+/// Nodes with several addresses, and a dual-stack one, as clusters have
+/// them:
+///
+/// - node 1 is dual-stack and lists its IPv6 address first; its node
+///   addresses are on its loopback interface (as on nodes whose address
+///   is routed to them), so its route to node 2 leaves from another address
+///   (its link's, 10.81.1.2), which node 2 would not expect;
+/// - node 2 has two links to the router; the operator moves its VTEP to
+///   the second one (`switchyard.io/vtep-address-overwrite`) while the
+///   pods talk, though its default route leaves by the first.
+///
+/// Each vtep-sync publishes its node's VTEP address
+/// (`switchyard.io/vtep-address`), its tunnels leave from that address,
+/// the other node joins it there, and the pods on the overlay reach each
+/// other both ways at each step. Before, node 1's tunnel left from the
+/// route's address and node 2 dropped what it sent.
+#[test]
+fn nodes_with_several_addresses_and_two_families_tunnel_both_ways() {
+    let _g = serial();
+    let shipped = Shipped::read();
+    let selected = shipped.selected();
+    let overlay = &shipped.overlay;
+    let u = Underlay::new(2);
+    u.router
+        .sh_ok("sysctl -q -w net.ipv4.conf.all.rp_filter=0 net.ipv6.conf.all.forwarding=1");
+    // Node 1: its addresses on its loopback interface, routed to it.
+    u.vteps[0].sh_ok("ip addr add 10.81.101.1/32 dev lo && ip addr add fd81::101:1/128 dev lo");
+    u.router.sh_ok("ip route add 10.81.101.1/32 via 10.81.1.2");
+    // Node 2: a second link to the router, 10.82.2.2.
+    veth(&u.router, "s2", &u.vteps[1], "ul2");
+    u.router.sh_ok("ip addr add 10.82.2.1/24 dev s2");
+    u.vteps[1].sh_ok("ip addr add 10.82.2.2/24 dev ul2");
+
+    let mut sws: Vec<Switch> = u
+        .vteps
+        .iter()
+        .map(|ns| Switch::start_in(Some(&ns.name), &shipped.overlay_cfg))
+        .collect();
+    let pods: Vec<Station> = sws
+        .iter()
+        .zip(&u.vteps)
+        .enumerate()
+        .map(|(i, (sw, ns))| {
+            let pod = Station::on_overlay(i as u8 + 1, Some(ns), "pod");
+            sw.add_af_packet("pod", overlay, &[]);
+            pod
+        })
+        .collect();
+    let ping_both_ways = || {
+        pods[0].ns.sh_ok("busybox ping -c 3 -W 2 10.66.0.2");
+        pods[1].ns.sh_ok("busybox ping -c 3 -W 2 10.66.0.1");
+    };
+
+    let api = ApiServer::start_in(&shipped.docs, &u.router.name, "10.81.1.1".parse().unwrap());
+    let token = api.token_for(&shipped.namespace, &shipped.account);
+    api.put_node(
+        "node-1",
+        &selected,
+        &[
+            ("InternalIP", "fd81::101:1"),
+            ("InternalIP", "10.81.101.1"),
+            ("Hostname", "node-1"),
+        ],
+    );
+    api.put_node("node-2", &selected, &[("InternalIP", "10.81.2.2")]);
+    let syncs: Vec<Sync> = sws
+        .iter()
+        .enumerate()
+        .map(|(i, sw)| {
+            Sync::start(
+                &shipped.container,
+                &format!("node-{}", i + 1),
+                &u.vteps[i],
+                sw,
+                &api,
+                &token,
+            )
+        })
+        .collect();
+    let vtep = "switchyard.io/vtep-address";
+    wait_for(LIMIT, "both nodes published their VTEP", || {
+        (annotation(&api, "node-1", vtep).as_deref() == Some("10.81.101.1")
+            && annotation(&api, "node-2", vtep).as_deref() == Some("10.81.2.2"))
+        .then_some(())
+    });
+    fn joined<'a>(sw: &'a Switch, want: (&str, &str)) -> impl FnMut() -> Option<()> + 'a {
+        let want = vec![(want.0.to_string(), want.1.to_string())];
+        move || (vteps_from(sw) == want).then_some(())
+    }
+    wait_for(
+        LIMIT,
+        "node 1 joined to node 2 from its node address",
+        joined(&sws[0], ("10.81.2.2", "10.81.101.1")),
+    );
+    wait_for(
+        LIMIT,
+        "node 2 joined to node 1's IPv4 address",
+        joined(&sws[1], ("10.81.101.1", "10.81.2.2")),
+    );
+    ping_both_ways();
+
+    // The operator moves node 2's VTEP to its second link.
+    api.annotate_node(
+        "node-2",
+        "switchyard.io/vtep-address-overwrite",
+        "10.82.2.2",
+    );
+    wait_for(LIMIT, "node 2 published its new VTEP", || {
+        (annotation(&api, "node-2", vtep).as_deref() == Some("10.82.2.2")).then_some(())
+    });
+    wait_for(
+        LIMIT,
+        "node 2's tunnel leaves from its second link",
+        joined(&sws[1], ("10.81.101.1", "10.82.2.2")),
+    );
+    wait_for(
+        LIMIT,
+        "node 1 joined to node 2's new VTEP",
+        joined(&sws[0], ("10.82.2.2", "10.81.101.1")),
+    );
+    ping_both_ways();
+
+    // Each node published its own address, no other request was made,
+    // and the kubelet's next status update keeps the annotation.
+    let patches: Vec<String> = api
+        .requests()
+        .into_iter()
+        .filter(|r| r.starts_with("patch"))
+        .collect();
+    assert!(
+        patches
+            .iter()
+            .all(|p| p == "patch status node-1" || p == "patch status node-2"),
+        "{patches:?}"
+    );
+    api.put_node("node-2", &selected, &[("InternalIP", "10.81.2.2")]);
+    assert_eq!(
+        annotation(&api, "node-2", vtep).as_deref(),
+        Some("10.82.2.2")
+    );
+    api.assert_only_lists_watches_and_status_patches();
     drop(syncs);
     for sw in &mut sws {
         sw.assert_alive();

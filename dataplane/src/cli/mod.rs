@@ -279,6 +279,10 @@ pub(crate) enum VtepCmd {
         overlay: String,
         /// The remote VTEP's address.
         remote: std::net::IpAddr,
+        /// The address the tunnels leave from (default: the overlay's
+        /// `local`, else the source address of the route to the remote).
+        #[arg(long)]
+        local: Option<std::net::IpAddr>,
     },
     /// Takes a remote VTEP out of an overlay, with its tunnels.
     Del {
@@ -504,8 +508,12 @@ pub(crate) fn run(cmd: Cmd, control: Option<PathBuf>) -> anyhow::Result<()> {
             print!("{}", render::worker_table(&workers));
             Ok(())
         }
-        Cmd::Vtep(VtepCmd::Add { overlay, remote }) => {
-            let v = client()?.ask(&Request::vtep_add(&overlay, remote))?;
+        Cmd::Vtep(VtepCmd::Add {
+            overlay,
+            remote,
+            local,
+        }) => {
+            let v = client()?.ask(&Request::vtep_add(&overlay, remote, local))?;
             println!(
                 "overlay {overlay}: VTEP {remote} joined from {} ({})",
                 v.local,

@@ -152,7 +152,8 @@ pub fn veth(na: &Netns, a: &str, nb: &Netns, b: &str) {
 /// namespaces behind it, VTEP `i` at 10.81.`i`.2 on a subnet of its own
 /// (the router is .1 on each).
 pub struct Underlay {
-    _router: Netns,
+    /// The router's namespace.
+    pub router: Netns,
     /// The VTEPs' namespaces, VTEP 1 first.
     pub vteps: Vec<Netns>,
 }
@@ -173,10 +174,7 @@ impl Underlay {
                 ns
             })
             .collect();
-        Underlay {
-            _router: router,
-            vteps,
-        }
+        Underlay { router, vteps }
     }
 
     /// VTEP `i`'s address (from 1).

@@ -38,6 +38,13 @@
 //!   `nodes` (`plugin/pkg/auth/authorizer/rbac/rbac.go` `RuleAllows`: `*`
 //!   matches any; a rule with `resourceNames` allows no list or watch).
 //!   Otherwise a 401 or a 403 `Status`, as upstream words them.
+//! - **patch of a node's status** (`PATCH /api/v1/nodes/NAME/status`, a
+//!   JSON merge patch: what a node agent such as flannel or vtep-sync
+//!   sends to set its node's annotations): authorized for `patch` on
+//!   `nodes/status`; applied as the status subresource's strategy applies
+//!   it (`pkg/registry/core/node/strategy.go` `nodeStatusStrategy`: the
+//!   spec stays as it was, the metadata and status change), a new
+//!   resource version and a `MODIFIED` event; a missing node is a 404.
 
 #![allow(dead_code)]
 
@@ -52,10 +59,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Query, State};
+use axum::extract::{Path as UrlPath, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, patch};
 use axum::Router;
 use serde_json::{json, Value};
 
@@ -138,11 +145,35 @@ impl ApiServer {
     /// Starts it, authorizing by the RBAC objects among `docs` (the
     /// manifests' documents).
     pub fn start(docs: &[Value]) -> ApiServer {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        Self::serve(docs, listener)
+    }
+
+    /// Starts it in network namespace `netns` (a name of `ip netns`),
+    /// listening on `ip` there: where the nodes of a test's underlay reach
+    /// it, as a cluster's nodes reach their API server.
+    pub fn start_in(docs: &[Value], netns: &str, ip: std::net::IpAddr) -> ApiServer {
+        let path = format!("/run/netns/{netns}");
+        // A thread of its own enters the namespace to make the socket (the
+        // socket stays in it), and ends.
+        let listener = std::thread::spawn(move || {
+            let ns = std::fs::File::open(&path).unwrap();
+            nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+            std::net::TcpListener::bind((ip, 0)).unwrap()
+        })
+        .join()
+        .unwrap();
+        Self::serve(docs, listener)
+    }
+
+    fn serve(docs: &[Value], listener: std::net::TcpListener) -> ApiServer {
+        let addr = listener.local_addr().unwrap();
         let dir = tempfile::tempdir().unwrap();
+        let ip = addr.ip().to_string();
         tls::write_ca_and_cert(
             dir.path(),
             "kubernetes stand-in CA",
-            &["localhost", "127.0.0.1", "kubernetes.default.svc"],
+            &["localhost", &ip, "kubernetes.default.svc"],
         );
 
         let rbac = docs
@@ -178,11 +209,10 @@ impl ApiServer {
             .unwrap();
         let router = Router::new()
             .route("/api/v1/nodes", get(nodes))
+            .route("/api/v1/nodes/{name}/status", patch(patch_status))
             .with_state(shared.clone());
         let handle = axum_server::Handle::new();
         let h = handle.clone();
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
         rt.spawn(async move {
             axum_server::from_tcp_rustls(listener, config)
                 .unwrap()
@@ -243,6 +273,12 @@ impl ApiServer {
             .as_ref()
             .map(|b| b["metadata"]["uid"].clone())
             .unwrap_or_else(|| json!(format!("00000000-0000-4000-8000-{rv:012}")));
+        // The kubelet's updates leave the annotations others set.
+        let annotations = before
+            .as_ref()
+            .map(|b| b["metadata"]["annotations"].clone())
+            .filter(|a| a.is_object())
+            .unwrap_or_else(|| json!({}));
         let labels: serde_json::Map<String, Value> = labels
             .iter()
             .map(|(k, v)| (k.to_string(), json!(v)))
@@ -258,6 +294,7 @@ impl ApiServer {
                 "resourceVersion": rv.to_string(),
                 "creationTimestamp": "2026-11-27T00:00:00Z",
                 "labels": labels,
+                "annotations": annotations,
             },
             "spec": {},
             "status": {"addresses": addresses},
@@ -267,6 +304,31 @@ impl ApiServer {
             rv,
             now: Some(node),
             before,
+        });
+        drop(i);
+        self.shared.changed.notify_waiters();
+    }
+
+    /// Node `name` as stored.
+    pub fn node(&self, name: &str) -> Option<Value> {
+        self.shared.inner.lock().unwrap().nodes.get(name).cloned()
+    }
+
+    /// Sets annotation `key` of node `name` to `value` (as `kubectl
+    /// annotate --overwrite` does).
+    pub fn annotate_node(&self, name: &str, key: &str, value: &str) {
+        let mut i = self.shared.inner.lock().unwrap();
+        let before = i.nodes.get(name).cloned().expect("the node exists");
+        let mut node = before.clone();
+        node["metadata"]["annotations"][key] = json!(value);
+        i.rv += 1;
+        let rv = i.rv;
+        node["metadata"]["resourceVersion"] = json!(rv.to_string());
+        i.nodes.insert(name.into(), node.clone());
+        i.history.push(Change {
+            rv,
+            now: Some(node),
+            before: Some(before),
         });
         drop(i);
         self.shared.changed.notify_waiters();
@@ -322,15 +384,17 @@ impl ApiServer {
         );
     }
 
-    /// Panics unless every request so far was a list or a watch, and
-    /// each was allowed (the shipped RBAC granted what was asked) and
-    /// answered as upstream would.
-    pub fn assert_only_lists_and_watches(&self) {
+    /// Panics unless every request so far was a list, a watch or a patch
+    /// of a node's status, and each was allowed (the shipped RBAC granted
+    /// what was asked) and answered as upstream would.
+    pub fn assert_only_lists_watches_and_status_patches(&self) {
         self.assert_answered_as_upstream();
         let r = self.requests();
         assert!(
-            r.iter()
-                .all(|r| r == "list" || r == "list continue" || r.starts_with("watch")),
+            r.iter().all(|r| r == "list"
+                || r == "list continue"
+                || r.starts_with("watch")
+                || r.starts_with("patch status ")),
             "{r:?}"
         );
     }
@@ -413,8 +477,17 @@ fn matches(sel: &[Req], obj: &Value) -> bool {
 }
 
 /// Whether the ClusterRoleBindings give `user` (in `groups`) `verb` on
-/// nodes.
-fn allowed(rbac: &[Value], user: &str, groups: &[&str], verb: &str) -> bool {
+/// `resource` (`nodes`, or a subresource: `nodes/status`) of object `name`
+/// (`None` for a list or a watch, which a rule with `resourceNames` never
+/// allows: `ResourceNameMatches`).
+fn allowed(
+    rbac: &[Value],
+    user: &str,
+    groups: &[&str],
+    verb: &str,
+    resource: &str,
+    name: Option<&str>,
+) -> bool {
     let in_list = |v: &Value, want: &str| {
         items(v)
             .iter()
@@ -448,14 +521,137 @@ fn allowed(rbac: &[Value], user: &str, groups: &[&str], verb: &str) -> bool {
         .any(|rule| {
             in_list(&rule["verbs"], verb)
                 && in_list(&rule["apiGroups"], "")
-                && in_list(&rule["resources"], "nodes")
-                && items(&rule["resourceNames"]).is_empty()
+                && in_list(&rule["resources"], resource)
+                && (items(&rule["resourceNames"]).is_empty()
+                    || items(&rule["resourceNames"])
+                        .iter()
+                        .any(|n| name.is_some_and(|name| n.as_str() == Some(name))))
         })
 }
 
 /// A JSON array's items (none for anything else).
 fn items(v: &Value) -> &[Value] {
     v.as_array().map_or(&[], Vec::as_slice)
+}
+
+/// Authenticates the bearer token of `headers` and authorizes `verb` on
+/// `resource` (`nodes`, `nodes/status`) of object `name`: the refusal
+/// upstream answers with (503 while down, 401, 403), if it refuses.
+fn authorize(
+    shared: &Shared,
+    headers: &HeaderMap,
+    verb: &str,
+    resource: &str,
+    name: Option<&str>,
+) -> Option<Response> {
+    let token = headers
+        .get("authorization")
+        .and_then(|h| h.to_str().ok())
+        .and_then(|h| h.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if shared.inner.lock().unwrap().down {
+        return Some(status(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ServiceUnavailable",
+            "the server is currently unable to handle the request",
+        ));
+    }
+    let sa = shared.inner.lock().unwrap().tokens.get(token).cloned();
+    let Some((ns, account)) = sa else {
+        shared
+            .inner
+            .lock()
+            .unwrap()
+            .requests
+            .push(format!("unauthorized {verb}"));
+        return Some(status(
+            StatusCode::UNAUTHORIZED,
+            "Unauthorized",
+            "Unauthorized",
+        ));
+    };
+    let user = format!("system:serviceaccount:{ns}:{account}");
+    let sa_group = format!("system:serviceaccounts:{ns}");
+    let groups = [
+        "system:serviceaccounts",
+        sa_group.as_str(),
+        "system:authenticated",
+    ];
+    if !allowed(&shared.rbac, &user, &groups, verb, resource, name) {
+        shared
+            .inner
+            .lock()
+            .unwrap()
+            .requests
+            .push(format!("denied {verb} {resource}"));
+        // `staging/src/k8s.io/apiserver/pkg/endpoints/handlers/responsewriters/errors.go`
+        // `forbiddenMessage` (the resource with its subresource) inside
+        // `NewForbidden`'s (the resource and the object's name).
+        let object = name.map_or("nodes".to_string(), |n| format!("nodes \"{n}\""));
+        return Some(status(
+            StatusCode::FORBIDDEN,
+            "Forbidden",
+            &format!(
+                "{object} is forbidden: User \"{user}\" cannot {verb} resource \"{resource}\" in API group \"\" at the cluster scope"
+            ),
+        ));
+    }
+    None
+}
+
+/// `PATCH /api/v1/nodes/NAME/status` with a JSON merge patch.
+async fn patch_status(
+    State(shared): State<Arc<Shared>>,
+    UrlPath(name): UrlPath<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Some(r) = authorize(&shared, &headers, "patch", "nodes/status", Some(&name)) {
+        return r;
+    }
+    let kind = headers
+        .get("content-type")
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("");
+    let mut i = shared.inner.lock().unwrap();
+    if kind != "application/merge-patch+json" {
+        return i.unsupported(format!("a node status patch of type {kind:?}"));
+    }
+    let Ok(patch) = serde_json::from_slice::<Value>(&body) else {
+        return status(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            "the patch is no JSON",
+        );
+    };
+    i.requests.push(format!("patch status {name}"));
+    let Some(before) = i.nodes.get(&name).cloned() else {
+        return status(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            &format!("nodes \"{name}\" not found"),
+        );
+    };
+    let mut node = before.clone();
+    json_patch::merge(&mut node, &patch);
+    // The status strategy keeps the spec (and the object's identity).
+    node["spec"] = before["spec"].clone();
+    node["metadata"]["name"] = before["metadata"]["name"].clone();
+    node["metadata"]["uid"] = before["metadata"]["uid"].clone();
+    i.rv += 1;
+    let rv = i.rv;
+    node["metadata"]["resourceVersion"] = json!(rv.to_string());
+    i.nodes.insert(name, node.clone());
+    i.history.push(Change {
+        rv,
+        now: Some(node.clone()),
+        before: Some(before),
+    });
+    drop(i);
+    shared.changed.notify_waiters();
+    node["kind"] = json!("Node");
+    node["apiVersion"] = json!("v1");
+    (StatusCode::OK, axum::Json(node)).into_response()
 }
 
 async fn nodes(
@@ -465,49 +661,8 @@ async fn nodes(
 ) -> Response {
     let watch = matches!(q.get("watch").map(String::as_str), Some("true" | "1"));
     let verb = if watch { "watch" } else { "list" };
-    let token = headers
-        .get("authorization")
-        .and_then(|h| h.to_str().ok())
-        .and_then(|h| h.strip_prefix("Bearer "))
-        .unwrap_or("");
-    if shared.inner.lock().unwrap().down {
-        return status(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "ServiceUnavailable",
-            "the server is currently unable to handle the request",
-        );
-    }
-    let sa = shared.inner.lock().unwrap().tokens.get(token).cloned();
-    let Some((ns, name)) = sa else {
-        shared
-            .inner
-            .lock()
-            .unwrap()
-            .requests
-            .push(format!("unauthorized {verb}"));
-        return status(StatusCode::UNAUTHORIZED, "Unauthorized", "Unauthorized");
-    };
-    let user = format!("system:serviceaccount:{ns}:{name}");
-    let sa_group = format!("system:serviceaccounts:{ns}");
-    let groups = [
-        "system:serviceaccounts",
-        sa_group.as_str(),
-        "system:authenticated",
-    ];
-    if !allowed(&shared.rbac, &user, &groups, verb) {
-        shared
-            .inner
-            .lock()
-            .unwrap()
-            .requests
-            .push(format!("denied {verb}"));
-        return status(
-            StatusCode::FORBIDDEN,
-            "Forbidden",
-            &format!(
-                "nodes is forbidden: User \"{user}\" cannot {verb} resource \"nodes\" in API group \"\" at the cluster scope"
-            ),
-        );
+    if let Some(r) = authorize(&shared, &headers, verb, "nodes", None) {
+        return r;
     }
     let label_selector = q.get("labelSelector").map_or("", String::as_str);
     let sel = match parse_selector(label_selector) {

@@ -353,8 +353,12 @@ impl Daemon {
                 ErrorCode::Internal,
                 "streamed requests are answered by handle",
             )),
-            Request::VtepAdd { overlay, remote } => {
-                let v = self.vtep_add(&overlay, remote, false)?;
+            Request::VtepAdd {
+                overlay,
+                remote,
+                local,
+            } => {
+                let v = self.vtep_add(&overlay, remote, local, false)?;
                 self.persist()?;
                 Ok(to_json(&v))
             }

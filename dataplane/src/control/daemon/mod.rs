@@ -248,7 +248,7 @@ impl Daemon {
                 d.create_bridge(&name, true);
             }
             for r in o.remotes {
-                if let Err(e) = d.vtep_add(&name, r, true) {
+                if let Err(e) = d.vtep_add(&name, r, None, true) {
                     error!(overlay = %name, remote = %r, "cannot join the remote VTEP: {}", e.message);
                 }
             }

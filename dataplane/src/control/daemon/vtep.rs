@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use switchyard_api::{ApiError, ErrorCode, VtepInfo};
+use tracing::info;
 
 use super::ports::Begin;
 use super::Daemon;
@@ -24,18 +25,23 @@ impl Daemon {
         })
     }
 
-    /// Joins overlay `name` to `remote`: makes the tunnels it lacks (a
-    /// tunnel of that name that exists stays as it is). Its local address
-    /// is the overlay's, or the one the host's route to `remote` leaves
-    /// from. `from_config`: a remote of the config, joined at start.
+    /// Joins overlay `name` to `remote`: makes the tunnels it lacks. Its
+    /// local address is `local`, else the overlay's, else the one the
+    /// host's route to `remote` leaves from. A tunnel of that name that
+    /// exists stays as it is, unless `local` is given and it leaves from
+    /// another address: then the VTEP's tunnels are made again from
+    /// `local` (as OVS changes a tunnel's `local_ip` in place). `from_config`:
+    /// a remote of the config, joined at start.
     pub(super) fn vtep_add(
         &mut self,
         name: &str,
         remote: IpAddr,
+        local: Option<IpAddr>,
         from_config: bool,
     ) -> Result<VtepInfo, ApiError> {
         let o = self.overlay(name)?;
-        let local = match o.local {
+        let asked = local;
+        let local = match local.or(o.local) {
             Some(l) => l,
             None => route_source(remote).map_err(|e| {
                 ApiError::new(
@@ -44,6 +50,13 @@ impl Daemon {
                 )
             })?,
         };
+        if let Some(asked) = asked {
+            if let Some(v) = self.vteps().remove(&(name.to_string(), remote)) {
+                if v.local != asked {
+                    self.vtep_move(name, v, asked)?;
+                }
+            }
+        }
         let mut made: Vec<String> = Vec::new();
         for spec in o.tunnels(name, remote, local) {
             if self.port_names.contains_key(&spec.name) {
@@ -67,6 +80,26 @@ impl Daemon {
             .vteps()
             .remove(&(name.to_string(), remote))
             .expect("its tunnels were just made"))
+    }
+
+    /// Takes out the tunnels of VTEP `v` of overlay `name`, to be made
+    /// again from `local`; refused for a remote of the config, which the
+    /// config makes from its own address.
+    fn vtep_move(&mut self, name: &str, v: VtepInfo, local: IpAddr) -> Result<(), ApiError> {
+        if v.from_config {
+            return Err(ApiError::new(
+                ErrorCode::InvalidArgument,
+                format!(
+                    "local: {} is one of overlay {name:?}'s remotes in the config, joined from {}: change it there",
+                    v.remote, v.local
+                ),
+            ));
+        }
+        info!(overlay = %name, remote = %v.remote, from = %v.local, to = %local, "the VTEP's tunnels leave from another address: made again");
+        for t in v.tunnels {
+            self.delete_port(&t)?;
+        }
+        Ok(())
     }
 
     /// Takes `remote` out of overlay `name`: its tunnels go.
