@@ -380,6 +380,47 @@ fn webhook_manifests_fit_together() {
     assert_eq!(verbs, ["get", "list", "watch"]);
 }
 
+/// The Pod Security level each pod we ship meets, by the admission
+/// stand-in (`support/admission.rs`): the webhook's pods `restricted` (so
+/// its namespace could be), the example pod `baseline` (it runs as root to
+/// install DPDK), the DaemonSet's only `privileged` (whole_node checks
+/// that its namespace says so).
+#[test]
+fn pods_we_ship_meet_their_pod_security_levels() {
+    let docs = all_documents();
+    let level = |l: &str| -> Value {
+        serde_yaml::from_str(&format!(
+            "metadata: {{name: ns, labels: {{pod-security.kubernetes.io/enforce: {l}}}}}"
+        ))
+        .unwrap()
+    };
+    // Pod Security alone (whole_node checks the quotas).
+    let cluster = admission::Cluster {
+        limited_priority_classes: Vec::new(),
+        ..admission::Cluster::as_operators_run_it()
+    };
+    let admit = |l: &str, spec: &Value| cluster.admit_pod(Some(&level(l)), &[], 0, "p", spec);
+    let template = |kind: &str, name: &str| -> Value {
+        of_kind(&docs, kind)
+            .into_iter()
+            .find(|d| d["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("{kind} {name}"))["spec"]["template"]["spec"]
+            .clone()
+    };
+    admit("restricted", &template("Deployment", "switchyard-webhook")).unwrap();
+    let example = of_kind(&docs, "Pod")
+        .into_iter()
+        .find(|d| d["metadata"]["name"] == "testpmd-memif")
+        .unwrap()["spec"]
+        .clone();
+    admit("baseline", &example).unwrap();
+    let e = admit("restricted", &example).unwrap_err();
+    assert!(e.contains("runAsNonRoot != true"), "{e}");
+    let ds = template("DaemonSet", "switchyard");
+    assert!(admit("baseline", &ds).is_err());
+    admit("privileged", &ds).unwrap();
+}
+
 /// A drain takes the webhook's replicas one at a time: the budget lets the
 /// first be evicted and refuses the second until the first one's
 /// replacement is Ready; the replicas prefer different nodes.

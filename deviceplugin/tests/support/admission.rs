@@ -10,9 +10,14 @@
 //!   `policy/check_*.go` whose level is baseline run, each giving a reason
 //!   and a detail; a pod failing any is refused with `pods "NAME" is
 //!   forbidden: violates PodSecurity "baseline:latest": REASON (DETAIL),
-//!   ...` (`admission/admission.go`, the checks in ID order). The
-//!   `restricted` checks are not modelled: a namespace at that level is
-//!   refused here, loudly.
+//!   ...` (`admission/admission.go`, the checks in ID order). At
+//!   `restricted`, the baseline checks and the restricted ones
+//!   (`allowPrivilegeEscalation`, `capabilities_restricted`,
+//!   `restrictedVolumes`, `runAsNonRoot`, `runAsUser`,
+//!   `seccompProfile_restricted`, each replacing the baseline check its
+//!   `OverrideCheckIDs` names), refused as `"restricted:latest"`. (The
+//!   exemptions for pods in user namespaces, `hostUsers: false`, and for
+//!   Windows pods are not modelled: ours are neither.)
 //! - **ResourceQuota with limited scopes**
 //!   (`plugin/pkg/admission/resourcequota/controller.go` `checkRequest`,
 //!   `pkg/quota/v1/evaluator/core/pods.go`): a cluster whose
@@ -33,7 +38,7 @@ pub enum Level {
     Privileged,
     /// The baseline checks.
     Baseline,
-    /// Baseline and restricted's (not modelled).
+    /// The baseline checks and the restricted ones.
     Restricted,
 }
 
@@ -93,18 +98,41 @@ impl Cluster {
             Some(l) => Level::parse(l).unwrap_or(Level::Restricted),
             None => self.default_enforce,
         };
-        match level {
-            Level::Privileged => {}
-            Level::Baseline => {
-                let failed = baseline(spec);
-                if !failed.is_empty() {
-                    return Err(forbidden(format!(
-                        "violates PodSecurity \"baseline:latest\": {}",
-                        failed.join(", ")
-                    )));
-                }
+        let failed = match level {
+            Level::Privileged => Vec::new(),
+            Level::Baseline => baseline(spec),
+            Level::Restricted => {
+                // `policy/registry.go`: a restricted check's
+                // `OverrideCheckIDs` take the baseline checks it replaces.
+                let mut all: Vec<_> = baseline(spec)
+                    .into_iter()
+                    .filter(|(id, _)| {
+                        ![
+                            "capabilities_baseline",
+                            "hostPathVolumes",
+                            "seccompProfile_baseline",
+                        ]
+                        .contains(id)
+                    })
+                    .collect();
+                all.extend(restricted(spec));
+                all
             }
-            Level::Restricted => panic!("the stand-in has no restricted checks"),
+        };
+        if !failed.is_empty() {
+            // The checks in ID order (`sort.Strings`: bytes, so upper
+            // case before lower).
+            let mut failed = failed;
+            failed.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+            let level = match level {
+                Level::Restricted => "restricted",
+                _ => "baseline",
+            };
+            let reasons: Vec<String> = failed.into_iter().map(|(_, r)| r).collect();
+            return Err(forbidden(format!(
+                "violates PodSecurity \"{level}:latest\": {}",
+                reasons.join(", ")
+            )));
         }
         let class = spec["priorityClassName"].as_str().unwrap_or("");
         if self.limited_priority_classes.iter().any(|c| c == class) {
@@ -217,16 +245,20 @@ fn setting(spec: &Value, bad: impl Fn(&Value) -> bool) -> Vec<String> {
     at
 }
 
-/// The baseline checks, in ID order: each failure as `reason (detail)`.
-fn baseline(spec: &Value) -> Vec<String> {
+/// The baseline checks: each failure as its check's ID and `reason
+/// (detail)`.
+fn baseline(spec: &Value) -> Vec<(&'static str, String)> {
     let mut failed = Vec::new();
-    let mut fail = |reason: &str, detail: String| failed.push(format!("{reason} ({detail})"));
+    let mut fail = |id: &'static str, reason: &str, detail: String| {
+        failed.push((id, format!("{reason} ({detail})")))
+    };
     let sc = |c: &Value| c["securityContext"].clone();
 
     // appArmorProfile: no Unconfined profile, pod or container.
     let apparmor = setting(spec, |sc| sc["appArmorProfile"]["type"] == "Unconfined");
     if !apparmor.is_empty() {
         fail(
+            "appArmorProfile",
             "forbidden AppArmor profile",
             format!(
                 "{} must not set appArmorProfile.type to \"Unconfined\"",
@@ -272,6 +304,7 @@ fn baseline(spec: &Value) -> Vec<String> {
     if !bad.is_empty() {
         let caps: Vec<String> = caps.into_iter().collect();
         fail(
+            "capabilities_baseline",
             "non-default capabilities",
             format!(
                 "{} {} must not include {} in securityContext.capabilities.add",
@@ -289,7 +322,7 @@ fn baseline(spec: &Value) -> Vec<String> {
         .map(|k| format!("{k}=true"))
         .collect();
     if !host.is_empty() {
-        fail("host namespaces", host.join(", "));
+        fail("hostNamespaces", "host namespaces", host.join(", "));
     }
 
     // hostPathVolumes.
@@ -302,6 +335,7 @@ fn baseline(spec: &Value) -> Vec<String> {
         .collect();
     if !host_paths.is_empty() {
         fail(
+            "hostPathVolumes",
             "hostPath volumes",
             format!(
                 "{} {}",
@@ -330,6 +364,7 @@ fn baseline(spec: &Value) -> Vec<String> {
     }
     if !bad.is_empty() {
         fail(
+            "hostPorts",
             "hostPort",
             format!(
                 "{} {} {} {} {}",
@@ -351,6 +386,7 @@ fn baseline(spec: &Value) -> Vec<String> {
     if !bad.is_empty() {
         fail(
             "privileged",
+            "privileged",
             format!(
                 "{} {} must not set securityContext.privileged=true",
                 plural("container", "containers", bad.len()),
@@ -367,6 +403,7 @@ fn baseline(spec: &Value) -> Vec<String> {
         .collect();
     if !bad.is_empty() {
         fail(
+            "procMount",
             "procMount",
             format!(
                 "{} {} must not set securityContext.procMount to \"Unmasked\"",
@@ -394,6 +431,7 @@ fn baseline(spec: &Value) -> Vec<String> {
     if !where_.is_empty() {
         fail(
             "seLinuxOptions",
+            "seLinuxOptions",
             format!(
                 "{} set forbidden securityContext.seLinuxOptions",
                 where_.join(", ")
@@ -405,6 +443,7 @@ fn baseline(spec: &Value) -> Vec<String> {
     let where_ = setting(spec, |sc| sc["seccompProfile"]["type"] == "Unconfined");
     if !where_.is_empty() {
         fail(
+            "seccompProfile_baseline",
             "seccompProfile",
             format!(
                 "{} must not set securityContext.seccompProfile.type to \"Unconfined\"",
@@ -434,7 +473,254 @@ fn baseline(spec: &Value) -> Vec<String> {
         .map(str::to_string)
         .collect();
     if !bad.is_empty() {
-        fail("forbidden sysctls", bad.join(", "));
+        fail("sysctls", "forbidden sysctls", bad.join(", "));
+    }
+    failed
+}
+
+/// The restricted level's own checks (`policy/check_*.go` of level
+/// restricted): each failure as its check's ID and `reason (detail)`.
+fn restricted(spec: &Value) -> Vec<(&'static str, String)> {
+    let mut failed = Vec::new();
+    let mut fail = |id: &'static str, reason: &str, detail: String| {
+        failed.push((id, format!("{reason} ({detail})")))
+    };
+    let sc = |c: &Value| c["securityContext"].clone();
+    let containers_detail = |bad: &[String]| {
+        format!(
+            "{} {}",
+            plural("container", "containers", bad.len()),
+            join_quote(bad)
+        )
+    };
+
+    // allowPrivilegeEscalation: false, set on every container.
+    let bad: Vec<String> = containers(spec)
+        .into_iter()
+        .filter(|c| sc(c)["allowPrivilegeEscalation"].as_bool() != Some(false))
+        .map(name)
+        .collect();
+    if !bad.is_empty() {
+        fail(
+            "allowPrivilegeEscalation",
+            "allowPrivilegeEscalation != false",
+            format!(
+                "{} must set securityContext.allowPrivilegeEscalation=false",
+                containers_detail(&bad)
+            ),
+        );
+    }
+
+    // capabilities_restricted: drop ALL, add NET_BIND_SERVICE at most.
+    let mut no_drop = Vec::new();
+    let mut adding = Vec::new();
+    let mut caps = std::collections::BTreeSet::new();
+    for c in containers(spec) {
+        let capabilities = &sc(c)["capabilities"];
+        if capabilities.is_null() {
+            no_drop.push(name(c));
+            continue;
+        }
+        let dropped_all = capabilities["drop"]
+            .as_sequence()
+            .into_iter()
+            .flatten()
+            .any(|d| d.as_str() == Some("ALL"));
+        if !dropped_all {
+            no_drop.push(name(c));
+        }
+        let extra: Vec<String> = capabilities["add"]
+            .as_sequence()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .filter(|a| *a != "NET_BIND_SERVICE")
+            .map(str::to_string)
+            .collect();
+        if !extra.is_empty() {
+            adding.push(name(c));
+            caps.extend(extra);
+        }
+    }
+    let mut details = Vec::new();
+    if !no_drop.is_empty() {
+        details.push(format!(
+            "{} must set securityContext.capabilities.drop=[\"ALL\"]",
+            containers_detail(&no_drop)
+        ));
+    }
+    if !adding.is_empty() {
+        let caps: Vec<String> = caps.into_iter().collect();
+        details.push(format!(
+            "{} must not include {} in securityContext.capabilities.add",
+            containers_detail(&adding),
+            join_quote(&caps)
+        ));
+    }
+    if !details.is_empty() {
+        fail(
+            "capabilities_restricted",
+            "unrestricted capabilities",
+            details.join("; "),
+        );
+    }
+
+    // restrictedVolumes: inline volumes of the allowed types only.
+    const ALLOWED: [&str; 8] = [
+        "configMap",
+        "csi",
+        "downwardAPI",
+        "emptyDir",
+        "ephemeral",
+        "persistentVolumeClaim",
+        "projected",
+        "secret",
+    ];
+    let mut bad = Vec::new();
+    let mut types = std::collections::BTreeSet::new();
+    for v in spec["volumes"].as_sequence().into_iter().flatten() {
+        let kinds: Vec<String> = v
+            .as_mapping()
+            .into_iter()
+            .flatten()
+            .filter_map(|(k, _)| k.as_str())
+            .filter(|k| *k != "name")
+            .map(str::to_string)
+            .collect();
+        if kinds.iter().any(|k| ALLOWED.contains(&k.as_str())) {
+            continue;
+        }
+        bad.push(name(v));
+        types.insert(kinds.into_iter().next().unwrap_or_else(|| "unknown".into()));
+    }
+    if !bad.is_empty() {
+        let types: Vec<String> = types.into_iter().collect();
+        fail(
+            "restrictedVolumes",
+            "restricted volume types",
+            format!(
+                "{} {} {} {} {}",
+                plural("volume", "volumes", bad.len()),
+                join_quote(&bad),
+                plural("uses", "use", bad.len()),
+                plural(
+                    "restricted volume type",
+                    "restricted volume types",
+                    types.len()
+                ),
+                join_quote(&types)
+            ),
+        );
+    }
+
+    // runAsNonRoot: true on the pod, or on every container; never false.
+    let pod_sc = &spec["securityContext"];
+    let pod_non_root = pod_sc["runAsNonRoot"].as_bool();
+    let mut setters = Vec::new();
+    if pod_non_root == Some(false) {
+        setters.push("pod".to_string());
+    }
+    let explicit: Vec<String> = containers(spec)
+        .into_iter()
+        .filter(|c| sc(c)["runAsNonRoot"].as_bool() == Some(false))
+        .map(name)
+        .collect();
+    let implicit: Vec<String> = containers(spec)
+        .into_iter()
+        .filter(|c| sc(c)["runAsNonRoot"].as_bool().is_none() && pod_non_root != Some(true))
+        .map(name)
+        .collect();
+    if !explicit.is_empty() {
+        setters.push(containers_detail(&explicit));
+    }
+    if !setters.is_empty() {
+        fail(
+            "runAsNonRoot",
+            "runAsNonRoot != true",
+            format!(
+                "{} must not set securityContext.runAsNonRoot=false",
+                setters.join(" and ")
+            ),
+        );
+    } else if !implicit.is_empty() {
+        fail(
+            "runAsNonRoot",
+            "runAsNonRoot != true",
+            format!(
+                "pod or {} must set securityContext.runAsNonRoot=true",
+                containers_detail(&implicit)
+            ),
+        );
+    }
+
+    // runAsUser: never 0.
+    let mut setters = Vec::new();
+    if pod_sc["runAsUser"].as_u64() == Some(0) {
+        setters.push("pod".to_string());
+    }
+    let root: Vec<String> = containers(spec)
+        .into_iter()
+        .filter(|c| sc(c)["runAsUser"].as_u64() == Some(0))
+        .map(name)
+        .collect();
+    if !root.is_empty() {
+        setters.push(containers_detail(&root));
+    }
+    if !setters.is_empty() {
+        fail(
+            "runAsUser",
+            "runAsUser=0",
+            format!("{} must not set runAsUser=0", setters.join(" and ")),
+        );
+    }
+
+    // seccompProfile_restricted: RuntimeDefault or Localhost, on the pod
+    // or on every container.
+    let valid = |t: &Value| matches!(t.as_str(), Some("RuntimeDefault" | "Localhost"));
+    let mut setters = Vec::new();
+    let mut values = std::collections::BTreeSet::new();
+    let pod_type = &pod_sc["seccompProfile"]["type"];
+    let pod_set = !pod_sc["seccompProfile"].is_null() && valid(pod_type);
+    if !pod_sc["seccompProfile"].is_null() && !valid(pod_type) {
+        setters.push("pod".to_string());
+        values.insert(pod_type.as_str().unwrap_or("").to_string());
+    }
+    let mut explicit = Vec::new();
+    let mut implicit = Vec::new();
+    for c in containers(spec) {
+        let profile = &sc(c)["seccompProfile"];
+        if !profile.is_null() {
+            if !valid(&profile["type"]) {
+                explicit.push(name(c));
+                values.insert(profile["type"].as_str().unwrap_or("").to_string());
+            }
+        } else if !pod_set {
+            implicit.push(name(c));
+        }
+    }
+    if !explicit.is_empty() {
+        setters.push(containers_detail(&explicit));
+    }
+    if !setters.is_empty() {
+        let values: Vec<String> = values.into_iter().collect();
+        fail(
+            "seccompProfile_restricted",
+            "seccompProfile",
+            format!(
+                "{} must not set securityContext.seccompProfile.type to {}",
+                setters.join(" and "),
+                join_quote(&values)
+            ),
+        );
+    } else if !implicit.is_empty() {
+        fail(
+            "seccompProfile_restricted",
+            "seccompProfile",
+            format!(
+                "pod or {} must set securityContext.seccompProfile.type to \"RuntimeDefault\" or \"Localhost\"",
+                containers_detail(&implicit)
+            ),
+        );
     }
     failed
 }
@@ -586,6 +872,33 @@ volumes:
         .admit_pod(Some(&privileged), &[&quota], 2, "p", &spec)
         .unwrap_err()
         .contains("exceeded quota: q"));
+    // Restricted: the baseline checks (those the restricted ones replace
+    // aside) and the restricted ones, in ID order.
+    let restricted = ns(Some("restricted"));
+    assert_eq!(
+        c.admit_pod(Some(&restricted), &[], 0, "p", &spec).unwrap_err(),
+        "pods \"p\" is forbidden: violates PodSecurity \"restricted:latest\": allowPrivilegeEscalation != false (containers \"a\", \"b\" must set securityContext.allowPrivilegeEscalation=false), unrestricted capabilities (containers \"a\", \"b\" must set securityContext.capabilities.drop=[\"ALL\"]; container \"a\" must not include \"CHOWN\", \"IPC_LOCK\", \"NET_ADMIN\" in securityContext.capabilities.add), host namespaces (hostNetwork=true), hostPort (container \"b\" uses hostPort 80), restricted volume types (volume \"run\" uses restricted volume type \"hostPath\"), runAsNonRoot != true (pod or containers \"a\", \"b\" must set securityContext.runAsNonRoot=true), seccompProfile (pod or containers \"a\", \"b\" must set securityContext.seccompProfile.type to \"RuntimeDefault\" or \"Localhost\")"
+    );
+    let fine: Value = serde_yaml::from_str(
+        r#"
+securityContext: {runAsNonRoot: true, runAsUser: 1000, seccompProfile: {type: RuntimeDefault}}
+containers:
+  - name: a
+    securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL], add: [NET_BIND_SERVICE]}}
+volumes:
+  - {name: tls, secret: {secretName: s}}
+"#,
+    )
+    .unwrap();
+    c.admit_pod(Some(&restricted), &[], 0, "p", &fine).unwrap();
+    let mut root = fine.clone();
+    root["containers"][0]["securityContext"]["runAsUser"] = 0.into();
+    root["containers"][0]["securityContext"]["seccompProfile"] =
+        serde_yaml::from_str("{type: Unconfined}").unwrap();
+    assert_eq!(
+        c.admit_pod(Some(&restricted), &[], 0, "p", &root).unwrap_err(),
+        "pods \"p\" is forbidden: violates PodSecurity \"restricted:latest\": runAsUser=0 (container \"a\" must not set runAsUser=0), seccompProfile (container \"a\" must not set securityContext.seccompProfile.type to \"Unconfined\")"
+    );
     assert_eq!(qos_class(&spec), "Guaranteed");
     let mut burstable = spec.clone();
     burstable["containers"][1]["resources"]["requests"] =
