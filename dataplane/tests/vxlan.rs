@@ -408,6 +408,46 @@ fn overlays_of_the_config_join_the_nodes_their_vteps_name() {
         trunk.tunnels,
         ["trunk-10.81.2.2-v100", "trunk-10.81.2.2-v200"]
     );
+    // Node 2's tunnels to node 1 from another of its addresses (`vtep add
+    // --local`): made again from it, and back; an address the host does
+    // not have, or of the other IP version, is refused before anything
+    // changes; a remote of the config is the config's (node 1's).
+    u.vteps[1].sh_ok("ip addr add 10.81.2.3/24 dev ul");
+    let local_of = |sw: &Switch, overlay: &str| {
+        vteps(sw)
+            .into_iter()
+            .find(|v| v.overlay == overlay)
+            .map(|v| v.local.to_string())
+    };
+    let one = Underlay::ip(1);
+    sws[1].cli_ok(&["vtep", "add", "flat", &one, "--local", "10.81.2.3"]);
+    assert_eq!(local_of(&sws[1], "flat").as_deref(), Some("10.81.2.3"));
+    for (bad, why) in [
+        ("10.99.0.1", "no address of this host"),
+        ("fd00::1", "IP versions"),
+    ] {
+        let o = sws[1].cli(&["vtep", "add", "flat", &one, "--local", bad]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains(why), "{err}");
+        assert_eq!(local_of(&sws[1], "flat").as_deref(), Some("10.81.2.3"));
+    }
+    sws[1].cli_ok(&["vtep", "add", "flat", &one, "--local", &Underlay::ip(2)]);
+    assert_eq!(local_of(&sws[1], "flat"), Some(Underlay::ip(2)));
+    sws[0].cli_ok(&["vtep", "add", "flat", &Underlay::ip(2), "--local", &one]);
+    let o = sws[0].cli(&[
+        "vtep",
+        "add",
+        "flat",
+        &Underlay::ip(2),
+        "--local",
+        "10.81.1.9",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("in the config"),
+        "{err}"
+    );
+
     // Node 2's, added at run time, come back with a restart.
     sws[1].stop();
     sws[1].spawn();

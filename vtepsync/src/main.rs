@@ -148,7 +148,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         // The tunnels leave from this node's VTEP address where it is one
         // of the host's (the pod shares the host's network); else (an
         // address the node is reached at through NAT) from the route's.
-        let local = own.filter(|a| std::net::UdpSocket::bind((*a, 0)).is_ok());
+        let local = own.filter(|a| is_host_address(*a));
         let socket = args.control_socket.clone();
         let wanted = args.overlays.clone();
         let mut outcome =
@@ -183,6 +183,23 @@ async fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Whether `a` is an address of one of the host's interfaces (whether a
+/// socket can be bound to it says less: `ip_nonlocal_bind` allows any).
+fn is_host_address(a: IpAddr) -> bool {
+    let Ok(addrs) = nix::ifaddrs::getifaddrs() else {
+        return false;
+    };
+    addrs.filter_map(|i| i.address).any(|s| {
+        let v4 = s.as_sockaddr_in().map(|x| IpAddr::V4(x.ip()));
+        let v6 = s.as_sockaddr_in6().map(|x| IpAddr::V6(x.ip()));
+        v4.or(v6) == Some(a)
+    })
+}
+
+/// How long publishing this node's VTEP address may take before the sync
+/// goes on without it (tried again at the next retry).
+const PUBLISH_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Publishes `vtep` as this node's VTEP address ([`VTEP_ANNOTATION`]), so
 /// that the other nodes send to it and expect it, through the Node's
 /// status as flannel patches its annotations (`pkg/subnet/kube/kube.go`
@@ -190,9 +207,15 @@ async fn run(args: Args) -> anyhow::Result<()> {
 async fn publish(api: &Api<Node>, node: &str, vtep: IpAddr) -> anyhow::Result<()> {
     let patch =
         serde_json::json!({"metadata": {"annotations": {VTEP_ANNOTATION: vtep.to_string()}}});
-    api.patch_status(node, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .with_context(|| format!("publishing {vtep} as node {node}'s VTEP ({VTEP_ANNOTATION})"))?;
+    let what = || format!("publishing {vtep} as node {node}'s VTEP ({VTEP_ANNOTATION})");
+    tokio::time::timeout(
+        PUBLISH_TIMEOUT,
+        api.patch_status(node, &PatchParams::default(), &Patch::Merge(&patch)),
+    )
+    .await
+    .map_err(|_| anyhow::anyhow!("no answer in {PUBLISH_TIMEOUT:?}"))
+    .with_context(what)?
+    .with_context(what)?;
     info!(%vtep, "published this node's VTEP address");
     Ok(())
 }
@@ -243,7 +266,10 @@ fn sync(
     out.overlays = overlays;
     let node = |a: &IpAddr| remotes.get(a).map_or("(gone)", String::as_str).to_string();
     for v in &p.add {
-        match c.ask(&Request::vtep_add(&v.overlay, v.remote, local)) {
+        // From `local` where it is of the remote's IP version (a node's
+        // overwrite may be of another); else the route's address.
+        let from = local.filter(|l| l.is_ipv4() == v.remote.is_ipv4());
+        match c.ask(&Request::vtep_add(&v.overlay, v.remote, from)) {
             Ok(j) => {
                 info!(overlay = %v.overlay, remote = %v.remote, node = %node(&v.remote), local = %j.local, "joined")
             }

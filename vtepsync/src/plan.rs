@@ -41,11 +41,12 @@ pub fn overlays(bridges: &[BridgeInfo]) -> Vec<String> {
 }
 
 /// Every overlay of `overlays` joined to every address of `remotes`, from
-/// `local` where it is given, and nothing else: a VTEP of `current` no node
-/// has any more goes, unless the config names it (the config's remotes are
-/// the operator's, and the switch refuses to delete them); one that leaves
-/// from another address than `local` is added again (the switch makes its
-/// tunnels again from `local`). VTEPs of other overlays stay as they are.
+/// `local` where it is given (to the remotes of its IP version), and
+/// nothing else: a VTEP of `current` no node has any more goes, unless the
+/// config names it (the config's remotes are the operator's, and the
+/// switch refuses to delete them); one that leaves from another address
+/// than `local` is added again (the switch makes its tunnels again from
+/// `local`). VTEPs of other overlays stay as they are.
 pub fn plan(
     overlays: &[String],
     remotes: &BTreeSet<IpAddr>,
@@ -54,7 +55,12 @@ pub fn plan(
 ) -> Plan {
     let have: BTreeSet<(&str, IpAddr)> = current
         .iter()
-        .filter(|v| v.from_config || local.is_none_or(|l| l == v.local))
+        .filter(|v| {
+            v.from_config
+                || local
+                    .filter(|l| l.is_ipv4() == v.remote.is_ipv4())
+                    .is_none_or(|l| l == v.local)
+        })
         .map(|v| (v.overlay.as_str(), v.remote))
         .collect();
     let mut p = Plan::default();
@@ -139,5 +145,8 @@ mod tests {
         let p = plan(&["a".into()], &remotes, "10.1.0.1".parse().ok(), &current);
         assert_eq!(names(&p.add), ["a 10.0.0.2"]);
         assert!(p.del.is_empty());
+        // A local address of the other IP version is none for it.
+        let p = plan(&["a".into()], &remotes, "fd00::1".parse().ok(), &current);
+        assert!(p.is_empty(), "{p:?}");
     }
 }

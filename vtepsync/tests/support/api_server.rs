@@ -27,7 +27,8 @@
 //!   answers, until it is up again.
 //! - **what it cannot answer as upstream would** (a set-based selector, a
 //!   field selector, a list or watch it would have to wait for, ...) is
-//!   answered 500 and recorded: [`ApiServer::assert_only_lists_and_watches`],
+//!   answered 500 and recorded:
+//!   [`ApiServer::assert_only_lists_watches_and_status_patches`],
 //!   and dropping the server, fail the test with it (a panic in a handler
 //!   would only end that connection's task, and the test would go on).
 //! - **authentication and authorization**: a token names a service
@@ -90,6 +91,9 @@ struct Inner {
     down: bool,
     /// Token to service account (`namespace`, `name`).
     tokens: BTreeMap<String, (String, String)>,
+    /// The node a token's pod runs on (a bound token's
+    /// `authentication.kubernetes.io/node-name`).
+    token_nodes: BTreeMap<String, String>,
     /// Every request: its method, verb and query.
     requests: Vec<String>,
     /// Requests the stand-in cannot answer as the API server would.
@@ -99,7 +103,8 @@ struct Inner {
 impl Inner {
     /// Records a request the stand-in cannot answer as upstream, and
     /// answers it 500 (the test fails from its own thread: see
-    /// [`ApiServer::assert_only_lists_and_watches`] and `Drop`).
+    /// [`ApiServer::assert_only_lists_watches_and_status_patches`] and
+    /// `Drop`).
     fn unsupported(&mut self, what: String) -> Response {
         let msg = format!("the API server stand-in cannot answer this as upstream would: {what}");
         self.unsupported.push(what);
@@ -241,6 +246,20 @@ impl ApiServer {
         let token = format!("token-{}-{namespace}-{name}", i.tokens.len());
         i.tokens
             .insert(token.clone(), (namespace.into(), name.into()));
+        token
+    }
+
+    /// A bearer token for service account `name` of `namespace` in a pod
+    /// on `node` (as the kubelet's projected token is bound to its pod and
+    /// node): the requests log says which node a patch came from.
+    pub fn token_for_node(&self, namespace: &str, name: &str, node: &str) -> String {
+        let token = self.token_for(namespace, name);
+        self.shared
+            .inner
+            .lock()
+            .unwrap()
+            .token_nodes
+            .insert(token.clone(), node.into());
         token
     }
 
@@ -624,7 +643,13 @@ async fn patch_status(
             "the patch is no JSON",
         );
     };
-    i.requests.push(format!("patch status {name}"));
+    let token = headers
+        .get("authorization")
+        .and_then(|h| h.to_str().ok())
+        .and_then(|h| h.strip_prefix("Bearer "))
+        .unwrap_or("");
+    let from = i.token_nodes.get(token).cloned().unwrap_or_default();
+    i.requests.push(format!("patch status {name} from {from}"));
     let Some(before) = i.nodes.get(&name).cloned() else {
         return status(
             StatusCode::NOT_FOUND,

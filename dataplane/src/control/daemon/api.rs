@@ -358,9 +358,11 @@ impl Daemon {
                 remote,
                 local,
             } => {
-                let v = self.vtep_add(&overlay, remote, local, false)?;
+                // Persisted whatever the outcome: a move that failed may
+                // have left the VTEP otherwise than it was.
+                let v = self.vtep_add(&overlay, remote, local, false);
                 self.persist()?;
-                Ok(to_json(&v))
+                Ok(to_json(&v?))
             }
             Request::VtepDel { overlay, remote } => {
                 self.vtep_del(&overlay, remote)?;

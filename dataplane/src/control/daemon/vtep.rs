@@ -53,10 +53,27 @@ impl Daemon {
         if let Some(asked) = asked {
             if let Some(v) = self.vteps().remove(&(name.to_string(), remote)) {
                 if v.local != asked {
-                    self.vtep_move(name, v, asked)?;
+                    return self.vtep_move(name, &o, v, asked);
                 }
             }
         }
+        self.make_tunnels(name, &o, remote, local, from_config)?;
+        Ok(self
+            .vteps()
+            .remove(&(name.to_string(), remote))
+            .expect("its tunnels were just made"))
+    }
+
+    /// Makes the tunnels of overlay `name` (config `o`) to `remote` from
+    /// `local` that do not exist; none if one cannot be made.
+    fn make_tunnels(
+        &mut self,
+        name: &str,
+        o: &Overlay,
+        remote: IpAddr,
+        local: IpAddr,
+        from_config: bool,
+    ) -> Result<(), ApiError> {
         let mut made: Vec<String> = Vec::new();
         for spec in o.tunnels(name, remote, local) {
             if self.port_names.contains_key(&spec.name) {
@@ -76,16 +93,21 @@ impl Daemon {
             }
             made.push(port);
         }
-        Ok(self
-            .vteps()
-            .remove(&(name.to_string(), remote))
-            .expect("its tunnels were just made"))
+        Ok(())
     }
 
-    /// Takes out the tunnels of VTEP `v` of overlay `name`, to be made
-    /// again from `local`; refused for a remote of the config, which the
-    /// config makes from its own address.
-    fn vtep_move(&mut self, name: &str, v: VtepInfo, local: IpAddr) -> Result<(), ApiError> {
+    /// Makes the tunnels of VTEP `v` of overlay `name` (config `o`) again
+    /// from `local`: refused for a remote of the config (the config makes
+    /// it from its own address) and for tunnels that could not be made
+    /// (checked before the old ones go; if making them fails all the same,
+    /// the old ones are made again).
+    fn vtep_move(
+        &mut self,
+        name: &str,
+        o: &Overlay,
+        v: VtepInfo,
+        local: IpAddr,
+    ) -> Result<VtepInfo, ApiError> {
         if v.from_config {
             return Err(ApiError::new(
                 ErrorCode::InvalidArgument,
@@ -95,11 +117,27 @@ impl Daemon {
                 ),
             ));
         }
-        info!(overlay = %name, remote = %v.remote, from = %v.local, to = %local, "the VTEP's tunnels leave from another address: made again");
-        for t in v.tunnels {
-            self.delete_port(&t)?;
+        let invalid = |m: String| ApiError::new(ErrorCode::InvalidArgument, m);
+        for spec in o.tunnels(name, v.remote, local) {
+            spec.validate("").map_err(|e| invalid(e.to_string()))?;
         }
-        Ok(())
+        // An address the host has (the underlay binds to it).
+        std::net::UdpSocket::bind((local, 0))
+            .map_err(|e| invalid(format!("local: {local} is no address of this host ({e})")))?;
+        info!(overlay = %name, remote = %v.remote, from = %v.local, to = %local, "the VTEP's tunnels leave from another address: made again");
+        for t in &v.tunnels {
+            self.delete_port(t)?;
+        }
+        if let Err(e) = self.make_tunnels(name, o, v.remote, local, false) {
+            if let Err(again) = self.make_tunnels(name, o, v.remote, v.local, false) {
+                tracing::error!(overlay = %name, remote = %v.remote, "cannot make the VTEP's tunnels again from {}: {}", v.local, again.message);
+            }
+            return Err(e);
+        }
+        Ok(self
+            .vteps()
+            .remove(&(name.to_string(), v.remote))
+            .expect("its tunnels were just made"))
     }
 
     /// Takes `remote` out of overlay `name`: its tunnels go.
