@@ -12,8 +12,10 @@
 # config/kubernetes/webhook-configuration.yaml with the CA as its caBundle:
 # the API server sends pods to the webhook only once it answers, so no pod
 # is refused for want of it. Apply config/kubernetes (kubectl apply -k)
-# first. Run it again to renew (the webhook reloads the certificate files
-# when the Secret changes).
+# first. Run it again to renew: the configuration then trusts the new CA
+# and the one before it (set before the Secret changes), so the replicas
+# are trusted while the kubelet updates their Secret volume and the webhook
+# reloads the certificate files.
 set -euo pipefail
 ns=switchyard-system
 svc=switchyard-webhook
@@ -28,6 +30,17 @@ case "${1:-}" in
   "") ;;
   *) echo "usage: $0 [--cert-manager | --out DIR]" >&2; exit 2 ;;
 esac
+
+# The configuration with $ca_bundle (base64 PEM) under clientConfig.
+configure() {
+  [ -n "$ca_bundle" ] || { echo "$0: no CA for caBundle" >&2; exit 1; }
+  local manifest
+  manifest="$(sed "s|^\( *\)clientConfig:\$|&\n\1  caBundle: $ca_bundle|" \
+    "$config/webhook-configuration.yaml")"
+  grep -qF "caBundle: $ca_bundle" <<<"$manifest" ||
+    { echo "$0: no clientConfig line in webhook-configuration.yaml to put caBundle under" >&2; exit 1; }
+  printf '%s\n' "$manifest" | kubectl apply -f -
+}
 
 if [ "$mode" = cert-manager ]; then
   kubectl apply -f "$config/webhook-cert-manager.yaml"
@@ -57,14 +70,17 @@ EXT
     echo "wrote $dir/ca.crt $dir/tls.crt $dir/tls.key"
     exit 0
   fi
+  # A renewal: the new CA and the newest one the configuration trusts now.
+  previous="$(kubectl get mutatingwebhookconfiguration switchyard-network-resources \
+    -o 'jsonpath={.webhooks[0].clientConfig.caBundle}' 2>/dev/null | base64 -d |
+    awk '/BEGIN CERTIFICATE/ { n++ } n == 1')" || previous=""
+  ca_bundle="$( { cat "$dir/ca.crt"; [ -z "$previous" ] || printf '%s\n' "$previous"; } | base64 -w0)"
+  [ -z "$previous" ] || configure
   kubectl -n "$ns" create secret tls "$svc-tls" --cert="$dir/tls.crt" --key="$dir/tls.key" \
     --dry-run=client -o yaml | kubectl apply -f -
-  ca_bundle="$(base64 -w0 < "$dir/ca.crt")"
 fi
 
 # The webhook serves with the certificate once a replica is available.
 kubectl -n "$ns" rollout status "deployment/$svc" --timeout=300s
-# Its configuration, the CA in caBundle (under clientConfig).
-sed "s|^\( *\)clientConfig:\$|&\n\1  caBundle: $ca_bundle|" \
-  "$config/webhook-configuration.yaml" | kubectl apply -f -
+configure
 echo "Secret $ns/$svc-tls in place; the webhook is configured"

@@ -18,7 +18,11 @@
 //!   refuse). None may be refused at any step.
 //!
 //! At the end the example pod is created, and the webhook has added the
-//! device resource its network needs.
+//! device resource its network needs. Then the certificate is renewed as
+//! the docs say (the script run again) while pods are created, until both
+//! replicas have reloaded it from their Secret volume, which the kubelet
+//! stand-in updates a little after the Secret changes, as the kubelet
+//! does: none is refused either.
 
 #[path = "support/cluster_api.rs"]
 mod cluster_api;
@@ -40,21 +44,28 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// The README's deployment block: its command lines, comments and
-/// continuation-only lines left out.
-fn readme_steps() -> Vec<String> {
+/// The command lines of the first shell block of the README's deployment
+/// section that has a line starting with `first` (comments and
+/// comment-only lines left out).
+fn readme_block(first: &str) -> Vec<String> {
     let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
     let at = readme
         .find("## Deploy on a cluster")
         .expect("the README's deployment section");
-    let block = &readme[at..];
-    let start = block.find("```sh\n").unwrap() + "```sh\n".len();
-    let end = start + block[start..].find("```").unwrap();
-    block[start..end]
-        .lines()
-        .map(|l| l.split(" #").next().unwrap().trim().to_string())
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .collect()
+    let section = &readme[at..];
+    let section = &section[..section[3..].find("\n## ").map_or(section.len(), |e| e + 3)];
+    section
+        .split("```sh\n")
+        .skip(1)
+        .map(|b| {
+            b[..b.find("```").unwrap()]
+                .lines()
+                .map(|l| l.split(" #").next().unwrap().trim().to_string())
+                .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                .collect::<Vec<String>>()
+        })
+        .find(|lines| lines.iter().any(|l| l.starts_with(first)))
+        .unwrap_or_else(|| panic!("a block of the README's deployment section with {first:?}"))
 }
 
 /// A kubectl for the cluster as its admin.
@@ -162,6 +173,41 @@ struct Kubelet {
     dir: tempfile::TempDir,
     replicas: Vec<Replica>,
     ready: bool,
+    /// The Secret's resource version in the volume, and one seen since
+    /// with when it was first seen.
+    volume_rv: String,
+    seen_rv: Option<(String, Instant)>,
+    /// Volume updates so far.
+    updates: usize,
+    /// The replicas were stopped because their Deployment went.
+    stopped: bool,
+}
+
+/// How long the kubelet takes to bring a changed Secret into a volume (its
+/// sync period and cache TTL make it up to a minute or two; shortened).
+const VOLUME_DELAY: Duration = Duration::from_secs(2);
+
+/// Writes `secret`'s keys into the volume at `mount` as the kubelet's
+/// `AtomicWriter` (`pkg/volume/util/atomic_writer.go`) does: into a new
+/// directory, made visible by swapping the `..data` symlink the files'
+/// symlinks go through, so a reader never sees half of an update.
+fn write_secret_volume(mount: &Path, secret: &Value, version: &str) {
+    let dir = mount.join(format!("..{version}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (k, v) in secret["data"].as_object().unwrap() {
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(v.as_str().unwrap())
+            .unwrap();
+        std::fs::write(dir.join(k), bytes).unwrap();
+        let link = mount.join(k);
+        if link.symlink_metadata().is_err() {
+            std::os::unix::fs::symlink(Path::new("..data").join(k), &link).unwrap();
+        }
+    }
+    let tmp = mount.join("..data_tmp");
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(format!("..{version}"), &tmp).unwrap();
+    std::fs::rename(&tmp, mount.join("..data")).unwrap();
 }
 
 impl Kubelet {
@@ -170,6 +216,34 @@ impl Kubelet {
             dir: tempfile::tempdir().unwrap(),
             replicas: Vec::new(),
             ready: false,
+            volume_rv: String::new(),
+            seen_rv: None,
+            updates: 0,
+            stopped: false,
+        }
+    }
+
+    /// Brings a changed Secret into the running replicas' volume, after
+    /// [`VOLUME_DELAY`].
+    fn sync_volume(&mut self, api: &ClusterApi, secret_name: &str) {
+        let Some(secret) = api.get("secrets", "switchyard-system", secret_name) else {
+            return;
+        };
+        let rv = secret["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        if rv == self.volume_rv {
+            return;
+        }
+        match &self.seen_rv {
+            Some((seen, at)) if *seen == rv && at.elapsed() >= VOLUME_DELAY => {
+                write_secret_volume(&self.dir.path().join("tls"), &secret, &rv);
+                self.volume_rv = rv;
+                self.updates += 1;
+            }
+            Some((seen, _)) if *seen == rv => {}
+            _ => self.seen_rv = Some((rv, Instant::now())),
         }
     }
 
@@ -177,6 +251,11 @@ impl Kubelet {
     /// publishes them once Ready.
     fn sync(&mut self, api: &ClusterApi) {
         let Some(deploy) = api.get("deployments", "switchyard-system", "switchyard-webhook") else {
+            // Deleted (or its namespace): the kubelet stops its pods.
+            if !self.replicas.is_empty() {
+                self.stop();
+                self.stopped = true;
+            }
             return;
         };
         let spec = &deploy["spec"]["template"]["spec"];
@@ -189,12 +268,12 @@ impl Kubelet {
             // The Secret volume: each key a file.
             let mount = self.dir.path().join("tls");
             std::fs::create_dir_all(&mount).unwrap();
-            for (k, v) in secret["data"].as_object().unwrap() {
-                let bytes = base64::engine::general_purpose::STANDARD
-                    .decode(v.as_str().unwrap())
-                    .unwrap();
-                std::fs::write(mount.join(k), bytes).unwrap();
-            }
+            let rv = secret["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap()
+                .to_string();
+            write_secret_volume(&mount, &secret, &rv);
+            self.volume_rv = rv;
             let container = &spec["containers"][0];
             let mount_path = container["volumeMounts"]
                 .as_array()
@@ -247,6 +326,8 @@ impl Kubelet {
             return;
         }
         if self.ready {
+            let secret_name = spec["volumes"][0]["secret"]["secretName"].as_str().unwrap();
+            self.sync_volume(api, secret_name);
             return;
         }
         // The readiness probe: HTTPS, the certificate not verified.
@@ -283,6 +364,17 @@ impl Kubelet {
                 ],
             }),
         );
+    }
+
+    /// Whether every replica has logged a reload of its certificate (after
+    /// an update of its volume).
+    fn reloaded_by_all(&self) -> bool {
+        self.updates > 0
+            && self.replicas.iter().all(|r| {
+                std::fs::read_to_string(&r.log)
+                    .unwrap_or_default()
+                    .contains("TLS certificate reloaded")
+            })
     }
 
     /// Stops the replicas as the kubelet does (SIGTERM, all at once); one
@@ -339,7 +431,8 @@ impl Drop for Kubelet {
 
 #[test]
 fn the_readme_deployment_refuses_no_pod_at_any_step() {
-    let steps = readme_steps();
+    let steps = readme_block("kubectl apply -k");
+    let removal = readme_block("kubectl delete -k");
     assert!(
         steps.iter().any(|s| s.starts_with("kubectl apply -k"))
             && steps
@@ -400,7 +493,11 @@ fn the_readme_deployment_refuses_no_pod_at_any_step() {
                 }
                 // At least one round of probes ran during the step, and
                 // one runs after it.
+                let end = Instant::now() + Duration::from_secs(60);
                 while rounds.load(Ordering::Relaxed) <= before {
+                    if Instant::now() > end {
+                        return Err("the prober made no round in 60 s".into());
+                    }
                     std::thread::sleep(Duration::from_millis(50));
                 }
                 refused
@@ -408,12 +505,75 @@ fn the_readme_deployment_refuses_no_pod_at_any_step() {
                     .unwrap()
                     .extend(probe_round(&k, &format!("after{i}")));
             }
+            // A renewal, as the docs say: the script run again. The
+            // replicas serve the old certificate until the kubelet has
+            // brought the new Secret into their volume and they have
+            // reloaded it; pods are created all the while.
+            let renew = steps
+                .iter()
+                .find(|s| s.starts_with("scripts/webhook-certs.sh"))
+                .unwrap();
+            let out = k.sh(renew);
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            eprintln!("renewal: {renew}\n{text}");
+            if !out.status.success() {
+                return Err(format!(
+                    "the renewal `{renew}` failed ({}):\n{text}",
+                    out.status
+                ));
+            }
+            let end = Instant::now() + Duration::from_secs(90);
+            while !kubelet.lock().unwrap().reloaded_by_all() {
+                if Instant::now() > end {
+                    return Err("the replicas did not reload the renewed certificate".into());
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            refused.lock().unwrap().extend(probe_round(&k, "renewed"));
+            webhook_works(&api, &k);
+
+            // The removal, as the README has it, pods created all the while.
+            for (i, step) in removal.iter().enumerate() {
+                let out = k.sh(step);
+                let text = format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                eprintln!("removal: {step}\n{text}");
+                if !out.status.success() {
+                    return Err(format!(
+                        "the removal `{step}` failed ({}):\n{text}",
+                        out.status
+                    ));
+                }
+                refused
+                    .lock()
+                    .unwrap()
+                    .extend(probe_round(&k, &format!("removed{i}")));
+            }
+            let end = Instant::now() + Duration::from_secs(60);
+            while !kubelet.lock().unwrap().stopped {
+                if Instant::now() > end {
+                    return Err("the webhook's pods were not stopped".into());
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            refused.lock().unwrap().extend(probe_round(&k, "gone"));
             Ok(())
         };
-        let result = run();
+        // The prober and the kubelet stop however the steps end (the
+        // scope waits for them before a panic goes on).
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(run));
         done.store(true, Ordering::Relaxed);
-        if let Err(e) = result {
-            panic!("{e}");
+        match result {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => panic!("{e}"),
+            Err(p) => std::panic::resume_unwind(p),
         }
     });
     let refused = refused.into_inner().unwrap();
@@ -424,9 +584,23 @@ fn the_readme_deployment_refuses_no_pod_at_any_step() {
     );
     assert!(rounds.load(Ordering::Relaxed) > 0);
 
-    // The webhook is configured and called: the README's example pod got
-    // the device resource of its network, and so does a pod asking for
-    // the network in another namespace's form.
+    assert!(api.get("namespaces", "", "switchyard-system").is_none());
+    assert!(api
+        .get(
+            "mutatingwebhookconfigurations",
+            "",
+            "switchyard-network-resources"
+        )
+        .is_none());
+    drop(kubelet);
+    api.assert_answered_as_upstream();
+}
+
+/// The webhook is configured and called: the README's example pod got the
+/// device resource of its network, and so does a pod asking for the
+/// network in another namespace's form; after the renewal the
+/// configuration trusts the new CA and the one before.
+fn webhook_works(api: &ClusterApi, k: &Kubectl) {
     let shipped: Value = serde_yaml::from_str(
         &std::fs::read_to_string(repo().join("config/kubernetes/testpmd-pod.yaml")).unwrap(),
     )
@@ -447,12 +621,18 @@ fn the_readme_deployment_refuses_no_pod_at_any_step() {
             "switchyard-network-resources",
         )
         .expect("the script applied the configuration");
-    assert!(
-        mwc["webhooks"][0]["clientConfig"]["caBundle"]
-            .as_str()
-            .is_some_and(|b| !b.is_empty()),
-        "{mwc:#}"
-    );
+    let bundle = base64::engine::general_purpose::STANDARD
+        .decode(
+            mwc["webhooks"][0]["clientConfig"]["caBundle"]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap();
+    let cas = String::from_utf8(bundle)
+        .unwrap()
+        .matches("BEGIN CERTIFICATE")
+        .count();
+    assert_eq!(cas, 2, "{mwc:#}");
     k.create(&probe_pod(
         "team-a",
         "asks-for-memif",
@@ -465,6 +645,4 @@ fn the_readme_deployment_refuses_no_pod_at_any_step() {
         json!("1"),
         "{p:#}"
     );
-    kubelet.into_inner().unwrap().stop();
-    api.assert_answered_as_upstream();
 }

@@ -11,7 +11,7 @@
 //!   and a detail; a pod failing any is refused with `pods "NAME" is
 //!   forbidden: violates PodSecurity "baseline:latest": REASON (DETAIL),
 //!   ...` (`admission/admission.go`, the checks in ID order). At
-//!   `restricted`, the baseline checks and the restricted ones
+//!   `restricted`, the baseline checks and then the restricted ones
 //!   (`allowPrivilegeEscalation`, `capabilities_restricted`,
 //!   `restrictedVolumes`, `runAsNonRoot`, `runAsUser`,
 //!   `seccompProfile_restricted`, each replacing the baseline check its
@@ -98,13 +98,19 @@ impl Cluster {
             Some(l) => Level::parse(l).unwrap_or(Level::Restricted),
             None => self.default_enforce,
         };
+        // `policy/registry.go` `populate`: the baseline checks in ID order,
+        // then the restricted ones in ID order (Go's string order: bytes,
+        // upper case before lower); a restricted check's
+        // `OverrideCheckIDs` take out the baseline checks it replaces.
+        let by_id = |mut v: Vec<(&'static str, String)>| {
+            v.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+            v
+        };
         let failed = match level {
             Level::Privileged => Vec::new(),
-            Level::Baseline => baseline(spec),
+            Level::Baseline => by_id(baseline(spec)),
             Level::Restricted => {
-                // `policy/registry.go`: a restricted check's
-                // `OverrideCheckIDs` take the baseline checks it replaces.
-                let mut all: Vec<_> = baseline(spec)
+                let mut all: Vec<_> = by_id(baseline(spec))
                     .into_iter()
                     .filter(|(id, _)| {
                         ![
@@ -115,15 +121,11 @@ impl Cluster {
                         .contains(id)
                     })
                     .collect();
-                all.extend(restricted(spec));
+                all.extend(by_id(restricted(spec)));
                 all
             }
         };
         if !failed.is_empty() {
-            // The checks in ID order (`sort.Strings`: bytes, so upper
-            // case before lower).
-            let mut failed = failed;
-            failed.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
             let level = match level {
                 Level::Restricted => "restricted",
                 _ => "baseline",
@@ -873,11 +875,11 @@ volumes:
         .unwrap_err()
         .contains("exceeded quota: q"));
     // Restricted: the baseline checks (those the restricted ones replace
-    // aside) and the restricted ones, in ID order.
+    // aside), then the restricted ones, each group in ID order.
     let restricted = ns(Some("restricted"));
     assert_eq!(
         c.admit_pod(Some(&restricted), &[], 0, "p", &spec).unwrap_err(),
-        "pods \"p\" is forbidden: violates PodSecurity \"restricted:latest\": allowPrivilegeEscalation != false (containers \"a\", \"b\" must set securityContext.allowPrivilegeEscalation=false), unrestricted capabilities (containers \"a\", \"b\" must set securityContext.capabilities.drop=[\"ALL\"]; container \"a\" must not include \"CHOWN\", \"IPC_LOCK\", \"NET_ADMIN\" in securityContext.capabilities.add), host namespaces (hostNetwork=true), hostPort (container \"b\" uses hostPort 80), restricted volume types (volume \"run\" uses restricted volume type \"hostPath\"), runAsNonRoot != true (pod or containers \"a\", \"b\" must set securityContext.runAsNonRoot=true), seccompProfile (pod or containers \"a\", \"b\" must set securityContext.seccompProfile.type to \"RuntimeDefault\" or \"Localhost\")"
+        "pods \"p\" is forbidden: violates PodSecurity \"restricted:latest\": host namespaces (hostNetwork=true), hostPort (container \"b\" uses hostPort 80), allowPrivilegeEscalation != false (containers \"a\", \"b\" must set securityContext.allowPrivilegeEscalation=false), unrestricted capabilities (containers \"a\", \"b\" must set securityContext.capabilities.drop=[\"ALL\"]; container \"a\" must not include \"CHOWN\", \"IPC_LOCK\", \"NET_ADMIN\" in securityContext.capabilities.add), restricted volume types (volume \"run\" uses restricted volume type \"hostPath\"), runAsNonRoot != true (pod or containers \"a\", \"b\" must set securityContext.runAsNonRoot=true), seccompProfile (pod or containers \"a\", \"b\" must set securityContext.seccompProfile.type to \"RuntimeDefault\" or \"Localhost\")"
     );
     let fine: Value = serde_yaml::from_str(
         r#"

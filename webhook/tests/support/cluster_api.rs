@@ -20,8 +20,16 @@
 //!   `generation` 1; 409 `AlreadyExists`; a namespaced object in a
 //!   namespace that does not exist is refused as the NamespaceLifecycle
 //!   admission plugin refuses it, 404 `namespaces "x" not found`) and patch
-//!   (JSON Patch and JSON merge patch; a strategic merge patch is not
-//!   modelled and is recorded as unsupported);
+//!   (JSON Patch, JSON merge patch, and the strategic merge patch `kubectl
+//!   apply` sends for an object that exists, as far as
+//!   `apimachinery/pkg/util/strategicpatch/patch.go` goes for our kinds:
+//!   maps merged, `null` deleting, lists replaced except those with a merge
+//!   key (a webhook configuration's `webhooks` and `matchConditions`, by
+//!   `name`), merged item by
+//!   item; `$setElementOrder` directives ignored, any other directive
+//!   recorded as unsupported) and delete (at once; a Namespace goes
+//!   Terminating and, a second later, the namespace controller deletes
+//!   what is in it and then it);
 //! - **authorization**: the admin's token (group `system:masters`) may do
 //!   anything; a service account's token is authorized by the ClusterRoles
 //!   and ClusterRoleBindings stored (`plugin/pkg/auth/authorizer/rbac`
@@ -37,7 +45,11 @@
 //!   answered by the webhook's `failurePolicy`: `Fail` refuses the pod
 //!   with upstream's wording, `Ignore` admits it unchanged. The endpoints
 //!   are what the test's kubelet stand-in says is Ready
-//!   ([`ClusterApi::set_endpoints`]).
+//!   ([`ClusterApi::set_endpoints`]), dialled directly as an API server
+//!   with `--enable-aggregator-routing` does (by default it dials the
+//!   Service's ClusterIP, which kube-proxy routes to the same endpoints
+//!   once it has programmed them, usually within a second: that lag is not
+//!   modelled).
 //!
 //! What it cannot answer as upstream would is answered 500 and recorded;
 //! [`ClusterApi::assert_answered_as_upstream`], and dropping it, fail the
@@ -203,6 +215,8 @@ struct Store {
     requests: Vec<String>,
     unsupported: Vec<String>,
     uids: u64,
+    /// Namespaces deleted, since when.
+    terminating: BTreeMap<String, std::time::Instant>,
 }
 
 impl Store {
@@ -210,6 +224,19 @@ impl Store {
         let msg = format!("the API server stand-in cannot answer this as upstream would: {what}");
         self.unsupported.push(what);
         status(StatusCode::INTERNAL_SERVER_ERROR, "InternalError", &msg)
+    }
+
+    /// Removes the object at `key`, at a new resource version.
+    fn remove(&mut self, key: Key) {
+        if let Some(before) = self.objects.remove(&key) {
+            self.rv += 1;
+            self.history.push(Change {
+                rv: self.rv,
+                resource: key.0,
+                now: None,
+                before: Some(before),
+            });
+        }
     }
 
     /// Stores `obj` (created or changed) at a new resource version.
@@ -305,6 +332,7 @@ impl ClusterApi {
             ))
             .unwrap();
         let router = Router::new().fallback(handle).with_state(shared.clone());
+        rt.spawn(namespace_controller(shared.clone()));
         let handle = axum_server::Handle::new();
         let h = handle.clone();
         rt.spawn(async move {
@@ -761,6 +789,7 @@ async fn handle(
         (&Method::GET, false, false) => "list",
         (&Method::POST, false, _) => "create",
         (&Method::PATCH, true, _) => "patch",
+        (&Method::DELETE, true, _) => "delete",
         _ => {
             let mut s = shared.store.lock().unwrap();
             return s.unsupported(format!("{method} {path}"));
@@ -820,6 +849,7 @@ async fn handle(
         "watch" => watch_objects(shared.clone(), t, q),
         "create" => create(&shared, &t, &user, &groups, &body).await,
         "patch" => patch(&shared, &t, &headers, &body),
+        "delete" => delete(&shared, &t),
         _ => unreachable!(),
     }
 }
@@ -1003,7 +1033,19 @@ async fn create(
     };
     {
         let s = shared.store.lock().unwrap();
-        // NamespaceLifecycle: no object in a namespace that does not exist.
+        // NamespaceLifecycle: no object in a namespace that does not exist
+        // or is being terminated.
+        if t.res.namespaced && s.terminating.contains_key(&ns) {
+            return status_with(
+                StatusCode::FORBIDDEN,
+                "Forbidden",
+                &format!(
+                    "{} \"{name}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated",
+                    t.res.name
+                ),
+                json!({"name": name, "kind": t.res.name}),
+            );
+        }
         if t.res.namespaced
             && !s
                 .objects
@@ -1052,6 +1094,77 @@ async fn create(
     ok_json(StatusCode::CREATED, &stored)
 }
 
+/// Deletes an object: gone at once (no finalizers), except a Namespace,
+/// which is marked Terminating (`deletionTimestamp`, `status.phase`) for
+/// the namespace controller (see [`namespace_controller`]).
+fn delete(shared: &Shared, t: &Target) -> Response {
+    let mut s = shared.store.lock().unwrap();
+    let name = t.name.clone().unwrap();
+    let key = (
+        t.res.name,
+        t.namespace.clone().unwrap_or_default(),
+        name.clone(),
+    );
+    let Some(obj) = s.objects.get(&key).cloned() else {
+        return not_found(&t.res, &name);
+    };
+    if t.res.name == "namespaces" {
+        let mut ns = obj;
+        if ns["metadata"]["deletionTimestamp"].is_null() {
+            ns["metadata"]["deletionTimestamp"] = json!("2026-11-28T12:30:00Z");
+            ns["status"]["phase"] = json!("Terminating");
+            ns = s.put(&t.res, ns);
+            s.terminating.insert(name, std::time::Instant::now());
+        }
+        drop(s);
+        shared.changed.notify_waiters();
+        return ok_json(StatusCode::OK, &ns);
+    }
+    s.remove(key);
+    drop(s);
+    shared.changed.notify_waiters();
+    ok_json(StatusCode::OK, &obj)
+}
+
+/// How long a Terminating namespace keeps its objects before the namespace
+/// controller deletes them and it (upstream: as long as discovering and
+/// deleting every kind takes, seconds).
+const NAMESPACE_TEARDOWN: Duration = Duration::from_secs(1);
+
+/// The namespace controller (`pkg/controller/namespace`): a namespace
+/// Terminating for [`NAMESPACE_TEARDOWN`] loses every object in it, then
+/// goes.
+async fn namespace_controller(shared: Arc<Shared>) {
+    loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let mut s = shared.store.lock().unwrap();
+        let due: Vec<String> = s
+            .terminating
+            .iter()
+            .filter(|(_, at)| at.elapsed() >= NAMESPACE_TEARDOWN)
+            .map(|(n, _)| n.clone())
+            .collect();
+        if due.is_empty() {
+            continue;
+        }
+        for ns in due {
+            s.terminating.remove(&ns);
+            let inside: Vec<Key> = s
+                .objects
+                .keys()
+                .filter(|(_, n, _)| *n == ns)
+                .cloned()
+                .collect();
+            for k in inside {
+                s.remove(k);
+            }
+            s.remove(("namespaces", String::new(), ns));
+        }
+        drop(s);
+        shared.changed.notify_waiters();
+    }
+}
+
 fn patch(shared: &Shared, t: &Target, headers: &HeaderMap, body: &Bytes) -> Response {
     let kind = headers
         .get("content-type")
@@ -1092,6 +1205,11 @@ fn patch(shared: &Shared, t: &Target, headers: &HeaderMap, body: &Bytes) -> Resp
             }
         }
         "application/merge-patch+json" => json_patch::merge(&mut obj, &p),
+        "application/strategic-merge-patch+json" => {
+            if let Err(e) = strategic_merge(&mut obj, &p) {
+                return s.unsupported(format!("a strategic merge patch: {e}"));
+            }
+        }
         other => return s.unsupported(format!("a patch of type {other:?}")),
     }
     obj["metadata"]["uid"] = before["metadata"]["uid"].clone();
@@ -1104,6 +1222,59 @@ fn patch(shared: &Shared, t: &Target, headers: &HeaderMap, body: &Bytes) -> Resp
     drop(s);
     shared.changed.notify_waiters();
     ok_json(StatusCode::OK, &stored)
+}
+
+/// The lists our kinds merge by a key in a strategic merge patch (their
+/// `patchMergeKey`), by field name.
+const MERGE_KEYS: &[(&str, &str)] = &[("webhooks", "name"), ("matchConditions", "name")];
+
+/// A strategic merge patch (see the module's documentation): what it
+/// cannot apply as upstream would is an error.
+fn strategic_merge(obj: &mut Value, patch: &Value) -> Result<(), String> {
+    let (Some(o), Some(p)) = (obj.as_object_mut(), patch.as_object()) else {
+        *obj = patch.clone();
+        return Ok(());
+    };
+    for (k, v) in p {
+        if k.starts_with("$setElementOrder/") {
+            continue;
+        }
+        if k.starts_with('$') {
+            return Err(format!("directive {k}"));
+        }
+        if v.is_null() {
+            o.remove(k);
+            continue;
+        }
+        let key = MERGE_KEYS.iter().find(|(f, _)| f == k).map(|(_, key)| *key);
+        match (o.get_mut(k), v, key) {
+            (Some(cur @ Value::Object(_)), Value::Object(_), _) => strategic_merge(cur, v)?,
+            (Some(Value::Array(cur)), Value::Array(items), Some(key)) => {
+                for item in items {
+                    if item.get("$patch").is_some() {
+                        return Err(format!("a $patch directive in {k}"));
+                    }
+                    match cur.iter_mut().find(|c| c[key] == item[key]) {
+                        Some(c) => strategic_merge(c, item)?,
+                        None => cur.push(item.clone()),
+                    }
+                }
+            }
+            (_, Value::Array(items), None) if items.iter().any(Value::is_object) => {
+                // A list of objects with no merge key we know: whether
+                // upstream replaces or merges it depends on its schema;
+                // the webhook configuration's atomic lists are replaced.
+                if !matches!(k.as_str(), "rules" | "matchExpressions") {
+                    return Err(format!("list {k}: its merge strategy is not modelled"));
+                }
+                o.insert(k.clone(), v.clone());
+            }
+            _ => {
+                o.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `metav1.LabelSelector` (`matchLabels`, `matchExpressions` with In,
