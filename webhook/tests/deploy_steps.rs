@@ -29,6 +29,7 @@ mod cluster_api;
 #[path = "../../vtepsync/tests/support/tls.rs"]
 mod tls;
 
+use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -429,10 +430,122 @@ impl Drop for Kubelet {
     }
 }
 
+/// cert-manager's controller for what `webhook-cert-manager.yaml` asks
+/// (cert-manager `pkg/issuer/selfsigned`, `pkg/issuer/ca`): a Certificate
+/// whose Issuer is ready gets its Secret (`tls.crt`, `tls.key`, and
+/// `ca.crt`: the certificate itself from a self-signed issuer, the CA's
+/// from a CA issuer) and the condition `Ready`; an Issuer is ready when it
+/// is self-signed or its CA Secret exists.
+struct CertManager {
+    /// Keys and certificates issued, by (namespace, Secret): what a CA
+    /// issuer signs with (cert-manager reads them back from the Secret).
+    issued: BTreeMap<(String, String), (rcgen::Certificate, rcgen::KeyPair)>,
+}
+
+impl CertManager {
+    fn sync(&mut self, api: &ClusterApi) {
+        for cert in api.all("certificates") {
+            let ready = cert["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True");
+            if ready {
+                continue;
+            }
+            let ns = cert["metadata"]["namespace"].as_str().unwrap().to_string();
+            let spec = &cert["spec"];
+            let issuer_name = spec["issuerRef"]["name"].as_str().unwrap();
+            assert_eq!(
+                spec["issuerRef"]["kind"], "Issuer",
+                "the stand-in issues from Issuers"
+            );
+            let Some(issuer) = api.get("issuers", &ns, issuer_name) else {
+                continue;
+            };
+            let mut params = rcgen::CertificateParams::new(
+                spec["dnsNames"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|d| d.as_str().unwrap().to_string())
+                    .collect::<Vec<_>>(),
+            )
+            .unwrap();
+            if let Some(cn) = spec["commonName"].as_str() {
+                params
+                    .distinguished_name
+                    .push(rcgen::DnType::CommonName, cn);
+            }
+            if spec["isCA"] == true {
+                params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+            }
+            let key = rcgen::KeyPair::generate().unwrap();
+            let (issued, ca_pem) = if issuer["spec"]["selfSigned"].is_object() {
+                let c = params.self_signed(&key).unwrap();
+                let pem = c.pem();
+                (c, pem)
+            } else if let Some(ca_secret) = issuer["spec"]["ca"]["secretName"].as_str() {
+                let Some((ca, ca_key)) = self.issued.get(&(ns.clone(), ca_secret.to_string()))
+                else {
+                    continue;
+                };
+                (params.signed_by(&key, ca, ca_key).unwrap(), ca.pem())
+            } else {
+                panic!("the stand-in issues from selfSigned and ca Issuers: {issuer}");
+            };
+            let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+            let secret_name = spec["secretName"].as_str().unwrap().to_string();
+            api.put_object(
+                "secrets",
+                json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+                    "metadata": {"name": secret_name, "namespace": ns,
+                        "annotations": {"cert-manager.io/certificate-name": cert["metadata"]["name"]}},
+                    "data": {"tls.crt": b64(&issued.pem()), "tls.key": b64(&key.serialize_pem()),
+                        "ca.crt": b64(&ca_pem)}}),
+            );
+            api.set_status(
+                "certificates",
+                &ns,
+                cert["metadata"]["name"].as_str().unwrap(),
+                json!({"conditions": [{"type": "Ready", "status": "True", "reason": "Ready",
+                    "message": "Certificate is up to date and has not expired"}]}),
+            );
+            self.issued.insert((ns, secret_name), (issued, key));
+        }
+    }
+}
+
+/// The README's deployment, its certificate made by the script as the
+/// block says.
 #[test]
 fn the_readme_deployment_refuses_no_pod_at_any_step() {
-    let steps = readme_block("kubectl apply -k");
+    deploy(false);
+}
+
+/// The same, the certificate from cert-manager as the README's comment
+/// says (`--cert-manager`); no renewal (cert-manager's).
+#[test]
+fn the_readme_deployment_with_cert_manager_refuses_no_pod_at_any_step() {
+    deploy(true);
+}
+
+fn deploy(cert_manager: bool) {
+    let mut steps = readme_block("kubectl apply -k");
     let removal = readme_block("kubectl delete -k");
+    if cert_manager {
+        let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+        let at = readme
+            .find("(with cert-manager: ")
+            .expect("the README's cert-manager way")
+            + "(with cert-manager: ".len();
+        let alternative = readme[at..at + readme[at..].find(')').unwrap()].to_string();
+        let script = steps
+            .iter_mut()
+            .find(|s| s.starts_with("scripts/webhook-certs.sh"))
+            .unwrap();
+        *script = alternative;
+    }
     assert!(
         steps.iter().any(|s| s.starts_with("kubectl apply -k"))
             && steps
@@ -455,12 +568,18 @@ fn the_readme_deployment_refuses_no_pod_at_any_step() {
 
     let refused = Mutex::new(Vec::<String>::new());
     let kubelet = Mutex::new(Kubelet::new());
+    let cert_manager_controller = Mutex::new(CertManager {
+        issued: BTreeMap::new(),
+    });
     let rounds = AtomicUsize::new(0);
     let done = AtomicBool::new(false);
     std::thread::scope(|scope| {
         scope.spawn(|| {
             while !done.load(Ordering::Relaxed) {
                 kubelet.lock().unwrap().sync(&api);
+                if cert_manager {
+                    cert_manager_controller.lock().unwrap().sync(&api);
+                }
                 std::thread::sleep(Duration::from_millis(100));
             }
         });
@@ -471,6 +590,37 @@ fn the_readme_deployment_refuses_no_pod_at_any_step() {
                 refused.lock().unwrap().extend(r);
             }
         });
+        // The removal, as the README has it, pods created all the while.
+        let remove = |removal: &[String]| -> Result<(), String> {
+            for (i, step) in removal.iter().enumerate() {
+                let out = k.sh(step);
+                let text = format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                eprintln!("removal: {step}\n{text}");
+                if !out.status.success() {
+                    return Err(format!(
+                        "the removal `{step}` failed ({}):\n{text}",
+                        out.status
+                    ));
+                }
+                refused
+                    .lock()
+                    .unwrap()
+                    .extend(probe_round(&k, &format!("removed{i}")));
+            }
+            let end = Instant::now() + Duration::from_secs(60);
+            while !kubelet.lock().unwrap().stopped {
+                if Instant::now() > end {
+                    return Err("the webhook's pods were not stopped".into());
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            refused.lock().unwrap().extend(probe_round(&k, "gone"));
+            Ok(())
+        };
         let run = || -> Result<(), String> {
             for (i, step) in steps.iter().enumerate() {
                 if step.starts_with("docker build") {
@@ -505,6 +655,11 @@ fn the_readme_deployment_refuses_no_pod_at_any_step() {
                     .unwrap()
                     .extend(probe_round(&k, &format!("after{i}")));
             }
+            if cert_manager {
+                refused.lock().unwrap().extend(probe_round(&k, "issued"));
+                webhook_works(&api, &k, 1);
+                return remove(&removal);
+            }
             // A renewal, as the docs say: the script run again. The
             // replicas serve the old certificate until the kubelet has
             // brought the new Secret into their volume and they have
@@ -534,37 +689,9 @@ fn the_readme_deployment_refuses_no_pod_at_any_step() {
                 std::thread::sleep(Duration::from_millis(200));
             }
             refused.lock().unwrap().extend(probe_round(&k, "renewed"));
-            webhook_works(&api, &k);
+            webhook_works(&api, &k, 2);
 
-            // The removal, as the README has it, pods created all the while.
-            for (i, step) in removal.iter().enumerate() {
-                let out = k.sh(step);
-                let text = format!(
-                    "{}{}",
-                    String::from_utf8_lossy(&out.stdout),
-                    String::from_utf8_lossy(&out.stderr)
-                );
-                eprintln!("removal: {step}\n{text}");
-                if !out.status.success() {
-                    return Err(format!(
-                        "the removal `{step}` failed ({}):\n{text}",
-                        out.status
-                    ));
-                }
-                refused
-                    .lock()
-                    .unwrap()
-                    .extend(probe_round(&k, &format!("removed{i}")));
-            }
-            let end = Instant::now() + Duration::from_secs(60);
-            while !kubelet.lock().unwrap().stopped {
-                if Instant::now() > end {
-                    return Err("the webhook's pods were not stopped".into());
-                }
-                std::thread::sleep(Duration::from_millis(200));
-            }
-            refused.lock().unwrap().extend(probe_round(&k, "gone"));
-            Ok(())
+            remove(&removal)
         };
         // The prober and the kubelet stop however the steps end (the
         // scope waits for them before a panic goes on).
@@ -598,9 +725,9 @@ fn the_readme_deployment_refuses_no_pod_at_any_step() {
 
 /// The webhook is configured and called: the README's example pod got the
 /// device resource of its network, and so does a pod asking for the
-/// network in another namespace's form; after the renewal the
-/// configuration trusts the new CA and the one before.
-fn webhook_works(api: &ClusterApi, k: &Kubectl) {
+/// network in another namespace's form; the configuration trusts `cas`
+/// CAs (after a renewal, the new one and the one before).
+fn webhook_works(api: &ClusterApi, k: &Kubectl, cas: usize) {
     let shipped: Value = serde_yaml::from_str(
         &std::fs::read_to_string(repo().join("config/kubernetes/testpmd-pod.yaml")).unwrap(),
     )
@@ -628,11 +755,11 @@ fn webhook_works(api: &ClusterApi, k: &Kubectl) {
                 .unwrap(),
         )
         .unwrap();
-    let cas = String::from_utf8(bundle)
+    let in_bundle = String::from_utf8(bundle)
         .unwrap()
         .matches("BEGIN CERTIFICATE")
         .count();
-    assert_eq!(cas, 2, "{mwc:#}");
+    assert_eq!(in_bundle, cas, "{mwc:#}");
     k.create(&probe_pod(
         "team-a",
         "asks-for-memif",

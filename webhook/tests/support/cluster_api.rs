@@ -101,7 +101,8 @@ const fn res(
     }
 }
 
-/// The kinds of our manifests, the pods', and the NAD CRD's.
+/// The kinds of our manifests, the pods', the NAD CRD's (Multus installs
+/// it) and cert-manager's.
 const RESOURCES: &[Res] = &[
     res("", "v1", "namespaces", "namespace", "Namespace", false),
     res("", "v1", "nodes", "node", "Node", false),
@@ -165,6 +166,15 @@ const RESOURCES: &[Res] = &[
         "mutatingwebhookconfiguration",
         "MutatingWebhookConfiguration",
         false,
+    ),
+    res("cert-manager.io", "v1", "issuers", "issuer", "Issuer", true),
+    res(
+        "cert-manager.io",
+        "v1",
+        "certificates",
+        "certificate",
+        "Certificate",
+        true,
     ),
     res(
         "k8s.cni.cncf.io",
@@ -405,6 +415,23 @@ impl ClusterApi {
             .filter(|((r, _, _), _)| *r == resource)
             .map(|(_, v)| v.clone())
             .collect()
+    }
+
+    /// Creates or replaces an object of `resource` (what a controller
+    /// writes), at a new resource version.
+    pub fn put_object(&self, resource: &str, mut obj: Value) {
+        let r = *RESOURCES.iter().find(|r| r.name == resource).unwrap();
+        let mut s = self.shared.store.lock().unwrap();
+        s.uids += 1;
+        let uid = format!("00000000-0000-4000-8000-{:012}", s.uids);
+        let meta = &mut obj["metadata"];
+        if meta["uid"].is_null() {
+            meta["uid"] = json!(uid);
+            meta["creationTimestamp"] = json!("2026-11-28T12:00:00Z");
+        }
+        s.put(&r, obj);
+        drop(s);
+        self.shared.changed.notify_waiters();
     }
 
     /// Sets the `status` of an object (what a controller's status update
