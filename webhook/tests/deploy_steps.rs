@@ -26,6 +26,8 @@
 
 #[path = "support/cluster_api.rs"]
 mod cluster_api;
+#[path = "../../vtepsync/tests/support/rbac.rs"]
+mod rbac;
 #[path = "../../vtepsync/tests/support/tls.rs"]
 mod tls;
 

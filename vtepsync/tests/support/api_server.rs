@@ -49,6 +49,8 @@
 
 #![allow(dead_code)]
 
+#[path = "rbac.rs"]
+mod rbac;
 #[path = "tls.rs"]
 mod tls;
 
@@ -435,19 +437,12 @@ fn status(code: StatusCode, reason: &str, message: &str) -> Response {
 
 /// A `Status` with its `metadata` (a `ListMeta`).
 fn status_with(code: StatusCode, reason: &str, message: &str, metadata: Value) -> Response {
+    let mut body = rbac::failure(code.as_u16(), reason, message);
+    body["metadata"] = metadata;
     (
         code,
         [("content-type", "application/json")],
-        json!({
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": metadata,
-            "status": "Failure",
-            "message": message,
-            "reason": reason,
-            "code": code.as_u16(),
-        })
-        .to_string(),
+        body.to_string(),
     )
         .into_response()
 }
@@ -497,8 +492,7 @@ fn matches(sel: &[Req], obj: &Value) -> bool {
 
 /// Whether the ClusterRoleBindings give `user` (in `groups`) `verb` on
 /// `resource` (`nodes`, or a subresource: `nodes/status`) of object `name`
-/// (`None` for a list or a watch, which a rule with `resourceNames` never
-/// allows: `ResourceNameMatches`).
+/// (`None` for a list or a watch).
 fn allowed(
     rbac: &[Value],
     user: &str,
@@ -507,50 +501,17 @@ fn allowed(
     resource: &str,
     name: Option<&str>,
 ) -> bool {
-    let in_list = |v: &Value, want: &str| {
-        items(v)
-            .iter()
-            .any(|x| x.as_str() == Some(want) || x.as_str() == Some("*"))
-    };
-    rbac.iter()
-        .filter(|d| d["kind"] == "ClusterRoleBinding")
-        .filter(|b| {
-            items(&b["subjects"])
-                .iter()
-                .any(|s| match s["kind"].as_str() {
-                    Some("ServiceAccount") => {
-                        format!(
-                            "system:serviceaccount:{}:{}",
-                            s["namespace"].as_str().unwrap_or(""),
-                            s["name"].as_str().unwrap_or("")
-                        ) == user
-                    }
-                    Some("User") => s["name"].as_str() == Some(user),
-                    Some("Group") => groups.contains(&s["name"].as_str().unwrap_or("")),
-                    _ => false,
-                })
-        })
-        .filter(|b| b["roleRef"]["kind"] == "ClusterRole")
-        .filter_map(|b| {
-            rbac.iter().find(|r| {
-                r["kind"] == "ClusterRole" && r["metadata"]["name"] == b["roleRef"]["name"]
-            })
-        })
-        .flat_map(|r| items(&r["rules"]))
-        .any(|rule| {
-            in_list(&rule["verbs"], verb)
-                && in_list(&rule["apiGroups"], "")
-                && in_list(&rule["resources"], resource)
-                && (items(&rule["resourceNames"]).is_empty()
-                    || items(&rule["resourceNames"])
-                        .iter()
-                        .any(|n| name.is_some_and(|name| n.as_str() == Some(name))))
-        })
-}
-
-/// A JSON array's items (none for anything else).
-fn items(v: &Value) -> &[Value] {
-    v.as_array().map_or(&[], Vec::as_slice)
+    rbac::allows(
+        rbac,
+        &rbac::Ask {
+            user,
+            groups,
+            verb,
+            group: "",
+            resource,
+            name,
+        },
+    )
 }
 
 /// Authenticates the bearer token of `headers` and authorizes `verb` on

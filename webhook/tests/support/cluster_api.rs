@@ -489,17 +489,9 @@ fn status(code: StatusCode, reason: &str, message: &str) -> Response {
 
 /// A `Status` object as the API server answers errors with.
 fn status_with(code: StatusCode, reason: &str, message: &str, details: Value) -> Response {
-    (
-        code,
-        [("content-type", "application/json")],
-        json!({
-            "kind": "Status", "apiVersion": "v1", "metadata": {},
-            "status": "Failure", "message": message, "reason": reason,
-            "details": details, "code": code.as_u16(),
-        })
-        .to_string(),
-    )
-        .into_response()
+    let mut body = super::rbac::failure(code.as_u16(), reason, message);
+    body["details"] = details;
+    ok_json(code, &body)
 }
 
 fn ok_json(code: StatusCode, v: &Value) -> Response {
@@ -554,8 +546,9 @@ fn parse_path(path: &str) -> Option<Target> {
     })
 }
 
-/// Whether the ClusterRoleBindings stored give `user` (in `groups`) `verb`
-/// on `resource` of `group` (named `name`, for a request on one object).
+/// Whether the admin (`system:masters`) asks, or the ClusterRoleBindings
+/// stored give `user` (in `groups`) `verb` on `resource` of `group` (named
+/// `name`, for a request on one object).
 fn rbac_allows(
     store: &Store,
     user: &str,
@@ -568,55 +561,24 @@ fn rbac_allows(
     if groups.iter().any(|g| g == "system:masters") {
         return true;
     }
-    let items = |v: &Value| v.as_array().cloned().unwrap_or_default();
-    let has = |v: &Value, want: &str| {
-        items(v)
-            .iter()
-            .any(|x| x.as_str() == Some(want) || x.as_str() == Some("*"))
-    };
-    let of = |r: &str| -> Vec<Value> {
-        store
-            .objects
-            .iter()
-            .filter(|((res, _, _), _)| *res == r)
-            .map(|(_, v)| v.clone())
-            .collect()
-    };
-    let roles = of("clusterroles");
-    of("clusterrolebindings")
+    let objects: Vec<Value> = store
+        .objects
         .iter()
-        .filter(|b| {
-            items(&b["subjects"])
-                .iter()
-                .any(|s| match s["kind"].as_str() {
-                    Some("ServiceAccount") => {
-                        format!(
-                            "system:serviceaccount:{}:{}",
-                            s["namespace"].as_str().unwrap_or(""),
-                            s["name"].as_str().unwrap_or("")
-                        ) == user
-                    }
-                    Some("User") => s["name"].as_str() == Some(user),
-                    Some("Group") => groups
-                        .iter()
-                        .any(|g| Some(g.as_str()) == s["name"].as_str()),
-                    _ => false,
-                })
-        })
-        .filter(|b| b["roleRef"]["kind"] == "ClusterRole")
-        .filter_map(|b| {
-            roles
-                .iter()
-                .find(|r| r["metadata"]["name"] == b["roleRef"]["name"])
-        })
-        .flat_map(|r| items(&r["rules"]))
-        .any(|rule| {
-            has(&rule["verbs"], verb)
-                && has(&rule["apiGroups"], group)
-                && has(&rule["resources"], resource)
-                && (items(&rule["resourceNames"]).is_empty()
-                    || name.is_some_and(|n| has(&rule["resourceNames"], n)))
-        })
+        .filter(|((r, _, _), _)| matches!(*r, "clusterroles" | "clusterrolebindings"))
+        .map(|(_, v)| v.clone())
+        .collect();
+    let groups: Vec<&str> = groups.iter().map(String::as_str).collect();
+    super::rbac::allows(
+        &objects,
+        &super::rbac::Ask {
+            user,
+            groups: &groups,
+            verb,
+            group,
+            resource,
+            name,
+        },
+    )
 }
 
 /// Label selector `k=v,k2=v2` (equality only; anything else recorded as
