@@ -155,6 +155,22 @@ fn probe_round(k: &Kubectl, tag: &str) -> Vec<String> {
     refused
 }
 
+/// Runs `line` (what: how the log names it): its output, or why it failed.
+fn run_step(k: &Kubectl, what: &str, line: &str) -> Result<(), String> {
+    let out = k.sh(line);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("{what}: {line}\n{text}");
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!("{what} `{line}` failed ({}):\n{text}", out.status))
+    }
+}
+
 /// A webhook replica the kubelet stand-in started.
 struct Replica {
     child: Child,
@@ -595,19 +611,7 @@ fn deploy(cert_manager: bool) {
         // The removal, as the README has it, pods created all the while.
         let remove = |removal: &[String]| -> Result<(), String> {
             for (i, step) in removal.iter().enumerate() {
-                let out = k.sh(step);
-                let text = format!(
-                    "{}{}",
-                    String::from_utf8_lossy(&out.stdout),
-                    String::from_utf8_lossy(&out.stderr)
-                );
-                eprintln!("removal: {step}\n{text}");
-                if !out.status.success() {
-                    return Err(format!(
-                        "the removal `{step}` failed ({}):\n{text}",
-                        out.status
-                    ));
-                }
+                run_step(&k, "removal", step)?;
                 refused
                     .lock()
                     .unwrap()
@@ -630,19 +634,7 @@ fn deploy(cert_manager: bool) {
                     continue;
                 }
                 let before = rounds.load(Ordering::Relaxed);
-                let out = k.sh(step);
-                let text = format!(
-                    "{}{}",
-                    String::from_utf8_lossy(&out.stdout),
-                    String::from_utf8_lossy(&out.stderr)
-                );
-                eprintln!("step {i}: {step}\n{text}");
-                if !out.status.success() {
-                    return Err(format!(
-                        "step {i} `{step}` failed ({}):\n{text}",
-                        out.status
-                    ));
-                }
+                run_step(&k, &format!("step {i}"), step)?;
                 // At least one round of probes ran during the step, and
                 // one runs after it.
                 let end = Instant::now() + Duration::from_secs(60);
@@ -670,19 +662,7 @@ fn deploy(cert_manager: bool) {
                 .iter()
                 .find(|s| s.starts_with("scripts/webhook-certs.sh"))
                 .unwrap();
-            let out = k.sh(renew);
-            let text = format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-            eprintln!("renewal: {renew}\n{text}");
-            if !out.status.success() {
-                return Err(format!(
-                    "the renewal `{renew}` failed ({}):\n{text}",
-                    out.status
-                ));
-            }
+            run_step(&k, "renewal", renew)?;
             let end = Instant::now() + Duration::from_secs(90);
             while !kubelet.lock().unwrap().reloaded_by_all() {
                 if Instant::now() > end {

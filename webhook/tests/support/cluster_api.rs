@@ -521,6 +521,15 @@ struct Target {
     sub: Option<String>,
 }
 
+impl Target {
+    /// The object's key and name (a request on one object).
+    fn key(&self) -> (Key, String) {
+        let name = self.name.clone().expect("a request on one object");
+        let ns = self.namespace.clone().unwrap_or_default();
+        ((self.res.name, ns, name.clone()), name)
+    }
+}
+
 /// `/api/v1/...` or `/apis/G/V/...` into a resource request.
 fn parse_path(path: &str) -> Option<Target> {
     let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
@@ -823,12 +832,7 @@ async fn handle(
     match verb {
         "get" => {
             let s = shared.store.lock().unwrap();
-            let name = t.name.clone().unwrap();
-            let key = (
-                t.res.name,
-                t.namespace.clone().unwrap_or_default(),
-                name.clone(),
-            );
+            let (key, name) = t.key();
             match s.objects.get(&key) {
                 Some(o) => ok_json(StatusCode::OK, o),
                 None => not_found(&t.res, &name),
@@ -1088,12 +1092,7 @@ async fn create(
 /// the namespace controller (see [`namespace_controller`]).
 fn delete(shared: &Shared, t: &Target) -> Response {
     let mut s = shared.store.lock().unwrap();
-    let name = t.name.clone().unwrap();
-    let key = (
-        t.res.name,
-        t.namespace.clone().unwrap_or_default(),
-        name.clone(),
-    );
+    let (key, name) = t.key();
     let Some(obj) = s.objects.get(&key).cloned() else {
         return not_found(&t.res, &name);
     };
@@ -1161,12 +1160,7 @@ fn patch(shared: &Shared, t: &Target, headers: &HeaderMap, body: &Bytes) -> Resp
         .unwrap_or("")
         .to_string();
     let mut s = shared.store.lock().unwrap();
-    let name = t.name.clone().unwrap();
-    let key = (
-        t.res.name,
-        t.namespace.clone().unwrap_or_default(),
-        name.clone(),
-    );
+    let (key, name) = t.key();
     let Some(before) = s.objects.get(&key).cloned() else {
         return not_found(&t.res, &name);
     };
