@@ -63,6 +63,9 @@ fn wire_form(review: AdmissionReview<DynamicObject>) -> serde_json::Value {
     v
 }
 
+/// How often the certificate files are looked at for a change.
+const RELOAD_CHECK: Duration = Duration::from_secs(5);
+
 fn modified(s: &Settings) -> Option<(SystemTime, SystemTime)> {
     let m = |p: &PathBuf| std::fs::metadata(p).and_then(|m| m.modified()).ok();
     Some((m(&s.cert)?, m(&s.key)?))
@@ -84,13 +87,14 @@ pub async fn serve(
                 settings.key.display()
             )
         })?;
-    // Certificates are rotated by replacing the files: load them again.
+    // Certificates are rotated by replacing the files: load them again
+    // once their times change (a look every few seconds: two `stat`s).
     let reload = {
         let (tls, s) = (tls.clone(), settings.clone());
         tokio::spawn(async move {
             let mut seen = modified(&s);
             loop {
-                tokio::time::sleep(Duration::from_secs(30)).await;
+                tokio::time::sleep(RELOAD_CHECK).await;
                 let now = modified(&s);
                 if now.is_some() && now != seen {
                     match tls.reload_from_pem_file(&s.cert, &s.key).await {
