@@ -3,8 +3,8 @@
 # peers the end-to-end tests use (DPDK testpmd with the memif driver, the
 # host-local IPAM plugin, podman and runc, QEMU and a static busybox for the
 # guests the vhost-user tests boot, Prometheus, kubernetes-validate), checks formatting
-# and clippy, runs the fuzz targets briefly, then `cargo test` over the
-# workspace.
+# and clippy, holds the hot path to its instruction budget, runs the fuzz
+# targets briefly, then `cargo test` over the workspace.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -46,6 +46,8 @@ command -v tcpdump >/dev/null || need_pkgs+=(tcpdump)
 command -v iperf3 >/dev/null || need_pkgs+=(iperf3)
 command -v ethtool >/dev/null || need_pkgs+=(ethtool)
 command -v python3 >/dev/null || need_pkgs+=(python3)
+# The instruction budget of the hot path runs its benches under callgrind.
+command -v valgrind >/dev/null || need_pkgs+=(valgrind)
 # Open vSwitch (userspace datapath) is the VLAN-aware top-of-rack switch
 # between the uplink tests' nodes: trunk ports, access-port stations.
 command -v ovs-vswitchd >/dev/null || no_recommends+=(openvswitch-switch)
@@ -88,6 +90,11 @@ cargo clippy --workspace --all-targets --locked -- -D warnings </dev/null
 # checks there.
 (cd fuzz && cargo fmt --check \
   && RUSTC_BOOTSTRAP=1 cargo clippy --all-targets --locked -- -D warnings </dev/null)
+
+# The hot path within its instruction budget (benches/budget.toml):
+# callgrind's instructions per frame, which the VM's drifting speed cannot
+# blur, from a release build of the hot-path benches.
+./benches/callgrind_budget.py
 
 # Every fuzz target for a bounded time on the corpus kept in fuzz/corpus.
 ./scripts/fuzz.sh "${FUZZ_SECONDS:-20}"
