@@ -266,10 +266,7 @@ fn sync(
     out.overlays = overlays;
     let node = |a: &IpAddr| remotes.get(a).map_or("(gone)", String::as_str).to_string();
     for v in &p.add {
-        // From `local` where it is of the remote's IP version (a node's
-        // overwrite may be of another); else the route's address.
-        let from = local.filter(|l| l.is_ipv4() == v.remote.is_ipv4());
-        match c.ask(&Request::vtep_add(&v.overlay, v.remote, from)) {
+        match c.ask(&Request::vtep_add(&v.overlay, v.remote, v.local)) {
             Ok(j) => {
                 info!(overlay = %v.overlay, remote = %v.remote, node = %node(&v.remote), local = %j.local, "joined")
             }

@@ -13,6 +13,10 @@ pub struct Vtep {
     pub overlay: String,
     /// The remote node's address.
     pub remote: IpAddr,
+    /// The address its tunnels leave from: this node's VTEP where it is
+    /// of the remote's IP version; else the switch picks (the overlay's
+    /// `local`, or the route's).
+    pub local: Option<IpAddr>,
 }
 
 /// The VTEPs to add and to take out.
@@ -53,14 +57,10 @@ pub fn plan(
     local: Option<IpAddr>,
     current: &[VtepInfo],
 ) -> Plan {
+    let local_for = |remote: &IpAddr| local.filter(|l| l.is_ipv4() == remote.is_ipv4());
     let have: BTreeSet<(&str, IpAddr)> = current
         .iter()
-        .filter(|v| {
-            v.from_config
-                || local
-                    .filter(|l| l.is_ipv4() == v.remote.is_ipv4())
-                    .is_none_or(|l| l == v.local)
-        })
+        .filter(|v| v.from_config || local_for(&v.remote).is_none_or(|l| l == v.local))
         .map(|v| (v.overlay.as_str(), v.remote))
         .collect();
     let mut p = Plan::default();
@@ -70,6 +70,7 @@ pub fn plan(
                 p.add.push(Vtep {
                     overlay: o.clone(),
                     remote: *r,
+                    local: local_for(r),
                 });
             }
         }
@@ -79,6 +80,7 @@ pub fn plan(
             p.del.push(Vtep {
                 overlay: v.overlay.clone(),
                 remote: v.remote,
+                local: None,
             });
         }
     }
@@ -144,6 +146,7 @@ mod tests {
         assert!(p.is_empty(), "{p:?}");
         let p = plan(&["a".into()], &remotes, "10.1.0.1".parse().ok(), &current);
         assert_eq!(names(&p.add), ["a 10.0.0.2"]);
+        assert_eq!(p.add[0].local, "10.1.0.1".parse().ok());
         assert!(p.del.is_empty());
         // A local address of the other IP version is none for it.
         let p = plan(&["a".into()], &remotes, "fd00::1".parse().ok(), &current);

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use switchyard_api::{ApiError, ErrorCode, VtepInfo};
-use tracing::info;
+use tracing::{error, info};
 
 use super::ports::Begin;
 use super::Daemon;
@@ -40,8 +40,14 @@ impl Daemon {
         from_config: bool,
     ) -> Result<VtepInfo, ApiError> {
         let o = self.overlay(name)?;
-        let asked = local;
-        let local = match local.or(o.local) {
+        if let Some(asked) = local {
+            if let Some(v) = self.vteps().remove(&(name.to_string(), remote)) {
+                if v.local != asked {
+                    return self.vtep_move(name, &o, v, asked);
+                }
+            }
+        }
+        let from = match local.or(o.local) {
             Some(l) => l,
             None => route_source(remote).map_err(|e| {
                 ApiError::new(
@@ -50,14 +56,7 @@ impl Daemon {
                 )
             })?,
         };
-        if let Some(asked) = asked {
-            if let Some(v) = self.vteps().remove(&(name.to_string(), remote)) {
-                if v.local != asked {
-                    return self.vtep_move(name, &o, v, asked);
-                }
-            }
-        }
-        self.make_tunnels(name, &o, remote, local, from_config)?;
+        self.make_tunnels(name, &o, remote, from, from_config)?;
         Ok(self
             .vteps()
             .remove(&(name.to_string(), remote))
@@ -130,7 +129,7 @@ impl Daemon {
         }
         if let Err(e) = self.make_tunnels(name, o, v.remote, local, false) {
             if let Err(again) = self.make_tunnels(name, o, v.remote, v.local, false) {
-                tracing::error!(overlay = %name, remote = %v.remote, "cannot make the VTEP's tunnels again from {}: {}", v.local, again.message);
+                error!(overlay = %name, remote = %v.remote, "cannot make the VTEP's tunnels again from {}: {}", v.local, again.message);
             }
             return Err(e);
         }
