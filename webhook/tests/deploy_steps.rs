@@ -24,10 +24,10 @@
 //! stand-in updates a little after the Secret changes, as the kubelet
 //! does: none is refused either.
 
+#[path = "../../vtepsync/tests/support/api_common.rs"]
+mod api_common;
 #[path = "support/cluster_api.rs"]
 mod cluster_api;
-#[path = "../../vtepsync/tests/support/rbac.rs"]
-mod rbac;
 #[path = "../../vtepsync/tests/support/tls.rs"]
 mod tls;
 

@@ -49,8 +49,8 @@
 
 #![allow(dead_code)]
 
-#[path = "rbac.rs"]
-mod rbac;
+#[path = "api_common.rs"]
+mod api_common;
 #[path = "tls.rs"]
 mod tls;
 
@@ -207,27 +207,11 @@ impl ApiServer {
             .enable_all()
             .build()
             .unwrap();
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let config = rt
-            .block_on(axum_server::tls_rustls::RustlsConfig::from_pem_file(
-                dir.path().join("tls.crt"),
-                dir.path().join("tls.key"),
-            ))
-            .unwrap();
         let router = Router::new()
             .route("/api/v1/nodes", get(nodes))
             .route("/api/v1/nodes/{name}/status", patch(patch_status))
             .with_state(shared.clone());
-        let handle = axum_server::Handle::new();
-        let h = handle.clone();
-        rt.spawn(async move {
-            axum_server::from_tcp_rustls(listener, config)
-                .unwrap()
-                .handle(h)
-                .serve(router.into_make_service())
-                .await
-                .unwrap();
-        });
+        let handle = api_common::serve_https(&rt, listener, dir.path(), router);
         ApiServer {
             rt,
             handle,
@@ -437,7 +421,7 @@ fn status(code: StatusCode, reason: &str, message: &str) -> Response {
 
 /// A `Status` with its `metadata` (a `ListMeta`).
 fn status_with(code: StatusCode, reason: &str, message: &str, metadata: Value) -> Response {
-    let mut body = rbac::failure(code.as_u16(), reason, message);
+    let mut body = api_common::failure(code.as_u16(), reason, message);
     body["metadata"] = metadata;
     (
         code,
@@ -501,9 +485,9 @@ fn allowed(
     resource: &str,
     name: Option<&str>,
 ) -> bool {
-    rbac::allows(
+    api_common::allows(
         rbac,
-        &rbac::Ask {
+        &api_common::Ask {
             user,
             groups,
             verb,

@@ -334,25 +334,9 @@ impl ClusterApi {
             .enable_all()
             .build()
             .unwrap();
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let config = rt
-            .block_on(axum_server::tls_rustls::RustlsConfig::from_pem_file(
-                dir.path().join("tls.crt"),
-                dir.path().join("tls.key"),
-            ))
-            .unwrap();
         let router = Router::new().fallback(handle).with_state(shared.clone());
         rt.spawn(namespace_controller(shared.clone()));
-        let handle = axum_server::Handle::new();
-        let h = handle.clone();
-        rt.spawn(async move {
-            axum_server::from_tcp_rustls(listener, config)
-                .unwrap()
-                .handle(h)
-                .serve(router.into_make_service())
-                .await
-                .unwrap();
-        });
+        let handle = super::api_common::serve_https(&rt, listener, dir.path(), router);
         ClusterApi {
             rt,
             handle,
@@ -489,7 +473,7 @@ fn status(code: StatusCode, reason: &str, message: &str) -> Response {
 
 /// A `Status` object as the API server answers errors with.
 fn status_with(code: StatusCode, reason: &str, message: &str, details: Value) -> Response {
-    let mut body = super::rbac::failure(code.as_u16(), reason, message);
+    let mut body = super::api_common::failure(code.as_u16(), reason, message);
     body["details"] = details;
     ok_json(code, &body)
 }
@@ -577,9 +561,9 @@ fn rbac_allows(
         .map(|(_, v)| v.clone())
         .collect();
     let groups: Vec<&str> = groups.iter().map(String::as_str).collect();
-    super::rbac::allows(
+    super::api_common::allows(
         &objects,
-        &super::rbac::Ask {
+        &super::api_common::Ask {
             user,
             groups: &groups,
             verb,

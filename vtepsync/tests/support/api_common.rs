@@ -1,11 +1,43 @@
 //! What the tests' API server stand-ins share (`api_server.rs` here,
-//! `webhook/tests/support/cluster_api.rs`): RBAC's authorization over
-//! ClusterRoles and ClusterRoleBindings, and the `Status` object errors are
-//! answered with.
+//! `webhook/tests/support/cluster_api.rs`): HTTPS serving, RBAC's
+//! authorization over ClusterRoles and ClusterRoleBindings, and the
+//! `Status` object errors are answered with.
 
 #![allow(dead_code)]
 
+use std::net::{SocketAddr, TcpListener};
+use std::path::Path;
+
 use serde_json::{json, Value};
+
+/// Serves `router` over HTTPS on `listener`, with the certificate and key
+/// in `dir` (`tls.crt`, `tls.key`), on `rt`: the handle that shuts it
+/// down.
+pub fn serve_https(
+    rt: &tokio::runtime::Runtime,
+    listener: TcpListener,
+    dir: &Path,
+    router: axum::Router,
+) -> axum_server::Handle<SocketAddr> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let config = rt
+        .block_on(axum_server::tls_rustls::RustlsConfig::from_pem_file(
+            dir.join("tls.crt"),
+            dir.join("tls.key"),
+        ))
+        .unwrap();
+    let handle = axum_server::Handle::new();
+    let h = handle.clone();
+    rt.spawn(async move {
+        axum_server::from_tcp_rustls(listener, config)
+            .unwrap()
+            .handle(h)
+            .serve(router.into_make_service())
+            .await
+            .unwrap();
+    });
+    handle
+}
 
 /// A request to authorize.
 pub struct Ask<'a> {
