@@ -5,15 +5,11 @@
 //! NetworkAttachmentDefinition can put a `deviceID` in its config.
 
 use std::path::Path;
-use std::time::Duration;
-
-use hyper_util::rt::TokioIo;
-use tokio::net::UnixStream;
-use tonic::transport::{Endpoint, Uri};
 
 use crate::error::{CniError, TRY_AGAIN_LATER};
 
 /// The generated types and client (from `proto/podresources_v1.proto`).
+#[cfg(feature = "kubelet")]
 #[allow(missing_docs, clippy::all)]
 pub mod api {
     tonic::include_proto!("v1");
@@ -23,10 +19,12 @@ pub mod api {
 pub const DEFAULT_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
 
 /// How long the kubelet has to answer (Multus allows 10 s).
-const TIMEOUT: Duration = Duration::from_secs(10);
+#[cfg(feature = "kubelet")]
+const TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The devices pod `namespace/name` holds, as (resource, device id), in the
 /// order `List` gives them.
+#[cfg(feature = "kubelet")]
 pub fn pod_devices(
     socket: &Path,
     namespace: &str,
@@ -41,6 +39,10 @@ pub fn pod_devices(
             ),
         )
     };
+    use hyper_util::rt::TokioIo;
+    use tokio::net::UnixStream;
+    use tonic::transport::{Endpoint, Uri};
+
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -74,4 +76,22 @@ pub fn pod_devices(
             d.device_ids.into_iter().map(move |id| (r.clone(), id))
         })
         .collect())
+}
+
+/// Built without the `kubelet` feature: no client, so no device is known to
+/// be the pod's, and the check that asks fails.
+#[cfg(not(feature = "kubelet"))]
+pub fn pod_devices(
+    socket: &Path,
+    _namespace: &str,
+    _name: &str,
+) -> Result<Vec<(String, String)>, CniError> {
+    Err(CniError::new(
+        TRY_AGAIN_LATER,
+        format!(
+            "kubelet pod resources API at {}: this plugin was built without its client \
+             (feature `kubelet`), so the pod's deviceID cannot be checked",
+            socket.display()
+        ),
+    ))
 }
