@@ -49,6 +49,32 @@ pub struct Forwarder {
     traced: Vec<Option<TraceRecord>>,
     /// Headers of the segments of a frame cut in software.
     soft: offload::Scratch,
+    /// The head of the last frame of the chunk being switched that went
+    /// to one port unchanged, its source known on that port, and that port
+    /// ([`Forwarder::switch_burst`]). Kept here rather than in registers,
+    /// which a frame that misses it needs for its lookups.
+    repeat: Repeat,
+}
+
+/// [`Forwarder::repeat`]: a head, and the port its frames go to.
+#[derive(Clone, Copy)]
+struct Repeat {
+    head: L2Head,
+    port: PortId,
+}
+
+impl Repeat {
+    /// The empty entry: a head no frame has.
+    const NONE: Repeat = Repeat {
+        head: NO_HEAD,
+        port: 0,
+    };
+}
+
+impl Default for Repeat {
+    fn default() -> Repeat {
+        Repeat::NONE
+    }
 }
 
 /// One frame queued on one destination.
@@ -178,12 +204,22 @@ struct Burst<'a> {
 }
 
 /// A frame about to be queued on a destination: its index in the burst,
-/// its headers and the VLAN it is in inside the bridge.
-struct Queued<'l> {
+/// its headers and the VLAN it is in inside the bridge. (The head is held
+/// by value, so that the usual frame's stays in registers.)
+struct Queued {
     i: usize,
-    l2: &'l L2Head,
+    l2: L2Head,
     domain: u16,
 }
+
+/// A head no frame has (its VLAN id is wider than a tag's 12 bits): the
+/// empty one-entry cache of [`Forwarder::switch_burst`].
+const NO_HEAD: L2Head = L2Head {
+    dst: u64::MAX,
+    src: u64::MAX,
+    tagged: true,
+    vid: u16::MAX,
+};
 
 /// The full admission of a source that the fast checks did not find
 /// known (new, moved, refreshed once a second, or sent by a port that pins
@@ -400,6 +436,14 @@ impl Forwarder {
 
         let last_chunk = frames.len().saturating_sub(1) / BURST_SIZE;
         for (c, chunk) in frames.chunks(BURST_SIZE).enumerate() {
+            // The head of the last frame of this chunk that went to one
+            // port unchanged, its source known on this port, and that
+            // port: a frame with the same head (addresses, tag) is decided
+            // the same way without a look at the tables, the VLANs or the
+            // port (a burst is mostly one conversation: OVS's exact-match
+            // cache, for one entry and one burst). Learning a source in
+            // the chunk empties it, as that may move an address.
+            self.repeat = Repeat::NONE;
             for (i, frame) in chunk.iter().enumerate() {
                 if TRACE {
                     self.traced[i] = trace
@@ -424,6 +468,15 @@ impl Forwarder {
                         continue;
                     }
                 };
+                if !TRACE && l2 == self.repeat.head {
+                    if let Some(q) = self.pending.get_mut(self.repeat.port as usize) {
+                        q.push(Pending {
+                            frame: i as u8,
+                            tag: Retag::Keep,
+                        });
+                    }
+                    continue;
+                }
                 note!(|t| {
                     t.src = l2.src_mac();
                     t.dst = l2.dst_mac();
@@ -461,6 +514,7 @@ impl Forwarder {
                     note!(|t| t.learn = TraceLearn::Known);
                 } else {
                     let traced = if TRACE { self.traced[i].as_mut() } else { None };
+                    self.repeat = Repeat::NONE;
                     match admit(b, l2.src_mac(), domain, &owner, traced) {
                         Err(r) => {
                             bump(&in_counters.drops[r as usize], 1);
@@ -474,6 +528,12 @@ impl Forwarder {
                 let dst_key = MacKey::from_wire(l2.dst, domain);
                 if !TRACE && last_dst.1.is_some() && dst_key == last_dst.0 {
                     unicast = last_dst.1;
+                    // A conversation's second frame (its destination
+                    // cached, its source known) makes the entry the rest
+                    // of it hits, unless it is not sent unchanged (below).
+                    if let Some((id, _)) = unicast.filter(|_| known_src == src_key) {
+                        self.repeat = Repeat { head: l2, port: id };
+                    }
                 } else if !l2.dst_multicast() {
                     if let Some(e) = bridge.macs.get(dst_key) {
                         let (port, port_gen) = (e.port(), e.port_gen());
@@ -503,11 +563,13 @@ impl Forwarder {
                         }
                     }
                 }
-                let f = Queued { i, l2: &l2, domain };
+                let f = Queued { i, l2, domain };
                 match unicast {
                     Some((id, p)) => {
                         note!(|t| t.lookup = TraceLookup::Unicast(id));
-                        self.queue::<TRACE>(w, (id, p), &f, true);
+                        if !self.queue::<TRACE>(w, (id, p), &f, true) {
+                            self.repeat = Repeat::NONE;
+                        }
                     }
                     None => {
                         bump(&bridge_counters.flooded, 1);
@@ -552,18 +614,19 @@ impl Forwarder {
     }
 
     /// Queues frame `f` on port `id` of the bridge (worker `w`), with the
-    /// VLAN rewrite it needs there; `unicast`: its one destination.
+    /// VLAN rewrite it needs there; `unicast`: its one destination. True
+    /// when it was queued as it came (no rewrite).
     #[inline(always)]
     fn queue<const TRACE: bool>(
         &mut self,
         w: usize,
         (id, p): (PortId, &ViewPort),
-        f: &Queued<'_>,
+        f: &Queued,
         unicast: bool,
-    ) {
+    ) -> bool {
         let Queued { i, l2, domain } = *f;
         let Some(out_tagged) = p.vlan.egress(domain) else {
-            return; // not a member of this VLAN
+            return false; // not a member of this VLAN
         };
         if p.tx.is_none() {
             if unicast {
@@ -575,10 +638,10 @@ impl Forwarder {
                     t.out.push((id, Err(DropReason::LinkDown)));
                 }
             }
-            return;
+            return false;
         }
         let Some(q) = self.pending.get_mut(id as usize) else {
-            return;
+            return false;
         };
         let tag = if l2.tagged == out_tagged {
             Retag::Keep
@@ -593,13 +656,14 @@ impl Forwarder {
             frame: i as u8,
             tag,
         });
+        tag == Retag::Keep
     }
 
     /// Writes the header frame `l2` leaves with where its tag changes
     /// (tagged in, untagged out or the other way round) into `hdr`.
     #[cold]
     #[inline(never)]
-    fn rewrite(hdr: &mut [u8; PUSHED_LEN], l2: &L2Head, domain: u16) -> Retag {
+    fn rewrite(hdr: &mut [u8; PUSHED_LEN], l2: L2Head, domain: u16) -> Retag {
         hdr[..12].copy_from_slice(&l2.addrs());
         if l2.tagged {
             return Retag::Pop;
@@ -628,6 +692,7 @@ impl Forwarder {
             hdrs,
             traced,
             soft,
+            ..
         } = self;
         let last = touched.len().saturating_sub(1);
         for (k, &id) in touched.iter().enumerate() {
@@ -1104,6 +1169,43 @@ mod tests {
     }
 
     #[test]
+    fn the_same_addresses_in_two_vlans_of_a_trunk_go_to_each_vlans_port() {
+        let dp = Dataplane::new(1).unwrap();
+        let br = dp.add_bridge(64);
+        let trunk = |set: &str| VlanMode::from_spec(None, Some(&set.parse().unwrap()));
+        let (inp, _) = dp.add_port("in", Some(br), trunk("100,200"), &PortSecurity::default());
+        attach_tx(&dp, inp, Whole(Arc::new(Mutex::new(Vec::new()))));
+        let mut logs = Vec::new();
+        for (name, set, vlan) in [("t100", "100", 100), ("t200", "200", 200)] {
+            let (id, _) = dp.add_port(name, Some(br), trunk(set), &PortSecurity::default());
+            let log = Arc::new(Mutex::new(Vec::new()));
+            attach_tx(&dp, id, Whole(log.clone()));
+            logs.push(log);
+            let entry = MacEntry {
+                port: id,
+                port_gen: 1,
+                last_seen: dp.now_secs(),
+                pinned: false,
+            };
+            dp.mac_table(br).unwrap().learn(mac(0x0b), vlan, entry, 0);
+        }
+        let tagged = |vid: u8| {
+            let mut f = frame(0x0b, 0x0a);
+            f.splice(12..12, [0x81, 0x00, 0x00, vid]);
+            f
+        };
+        // Runs long enough for the head cache, the tag the one difference.
+        let vids = [100, 100, 100, 200, 200, 200, 100, 200, 200, 100];
+        let bufs: Vec<Vec<u8>> = vids.iter().map(|&v| tagged(v)).collect();
+        forward_bufs(&dp, inp, &bufs);
+        for (log, vid) in logs.iter().zip([100u8, 200]) {
+            let got = std::mem::take(&mut *log.lock().unwrap());
+            let want = vids.iter().filter(|&&v| v == vid).count();
+            assert_eq!(got, vec![tagged(vid); want], "VLAN {vid}");
+        }
+    }
+
+    #[test]
     fn repeated_addresses_in_a_burst_go_where_the_table_says() {
         let (dp, br, inp, in_shared) = one_bridge();
         let mut sent = Vec::new();
@@ -1144,6 +1246,25 @@ mod tests {
         assert_eq!(out[0], [0x0b, 0x0b, 0x0b, 0x0b]);
         assert_eq!(out[1], [0x0c, 0x0c]);
         assert_eq!(in_shared.totals().drops[&DropReason::Hairpin], 1);
+        // Conversations of three frames and more (the third frame on takes
+        // the head cache), interleaved, with a hairpin amid one of them.
+        let out = run(&[
+            (0x0b, 0x0a),
+            (0x0b, 0x0a),
+            (0x0b, 0x0a),
+            (0x0c, 0x0a),
+            (0x0b, 0x0a),
+            (0x0e, 0x0a),
+            (0x0b, 0x0a),
+            (0x0c, 0x0d),
+            (0x0c, 0x0d),
+            (0x0c, 0x0d),
+            (0x0b, 0x0a),
+            (0x0c, 0x0d),
+        ]);
+        assert_eq!(out[0], [0x0b; 6]);
+        assert_eq!(out[1], [0x0c; 5]);
+        assert_eq!(in_shared.totals().drops[&DropReason::Hairpin], 2);
         // Both sources were learned on the sender's port.
         for src in [0x0a, 0x0d] {
             assert_eq!(table.lookup(mac(src), 0).map(|e| e.port), Some(inp));
