@@ -49,10 +49,10 @@ pub struct Forwarder {
     traced: Vec<Option<TraceRecord>>,
     /// Headers of the segments of a frame cut in software.
     soft: offload::Scratch,
-    /// The head of the last frame of the chunk being switched that went
-    /// to one port unchanged, its source known on that port, and that port
-    /// ([`Forwarder::switch_burst`]). Kept here rather than in registers,
-    /// which a frame that misses it needs for its lookups.
+    /// The head of a frame of the chunk being switched that went to one
+    /// port unchanged, its source known on the receiving port, and that
+    /// port ([`Forwarder::switch_burst`]). Kept here rather than in
+    /// registers, which a frame that misses it needs for its lookups.
     repeat: Repeat,
 }
 
@@ -436,13 +436,14 @@ impl Forwarder {
 
         let last_chunk = frames.len().saturating_sub(1) / BURST_SIZE;
         for (c, chunk) in frames.chunks(BURST_SIZE).enumerate() {
-            // The head of the last frame of this chunk that went to one
-            // port unchanged, its source known on this port, and that
+            // The head of a frame of this chunk that went to one port
+            // unchanged, its source known on the receiving port, and that
             // port: a frame with the same head (addresses, tag) is decided
             // the same way without a look at the tables, the VLANs or the
             // port (a burst is mostly one conversation: OVS's exact-match
-            // cache, for one entry and one burst). Learning a source in
-            // the chunk empties it, as that may move an address.
+            // cache, for one entry and one burst). A source admitted in
+            // full empties it (learning may move an address), and so does
+            // a frame not sent unchanged.
             self.repeat = Repeat::NONE;
             for (i, frame) in chunk.iter().enumerate() {
                 if TRACE {
