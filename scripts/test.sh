@@ -101,8 +101,10 @@ cargo clippy --workspace --all-targets --locked -- -D warnings </dev/null
 # blur, from a release build of the hot-path benches.
 ./benches/callgrind_budget.py
 
-# Every fuzz target for a bounded time on the corpus kept in fuzz/corpus.
-./scripts/fuzz.sh "${FUZZ_SECONDS:-20}"
+# Every fuzz target for a bounded time on the corpus kept in fuzz/corpus
+# (every stored input replayed, then 10 s of new ones per target, two
+# targets at a time: CI's share; scripts/fuzz.sh SECONDS fuzzes longer).
+./scripts/fuzz.sh "${FUZZ_SECONDS:-10}"
 
 # Runs `cargo test "$@"` once per filter of $filters, each on its own, and
 # prints how many tests it ran: a filter that runs none (its module moved or

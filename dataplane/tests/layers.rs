@@ -807,6 +807,9 @@ impl Uplink for ScratchLink {
                     "switchyard",
                     "-p",
                     "switchyard-cni",
+                    // The CNI's kubelet client (gRPC) lists no port kind:
+                    // left out, the check is shorter.
+                    "--no-default-features",
                 ])
                 .current_dir(&root)
                 .env("CARGO_TARGET_DIR", workspace().join("target/kind-edits"))
