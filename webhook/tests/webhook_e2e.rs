@@ -14,6 +14,8 @@
 //! - The JSON Patches are applied with the `json-patch` library and the
 //!   patched pods validated with `kubernetes-validate`.
 
+#[path = "../../vtepsync/tests/support/api_common.rs"]
+mod api_common;
 #[path = "../../deviceplugin/tests/support/kubernetes_validate.rs"]
 mod kubernetes_validate;
 #[path = "../../vtepsync/tests/support/tls.rs"]
@@ -280,23 +282,10 @@ fn start_api_server(rt: &tokio::runtime::Runtime, tls: &Tls) -> (SocketAddr, Api
             get(list_nads),
         )
         .with_state(api);
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let config = rt
-        .block_on(axum_server::tls_rustls::RustlsConfig::from_pem_file(
-            tls.path("tls.crt"),
-            tls.path("tls.key"),
-        ))
-        .unwrap();
-    let handle = axum_server::Handle::new();
-    let h = handle.clone();
-    rt.spawn(async move {
-        axum_server::bind_rustls("127.0.0.1:0".parse().unwrap(), config)
-            .handle(h)
-            .serve(router.into_make_service())
-            .await
-            .unwrap();
-    });
-    let addr = rt.block_on(handle.listening()).unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    // Served until the runtime is dropped: the handle is not kept.
+    api_common::serve_https(rt, listener, tls.dir.path(), router);
     (addr, server)
 }
 

@@ -1,5 +1,6 @@
 //! What the tests' API server stand-ins share (`api_server.rs` here,
-//! `webhook/tests/support/cluster_api.rs`): HTTPS serving, RBAC's
+//! `webhook/tests/support/cluster_api.rs`; the webhook's NAD server in
+//! `webhook/tests/webhook_e2e.rs` takes the serving only): HTTPS serving, RBAC's
 //! authorization over ClusterRoles and ClusterRoleBindings, and the
 //! `Status` object errors are answered with.
 
