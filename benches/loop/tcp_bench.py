@@ -7,7 +7,15 @@ on (checksum offload, TSO, GRO).
 DUTs, taking turns on the same veths within one run:
   linux-bridge  the kernel's own bridge: the reference for this machine
   switchyard    the switch, one worker, an uplink port on each veth
-                (--kinds af-packet,af-xdp: one cell per kind)
+                (--kinds af-packet,af-xdp: one cell per kind; af-xdp:MODE
+                names the port's --mode, e.g. af-xdp:native)
+  linux-bridge-cut  the Linux bridge cutting super-frames to the MTU where
+                they leave it (its ports' TSO and GSO off): what a receiver
+                behind a switch that transmits no segmentation metadata
+                (AF_XDP) takes, with no copy; a bound for af-xdp
+  testpmd-af-xdp  DPDK testpmd io forwarding between two net_af_xdp ports:
+                a minimal AF_XDP forwarder (native XDP: the stations' TSO
+                off; their checksum offload off, testpmd finishes none)
   ovs-dpdk      Open vSwitch's userspace datapath (ovs-vswitchd-dpdk,
                 datapath_type=netdev, NORMAL action, one PMD) with
                 other_config:userspace-tso-enable=true, each veth a system
@@ -58,6 +66,8 @@ def in_ns(ns, *args, **kw):
 def make_stations():
     for ns, host, ip in zip(NS, HOST, IP):
         sh("ip", "netns", "del", ns, check=False)
+        # A namespace's veth goes a moment after the namespace: at once.
+        sh("ip", "link", "del", host, check=False)
         sh("ip", "netns", "add", ns)
         sh("ip", "link", "add", "eth0", "netns", ns, "type", "veth", "peer", "name", host)
         in_ns(ns, "ip", "addr", "add", f"{ip}/24", "dev", "eth0")
@@ -84,6 +94,69 @@ class LinuxBridge:
         sh("ip", "link", "del", "tbbr", check=False)
 
 
+class LinuxBridgeCut(LinuxBridge):
+    """The Linux bridge with segmentation offloads off on its two ports: the
+    kernel cuts each super-frame to the MTU where it leaves the bridge, and
+    the receiving station's stack takes 1448-byte segments, as it does
+    behind any switch whose transmit path takes no segmentation metadata
+    (an AF_XDP socket). A bound with no copy and no userspace."""
+
+    name = "linux-bridge-cut"
+
+    def start(self):
+        super().start()
+        for h in HOST:
+            sh("ethtool", "-K", h, "tso", "off", "gso", "off")
+
+    def stop(self):
+        for h in HOST:
+            sh("ethtool", "-K", h, "tso", "on", "gso", "on", check=False)
+        super().stop()
+
+
+class TestpmdAfXdp:
+    """DPDK testpmd forwarding (io) between two net_af_xdp ports on the two
+    veths: a minimal AF_XDP forwarder, no switching. Its XDP program is
+    libxdp's, attached in native mode, which turns the stations' TSO off
+    (a veth's peer loses it); testpmd finishes no checksum, so the
+    stations' transmit checksum offload is off while it runs."""
+
+    name = "testpmd-af-xdp"
+
+    def start(self):
+        for ns in NS:
+            in_ns(ns, "ethtool", "-K", "eth0", "tx", "off")
+        vdevs = []
+        for i, h in enumerate(HOST):
+            vdevs += ["--vdev", f"net_af_xdp{i},iface={h},start_queue=0,queue_count=1"]
+        self.tmp = tempfile.mkdtemp(prefix="tb-tpx")
+        self.log = open(os.path.join(self.tmp, "log"), "w")
+        self.proc = subprocess.Popen(
+            ["dpdk-testpmd", "-l", "0-1", "--no-pci", "--no-huge", "-m", "1024",
+             "--file-prefix", "tb-tpx", *vdevs, "--", "--forward-mode=io",
+             "--nb-cores=1", "--stats-period", "5"],
+            stdout=self.log, stderr=self.log, stdin=subprocess.DEVNULL)
+        end = time.time() + 20
+        while time.time() < end:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"testpmd exited {self.proc.returncode}: "
+                                   + open(os.path.join(self.tmp, "log")).read()[-2000:])
+            if "packet forwarding - ports=" in open(os.path.join(self.tmp, "log")).read():
+                break
+            time.sleep(0.1)
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        for ns in NS:
+            in_ns(ns, "ethtool", "-K", "eth0", "tx", "on", check=False)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
 class Switchyard:
     def __init__(self, name, binary, kind, poll_mode):
         self.name, self.binary, self.kind = name, binary, kind
@@ -105,9 +178,11 @@ class Switchyard:
         end = time.time() + 10
         while not os.path.exists(ctl) and time.time() < end:
             time.sleep(0.05)
+        # A kind may name its af-xdp mode: af-xdp:native, af-xdp:generic.
+        kind, _, mode = self.kind.partition(":")
         for i, h in enumerate(HOST):
-            sh(self.binary, "port", "add", f"p{i}", "--control", ctl, "--kind", self.kind,
-               "--interface", h, "--bridge", "default")
+            sh(self.binary, "port", "add", f"p{i}", "--control", ctl, "--kind", kind,
+               *(["--mode", mode] if mode else []), "--interface", h, "--bridge", "default")
 
     def stop(self):
         if self.proc:
@@ -210,6 +285,10 @@ def main():
     for d in args.dut.split(","):
         if d == "linux-bridge":
             duts.append(LinuxBridge())
+        elif d == "linux-bridge-cut":
+            duts.append(LinuxBridgeCut())
+        elif d == "testpmd-af-xdp":
+            duts.append(TestpmdAfXdp())
         elif d == "ovs-dpdk":
             if not os.path.exists(OVS_VSWITCHD):
                 sys.exit("missing: apt-get install openvswitch-switch-dpdk")

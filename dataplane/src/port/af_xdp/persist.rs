@@ -100,7 +100,14 @@ impl AfXdp {
         for (i, saved) in s.queues.into_iter().enumerate() {
             let (xsk, [fill, comp, rx, tx]) =
                 xsk::adopt(fds.take(saved.socket)?, fds.take(saved.umem)?)?;
-            let r = XdpRx::resume(xsk.clone(), fill, rx, &saved.rx, s.partial_checksums);
+            let r = XdpRx::resume(
+                xsk.clone(),
+                fill,
+                rx,
+                &saved.rx,
+                s.partial_checksums,
+                at.mtu.clone(),
+            );
             let t = XdpTx::resume(xsk.clone(), tx, comp, saved.tx, at.mtu.clone())
                 .map_err(|e| TakeoverError::Invalid(format!("queue {i}: {e}")))?;
             q.rx.push(Box::new(r));

@@ -37,6 +37,7 @@ const BPF_LINK_TYPE_XDP: u32 = 6;
 const BPF_MAP_TYPE_XSKMAP: u32 = 17;
 const BPF_PROG_TYPE_XDP: u32 = 6;
 const BPF_XDP: u32 = 37;
+const BPF_F_XDP_HAS_FRAGS: u32 = 1 << 5;
 const BPF_F_XDP_DEV_BOUND_ONLY: u32 = 1 << 6;
 const BPF_PSEUDO_MAP_FD: u8 = 1;
 const BPF_PSEUDO_KFUNC_CALL: u8 = 2;
@@ -268,7 +269,12 @@ impl XdpProgram {
         // The program (with the tag kfunc, or the redirect alone) and the
         // link that attaches it.
         let attach = |kfunc: Option<u32>| -> io::Result<(OwnedFd, OwnedFd)> {
-            let prog = load(&program(kfunc, map.as_raw_fd()), ifindex, kfunc.is_some())?;
+            let insns = program(kfunc, map.as_raw_fd());
+            let bound = kfunc.is_some();
+            // Frames of several buffers where the kernel has them (5.18),
+            // else one buffer each.
+            let prog = load(&insns, ifindex, bound, true)
+                .or_else(|_| load(&insns, ifindex, bound, false))?;
             let link = bpf_fd(
                 BPF_LINK_CREATE,
                 &mut LinkCreate {
@@ -361,9 +367,16 @@ impl XdpProgram {
     }
 }
 
-/// Loads `insns` as an XDP program (bound to `ifindex` if `bound`); the
+/// Loads `insns` as an XDP program (bound to `ifindex` if `bound`; taking
+/// frames of several buffers, `BPF_F_XDP_HAS_FRAGS`, if `frags`); the
 /// verifier's log is in the error.
-fn load(insns: &[Insn], ifindex: u32, bound: bool) -> io::Result<OwnedFd> {
+///
+/// A program that takes such frames gets a TCP super-frame of 64 KB whole
+/// where the kernel has one (generic XDP on a veth whose peer segments
+/// nothing); the socket receives it in several descriptors
+/// (`XDP_USE_SG`). The program reads only the first buffer's headers,
+/// which is all the kernel lets it read directly.
+fn load(insns: &[Insn], ifindex: u32, bound: bool, frags: bool) -> io::Result<OwnedFd> {
     let mut log = vec![0u8; 64 * 1024];
     let mut name = [0u8; 16];
     name[..11].copy_from_slice(b"switchyard\0");
@@ -376,7 +389,8 @@ fn load(insns: &[Insn], ifindex: u32, bound: bool) -> io::Result<OwnedFd> {
         log_size: log.len() as u32,
         log_buf: log.as_mut_ptr() as u64,
         kern_version: 0,
-        prog_flags: if bound { BPF_F_XDP_DEV_BOUND_ONLY } else { 0 },
+        prog_flags: if bound { BPF_F_XDP_DEV_BOUND_ONLY } else { 0 }
+            | if frags { BPF_F_XDP_HAS_FRAGS } else { 0 },
         prog_name: name,
         prog_ifindex: if bound { ifindex } else { 0 },
         expected_attach_type: BPF_XDP,

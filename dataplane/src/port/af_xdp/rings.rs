@@ -89,8 +89,11 @@ pub(super) struct XdpRx {
     pub(super) released: u32,
     /// The interface may hand over frames with their checksum left to
     /// finish (a veth whose peer offloads it): each TCP or UDP frame is
-    /// looked at ([`Offload::partial_in`]).
+    /// looked at ([`Offload::partial_in`]), and a frame longer than the
+    /// MTU is a TCP super-frame to cut ([`Offload::super_frame_in`]).
     pub(super) partial_checksums: bool,
+    /// The interface's MTU.
+    pub(super) mtu: Arc<AtomicU32>,
 }
 
 impl XdpRx {
@@ -129,38 +132,67 @@ impl RxQueue for XdpRx {
             .producer()
             .load(Ordering::Acquire)
             .wrapping_sub(cons);
-        let n = avail.min(BURST_SIZE as u32);
-        for k in 0..n {
-            // SAFETY: entries `cons..cons+avail` are the kernel's, published.
-            let d: XdpDesc = unsafe { *self.rx.at::<XdpDesc>(cons.wrapping_add(k)) };
-            // Only frames of the receive half go back to the fill ring.
-            let base = d.addr & !(FRAME - 1);
-            if base < FRAME * FRAMES / 2 {
-                self.taken.push(base);
+        let desc = |k: u32| -> XdpDesc {
+            // SAFETY: entries `cons..cons+avail` are the kernel's,
+            // published; `k < avail`.
+            unsafe { *self.rx.at::<XdpDesc>(cons.wrapping_add(k)) }
+        };
+        let mut k = 0;
+        while k < avail && !burst.is_full() {
+            // A frame's descriptors: each but its last says more follow
+            // (`XDP_PKT_CONTD`, a socket bound with `XDP_USE_SG`). The
+            // kernel publishes them together; a frame not yet whole is
+            // left for the next burst.
+            let Some(n) = (k..avail)
+                .position(|j| desc(j).options & XDP_PKT_CONTD == 0)
+                .map(|i| i as u32 + 1)
+            else {
+                break;
+            };
+            let slot = burst.next_slot();
+            let mut whole = true;
+            for j in k..k + n {
+                let d = desc(j);
+                // Only frames of the receive half go back to the fill ring.
+                let base = d.addr & !(FRAME - 1);
+                if base < FRAME * FRAMES / 2 {
+                    self.taken.push(base);
+                }
+                // The kernel wrote these; check them all the same, in u64.
+                let inside = d
+                    .addr
+                    .checked_add(u64::from(d.len))
+                    .is_some_and(|e| e <= FRAME * FRAMES)
+                    && (d.addr % FRAME) + u64::from(d.len) <= FRAME;
+                // SAFETY: `addr + len` lies in one frame of the UMEM area,
+                // ours until the frame goes back to the fill ring at
+                // release.
+                whole = whole
+                    && inside
+                    && unsafe { slot.push(self.xsk.area().add(d.addr as usize), d.len) };
             }
-            // The kernel wrote these; check them all the same, in u64.
-            if d.addr
-                .checked_add(u64::from(d.len))
-                .is_none_or(|e| e > FRAME * FRAMES)
-                || (d.addr % FRAME) + u64::from(d.len) > FRAME
-                || (d.len as usize) < ETH_HEADER_LEN
-            {
+            k += n;
+            let len = slot.len as usize;
+            if !whole || len < ETH_HEADER_LEN {
+                // More buffers than a frame holds, or not a frame.
+                if n > 1 {
+                    burst.dropped += 1;
+                }
                 continue;
             }
-            let slot = burst.next_slot();
-            // SAFETY: `addr + len` lies in one frame of the UMEM area, ours
-            // until the frame goes back to the fill ring at release.
-            unsafe { slot.push(self.xsk.area().add(d.addr as usize), d.len) };
             if self.partial_checksums {
+                // The checksum the sender left, and a super-frame's cut:
+                // its segments as the interface's MTU takes them.
                 let mut head = [0u8; MAX_HDR];
-                let n = slot.read_prefix(&mut head);
-                if let Some(o) = Offload::partial_in(&head[..n]) {
+                let h = slot.read_prefix(&mut head);
+                let max_frame = self.mtu.load(Ordering::Relaxed) as usize + ETH_HEADER_LEN;
+                if let Some(o) = Offload::inferred(&head[..h], len, max_frame) {
                     slot.offload = o;
                 }
             }
             burst.commit();
         }
-        self.rx.cached_cons = cons.wrapping_add(n);
+        self.rx.cached_cons = cons.wrapping_add(k);
         Ok(burst.len())
     }
 
@@ -232,6 +264,7 @@ impl XdpRx {
         mut rx: XskRing,
         at: &RxPosition,
         partial_checksums: bool,
+        mtu: Arc<AtomicU32>,
     ) -> XdpRx {
         fill.cached_prod = at.fill_prod;
         rx.cached_cons = at.rx_cons;
@@ -239,9 +272,10 @@ impl XdpRx {
             xsk,
             fill,
             rx,
-            taken: Vec::with_capacity(BURST_SIZE),
+            taken: Vec::with_capacity(BURST_SIZE * MAX_SEGS),
             released: at.rx_cons,
             partial_checksums,
+            mtu,
         }
     }
 }
@@ -370,18 +404,28 @@ impl TxQueue for XdpTx {
             .producer()
             .store(self.tx.cached_prod, Ordering::Release);
         // Copy mode needs a kick for every batch; zero-copy only when the
-        // driver asks.
-        // SAFETY: no buffer: the kernel sends what the tx ring holds.
-        unsafe {
-            libc::sendto(
-                self.xsk.fd,
-                std::ptr::null(),
-                0,
-                libc::MSG_DONTWAIT,
-                std::ptr::null(),
-                0,
-            )
-        };
-        self.reclaim();
+        // driver asks. In copy mode one kick sends at most the socket's
+        // budget (32 frames by default) and says EAGAIN while more wait
+        // (or while the completion ring is full): kick again until the
+        // ring is empty, else the rest would wait for the next burst (a
+        // super-frame cut in software is 45 frames).
+        for _ in 0..=RING / 32 {
+            // SAFETY: no buffer: the kernel sends what the tx ring holds.
+            let r = unsafe {
+                libc::sendto(
+                    self.xsk.fd,
+                    std::ptr::null(),
+                    0,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null(),
+                    0,
+                )
+            };
+            self.reclaim();
+            let again = r < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EAGAIN);
+            if !again || self.tx.consumer().load(Ordering::Acquire) == self.tx.cached_prod {
+                break;
+            }
+        }
     }
 }

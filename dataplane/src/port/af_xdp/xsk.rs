@@ -7,6 +7,9 @@ use super::*;
 pub(super) const XDP_COPY: u16 = 1 << 1;
 pub(super) const XDP_ZEROCOPY: u16 = 1 << 2;
 pub(super) const XDP_USE_NEED_WAKEUP: u16 = 1 << 3;
+pub(super) const XDP_USE_SG: u16 = 1 << 4;
+/// `xdp_desc.options`: more descriptors of the frame follow.
+pub(super) const XDP_PKT_CONTD: u32 = 1;
 pub(super) const XDP_RING_NEED_WAKEUP: u32 = 1;
 pub(super) const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
 pub(super) const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
@@ -284,9 +287,13 @@ impl Mode {
     }
 }
 
-/// The modes to try, in order, for what the spec asks.
-pub(super) fn modes(asked: XdpMode) -> &'static [Mode] {
+/// The modes to try, in order, for what the spec asks; `generic_first`:
+/// best effort starts with generic XDP (see `AfXdp::open`).
+pub(super) fn modes(asked: XdpMode, generic_first: bool) -> &'static [Mode] {
     match asked {
+        XdpMode::BestEffort if generic_first => {
+            &[Mode::Generic, Mode::NativeZeroCopy, Mode::NativeCopy]
+        }
         XdpMode::BestEffort => &[Mode::NativeZeroCopy, Mode::NativeCopy, Mode::Generic],
         XdpMode::NativeWithZerocopy => &[Mode::NativeZeroCopy],
         XdpMode::Native => &[Mode::NativeCopy],
@@ -304,7 +311,15 @@ pub(super) fn open_queue(ifname: &CString, queue: u32, mode: Mode) -> io::Result
         // its buffer pool in a work item, and the queue is busy until
         // then. Wait for it, a little (on the control thread: at most
         // BUSY_TRIES times 10 ms, and only when the queue is busy).
-        match open_in(lib, ifname, queue, mode) {
+        // Frames of several buffers where the kernel and the driver take
+        // them (6.6; in zero-copy, drivers that say so), else one buffer.
+        let opened = match open_in(lib, ifname, queue, mode, true) {
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EINVAL)) => {
+                open_in(lib, ifname, queue, mode, false)
+            }
+            r => r,
+        };
+        match opened {
             Err(e) if e.raw_os_error() == Some(libc::EBUSY) && tries < BUSY_TRIES => {
                 tries += 1;
                 std::thread::sleep(Duration::from_millis(10));
@@ -329,12 +344,14 @@ pub(super) fn most_telling(mut errors: Vec<io::Error>) -> io::Error {
 }
 
 /// One attempt at a socket in `mode`, on a UMEM of its own (a socket that
-/// was bound cannot be unbound: a failed attempt's UMEM is not reused).
+/// was bound cannot be unbound: a failed attempt's UMEM is not reused);
+/// `sg`: frames may come in several descriptors (`XDP_USE_SG`).
 pub(super) fn open_in(
     lib: &'static Lib,
     ifname: &CString,
     queue: u32,
     mode: Mode,
+    sg: bool,
 ) -> io::Result<Socket> {
     let len = (FRAME * FRAMES) as usize;
     let (memfd, umem_map) = umem_memory()?;
@@ -367,7 +384,7 @@ pub(super) fn open_in(
         // Our program, not libxdp's: it restores VLAN tags (prog.rs).
         libxdp_flags: XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD,
         xdp_flags,
-        bind_flags: bind | XDP_USE_NEED_WAKEUP,
+        bind_flags: bind | XDP_USE_NEED_WAKEUP | if sg { XDP_USE_SG } else { 0 },
     };
     let mut sock = std::ptr::null_mut();
     // SAFETY: a NUL-terminated name, the UMEM made above, a config that
