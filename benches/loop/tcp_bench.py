@@ -157,39 +157,58 @@ class TestpmdAfXdp:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
-class Switchyard:
-    def __init__(self, name, binary, kind, poll_mode):
-        self.name, self.binary, self.kind = name, binary, kind
-        self.poll_mode = poll_mode
-        self.proc = None
+class SwitchProcess:
+    """A switch with one worker and one bridge, "default", run from
+    `binary` (in namespace `netns`, if given); `cli` is its command line.
+    Checked when it stops: a non-zero exit or a panic in its log fails the
+    run."""
 
-    def start(self):
-        self.tmp = tempfile.mkdtemp(prefix="tb-sy")
+    def __init__(self, binary, netns=None, poll_mode="adaptive"):
+        self.tmp = tempfile.mkdtemp(prefix="sy-bench")
         cfg = os.path.join(self.tmp, "c.toml")
         with open(cfg, "w") as f:
             f.write(f'control_socket = "{self.tmp}/control.sock"\n'
                     f'state_dir = "{self.tmp}/state"\nsocket_dir = "{self.tmp}"\n'
-                    f'[dataplane]\nworkers = 1\npoll_mode = "{self.poll_mode}"\n'
+                    f'[dataplane]\nworkers = 1\npoll_mode = "{poll_mode}"\n'
                     '[[bridge]]\nname = "default"\n')
-        self.log = open(os.path.join(self.tmp, "log"), "w")
-        self.proc = subprocess.Popen([self.binary, "run", "--config", cfg],
-                                     stdout=self.log, stderr=self.log)
+        in_netns = ["ip", "netns", "exec", netns] if netns else []
+        self.log_path = os.path.join(self.tmp, "log")
+        with open(self.log_path, "w") as log:
+            self.proc = subprocess.Popen([*in_netns, binary, "run", "--config", cfg],
+                                         stdout=log, stderr=log)
         ctl = os.path.join(self.tmp, "control.sock")
         end = time.time() + 10
         while not os.path.exists(ctl) and time.time() < end:
             time.sleep(0.05)
+        self.cli = [*in_netns, binary, "--control", ctl]
+
+    def stop(self):
+        self.proc.terminate()
+        rc = self.proc.wait(timeout=20)
+        log = open(self.log_path).read()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        if rc != 0 or "panicked at" in log:
+            raise RuntimeError(f"switchyard exited {rc}:\n{log[-2000:]}")
+
+
+class Switchyard:
+    def __init__(self, name, binary, kind, poll_mode):
+        self.name, self.binary, self.kind = name, binary, kind
+        self.poll_mode = poll_mode
+        self.switch = None
+
+    def start(self):
+        self.switch = SwitchProcess(self.binary, poll_mode=self.poll_mode)
         # A kind may name its af-xdp mode: af-xdp:native, af-xdp:generic.
         kind, _, mode = self.kind.partition(":")
         for i, h in enumerate(HOST):
-            sh(self.binary, "port", "add", f"p{i}", "--control", ctl, "--kind", kind,
+            sh(*self.switch.cli, "port", "add", f"p{i}", "--kind", kind,
                *(["--mode", mode] if mode else []), "--interface", h, "--bridge", "default")
 
     def stop(self):
-        if self.proc:
-            self.proc.terminate()
-            self.proc.wait(timeout=20)
-            self.proc = None
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        if self.switch:
+            self.switch.stop()
+            self.switch = None
 
 
 class OvsDpdk:
@@ -237,30 +256,63 @@ class OvsDpdk:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
-def wait_reachable(limit=30):
+def wait_reachable(limit=30, ns=NS[0], ip=IP[1]):
     end = time.time() + limit
     while time.time() < end:
-        r = subprocess.run(["ip", "netns", "exec", NS[0], "busybox", "ping", "-c", "1", "-W", "1",
-                            IP[1]], capture_output=True)
+        r = subprocess.run(["ip", "netns", "exec", ns, "busybox", "ping", "-c", "1", "-W", "1",
+                            ip], capture_output=True)
         if r.returncode == 0:
             return
-    raise RuntimeError("the stations do not reach each other")
+    raise RuntimeError(f"{ns} does not reach {ip}")
 
 
-def tcp_gbps(seconds):
-    srv = subprocess.Popen(["ip", "netns", "exec", NS[1], "iperf3", "-s", "-1", "-B", IP[1]],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def tcp_gbps(seconds, client=NS[0], server=NS[1], server_ip=IP[1]):
+    """One iperf3 stream from namespace `client` to `server_ip` in namespace
+    `server`: the receiver's rate, Gbit/s."""
+    srv = subprocess.Popen(["ip", "netns", "exec", server, "iperf3", "-s", "-1", "-B",
+                            server_ip], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         end = time.time() + 10
-        while ":5201 " not in in_ns(NS[1], "ss", "-Hltn") and time.time() < end:
+        while ":5201 " not in in_ns(server, "ss", "-Hltn") and time.time() < end:
             time.sleep(0.05)
-        out = in_ns(NS[0], "iperf3", "-c", IP[1], "-t", str(seconds), "-J",
+        out = in_ns(client, "iperf3", "-c", server_ip, "-t", str(seconds), "-J",
                     timeout=seconds + 30)
         v = json.loads(out)
         return v["end"]["sum_received"]["bits_per_second"] / 1e9
     finally:
         srv.kill()
         srv.wait()
+
+
+def take_turns(duts, repeat, run):
+    """`repeat` rounds of every DUT in turn, the order rotating each round
+    (every DUT runs in every place of the sequence equally often): each is
+    started, measured by `run(dut)` (its cells, {name: Gbit/s}) and
+    stopped. Returns the rounds, each {(DUT name, cell): Gbit/s}."""
+    rounds = []
+    for r in range(repeat):
+        got = {}
+        for d in duts[r % len(duts):] + duts[:r % len(duts)]:
+            try:
+                d.start()
+                cells = run(d)
+            finally:
+                d.stop()
+            for c, v in cells.items():
+                got[(d.name, c)] = v
+                print(f"# round {r + 1}: {d.name}{' ' + c if c else ''} {v:.2f} Gbit/s",
+                      flush=True)
+        rounds.append(got)
+    return rounds
+
+
+def need_root_and_tools():
+    """Exits unless run as root with iperf3 and busybox at hand."""
+    if os.geteuid() != 0:
+        sys.exit("run as root")
+    for tool in ["iperf3", "busybox"]:
+        if not shutil.which(tool):
+            sys.exit(f"missing: {tool}")
 
 
 def main():
@@ -274,11 +326,7 @@ def main():
     ap.add_argument("--seconds", type=int, default=5)
     ap.add_argument("--build", action="append", default=[], help="LABEL=PATH")
     args = ap.parse_args()
-    if os.geteuid() != 0:
-        sys.exit("run as root")
-    for tool in ["iperf3", "busybox"]:
-        if not shutil.which(tool):
-            sys.exit(f"missing: {tool}")
+    need_root_and_tools()
     builds = dict(b.split("=", 1) for b in args.build)
     release = os.path.join(REPO, "target", "release", "switchyard")
     duts = []
@@ -300,7 +348,6 @@ def main():
                     name = f"{d}/{k}" + ("" if m == "adaptive" else f"/{m}")
                     duts.append(Switchyard(name, binary, k, m))
     results = {d.name: [] for d in duts}
-    rounds = []
     make_stations()
     try:
         offloads = in_ns(NS[0], "ethtool", "-k", "eth0")
@@ -308,19 +355,14 @@ def main():
             l.strip() for l in offloads.splitlines()
             if l.startswith(("tx-checksumming", "tcp-segmentation-offload",
                              "generic-receive-offload"))), flush=True)
-        for r in range(args.repeat):
-            order = duts[r % len(duts):] + duts[:r % len(duts)]
-            got = {}
-            for d in order:
-                try:
-                    d.start()
-                    wait_reachable()
-                    got[d.name] = tcp_gbps(args.seconds)
-                finally:
-                    d.stop()
-                results[d.name].append(got[d.name])
-                print(f"# round {r + 1}: {d.name} {got[d.name]:.2f} Gbit/s", flush=True)
-            rounds.append(got)
+        def run(d):
+            wait_reachable()
+            return {"": tcp_gbps(args.seconds)}
+
+        rounds = [{n: v for (n, _), v in g.items()} for g in take_turns(duts, args.repeat, run)]
+        for g in rounds:
+            for n, v in g.items():
+                results[n].append(v)
     finally:
         del_stations()
     others = [d.name for d in duts if not d.name.startswith("switchyard")]

@@ -25,31 +25,19 @@ Run as root on an otherwise idle machine:
 """
 
 import argparse
-import json
 import os
-import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
-import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tcp_bench import (  # noqa: E402
+    SwitchProcess, in_ns, need_root_and_tools, sh, take_turns, tcp_gbps, wait_reachable)
+
 N1, N2, POD = "vb-n1", "vb-n2", "vb-pod"
 UL = ("192.168.77.1", "192.168.77.2")
 POD_IP, HOST_IP = "10.66.0.1", "10.66.0.2"
 VNI = 42
-
-
-def sh(*args, check=True, **kw):
-    r = subprocess.run(args, capture_output=True, text=True, **kw)
-    if check and r.returncode != 0:
-        raise RuntimeError(f"{' '.join(args)}: {r.stdout}{r.stderr}")
-    return r.stdout
-
-
-def in_ns(ns, *args, **kw):
-    return sh("ip", "netns", "exec", ns, *args, **kw)
 
 
 def make_nodes():
@@ -103,63 +91,19 @@ class Switchyard:
     def __init__(self, binary):
         self.name = "switchyard"
         self.binary = binary
-        self.proc = None
+        self.switch = None
 
     def start(self):
-        self.tmp = tempfile.mkdtemp(prefix="vb-sy")
-        cfg = os.path.join(self.tmp, "c.toml")
-        with open(cfg, "w") as f:
-            f.write(f'control_socket = "{self.tmp}/control.sock"\n'
-                    f'state_dir = "{self.tmp}/state"\nsocket_dir = "{self.tmp}"\n'
-                    '[dataplane]\nworkers = 1\n[[bridge]]\nname = "default"\n')
-        self.log_path = os.path.join(self.tmp, "log")
-        self.log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(["ip", "netns", "exec", N1, self.binary, "run",
-                                      "--config", cfg], stdout=self.log, stderr=self.log)
-        ctl = os.path.join(self.tmp, "control.sock")
-        end = time.time() + 10
-        while not os.path.exists(ctl) and time.time() < end:
-            time.sleep(0.05)
-        cli = ["ip", "netns", "exec", N1, self.binary, "--control", ctl]
-        sh(*cli, "port", "add", "pod", "--kind", "af-packet", "--interface", "vbp",
+        self.switch = SwitchProcess(self.binary, netns=N1)
+        sh(*self.switch.cli, "port", "add", "pod", "--kind", "af-packet", "--interface", "vbp",
            "--bridge", "default")
-        sh(*cli, "port", "add", "node2", "--kind", "vxlan", "--remote", UL[1], "--local",
-           UL[0], "--vni", str(VNI), "--bridge", "default")
+        sh(*self.switch.cli, "port", "add", "node2", "--kind", "vxlan", "--remote", UL[1],
+           "--local", UL[0], "--vni", str(VNI), "--bridge", "default")
 
     def stop(self):
-        if self.proc:
-            self.proc.terminate()
-            rc = self.proc.wait(timeout=20)
-            self.proc = None
-            log = open(self.log_path).read()
-            if rc != 0 or "panicked at" in log:
-                raise RuntimeError(f"switchyard exited {rc}: {log[-2000:]}")
-        shutil.rmtree(self.tmp, ignore_errors=True)
-
-
-def wait_reachable(limit=30):
-    end = time.time() + limit
-    while time.time() < end:
-        r = subprocess.run(["ip", "netns", "exec", POD, "busybox", "ping", "-c", "1", "-W", "1",
-                            HOST_IP], capture_output=True)
-        if r.returncode == 0:
-            return
-    raise RuntimeError("the pod does not reach the host")
-
-
-def tcp_gbps(client_ns, server_ns, server_ip, seconds):
-    srv = subprocess.Popen(["ip", "netns", "exec", server_ns, "iperf3", "-s", "-1", "-B",
-                            server_ip], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        end = time.time() + 10
-        while ":5201 " not in in_ns(server_ns, "ss", "-Hltn") and time.time() < end:
-            time.sleep(0.05)
-        out = in_ns(client_ns, "iperf3", "-c", server_ip, "-t", str(seconds), "-J",
-                    timeout=seconds + 30)
-        return json.loads(out)["end"]["sum_received"]["bits_per_second"] / 1e9
-    finally:
-        srv.kill()
-        srv.wait()
+        if self.switch:
+            self.switch.stop()
+            self.switch = None
 
 
 def main():
@@ -169,39 +113,23 @@ def main():
     ap.add_argument("--seconds", type=int, default=5)
     ap.add_argument("--binary", default=os.path.join(REPO, "target", "release", "switchyard"))
     args = ap.parse_args()
-    if os.geteuid() != 0:
-        sys.exit("run as root")
-    for tool in ["iperf3", "busybox"]:
-        if not shutil.which(tool):
-            sys.exit(f"missing: {tool}")
+    need_root_and_tools()
     duts = [Kernel(), Switchyard(args.binary)]
     ways = {"pod->host": (POD, N2, HOST_IP), "host->pod": (N2, POD, POD_IP)}
-    results = {(d.name, w): [] for d in duts for w in ways}
-    rounds = []
     make_nodes()
     try:
-        for r in range(args.repeat):
-            order = duts[r % len(duts):] + duts[:r % len(duts)]
-            got = {}
-            for d in order:
-                try:
-                    d.start()
-                    wait_reachable()
-                    for w, (c, s, ip) in ways.items():
-                        got[(d.name, w)] = tcp_gbps(c, s, ip, args.seconds)
-                finally:
-                    d.stop()
-                for w in ways:
-                    results[(d.name, w)].append(got[(d.name, w)])
-                    print(f"# round {r + 1}: {d.name} {w} {got[(d.name, w)]:.2f} Gbit/s",
-                          flush=True)
-            rounds.append(got)
+        def run(d):
+            wait_reachable(ns=POD, ip=HOST_IP)
+            return {w: tcp_gbps(args.seconds, c, s, ip) for w, (c, s, ip) in ways.items()}
+
+        rounds = take_turns(duts, args.repeat, run)
     finally:
         del_nodes()
     print(f"\n{'DUT':12} {'way':10} {'Gbit/s':>8} {'sy/kernel':>10}")
     for d in duts:
         for w in ways:
-            line = f"{d.name:12} {w:10} {statistics.median(results[(d.name, w)]):8.2f}"
+            got = [g[(d.name, w)] for g in rounds]
+            line = f"{d.name:12} {w:10} {statistics.median(got):8.2f}"
             if d.name == "switchyard":
                 ratios = [g[("switchyard", w)] / g[("kernel", w)] for g in rounds]
                 line += f" {statistics.median(ratios):10.2f}"

@@ -447,9 +447,9 @@ fn the_overlay_quick_start_joins_two_nodes_as_the_readme_has_it() {
         assert!(tunnel.status.link_up, "{tunnel:?}");
         assert_eq!(tunnel.status.mtu, Some(1450), "{tunnel:?}");
     }
-    pods[0].sh_ok("busybox ping -c 3 -W 2 10.77.0.2");
+    pods[0].sh_ok("busybox ping -c 3 -i 0.2 -W 2 10.77.0.2");
     // A full-size frame crosses: 1450 bytes of IP, unfragmented.
-    pods[1].sh_ok("busybox ping -c 2 -W 2 -s 1422 10.77.0.1");
+    pods[1].sh_ok("busybox ping -c 2 -i 0.2 -W 2 -s 1422 10.77.0.1");
 }
 
 /// "VMs with QEMU": the section's two `port add` lines and its two QEMU

@@ -570,7 +570,7 @@ fn twenty_takeovers_of_a_tap_uplinks_and_a_vxlan_tunnel_lose_no_ping() {
         "ip link set {tap} up mtu 1450 && ip addr add 10.78.0.1/24 dev {tap}"
     ));
     for ip in ["10.78.0.2", "10.78.0.3", "10.78.0.4"] {
-        node.sh_ok(&format!("busybox ping -c 3 -W 2 {ip}"));
+        node.sh_ok(&format!("busybox ping -c 3 -i 0.2 -W 2 {ip}"));
     }
     let before = sw.port("ux").status.peer;
     // A ping every 10 ms to each host (busybox's: the test command
@@ -740,7 +740,7 @@ fn a_refused_takeover_falls_back_to_a_restart() {
     let mut sw = Switch::start_in(Some(&node.name), BRIDGE);
     sw.add_port(&["a", "--kind", "af-packet", "--interface", "a0"]);
     sw.add_port(&["b", "--kind", "af-packet", "--interface", "b0"]);
-    h1.sh_ok("busybox ping -c 2 -W 2 10.77.9.2");
+    h1.sh_ok("busybox ping -c 2 -i 0.2 -W 2 10.77.9.2");
     // The new switch's configuration differs: the takeover is refused,
     // naming the difference, and the new switch restarts the old one.
     let text = "mac_aging_secs = 77\n".to_string() + &std::fs::read_to_string(&sw.config).unwrap();
@@ -755,7 +755,7 @@ fn a_refused_takeover_falls_back_to_a_restart() {
     sw.wait_answering();
     sw.assert_alive();
     // The persisted ports are made again: frames pass.
-    h1.sh_ok("busybox ping -c 2 -W 2 10.77.9.2");
+    h1.sh_ok("busybox ping -c 2 -i 0.2 -W 2 10.77.9.2");
     let log = sw.log();
     assert!(log.contains("mac_aging_secs"), "{log}");
     assert!(log.contains("falling back to a restart"), "{log}");

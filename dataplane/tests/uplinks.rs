@@ -20,7 +20,7 @@ fn ping(ns: &Netns, args: &str) -> bool {
 }
 
 fn ping_to(ns: &Netns, args: &str, to: &str) -> bool {
-    ns.sh(&format!("busybox ping -c 3 -W 2 {args} {to}"))
+    ns.sh(&format!("busybox ping -c 3 -i 0.2 -W 2 {args} {to}"))
         .status
         .success()
 }
@@ -120,6 +120,7 @@ fn the_host_reaches_a_pod_through_a_tap_port() {
     assert_eq!(sw.stats("tap0").totals.tx_packets, before.tx_packets);
     // A frame that fits still passes.
     ns.sh_ok(&format!("ip link set {tap} mtu 1500"));
+    wait_mtu(&sw, "tap0", 1500);
     assert!(ping(&ns, "-s 1400"));
     drop((conn, mem));
 
@@ -228,7 +229,10 @@ fn a_namespace_reaches_a_pod_through_an_af_xdp_uplink() {
     };
     assert_eq!(rxvlan(), "rx-vlan-offload: off");
     let link = t.node.sh_ok("ip link show up0");
-    assert!(link.contains("xdpgeneric"), "an XDP program is attached: {link}");
+    assert!(
+        link.contains("xdpgeneric"),
+        "an XDP program is attached: {link}"
+    );
     t.sw.cli_ok(&["port", "del", "up"]);
     let link = t.node.sh_ok("ip link show up0");
     assert!(!link.contains("xdp"), "{link}");
@@ -265,7 +269,10 @@ fn a_namespace_reaches_a_pod_through_an_af_xdp_uplink() {
     let peer = t.sw.port("up").status.peer.unwrap();
     assert!(peer.contains("native XDP, copy"), "{peer}");
     let link = t.node.sh_ok("ip link show up0");
-    assert!(link.contains("xdp") && !link.contains("xdpgeneric"), "{link}");
+    assert!(
+        link.contains("xdp") && !link.contains("xdpgeneric"),
+        "{link}"
+    );
     assert!(ping(&t.host, ""), "no reply through a native-mode uplink");
 }
 

@@ -117,7 +117,7 @@ fn a_pod_and_the_kernels_vxlan_exchange_tcp_over_a_routed_underlay() {
     assert_eq!(st.mtu, Some(1450), "{st:?}");
     assert!(st.link_up, "{st:?}");
     pod.ns.sh_ok("ip link set eth0 mtu 1450");
-    pod.ns.sh_ok("busybox ping -c 3 -W 2 10.66.0.2");
+    pod.ns.sh_ok("busybox ping -c 3 -i 0.2 -W 2 10.66.0.2");
     // Learned on the tunnel: the kernel device's MAC.
     let kmac = kernel
         .ns
@@ -152,14 +152,15 @@ fn a_pod_and_the_kernels_vxlan_exchange_tcp_over_a_routed_underlay() {
             .unwrap_or(0)
     };
     wait_for(Duration::from_secs(10), "a frame too long counted", || {
-        let out = pod.ns.sh("busybox ping -c 1 -W 1 -s 1472 10.66.0.2");
+        let out = pod.ns.sh("busybox ping -c 1 -i 0.2 -W 1 -s 1472 10.66.0.2");
         assert!(
             !out.status.success(),
             "a 1500-byte packet crossed a 1450 tunnel"
         );
         (too_long() > 0).then_some(())
     });
-    pod.ns.sh_ok("busybox ping -c 2 -W 2 -s 1422 10.66.0.2");
+    pod.ns
+        .sh_ok("busybox ping -c 2 -i 0.2 -W 2 -s 1422 10.66.0.2");
 }
 
 /// Two switches over an IPv6 underlay (one link): the tunnels' MTU is the
@@ -192,8 +193,10 @@ fn switches_join_pods_over_an_ipv6_underlay() {
         pods.push(pod);
         sws.push(sw);
     }
-    pods[0].ns.sh_ok("busybox ping -c 3 -W 2 10.66.0.2");
-    pods[1].ns.sh_ok("busybox ping -c 2 -W 2 -s 1402 10.66.0.1");
+    pods[0].ns.sh_ok("busybox ping -c 3 -i 0.2 -W 2 10.66.0.2");
+    pods[1]
+        .ns
+        .sh_ok("busybox ping -c 2 -i 0.2 -W 2 -s 1402 10.66.0.1");
 }
 
 /// Three switches, one per VTEP namespace, each with tunnels to the other
@@ -270,8 +273,8 @@ fn switches_join_pods_over_a_routed_underlay_one_network_per_vni() {
         .collect();
 
     // Node 1's pod pings node 2's (its ARP broadcast goes to both tunnels).
-    pods[0].ns.sh_ok("busybox ping -c 3 -W 2 10.66.0.2");
-    let out = pods[0].ns.sh("busybox ping -c 2 -W 1 10.66.0.4");
+    pods[0].ns.sh_ok("busybox ping -c 3 -i 0.2 -W 2 10.66.0.2");
+    let out = pods[0].ns.sh("busybox ping -c 2 -i 0.2 -W 1 10.66.0.4");
     assert!(
         !out.status.success(),
         "a pod of VNI 42 reached one of VNI 43"
@@ -300,7 +303,7 @@ fn switches_join_pods_over_a_routed_underlay_one_network_per_vni() {
         .collect();
     pods[0]
         .ns
-        .sh_ok("ip neigh flush dev eth0 && busybox ping -c 2 -W 2 10.66.0.2");
+        .sh_ok("ip neigh flush dev eth0 && busybox ping -c 2 -i 0.2 -W 2 10.66.0.2");
     for mut c in captures {
         let st = wait_for(Duration::from_secs(10), "the capture to end", || {
             c.0.try_wait().unwrap()
@@ -342,12 +345,12 @@ fn switches_join_pods_over_a_routed_underlay_one_network_per_vni() {
         );
     });
     // And all three reach each other.
-    pods[2]
-        .ns
-        .sh_ok("busybox ping -c 2 -W 2 10.66.0.1 && busybox ping -c 2 -W 2 10.66.0.2");
+    pods[2].ns.sh_ok(
+        "busybox ping -c 2 -i 0.2 -W 2 10.66.0.1 && busybox ping -c 2 -i 0.2 -W 2 10.66.0.2",
+    );
     transfer_file(&pods[2], &pods[1], dir.path());
     // VNI 43 on its own.
-    blue[0].ns.sh_ok("busybox ping -c 2 -W 2 10.66.0.4");
+    blue[0].ns.sh_ok("busybox ping -c 2 -i 0.2 -W 2 10.66.0.4");
     assert_eq!(
         sws[1].port("blue").status.mtu,
         Some(1450),
@@ -357,9 +360,9 @@ fn switches_join_pods_over_a_routed_underlay_one_network_per_vni() {
     // A tunnel deleted: what was learned on it goes.
     sws[0].cli_ok(&["port", "del", "node2"]);
     assert_eq!(on(&sws[0], &m2), None);
-    let out = pods[0].ns.sh("busybox ping -c 2 -W 1 10.66.0.2");
+    let out = pods[0].ns.sh("busybox ping -c 2 -i 0.2 -W 1 10.66.0.2");
     assert!(!out.status.success(), "reached node 2 without a tunnel");
-    pods[0].ns.sh_ok("busybox ping -c 2 -W 2 10.66.0.3");
+    pods[0].ns.sh_ok("busybox ping -c 2 -i 0.2 -W 2 10.66.0.3");
 }
 
 /// Overlays of the config: a bridge of the overlay's name on each node,
@@ -467,9 +470,9 @@ fn overlays_of_the_config_join_the_nodes_their_vteps_name() {
         }
     }
     // pods: node 1 flat .1, trunk .3; node 2 flat .2, trunk .4.
-    pods[0].ns.sh_ok("busybox ping -c 3 -W 2 10.66.0.2");
-    pods[1].ns.sh_ok("busybox ping -c 3 -W 2 10.66.0.4");
-    let out = pods[0].ns.sh("busybox ping -c 2 -W 1 10.66.0.4");
+    pods[0].ns.sh_ok("busybox ping -c 3 -i 0.2 -W 2 10.66.0.2");
+    pods[1].ns.sh_ok("busybox ping -c 3 -i 0.2 -W 2 10.66.0.4");
+    let out = pods[0].ns.sh("busybox ping -c 2 -i 0.2 -W 1 10.66.0.4");
     assert!(
         !out.status.success(),
         "the flat overlay reached the trunk's"
@@ -501,7 +504,7 @@ fn overlays_of_the_config_join_the_nodes_their_vteps_name() {
     assert_eq!(vteps(&sws[1]).len(), 1);
     assert!(!pods[0]
         .ns
-        .sh("busybox ping -c 2 -W 1 10.66.0.2")
+        .sh("busybox ping -c 2 -i 0.2 -W 1 10.66.0.2")
         .status
         .success());
     // A VTEP of the config stays until the config says otherwise.
@@ -539,7 +542,7 @@ fn a_pod_on_another_node_cannot_take_a_pinned_mac() {
             pod
         })
         .collect();
-    pods[0].ns.sh_ok("busybox ping -c 2 -W 2 10.66.0.2");
+    pods[0].ns.sh_ok("busybox ping -c 2 -i 0.2 -W 2 10.66.0.2");
     let pinned = pods[0].mac();
     let spoofed = || {
         sws[0]
@@ -563,7 +566,7 @@ fn a_pod_on_another_node_cannot_take_a_pinned_mac() {
         Duration::from_secs(30),
         "spoofed frames dropped on the tunnel",
         || {
-            let _ = pods[1].ns.sh("busybox ping -c 1 -W 1 10.66.0.1");
+            let _ = pods[1].ns.sh("busybox ping -c 1 -i 0.2 -W 1 10.66.0.1");
             (spoofed() > 0).then_some(())
         },
     );

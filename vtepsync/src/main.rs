@@ -103,6 +103,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let mut next_check = Instant::now() + resync;
     let mut retry = FIRST_RETRY;
     let mut last = Outcome::default();
+    let mut sent: Option<IpAddr> = None;
     info!(node = %args.node_name, selector = %args.selector, "watching the nodes");
     loop {
         tokio::select! {
@@ -141,8 +142,21 @@ async fn run(args: Args) -> anyhow::Result<()> {
         }
         let remotes = nodes.remotes();
         let own = nodes.own_vtep();
-        let published = match own.filter(|a| nodes.own_published() != Some(*a)) {
-            Some(a) => publish(&api, &args.node_name, a).await,
+        // What this node published and the watch has not shown yet: not
+        // sent again meanwhile (another node's event, or the resync, may
+        // come first).
+        if sent.is_some() && nodes.own_published() == sent {
+            sent = None;
+        }
+        let published = match own.filter(|a| nodes.own_published() != Some(*a) && sent != Some(*a))
+        {
+            Some(a) => {
+                let r = publish(&api, &args.node_name, a).await;
+                if r.is_ok() {
+                    sent = Some(a);
+                }
+                r
+            }
             None => Ok(()),
         };
         // The tunnels leave from this node's VTEP address where it is one

@@ -268,7 +268,7 @@ fn nodes_of_the_cluster_join_the_overlays() {
     assert!(vteps(&sws[0].control()).is_empty());
     assert!(!pods[0]
         .ns
-        .sh("busybox ping -c 1 -W 1 10.66.0.2")
+        .sh("busybox ping -c 1 -i 0.2 -W 1 10.66.0.2")
         .status
         .success());
 
@@ -280,7 +280,7 @@ fn nodes_of_the_cluster_join_the_overlays() {
     );
     wait_vteps(&sws[0], &overlay, &["10.81.2.2"], "node 1 joined to node 2");
     wait_vteps(&sws[1], &overlay, &["10.81.1.2"], "node 2 joined to node 1");
-    pods[0].ns.sh_ok("busybox ping -c 3 -W 2 10.66.0.2");
+    pods[0].ns.sh_ok("busybox ping -c 3 -i 0.2 -W 2 10.66.0.2");
 
     // A third node comes, moves to another address, stops matching the
     // selector, matches again.
@@ -368,7 +368,7 @@ fn nodes_of_the_cluster_join_the_overlays() {
     wait_vteps(&sws[0], &overlay, &["10.81.4.2"], "node 2 left");
     assert!(!pods[0]
         .ns
-        .sh("busybox ping -c 2 -W 1 10.66.0.2")
+        .sh("busybox ping -c 2 -i 0.2 -W 1 10.66.0.2")
         .status
         .success());
     api.assert_only_lists_watches_and_status_patches();
@@ -445,8 +445,8 @@ fn nodes_with_several_addresses_and_a_dual_stack_node_tunnel_both_ways() {
         })
         .collect();
     let ping_both_ways = || {
-        pods[0].ns.sh_ok("busybox ping -c 3 -W 2 10.66.0.2");
-        pods[1].ns.sh_ok("busybox ping -c 3 -W 2 10.66.0.1");
+        pods[0].ns.sh_ok("busybox ping -c 3 -i 0.2 -W 2 10.66.0.2");
+        pods[1].ns.sh_ok("busybox ping -c 3 -i 0.2 -W 2 10.66.0.1");
     };
 
     let api = ApiServer::start_in(&shipped.docs, &u.router.name, "10.81.1.1".parse().unwrap());

@@ -124,13 +124,22 @@ pub fn check_ending(what: &str, ending: Ending, log: &str, expected: &[String]) 
 }
 
 /// A binary of this workspace, from the target directory this test runs
-/// from, built from the current sources first.
+/// from, built from the current sources first (once per test process).
 pub fn workspace_bin(package: &str, name: &str) -> std::path::PathBuf {
+    static BUILT: Mutex<Vec<String>> = Mutex::new(Vec::new());
     let exe = std::env::current_exe().unwrap();
     // target/<profile>/deps/<test> -> target/<profile>/<name>
     let p = exe.parent().unwrap().parent().unwrap().join(name);
-    // Always: a binary left by an earlier build of other sources would be
-    // tested in place of this one (cargo does nothing when it is current).
+    // Built by this process already: the sources have not changed since.
+    // (The lock is held through the build: two tests asking at once build
+    // once.)
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if built.iter().any(|b| b == name) {
+        return p;
+    }
+    // Once per process: a binary left by an earlier build of other sources
+    // would be tested in place of this one (cargo does nothing when it is
+    // current).
     let mut build = Command::new(env!("CARGO"));
     build.args(["build", "-p", package, "--bin", name]);
     if p.parent().and_then(|d| d.file_name()) == Some("release".as_ref()) {
@@ -138,6 +147,7 @@ pub fn workspace_bin(package: &str, name: &str) -> std::path::PathBuf {
     }
     let st = build.status().unwrap();
     assert!(st.success(), "cargo build -p {package} --bin {name}");
+    built.push(name.to_string());
     p
 }
 
