@@ -410,6 +410,7 @@ impl TxQueue for XdpTx {
         // ring is empty, else the rest would wait for the next burst (a
         // super-frame cut in software is 45 frames).
         for _ in 0..=RING / 32 {
+            let before = self.tx.consumer().load(Ordering::Acquire);
             // SAFETY: no buffer: the kernel sends what the tx ring holds.
             let r = unsafe {
                 libc::sendto(
@@ -423,7 +424,10 @@ impl TxQueue for XdpTx {
             };
             self.reclaim();
             let again = r < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EAGAIN);
-            if !again || self.tx.consumer().load(Ordering::Acquire) == self.tx.cached_prod {
+            // Done, refused, or no progress (a driver's queue full): the
+            // rest goes at the next kick.
+            let now = self.tx.consumer().load(Ordering::Acquire);
+            if !again || now == self.tx.cached_prod || now == before {
                 break;
             }
         }
