@@ -138,23 +138,15 @@ pub fn workspace_bin(package: &str, name: &str) -> std::path::PathBuf {
         return p;
     }
     // Once per process: a binary left by an earlier build of other sources
-    // would be tested in place of this one. Built as `cargo test
-    // --workspace` builds it (the package's own tests need it): the
-    // dependencies' features are the whole workspace's with its tests', so
-    // after that command (the test script's) this one has nothing to do,
-    // where `cargo build -p` would build a dozen dependencies again with
-    // the package's features alone.
+    // would be tested in place of this one (cargo does nothing when it is
+    // current).
     let mut build = Command::new(env!("CARGO"));
-    build.args(["test", "--workspace", "--no-run", "--locked", "--quiet"]);
+    build.args(["build", "-p", package, "--bin", name]);
     if p.parent().and_then(|d| d.file_name()) == Some("release".as_ref()) {
         build.arg("--release");
     }
     let st = build.status().unwrap();
-    assert!(
-        st.success(),
-        "cargo test --workspace --no-run (for {package}'s {name})"
-    );
-    assert!(p.exists(), "{} was not built", p.display());
+    assert!(st.success(), "cargo build -p {package} --bin {name}");
     built.push(name.to_string());
     p
 }
