@@ -103,7 +103,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let mut next_check = Instant::now() + resync;
     let mut retry = FIRST_RETRY;
     let mut last = Outcome::default();
-    let mut sent: Option<IpAddr> = None;
+    let mut sent: Option<(IpAddr, Option<IpAddr>)> = None;
     info!(node = %args.node_name, selector = %args.selector, "watching the nodes");
     loop {
         tokio::select! {
@@ -142,23 +142,26 @@ async fn run(args: Args) -> anyhow::Result<()> {
         }
         let remotes = nodes.remotes();
         let own = nodes.own_vtep();
-        // What this node published and the watch has not shown yet: not
-        // sent again meanwhile (another node's event, or the resync, may
-        // come first).
-        if sent.is_some() && nodes.own_published() == sent {
+        // What this node published, with what the watch showed of its
+        // annotation then: not sent again until the watch shows the
+        // annotation changed (to it, or to anything else, which is put
+        // right as before), however many other events or resyncs come
+        // first.
+        if sent.is_some_and(|(_, then)| nodes.own_published() != then) {
             sent = None;
         }
-        let published = match own.filter(|a| nodes.own_published() != Some(*a) && sent != Some(*a))
-        {
-            Some(a) => {
-                let r = publish(&api, &args.node_name, a).await;
-                if r.is_ok() {
-                    sent = Some(a);
+        let waiting = sent.map(|(a, _)| a);
+        let published =
+            match own.filter(|a| nodes.own_published() != Some(*a) && waiting != Some(*a)) {
+                Some(a) => {
+                    let r = publish(&api, &args.node_name, a).await;
+                    if r.is_ok() {
+                        sent = Some((a, nodes.own_published()));
+                    }
+                    r
                 }
-                r
-            }
-            None => Ok(()),
-        };
+                None => Ok(()),
+            };
         // The tunnels leave from this node's VTEP address where it is one
         // of the host's (the pod shares the host's network); else (an
         // address the node is reached at through NAT) from the route's.

@@ -222,13 +222,12 @@ pub fn iperf(client: &Station, server: &Station, reverse: bool) -> serde_json::V
     drop(srv);
     let v: serde_json::Value = serde_json::from_str(&out).expect("iperf3 -J output");
     // The sender's count is exact; the receiver's ends with its last
-    // report interval, so it may miss the tail: at 10 Gbit/s the 64 MB
-    // take 50 ms, and a run once counted less than 60 MB received (the
-    // file transfers check every byte).
+    // report interval, so it may miss the tail (the file transfers check
+    // every byte).
     let sent = v["end"]["sum_sent"]["bytes"].as_u64().unwrap_or(0);
     let got = v["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0);
     assert!(
-        sent >= 64 << 20 && got >= 32 << 20,
+        sent >= 64 << 20 && got >= 60 << 20,
         "iperf3 {} -> {}: {sent} bytes sent, {got} received: {out}",
         client.ip,
         server.ip
