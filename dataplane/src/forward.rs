@@ -442,8 +442,7 @@ impl Forwarder {
             // the same way without a look at the tables, the VLANs or the
             // port (a burst is mostly one conversation: OVS's exact-match
             // cache, for one entry and one burst). A source admitted in
-            // full empties it (learning may move an address), and so does
-            // a frame not sent unchanged.
+            // full empties it (learning may move an address).
             self.repeat = Repeat::NONE;
             for (i, frame) in chunk.iter().enumerate() {
                 if TRACE {
@@ -526,15 +525,14 @@ impl Forwarder {
                     }
                 }
                 let mut unicast = None;
+                // A conversation's second frame (its destination cached,
+                // its source known) makes the entry the rest of it hits, if
+                // it is sent unchanged (below).
+                let mut repeats = false;
                 let dst_key = MacKey::from_wire(l2.dst, domain);
                 if !TRACE && last_dst.1.is_some() && dst_key == last_dst.0 {
                     unicast = last_dst.1;
-                    // A conversation's second frame (its destination
-                    // cached, its source known) makes the entry the rest
-                    // of it hits, unless it is not sent unchanged (below).
-                    if let Some((id, _)) = unicast.filter(|_| known_src == src_key) {
-                        self.repeat = Repeat { head: l2, port: id };
-                    }
+                    repeats = known_src == src_key;
                 } else if !l2.dst_multicast() {
                     if let Some(e) = bridge.macs.get(dst_key) {
                         let (port, port_gen) = (e.port(), e.port_gen());
@@ -547,7 +545,7 @@ impl Forwarder {
                             continue;
                         }
                         if let Some(p) = view.ports.get(port as usize).and_then(Option::as_ref) {
-                            if p.generation == port_gen && p.bridge == Some(bridge_id) {
+                            if p.member == ViewPort::membership(bridge_id, port_gen) {
                                 if inp.split_horizon && p.split_horizon {
                                     // From one tunnel to another: the
                                     // remote end sends there itself.
@@ -568,8 +566,12 @@ impl Forwarder {
                 match unicast {
                     Some((id, p)) => {
                         note!(|t| t.lookup = TraceLookup::Unicast(id));
-                        if !self.queue::<TRACE>(w, (id, p), &f, true) {
-                            self.repeat = Repeat::NONE;
+                        // (A frame of another head that is not sent
+                        // unchanged leaves the entry as it is: what
+                        // decided it, the view's ports and VLANs, holds
+                        // for the burst.)
+                        if self.queue::<TRACE>(w, (id, p), &f, true) && repeats {
+                            self.repeat = Repeat { head: l2, port: id };
                         }
                     }
                     None => {
@@ -648,7 +650,7 @@ impl Forwarder {
             Retag::Keep
         } else {
             // The rewrite's header comes from the frame's facts.
-            Self::rewrite(&mut self.hdrs[i], l2, domain)
+            Self::rewrite(&mut self.hdrs[i], l2.dst, l2.src, l2.tagged, domain)
         };
         if q.is_empty() {
             self.touched.push(id);
@@ -660,13 +662,22 @@ impl Forwarder {
         tag == Retag::Keep
     }
 
-    /// Writes the header frame `l2` leaves with where its tag changes
-    /// (tagged in, untagged out or the other way round) into `hdr`.
+    /// Writes the header a frame leaves with where its tag changes (tagged
+    /// in, untagged out or the other way round) into `hdr`: its addresses
+    /// (`dst`, `src`, as [`L2Head`] holds them) and, if it came untagged,
+    /// the tag of VLAN `domain`. (Taken as numbers, not as the head, which
+    /// would go through memory on every frame's way.)
     #[cold]
     #[inline(never)]
-    fn rewrite(hdr: &mut [u8; PUSHED_LEN], l2: L2Head, domain: u16) -> Retag {
-        hdr[..12].copy_from_slice(&l2.addrs());
-        if l2.tagged {
+    fn rewrite(hdr: &mut [u8; PUSHED_LEN], dst: u64, src: u64, tagged: bool, domain: u16) -> Retag {
+        let head = L2Head {
+            dst,
+            src,
+            tagged,
+            vid: 0,
+        };
+        hdr[..12].copy_from_slice(&head.addrs());
+        if tagged {
             return Retag::Pop;
         }
         hdr[12..14].copy_from_slice(&ETHERTYPE_VLAN.to_be_bytes());
@@ -1167,6 +1178,54 @@ mod tests {
             assert_eq!(logs[0].lock().unwrap().pop(), Some(frame(0x0a, 0x0b)));
         }
         assert!(logs.iter().all(|l| l.lock().unwrap().is_empty()));
+    }
+
+    #[test]
+    fn a_burst_mixing_tagged_and_unchanged_conversations_keeps_each_frames_rewrite() {
+        let dp = Dataplane::new(1).unwrap();
+        let br = dp.add_bridge(64);
+        let trunk = VlanMode::from_spec(None, Some(&"100".parse().unwrap()));
+        let mut logs = Vec::new();
+        let mut ids = Vec::new();
+        for (name, mode) in [
+            ("a", VlanMode::Access(100)),
+            ("t", trunk),
+            ("b", VlanMode::Access(100)),
+        ] {
+            let (id, _) = dp.add_port(name, Some(br), mode, &PortSecurity::default());
+            let log = Arc::new(Mutex::new(Vec::new()));
+            attach_tx(&dp, id, Whole(log.clone()));
+            logs.push(log);
+            ids.push(id);
+        }
+        // 0x0b behind the trunk (its frames get a tag pushed), 0x0c behind
+        // the other access port (its frames leave as they came).
+        for (last, id) in [(0x0b, ids[1]), (0x0c, ids[2])] {
+            let entry = MacEntry {
+                port: id,
+                port_gen: 1,
+                last_seen: dp.now_secs(),
+                pinned: false,
+            };
+            dp.mac_table(br).unwrap().learn(mac(last), 100, entry, 0);
+        }
+        // Runs long enough for the head cache, one way and the other, in
+        // one burst: a frame that needs its tag never takes the cache, nor
+        // empties it for the other conversation.
+        let dsts = [
+            0x0c, 0x0c, 0x0c, 0x0b, 0x0b, 0x0b, 0x0b, 0x0c, 0x0b, 0x0b, 0x0c, 0x0c,
+        ];
+        let bufs: Vec<Vec<u8>> = dsts.iter().map(|&d| frame(d, 0x0a)).collect();
+        forward_bufs(&dp, ids[0], &bufs);
+        let mut tagged = frame(0x0b, 0x0a);
+        tagged.splice(12..12, [0x81, 0x00, 0x00, 0x64]);
+        let count = |d: u8| dsts.iter().filter(|&&x| x == d).count();
+        assert_eq!(*logs[1].lock().unwrap(), vec![tagged; count(0x0b)]);
+        assert_eq!(
+            *logs[2].lock().unwrap(),
+            vec![frame(0x0c, 0x0a); count(0x0c)]
+        );
+        assert!(logs[0].lock().unwrap().is_empty());
     }
 
     #[test]

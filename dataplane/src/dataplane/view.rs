@@ -28,9 +28,21 @@ pub struct ViewPort {
     /// One of its bridge's full mesh of tunnels: frames from it go to no
     /// other such port ([`Dataplane::set_split_horizon`]).
     pub split_horizon: bool,
+    /// Its bridge and slot generation as one number
+    /// ([`ViewPort::membership`]; 0 outside any bridge): what a bridge's
+    /// MAC entry is checked against, in one compare, for each frame sent
+    /// to the port it names.
+    pub member: u64,
 }
 
 impl ViewPort {
+    /// [`ViewPort::member`] of a port of `bridge` whose slot generation is
+    /// `generation` (as a MAC entry holds it, 15 bits).
+    #[inline]
+    pub fn membership(bridge: BridgeId, generation: u16) -> u64 {
+        (u64::from(bridge) + 1) << 16 | u64::from(generation)
+    }
+
     /// The transmit queue for frames received on queue `rxq` of their
     /// port, if connected: one of this worker's queues of the port, by the
     /// receive queue's number. A port with as many queues as the port the
@@ -147,6 +159,9 @@ impl Dataplane {
                 shared: p.shared.clone(),
                 capture: p.capture.clone(),
                 split_horizon: p.split_horizon,
+                member: p.bridge.map_or(0, |b| {
+                    ViewPort::membership(b, p.generation & GENERATION_MASK)
+                }),
             }));
         }
         for b in t.bridges.iter() {
