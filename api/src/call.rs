@@ -58,6 +58,19 @@ impl Request {
             name: name.to_string(),
         })
     }
+    /// `port_set`: replaces port `name`'s station addresses and policy,
+    /// those given.
+    pub fn port_set(
+        name: &str,
+        ips: Option<Vec<std::net::IpAddr>>,
+        policy: Option<crate::policy::PortPolicy>,
+    ) -> Call<()> {
+        Call::new(Request::PortSet {
+            name: name.to_string(),
+            ips,
+            policy,
+        })
+    }
     /// `port_list`: every port, failed ones included.
     pub fn port_list() -> Call<Vec<PortInfo>> {
         Call::new(Request::PortList)

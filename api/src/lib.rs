@@ -21,6 +21,7 @@ pub mod client;
 pub mod devinfo;
 pub mod fs;
 pub mod mac;
+pub mod policy;
 pub mod protocol;
 pub mod spec;
 pub mod vlan;

@@ -10,6 +10,7 @@
 //! | `ping` | – | `{"version": ...}` |
 //! | `port_add` | `port`: a [`PortSpec`] | [`PortInfo`] |
 //! | `port_del` | `name` | `null` |
+//! | `port_set` | `name`, `ips`, `policy` (each optional but `name`) | `null` |
 //! | `port_list` | – | `[PortInfo]` |
 //! | `stats` | `name` (optional) | `[PortStats]` |
 //! | `bridge_add` | `name` | `null` |
@@ -50,6 +51,19 @@ pub enum Request {
     PortDel {
         /// Port name.
         name: String,
+    },
+    /// Replaces a port's station addresses and L3/L4 policy, each that is
+    /// given (persisted; an empty list or policy takes it away): every
+    /// frame after is judged by the new rules, none by a mix.
+    PortSet {
+        /// Port name.
+        name: String,
+        /// The station's IP addresses ([`PortSpec::ips`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ips: Option<Vec<std::net::IpAddr>>,
+        /// Its policy ([`PortSpec::policy`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        policy: Option<crate::policy::PortPolicy>,
     },
     /// Lists ports.
     PortList,
@@ -247,6 +261,10 @@ pub struct TraceEntry {
     pub out: Vec<TraceOut>,
     /// Why it went nowhere, if dropped on the way in.
     pub drop: Option<DropReason>,
+    /// What L3/L4 policy decided, step by step (`egress of pod1: rule 0
+    /// (ns1/allow-dns[0])`, `established`, `ingress of pod2: denied`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub policy: Vec<String>,
 }
 
 /// A traced frame at one of its destinations.
@@ -308,11 +326,26 @@ pub enum DropReason {
     /// truncated VXLAN header, no whole frame inside (counted as
     /// `unknown_tunnel` is).
     BadTunnel = 13,
+    /// To a station whose port's policy isolates it for ingress, allowed by
+    /// none of its rules and of no connection it allowed.
+    PolicyIngress = 14,
+    /// From a station whose port's policy isolates it for egress, allowed
+    /// by none of its rules and of no connection it allowed.
+    PolicyEgress = 15,
+    /// From a station given its IP addresses, with another source address
+    /// (IPv4, IPv6, or an ARP sender's).
+    SpoofedIp = 16,
+    /// A new connection policy allowed, while the connection table holds
+    /// its limit or the port it came in on holds its share.
+    ConntrackFull = 17,
+    /// An IP packet whose headers policy cannot read (cut short, a bad
+    /// version or header length), to or from a port with policy.
+    BadHeader = 18,
 }
 
 impl DropReason {
     /// Number of reasons.
-    pub const COUNT: usize = 14;
+    pub const COUNT: usize = 19;
     /// Every reason, in counter order.
     pub const ALL: [DropReason; DropReason::COUNT] = [
         DropReason::Runt,
@@ -329,6 +362,11 @@ impl DropReason {
         DropReason::BadOffload,
         DropReason::UnknownTunnel,
         DropReason::BadTunnel,
+        DropReason::PolicyIngress,
+        DropReason::PolicyEgress,
+        DropReason::SpoofedIp,
+        DropReason::ConntrackFull,
+        DropReason::BadHeader,
     ];
 
     /// Its stable name, as in JSON, metrics labels and the CLI's output.
@@ -348,6 +386,11 @@ impl DropReason {
             DropReason::BadOffload => "bad_offload",
             DropReason::UnknownTunnel => "unknown_tunnel",
             DropReason::BadTunnel => "bad_tunnel",
+            DropReason::PolicyIngress => "policy_ingress",
+            DropReason::PolicyEgress => "policy_egress",
+            DropReason::SpoofedIp => "spoofed_ip",
+            DropReason::ConntrackFull => "conntrack_full",
+            DropReason::BadHeader => "bad_header",
         }
     }
 }

@@ -18,6 +18,8 @@ use crate::observe::{capture, Trace, TraceLearn, TraceLookup, TraceRecord};
 use crate::queue::offload;
 use crate::queue::{Offload, RxFrame, TxError, TxFrame, TxOutcome, TxQueue, BURST_SIZE};
 use crate::switch::mac_table::{MacEntry, MacKey};
+use crate::switch::policy::conntrack;
+use crate::switch::policy::{Decision, Direction, FrameCheck, Judge};
 use crate::switch::security::{self, Admitted};
 use crate::types::{bump, BridgeId, DropReason, PortId};
 use crate::wire::ethernet::{
@@ -138,6 +140,38 @@ enum Retag {
     Pop,
     /// A tag of its VLAN is pushed.
     Push,
+}
+
+/// Notes policy decision `d`, made for port `p`, in trace record `t`.
+#[cold]
+fn describe(t: &mut TraceRecord, d: Decision, p: &ViewPort) {
+    let text = match d {
+        Decision::Exempt => return,
+        Decision::Established => "established".to_string(),
+        Decision::Rule {
+            direction, rule, ..
+        } => {
+            let name = p
+                .rules
+                .as_deref()
+                .and_then(|r| match direction {
+                    Direction::Ingress => r.ingress.as_ref(),
+                    Direction::Egress => r.egress.as_ref(),
+                })
+                .and_then(|s| s.name(rule))
+                .map(|n| format!(" ({n})"))
+                .unwrap_or_default();
+            format!(
+                "{} of {}: rule {rule}{name}",
+                direction.name(),
+                p.shared.name
+            )
+        }
+        Decision::Denied { direction, .. } => {
+            format!("{} of {}: denied", direction.name(), p.shared.name)
+        }
+    };
+    t.policy.push(text);
 }
 
 /// Length of the header written in front of a frame whose tag is pushed:
@@ -375,12 +409,16 @@ impl Forwarder {
                 now: dp.now_secs(),
                 hold: dp.mac_move_hold(),
             };
+            // A bridge with a port under L3/L4 policy has its frames
+            // judged (and a trace runs the checks, which find no rules in
+            // a bridge without); the others pay one test per burst.
             match (HOOKS, &view.trace) {
                 (true, Some(t)) => {
                     b.trace = Some(t);
-                    self.switch_burst::<true, true, _>(&b, frames, r)
+                    self.switch_burst::<true, true, true, _>(&b, frames, r)
                 }
-                _ => self.switch_burst::<HOOKS, false, _>(&b, frames, r),
+                _ if bridge.policed => self.switch_policed::<HOOKS, _>(&b, frames, r),
+                _ => self.switch_burst::<HOOKS, false, false, _>(&b, frames, r),
             }
         }
         if let Some(r) = release {
@@ -388,11 +426,23 @@ impl Forwarder {
         }
     }
 
+    /// [`Forwarder::switch_burst`] with L3/L4 policy, out of line: the
+    /// bridges without policy keep the code they had.
+    #[inline(never)]
+    fn switch_policed<const HOOKS: bool, R: FnOnce()>(
+        &mut self,
+        b: &Burst<'_>,
+        frames: &[RxFrame],
+        release: &mut Option<R>,
+    ) {
+        self.switch_burst::<HOOKS, false, true, R>(b, frames, release)
+    }
+
     /// Learns, looks up and sends burst `b`'s frames in its bridge; with
     /// `TRACE`, fills a record for each frame its trace claims. `release`
     /// goes to the last chunk's sending.
     #[inline(always)]
-    fn switch_burst<const HOOKS: bool, const TRACE: bool, R: FnOnce()>(
+    fn switch_burst<const HOOKS: bool, const TRACE: bool, const POLICY: bool, R: FnOnce()>(
         &mut self,
         b: &Burst<'_>,
         frames: &[RxFrame],
@@ -468,7 +518,7 @@ impl Forwarder {
                         continue;
                     }
                 };
-                if !TRACE && l2 == self.repeat.head {
+                if !TRACE && !POLICY && l2 == self.repeat.head {
                     if let Some(q) = self.pending.get_mut(self.repeat.port as usize) {
                         q.push(Pending {
                             frame: i as u8,
@@ -489,6 +539,27 @@ impl Forwarder {
                     continue;
                 };
                 note!(|t| t.vlan = Some(domain));
+                // L3/L4 policy: what was read of the frame and found in
+                // the connection table, once for all its steps.
+                let mut check = FrameCheck::default();
+                let judge = Judge {
+                    conntrack: dp.conntrack(),
+                    zone: conntrack::zone(bridge_id, domain),
+                    now,
+                };
+                if POLICY {
+                    if let Some(r) = inp.rules.as_deref() {
+                        let read = |b: &mut [u8]| frame.read_prefix(b);
+                        match judge.from_port(&mut check, read, in_port, r) {
+                            Ok(d) => note!(|t| describe(t, d, inp)),
+                            Err(r) => {
+                                bump(&in_counters.drops[r as usize], 1);
+                                note!(|t| t.drop = Some(r));
+                                continue;
+                            }
+                        }
+                    }
+                }
                 let src_key = MacKey::from_wire(l2.src, domain);
                 if l2.src_multicast() {
                     note!(|t| t.learn = TraceLearn::Multicast);
@@ -563,9 +634,44 @@ impl Forwarder {
                     }
                 }
                 let f = Queued { i, l2, domain };
+                // The policy of the port the frame goes to, and the
+                // connection it opens: `false` when it may not go there
+                // (counted and noted).
+                let mut allowed = |id: PortId, p: &ViewPort, traced: &mut Option<TraceRecord>| {
+                    if !POLICY || (inp.rules.is_none() && p.rules.is_none()) {
+                        return true;
+                    }
+                    let read = |b: &mut [u8]| frame.read_prefix(b);
+                    let owner = &inp.shared.conntrack;
+                    match judge.to_port(&mut check, read, in_port, id, p.rules.as_deref(), owner) {
+                        Ok(d) => {
+                            if let Some(t) = traced.as_mut().filter(|_| TRACE) {
+                                describe(t, d, p);
+                            }
+                            true
+                        }
+                        Err(r) => {
+                            // A port's own policy counts on that port; a
+                            // full table on the one whose share it is.
+                            let at = if r == DropReason::ConntrackFull {
+                                inp
+                            } else {
+                                p
+                            };
+                            bump(&at.shared.counters(w).drops[r as usize], 1);
+                            if let Some(t) = traced.as_mut().filter(|_| TRACE) {
+                                t.out.push((id, Err(r)));
+                            }
+                            false
+                        }
+                    }
+                };
                 match unicast {
                     Some((id, p)) => {
                         note!(|t| t.lookup = TraceLookup::Unicast(id));
+                        if POLICY && !allowed(id, p, &mut self.traced[i]) {
+                            continue;
+                        }
                         // (A frame of another head that is not sent
                         // unchanged leaves the entry as it is: what
                         // decided it, the view's ports and VLANs, holds
@@ -589,6 +695,9 @@ impl Forwarder {
                             }
                             if let Some(p) = view.ports.get(id as usize).and_then(Option::as_ref) {
                                 if inp.split_horizon && p.split_horizon {
+                                    continue;
+                                }
+                                if POLICY && !allowed(id, p, &mut self.traced[i]) {
                                     continue;
                                 }
                                 self.queue::<TRACE>(w, (id, p), &f, false);

@@ -32,6 +32,7 @@ pub use vhost_user::{VhostUserRole, VhostUserSpec};
 pub use vxlan::VxlanSpec;
 
 use crate::mac::MacAddr;
+use crate::policy::PortPolicy;
 use crate::vlan::{VlanSet, VLAN_ID_MAX};
 
 /// Most MAC table entries a port may hold unless told (`mac_limit`).
@@ -104,6 +105,16 @@ pub struct PortSpec {
     /// Pin the first source MAC the port sends from (ignored with `macs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pin_first: Option<bool>,
+    /// The IP addresses the port's station was given (the CNI's IPAM
+    /// result): IPv4, IPv6 and ARP from any other source address are
+    /// dropped (`spoofed_ip`; IPv6 link-local and unspecified sources
+    /// pass, for neighbour discovery). Absent: any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ips: Option<Vec<std::net::IpAddr>>,
+    /// L3/L4 policy: what the station may send and receive
+    /// ([`PortPolicy`]). Absent: everything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<PortPolicy>,
 }
 
 /// Declares the port kinds, one line each: `Variant(module::Spec)`. Makes
@@ -302,6 +313,12 @@ impl PortSpec {
         if let Some(b) = &self.bridge {
             validate_name(&f("bridge"), b)?;
         }
+        if let Some(ips) = &self.ips {
+            crate::policy::validate_ips(ips, &f("ips"))?;
+        }
+        if let Some(p) = &self.policy {
+            p.validate(&f("policy"))?;
+        }
         self.kind.validate(at)
     }
 
@@ -343,6 +360,8 @@ impl PortSpec {
             mac_limit: None,
             macs: None,
             pin_first: None,
+            ips: None,
+            policy: None,
         }
     }
 }

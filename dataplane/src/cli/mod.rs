@@ -7,6 +7,7 @@ mod render;
 
 use std::path::PathBuf;
 
+use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
 use switchyard_api::{
@@ -163,6 +164,20 @@ pub(crate) enum PortCmd {
     Del {
         /// Port name.
         name: String,
+    },
+    /// Sets a port's station addresses and L3/L4 policy (those given).
+    Set {
+        /// Port name.
+        name: String,
+        /// The station's IP addresses, comma-separated (frames from any
+        /// other source address are dropped); `none` takes them away.
+        #[arg(long)]
+        ips: Option<String>,
+        /// A JSON file with the port's policy (`{"ingress": [...],
+        /// "egress": [...]}`, docs/security.md); `-` reads standard input;
+        /// `{}` takes it away.
+        #[arg(long)]
+        policy: Option<std::path::PathBuf>,
     },
     /// Lists ports.
     List {
@@ -422,6 +437,36 @@ pub(crate) fn run(cmd: Cmd, control: Option<PathBuf>) -> anyhow::Result<()> {
         Cmd::Port(PortCmd::Del { name }) => {
             client()?.ask(&Request::port_del(&name))?;
             println!("port {name} deleted");
+            Ok(())
+        }
+        Cmd::Port(PortCmd::Set { name, ips, policy }) => {
+            let ips = ips
+                .map(|v| match v.as_str() {
+                    "none" | "" => Ok(Vec::new()),
+                    v => v
+                        .split(',')
+                        .map(|a| {
+                            a.trim()
+                                .parse()
+                                .with_context(|| format!("--ips: {a:?} is no IP address"))
+                        })
+                        .collect(),
+                })
+                .transpose()?;
+            let policy = policy
+                .map(|path| -> anyhow::Result<_> {
+                    let text = if path.as_os_str() == "-" {
+                        std::io::read_to_string(std::io::stdin())?
+                    } else {
+                        std::fs::read_to_string(&path)
+                            .with_context(|| format!("--policy: {}", path.display()))?
+                    };
+                    serde_json::from_str(&text)
+                        .with_context(|| format!("--policy: {}", path.display()))
+                })
+                .transpose()?;
+            client()?.ask(&Request::port_set(&name, ips, policy))?;
+            println!("port {name} set");
             Ok(())
         }
         Cmd::Port(PortCmd::List { json }) => {

@@ -341,6 +341,7 @@ impl StreamJob for TraceJob {
                         })
                         .collect(),
                     drop: r.drop,
+                    policy: r.policy,
                 }
             })
             .collect();

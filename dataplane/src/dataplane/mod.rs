@@ -23,6 +23,8 @@ use crate::observe::{Capture, Trace};
 use crate::queue::{PortQueues, RxQueue, TxQueue};
 use crate::reactor::Waker;
 use crate::switch::mac_table::{Learned, MacEntry, MacTable, GENERATION_MASK};
+use crate::switch::policy::conntrack::{Conntrack, CtQuota};
+use crate::switch::policy::PortRules;
 use crate::switch::security::{PortSecurity, SecurityState, DEFAULT_MOVE_HOLD_SECS};
 use crate::types::{
     BridgeCounters, BridgeId, Counters, DropReason, PortId, QueueCounters, WorkerCounters,
@@ -69,6 +71,9 @@ struct DpPort {
     /// One of a full mesh of tunnels (split horizon): see
     /// [`Dataplane::set_split_horizon`].
     split_horizon: bool,
+    /// Its L3/L4 policy and station addresses, compiled
+    /// ([`Dataplane::set_port_rules`]).
+    rules: Option<Arc<PortRules>>,
 }
 
 struct DpBridge {
@@ -123,6 +128,8 @@ struct DpInner {
     /// Per worker: its recent busy share in permille, as the control
     /// thread last measured it (new queues go to the least busy).
     recent_load: Box<[AtomicU32]>,
+    /// The connections policy allowed.
+    conntrack: Conntrack,
 }
 
 /// Handle to the shared data-plane state (cheap to clone).
@@ -151,6 +158,7 @@ impl Dataplane {
                 acks: (0..workers).map(|_| AtomicU64::new(u64::MAX)).collect(),
                 load: (0..workers).map(|_| WorkerCounters::default()).collect(),
                 recent_load: (0..workers).map(|_| AtomicU32::new(0)).collect(),
+                conntrack: Conntrack::default(),
             }),
         })
     }
@@ -385,6 +393,7 @@ impl Dataplane {
             tx: Vec::new(),
             capture: None,
             split_horizon: false,
+            rules: None,
         });
         if let Some(b) = bridge
             .and_then(|b| t.bridges.get_mut(b as usize))
@@ -410,12 +419,32 @@ impl Dataplane {
         self.publish();
     }
 
+    /// Gives port `id` its L3/L4 policy and station addresses (`None`:
+    /// none), replacing what it had at once: each frame is judged by the
+    /// old rules or the new ones, never by a mix. Connections the old
+    /// rules allowed stay open.
+    pub fn set_port_rules(&self, id: PortId, rules: Option<Arc<PortRules>>) {
+        let mut t = self.table();
+        if let Some(p) = t.ports.get_mut(id as usize).and_then(Option::as_mut) {
+            p.rules = rules;
+        }
+        drop(t);
+        self.publish();
+    }
+
+    /// The connection table policy keeps.
+    pub fn conntrack(&self) -> &Conntrack {
+        &self.inner.conntrack
+    }
+
     /// Removes a port; its MAC entries are flushed.
     pub fn remove_port(&self, id: PortId) {
         let mut t = self.table();
         let Some(p) = t.ports.get_mut(id as usize).and_then(Option::take) else {
             return;
         };
+        // The connections it opened go at the next sweep.
+        p.shared.conntrack.retire();
         let mut macs = None;
         if let Some(b) = p
             .bridge

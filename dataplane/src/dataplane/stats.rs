@@ -13,6 +13,9 @@ pub struct PortShared {
     pub(super) link_up: AtomicBool,
     /// Port security settings and the entries the port holds.
     pub security: SecurityState,
+    /// The connections the port opened: what they hold of the connection
+    /// table.
+    pub conntrack: Arc<CtQuota>,
 }
 
 impl PortShared {
@@ -24,6 +27,7 @@ impl PortShared {
             fault: Mutex::new(None),
             link_up: AtomicBool::new(false),
             security: SecurityState::new(security),
+            conntrack: Arc::default(),
         }
     }
 

@@ -33,6 +33,8 @@ pub struct ViewPort {
     /// MAC entry is checked against, in one compare, for each frame sent
     /// to the port it names.
     pub member: u64,
+    /// Its L3/L4 policy and station addresses, if it has any.
+    pub rules: Option<Arc<PortRules>>,
 }
 
 impl ViewPort {
@@ -68,6 +70,9 @@ pub struct ViewBridge {
     pub stats: Arc<BridgeStats>,
     /// Member ports.
     pub ports: Vec<PortId>,
+    /// Some member port has L3/L4 rules: the bridge's frames are judged
+    /// by policy (a bridge without pays nothing for it).
+    pub policed: bool,
 }
 
 /// Where a burst was received: its port and the port's receive queue.
@@ -162,6 +167,7 @@ impl Dataplane {
                 member: p.bridge.map_or(0, |b| {
                     ViewPort::membership(b, p.generation & GENERATION_MASK)
                 }),
+                rules: p.rules.clone(),
             }));
         }
         for b in t.bridges.iter() {
@@ -169,6 +175,12 @@ impl Dataplane {
                 macs: b.macs.clone(),
                 stats: b.stats.clone(),
                 ports: b.ports.clone(),
+                policed: b.ports.iter().any(|&id| {
+                    t.ports
+                        .get(id as usize)
+                        .and_then(Option::as_ref)
+                        .is_some_and(|p| p.rules.is_some())
+                }),
             }));
         }
         view.trace = t.trace.clone();

@@ -79,6 +79,9 @@ pub struct TraceRecord {
     pub out: SmallVec<[(PortId, Result<(), DropReason>); 4]>,
     /// Why it went nowhere, if it was dropped on the way in.
     pub drop: Option<DropReason>,
+    /// What L3/L4 policy decided, step by step (a port's rule that allowed
+    /// it, a connection it belongs to, a port's rules that refused it).
+    pub policy: Vec<String>,
 }
 
 impl TraceRecord {
@@ -96,6 +99,7 @@ impl TraceRecord {
             lookup: TraceLookup::Skipped,
             out: SmallVec::new(),
             drop: None,
+            policy: Vec::new(),
         }
     }
 }

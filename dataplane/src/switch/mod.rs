@@ -5,6 +5,7 @@
 //! them is [`crate::forward`].
 
 pub mod mac_table;
+pub mod policy;
 pub mod security;
 
 /// What the tables' and port security's tests share.

@@ -7,6 +7,7 @@
 
 pub mod checksum;
 pub mod ethernet;
+pub mod flow;
 pub mod ip;
 pub mod memif;
 pub mod virtio_net;

@@ -229,6 +229,11 @@ impl Daemon {
                 self.persist()?;
                 Ok(serde_json::Value::Null)
             }
+            Request::PortSet { name, ips, policy } => {
+                self.set_port(&name, ips, policy)?;
+                self.persist()?;
+                Ok(serde_json::Value::Null)
+            }
             Request::PortList => {
                 // The ports a restart could not make are listed too, failed.
                 let mut v: Vec<PortInfo> = self

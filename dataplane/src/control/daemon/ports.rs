@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
 
+use switchyard_api::policy::PortPolicy;
 use switchyard_api::spec::ShareRefused;
 use switchyard_api::{ApiError, ErrorCode, KindSpec, MacAddr};
 
@@ -13,6 +14,7 @@ use crate::config::{confine_socket, BridgeSpec, PortSpec};
 use crate::control::state::{State, STATE_VERSION};
 use crate::port::takeover::{FdIn, Saved};
 use crate::port::Start;
+use crate::switch::policy::PortRules;
 use crate::switch::security::PortSecurity;
 use crate::types::DropReason;
 use crate::vlan::VlanMode;
@@ -133,9 +135,13 @@ impl Daemon {
             workers,
             listeners: &self.listeners,
         });
+        let rules = compile_rules(spec.policy.as_ref(), spec.ips.as_deref())?;
         let vlan = VlanMode::from_spec(spec.vlan, spec.trunk.as_ref());
         let security = PortSecurity::from_spec(&spec);
         let (id, shared) = self.dp.add_port(&spec.name, bridge, vlan, &security);
+        if rules.is_some() {
+            self.dp.set_port_rules(id, rules);
+        }
         if let Err((mac, owner)) = self.dp.pin_macs(id, &security.macs) {
             self.dp.remove_port(id);
             let why = match owner
@@ -183,6 +189,51 @@ impl Daemon {
             from_config,
             security_logged: Default::default(),
         });
+        Ok(())
+    }
+
+    /// Replaces port `name`'s station addresses and L3/L4 policy (those
+    /// given; an empty policy or address list takes them away), at once
+    /// for every frame, persisted.
+    pub(super) fn set_port(
+        &mut self,
+        name: &str,
+        ips: Option<Vec<std::net::IpAddr>>,
+        policy: Option<PortPolicy>,
+    ) -> Result<(), ApiError> {
+        let invalid = |e: switchyard_api::spec::SpecError| {
+            ApiError::new(ErrorCode::InvalidArgument, e.to_string())
+        };
+        if let Some(ips) = &ips {
+            switchyard_api::policy::validate_ips(ips, "ips").map_err(invalid)?;
+        }
+        if let Some(p) = &policy {
+            p.validate("policy").map_err(invalid)?;
+        }
+        let id = *self.port_names.get(name).ok_or_else(|| {
+            ApiError::new(ErrorCode::NotFound, format!("name: no port named {name:?}"))
+        })?;
+        let Some(e) = self.ports.get_mut(id as usize).and_then(Option::as_mut) else {
+            return Err(ApiError::new(
+                ErrorCode::NotFound,
+                format!("name: no port named {name:?}"),
+            ));
+        };
+        let ips = match ips {
+            Some(v) if v.is_empty() => None,
+            Some(v) => Some(v),
+            None => e.spec.ips.clone(),
+        };
+        let policy = match policy {
+            Some(p) if !p.isolates() => None,
+            Some(p) => Some(p),
+            None => e.spec.policy.clone(),
+        };
+        let rules = compile_rules(policy.as_ref(), ips.as_deref())?;
+        self.dp.set_port_rules(id, rules);
+        info!(port = %name, ips = ?ips, ingress_rules = policy.as_ref().and_then(|p| p.ingress.as_ref()).map(Vec::len), egress_rules = policy.as_ref().and_then(|p| p.egress.as_ref()).map(Vec::len), "port policy set");
+        e.spec.ips = ips;
+        e.spec.policy = policy;
         Ok(())
     }
 
@@ -309,4 +360,15 @@ fn random_local_mac() -> MacAddr {
     }
     b[0] = (b[0] & 0xfe) | 0x02;
     MacAddr(b)
+}
+
+/// A port's policy and addresses compiled for the data path (`None`:
+/// neither asks anything of its frames).
+fn compile_rules(
+    policy: Option<&PortPolicy>,
+    ips: Option<&[std::net::IpAddr]>,
+) -> Result<Option<std::sync::Arc<PortRules>>, ApiError> {
+    PortRules::compile(policy, ips)
+        .map(|r| r.map(std::sync::Arc::new))
+        .map_err(|e| ApiError::new(ErrorCode::InvalidArgument, format!("port.policy.{e}")))
 }

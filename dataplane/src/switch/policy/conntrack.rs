@@ -1,0 +1,525 @@
+//! Connection tracking for L3/L4 policy: the connections a policy allowed,
+//! so that their further packets and their replies pass without being
+//! judged again, as the kernel's conntrack lets `ESTABLISHED,RELATED`
+//! through an iptables policy.
+//!
+//! One table for the switch, in shards each under its own lock (a lookup
+//! holds one shard's lock for a hash probe), keyed by the connection's
+//! zone (bridge and VLAN), protocol, and its two ends in a canonical order,
+//! hashed with a random key (SipHash: a pod cannot aim its flows at one
+//! bucket). An entry remembers which end opened it, the port its first
+//! packet came in on and the port its first reply came in on: a packet of
+//! the connection matches only coming in where that direction did before.
+//!
+//! Bounded: each entry is charged to the port the connection's first
+//! packet came in on ([`CtQuota`]); a port holding its share
+//! ([`PORT_SHARE`]) opens no more until some expire, and the table holds
+//! [`TABLE_LIMIT`] at most. Timeouts are the kernel's defaults
+//! (`nf_conntrack_tcp_timeout_*`, `nf_conntrack_udp_timeout*`,
+//! `nf_conntrack_icmp_timeout`, `nf_conntrack_generic_timeout`); TCP's
+//! states are followed as far as timeouts need them (SYN, SYN-ACK, FIN
+//! both ways, RST), a connection met mid-stream is taken up as established
+//! (`nf_conntrack_tcp_loose`, on by default).
+
+use std::collections::hash_map::{Entry, HashMap, RandomState};
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::types::PortId;
+use crate::wire::flow::{tcp_flags, Tuple, PROTO_ICMP, PROTO_ICMPV6, PROTO_SCTP};
+use crate::wire::ip::{PROTO_TCP, PROTO_UDP};
+
+/// Most entries the table holds.
+pub const TABLE_LIMIT: u32 = 262_144;
+/// Most entries the connections opened from one port may hold.
+pub const PORT_SHARE: u32 = 16_384;
+const SHARDS: usize = 64;
+
+/// Seconds, as the kernel's defaults.
+mod timeout {
+    pub const TCP_SYN_SENT: u32 = 120;
+    pub const TCP_SYN_RECV: u32 = 60;
+    pub const TCP_ESTABLISHED: u32 = 432_000;
+    pub const TCP_FIN_WAIT: u32 = 120;
+    pub const TCP_TIME_WAIT: u32 = 120;
+    pub const TCP_CLOSE: u32 = 10;
+    pub const UDP: u32 = 30;
+    pub const UDP_STREAM: u32 = 120;
+    pub const ICMP: u32 = 30;
+    /// SCTP's established (`nf_conntrack_sctp_timeout_established`); its
+    /// handshake as UDP's unreplied.
+    pub const SCTP_ESTABLISHED: u32 = 210;
+    pub const GENERIC: u32 = 600;
+}
+
+/// The connections a port opened: what they hold of the table.
+#[derive(Debug, Default)]
+pub struct CtQuota {
+    held: AtomicU32,
+    /// The port is gone: its connections are forgotten at the next sweep.
+    gone: AtomicBool,
+}
+
+impl CtQuota {
+    /// Entries held.
+    pub fn held(&self) -> u32 {
+        self.held.load(Ordering::Relaxed)
+    }
+
+    /// Marks the port gone.
+    pub fn retire(&self) {
+        self.gone.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Where a connection lives: its bridge and the VLAN inside it.
+pub type Zone = u32;
+
+/// The zone of VLAN `domain` of bridge `bridge`.
+pub fn zone(bridge: u16, domain: u16) -> Zone {
+    u32::from(bridge) << 16 | u32::from(domain)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Key {
+    zone: Zone,
+    v6: bool,
+    proto: u8,
+    lo: (u128, u16),
+    hi: (u128, u16),
+}
+
+impl Key {
+    /// The key of `t`'s connection, and whether `t` goes from `lo` to `hi`.
+    fn of(zone: Zone, t: &Tuple) -> (Key, bool) {
+        let a = (t.src, t.sport);
+        let b = (t.dst, t.dport);
+        let up = a <= b;
+        let (lo, hi) = if up { (a, b) } else { (b, a) };
+        (
+            Key {
+                zone,
+                v6: t.v6,
+                proto: t.proto,
+                lo,
+                hi,
+            },
+            up,
+        )
+    }
+}
+
+/// What a connection's packets have shown, as far as its timeout needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CtState {
+    /// TCP: the opening SYN, unanswered.
+    SynSent,
+    /// TCP: SYN-ACK seen.
+    SynRecv,
+    /// TCP: open.
+    Established,
+    /// TCP: FIN from one end.
+    FinWait,
+    /// TCP: FIN from both ends.
+    TimeWait,
+    /// TCP: reset.
+    Close,
+    /// Another protocol, no reply yet.
+    Unreplied,
+    /// Another protocol, replied.
+    Replied,
+}
+
+#[derive(Debug)]
+struct Conn {
+    /// The opening end is the key's `lo`.
+    opened_by_lo: bool,
+    state: CtState,
+    /// FIN seen from the opening end, from the other.
+    fin: (bool, bool),
+    expires: u32,
+    /// The port its first packet came in on, and its first reply.
+    orig_port: PortId,
+    reply_port: Option<PortId>,
+    owner: Arc<CtQuota>,
+}
+
+/// How a packet stands to the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tracked {
+    /// A packet of a known connection (its opening direction or a reply),
+    /// coming in where that direction does.
+    Established,
+    /// No connection it belongs to: policy judges it as a new one.
+    New,
+}
+
+/// Why a new connection was not recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Full {
+    /// The opening port holds its share.
+    Port,
+    /// The table holds its limit.
+    Table,
+}
+
+/// The table.
+pub struct Conntrack {
+    shards: Box<[Mutex<HashMap<Key, Conn>>]>,
+    hasher: RandomState,
+    total: AtomicU32,
+    table_limit: u32,
+    port_share: u32,
+}
+
+impl Default for Conntrack {
+    fn default() -> Self {
+        Conntrack::new(TABLE_LIMIT, PORT_SHARE)
+    }
+}
+
+impl std::fmt::Debug for Conntrack {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Conntrack")
+            .field("entries", &self.len())
+            .finish_non_exhaustive()
+    }
+}
+
+fn is_tcp(proto: u8) -> bool {
+    proto == PROTO_TCP
+}
+
+/// The state a new connection starts in, from its first packet.
+fn opening_state(proto: u8, flags: u8) -> CtState {
+    if !is_tcp(proto) {
+        return CtState::Unreplied;
+    }
+    if flags & tcp_flags::RST != 0 {
+        CtState::Close
+    } else if flags & (tcp_flags::SYN | tcp_flags::ACK) == tcp_flags::SYN {
+        CtState::SynSent
+    } else if flags & tcp_flags::SYN != 0 {
+        CtState::SynRecv
+    } else {
+        // Taken up mid-stream.
+        CtState::Established
+    }
+}
+
+fn timeout_of(proto: u8, state: CtState) -> u32 {
+    match state {
+        CtState::SynSent => timeout::TCP_SYN_SENT,
+        CtState::SynRecv => timeout::TCP_SYN_RECV,
+        CtState::Established => timeout::TCP_ESTABLISHED,
+        CtState::FinWait => timeout::TCP_FIN_WAIT,
+        CtState::TimeWait => timeout::TCP_TIME_WAIT,
+        CtState::Close => timeout::TCP_CLOSE,
+        CtState::Unreplied => match proto {
+            PROTO_ICMP | PROTO_ICMPV6 => timeout::ICMP,
+            PROTO_UDP | PROTO_SCTP => timeout::UDP,
+            _ => timeout::GENERIC,
+        },
+        CtState::Replied => match proto {
+            PROTO_ICMP | PROTO_ICMPV6 => timeout::ICMP,
+            PROTO_UDP => timeout::UDP_STREAM,
+            PROTO_SCTP => timeout::SCTP_ESTABLISHED,
+            _ => timeout::GENERIC,
+        },
+    }
+}
+
+impl Conn {
+    /// Moves the state on for a packet with TCP `flags` in the opening
+    /// direction (`orig`) or the reply's, at `now`.
+    fn advance(&mut self, proto: u8, orig: bool, flags: u8, now: u32) {
+        use CtState::*;
+        self.state = if !is_tcp(proto) {
+            if orig {
+                self.state
+            } else {
+                Replied
+            }
+        } else if flags & tcp_flags::RST != 0 {
+            Close
+        } else {
+            if flags & tcp_flags::FIN != 0 {
+                if orig {
+                    self.fin.0 = true;
+                } else {
+                    self.fin.1 = true;
+                }
+            }
+            match self.state {
+                SynSent if !orig && flags & tcp_flags::SYN != 0 => SynRecv,
+                SynRecv if orig && flags & tcp_flags::ACK != 0 => Established,
+                s @ (SynSent | SynRecv) => s,
+                Close => Close,
+                _ if self.fin.0 && self.fin.1 => TimeWait,
+                _ if self.fin.0 || self.fin.1 => FinWait,
+                s => s,
+            }
+        };
+        self.expires = now.saturating_add(timeout_of(proto, self.state));
+    }
+}
+
+impl Conntrack {
+    /// A table of `table_limit` entries at most, `port_share` per opening
+    /// port.
+    pub fn new(table_limit: u32, port_share: u32) -> Conntrack {
+        Conntrack {
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            hasher: RandomState::new(),
+            total: AtomicU32::new(0),
+            table_limit,
+            port_share,
+        }
+    }
+
+    /// Entries held.
+    pub fn len(&self) -> u32 {
+        self.total.load(Ordering::Relaxed)
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn shard(&self, k: &Key) -> std::sync::MutexGuard<'_, HashMap<Key, Conn>> {
+        let i = self.hasher.hash_one(k) as usize % SHARDS;
+        // A worker that panicked holding it left a map that is still whole.
+        self.shards[i].lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn release(&self, c: &Conn) {
+        c.owner.held.fetch_sub(1, Ordering::Relaxed);
+        self.total.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Looks packet `t` (TCP `flags`) up as it came in on `port` in
+    /// `zone` at `now`; a packet of a known connection moves its state on.
+    pub fn track(&self, zone: Zone, t: &Tuple, flags: u8, port: PortId, now: u32) -> Tracked {
+        let (key, up) = Key::of(zone, t);
+        let mut map = self.shard(&key);
+        let Some(c) = map.get_mut(&key) else {
+            return Tracked::New;
+        };
+        if c.expires <= now {
+            let c = map.remove(&key).expect("present");
+            self.release(&c);
+            return Tracked::New;
+        }
+        let orig = up == c.opened_by_lo;
+        // A SYN opening the connection again after it closed is a new one.
+        if orig
+            && is_tcp(t.proto)
+            && matches!(c.state, CtState::TimeWait | CtState::Close)
+            && flags & (tcp_flags::SYN | tcp_flags::ACK) == tcp_flags::SYN
+        {
+            return Tracked::New;
+        }
+        let same_way = if orig {
+            c.orig_port == port
+        } else {
+            match c.reply_port {
+                Some(p) => p == port,
+                None if port != c.orig_port => {
+                    c.reply_port = Some(port);
+                    true
+                }
+                None => false,
+            }
+        };
+        if !same_way {
+            return Tracked::New;
+        }
+        c.advance(t.proto, orig, flags, now);
+        Tracked::Established
+    }
+
+    /// Records the new connection packet `t` (TCP `flags`) opens, coming in
+    /// on `port` (charged to `owner`) at `now`. A connection recorded
+    /// meanwhile is left as it is, or replaced where it had closed.
+    pub fn open(
+        &self,
+        zone: Zone,
+        t: &Tuple,
+        flags: u8,
+        port: PortId,
+        owner: &Arc<CtQuota>,
+        now: u32,
+    ) -> Result<(), Full> {
+        let (key, up) = Key::of(zone, t);
+        let mut map = self.shard(&key);
+        let state = opening_state(t.proto, flags);
+        let conn = Conn {
+            opened_by_lo: up,
+            state,
+            fin: (false, false),
+            expires: now.saturating_add(timeout_of(t.proto, state)),
+            orig_port: port,
+            reply_port: None,
+            owner: owner.clone(),
+        };
+        match map.entry(key) {
+            Entry::Occupied(mut e) => {
+                let c = e.get();
+                if c.expires > now && !matches!(c.state, CtState::TimeWait | CtState::Close) {
+                    return Ok(());
+                }
+                // Replaced: the new connection is charged afresh.
+                if owner.held.load(Ordering::Relaxed) >= self.port_share
+                    && !Arc::ptr_eq(owner, &c.owner)
+                {
+                    return Err(Full::Port);
+                }
+                let old = e.insert(conn);
+                old.owner.held.fetch_sub(1, Ordering::Relaxed);
+                owner.held.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
+            Entry::Vacant(v) => {
+                if owner.held.load(Ordering::Relaxed) >= self.port_share {
+                    return Err(Full::Port);
+                }
+                if self.total.load(Ordering::Relaxed) >= self.table_limit {
+                    return Err(Full::Table);
+                }
+                owner.held.fetch_add(1, Ordering::Relaxed);
+                self.total.fetch_add(1, Ordering::Relaxed);
+                v.insert(conn);
+                Ok(())
+            }
+        }
+    }
+
+    /// Whether the packet an ICMP error quotes (`about`, as it went) is of
+    /// a connection the table holds: the error is related to it.
+    pub fn related(&self, zone: Zone, about: &Tuple, now: u32) -> bool {
+        let (key, _) = Key::of(zone, about);
+        self.shard(&key).get(&key).is_some_and(|c| c.expires > now)
+    }
+
+    /// Forgets the connections that expired by `now`, and those of ports
+    /// gone; returns how many.
+    pub fn sweep(&self, now: u32) -> usize {
+        let mut n = 0;
+        for s in self.shards.iter() {
+            let mut map = s.lock().unwrap_or_else(|e| e.into_inner());
+            map.retain(|_, c| {
+                let keep = c.expires > now && !c.owner.gone.load(Ordering::Relaxed);
+                if !keep {
+                    self.release(c);
+                    n += 1;
+                }
+                keep
+            });
+        }
+        n
+    }
+
+    /// The state of `t`'s connection, if held (tests, `policy show`).
+    pub fn state(&self, zone: Zone, t: &Tuple) -> Option<CtState> {
+        let (key, _) = Key::of(zone, t);
+        self.shard(&key).get(&key).map(|c| c.state)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tcp_flags::*;
+
+    fn tcp(sport: u16, dport: u16) -> Tuple {
+        Tuple {
+            v6: false,
+            proto: PROTO_TCP,
+            src: 0x0a00_0001,
+            dst: 0x0a00_0002,
+            sport,
+            dport,
+        }
+    }
+
+    #[test]
+    fn a_tcp_connection_is_followed_through_its_states() {
+        let ct = Conntrack::default();
+        let q = Arc::new(CtQuota::default());
+        let t = tcp(40000, 80);
+        let z = zone(0, 0);
+        assert_eq!(ct.track(z, &t, SYN, 1, 0), Tracked::New);
+        ct.open(z, &t, SYN, 1, &q, 0).unwrap();
+        assert_eq!(ct.state(z, &t), Some(CtState::SynSent));
+        // The reply, from its own port.
+        assert_eq!(
+            ct.track(z, &t.reversed(), SYN | ACK, 2, 1),
+            Tracked::Established
+        );
+        assert_eq!(ct.track(z, &t, ACK, 1, 1), Tracked::Established);
+        assert_eq!(ct.state(z, &t), Some(CtState::Established));
+        // The opening direction from another port, or the reply from a
+        // third: not this connection's packets.
+        assert_eq!(ct.track(z, &t, ACK, 3, 1), Tracked::New);
+        assert_eq!(ct.track(z, &t.reversed(), ACK, 3, 1), Tracked::New);
+        // Another zone: another connection.
+        assert_eq!(ct.track(zone(0, 5), &t, ACK, 1, 1), Tracked::New);
+        ct.track(z, &t, FIN | ACK, 1, 2);
+        assert_eq!(ct.state(z, &t), Some(CtState::FinWait));
+        ct.track(z, &t.reversed(), FIN | ACK, 2, 2);
+        assert_eq!(ct.state(z, &t), Some(CtState::TimeWait));
+        // A new SYN on the closed connection opens a new one.
+        assert_eq!(ct.track(z, &t, SYN, 1, 3), Tracked::New);
+        ct.open(z, &t, SYN, 1, &q, 3).unwrap();
+        assert_eq!(ct.state(z, &t), Some(CtState::SynSent));
+        assert_eq!((ct.len(), q.held()), (1, 1));
+        // Unanswered, it expires after the kernel's 120 s.
+        assert_eq!(ct.track(z, &t, SYN, 1, 3 + 119), Tracked::Established);
+        assert_eq!(ct.track(z, &t, SYN, 1, 3 + 119 + 120), Tracked::New);
+        assert_eq!((ct.len(), q.held()), (0, 0));
+    }
+
+    #[test]
+    fn udp_is_replied_and_expires_and_icmp_errors_are_related() {
+        let ct = Conntrack::default();
+        let q = Arc::new(CtQuota::default());
+        let t = Tuple {
+            proto: PROTO_UDP,
+            ..tcp(5000, 53)
+        };
+        let z = zone(1, 0);
+        ct.open(z, &t, 0, 1, &q, 10).unwrap();
+        assert!(ct.related(z, &t, 11));
+        assert!(ct.related(z, &t.reversed(), 11));
+        assert_eq!(ct.track(z, &t.reversed(), 0, 2, 20), Tracked::Established);
+        assert_eq!(ct.state(z, &t), Some(CtState::Replied));
+        assert_eq!(ct.track(z, &t, 0, 1, 20 + 119), Tracked::Established);
+        assert_eq!(ct.sweep(20 + 119 + 120), 1);
+        assert!(ct.is_empty() && q.held() == 0);
+        assert!(!ct.related(z, &t, 300));
+    }
+
+    #[test]
+    fn a_port_fills_only_its_share_and_the_table_its_limit() {
+        let ct = Conntrack::new(10, 4);
+        let (a, b) = (Arc::new(CtQuota::default()), Arc::new(CtQuota::default()));
+        for p in 0..4 {
+            ct.open(0, &tcp(p, 80), SYN, 1, &a, 0).unwrap();
+        }
+        assert_eq!(ct.open(0, &tcp(99, 80), SYN, 1, &a, 0), Err(Full::Port));
+        // Another port still opens its own.
+        for p in 0..4 {
+            ct.open(0, &tcp(1000 + p, 80), SYN, 2, &b, 0).unwrap();
+        }
+        let c = Arc::new(CtQuota::default());
+        ct.open(0, &tcp(2000, 80), SYN, 3, &c, 0).unwrap();
+        ct.open(0, &tcp(2001, 80), SYN, 3, &c, 0).unwrap();
+        assert_eq!(ct.open(0, &tcp(2002, 80), SYN, 3, &c, 0), Err(Full::Table));
+        // A port gone: its connections go at the next sweep.
+        a.retire();
+        assert_eq!(ct.sweep(1), 4);
+        assert_eq!((ct.len(), a.held(), b.held()), (6, 0, 4));
+    }
+}
