@@ -102,6 +102,10 @@ pub struct RawNetConf {
     /// MAC the result reports, `runtimeConfig.mac` or a derived one),
     /// `first` (the first the pod sends from) or `none`.
     pub pin: Option<String>,
+    /// Which source IP addresses the pod's port is bound to: `result`
+    /// (default: the addresses of this interface in the result, from its
+    /// IPAM; none without IPAM) or `none` (any: a pod that routes).
+    pub pin_ips: Option<String>,
     /// Most MAC addresses the pod's port may hold in the bridge's table
     /// (the switch's default, 64, when absent; 0: no limit).
     pub mac_limit: Option<u32>,
@@ -196,6 +200,8 @@ pub struct NetConf {
     pub mac: Option<String>,
     /// What the pod's port is pinned to.
     pub pin: Pin,
+    /// The pod's port may send only from its result's addresses.
+    pub pin_ips: bool,
     /// The device-plugin device of this attachment (Multus's `deviceID`).
     pub device_id: Option<String>,
     /// The device plugin's device-info directory.
@@ -432,6 +438,16 @@ impl NetConf {
                 ))
             }
         };
+        let pin_ips = match raw.pin_ips.as_deref().unwrap_or("result") {
+            "result" => true,
+            "none" => false,
+            p => {
+                return Err(invalid(
+                    "pin_ips",
+                    format!("{p:?}: expected result or none"),
+                ))
+            }
+        };
         let device_info_dir = clean_absolute(
             "deviceInfoDir",
             raw.device_info_dir
@@ -477,6 +493,7 @@ impl NetConf {
             device_info_file,
             mac,
             pin,
+            pin_ips,
             device_id,
             device_info_dir,
             pod_resources_socket,

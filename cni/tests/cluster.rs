@@ -254,11 +254,24 @@ fn multus_delegate_calls_cache_and_network_status() {
     );
 
     // The two interfaces pass frames (one bridge), each application using
-    // the MAC its network-status reports (the switch pins it).
+    // the MAC and the address its network-status reports (the switch pins
+    // both: netconf `pin` and `pin_ips`).
     let mac = |st: &Value| format!("mac={}", st["mac"].as_str().unwrap());
+    let ip = |st: &Value| st["ips"][0].as_str().unwrap().to_string();
+    // The port of net1 may send from its result's address alone; net2,
+    // without IPAM, from any.
+    let pinned: Vec<Option<Vec<std::net::IpAddr>>> =
+        node.ports().iter().map(|p| p.spec.ips.clone()).collect();
+    let own: std::net::IpAddr = ip(st).split('/').next().unwrap().parse().unwrap();
+    assert!(
+        pinned.contains(&Some(vec![own])) && pinned.contains(&None),
+        "{pinned:?}"
+    );
+    // (net2 has no IPAM, so no address to send to: any of the subnet.)
+    let tx_ip = format!("--tx-ip={},10.90.0.254", own);
     let mut t1 = Testpmd::start(
         &[memif_vdev(0, "client", sock1.to_str().unwrap(), &mac(st))],
-        &["--forward-mode=rxonly"],
+        &["--forward-mode=rxonly", &tx_ip],
     );
     let mut t2 = Testpmd::start(
         &[virtio_vdev(

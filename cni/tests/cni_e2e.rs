@@ -115,22 +115,31 @@ fn two_pods_on_two_networks_pass_traffic_and_leave_nothing_behind() {
         let d: Value = serde_json::from_slice(&std::fs::read(node.devinfo(f)).unwrap()).unwrap();
         d[sect]["path"].as_str().unwrap().to_string()
     };
-    let rxonly = ["--forward-mode=rxonly"];
-    // ... with the MAC their results report, which the switch pins to
-    // their ports (netconf `pin` defaults to `result`).
+    // ... with the MAC and the address their results report, which the
+    // switch pins to their ports (netconf `pin` and `pin_ips` default to
+    // `result`): the memif network has IPAM, its frames go from the pod's
+    // own address.
     let mac_of = |r: &Value| r["interfaces"][0]["mac"].as_str().unwrap().to_string();
-    let memif = |f: &str, r: &Value| {
+    let ip_of = |r: &Value| {
+        let a = r["ips"][0]["address"].as_str().unwrap();
+        a.split('/').next().unwrap().to_string()
+    };
+    let memif = |f: &str, r: &Value, to: &Value| {
         Testpmd::start(
             &[format!(
                 "net_memif0,role=client,socket={},socket-abstract=no,mac={}",
                 path_of(f, "memif"),
                 mac_of(r)
             )],
-            &rxonly,
+            &[
+                "--forward-mode=rxonly",
+                &format!("--tx-ip={},{}", ip_of(r), ip_of(to)),
+            ],
         )
     };
-    let mut a1 = memif("a-net1.json", &results[0].0);
-    let mut b1 = memif("b-net1.json", &results[1].0);
+    let rxonly = ["--forward-mode=rxonly"];
+    let mut a1 = memif("a-net1.json", &results[0].0, &results[1].0);
+    let mut b1 = memif("b-net1.json", &results[1].0, &results[0].0);
     let virtio = |f: &str, r: &Value| {
         Testpmd::start(
             &[format!(

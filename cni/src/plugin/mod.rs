@@ -117,7 +117,7 @@ pub fn add(
 
     let mut c = client(nc, switchyard_api::RETRY_FOR)?;
     collect_garbage(nc, &mut c);
-    let spec = port_spec(nc, pod_role, &name, &socket, &mac);
+    let mut spec = port_spec(nc, pod_role, &name, &socket, &mac);
     let rec_path = record_path(nc, container_id, ifname);
     let asked = Added {
         stdin: stdin.clone(),
@@ -137,6 +137,7 @@ pub fn add(
                         ..a.clone()
                     } == asked =>
             {
+                spec.ips = pinned_ips(nc, &a.result, ifname);
                 keep_port(&mut c, &spec).map_err(|e| switch_err("port", e))?;
                 if let Some(f) = &nc.device_info_file {
                     devinfo::write(&device_info(pod_role, &socket), f)?;
@@ -230,6 +231,7 @@ pub fn add(
             return Err(e);
         }
     };
+    spec.ips = pinned_ips(nc, &result, ifname);
     // A port with this name can only be a leftover of this attachment.
     if let Err(e) = remove_port(&mut c, &name) {
         undo_ipam();
@@ -285,6 +287,34 @@ pub fn add(
 
 /// Port `spec` on the switch as it is: left alone when the switch has it
 /// so (its peer stays connected), else made so.
+/// The addresses the pod's port may send from (netconf `pin_ips`): those
+/// of interface `ifname` in `result` (a CNI result of any version, whose
+/// `ips` name their interface by index, or name none), none if it has
+/// none.
+fn pinned_ips(
+    nc: &NetConf,
+    result: &serde_json::Value,
+    ifname: &str,
+) -> Option<Vec<std::net::IpAddr>> {
+    if !nc.pin_ips {
+        return None;
+    }
+    let ours = result["interfaces"]
+        .as_array()
+        .and_then(|i| i.iter().position(|x| x["name"] == ifname));
+    let ips: Vec<std::net::IpAddr> = result["ips"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|ip| match ip["interface"].as_u64() {
+            Some(i) => Some(i as usize) == ours,
+            None => true,
+        })
+        .filter_map(|ip| ip["address"].as_str()?.split('/').next()?.parse().ok())
+        .collect();
+    (!ips.is_empty()).then_some(ips)
+}
+
 fn keep_port(c: &mut Client, spec: &PortSpec) -> Result<(), ClientError> {
     let ports: Vec<PortInfo> = serde_json::from_value(call(c, &Request::PortList)?)
         .map_err(|e| ClientError::BadAnswer(e.to_string()))?;
@@ -293,6 +323,8 @@ fn keep_port(c: &mut Client, spec: &PortSpec) -> Result<(), ClientError> {
     // (`failed`) is made again.
     let same = |have: &PortSpec| {
         let mut have = have.clone();
+        // Its policy is the node agent's, set after the port was made.
+        have.policy = None;
         if spec.pin_first == Some(true) && spec.macs.is_none() {
             have.macs = None;
         }
