@@ -102,7 +102,7 @@ pub struct RawNetConf {
     /// MAC the result reports, `runtimeConfig.mac` or a derived one),
     /// `first` (the first the pod sends from) or `none`.
     pub pin: Option<String>,
-    /// Which source IP addresses the pod's port is bound to: `result`
+    /// Which source IP addresses the pod's port is bound to (`pinIps`): `result`
     /// (default: the addresses of this interface in the result, from its
     /// IPAM; none without IPAM) or `none` (any: a pod that routes).
     pub pin_ips: Option<String>,
@@ -443,7 +443,7 @@ impl NetConf {
             "none" => false,
             p => {
                 return Err(invalid(
-                    "pin_ips",
+                    "pinIps",
                     format!("{p:?}: expected result or none"),
                 ))
             }
@@ -602,6 +602,14 @@ mod tests {
             parse(r#"{"cniVersion":"1.1.0","name":"n","type":"switchyard","deviceID":"../../x"}"#)
                 .unwrap_err();
         assert!(e.msg.starts_with("deviceID:"), "{e}");
+        let e = parse(r#"{"cniVersion":"1.1.0","name":"n","type":"switchyard","pinIps":"first"}"#)
+            .unwrap_err();
+        assert!(e.msg.starts_with("pinIps:"), "{e}");
+        let nc = parse(r#"{"cniVersion":"1.1.0","name":"n","type":"switchyard"}"#).unwrap();
+        assert!(nc.pin_ips, "addresses pinned by default");
+        let nc = parse(r#"{"cniVersion":"1.1.0","name":"n","type":"switchyard","pinIps":"none"}"#)
+            .unwrap();
+        assert!(!nc.pin_ips);
         let e = parse(r#"{"cniVersion":"9.9.9","name":"n","type":"switchyard"}"#).unwrap_err();
         assert_eq!(e.code, crate::error::INCOMPATIBLE_VERSION);
         let e = parse(r#"{"cniVersion":"1.1.0","name":"n","type":"switchyard","socketDir":"/var/run/../etc"}"#).unwrap_err();

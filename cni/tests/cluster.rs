@@ -255,7 +255,7 @@ fn multus_delegate_calls_cache_and_network_status() {
 
     // The two interfaces pass frames (one bridge), each application using
     // the MAC and the address its network-status reports (the switch pins
-    // both: netconf `pin` and `pin_ips`).
+    // both: netconf `pin` and `pinIps`).
     let mac = |st: &Value| format!("mac={}", st["mac"].as_str().unwrap());
     let ip = |st: &Value| st["ips"][0].as_str().unwrap().to_string();
     // The port of net1 may send from its result's address alone; net2,

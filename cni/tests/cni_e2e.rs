@@ -116,7 +116,7 @@ fn two_pods_on_two_networks_pass_traffic_and_leave_nothing_behind() {
         d[sect]["path"].as_str().unwrap().to_string()
     };
     // ... with the MAC and the address their results report, which the
-    // switch pins to their ports (netconf `pin` and `pin_ips` default to
+    // switch pins to their ports (netconf `pin` and `pinIps` default to
     // `result`): the memif network has IPAM, its frames go from the pod's
     // own address.
     let mac_of = |r: &Value| r["interfaces"][0]["mac"].as_str().unwrap().to_string();

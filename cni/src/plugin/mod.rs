@@ -287,7 +287,7 @@ pub fn add(
 
 /// Port `spec` on the switch as it is: left alone when the switch has it
 /// so (its peer stays connected), else made so.
-/// The addresses the pod's port may send from (netconf `pin_ips`): those
+/// The addresses the pod's port may send from (netconf `pinIps`): those
 /// of interface `ifname` in `result` (a CNI result of any version, whose
 /// `ips` name their interface by index, or name none), none if it has
 /// none.
