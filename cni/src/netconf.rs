@@ -441,12 +441,7 @@ impl NetConf {
         let pin_ips = match raw.pin_ips.as_deref().unwrap_or("result") {
             "result" => true,
             "none" => false,
-            p => {
-                return Err(invalid(
-                    "pinIps",
-                    format!("{p:?}: expected result or none"),
-                ))
-            }
+            p => return Err(invalid("pinIps", format!("{p:?}: expected result or none"))),
         };
         let device_info_dir = clean_absolute(
             "deviceInfoDir",

@@ -267,6 +267,26 @@ fn multus_delegate_calls_cache_and_network_status() {
         pinned.contains(&Some(vec![own])) && pinned.contains(&None),
         "{pinned:?}"
     );
+    // Each port names its pod attachment, for the node agent.
+    let mut attached: Vec<String> = node
+        .ports()
+        .iter()
+        .filter_map(|p| p.spec.pod.as_ref())
+        .map(|a| {
+            format!(
+                "{}/{} {} {} {:?}",
+                a.namespace, a.name, a.interface, a.network, a.uid
+            )
+        })
+        .collect();
+    attached.sort();
+    assert_eq!(
+        attached,
+        [
+            "default/a net1 memif-net Some(\"uid-a\")",
+            "default/a net2 vhost-net Some(\"uid-a\")"
+        ]
+    );
     // (net2 has no IPAM, so no address to send to: any of the subnet.)
     let tx_ip = format!("--tx-ip={},10.90.0.254", own);
     let mut t1 = Testpmd::start(

@@ -115,6 +115,30 @@ pub struct PortSpec {
     /// ([`PortPolicy`]). Absent: everything.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<PortPolicy>,
+    /// The pod attachment the port serves, as the CNI plugin made it: what
+    /// the node agent finds the port's pod and network by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<PodAttachment>,
+}
+
+/// A pod's attachment to a network, as the CNI plugin knows it
+/// (`K8S_POD_NAMESPACE`, `K8S_POD_NAME`, `K8S_POD_UID` in `CNI_ARGS`,
+/// `CNI_IFNAME`, the netconf's `name`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PodAttachment {
+    /// The pod's namespace.
+    pub namespace: String,
+    /// The pod's name.
+    pub name: String,
+    /// The pod's UID, where the runtime passed it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+    /// The interface in the pod (`net1`): its entry in the pod's
+    /// network-status.
+    pub interface: String,
+    /// The network's name in the netconf.
+    pub network: String,
 }
 
 /// Declares the port kinds, one line each: `Variant(module::Spec)`. Makes
@@ -319,6 +343,21 @@ impl PortSpec {
         if let Some(p) = &self.policy {
             p.validate(&f("policy"))?;
         }
+        if let Some(a) = &self.pod {
+            for (field, v) in [
+                ("namespace", &a.namespace),
+                ("name", &a.name),
+                ("interface", &a.interface),
+                ("network", &a.network),
+            ] {
+                if v.is_empty() || v.len() > 253 || v.chars().any(char::is_control) {
+                    return Err(SpecError::new(
+                        f(&format!("pod.{field}")),
+                        "1 to 253 bytes, no control characters",
+                    ));
+                }
+            }
+        }
         self.kind.validate(at)
     }
 
@@ -362,6 +401,7 @@ impl PortSpec {
             pin_first: None,
             ips: None,
             policy: None,
+            pod: None,
         }
     }
 }

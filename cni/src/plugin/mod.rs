@@ -118,6 +118,26 @@ pub fn add(
     let mut c = client(nc, switchyard_api::RETRY_FOR)?;
     collect_garbage(nc, &mut c);
     let mut spec = port_spec(nc, pod_role, &name, &socket, &mac);
+    // What the node agent finds the port's pod and network by.
+    if let (Some(namespace), Some(pod)) = (&args.pod_namespace, &args.pod_name) {
+        spec.pod = Some(switchyard_api::spec::PodAttachment {
+            namespace: namespace.clone(),
+            name: pod.clone(),
+            uid: args.pod_uid.clone(),
+            interface: ifname.to_string(),
+            network: nc.raw.name.clone(),
+        });
+    }
+    // What the node agent finds the port's pod and network by.
+    if let (Some(namespace), Some(pod)) = (&args.pod_namespace, &args.pod_name) {
+        spec.pod = Some(switchyard_api::spec::PodAttachment {
+            namespace: namespace.clone(),
+            name: pod.clone(),
+            uid: args.pod_uid.clone(),
+            interface: ifname.to_string(),
+            network: nc.raw.name.clone(),
+        });
+    }
     let rec_path = record_path(nc, container_id, ifname);
     let asked = Added {
         stdin: stdin.clone(),
