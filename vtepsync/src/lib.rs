@@ -12,6 +12,11 @@
 //!
 //! [`nodes`] turns Nodes into the addresses to join; [`plan`] compares them
 //! with the switch's VTEPs and says what to add and take out.
+//!
+//! The same agent enforces MultiNetworkPolicy on the node's ports:
+//! [`policy`] resolves the policies that select a port's pod into the
+//! address-and-port rules the switch judges frames by.
 
 pub mod nodes;
 pub mod plan;
+pub mod policy;

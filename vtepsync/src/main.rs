@@ -53,6 +53,11 @@ struct Args {
     /// with another config).
     #[arg(long, default_value_t = 60)]
     resync_secs: u64,
+    /// Enforce MultiNetworkPolicy on this node's ports: watch the
+    /// policies, pods and namespaces (list and watch only) and give each
+    /// port the rules of the policies that select its pod.
+    #[arg(long)]
+    policy: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -105,6 +110,17 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let mut last = Outcome::default();
     let mut sent: Option<(IpAddr, Option<IpAddr>)> = None;
     info!(node = %args.node_name, selector = %args.selector, "watching the nodes");
+    if args.policy {
+        let (c, socket) = (api.clone().into_client(), args.control_socket.clone());
+        tokio::spawn(async move {
+            if let Err(e) = policies::run(c, socket, resync).await {
+                // The node's VTEPs are kept all the same; the process
+                // exits so that the kubelet restarts it and it is seen.
+                tracing::error!("policy: {e:#}");
+                std::process::exit(1);
+            }
+        });
+    }
     loop {
         tokio::select! {
             ev = stream.next() => match ev {
@@ -198,6 +214,229 @@ async fn run(args: Args) -> anyhow::Result<()> {
     // for an upgrade, leaves the overlays as they are.
     info!("stopping");
     Ok(())
+}
+
+/// MultiNetworkPolicy on this node's ports: the watches, and the ports
+/// brought to what the policies say.
+mod policies {
+    use std::collections::BTreeMap;
+    use std::path::{Path, PathBuf};
+    use std::time::Duration;
+
+    use futures::StreamExt;
+    use k8s_openapi::api::core::v1::{Namespace, Pod};
+    use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+    use kube::runtime::watcher::{self, Event};
+    use kube::runtime::WatchStreamExt;
+    use kube::Api;
+    use switchyard_api::{Client, Request};
+    use switchyard_vtep_sync::policy::{self, PodView, PolicyView};
+    use tokio::time::{sleep_until, Instant};
+    use tracing::{info, warn};
+
+    /// How long the ports wait after a change for the changes that come
+    /// with it (a policy and its pods): well inside the second an update
+    /// must take effect in.
+    const SETTLE: Duration = Duration::from_millis(100);
+
+    /// What the watches show.
+    #[derive(Default)]
+    struct World {
+        pods: BTreeMap<(String, String), PodView>,
+        namespaces: BTreeMap<String, BTreeMap<String, String>>,
+        policies: BTreeMap<(String, String), PolicyView>,
+    }
+
+    fn key(m: &kube::core::ObjectMeta) -> (String, String) {
+        (
+            m.namespace.clone().unwrap_or_default(),
+            m.name.clone().unwrap_or_default(),
+        )
+    }
+
+    /// Applies one watch event of any of the three kinds; the `Init*`
+    /// events of a re-list replace that kind's objects once it is done.
+    enum Change {
+        Pod(Box<Event<Pod>>),
+        Namespace(Event<Namespace>),
+        Policy(Event<DynamicObject>),
+    }
+
+    pub async fn run(
+        client: kube::Client,
+        socket: PathBuf,
+        resync: Duration,
+    ) -> anyhow::Result<()> {
+        let gvk = GroupVersionKind::gvk("k8s.cni.cncf.io", "v1beta1", "MultiNetworkPolicy");
+        let ar = ApiResource::from_gvk_with_plural(&gvk, "multi-networkpolicies");
+        let cfg = watcher::Config::default;
+        let pods = watcher::watcher(Api::<Pod>::all(client.clone()), cfg())
+            .default_backoff()
+            .map(|e| e.map(|e| Change::Pod(Box::new(e))));
+        let nss = watcher::watcher(Api::<Namespace>::all(client.clone()), cfg())
+            .default_backoff()
+            .map(|e| e.map(Change::Namespace));
+        let pols = watcher::watcher(Api::<DynamicObject>::all_with(client, &ar), cfg())
+            .default_backoff()
+            .map(|e| e.map(Change::Policy));
+        let mut all = std::pin::pin!(futures::stream::select(
+            pods,
+            futures::stream::select(nss, pols)
+        ));
+        let mut world = World::default();
+        // Each kind's objects while it is listed again.
+        let mut relist = World::default();
+        let mut listed = [false; 3];
+        let mut due: Option<Instant> = None;
+        let mut next_resync = Instant::now() + resync;
+        info!("watching MultiNetworkPolicies, pods and namespaces");
+        loop {
+            tokio::select! {
+                ev = all.next() => {
+                    let Some(ev) = ev else { anyhow::bail!("the watches ended") };
+                    let ev = match ev {
+                        Ok(ev) => ev,
+                        Err(e) => {
+                            warn!("policy watches: {e}");
+                            continue;
+                        }
+                    };
+                    apply(&mut world, &mut relist, &mut listed, ev);
+                    if listed.iter().all(|l| *l) {
+                        due.get_or_insert(Instant::now() + SETTLE);
+                    }
+                }
+                _ = sleep_until(due.unwrap_or(next_resync)) => {
+                    if !listed.iter().all(|l| *l) {
+                        next_resync = Instant::now() + resync;
+                        continue;
+                    }
+                    due = None;
+                    next_resync = Instant::now() + resync;
+                    let pods: Vec<PodView> = world.pods.values().cloned().collect();
+                    let namespaces = world.namespaces.clone();
+                    let policies: Vec<PolicyView> = world.policies.values().cloned().collect();
+                    let socket = socket.clone();
+                    let done = tokio::task::spawn_blocking(move || enforce(&socket, &pods, &namespaces, &policies)).await?;
+                    if let Err(e) = done {
+                        warn!("policy: will retry: {e:#}");
+                        due = Some(Instant::now() + Duration::from_secs(1));
+                    }
+                }
+            }
+        }
+    }
+
+    fn apply(world: &mut World, relist: &mut World, listed: &mut [bool; 3], ev: Change) {
+        match ev {
+            Change::Pod(ev) => match *ev {
+                Event::Init => relist.pods.clear(),
+                Event::InitApply(p) => {
+                    if let Some(v) = policy::pod_view(&p) {
+                        relist.pods.insert(key(&p.metadata), v);
+                    }
+                }
+                Event::InitDone => {
+                    world.pods = std::mem::take(&mut relist.pods);
+                    listed[0] = true;
+                }
+                Event::Apply(p) => match policy::pod_view(&p) {
+                    Some(v) => {
+                        world.pods.insert(key(&p.metadata), v);
+                    }
+                    None => {
+                        world.pods.remove(&key(&p.metadata));
+                    }
+                },
+                Event::Delete(p) => {
+                    world.pods.remove(&key(&p.metadata));
+                }
+            },
+            Change::Namespace(ev) => {
+                let labels = |n: &Namespace| n.metadata.labels.clone().unwrap_or_default();
+                let name = |n: &Namespace| n.metadata.name.clone().unwrap_or_default();
+                match ev {
+                    Event::Init => relist.namespaces.clear(),
+                    Event::InitApply(n) => {
+                        relist.namespaces.insert(name(&n), labels(&n));
+                    }
+                    Event::InitDone => {
+                        world.namespaces = std::mem::take(&mut relist.namespaces);
+                        listed[1] = true;
+                    }
+                    Event::Apply(n) => {
+                        world.namespaces.insert(name(&n), labels(&n));
+                    }
+                    Event::Delete(n) => {
+                        world.namespaces.remove(&name(&n));
+                    }
+                }
+            }
+            Change::Policy(ev) => match ev {
+                Event::Init => relist.policies.clear(),
+                Event::InitApply(o) => {
+                    if let Some(v) = policy::policy_view(&o) {
+                        relist.policies.insert(key(&o.metadata), v);
+                    }
+                }
+                Event::InitDone => {
+                    world.policies = std::mem::take(&mut relist.policies);
+                    listed[2] = true;
+                }
+                Event::Apply(o) => match policy::policy_view(&o) {
+                    Some(v) => {
+                        world.policies.insert(key(&o.metadata), v);
+                    }
+                    None => {
+                        warn!(policy = ?key(&o.metadata), "a MultiNetworkPolicy whose spec does not read: ignored");
+                        world.policies.remove(&key(&o.metadata));
+                    }
+                },
+                Event::Delete(o) => {
+                    world.policies.remove(&key(&o.metadata));
+                }
+            },
+        }
+    }
+
+    /// Gives each port of the switch that serves a pod the policy the
+    /// policies make for it, where that changed.
+    fn enforce(
+        socket: &Path,
+        pods: &[PodView],
+        namespaces: &BTreeMap<String, BTreeMap<String, String>>,
+        policies: &[PolicyView],
+    ) -> anyhow::Result<()> {
+        let mut c = Client::lazy(socket);
+        c.set_retry(Duration::from_secs(3));
+        let ports = c.ask(&Request::port_list())?;
+        for p in ports {
+            let Some(a) = p.spec.pod.as_ref().filter(|_| p.status.failed.is_none()) else {
+                continue;
+            };
+            let pod = pods
+                .iter()
+                .find(|v| v.namespace == a.namespace && v.name == a.name);
+            let want = pod
+                .and_then(|pod| policy::port_policy(pod, &a.interface, pods, namespaces, policies));
+            if want == p.spec.policy {
+                continue;
+            }
+            let rules = |d: &Option<Vec<_>>| d.as_ref().map(Vec::len);
+            info!(
+                port = %p.spec.name, pod = %format!("{}/{}", a.namespace, a.name),
+                ingress_rules = ?want.as_ref().and_then(|w| rules(&w.ingress)),
+                egress_rules = ?want.as_ref().and_then(|w| rules(&w.egress)),
+                "policy"
+            );
+            c.ask(&Request::port_set(
+                &p.spec.name,
+                None,
+                Some(want.unwrap_or_default()),
+            ))?;
+        }
+        Ok(())
+    }
 }
 
 /// Whether `a` is an address of one of the host's interfaces (whether a
