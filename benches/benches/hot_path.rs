@@ -29,10 +29,12 @@ use switchyard::queue::{
     OffloadCaps, PortQueues, QueueFault, RxBurst, RxQueue, TxError, TxFrame, TxQueue, BURST_SIZE,
 };
 use switchyard::switch::mac_table::MacEntry;
+use switchyard::switch::policy::PortRules;
 use switchyard::switch::security::PortSecurity;
 use switchyard::vlan::{VlanMode, VlanSet};
 use switchyard::wire::memif::{ring_bytes, COOKIE};
 use switchyard::wire::MacAddr;
+use switchyard_api::policy::{IpBlock, L4Protocol, PolicyPort, PolicyRule, PortPolicy};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 const BURST: usize = BURST_SIZE;
@@ -54,6 +56,24 @@ fn frame(size: usize, dst: u64, src: u64, vlan: Option<u16>) -> Vec<u8> {
         }
         None => f[12..14].copy_from_slice(&0x0800u16.to_be_bytes()),
     }
+    f
+}
+
+/// An Ethernet frame of `size` bytes from A to B carrying IPv4/UDP from
+/// 10.0.0.1:1000 to 10.0.0.2:2000.
+fn udp_frame(size: usize) -> Vec<u8> {
+    let mut f = frame(size, MAC_B, MAC_A, None);
+    let ip = &mut f[14..];
+    ip[0] = 0x45;
+    ip[2..4].copy_from_slice(&((size - 14) as u16).to_be_bytes());
+    ip[8] = 64;
+    ip[9] = 17;
+    ip[12..16].copy_from_slice(&[10, 0, 0, 1]);
+    ip[16..20].copy_from_slice(&[10, 0, 0, 2]);
+    let udp = &mut ip[20..];
+    udp[0..2].copy_from_slice(&1000u16.to_be_bytes());
+    udp[2..4].copy_from_slice(&2000u16.to_be_bytes());
+    udp[4..6].copy_from_slice(&((size - 34) as u16).to_be_bytes());
     f
 }
 
@@ -576,6 +596,74 @@ fn forward(c: &mut Criterion) {
         let mut wk = Worker::new(plane_with(Box::new(rx), Box::new(tx), &macs_b));
         g.bench_function(
             BenchmarkId::new(format!("worker_memif_to_memif_{hosts}_hosts"), 64),
+            |bench| {
+                bench.iter(|| {
+                    peers.step();
+                    black_box(wk.iterate(&mut burst))
+                })
+            },
+        );
+    }
+
+    // L3/L4 policy: memif to memif, IPv4/UDP frames of one flow from a
+    // port given its address to a port isolated for ingress by `rules`
+    // rules, the last of which allows the flow (the others address blocks
+    // and ports that do not match): a new connection the first frame, then
+    // tracked. 0: the sender's address alone (a policed bridge, no rules).
+    for rules in [0usize, 10, 1000] {
+        let data = udp_frame(60);
+        let (peers, rx, tx) = Peers::new(&data);
+        let (dp, _) = plane_with(Box::new(rx), Box::new(tx), &[MAC_B]);
+        let ips = ["10.0.0.1".parse().unwrap()];
+        dp.set_port_rules(
+            0,
+            PortRules::compile(None, Some(&ips)).unwrap().map(Arc::new),
+        );
+        if rules > 0 {
+            let mut list: Vec<PolicyRule> = (1..rules)
+                .map(|i| PolicyRule {
+                    name: None,
+                    peers: vec![IpBlock {
+                        cidr: format!("10.{}.{}.0/24", 1 + i / 256, i % 256)
+                            .parse()
+                            .unwrap(),
+                        except: vec![],
+                    }],
+                    ports: vec![PolicyPort {
+                        protocol: L4Protocol::Udp,
+                        port: Some(3000 + i as u16),
+                        end_port: None,
+                    }],
+                })
+                .collect();
+            list.push(PolicyRule {
+                name: None,
+                peers: vec![IpBlock {
+                    cidr: "10.0.0.0/24".parse().unwrap(),
+                    except: vec![],
+                }],
+                ports: vec![PolicyPort {
+                    protocol: L4Protocol::Udp,
+                    port: Some(2000),
+                    end_port: None,
+                }],
+            });
+            let policy = PortPolicy {
+                ingress: Some(list),
+                egress: None,
+            };
+            dp.set_port_rules(
+                1,
+                PortRules::compile(Some(&policy), None)
+                    .unwrap()
+                    .map(Arc::new),
+            );
+        }
+        let mut view = WorkerView::default();
+        dp.build_view(0, &mut view);
+        let mut wk = Worker::new((dp, view));
+        g.bench_function(
+            BenchmarkId::new(format!("worker_memif_to_memif_policy_{rules}_rules"), 64),
             |bench| {
                 bench.iter(|| {
                     peers.step();

@@ -22,7 +22,7 @@
 //! (`nf_conntrack_tcp_loose`, on by default).
 
 use std::collections::hash_map::{Entry, HashMap, RandomState};
-use std::hash::BuildHasher;
+use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -81,22 +81,73 @@ pub fn zone(bridge: u16, domain: u16) -> Zone {
     u32::from(bridge) << 16 | u32::from(domain)
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Key {
     zone: Zone,
     v6: bool,
     proto: u8,
     lo: (u128, u16),
     hi: (u128, u16),
+    /// Its hash under the table's seed, made once: it picks the shard and
+    /// the bucket.
+    hash: u64,
+}
+
+impl Hash for Key {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        h.write_u64(self.hash);
+    }
+}
+
+/// The hasher of a shard's map: the key's own hash, as made.
+#[derive(Default)]
+struct Made(u64);
+
+impl Hasher for Made {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, _: &[u8]) {
+        unreachable!("keys hash as one u64")
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
+    }
+}
+
+/// A folded multiply: the high and low halves of the 128-bit product,
+/// XORed (foldhash's and aHash's mixing step).
+#[inline]
+fn fold(a: u64, b: u64) -> u64 {
+    let p = u128::from(a) * u128::from(b);
+    (p as u64) ^ ((p >> 64) as u64)
 }
 
 impl Key {
-    /// The key of `t`'s connection, and whether `t` goes from `lo` to `hi`.
-    fn of(zone: Zone, t: &Tuple) -> (Key, bool) {
+    /// The key of `t`'s connection, and whether `t` goes from `lo` to `hi`;
+    /// hashed with `seed`.
+    fn of(zone: Zone, t: &Tuple, seed: &[u64; 2]) -> (Key, bool) {
         let a = (t.src, t.sport);
         let b = (t.dst, t.dport);
         let up = a <= b;
         let (lo, hi) = if up { (a, b) } else { (b, a) };
+        // Seeded, so that a pod cannot make its connections collide (the
+        // seed is random per switch and never shown).
+        let words = [
+            lo.0 as u64,
+            (lo.0 >> 64) as u64,
+            hi.0 as u64,
+            (hi.0 >> 64) as u64,
+            u64::from(lo.1)
+                | u64::from(hi.1) << 16
+                | u64::from(t.proto) << 32
+                | u64::from(t.v6) << 40,
+            u64::from(zone),
+        ];
+        let mut h = seed[0];
+        for w in words {
+            h = fold(h ^ w, seed[1] | 1);
+        }
         (
             Key {
                 zone,
@@ -104,6 +155,7 @@ impl Key {
                 proto: t.proto,
                 lo,
                 hi,
+                hash: h,
             },
             up,
         )
@@ -166,8 +218,8 @@ pub enum Full {
 
 /// The table.
 pub struct Conntrack {
-    shards: Box<[Mutex<HashMap<Key, Conn>>]>,
-    hasher: RandomState,
+    shards: Box<[Mutex<Shard>]>,
+    seed: [u64; 2],
     total: AtomicU32,
     table_limit: u32,
     port_share: u32,
@@ -186,6 +238,8 @@ impl std::fmt::Debug for Conntrack {
             .finish_non_exhaustive()
     }
 }
+
+type Shard = HashMap<Key, Conn, BuildHasherDefault<Made>>;
 
 fn is_tcp(proto: u8) -> bool {
     proto == PROTO_TCP
@@ -269,9 +323,12 @@ impl Conntrack {
     /// A table of `table_limit` entries at most, `port_share` per opening
     /// port.
     pub fn new(table_limit: u32, port_share: u32) -> Conntrack {
+        // std's random keys (from the OS), as the seed.
+        let random = RandomState::new();
+        let seed = [random.hash_one(0u64), random.hash_one(1u64)];
         Conntrack {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
-            hasher: RandomState::new(),
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            seed,
             total: AtomicU32::new(0),
             table_limit,
             port_share,
@@ -288,8 +345,9 @@ impl Conntrack {
         self.len() == 0
     }
 
-    fn shard(&self, k: &Key) -> std::sync::MutexGuard<'_, HashMap<Key, Conn>> {
-        let i = self.hasher.hash_one(k) as usize % SHARDS;
+    fn shard(&self, k: &Key) -> std::sync::MutexGuard<'_, Shard> {
+        // The high bits (the map's buckets take the low ones).
+        let i = (k.hash >> 58) as usize % SHARDS;
         // A worker that panicked holding it left a map that is still whole.
         self.shards[i].lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -302,7 +360,7 @@ impl Conntrack {
     /// Looks packet `t` (TCP `flags`) up as it came in on `port` in
     /// `zone` at `now`; a packet of a known connection moves its state on.
     pub fn track(&self, zone: Zone, t: &Tuple, flags: u8, port: PortId, now: u32) -> Tracked {
-        let (key, up) = Key::of(zone, t);
+        let (key, up) = Key::of(zone, t, &self.seed);
         let mut map = self.shard(&key);
         let Some(c) = map.get_mut(&key) else {
             return Tracked::New;
@@ -352,7 +410,7 @@ impl Conntrack {
         owner: &Arc<CtQuota>,
         now: u32,
     ) -> Result<(), Full> {
-        let (key, up) = Key::of(zone, t);
+        let (key, up) = Key::of(zone, t, &self.seed);
         let mut map = self.shard(&key);
         let state = opening_state(t.proto, flags);
         let conn = Conn {
@@ -399,7 +457,7 @@ impl Conntrack {
     /// Whether the packet an ICMP error quotes (`about`, as it went) is of
     /// a connection the table holds: the error is related to it.
     pub fn related(&self, zone: Zone, about: &Tuple, now: u32) -> bool {
-        let (key, _) = Key::of(zone, about);
+        let (key, _) = Key::of(zone, about, &self.seed);
         self.shard(&key).get(&key).is_some_and(|c| c.expires > now)
     }
 
@@ -423,7 +481,7 @@ impl Conntrack {
 
     /// The state of `t`'s connection, if held (tests, `policy show`).
     pub fn state(&self, zone: Zone, t: &Tuple) -> Option<CtState> {
-        let (key, _) = Key::of(zone, t);
+        let (key, _) = Key::of(zone, t, &self.seed);
         self.shard(&key).get(&key).map(|c| c.state)
     }
 }
