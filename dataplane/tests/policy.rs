@@ -268,3 +268,55 @@ fn a_station_sending_from_another_stations_address_is_dropped() {
     assert_eq!(port.spec.ips, None);
     sw.stop();
 }
+
+#[test]
+fn a_takeover_carries_the_connections_policy_allowed() {
+    let _g = serial();
+    let node = Netns::new("tkn");
+    let mut sw = Switch::start_in(Some(&node.name), BRIDGE);
+    let st = three_stations(&node, &sw);
+    let (a, b) = (&st[0], &st[1]);
+    // b takes nothing in: only replies to what it opened reach it.
+    set_policy(&sw, "pb", r#"{"ingress": []}"#);
+    // a's server: answers b's hello at once, then says more when told.
+    let (more_tx, more_rx) = std::sync::mpsc::channel::<()>();
+    let server = in_ns(&a.ns.name, move || {
+        let l = TcpListener::bind(("0.0.0.0", 90)).unwrap();
+        let (mut c, _) = l.accept().unwrap();
+        let mut hello = [0u8; 5];
+        c.read_exact(&mut hello).unwrap();
+        c.write_all(b"hello").unwrap();
+        more_rx.recv().unwrap();
+        c.write_all(b"later").unwrap();
+        // Held until b has read it.
+        let _ = c.read(&mut hello);
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let to = SocketAddr::V4(SocketAddrV4::new(a.ip, 90));
+    let client = in_ns(&b.ns.name, move || {
+        let mut c = TcpStream::connect_timeout(&to, Duration::from_secs(5)).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        c.write_all(b"hello").unwrap();
+        let mut got = [0u8; 5];
+        c.read_exact(&mut got).unwrap();
+        c
+    });
+    let mut c = client.join().expect("b's connection to a, and a's answer");
+    // The switch is replaced while the connection is open; then a speaks
+    // first: its packet comes to b's ingress, which only the connection
+    // handed over lets through.
+    sw.takeover();
+    more_tx.send(()).unwrap();
+    let mut got = [0u8; 5];
+    c.read_exact(&mut got).expect("a's later words through the new switch");
+    assert_eq!(&got, b"later");
+    drop(c);
+    server.join().unwrap();
+    assert_eq!(drops(&sw, "pb", DropReason::PolicyIngress), 0);
+    // And the policy itself came across: a new connection from a to b is
+    // refused.
+    let _servers = serve(b, &[80], &[]);
+    assert!(!tcp(a, b, 80));
+    assert!(drops(&sw, "pb", DropReason::PolicyIngress) > 0);
+    sw.stop();
+}

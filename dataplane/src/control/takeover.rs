@@ -131,6 +131,10 @@ pub struct SavedBridge {
     pub totals: BridgeTotals,
     /// Its MAC table.
     pub macs: Vec<SavedMac>,
+    /// The connections L3/L4 policy allowed in it (switches before policy
+    /// send none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub connections: Vec<crate::switch::policy::conntrack::ConnRecord>,
 }
 
 /// A MAC table entry handed over.

@@ -429,6 +429,30 @@ impl Daemon {
                     })
                 })
                 .collect(),
+                // The connections policy allowed: their packets go on
+                // passing in the new switch as they did.
+                connections: if full {
+                    let name = |id: PortId| {
+                        let e = self.ports.get(id as usize)?.as_ref()?;
+                        Some(e.spec.name.clone())
+                    };
+                    // Each port's quota, by its address (a thousand
+                    // ports, once, not once a connection).
+                    let quotas: std::collections::HashMap<*const _, &String> =
+                        (self.ports.iter().flatten())
+                            .map(|e| (std::sync::Arc::as_ptr(&e.shared.conntrack), &e.spec.name))
+                            .collect();
+                    let owner = |q: &std::sync::Arc<crate::switch::policy::conntrack::CtQuota>| {
+                        quotas
+                            .get(&std::sync::Arc::as_ptr(q))
+                            .map(|n| n.to_string())
+                    };
+                    self.dp
+                        .conntrack()
+                        .export(b.id, self.dp.now_secs(), name, owner)
+                } else {
+                    Vec::new()
+                },
             })
             .collect()
     }
@@ -665,6 +689,17 @@ impl Daemon {
                 })
                 .collect();
             d.dp.learn_seen(id, &seen);
+            let port = |name: &str| {
+                let id = *d.port_names.get(name)?;
+                let e = d.ports.get(id as usize)?.as_ref()?;
+                Some((id, e.shared.conntrack.clone()))
+            };
+            let taken =
+                d.dp.conntrack()
+                    .import(id, d.dp.now_secs(), &b.connections, port);
+            if taken < b.connections.len() {
+                warn!(bridge = %b.name, taken, handed = b.connections.len(), "connections handed over whose ports are not here, or that do not fit: left out");
+            }
         }
         d.unrestored = state.unrestored;
         if fds.left() > 0 {

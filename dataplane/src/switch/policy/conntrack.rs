@@ -163,7 +163,8 @@ impl Key {
 }
 
 /// What a connection's packets have shown, as far as its timeout needs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum CtState {
     /// TCP: the opening SYN, unanswered.
     SynSent,
@@ -195,6 +196,50 @@ struct Conn {
     orig_port: PortId,
     reply_port: Option<PortId>,
     owner: Arc<CtQuota>,
+}
+
+/// A connection as a takeover hands it over ([`Conntrack::export`],
+/// [`Conntrack::import`]): its ports by name, its time as what is left.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConnRecord {
+    /// The VLAN inside its bridge.
+    pub vlan: u16,
+    /// IP protocol.
+    pub proto: u8,
+    /// One end (the lower) and its port.
+    pub a: (std::net::IpAddr, u16),
+    /// The other end.
+    pub b: (std::net::IpAddr, u16),
+    /// `a` opened it.
+    pub opened_by_a: bool,
+    /// Its state.
+    pub state: CtState,
+    /// FIN seen from the end that opened it, from the other.
+    pub fin: (bool, bool),
+    /// Seconds until it expires.
+    pub left: u32,
+    /// The port its first packet came in on, and its first reply.
+    pub orig_port: String,
+    /// The port its first reply came in on.
+    pub reply_port: Option<String>,
+    /// The port it is charged to.
+    pub owner: String,
+}
+
+fn ip_of(v6: bool, a: u128) -> std::net::IpAddr {
+    if v6 {
+        std::net::IpAddr::V6(a.into())
+    } else {
+        std::net::IpAddr::V4((a as u32).into())
+    }
+}
+
+fn bits_of(a: std::net::IpAddr) -> u128 {
+    match a {
+        std::net::IpAddr::V4(v) => u128::from(u32::from(v)),
+        std::net::IpAddr::V6(v) => u128::from(v),
+    }
 }
 
 /// How a packet stands to the table.
@@ -479,6 +524,106 @@ impl Conntrack {
         n
     }
 
+    /// The connections of bridge `bridge` alive at `now`, for a takeover:
+    /// `port` names a port slot, `owner` the port a quota is charged to
+    /// (a connection whose ports are gone is left out).
+    pub fn export(
+        &self,
+        bridge: u16,
+        now: u32,
+        port: impl Fn(PortId) -> Option<String>,
+        owner: impl Fn(&Arc<CtQuota>) -> Option<String>,
+    ) -> Vec<ConnRecord> {
+        let mut out = Vec::new();
+        for s in self.shards.iter() {
+            let map = s.lock().unwrap_or_else(|e| e.into_inner());
+            for (k, c) in map.iter() {
+                if (k.zone >> 16) as u16 != bridge || c.expires <= now {
+                    continue;
+                }
+                let (Some(orig_port), Some(owner)) = (port(c.orig_port), owner(&c.owner)) else {
+                    continue;
+                };
+                out.push(ConnRecord {
+                    vlan: k.zone as u16,
+                    proto: k.proto,
+                    a: (ip_of(k.v6, k.lo.0), k.lo.1),
+                    b: (ip_of(k.v6, k.hi.0), k.hi.1),
+                    opened_by_a: c.opened_by_lo,
+                    state: c.state,
+                    fin: c.fin,
+                    left: c.expires - now,
+                    orig_port,
+                    reply_port: c.reply_port.and_then(&port),
+                    owner,
+                });
+            }
+        }
+        out
+    }
+
+    /// Takes up connections a takeover handed over into bridge `bridge`
+    /// at `now`: `port` finds a port by name (its slot and quota); one
+    /// whose ports are not there, or that does not fit, is left out.
+    /// Returns how many were taken.
+    pub fn import(
+        &self,
+        bridge: u16,
+        now: u32,
+        records: &[ConnRecord],
+        port: impl Fn(&str) -> Option<(PortId, Arc<CtQuota>)>,
+    ) -> usize {
+        let mut n = 0;
+        for r in records {
+            let (Some((orig, _)), Some((_, owner))) = (port(&r.orig_port), port(&r.owner)) else {
+                continue;
+            };
+            let reply_port = match &r.reply_port {
+                Some(p) => match port(p) {
+                    Some((id, _)) => Some(id),
+                    None => continue,
+                },
+                None => None,
+            };
+            if r.a.0.is_ipv6() != r.b.0.is_ipv6() {
+                continue;
+            }
+            let t = Tuple {
+                v6: r.a.0.is_ipv6(),
+                proto: r.proto,
+                src: bits_of(r.a.0),
+                dst: bits_of(r.b.0),
+                sport: r.a.1,
+                dport: r.b.1,
+            };
+            let (key, up) = Key::of(zone(bridge, r.vlan), &t, &self.seed);
+            if owner.held.load(Ordering::Relaxed) >= self.port_share
+                || self.total.load(Ordering::Relaxed) >= self.table_limit
+            {
+                continue;
+            }
+            let conn = Conn {
+                // `a` as given is the key's `lo` when it sorts first.
+                opened_by_lo: r.opened_by_a == up,
+                state: r.state,
+                fin: r.fin,
+                expires: now.saturating_add(r.left),
+                orig_port: orig,
+                reply_port,
+                owner: owner.clone(),
+            };
+            let mut map = self.shard(&key);
+            if map.contains_key(&key) {
+                continue;
+            }
+            owner.held.fetch_add(1, Ordering::Relaxed);
+            self.total.fetch_add(1, Ordering::Relaxed);
+            map.insert(key, conn);
+            n += 1;
+        }
+        n
+    }
+
     /// The state of `t`'s connection, if held (tests, `policy show`).
     pub fn state(&self, zone: Zone, t: &Tuple) -> Option<CtState> {
         let (key, _) = Key::of(zone, t, &self.seed);
@@ -557,6 +702,47 @@ mod tests {
         assert_eq!(ct.sweep(20 + 119 + 120), 1);
         assert!(ct.is_empty() && q.held() == 0);
         assert!(!ct.related(z, &t, 300));
+    }
+
+    #[test]
+    fn connections_are_handed_over_with_their_ports_state_and_time() {
+        let old = Conntrack::default();
+        let q = Arc::new(CtQuota::default());
+        let t = tcp(40000, 80);
+        let z = zone(3, 7);
+        old.open(z, &t, SYN, 1, &q, 100).unwrap();
+        old.track(z, &t.reversed(), SYN | ACK, 2, 101);
+        old.track(z, &t, ACK, 1, 101);
+        // Another bridge's: not in this bridge's export.
+        old.open(zone(4, 0), &tcp(1, 2), SYN, 1, &q, 100).unwrap();
+        let names = |p: PortId| Some(format!("p{p}"));
+        let recs = old.export(3, 110, names, |_| Some("p1".into()));
+        assert_eq!(recs.len(), 1);
+        assert_eq!(
+            (recs[0].state, recs[0].left),
+            (CtState::Established, 432_000 - 9)
+        );
+        // Through JSON, as a takeover sends it.
+        let recs: Vec<ConnRecord> =
+            serde_json::from_str(&serde_json::to_string(&recs).unwrap()).unwrap();
+        // The new switch: other slots, another clock, bridge 0.
+        let new = Conntrack::default();
+        let q2 = Arc::new(CtQuota::default());
+        let slot = |n: &str| match n {
+            "p1" => Some((11, q2.clone())),
+            "p2" => Some((12, q2.clone())),
+            _ => None,
+        };
+        assert_eq!(new.import(0, 5, &recs, slot), 1);
+        let z2 = zone(0, 7);
+        assert_eq!(new.state(z2, &t), Some(CtState::Established));
+        // Its replies pass from the reply's port alone.
+        assert_eq!(
+            new.track(z2, &t.reversed(), ACK, 12, 6),
+            Tracked::Established
+        );
+        assert_eq!(new.track(z2, &t.reversed(), ACK, 11, 6), Tracked::New);
+        assert_eq!(q2.held(), 1);
     }
 
     #[test]
