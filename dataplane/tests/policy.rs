@@ -308,7 +308,8 @@ fn a_takeover_carries_the_connections_policy_allowed() {
     sw.takeover();
     more_tx.send(()).unwrap();
     let mut got = [0u8; 5];
-    c.read_exact(&mut got).expect("a's later words through the new switch");
+    c.read_exact(&mut got)
+        .expect("a's later words through the new switch");
     assert_eq!(&got, b"later");
     drop(c);
     server.join().unwrap();

@@ -541,3 +541,176 @@ fn nodes_with_several_addresses_and_a_dual_stack_node_tunnel_both_ways() {
         sw.assert_alive();
     }
 }
+
+/// Runs `f` on a thread inside namespace `ns`.
+fn in_ns<T: Send + 'static>(
+    ns: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::thread::JoinHandle<T> {
+    let path = format!("/run/netns/{ns}");
+    std::thread::spawn(move || {
+        let file = std::fs::File::open(&path).unwrap();
+        nix::sched::setns(file, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+        f()
+    })
+}
+
+/// Whether `from` connects to `to`:`port` over TCP within a second (a
+/// listener that accepts is enough).
+fn connects(from: &Netns, to: &str, port: u16) -> bool {
+    let to: std::net::SocketAddr = format!("{to}:{port}").parse().unwrap();
+    in_ns(&from.name, move || {
+        std::net::TcpStream::connect_timeout(&to, Duration::from_secs(1)).is_ok()
+    })
+    .join()
+    .unwrap()
+}
+
+/// Listeners on `ports` in namespace `ns` that accept (and close) until
+/// `stop` is set.
+fn listen(
+    ns: &Netns,
+    ports: &[u16],
+    stop: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Vec<std::thread::JoinHandle<()>> {
+    ports
+        .iter()
+        .map(|&p| {
+            let stop = stop.clone();
+            in_ns(&ns.name, move || {
+                let l = std::net::TcpListener::bind(("0.0.0.0", p)).unwrap();
+                l.set_nonblocking(true).unwrap();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    if l.accept().is_err() {
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                }
+            })
+        })
+        .collect()
+}
+
+/// MultiNetworkPolicy end to end: three pods of namespace x (kernel
+/// stations on af-packet ports that name their pod attachments, as the
+/// CNI makes them), vtep-sync run as the shipped DaemonSet runs it
+/// (`--policy`) with the shipped RBAC, the policy, pods and namespaces in
+/// the API server stand-in. A policy selecting b lets a reach b's named
+/// port alone; a pod relabelled into the peers, a policy changed, a
+/// policy deleted are followed.
+#[test]
+fn multi_network_policy_reaches_the_ports_through_the_agent() {
+    use api_server::{MULTI_NETWORK_POLICIES, NAMESPACES, PODS};
+    use serde_json::json;
+    let _g = serial();
+    let shipped = Shipped::read();
+    assert!(
+        shipped.container["command"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a == "--policy"),
+        "the DaemonSet's vtep-sync enforces policy"
+    );
+    let node = Netns::new("mnp");
+    node.sh_ok("ip link set lo up");
+    let api = ApiServer::start_in(&shipped.docs, &node.name, "127.0.0.1".parse().unwrap());
+    let token = api.token_for(&shipped.namespace, &shipped.account);
+    let sw = Switch::start_in(Some(&node.name), "[[bridge]]\nname = \"default\"\n");
+    let mut stations = Vec::new();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut listeners = Vec::new();
+    for (i, name) in ["a", "b", "c"].iter().enumerate() {
+        let ns = Netns::new(&format!("mnp{name}"));
+        let port = format!("p{name}");
+        veth(&node, &port, &ns, "net1");
+        let ip = format!("10.79.0.{}", i + 1);
+        ns.sh_ok(&format!(
+            "ip addr add {ip}/24 dev net1 && ip link set lo up"
+        ));
+        // The port as the CNI makes it for pod x/NAME's net1 on x/net.
+        let spec: switchyard_api::PortSpec = serde_json::from_value(json!({
+            "name": port, "kind": "af-packet", "interface": port, "bridge": "default",
+            "ips": [ip],
+            "pod": {"namespace": "x", "name": name, "interface": "net1", "network": "net"},
+        }))
+        .unwrap();
+        sw.client()
+            .ask(&switchyard_api::Request::port_add(spec))
+            .unwrap();
+        api.put(
+            PODS,
+            json!({
+                "metadata": {"namespace": "x", "name": name, "labels": {"pod": name},
+                    "annotations": {"k8s.v1.cni.cncf.io/network-status": json!([
+                        {"name": "cluster", "interface": "eth0", "ips": [format!("10.244.0.{}", i + 1)], "default": true},
+                        {"name": "x/net", "interface": "net1", "ips": [ip]}
+                    ]).to_string()}},
+                "spec": {"containers": [{"name": "c", "image": "agnhost",
+                    "ports": [{"name": "serve-80-tcp", "containerPort": 80, "protocol": "TCP"},
+                              {"name": "serve-81-tcp", "containerPort": 81, "protocol": "TCP"}]}]},
+                "status": {"phase": "Running"},
+            }),
+        );
+        // Listeners on 80 and 81, as the e2e suite's agnhost serves.
+        listeners.extend(listen(&ns, &[80, 81], &stop));
+        stations.push((ns, ip));
+    }
+    api.put(
+        NAMESPACES,
+        json!({"metadata": {"name": "x", "labels": {"kubernetes.io/metadata.name": "x"}}}),
+    );
+    for s in ["pa", "pb", "pc"] {
+        sw.wait_link(s, true);
+    }
+    let (a, b, c) = (&stations[0], &stations[1], &stations[2]);
+    let sync = Sync::start(&shipped.container, "node-1", &node, &sw, &api, &token);
+    wait_for(LIMIT, "a reaching b", || {
+        connects(&a.0, &b.1, 80).then_some(())
+    });
+
+    // b's ingress from pods labelled pod=a, on its named port serve-80-tcp.
+    let policy = |from: &str| {
+        json!({
+            "metadata": {"namespace": "x", "name": "web",
+                "annotations": {"k8s.v1.cni.cncf.io/policy-for": "net"}},
+            "spec": {"podSelector": {"matchLabels": {"pod": "b"}},
+                "ingress": [{"from": [{"podSelector": {"matchLabels": {"pod": from}}}],
+                             "ports": [{"port": "serve-80-tcp"}]}]},
+        })
+    };
+    api.put(MULTI_NETWORK_POLICIES, policy("a"));
+    let isolated = || sw.port("pb").spec.policy.is_some().then_some(());
+    wait_for(LIMIT, "b's policy from the agent", isolated);
+    assert!(connects(&a.0, &b.1, 80), "a to b's serve-80-tcp");
+    assert!(!connects(&a.0, &b.1, 81), "a to b:81, no rule");
+    assert!(!connects(&c.0, &b.1, 80), "c, not a peer");
+    assert!(connects(&c.0, &a.1, 81), "a is not isolated");
+
+    // c relabelled pod=a: a peer now, from the watch of pods.
+    let mut pod_c = api.objects(PODS, "x/c").unwrap();
+    pod_c["metadata"]["labels"]["pod"] = json!("a");
+    api.put(PODS, pod_c);
+    wait_for(LIMIT, "c let in after its relabelling", || {
+        connects(&c.0, &b.1, 80).then_some(())
+    });
+    // The policy changed to peers labelled pod=nobody: a's new
+    // connections are refused.
+    api.put(MULTI_NETWORK_POLICIES, policy("nobody"));
+    wait_for(LIMIT, "a refused after the change", || {
+        (!connects(&a.0, &b.1, 80)).then_some(())
+    });
+    // Deleted: b is open again.
+    api.delete(MULTI_NETWORK_POLICIES, "x/web");
+    wait_for(LIMIT, "b open again", || {
+        sw.port("pb").spec.policy.is_none().then_some(())
+    });
+    assert!(connects(&a.0, &b.1, 81) && connects(&c.0, &b.1, 80));
+    api.assert_only_lists_watches_and_status_patches();
+    let log = sync.log();
+    assert!(log.contains("watching MultiNetworkPolicies"), "{log}");
+    drop(sync);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for l in listeners {
+        l.join().unwrap();
+    }
+}

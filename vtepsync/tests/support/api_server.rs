@@ -1,5 +1,9 @@
-//! A stand-in for the Kubernetes API server, as far as Nodes: list and
-//! watch `/api/v1/nodes` over HTTPS, to bearer tokens of service accounts,
+//! A stand-in for the Kubernetes API server, as far as Nodes, Namespaces,
+//! Pods and MultiNetworkPolicies: list and watch `/api/v1/nodes`,
+//! `/api/v1/namespaces`, `/api/v1/pods` (every namespace's) and
+//! `/apis/k8s.cni.cncf.io/v1beta1/multi-networkpolicies` over HTTPS (each
+//! [`Res`]; the requests log names the resource but for nodes), to bearer
+//! tokens of service accounts,
 //! authorized by the RBAC objects of our manifests. It answers as upstream
 //! does (kubernetes/kubernetes, `staging/src/k8s.io/apiserver`):
 //!
@@ -35,8 +39,8 @@
 //!   account (`system:serviceaccount:NS:NAME`, in group
 //!   `system:serviceaccounts`); a request is allowed when a
 //!   ClusterRoleBinding to it (or its groups) refers to a ClusterRole with
-//!   a rule for the verb (`list`, `watch`), API group `""` and resource
-//!   `nodes` (`plugin/pkg/auth/authorizer/rbac/rbac.go` `RuleAllows`: `*`
+//!   a rule for the verb (`list`, `watch`), the resource's API group and
+//!   resource (`plugin/pkg/auth/authorizer/rbac/rbac.go` `RuleAllows`: `*`
 //!   matches any; a rule with `resourceNames` allows no list or watch).
 //!   Otherwise a 401 or a 403 `Status`, as upstream words them.
 //! - **patch of a node's status** (`PATCH /api/v1/nodes/NAME/status`, a
@@ -69,10 +73,86 @@ use axum::routing::{get, patch};
 use axum::Router;
 use serde_json::{json, Value};
 
+/// A resource the stand-in serves, list and watch (the collection of
+/// every namespace for a namespaced one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Res {
+    /// API group (`""`: core).
+    pub group: &'static str,
+    /// Its objects' `apiVersion`.
+    pub api_version: &'static str,
+    /// Its objects' `kind`.
+    pub kind: &'static str,
+    /// The resource (plural) as RBAC and the URL name it.
+    pub resource: &'static str,
+    /// Namespaced (objects keyed `namespace/name`, as etcd's keys sort).
+    pub namespaced: bool,
+}
+
+/// Nodes.
+pub const NODES: Res = Res {
+    group: "",
+    api_version: "v1",
+    kind: "Node",
+    resource: "nodes",
+    namespaced: false,
+};
+/// Namespaces.
+pub const NAMESPACES: Res = Res {
+    group: "",
+    api_version: "v1",
+    kind: "Namespace",
+    resource: "namespaces",
+    namespaced: false,
+};
+/// Pods.
+pub const PODS: Res = Res {
+    group: "",
+    api_version: "v1",
+    kind: "Pod",
+    resource: "pods",
+    namespaced: true,
+};
+/// MultiNetworkPolicies (the CRD of `config/kubernetes/multi-networkpolicy-crd.yaml`).
+pub const MULTI_NETWORK_POLICIES: Res = Res {
+    group: "k8s.cni.cncf.io",
+    api_version: "k8s.cni.cncf.io/v1beta1",
+    kind: "MultiNetworkPolicy",
+    resource: "multi-networkpolicies",
+    namespaced: true,
+};
+
+impl Res {
+    /// The store's key of `obj`.
+    fn key(&self, obj: &Value) -> String {
+        let name = obj["metadata"]["name"].as_str().unwrap();
+        if self.namespaced {
+            format!("{}/{name}", obj["metadata"]["namespace"].as_str().unwrap())
+        } else {
+            name.to_string()
+        }
+    }
+
+    /// What the requests log says for a request: nodes' as they always
+    /// were, others' with the resource.
+    fn log(&self, what: &str) -> String {
+        if *self == NODES {
+            what.to_string()
+        } else {
+            match what.split_once(' ') {
+                Some((verb, rest)) => format!("{verb} {} {rest}", self.resource),
+                None => format!("{what} {}", self.resource),
+            }
+        }
+    }
+}
+
 /// A change of the store, at a resource version.
 #[derive(Clone)]
 struct Change {
     rv: u64,
+    /// Of which resource.
+    res: Res,
     /// The object after the change (`None`: deleted).
     now: Option<Value>,
     /// The object before (`None`: created).
@@ -82,7 +162,8 @@ struct Change {
 #[derive(Default)]
 struct Inner {
     rv: u64,
-    nodes: BTreeMap<String, Value>,
+    /// Each resource's objects, by key.
+    objects: BTreeMap<&'static str, BTreeMap<String, Value>>,
     /// Changes after `oldest`.
     history: Vec<Change>,
     /// A watch resumes from any version at or after this one.
@@ -113,21 +194,77 @@ impl Inner {
         status(StatusCode::INTERNAL_SERVER_ERROR, "InternalError", &msg)
     }
 
-    /// The nodes at resource version `rv` (at least `oldest`): the current
-    /// ones with the changes after `rv` undone, as the watch cache's
-    /// snapshots (`pkg/storage/cacher/store_btree.go`) or etcd at a
-    /// revision hold them.
-    fn nodes_at(&self, rv: u64) -> BTreeMap<String, Value> {
-        let mut nodes = self.nodes.clone();
-        for c in self.history.iter().rev().filter(|c| c.rv > rv) {
+    /// `res`'s objects now.
+    fn objs(&self, res: Res) -> BTreeMap<String, Value> {
+        self.objects.get(res.resource).cloned().unwrap_or_default()
+    }
+
+    /// `res`'s objects, to change them.
+    fn objs_mut(&mut self, res: Res) -> &mut BTreeMap<String, Value> {
+        self.objects.entry(res.resource).or_default()
+    }
+
+    /// `res`'s objects at resource version `rv` (at least `oldest`): the
+    /// current ones with the changes after `rv` undone, as the watch
+    /// cache's snapshots (`pkg/storage/cacher/store_btree.go`) or etcd at
+    /// a revision hold them.
+    fn objects_at(&self, res: Res, rv: u64) -> BTreeMap<String, Value> {
+        let mut objs = self.objs(res);
+        for c in self
+            .history
+            .iter()
+            .rev()
+            .filter(|c| c.rv > rv && c.res == res)
+        {
             let obj = c.now.as_ref().or(c.before.as_ref()).unwrap();
-            let name = obj["metadata"]["name"].as_str().unwrap().to_string();
+            let key = res.key(obj);
             match &c.before {
-                Some(b) => nodes.insert(name, b.clone()),
-                None => nodes.remove(&name),
+                Some(b) => objs.insert(key, b.clone()),
+                None => objs.remove(&key),
             };
         }
-        nodes
+        objs
+    }
+
+    /// Stores `obj` (created or replaced) as the API server would: a new
+    /// resource version, its uid kept or made; returns it.
+    fn put(&mut self, res: Res, mut obj: Value) -> Value {
+        self.rv += 1;
+        let rv = self.rv;
+        let key = res.key(&obj);
+        let before = self.objs(res).get(&key).cloned();
+        let uid = before
+            .as_ref()
+            .map(|b| b["metadata"]["uid"].clone())
+            .unwrap_or_else(|| json!(format!("00000000-0000-4000-8000-{rv:012}")));
+        obj["metadata"]["uid"] = uid;
+        obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+        if obj["metadata"]["creationTimestamp"].is_null() {
+            obj["metadata"]["creationTimestamp"] = json!("2026-11-27T00:00:00Z");
+        }
+        self.objs_mut(res).insert(key, obj.clone());
+        self.history.push(Change {
+            rv,
+            res,
+            now: Some(obj.clone()),
+            before,
+        });
+        obj
+    }
+
+    /// Deletes `res`'s object `key`, if there.
+    fn remove(&mut self, res: Res, key: &str) {
+        let Some(before) = self.objs_mut(res).remove(key) else {
+            return;
+        };
+        self.rv += 1;
+        let rv = self.rv;
+        self.history.push(Change {
+            rv,
+            res,
+            now: None,
+            before: Some(before),
+        });
     }
 }
 
@@ -208,7 +345,16 @@ impl ApiServer {
             .build()
             .unwrap();
         let router = Router::new()
-            .route("/api/v1/nodes", get(nodes))
+            .route("/api/v1/nodes", get(|s, h, q| collection(s, h, q, NODES)))
+            .route(
+                "/api/v1/namespaces",
+                get(|s, h, q| collection(s, h, q, NAMESPACES)),
+            )
+            .route("/api/v1/pods", get(|s, h, q| collection(s, h, q, PODS)))
+            .route(
+                "/apis/k8s.cni.cncf.io/v1beta1/multi-networkpolicies",
+                get(|s, h, q| collection(s, h, q, MULTI_NETWORK_POLICIES)),
+            )
             .route("/api/v1/nodes/{name}/status", patch(patch_status))
             .with_state(shared.clone());
         let handle = api_common::serve_https(&rt, listener, dir.path(), router);
@@ -271,13 +417,7 @@ impl ApiServer {
     /// `status.addresses` (`(type, address)`).
     pub fn put_node(&self, name: &str, labels: &[(&str, &str)], addresses: &[(&str, &str)]) {
         let mut i = self.shared.inner.lock().unwrap();
-        i.rv += 1;
-        let rv = i.rv;
-        let before = i.nodes.get(name).cloned();
-        let uid = before
-            .as_ref()
-            .map(|b| b["metadata"]["uid"].clone())
-            .unwrap_or_else(|| json!(format!("00000000-0000-4000-8000-{rv:012}")));
+        let before = i.objs(NODES).get(name).cloned();
         // The kubelet's updates leave the annotations others set.
         let annotations = before
             .as_ref()
@@ -295,46 +435,63 @@ impl ApiServer {
         let node = json!({
             "metadata": {
                 "name": name,
-                "uid": uid,
-                "resourceVersion": rv.to_string(),
-                "creationTimestamp": "2026-11-27T00:00:00Z",
                 "labels": labels,
                 "annotations": annotations,
             },
             "spec": {},
             "status": {"addresses": addresses},
         });
-        i.nodes.insert(name.into(), node.clone());
-        i.history.push(Change {
-            rv,
-            now: Some(node),
-            before,
-        });
+        i.put(NODES, node);
         drop(i);
         self.shared.changed.notify_waiters();
     }
 
     /// Node `name` as stored.
     pub fn node(&self, name: &str) -> Option<Value> {
-        self.shared.inner.lock().unwrap().nodes.get(name).cloned()
+        self.shared
+            .inner
+            .lock()
+            .unwrap()
+            .objs(NODES)
+            .get(name)
+            .cloned()
+    }
+
+    /// Creates or replaces `obj` (its `metadata.name`, and `namespace` for
+    /// a namespaced resource), as `kubectl apply` would; returns it as
+    /// stored.
+    pub fn put(&self, res: Res, obj: Value) -> Value {
+        let stored = self.shared.inner.lock().unwrap().put(res, obj);
+        self.shared.changed.notify_waiters();
+        stored
+    }
+
+    /// `res`'s object `key` (`namespace/name` for a namespaced resource),
+    /// as stored.
+    pub fn objects(&self, res: Res, key: &str) -> Option<Value> {
+        self.shared
+            .inner
+            .lock()
+            .unwrap()
+            .objs(res)
+            .get(key)
+            .cloned()
+    }
+
+    /// Deletes `res`'s object `name` (`namespace/name` for a namespaced
+    /// resource).
+    pub fn delete(&self, res: Res, name: &str) {
+        self.shared.inner.lock().unwrap().remove(res, name);
+        self.shared.changed.notify_waiters();
     }
 
     /// Sets annotation `key` of node `name` to `value` (as `kubectl
     /// annotate --overwrite` does).
     pub fn annotate_node(&self, name: &str, key: &str, value: &str) {
         let mut i = self.shared.inner.lock().unwrap();
-        let before = i.nodes.get(name).cloned().expect("the node exists");
-        let mut node = before.clone();
+        let mut node = i.objs(NODES).get(name).cloned().expect("the node exists");
         node["metadata"]["annotations"][key] = json!(value);
-        i.rv += 1;
-        let rv = i.rv;
-        node["metadata"]["resourceVersion"] = json!(rv.to_string());
-        i.nodes.insert(name.into(), node.clone());
-        i.history.push(Change {
-            rv,
-            now: Some(node),
-            before: Some(before),
-        });
+        i.put(NODES, node);
         drop(i);
         self.shared.changed.notify_waiters();
     }
@@ -342,16 +499,7 @@ impl ApiServer {
     /// Deletes node `name`.
     pub fn delete_node(&self, name: &str) {
         let mut i = self.shared.inner.lock().unwrap();
-        let Some(before) = i.nodes.remove(name) else {
-            return;
-        };
-        i.rv += 1;
-        let rv = i.rv;
-        i.history.push(Change {
-            rv,
-            now: None,
-            before: Some(before),
-        });
+        i.remove(NODES, name);
         drop(i);
         self.shared.changed.notify_waiters();
     }
@@ -396,8 +544,7 @@ impl ApiServer {
         self.assert_answered_as_upstream();
         let r = self.requests();
         assert!(
-            r.iter().all(|r| r == "list"
-                || r == "list continue"
+            r.iter().all(|r| r.starts_with("list")
                 || r.starts_with("watch")
                 || r.starts_with("patch status ")),
             "{r:?}"
@@ -482,7 +629,7 @@ fn allowed(
     user: &str,
     groups: &[&str],
     verb: &str,
-    resource: &str,
+    (group, resource): (&str, &str),
     name: Option<&str>,
 ) -> bool {
     api_common::allows(
@@ -491,7 +638,7 @@ fn allowed(
             user,
             groups,
             verb,
-            group: "",
+            group,
             resource,
             name,
         },
@@ -505,7 +652,7 @@ fn authorize(
     shared: &Shared,
     headers: &HeaderMap,
     verb: &str,
-    resource: &str,
+    (group, resource): (&str, &str),
     name: Option<&str>,
 ) -> Option<Response> {
     let token = headers
@@ -541,7 +688,7 @@ fn authorize(
         sa_group.as_str(),
         "system:authenticated",
     ];
-    if !allowed(&shared.rbac, &user, &groups, verb, resource, name) {
+    if !allowed(&shared.rbac, &user, &groups, verb, (group, resource), name) {
         shared
             .inner
             .lock()
@@ -551,12 +698,18 @@ fn authorize(
         // `staging/src/k8s.io/apiserver/pkg/endpoints/handlers/responsewriters/errors.go`
         // `forbiddenMessage` (the resource with its subresource) inside
         // `NewForbidden`'s (the resource and the object's name).
-        let object = name.map_or("nodes".to_string(), |n| format!("nodes \"{n}\""));
+        let plural = resource.split('/').next().unwrap_or(resource);
+        let object = match (name, group) {
+            (Some(n), "") => format!("{plural} \"{n}\""),
+            (Some(n), g) => format!("{plural}.{g} \"{n}\""),
+            (None, "") => plural.to_string(),
+            (None, g) => format!("{plural}.{g}"),
+        };
         return Some(status(
             StatusCode::FORBIDDEN,
             "Forbidden",
             &format!(
-                "{object} is forbidden: User \"{user}\" cannot {verb} resource \"{resource}\" in API group \"\" at the cluster scope"
+                "{object} is forbidden: User \"{user}\" cannot {verb} resource \"{resource}\" in API group \"{group}\" at the cluster scope"
             ),
         ));
     }
@@ -570,7 +723,13 @@ async fn patch_status(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if let Some(r) = authorize(&shared, &headers, "patch", "nodes/status", Some(&name)) {
+    if let Some(r) = authorize(
+        &shared,
+        &headers,
+        "patch",
+        ("", "nodes/status"),
+        Some(&name),
+    ) {
         return r;
     }
     let kind = headers
@@ -595,7 +754,7 @@ async fn patch_status(
         .unwrap_or("");
     let from = i.token_nodes.get(token).cloned().unwrap_or_default();
     i.requests.push(format!("patch status {name} from {from}"));
-    let Some(before) = i.nodes.get(&name).cloned() else {
+    let Some(before) = i.objs(NODES).get(&name).cloned() else {
         return status(
             StatusCode::NOT_FOUND,
             "NotFound",
@@ -608,15 +767,7 @@ async fn patch_status(
     node["spec"] = before["spec"].clone();
     node["metadata"]["name"] = before["metadata"]["name"].clone();
     node["metadata"]["uid"] = before["metadata"]["uid"].clone();
-    i.rv += 1;
-    let rv = i.rv;
-    node["metadata"]["resourceVersion"] = json!(rv.to_string());
-    i.nodes.insert(name, node.clone());
-    i.history.push(Change {
-        rv,
-        now: Some(node.clone()),
-        before: Some(before),
-    });
+    let mut node = i.put(NODES, node);
     drop(i);
     shared.changed.notify_waiters();
     node["kind"] = json!("Node");
@@ -624,14 +775,16 @@ async fn patch_status(
     (StatusCode::OK, axum::Json(node)).into_response()
 }
 
-async fn nodes(
+/// A list or a watch of `res` (every namespace's, for a namespaced one).
+async fn collection(
     State(shared): State<Arc<Shared>>,
     headers: HeaderMap,
     Query(q): Query<BTreeMap<String, String>>,
+    res: Res,
 ) -> Response {
     let watch = matches!(q.get("watch").map(String::as_str), Some("true" | "1"));
     let verb = if watch { "watch" } else { "list" };
-    if let Some(r) = authorize(&shared, &headers, verb, "nodes", None) {
+    if let Some(r) = authorize(&shared, &headers, verb, (res.group, res.resource), None) {
         return r;
     }
     let label_selector = q.get("labelSelector").map_or("", String::as_str);
@@ -649,6 +802,7 @@ async fn nodes(
     if !watch {
         return list(
             &mut shared.inner.lock().unwrap(),
+            res,
             &q,
             &sel,
             label_selector.is_empty(),
@@ -680,11 +834,11 @@ async fn nodes(
         .and_then(|t| t.parse::<u64>().ok())
         .map(Duration::from_secs);
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, Infallible>>(64);
-    let line = |kind: &str, obj: &Value| {
+    let line = move |kind: &str, obj: &Value| {
         let mut obj = obj.clone();
         if kind != "ERROR" {
-            obj["kind"] = json!("Node");
-            obj["apiVersion"] = json!("v1");
+            obj["kind"] = json!(res.kind);
+            obj["apiVersion"] = json!(res.api_version);
         }
         let mut l = json!({"type": kind, "object": obj}).to_string();
         l.push('\n');
@@ -692,7 +846,7 @@ async fn nodes(
     };
     {
         let mut i = shared.inner.lock().unwrap();
-        i.requests.push(format!("watch rv={from}"));
+        i.requests.push(res.log(&format!("watch rv={from}")));
         if from != 0 && from < i.oldest {
             let e = json!({
                 "kind": "Status", "apiVersion": "v1", "metadata": {},
@@ -711,7 +865,7 @@ async fn nodes(
         let (mut seen, epoch) = {
             let i = shared2.inner.lock().unwrap();
             if from == 0 {
-                for n in i.nodes.values().filter(|n| matches(&sel, n)) {
+                for n in i.objs(res).values().filter(|n| matches(&sel, n)) {
                     if tx.try_send(line("ADDED", n)).is_err() {
                         return;
                     }
@@ -731,6 +885,10 @@ async fn nodes(
                 let mut out = Vec::new();
                 let after = seen;
                 for c in i.history.iter().filter(|c| c.rv > after) {
+                    if c.res != res {
+                        seen = c.rv;
+                        continue;
+                    }
                     let now = c.now.as_ref().filter(|n| matches(&sel, n));
                     let before = c.before.as_ref().filter(|n| matches(&sel, n));
                     match (now, before) {
@@ -859,21 +1017,25 @@ fn decode_continue(token: &str) -> Result<(String, i64), String> {
 ///   names the last one's key + "\0" at the list's version, and, without a
 ///   selector, `remainingItemCount` is the items from the page's start
 ///   less the limit.
-fn list(i: &mut Inner, q: &BTreeMap<String, String>, sel: &[Req], no_selector: bool) -> Response {
+fn list(
+    i: &mut Inner,
+    res: Res,
+    q: &BTreeMap<String, String>,
+    sel: &[Req],
+    no_selector: bool,
+) -> Response {
     let get = |k: &str| q.get(k).map(String::as_str).unwrap_or("");
     let (rv, rv_match, cont) = (
         get("resourceVersion"),
         get("resourceVersionMatch"),
         get("continue"),
     );
-    i.requests.push(
-        if cont.is_empty() {
-            "list"
-        } else {
-            "list continue"
-        }
-        .into(),
-    );
+    let what = res.log(if cont.is_empty() {
+        "list"
+    } else {
+        "list continue"
+    });
+    i.requests.push(what);
     let limit: i64 = match get("limit") {
         "" => 0,
         l => match l.parse() {
@@ -948,9 +1110,9 @@ fn list(i: &mut Inner, q: &BTreeMap<String, String>, sel: &[Req], no_selector: b
         }
     };
     let nodes = if at == i.rv {
-        i.nodes.clone()
+        i.objs(res)
     } else {
-        i.nodes_at(at)
+        i.objects_at(res, at)
     };
     let range: Vec<(&String, &Value)> = nodes.range(from..).collect();
     let mut items = Vec::new();
@@ -974,8 +1136,8 @@ fn list(i: &mut Inner, q: &BTreeMap<String, String>, sel: &[Req], no_selector: b
         }
     }
     let body = json!({
-        "kind": "NodeList",
-        "apiVersion": "v1",
+        "kind": format!("{}List", res.kind),
+        "apiVersion": res.api_version,
         "metadata": metadata,
         "items": items,
     });
