@@ -714,3 +714,266 @@ fn multi_network_policy_reaches_the_ports_through_the_agent() {
         l.join().unwrap();
     }
 }
+
+/// A pod of the conformance model: namespace, name, address.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct ModelPod {
+    ns: &'static str,
+    pod: &'static str,
+}
+
+/// The upstream NetworkPolicy e2e suite's cases (kubernetes
+/// `test/e2e/network/netpol/network_policy.go`, its model in `model.go`:
+/// namespaces x, y, z labelled `kubernetes.io/metadata.name`, pods a, b, c
+/// in each labelled `pod`, serving TCP 80 and 81 as `serve-80-tcp` and
+/// `serve-81-tcp`), as MultiNetworkPolicies for the one network every pod
+/// is on, delivered by the agent, each checked as the full matrix of TCP
+/// probes from every pod to every other, retried until it matches (as the
+/// suite's probes are). Each case: its name, its policies, and per probed
+/// port whether `from` reaches `to`.
+#[test]
+fn netpol_conformance_cases_through_the_agent() {
+    use api_server::{MULTI_NETWORK_POLICIES, NAMESPACES, PODS};
+    use serde_json::{json, Value};
+    let _g = serial();
+    let shipped = Shipped::read();
+    let node = Netns::new("npc");
+    node.sh_ok("ip link set lo up");
+    let api = ApiServer::start_in(&shipped.docs, &node.name, "127.0.0.1".parse().unwrap());
+    let token = api.token_for(&shipped.namespace, &shipped.account);
+    let sw = Switch::start_in(Some(&node.name), "[[bridge]]\nname = \"default\"\n");
+    let nss = ["x", "y", "z"];
+    let names = ["a", "b", "c"];
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut listeners = Vec::new();
+    let mut pods: Vec<(ModelPod, Netns, String)> = Vec::new();
+    for (ni, ns) in nss.iter().enumerate() {
+        api.put(
+            NAMESPACES,
+            json!({"metadata": {"name": ns, "labels": {"kubernetes.io/metadata.name": ns}}}),
+        );
+        for (pi, name) in names.iter().enumerate() {
+            let netns = Netns::new(&format!("np{ns}{name}"));
+            let port = format!("p{ns}{name}");
+            veth(&node, &port, &netns, "net1");
+            let ip = format!("10.80.{}.{}", ni + 1, pi + 1);
+            netns.sh_ok(&format!(
+                "ip addr add {ip}/16 dev net1 && ip link set lo up"
+            ));
+            let spec: switchyard_api::PortSpec = serde_json::from_value(json!({
+                "name": port, "kind": "af-packet", "interface": port, "bridge": "default",
+                "ips": [ip],
+                "pod": {"namespace": ns, "name": name, "interface": "net1", "network": "net"},
+            }))
+            .unwrap();
+            sw.client()
+                .ask(&switchyard_api::Request::port_add(spec))
+                .unwrap();
+            api.put(
+                PODS,
+                json!({
+                    "metadata": {"namespace": ns, "name": name, "labels": {"pod": name},
+                        "annotations": {"k8s.v1.cni.cncf.io/network-status":
+                            json!([{"name": "x/net", "interface": "net1", "ips": [ip]}]).to_string()}},
+                    "spec": {"containers": [{"name": "c", "image": "agnhost", "ports": [
+                        {"name": "serve-80-tcp", "containerPort": 80, "protocol": "TCP"},
+                        {"name": "serve-81-tcp", "containerPort": 81, "protocol": "TCP"}]}]},
+                    "status": {"phase": "Running"},
+                }),
+            );
+            listeners.extend(listen(&netns, &[80, 81], &stop));
+            pods.push((ModelPod { ns, pod: name }, netns, ip));
+        }
+    }
+    for (m, _, _) in &pods {
+        sw.wait_link(&format!("p{}{}", m.ns, m.pod), true);
+    }
+    let sync = Sync::start(&shipped.container, "node-1", &node, &sw, &api, &token);
+
+    // Every ordered pair's probe on `port`, at once: (from, to) ->
+    // reached.
+    let matrix = |port: u16| -> Vec<(ModelPod, ModelPod, bool)> {
+        let mut probes = Vec::new();
+        for (f, fns, _) in &pods {
+            for (t, _, tip) in &pods {
+                if f == t {
+                    continue;
+                }
+                let to: std::net::SocketAddr = format!("{tip}:{port}").parse().unwrap();
+                // Half a second: an answer on these veths takes
+                // microseconds, and a refused SYN gets none.
+                let h = in_ns(&fns.name, move || {
+                    std::net::TcpStream::connect_timeout(&to, Duration::from_millis(500)).is_ok()
+                });
+                probes.push((*f, *t, h));
+            }
+        }
+        probes
+            .into_iter()
+            .map(|(f, t, h)| (f, t, h.join().unwrap()))
+            .collect()
+    };
+    let policy = |name: &str, spec: Value| {
+        json!({"metadata": {"namespace": "x", "name": name,
+                "annotations": {"k8s.v1.cni.cncf.io/policy-for": "net"}},
+               "spec": spec})
+    };
+    // Waits until every probe on `port` gives what `want` says.
+    let expect = |case: &str, port: u16, want: &dyn Fn(ModelPod, ModelPod) -> bool| {
+        let deadline = std::time::Instant::now() + LIMIT;
+        loop {
+            let got = matrix(port);
+            let wrong: Vec<String> = got
+                .iter()
+                .filter(|(f, t, r)| *r != want(*f, *t))
+                .map(|(f, t, r)| {
+                    format!(
+                        "{}/{}->{}/{} {}",
+                        f.ns,
+                        f.pod,
+                        t.ns,
+                        t.pod,
+                        if *r { "reached" } else { "refused" }
+                    )
+                })
+                .collect();
+            if wrong.is_empty() {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{case}, TCP {port}: {wrong:?}\n{}",
+                sync.log()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    let xa = ModelPod { ns: "x", pod: "a" };
+    let all = |_: ModelPod, _: ModelPod| true;
+    expect("no policy", 80, &all);
+
+    type Want = Box<dyn Fn(ModelPod, ModelPod) -> bool>;
+    /// A case: its name, its policies, and per probed port who reaches whom.
+    type Case = (&'static str, Vec<Value>, Vec<(u16, Want)>);
+    let cases: Vec<Case> = vec![
+        (
+            "should support a 'default-deny-ingress' policy",
+            vec![policy("deny-ingress", json!({"podSelector": {}, "policyTypes": ["Ingress"], "ingress": []}))],
+            vec![(80, Box::new(|_, t| t.ns != "x"))],
+        ),
+        (
+            "should support a 'default-deny-all' policy",
+            vec![policy("deny-all", json!({"podSelector": {}, "policyTypes": ["Ingress", "Egress"], "ingress": [], "egress": []}))],
+            vec![(80, Box::new(|f, t| t.ns != "x" && f.ns != "x"))],
+        ),
+        (
+            "should enforce policy to allow traffic from pods within server namespace based on PodSelector",
+            vec![policy("x-a-allows-x-b", json!({"podSelector": {"matchLabels": {"pod": "a"}}, "policyTypes": ["Ingress"],
+                "ingress": [{"from": [{"podSelector": {"matchLabels": {"pod": "b"}}}]}]}))],
+            vec![(80, Box::new(move |f, t| t != xa || f == ModelPod { ns: "x", pod: "b" }))],
+        ),
+        (
+            "should enforce policy to allow traffic only from a different namespace, based on NamespaceSelector",
+            vec![policy("allow-client-a-via-ns-selector", json!({"podSelector": {"matchLabels": {"pod": "a"}}, "policyTypes": ["Ingress"],
+                "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "y"}}}]}]}))],
+            vec![(80, Box::new(move |f, t| t != xa || f.ns == "y"))],
+        ),
+        (
+            "should enforce policy based on PodSelector or NamespaceSelector",
+            vec![policy("allow-ns-y-match-selector", json!({"podSelector": {"matchLabels": {"pod": "a"}}, "policyTypes": ["Ingress"],
+                "ingress": [{"from": [
+                    {"namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["x"]}]}},
+                    {"podSelector": {"matchLabels": {"pod": "b"}}}]}]}))],
+            vec![(80, Box::new(move |f, t| t != xa || f != ModelPod { ns: "x", pod: "c" }))],
+        ),
+        (
+            "should enforce policy based on PodSelector and NamespaceSelector",
+            vec![policy("allow-ns-y-podselector-and-nsselector", json!({"podSelector": {"matchLabels": {"pod": "a"}}, "policyTypes": ["Ingress"],
+                "ingress": [{"from": [{
+                    "namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["x"]}]},
+                    "podSelector": {"matchLabels": {"pod": "b"}}}]}]}))],
+            vec![(80, Box::new(move |f, t| t != xa || (f.ns != "x" && f.pod == "b")))],
+        ),
+        (
+            "should enforce policy based on any PodSelectors",
+            vec![policy("allow-ns-x-pod-b-c", json!({"podSelector": {"matchLabels": {"pod": "a"}}, "policyTypes": ["Ingress"],
+                "ingress": [{"from": [{"podSelector": {"matchLabels": {"pod": "b"}}}, {"podSelector": {"matchLabels": {"pod": "c"}}}]}]}))],
+            vec![(80, Box::new(move |f, t| t != xa || (f.ns == "x" && f.pod != "a")))],
+        ),
+        (
+            "should enforce policy based on Ports",
+            vec![policy("allow-client-a-via-ns-selector", json!({"podSelector": {"matchLabels": {"pod": "a"}}, "policyTypes": ["Ingress"],
+                "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "y"}}}],
+                             "ports": [{"port": 81, "protocol": "TCP"}]}]}))],
+            vec![
+                (81, Box::new(move |f, t| t != xa || f.ns == "y")),
+                (80, Box::new(move |_, t| t != xa)),
+            ],
+        ),
+        (
+            "should support allow-all policy",
+            vec![policy("allow-all", json!({"podSelector": {}, "policyTypes": ["Ingress"], "ingress": [{}]}))],
+            vec![(80, Box::new(all)), (81, Box::new(all))],
+        ),
+        (
+            "should allow ingress access on one named port",
+            vec![policy("allow-all", json!({"podSelector": {}, "policyTypes": ["Ingress"],
+                "ingress": [{"ports": [{"port": "serve-81-tcp"}]}]}))],
+            vec![(81, Box::new(all)), (80, Box::new(|_, t| t.ns != "x"))],
+        ),
+        (
+            "should allow egress access on one named port",
+            vec![policy("allow-egress", json!({"podSelector": {}, "policyTypes": ["Egress"],
+                "egress": [{"ports": [{"port": "serve-80-tcp"}]}]}))],
+            vec![(80, Box::new(all)), (81, Box::new(|f, _| f.ns != "x"))],
+        ),
+        (
+            "should allow ingress access from pods outside an ipBlock's except (own row: the e2e suite's CIDR cases with a pod's address)",
+            vec![policy("allow-cidr-except", json!({"podSelector": {"matchLabels": {"pod": "a"}}, "policyTypes": ["Ingress"],
+                "ingress": [{"from": [{"ipBlock": {"cidr": "10.80.0.0/16", "except": ["10.80.2.2/32"]}}]}]}))],
+            vec![(80, Box::new(move |f, t| t != xa || f != ModelPod { ns: "y", pod: "b" }))],
+        ),
+        (
+            "should allow a port range (own row: endPort, which no e2e case probes)",
+            vec![policy("allow-range", json!({"podSelector": {"matchLabels": {"pod": "a"}}, "policyTypes": ["Ingress"],
+                "ingress": [{"ports": [{"port": 81, "endPort": 90}]}]}))],
+            vec![(81, Box::new(all)), (80, Box::new(move |_, t| t != xa))],
+        ),
+    ];
+    for (case, policies, wants) in &cases {
+        for p in policies {
+            api.put(MULTI_NETWORK_POLICIES, p.clone());
+        }
+        for (port, want) in wants {
+            expect(case, *port, want.as_ref());
+        }
+        for p in policies {
+            let key = format!("x/{}", p["metadata"]["name"].as_str().unwrap());
+            api.delete(MULTI_NETWORK_POLICIES, &key);
+        }
+        expect(&format!("{case}, deleted"), 80, &all);
+    }
+
+    // "should enforce updated policy": allow-all, then the same policy
+    // with no ingress rule.
+    let mut p = policy(
+        "allow-all-mutate-to-deny-all",
+        json!({"podSelector": {}, "policyTypes": ["Ingress"], "ingress": [{}]}),
+    );
+    api.put(MULTI_NETWORK_POLICIES, p.clone());
+    expect("should enforce updated policy, before", 81, &all);
+    p["spec"]["ingress"] = json!([]);
+    api.put(MULTI_NETWORK_POLICIES, p);
+    expect("should enforce updated policy, after", 81, &|_, t| {
+        t.ns != "x"
+    });
+    api.delete(MULTI_NETWORK_POLICIES, "x/allow-all-mutate-to-deny-all");
+    expect("should enforce updated policy, deleted", 81, &all);
+
+    api.assert_only_lists_watches_and_status_patches();
+    drop(sync);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for l in listeners {
+        l.join().unwrap();
+    }
+}
