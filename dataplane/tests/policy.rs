@@ -127,15 +127,6 @@ fn udp(from: &Station, to: &Station, port: u16) -> bool {
     .unwrap()
 }
 
-fn drops(sw: &Switch, port: &str, reason: DropReason) -> u64 {
-    sw.stats(port)
-        .totals
-        .drops
-        .get(&reason)
-        .copied()
-        .unwrap_or(0)
-}
-
 /// Sets port `port`'s policy (JSON) through the CLI, as a user would.
 fn set_policy(sw: &Switch, port: &str, json: &str) {
     let path = sw.path(&format!("{port}-policy.json"));
@@ -192,7 +183,7 @@ fn policy_allows_what_its_rules_say_and_replies_pass() {
     assert!(tcp(b, a, 81) && tcp(b, c, 80) && udp(b, c, 53));
     // Others are not isolated.
     assert!(tcp(c, a, 81) && udp(a, c, 53));
-    let denied = drops(&sw, "pb", DropReason::PolicyIngress);
+    let denied = sw.drops("pb", DropReason::PolicyIngress);
     assert!(denied >= 3, "b's ingress drops counted on b: {denied}");
 
     // Replaced: DNS from anyone too; a's web still allowed, c's not.
@@ -213,7 +204,7 @@ fn policy_allows_what_its_rules_say_and_replies_pass() {
     );
     assert!(tcp(a, b, 80));
     assert!(!tcp(a, c, 80) && !udp(a, c, 53));
-    assert!(drops(&sw, "pa", DropReason::PolicyEgress) >= 2);
+    assert!(sw.drops("pa", DropReason::PolicyEgress) >= 2);
     // c's connections to a: a's replies are of connections c opened.
     assert!(tcp(c, a, 80));
 
@@ -244,16 +235,16 @@ fn a_station_sending_from_another_stations_address_is_dropped() {
         c.ip, b.ip, c.ip
     ));
     assert!(!tcp(a, b, 80), "a connected to b from c's address");
-    let spoofed = drops(&sw, "pa", DropReason::SpoofedIp);
+    let spoofed = sw.drops("pa", DropReason::SpoofedIp);
     assert!(spoofed >= 1, "{spoofed}");
     // A forged ARP reply (a claiming c's address to b): dropped.
-    let before = drops(&sw, "pa", DropReason::SpoofedIp);
+    let before = sw.drops("pa", DropReason::SpoofedIp);
     a.ns.sh(&format!(
         "busybox arping -c 2 -U -s {} -I eth0 {}",
         c.ip, b.ip
     ));
     assert!(
-        drops(&sw, "pa", DropReason::SpoofedIp) > before,
+        sw.drops("pa", DropReason::SpoofedIp) > before,
         "the forged ARP"
     );
     // b still knows c where c is, and c's traffic is untouched.
@@ -313,11 +304,11 @@ fn a_takeover_carries_the_connections_policy_allowed() {
     assert_eq!(&got, b"later");
     drop(c);
     server.join().unwrap();
-    assert_eq!(drops(&sw, "pb", DropReason::PolicyIngress), 0);
+    assert_eq!(sw.drops("pb", DropReason::PolicyIngress), 0);
     // And the policy itself came across: a new connection from a to b is
     // refused.
     let _servers = serve(b, &[80], &[]);
     assert!(!tcp(a, b, 80));
-    assert!(drops(&sw, "pb", DropReason::PolicyIngress) > 0);
+    assert!(sw.drops("pb", DropReason::PolicyIngress) > 0);
     sw.stop();
 }

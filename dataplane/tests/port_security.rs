@@ -16,15 +16,6 @@ const MAC_B: &str = "02:00:00:00:5e:0b";
 /// The hostile peer sprays this many distinct source MACs.
 const SPRAY: u64 = 100_000;
 
-fn drops(sw: &Switch, port: &str, reason: DropReason) -> u64 {
-    sw.stats(port)
-        .totals
-        .drops
-        .get(&reason)
-        .copied()
-        .unwrap_or(0)
-}
-
 /// A frame from `src` to `dst` (an IPv4 ethertype and zero payload).
 fn frame(dst: u64, src: u64) -> [u8; 64] {
     let mut f = [0u8; 64];
@@ -94,7 +85,7 @@ fn a_port_spraying_source_macs_pushes_out_no_neighbour() {
     );
     assert_eq!(st.mac_entries, 64, "{st:?}");
     assert_eq!(st.mac_limit, 64);
-    assert_eq!(drops(&sw, "h", DropReason::MacLimit), SPRAY - 64, "{st:?}");
+    assert_eq!(sw.drops("h", DropReason::MacLimit), SPRAY - 64, "{st:?}");
     let macs = sw.macs("default");
     for (mac, port) in [(MAC_A, "a"), (MAC_B, "b")] {
         assert!(
@@ -133,7 +124,7 @@ fn a_pod_sending_with_its_neighbours_mac_does_not_get_its_traffic() {
     // C sends as A (A spoke within the move hold).
     c.send_bursts(2);
     wait_for(Duration::from_secs(10), "C's frames refused", || {
-        (drops(&sw, "c", DropReason::MacMove) >= 64).then_some(())
+        (sw.drops("c", DropReason::MacMove) >= 64).then_some(())
     });
     let macs = sw.macs("default");
     assert!(
@@ -178,7 +169,7 @@ fn a_pinned_port_sends_only_from_its_mac_and_keeps_it_while_down() {
     wait_for(
         Duration::from_secs(10),
         "the thief's frames dropped",
-        || (drops(&sw, "b", DropReason::SpoofedSource) >= 32).then_some(()),
+        || (sw.drops("b", DropReason::SpoofedSource) >= 32).then_some(()),
     );
     let macs = sw.macs("default");
     assert!(
@@ -191,6 +182,6 @@ fn a_pinned_port_sends_only_from_its_mac_and_keeps_it_while_down() {
     sw.wait_link("a", true);
     spoofer.send_bursts(1);
     wait_for(Duration::from_secs(10), "spoofed frames dropped", || {
-        (drops(&sw, "a", DropReason::SpoofedSource) >= 32).then_some(())
+        (sw.drops("a", DropReason::SpoofedSource) >= 32).then_some(())
     });
 }

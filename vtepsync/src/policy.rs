@@ -255,6 +255,33 @@ fn addresses_on<'a>(pod: &'a PodView, pol: &'a PolicyView) -> impl Iterator<Item
         .flat_map(|a| a.ips.iter().copied())
 }
 
+/// Adds the rule of `peers` (pods by their addresses on `pol`'s
+/// networks) on `ports` to `rules`; a rule whose peers select nothing
+/// allows nothing and is left out.
+fn push_rule(
+    rules: &mut Vec<PolicyRule>,
+    name: Option<String>,
+    peers: Peers<'_>,
+    pol: &PolicyView,
+    ports: Vec<PolicyPort>,
+) {
+    let peers = match peers {
+        Peers::Any => vec![],
+        Peers::Some { mut blocks, pods } => {
+            blocks.extend(
+                pods.iter()
+                    .flat_map(|p| addresses_on(p, pol))
+                    .map(host_block),
+            );
+            if blocks.is_empty() {
+                return;
+            }
+            blocks
+        }
+    };
+    rules.push(PolicyRule { name, peers, ports });
+}
+
 /// The policy of the port serving `pod`'s interface `interface`: `None`
 /// when no policy selects it there.
 pub fn port_policy(
@@ -302,30 +329,13 @@ pub fn port_policy(
                     continue;
                 }
                 let ports = ports.unwrap_or_default();
-                match peers(r.from.as_deref(), pol, pods, namespaces) {
-                    Peers::Any => rules.push(PolicyRule {
-                        name,
-                        peers: vec![],
-                        ports,
-                    }),
-                    Peers::Some {
-                        mut blocks,
-                        pods: sel,
-                    } => {
-                        blocks.extend(
-                            sel.iter()
-                                .flat_map(|p| addresses_on(p, pol))
-                                .map(host_block),
-                        );
-                        if !blocks.is_empty() {
-                            rules.push(PolicyRule {
-                                name,
-                                peers: blocks,
-                                ports,
-                            });
-                        }
-                    }
-                }
+                push_rule(
+                    rules,
+                    name,
+                    peers(r.from.as_deref(), pol, pods, namespaces),
+                    pol,
+                    ports,
+                );
             }
         }
         if types.contains(&"Egress") {
@@ -336,30 +346,7 @@ pub fn port_policy(
                 let peers = peers(r.to.as_deref(), pol, pods, namespaces);
                 if !has_named(raw) {
                     let ports = resolve_ports(raw, None).unwrap_or_default();
-                    match peers {
-                        Peers::Any => rules.push(PolicyRule {
-                            name,
-                            peers: vec![],
-                            ports,
-                        }),
-                        Peers::Some {
-                            mut blocks,
-                            pods: sel,
-                        } => {
-                            blocks.extend(
-                                sel.iter()
-                                    .flat_map(|p| addresses_on(p, pol))
-                                    .map(host_block),
-                            );
-                            if !blocks.is_empty() {
-                                rules.push(PolicyRule {
-                                    name,
-                                    peers: blocks,
-                                    ports,
-                                });
-                            }
-                        }
-                    }
+                    push_rule(rules, name, peers, pol, ports);
                     continue;
                 }
                 // Named ports resolve against each peer pod: a rule per

@@ -590,6 +590,54 @@ fn listen(
         .collect()
 }
 
+/// Pod `pod` (namespace, name) of the e2e suite's model, labelled `pod:
+/// NAME` and serving `serve-80-tcp` and `serve-81-tcp`, in the API server
+/// with its network-status (`x/net` on net1 at `ip`, after `other` if
+/// given), and as a kernel station: a namespace on a veth from `node`
+/// whose switch port `port` is made as the CNI makes it (its addresses,
+/// its pod attachment). Returns the station's namespace.
+fn model_pod(
+    node: &Netns,
+    sw: &Switch,
+    api: &ApiServer,
+    (ns, name): (&str, &str),
+    port: &str,
+    (ip, len): (&str, u8),
+    other: Option<serde_json::Value>,
+) -> Netns {
+    use serde_json::json;
+    let netns = Netns::new(&format!("st{ns}{name}"));
+    veth(node, port, &netns, "net1");
+    netns.sh_ok(&format!(
+        "ip addr add {ip}/{len} dev net1 && ip link set lo up"
+    ));
+    let spec: switchyard_api::PortSpec = serde_json::from_value(json!({
+        "name": port, "kind": "af-packet", "interface": port, "bridge": "default",
+        "ips": [ip],
+        "pod": {"namespace": ns, "name": name, "interface": "net1", "network": "net"},
+    }))
+    .unwrap();
+    sw.client()
+        .ask(&switchyard_api::Request::port_add(spec))
+        .unwrap();
+    let status: Vec<serde_json::Value> = other
+        .into_iter()
+        .chain([json!({"name": "x/net", "interface": "net1", "ips": [ip]})])
+        .collect();
+    api.put(
+        api_server::PODS,
+        json!({
+            "metadata": {"namespace": ns, "name": name, "labels": {"pod": name},
+                "annotations": {"k8s.v1.cni.cncf.io/network-status": json!(status).to_string()}},
+            "spec": {"containers": [{"name": "c", "image": "agnhost", "ports": [
+                {"name": "serve-80-tcp", "containerPort": 80, "protocol": "TCP"},
+                {"name": "serve-81-tcp", "containerPort": 81, "protocol": "TCP"}]}]},
+            "status": {"phase": "Running"},
+        }),
+    );
+    netns
+}
+
 /// MultiNetworkPolicy end to end: three pods of namespace x (kernel
 /// stations on af-packet ports that name their pod attachments, as the
 /// CNI makes them), vtep-sync run as the shipped DaemonSet runs it
@@ -620,36 +668,17 @@ fn multi_network_policy_reaches_the_ports_through_the_agent() {
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut listeners = Vec::new();
     for (i, name) in ["a", "b", "c"].iter().enumerate() {
-        let ns = Netns::new(&format!("mnp{name}"));
-        let port = format!("p{name}");
-        veth(&node, &port, &ns, "net1");
         let ip = format!("10.79.0.{}", i + 1);
-        ns.sh_ok(&format!(
-            "ip addr add {ip}/24 dev net1 && ip link set lo up"
-        ));
-        // The port as the CNI makes it for pod x/NAME's net1 on x/net.
-        let spec: switchyard_api::PortSpec = serde_json::from_value(json!({
-            "name": port, "kind": "af-packet", "interface": port, "bridge": "default",
-            "ips": [ip],
-            "pod": {"namespace": "x", "name": name, "interface": "net1", "network": "net"},
-        }))
-        .unwrap();
-        sw.client()
-            .ask(&switchyard_api::Request::port_add(spec))
-            .unwrap();
-        api.put(
-            PODS,
-            json!({
-                "metadata": {"namespace": "x", "name": name, "labels": {"pod": name},
-                    "annotations": {"k8s.v1.cni.cncf.io/network-status": json!([
-                        {"name": "cluster", "interface": "eth0", "ips": [format!("10.244.0.{}", i + 1)], "default": true},
-                        {"name": "x/net", "interface": "net1", "ips": [ip]}
-                    ]).to_string()}},
-                "spec": {"containers": [{"name": "c", "image": "agnhost",
-                    "ports": [{"name": "serve-80-tcp", "containerPort": 80, "protocol": "TCP"},
-                              {"name": "serve-81-tcp", "containerPort": 81, "protocol": "TCP"}]}]},
-                "status": {"phase": "Running"},
-            }),
+        let cluster = json!({"name": "cluster", "interface": "eth0",
+            "ips": [format!("10.244.0.{}", i + 1)], "default": true});
+        let ns = model_pod(
+            &node,
+            &sw,
+            &api,
+            ("x", name),
+            &format!("p{name}"),
+            (&ip, 24),
+            Some(cluster),
         );
         // Listeners on 80 and 81, as the e2e suite's agnhost serves.
         listeners.extend(listen(&ns, &[80, 81], &stop));
@@ -733,7 +762,7 @@ struct ModelPod {
 /// port whether `from` reaches `to`.
 #[test]
 fn netpol_conformance_cases_through_the_agent() {
-    use api_server::{MULTI_NETWORK_POLICIES, NAMESPACES, PODS};
+    use api_server::{MULTI_NETWORK_POLICIES, NAMESPACES};
     use serde_json::{json, Value};
     let _g = serial();
     let shipped = Shipped::read();
@@ -753,33 +782,15 @@ fn netpol_conformance_cases_through_the_agent() {
             json!({"metadata": {"name": ns, "labels": {"kubernetes.io/metadata.name": ns}}}),
         );
         for (pi, name) in names.iter().enumerate() {
-            let netns = Netns::new(&format!("np{ns}{name}"));
-            let port = format!("p{ns}{name}");
-            veth(&node, &port, &netns, "net1");
             let ip = format!("10.80.{}.{}", ni + 1, pi + 1);
-            netns.sh_ok(&format!(
-                "ip addr add {ip}/16 dev net1 && ip link set lo up"
-            ));
-            let spec: switchyard_api::PortSpec = serde_json::from_value(json!({
-                "name": port, "kind": "af-packet", "interface": port, "bridge": "default",
-                "ips": [ip],
-                "pod": {"namespace": ns, "name": name, "interface": "net1", "network": "net"},
-            }))
-            .unwrap();
-            sw.client()
-                .ask(&switchyard_api::Request::port_add(spec))
-                .unwrap();
-            api.put(
-                PODS,
-                json!({
-                    "metadata": {"namespace": ns, "name": name, "labels": {"pod": name},
-                        "annotations": {"k8s.v1.cni.cncf.io/network-status":
-                            json!([{"name": "x/net", "interface": "net1", "ips": [ip]}]).to_string()}},
-                    "spec": {"containers": [{"name": "c", "image": "agnhost", "ports": [
-                        {"name": "serve-80-tcp", "containerPort": 80, "protocol": "TCP"},
-                        {"name": "serve-81-tcp", "containerPort": 81, "protocol": "TCP"}]}]},
-                    "status": {"phase": "Running"},
-                }),
+            let netns = model_pod(
+                &node,
+                &sw,
+                &api,
+                (ns, name),
+                &format!("p{ns}{name}"),
+                (&ip, 16),
+                None,
             );
             listeners.extend(listen(&netns, &[80, 81], &stop));
             pods.push((ModelPod { ns, pod: name }, netns, ip));

@@ -128,16 +128,6 @@ pub fn add(
             network: nc.raw.name.clone(),
         });
     }
-    // What the node agent finds the port's pod and network by.
-    if let (Some(namespace), Some(pod)) = (&args.pod_namespace, &args.pod_name) {
-        spec.pod = Some(switchyard_api::spec::PodAttachment {
-            namespace: namespace.clone(),
-            name: pod.clone(),
-            uid: args.pod_uid.clone(),
-            interface: ifname.to_string(),
-            network: nc.raw.name.clone(),
-        });
-    }
     let rec_path = record_path(nc, container_id, ifname);
     let asked = Added {
         stdin: stdin.clone(),
@@ -305,8 +295,6 @@ pub fn add(
     Ok(result)
 }
 
-/// Port `spec` on the switch as it is: left alone when the switch has it
-/// so (its peer stays connected), else made so.
 /// The addresses the pod's port may send from (netconf `pinIps`): those
 /// of interface `ifname` in `result` (a CNI result of any version, whose
 /// `ips` name their interface by index, or name none), none if it has
@@ -335,6 +323,8 @@ fn pinned_ips(
     (!ips.is_empty()).then_some(ips)
 }
 
+/// Port `spec` on the switch as it is: left alone when the switch has it
+/// so (its peer stays connected), else made so.
 fn keep_port(c: &mut Client, spec: &PortSpec) -> Result<(), ClientError> {
     let ports: Vec<PortInfo> = serde_json::from_value(call(c, &Request::PortList)?)
         .map_err(|e| ClientError::BadAnswer(e.to_string()))?;

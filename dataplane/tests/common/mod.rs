@@ -464,6 +464,16 @@ impl Switch {
         v.into_iter().next().unwrap()
     }
 
+    /// The frames port `port` dropped for `reason`, every worker's.
+    pub fn drops(&self, port: &str, reason: switchyard_api::DropReason) -> u64 {
+        self.stats(port)
+            .totals
+            .drops
+            .get(&reason)
+            .copied()
+            .unwrap_or(0)
+    }
+
     pub fn macs(&self, bridge: &str) -> Vec<MacInfo> {
         self.client()
             .call_as(&Request::MacList {
