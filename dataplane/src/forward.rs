@@ -167,11 +167,11 @@ fn describe(t: &mut TraceRecord, d: Decision, p: &ViewPort) {
                 p.shared.name
             )
         }
-        Decision::Denied { direction, .. } => {
-            format!("{} of {}: denied", direction.name(), p.shared.name)
-        }
     };
-    t.policy.push(text);
+    // A flood's egress rule is noted once.
+    if !t.policy.contains(&text) {
+        t.policy.push(text);
+    }
 }
 
 /// Length of the header written in front of a frame whose tag is pushed:
@@ -550,13 +550,10 @@ impl Forwarder {
                 if POLICY {
                     if let Some(r) = inp.rules.as_deref() {
                         let read = |b: &mut [u8]| frame.read_prefix(b);
-                        match judge.from_port(&mut check, read, in_port, r) {
-                            Ok(d) => note!(|t| describe(t, d, inp)),
-                            Err(r) => {
-                                bump(&in_counters.drops[r as usize], 1);
-                                note!(|t| t.drop = Some(r));
-                                continue;
-                            }
+                        if let Err(r) = judge.from_port(&mut check, read, r) {
+                            bump(&in_counters.drops[r as usize], 1);
+                            note!(|t| t.drop = Some(r));
+                            continue;
                         }
                     }
                 }
@@ -641,24 +638,41 @@ impl Forwarder {
                     if !POLICY || (inp.rules.is_none() && p.rules.is_none()) {
                         return true;
                     }
+                    // Not a member of its VLAN, or down: the frame does not
+                    // go there, and policy has nothing to say (queue counts
+                    // it).
+                    if p.tx.is_none() || p.vlan.egress(domain).is_none() {
+                        return true;
+                    }
                     let read = |b: &mut [u8]| frame.read_prefix(b);
-                    let owner = &inp.shared.conntrack;
-                    match judge.to_port(&mut check, read, in_port, id, p.rules.as_deref(), owner) {
-                        Ok(d) => {
+                    // A connection is charged to the station's port whose
+                    // it is: the one it came in on if that is a station's
+                    // (with rules), else (from an uplink or a tunnel,
+                    // shared by many) the one it goes to.
+                    let quota = if inp.rules.is_some() { inp } else { p };
+                    let ends = ((in_port, inp.rules.as_deref()), (id, p.rules.as_deref()));
+                    match judge.to_port(&mut check, read, ends.0, ends.1, &quota.shared.conntrack) {
+                        Ok(v) => {
                             if let Some(t) = traced.as_mut().filter(|_| TRACE) {
-                                describe(t, d, p);
+                                describe(t, v.egress, inp);
+                                describe(t, v.ingress, p);
                             }
                             true
                         }
                         Err(r) => {
-                            // A port's own policy counts on that port; a
-                            // full table on the one whose share it is.
-                            let at = if r == DropReason::ConntrackFull {
-                                inp
-                            } else {
-                                p
+                            // Counted on the port whose policy refused it (a
+                            // flood's egress once), a full table on the one
+                            // whose share it is.
+                            let at = match r {
+                                DropReason::ConntrackFull => Some(quota),
+                                DropReason::PolicyEgress => {
+                                    check.count_egress_drop().then_some(inp)
+                                }
+                                _ => Some(p),
                             };
-                            bump(&at.shared.counters(w).drops[r as usize], 1);
+                            if let Some(at) = at {
+                                bump(&at.shared.counters(w).drops[r as usize], 1);
+                            }
                             if let Some(t) = traced.as_mut().filter(|_| TRACE) {
                                 t.out.push((id, Err(r)));
                             }

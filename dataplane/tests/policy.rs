@@ -239,6 +239,9 @@ fn a_station_sending_from_another_stations_address_is_dropped() {
     assert!(spoofed >= 1, "{spoofed}");
     // A forged ARP reply (a claiming c's address to b): dropped.
     let before = sw.drops("pa", DropReason::SpoofedIp);
+    // (Its exit status says whether a reply came: none should. That it
+    // ran at all is checked first.)
+    a.ns.sh_ok("command -v busybox");
     a.ns.sh(&format!(
         "busybox arping -c 2 -U -s {} -I eth0 {}",
         c.ip, b.ip
@@ -310,5 +313,60 @@ fn a_takeover_carries_the_connections_policy_allowed() {
     let _servers = serve(b, &[80], &[]);
     assert!(!tcp(a, b, 80));
     assert!(sw.drops("pb", DropReason::PolicyIngress) > 0);
+    sw.stop();
+}
+
+#[test]
+fn a_connection_opened_towards_one_port_is_not_established_towards_another() {
+    let _g = serial();
+    let node = Netns::new("bypn");
+    let mut sw = Switch::start_in(Some(&node.name), BRIDGE);
+    let st = three_stations(&node, &sw);
+    let (a, b) = (&st[0], &st[1]);
+    let _servers: Vec<Servers> = st.iter().map(|s| serve(s, &[80], &[])).collect();
+    wait_for(Duration::from_secs(10), "a reaching b", || {
+        tcp(a, b, 80).then_some(())
+    });
+    // a may send anywhere on the network (its connections are tracked);
+    // b takes nothing from a.
+    set_policy(
+        &sw,
+        "pa",
+        r#"{"egress": [{"peers": [{"cidr": "10.78.0.0/24"}]}]}"#,
+    );
+    set_policy(
+        &sw,
+        "pb",
+        r#"{"ingress": [{"peers": [{"cidr": "10.78.0.3/32"}]}]}"#,
+    );
+    assert!(!tcp(a, b, 80));
+    // a's SYN to b sent to the broadcast address: b refuses it, c (not
+    // isolated) is allowed it. Then the same connection's retransmitted
+    // SYN goes to b's own MAC: it is not of a connection towards b.
+    let b_mac = b.ns.sh_ok("cat /sys/class/net/eth0/address");
+    a.ns.sh_ok(&format!(
+        "ip neigh replace {} lladdr ff:ff:ff:ff:ff:ff nud permanent dev eth0",
+        b.ip
+    ));
+    let denied = sw.drops("pb", DropReason::PolicyIngress);
+    let dst = SocketAddr::V4(SocketAddrV4::new(b.ip, 80));
+    let attempt = in_ns(&a.ns.name, move || {
+        TcpStream::connect_timeout(&dst, Duration::from_secs(4)).is_ok()
+    });
+    wait_for(
+        Duration::from_secs(2),
+        "the flooded SYN refused at b",
+        || (sw.drops("pb", DropReason::PolicyIngress) > denied).then_some(()),
+    );
+    a.ns.sh_ok(&format!(
+        "ip neigh replace {} lladdr {} nud permanent dev eth0",
+        b.ip,
+        b_mac.trim()
+    ));
+    assert!(
+        !attempt.join().unwrap(),
+        "a reached b through the connection its flood opened towards c"
+    );
+    assert!(sw.drops("pb", DropReason::PolicyIngress) >= denied + 2);
     sw.stop();
 }

@@ -443,8 +443,6 @@ impl Dataplane {
         let Some(p) = t.ports.get_mut(id as usize).and_then(Option::take) else {
             return;
         };
-        // The connections it opened go at the next sweep.
-        p.shared.conntrack.retire();
         let mut macs = None;
         if let Some(b) = p
             .bridge
@@ -456,6 +454,9 @@ impl Dataplane {
         }
         drop(t);
         self.publish();
+        // The connections through it (its slot may be another port's
+        // next).
+        self.inner.conntrack.forget_port(id);
         if let Some(m) = macs {
             m.flush_port(id, false);
         }

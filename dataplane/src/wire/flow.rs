@@ -12,6 +12,10 @@ use crate::wire::ip::{ETHERTYPE_IPV4, ETHERTYPE_IPV6, PROTO_TCP, PROTO_UDP};
 /// transport header, and for an ICMP error the headers it quotes.
 pub const PREFIX_LEN: usize = 192;
 
+/// `ETH_P_8021AD`, a service tag.
+pub const ETHERTYPE_QINQ: u16 = 0x88a8;
+/// `ETH_P_QINQ1`, the pre-standard outer tag.
+pub const ETHERTYPE_QINQ_OLD: u16 = 0x9100;
 /// `ETH_P_ARP`.
 pub const ETHERTYPE_ARP: u16 = 0x0806;
 /// `IPPROTO_ICMP`.
@@ -192,7 +196,7 @@ fn ports(b: &[u8], l4: usize, proto: u8) -> Option<(u16, u16)> {
 
 impl Packet {
     /// Reads frame prefix `b` (its first bytes, up to [`PREFIX_LEN`]; the
-    /// frame may be longer). One 802.1Q tag is skipped.
+    /// frame may be longer). Up to two VLAN tags are skipped.
     pub fn parse(b: &[u8]) -> Packet {
         Packet::read(b).unwrap_or(Packet::Malformed)
     }
@@ -200,9 +204,19 @@ impl Packet {
     fn read(b: &[u8]) -> Option<Packet> {
         let mut at = ETH_HEADER_LEN;
         let mut ty = be16(b, 12)?;
-        if ty == ETHERTYPE_VLAN {
+        // Tags, 802.1Q and 802.1ad (and the 0x9100 of older QinQ), one
+        // after another: two are skipped, a third makes the frame
+        // malformed. What they carry is judged as if untagged, whatever
+        // its VLAN: a station cannot hide IP from policy behind a tag.
+        for _ in 0..2 {
+            if !matches!(ty, ETHERTYPE_VLAN | ETHERTYPE_QINQ | ETHERTYPE_QINQ_OLD) {
+                break;
+            }
             ty = be16(b, at + 2)?;
             at += VLAN_TAG_LEN;
+        }
+        if matches!(ty, ETHERTYPE_VLAN | ETHERTYPE_QINQ | ETHERTYPE_QINQ_OLD) {
+            return None;
         }
         let v6 = match ty {
             ETHERTYPE_IPV4 => false,
@@ -433,6 +447,35 @@ pub(crate) mod tests {
         lldp[12..14].copy_from_slice(&0x88ccu16.to_be_bytes());
         assert_eq!(Packet::parse(&lldp), Packet::NotIp);
         assert_eq!(Packet::parse(&[0u8; 5]), Packet::Malformed);
+    }
+
+    #[test]
+    fn ip_behind_one_or_two_tags_of_any_kind_is_read_and_three_are_malformed() {
+        let plain = ipv4([10, 0, 0, 1], [10, 0, 0, 2], PROTO_TCP, &tcp(1, 80, 0x02));
+        let want = Packet::parse(&plain);
+        assert!(matches!(want, Packet::Flow { .. }));
+        let tagged = |types: &[u16]| {
+            let mut f = plain[..12].to_vec();
+            for &ty in types {
+                f.extend_from_slice(&ty.to_be_bytes());
+                f.extend_from_slice(&0u16.to_be_bytes()); // VID 0
+            }
+            f.extend_from_slice(&plain[12..]);
+            Packet::parse(&f)
+        };
+        for tags in [
+            &[ETHERTYPE_VLAN][..],
+            &[ETHERTYPE_QINQ],
+            &[ETHERTYPE_QINQ, ETHERTYPE_VLAN],
+            &[ETHERTYPE_VLAN, ETHERTYPE_VLAN],
+            &[ETHERTYPE_QINQ_OLD, ETHERTYPE_QINQ],
+        ] {
+            assert_eq!(tagged(tags), want, "{tags:x?}");
+        }
+        assert_eq!(
+            tagged(&[ETHERTYPE_VLAN, ETHERTYPE_QINQ, ETHERTYPE_VLAN]),
+            Packet::Malformed
+        );
     }
 
     #[test]

@@ -323,6 +323,11 @@ impl Daemon {
             if now >= next_tick {
                 let t = self.dp.tick();
                 self.dp.age_macs(t, self.cfg.mac_aging_secs);
+                // An eighth of the connection table a second: each
+                // expired connection is forgotten within 8 s.
+                self.dp
+                    .conntrack()
+                    .sweep_part(t, crate::switch::policy::conntrack::SHARDS / 8);
                 self.watch_security(now);
                 self.rebalancer.tick(&self.dp, now);
                 let ports = &self.ports;

@@ -6,15 +6,16 @@
 //! One table for the switch, in shards each under its own lock (a lookup
 //! holds one shard's lock for a hash probe), keyed by the connection's
 //! zone (bridge and VLAN), protocol, and its two ends in a canonical order,
-//! hashed with a random key (SipHash: a pod cannot aim its flows at one
-//! bucket). An entry remembers which end opened it, the port its first
-//! packet came in on and the port its first reply came in on: a packet of
-//! the connection matches only coming in where that direction did before.
+//! hashed with a random key (a pod cannot aim its flows at one bucket).
+//! An entry remembers which end opened it and the two ports its first
+//! packet went between: a packet of the connection matches only coming in
+//! where its direction did and going where it went (a connection opened
+//! towards one port is nobody else's), and its replies the other way.
 //!
-//! Bounded: each entry is charged to the port the connection's first
-//! packet came in on ([`CtQuota`]); a port holding its share
-//! ([`PORT_SHARE`]) opens no more until some expire, and the table holds
-//! [`TABLE_LIMIT`] at most. Timeouts are the kernel's defaults
+//! Bounded: each entry is charged to a port's quota ([`CtQuota`]: the
+//! station's whose connection it is, as the caller picks); a port holding
+//! its share ([`PORT_SHARE`]) opens no more until some expire, and the
+//! table holds [`TABLE_LIMIT`] at most. Timeouts are the kernel's defaults
 //! (`nf_conntrack_tcp_timeout_*`, `nf_conntrack_udp_timeout*`,
 //! `nf_conntrack_icmp_timeout`, `nf_conntrack_generic_timeout`); TCP's
 //! states are followed as far as timeouts need them (SYN, SYN-ACK, FIN
@@ -23,7 +24,7 @@
 
 use std::collections::hash_map::{Entry, HashMap, RandomState};
 use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::types::PortId;
@@ -34,7 +35,8 @@ use crate::wire::ip::{PROTO_TCP, PROTO_UDP};
 pub const TABLE_LIMIT: u32 = 262_144;
 /// Most entries the connections opened from one port may hold.
 pub const PORT_SHARE: u32 = 16_384;
-const SHARDS: usize = 64;
+/// Shards of the table, each under its own lock.
+pub const SHARDS: usize = 64;
 
 /// Seconds, as the kernel's defaults.
 mod timeout {
@@ -53,23 +55,16 @@ mod timeout {
     pub const GENERIC: u32 = 600;
 }
 
-/// The connections a port opened: what they hold of the table.
+/// The connections charged to a port: what they hold of the table.
 #[derive(Debug, Default)]
 pub struct CtQuota {
     held: AtomicU32,
-    /// The port is gone: its connections are forgotten at the next sweep.
-    gone: AtomicBool,
 }
 
 impl CtQuota {
     /// Entries held.
     pub fn held(&self) -> u32 {
         self.held.load(Ordering::Relaxed)
-    }
-
-    /// Marks the port gone.
-    pub fn retire(&self) {
-        self.gone.store(true, Ordering::Relaxed);
     }
 }
 
@@ -192,10 +187,26 @@ struct Conn {
     /// FIN seen from the opening end, from the other.
     fin: (bool, bool),
     expires: u32,
-    /// The port its first packet came in on, and its first reply.
-    orig_port: PortId,
-    reply_port: Option<PortId>,
+    /// The port its first packet came in on and the one it went to: its
+    /// replies come in on the second and go to the first.
+    ports: (PortId, PortId),
     owner: Arc<CtQuota>,
+}
+
+impl Conn {
+    /// Where a packet of it in the opening direction (`orig`) or the
+    /// reply's comes in, and where it goes.
+    fn way(&self, orig: bool) -> (PortId, PortId) {
+        if orig {
+            self.ports
+        } else {
+            (self.ports.1, self.ports.0)
+        }
+    }
+
+    fn live(&self, now: u32) -> bool {
+        self.expires > now && !matches!(self.state, CtState::TimeWait | CtState::Close)
+    }
 }
 
 /// A connection as a takeover hands it over ([`Conntrack::export`],
@@ -219,9 +230,10 @@ pub struct ConnRecord {
     pub fin: (bool, bool),
     /// Seconds until it expires.
     pub left: u32,
-    /// The port its first packet came in on, and its first reply.
+    /// The port its first packet came in on.
     pub orig_port: String,
-    /// The port its first reply came in on.
+    /// The port its first packet went to, where its replies come in (a
+    /// record without it is not taken up).
     pub reply_port: Option<String>,
     /// The port it is charged to.
     pub owner: String,
@@ -242,16 +254,6 @@ fn bits_of(a: std::net::IpAddr) -> u128 {
     }
 }
 
-/// How a packet stands to the table.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Tracked {
-    /// A packet of a known connection (its opening direction or a reply),
-    /// coming in where that direction does.
-    Established,
-    /// No connection it belongs to: policy judges it as a new one.
-    New,
-}
-
 /// Why a new connection was not recorded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Full {
@@ -266,6 +268,8 @@ pub struct Conntrack {
     shards: Box<[Mutex<Shard>]>,
     seed: [u64; 2],
     total: AtomicU32,
+    /// The next shard [`Conntrack::sweep_part`] sweeps.
+    cursor: AtomicUsize,
     table_limit: u32,
     port_share: u32,
 }
@@ -375,6 +379,7 @@ impl Conntrack {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             seed,
             total: AtomicU32::new(0),
+            cursor: AtomicUsize::new(0),
             table_limit,
             port_share,
         }
@@ -402,18 +407,26 @@ impl Conntrack {
         self.total.fetch_sub(1, Ordering::Relaxed);
     }
 
-    /// Looks packet `t` (TCP `flags`) up as it came in on `port` in
-    /// `zone` at `now`; a packet of a known connection moves its state on.
-    pub fn track(&self, zone: Zone, t: &Tuple, flags: u8, port: PortId, now: u32) -> Tracked {
+    /// Looks packet `t` (TCP `flags`) up as it came in on port `from` in
+    /// `zone` at `now`: if it is a packet of a known connection coming in
+    /// where its direction does, moves the connection's state on and
+    /// returns the port its direction goes to (it is established there
+    /// alone); else `None` (policy judges it as a new connection).
+    pub fn track(
+        &self,
+        zone: Zone,
+        t: &Tuple,
+        flags: u8,
+        from: PortId,
+        now: u32,
+    ) -> Option<PortId> {
         let (key, up) = Key::of(zone, t, &self.seed);
         let mut map = self.shard(&key);
-        let Some(c) = map.get_mut(&key) else {
-            return Tracked::New;
-        };
+        let c = map.get_mut(&key)?;
         if c.expires <= now {
             let c = map.remove(&key).expect("present");
             self.release(&c);
-            return Tracked::New;
+            return None;
         }
         let orig = up == c.opened_by_lo;
         // A SYN opening the connection again after it closed is a new one.
@@ -422,36 +435,28 @@ impl Conntrack {
             && matches!(c.state, CtState::TimeWait | CtState::Close)
             && flags & (tcp_flags::SYN | tcp_flags::ACK) == tcp_flags::SYN
         {
-            return Tracked::New;
+            return None;
         }
-        let same_way = if orig {
-            c.orig_port == port
-        } else {
-            match c.reply_port {
-                Some(p) => p == port,
-                None if port != c.orig_port => {
-                    c.reply_port = Some(port);
-                    true
-                }
-                None => false,
-            }
-        };
-        if !same_way {
-            return Tracked::New;
+        let (at, to) = c.way(orig);
+        if at != from {
+            return None;
         }
         c.advance(t.proto, orig, flags, now);
-        Tracked::Established
+        Some(to)
     }
 
-    /// Records the new connection packet `t` (TCP `flags`) opens, coming in
-    /// on `port` (charged to `owner`) at `now`. A connection recorded
-    /// meanwhile is left as it is, or replaced where it had closed.
+    /// Records the new connection packet `t` (TCP `flags`) opens, going
+    /// from port `from` to port `to` (charged to `owner`) at `now`. A
+    /// connection recorded meanwhile the same way is left as it is; one
+    /// that closed, or that went another way (its packet was judged and
+    /// allowed as new the way it goes now), is replaced.
+    #[allow(clippy::too_many_arguments)]
     pub fn open(
         &self,
         zone: Zone,
         t: &Tuple,
         flags: u8,
-        port: PortId,
+        (from, to): (PortId, PortId),
         owner: &Arc<CtQuota>,
         now: u32,
     ) -> Result<(), Full> {
@@ -463,14 +468,13 @@ impl Conntrack {
             state,
             fin: (false, false),
             expires: now.saturating_add(timeout_of(t.proto, state)),
-            orig_port: port,
-            reply_port: None,
+            ports: (from, to),
             owner: owner.clone(),
         };
         match map.entry(key) {
             Entry::Occupied(mut e) => {
                 let c = e.get();
-                if c.expires > now && !matches!(c.state, CtState::TimeWait | CtState::Close) {
+                if c.live(now) && c.way(up == c.opened_by_lo) == (from, to) {
                     return Ok(());
                 }
                 // Replaced: the new connection is charged afresh.
@@ -499,21 +503,51 @@ impl Conntrack {
         }
     }
 
-    /// Whether the packet an ICMP error quotes (`about`, as it went) is of
-    /// a connection the table holds: the error is related to it.
-    pub fn related(&self, zone: Zone, about: &Tuple, now: u32) -> bool {
-        let (key, _) = Key::of(zone, about, &self.seed);
-        self.shard(&key).get(&key).is_some_and(|c| c.expires > now)
+    /// Whether an ICMP error coming in on port `from` quotes (`about`, as
+    /// it went) a packet of a connection the table holds, coming back from
+    /// where that packet went: returns the port the packet came from, the
+    /// one port the error is related to.
+    pub fn related(&self, zone: Zone, about: &Tuple, from: PortId, now: u32) -> Option<PortId> {
+        let (key, up) = Key::of(zone, about, &self.seed);
+        let map = self.shard(&key);
+        let c = map.get(&key).filter(|c| c.expires > now)?;
+        let (came, went) = c.way(up == c.opened_by_lo);
+        (went == from).then_some(came)
     }
 
-    /// Forgets the connections that expired by `now`, and those of ports
-    /// gone; returns how many.
+    /// Forgets the connections that expired by `now`; returns how many.
     pub fn sweep(&self, now: u32) -> usize {
+        self.sweep_part(now, SHARDS)
+    }
+
+    /// [`Conntrack::sweep`] for the next `shards` of its shards in turn
+    /// (a control tick sweeps a part, holding each shard's lock a short
+    /// while).
+    pub fn sweep_part(&self, now: u32, shards: usize) -> usize {
+        let mut n = 0;
+        for _ in 0..shards.min(SHARDS) {
+            let i = self.cursor.fetch_add(1, Ordering::Relaxed) % SHARDS;
+            let mut map = self.shards[i].lock().unwrap_or_else(|e| e.into_inner());
+            map.retain(|_, c| {
+                let keep = c.expires > now;
+                if !keep {
+                    self.release(c);
+                    n += 1;
+                }
+                keep
+            });
+        }
+        n
+    }
+
+    /// Forgets the connections through port `port` (removed: its slot may
+    /// be another port's next); returns how many.
+    pub fn forget_port(&self, port: PortId) -> usize {
         let mut n = 0;
         for s in self.shards.iter() {
             let mut map = s.lock().unwrap_or_else(|e| e.into_inner());
             map.retain(|_, c| {
-                let keep = c.expires > now && !c.owner.gone.load(Ordering::Relaxed);
+                let keep = c.ports.0 != port && c.ports.1 != port;
                 if !keep {
                     self.release(c);
                     n += 1;
@@ -541,7 +575,9 @@ impl Conntrack {
                 if (k.zone >> 16) as u16 != bridge || c.expires <= now {
                     continue;
                 }
-                let (Some(orig_port), Some(owner)) = (port(c.orig_port), owner(&c.owner)) else {
+                let (Some(orig_port), Some(reply_port), Some(owner)) =
+                    (port(c.ports.0), port(c.ports.1), owner(&c.owner))
+                else {
                     continue;
                 };
                 out.push(ConnRecord {
@@ -554,7 +590,7 @@ impl Conntrack {
                     fin: c.fin,
                     left: c.expires - now,
                     orig_port,
-                    reply_port: c.reply_port.and_then(&port),
+                    reply_port: Some(reply_port),
                     owner,
                 });
             }
@@ -578,12 +614,8 @@ impl Conntrack {
             let (Some((orig, _)), Some((_, owner))) = (port(&r.orig_port), port(&r.owner)) else {
                 continue;
             };
-            let reply_port = match &r.reply_port {
-                Some(p) => match port(p) {
-                    Some((id, _)) => Some(id),
-                    None => continue,
-                },
-                None => None,
+            let Some((reply, _)) = r.reply_port.as_deref().and_then(&port) else {
+                continue;
             };
             if r.a.0.is_ipv6() != r.b.0.is_ipv6() {
                 continue;
@@ -608,8 +640,7 @@ impl Conntrack {
                 state: r.state,
                 fin: r.fin,
                 expires: now.saturating_add(r.left),
-                orig_port: orig,
-                reply_port,
+                ports: (orig, reply),
                 owner: owner.clone(),
             };
             let mut map = self.shard(&key);
@@ -653,34 +684,54 @@ mod tests {
         let q = Arc::new(CtQuota::default());
         let t = tcp(40000, 80);
         let z = zone(0, 0);
-        assert_eq!(ct.track(z, &t, SYN, 1, 0), Tracked::New);
-        ct.open(z, &t, SYN, 1, &q, 0).unwrap();
+        assert_eq!(ct.track(z, &t, SYN, 1, 0), None);
+        ct.open(z, &t, SYN, (1, 2), &q, 0).unwrap();
         assert_eq!(ct.state(z, &t), Some(CtState::SynSent));
-        // The reply, from its own port.
-        assert_eq!(
-            ct.track(z, &t.reversed(), SYN | ACK, 2, 1),
-            Tracked::Established
-        );
-        assert_eq!(ct.track(z, &t, ACK, 1, 1), Tracked::Established);
+        // The reply, from the port the SYN went to, back to the first.
+        assert_eq!(ct.track(z, &t.reversed(), SYN | ACK, 2, 1), Some(1));
+        assert_eq!(ct.track(z, &t, ACK, 1, 1), Some(2));
         assert_eq!(ct.state(z, &t), Some(CtState::Established));
         // The opening direction from another port, or the reply from a
         // third: not this connection's packets.
-        assert_eq!(ct.track(z, &t, ACK, 3, 1), Tracked::New);
-        assert_eq!(ct.track(z, &t.reversed(), ACK, 3, 1), Tracked::New);
+        assert_eq!(ct.track(z, &t, ACK, 3, 1), None);
+        assert_eq!(ct.track(z, &t.reversed(), ACK, 3, 1), None);
         // Another zone: another connection.
-        assert_eq!(ct.track(zone(0, 5), &t, ACK, 1, 1), Tracked::New);
+        assert_eq!(ct.track(zone(0, 5), &t, ACK, 1, 1), None);
         ct.track(z, &t, FIN | ACK, 1, 2);
         assert_eq!(ct.state(z, &t), Some(CtState::FinWait));
         ct.track(z, &t.reversed(), FIN | ACK, 2, 2);
         assert_eq!(ct.state(z, &t), Some(CtState::TimeWait));
         // A new SYN on the closed connection opens a new one.
-        assert_eq!(ct.track(z, &t, SYN, 1, 3), Tracked::New);
-        ct.open(z, &t, SYN, 1, &q, 3).unwrap();
+        assert_eq!(ct.track(z, &t, SYN, 1, 3), None);
+        ct.open(z, &t, SYN, (1, 2), &q, 3).unwrap();
         assert_eq!(ct.state(z, &t), Some(CtState::SynSent));
         assert_eq!((ct.len(), q.held()), (1, 1));
         // Unanswered, it expires after the kernel's 120 s.
-        assert_eq!(ct.track(z, &t, SYN, 1, 3 + 119), Tracked::Established);
-        assert_eq!(ct.track(z, &t, SYN, 1, 3 + 119 + 120), Tracked::New);
+        assert_eq!(ct.track(z, &t, SYN, 1, 3 + 119), Some(2));
+        assert_eq!(ct.track(z, &t, SYN, 1, 3 + 119 + 120), None);
+        assert_eq!((ct.len(), q.held()), (0, 0));
+    }
+
+    #[test]
+    fn a_connection_is_its_two_ports_and_moves_only_when_allowed_anew() {
+        let ct = Conntrack::default();
+        let q = Arc::new(CtQuota::default());
+        let t = tcp(40000, 80);
+        // Opened towards port 3 (a flood's first member, say).
+        ct.open(0, &t, SYN, (1, 3), &q, 0).unwrap();
+        // Established there, and nowhere else: the caller compares.
+        assert_eq!(ct.track(0, &t, ACK, 1, 1), Some(3));
+        // Nor do replies from port 2 belong to it.
+        assert_eq!(ct.track(0, &t.reversed(), ACK, 2, 1), None);
+        // The same packet judged and allowed towards port 2: it moves.
+        ct.open(0, &t, ACK, (1, 2), &q, 1).unwrap();
+        assert_eq!(ct.track(0, &t.reversed(), ACK, 2, 2), Some(1));
+        assert_eq!(ct.track(0, &t.reversed(), ACK, 3, 2), None);
+        // Opened again the same way (another worker's race): left.
+        ct.open(0, &t, ACK, (1, 2), &q, 2).unwrap();
+        assert_eq!((ct.len(), q.held()), (1, 1));
+        // A port removed takes its connections with it.
+        assert_eq!(ct.forget_port(2), 1);
         assert_eq!((ct.len(), q.held()), (0, 0));
     }
 
@@ -693,15 +744,18 @@ mod tests {
             ..tcp(5000, 53)
         };
         let z = zone(1, 0);
-        ct.open(z, &t, 0, 1, &q, 10).unwrap();
-        assert!(ct.related(z, &t, 11));
-        assert!(ct.related(z, &t.reversed(), 11));
-        assert_eq!(ct.track(z, &t.reversed(), 0, 2, 20), Tracked::Established);
+        ct.open(z, &t, 0, (1, 2), &q, 10).unwrap();
+        // An error about the request comes back from port 2, to port 1;
+        // about the reply, from port 1 to port 2.
+        assert_eq!(ct.related(z, &t, 2, 11), Some(1));
+        assert_eq!(ct.related(z, &t, 1, 11), None);
+        assert_eq!(ct.related(z, &t.reversed(), 1, 11), Some(2));
+        assert_eq!(ct.track(z, &t.reversed(), 0, 2, 20), Some(1));
         assert_eq!(ct.state(z, &t), Some(CtState::Replied));
-        assert_eq!(ct.track(z, &t, 0, 1, 20 + 119), Tracked::Established);
+        assert_eq!(ct.track(z, &t, 0, 1, 20 + 119), Some(2));
         assert_eq!(ct.sweep(20 + 119 + 120), 1);
         assert!(ct.is_empty() && q.held() == 0);
-        assert!(!ct.related(z, &t, 300));
+        assert_eq!(ct.related(z, &t, 2, 300), None);
     }
 
     #[test]
@@ -710,11 +764,12 @@ mod tests {
         let q = Arc::new(CtQuota::default());
         let t = tcp(40000, 80);
         let z = zone(3, 7);
-        old.open(z, &t, SYN, 1, &q, 100).unwrap();
+        old.open(z, &t, SYN, (1, 2), &q, 100).unwrap();
         old.track(z, &t.reversed(), SYN | ACK, 2, 101);
         old.track(z, &t, ACK, 1, 101);
         // Another bridge's: not in this bridge's export.
-        old.open(zone(4, 0), &tcp(1, 2), SYN, 1, &q, 100).unwrap();
+        old.open(zone(4, 0), &tcp(1, 2), SYN, (1, 2), &q, 100)
+            .unwrap();
         let names = |p: PortId| Some(format!("p{p}"));
         let recs = old.export(3, 110, names, |_| Some("p1".into()));
         assert_eq!(recs.len(), 1);
@@ -723,7 +778,7 @@ mod tests {
             (CtState::Established, 432_000 - 9)
         );
         // Through JSON, as a takeover sends it.
-        let recs: Vec<ConnRecord> =
+        let mut recs: Vec<ConnRecord> =
             serde_json::from_str(&serde_json::to_string(&recs).unwrap()).unwrap();
         // The new switch: other slots, another clock, bridge 0.
         let new = Conntrack::default();
@@ -733,15 +788,18 @@ mod tests {
             "p2" => Some((12, q2.clone())),
             _ => None,
         };
+        // A record without the port its replies come from (an older
+        // switch's, unreplied) is not taken up.
+        let mut unreplied = recs[0].clone();
+        unreplied.reply_port = None;
+        unreplied.a.1 += 1;
+        recs.push(unreplied);
         assert_eq!(new.import(0, 5, &recs, slot), 1);
         let z2 = zone(0, 7);
         assert_eq!(new.state(z2, &t), Some(CtState::Established));
         // Its replies pass from the reply's port alone.
-        assert_eq!(
-            new.track(z2, &t.reversed(), ACK, 12, 6),
-            Tracked::Established
-        );
-        assert_eq!(new.track(z2, &t.reversed(), ACK, 11, 6), Tracked::New);
+        assert_eq!(new.track(z2, &t.reversed(), ACK, 12, 6), Some(11));
+        assert_eq!(new.track(z2, &t.reversed(), ACK, 11, 6), None);
         assert_eq!(q2.held(), 1);
     }
 
@@ -750,20 +808,29 @@ mod tests {
         let ct = Conntrack::new(10, 4);
         let (a, b) = (Arc::new(CtQuota::default()), Arc::new(CtQuota::default()));
         for p in 0..4 {
-            ct.open(0, &tcp(p, 80), SYN, 1, &a, 0).unwrap();
+            ct.open(0, &tcp(p, 80), SYN, (1, 9), &a, 0).unwrap();
         }
-        assert_eq!(ct.open(0, &tcp(99, 80), SYN, 1, &a, 0), Err(Full::Port));
+        assert_eq!(
+            ct.open(0, &tcp(99, 80), SYN, (1, 9), &a, 0),
+            Err(Full::Port)
+        );
         // Another port still opens its own.
         for p in 0..4 {
-            ct.open(0, &tcp(1000 + p, 80), SYN, 2, &b, 0).unwrap();
+            ct.open(0, &tcp(1000 + p, 80), SYN, (2, 9), &b, 0).unwrap();
         }
         let c = Arc::new(CtQuota::default());
-        ct.open(0, &tcp(2000, 80), SYN, 3, &c, 0).unwrap();
-        ct.open(0, &tcp(2001, 80), SYN, 3, &c, 0).unwrap();
-        assert_eq!(ct.open(0, &tcp(2002, 80), SYN, 3, &c, 0), Err(Full::Table));
-        // A port gone: its connections go at the next sweep.
-        a.retire();
-        assert_eq!(ct.sweep(1), 4);
-        assert_eq!((ct.len(), a.held(), b.held()), (6, 0, 4));
+        ct.open(0, &tcp(2000, 80), SYN, (3, 9), &c, 0).unwrap();
+        ct.open(0, &tcp(2001, 80), SYN, (3, 9), &c, 0).unwrap();
+        assert_eq!(
+            ct.open(0, &tcp(2002, 80), SYN, (3, 9), &c, 0),
+            Err(Full::Table)
+        );
+        // Swept in parts: every shard once in turn.
+        let mut swept = 0;
+        for _ in 0..8 {
+            swept += ct.sweep_part(u32::MAX, SHARDS / 8);
+        }
+        assert_eq!(swept, 10);
+        assert_eq!((ct.len(), a.held(), b.held(), c.held()), (0, 0, 0, 0));
     }
 }

@@ -4,24 +4,26 @@
 //!
 //! A frame between two ports is judged only where one of them has rules
 //! ([`PortRules`]); the forwarder runs these checks only for a bridge with
-//! such a port, so a bridge without them pays nothing per frame. A frame is
-//! judged at most once per step: at the port it came in on (its station's
-//! address, that port's egress rules), then at each port it goes to (that
-//! port's ingress rules); a packet of a tracked connection passes both
-//! ([`conntrack`]). ARP and IPv6 neighbour discovery pass (their sender's
-//! address checked); frames that are not IP pass, as the kernel's
-//! iptables never sees them.
+//! such a port, so a bridge without them pays nothing per frame. At the
+//! port a frame came in on its station's address is checked
+//! ([`Judge::from_port`]); then for each port it goes to (a member of its
+//! VLAN, up), the egress rules of the first port and the ingress rules of
+//! the second ([`Judge::to_port`]). A packet of a connection tracked
+//! between those two ports passes both ([`conntrack`]); a new one allowed
+//! is recorded there. ARP and IPv6 neighbour discovery pass (their
+//! sender's address checked); frames that are not IP pass, as the
+//! kernel's iptables never sees them.
 
 pub mod conntrack;
 pub mod rules;
 
 use std::sync::Arc;
 
-use conntrack::{Conntrack, CtQuota, Full, Tracked, Zone};
+use conntrack::{Conntrack, CtQuota, Full, Zone};
 pub use rules::{CompileError, PortRules, RuleSet};
 
 use crate::types::{DropReason, PortId};
-use crate::wire::flow::{Packet, Tuple, PREFIX_LEN, PROTO_SCTP};
+use crate::wire::flow::{Packet, PREFIX_LEN, PROTO_SCTP};
 use crate::wire::ip::{PROTO_TCP, PROTO_UDP};
 
 /// Which of a port's directions a decision was made for.
@@ -58,44 +60,53 @@ pub enum Decision {
         /// The rule's index.
         rule: usize,
     },
-    /// Denied: no rule of `port`'s rules in `direction` allows it.
-    Denied {
-        /// The port whose rules refused it.
-        port: PortId,
-        /// Which of its directions.
-        direction: Direction,
-    },
     /// Not subject to policy (not IP, ARP, neighbour discovery).
     Exempt,
 }
 
-/// One frame's policy state while it is switched: what was read of it and
-/// found in the connection table, each once.
+/// One frame's policy state while it is switched: what was read of it,
+/// found in the connection table and decided by its first port's egress
+/// rules, each once for all the ports it goes to.
 #[derive(Debug, Default)]
 pub struct FrameCheck {
     packet: Option<Packet>,
-    tracked: Option<Tracked>,
+    /// Where the frame's connection goes, if it is a packet of one.
+    tracked: Option<Option<PortId>>,
+    /// The egress rule that allows it, if any.
+    egress: Option<Option<usize>>,
     /// Its connection was recorded (by this frame).
     opened: bool,
+    /// Its egress denial was counted.
+    egress_counted: bool,
 }
 
-/// The packet's tuple, TCP flags and the port its rules match (none for a
-/// later fragment or a protocol without ports).
-fn flow_facts(p: &Packet) -> Option<(Tuple, u8, Option<u16>)> {
-    match *p {
-        Packet::Flow {
-            tuple,
-            flags,
-            fragment,
-            ..
-        } => {
-            let port = (!fragment && matches!(tuple.proto, PROTO_TCP | PROTO_UDP | PROTO_SCTP))
-                .then_some(tuple.dport);
-            Some((tuple, flags, port))
-        }
-        Packet::IcmpError { tuple, .. } => Some((tuple, 0, None)),
-        _ => None,
+impl FrameCheck {
+    /// Whether an egress denial of this frame is yet to be counted (true
+    /// once: a flood is one frame refused, whatever the ports).
+    pub fn count_egress_drop(&mut self) -> bool {
+        !std::mem::replace(&mut self.egress_counted, true)
     }
+}
+
+/// What allowed a frame from one port to another: the first port's egress
+/// and the second's ingress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Verdict {
+    /// At the port it came in on.
+    pub egress: Decision,
+    /// At the port it goes to.
+    pub ingress: Decision,
+}
+
+impl Verdict {
+    const EXEMPT: Verdict = Verdict {
+        egress: Decision::Exempt,
+        ingress: Decision::Exempt,
+    };
+    const ESTABLISHED: Verdict = Verdict {
+        egress: Decision::Established,
+        ingress: Decision::Established,
+    };
 }
 
 /// What a burst's frames are judged with: the connection table, the zone
@@ -109,6 +120,9 @@ pub struct Judge<'a> {
     pub now: u32,
 }
 
+/// A port a frame goes between: its slot and its rules, if any.
+pub type End<'r> = (PortId, Option<&'r PortRules>);
+
 impl Judge<'_> {
     fn packet(f: &mut FrameCheck, read: impl FnOnce(&mut [u8]) -> usize) -> Packet {
         *f.packet.get_or_insert_with(|| {
@@ -118,37 +132,20 @@ impl Judge<'_> {
         })
     }
 
-    fn tracked(&self, f: &mut FrameCheck, t: &Tuple, flags: u8, in_port: PortId) -> Tracked {
-        *f.tracked
-            .get_or_insert_with(|| self.conntrack.track(self.zone, t, flags, in_port, self.now))
-    }
-
-    /// The checks at the port the frame came in on (`in_port`, with rules
-    /// `r`): its source address, then its egress rules. `read` copies the
-    /// frame's first bytes into the buffer given and returns how many.
+    /// The checks at the port the frame came in on (with rules `r`): its
+    /// source address. `read` copies the frame's first bytes into the
+    /// buffer given and returns how many.
     pub fn from_port(
         &self,
         f: &mut FrameCheck,
         read: impl FnOnce(&mut [u8]) -> usize,
-        in_port: PortId,
         r: &PortRules,
-    ) -> Result<Decision, DropReason> {
-        let p = Self::packet(f, read);
-        let src_ok = match p {
-            Packet::NotIp => return Ok(Decision::Exempt),
+    ) -> Result<(), DropReason> {
+        let ok = match Self::packet(f, read) {
+            Packet::NotIp => true,
             Packet::Malformed => return Err(DropReason::BadHeader),
-            Packet::Arp { sender } => {
-                return r
-                    .owns_v4(sender)
-                    .then_some(Decision::Exempt)
-                    .ok_or(DropReason::SpoofedIp)
-            }
-            Packet::Neighbour { src } => {
-                return r
-                    .owns_v6(src)
-                    .then_some(Decision::Exempt)
-                    .ok_or(DropReason::SpoofedIp)
-            }
+            Packet::Arp { sender } => r.owns_v4(sender),
+            Packet::Neighbour { src } => r.owns_v6(src),
             Packet::Flow { tuple, .. } | Packet::IcmpError { tuple, .. } => {
                 if tuple.v6 {
                     r.owns_v6(tuple.src)
@@ -157,94 +154,98 @@ impl Judge<'_> {
                 }
             }
         };
-        if !src_ok {
-            return Err(DropReason::SpoofedIp);
-        }
-        let Some(rules) = &r.egress else {
-            return Ok(Decision::Exempt);
-        };
-        self.judge(f, &p, in_port, in_port, rules, Direction::Egress)
+        ok.then_some(()).ok_or(DropReason::SpoofedIp)
     }
 
-    /// The checks at a port the frame goes to (`to`, with rules `r`, if
-    /// any), once it passed those where it came in (`in_port`, with rules
-    /// or not): that port's ingress rules; then the connection is recorded,
-    /// charged to `owner` (the quota of the port it came in on), if no
-    /// earlier step of this frame did. Called only where one of the two
-    /// ports has rules.
-    #[allow(clippy::too_many_arguments)]
+    /// The checks for a frame going from port `from` to port `to`, once
+    /// it passed those where it came in: a packet of a connection tracked
+    /// between the two, or an ICMP error about one coming back, passes;
+    /// another is judged by `from`'s egress rules and `to`'s ingress rules
+    /// and, if allowed, recorded as a new connection (once per frame, the
+    /// first way it is allowed), charged to `quota`. A frame between two
+    /// ports neither of which is isolated passes and opens nothing.
     pub fn to_port(
         &self,
         f: &mut FrameCheck,
         read: impl FnOnce(&mut [u8]) -> usize,
-        in_port: PortId,
-        to: PortId,
-        r: Option<&PortRules>,
-        owner: &Arc<CtQuota>,
-    ) -> Result<Decision, DropReason> {
-        let p = Self::packet(f, read);
-        let decision = match (r.and_then(|r| r.ingress.as_ref()), p) {
-            (_, Packet::NotIp | Packet::Arp { .. } | Packet::Neighbour { .. }) => {
-                return Ok(Decision::Exempt)
-            }
-            (Some(_), Packet::Malformed) => return Err(DropReason::BadHeader),
-            (None, Packet::Malformed) => return Ok(Decision::Exempt),
-            (Some(rules), _) => self.judge(f, &p, in_port, to, rules, Direction::Ingress)?,
-            (None, _) => Decision::Exempt,
-        };
-        // A new connection both ends allowed: recorded once, so that its
-        // further packets and its replies pass.
-        if let (Some((t, flags, _)), false) = (flow_facts(&p), f.opened) {
-            if matches!(p, Packet::Flow { .. })
-                && self.tracked(f, &t, flags, in_port) == Tracked::New
-            {
-                f.opened = true;
-                self.conntrack
-                    .open(self.zone, &t, flags, in_port, owner, self.now)
-                    .map_err(|e| match e {
-                        Full::Port | Full::Table => DropReason::ConntrackFull,
-                    })?;
-            }
+        (from, from_rules): End<'_>,
+        (to, to_rules): End<'_>,
+        quota: &Arc<CtQuota>,
+    ) -> Result<Verdict, DropReason> {
+        let egress = from_rules.and_then(|r| r.egress.as_ref());
+        let ingress = to_rules.and_then(|r| r.ingress.as_ref());
+        // Its connection is tracked where either port is isolated in
+        // either direction: a connection one opened, the other's replies.
+        if !from_rules.is_some_and(PortRules::policed) && !to_rules.is_some_and(PortRules::policed)
+        {
+            return Ok(Verdict::EXEMPT);
         }
-        Ok(decision)
-    }
-
-    /// Judges `p` against `rules` (`port`'s, in `direction`): a packet of a
-    /// tracked connection or an ICMP error about one passes, another
-    /// passes by the first rule that allows it.
-    fn judge(
-        &self,
-        f: &mut FrameCheck,
-        p: &Packet,
-        in_port: PortId,
-        port: PortId,
-        rules: &RuleSet,
-        direction: Direction,
-    ) -> Result<Decision, DropReason> {
-        let Some((t, flags, dport)) = flow_facts(p) else {
-            return Ok(Decision::Exempt);
+        let (t, flags, dport, opens) = match Self::packet(f, read) {
+            Packet::NotIp | Packet::Arp { .. } | Packet::Neighbour { .. } => {
+                return Ok(Verdict::EXEMPT)
+            }
+            Packet::Malformed => return Err(DropReason::BadHeader),
+            Packet::IcmpError { tuple, about } => {
+                // Sent to the quoted packet's sender, from where that
+                // packet went.
+                if tuple.dst == about.src
+                    && self.conntrack.related(self.zone, &about, from, self.now) == Some(to)
+                {
+                    return Ok(Verdict::ESTABLISHED);
+                }
+                (tuple, 0, None, false)
+            }
+            Packet::Flow {
+                tuple,
+                flags,
+                fragment,
+                ..
+            } => {
+                let conntrack = self.conntrack;
+                let (zone, now) = (self.zone, self.now);
+                let goes = *f
+                    .tracked
+                    .get_or_insert_with(|| conntrack.track(zone, &tuple, flags, from, now));
+                if goes == Some(to) {
+                    return Ok(Verdict::ESTABLISHED);
+                }
+                // A later fragment has no ports: port rules do not match
+                // it, and it opens nothing.
+                let ported = matches!(tuple.proto, PROTO_TCP | PROTO_UDP | PROTO_SCTP);
+                let dport = (!fragment && ported).then_some(tuple.dport);
+                (tuple, flags, dport, !fragment)
+            }
         };
-        let known = match p {
-            Packet::IcmpError { about, .. } => self.conntrack.related(self.zone, about, self.now),
-            _ => self.tracked(f, &t, flags, in_port) == Tracked::Established,
-        };
-        if known {
-            return Ok(Decision::Established);
-        }
-        let peer = match direction {
-            Direction::Ingress => t.src,
-            Direction::Egress => t.dst,
-        };
-        match rules.allows(t.v6, peer, t.proto, dport) {
-            Some(rule) => Ok(Decision::Rule {
-                port,
-                direction,
+        let mut v = Verdict::EXEMPT;
+        if let Some(rules) = egress {
+            let rule = *f
+                .egress
+                .get_or_insert_with(|| rules.allows(t.v6, t.dst, t.proto, dport));
+            let rule = rule.ok_or(DropReason::PolicyEgress)?;
+            v.egress = Decision::Rule {
+                port: from,
+                direction: Direction::Egress,
                 rule,
-            }),
-            None => Err(match direction {
-                Direction::Ingress => DropReason::PolicyIngress,
-                Direction::Egress => DropReason::PolicyEgress,
-            }),
+            };
         }
+        if let Some(rules) = ingress {
+            let rule = rules
+                .allows(t.v6, t.src, t.proto, dport)
+                .ok_or(DropReason::PolicyIngress)?;
+            v.ingress = Decision::Rule {
+                port: to,
+                direction: Direction::Ingress,
+                rule,
+            };
+        }
+        if opens && !f.opened {
+            f.opened = true;
+            self.conntrack
+                .open(self.zone, &t, flags, (from, to), quota, self.now)
+                .map_err(|e| match e {
+                    Full::Port | Full::Table => DropReason::ConntrackFull,
+                })?;
+        }
+        Ok(v)
     }
 }

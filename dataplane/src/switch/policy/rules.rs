@@ -275,6 +275,12 @@ pub struct PortRules {
 }
 
 impl PortRules {
+    /// Whether it is isolated in either direction: its connections are
+    /// tracked, so that their packets the other way pass.
+    pub fn policed(&self) -> bool {
+        self.ingress.is_some() || self.egress.is_some()
+    }
+
     /// Compiles a port's `policy` and `ips`; `None` when neither asks
     /// anything of its frames.
     pub fn compile(
