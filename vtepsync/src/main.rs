@@ -239,12 +239,38 @@ mod policies {
     /// must take effect in.
     const SETTLE: Duration = Duration::from_millis(100);
 
+    /// How often the switch's ports are looked at for ports made since
+    /// the last pass (a pod's port made again, say): a port of a known
+    /// pod gets its policy within this.
+    const POLL: Duration = Duration::from_secs(2);
+
     /// What the watches show.
     #[derive(Default)]
     struct World {
         pods: BTreeMap<(String, String), PodView>,
         namespaces: BTreeMap<String, BTreeMap<String, String>>,
         policies: BTreeMap<(String, String), PolicyView>,
+        /// Changes applied so far.
+        generation: u64,
+    }
+
+    /// What a pass computes the ports' policies from.
+    struct Snapshot {
+        generation: u64,
+        pods: Vec<PodView>,
+        namespaces: BTreeMap<String, BTreeMap<String, String>>,
+        policies: Vec<PolicyView>,
+    }
+
+    impl World {
+        fn snapshot(&self) -> Snapshot {
+            Snapshot {
+                generation: self.generation,
+                pods: self.pods.values().cloned().collect(),
+                namespaces: self.namespaces.clone(),
+                policies: self.policies.values().cloned().collect(),
+            }
+        }
     }
 
     fn key(m: &kube::core::ObjectMeta) -> (String, String) {
@@ -287,8 +313,12 @@ mod policies {
         // Each kind's objects while it is listed again.
         let mut relist = World::default();
         let mut listed = [false; 3];
+        // A pass is due: after a change (once it settled), after a failed
+        // pass (backing off), and every POLL for ports made meanwhile.
         let mut due: Option<Instant> = None;
-        let mut next_resync = Instant::now() + resync;
+        let mut retry = Duration::from_secs(1);
+        let mut next_poll = Instant::now() + POLL;
+        let mut enforcer = Some(Enforcer::default());
         info!("watching MultiNetworkPolicies, pods and namespaces");
         loop {
             tokio::select! {
@@ -302,25 +332,34 @@ mod policies {
                         }
                     };
                     apply(&mut world, &mut relist, &mut listed, ev);
+                    world.generation += 1;
                     if listed.iter().all(|l| *l) {
-                        due.get_or_insert(Instant::now() + SETTLE);
+                        let settled = Instant::now() + SETTLE;
+                        due = Some(due.map_or(settled, |d| d.min(settled)));
                     }
                 }
-                _ = sleep_until(due.unwrap_or(next_resync)) => {
+                _ = sleep_until(due.unwrap_or(next_poll).min(next_poll)) => {
+                    next_poll = Instant::now() + POLL;
                     if !listed.iter().all(|l| *l) {
-                        next_resync = Instant::now() + resync;
                         continue;
                     }
                     due = None;
-                    next_resync = Instant::now() + resync;
-                    let pods: Vec<PodView> = world.pods.values().cloned().collect();
-                    let namespaces = world.namespaces.clone();
-                    let policies: Vec<PolicyView> = world.policies.values().cloned().collect();
+                    let snapshot = world.snapshot();
                     let socket = socket.clone();
-                    let done = tokio::task::spawn_blocking(move || enforce(&socket, &pods, &namespaces, &policies)).await?;
-                    if let Err(e) = done {
-                        warn!("policy: will retry: {e:#}");
-                        due = Some(Instant::now() + Duration::from_secs(1));
+                    let mut e = enforcer.take().expect("one pass at a time");
+                    let (e, done) = tokio::task::spawn_blocking(move || {
+                        let done = e.enforce(&socket, &snapshot);
+                        (e, done)
+                    })
+                    .await?;
+                    enforcer = Some(e);
+                    match done {
+                        Ok(()) => retry = Duration::from_secs(1),
+                        Err(err) => {
+                            warn!("policy: will retry in {retry:?}: {err:#}");
+                            due = Some(Instant::now() + retry);
+                            retry = (retry * 2).min(resync);
+                        }
                     }
                 }
             }
@@ -399,43 +438,84 @@ mod policies {
         }
     }
 
-    /// Gives each port of the switch that serves a pod the policy the
-    /// policies make for it, where that changed.
-    fn enforce(
-        socket: &Path,
-        pods: &[PodView],
-        namespaces: &BTreeMap<String, BTreeMap<String, String>>,
-        policies: &[PolicyView],
-    ) -> anyhow::Result<()> {
-        let mut c = Client::lazy(socket);
-        c.set_retry(Duration::from_secs(3));
-        let ports = c.ask(&Request::port_list())?;
-        for p in ports {
-            let Some(a) = p.spec.pod.as_ref().filter(|_| p.status.failed.is_none()) else {
-                continue;
-            };
-            let pod = pods
-                .iter()
-                .find(|v| v.namespace == a.namespace && v.name == a.name);
-            let want = pod
-                .and_then(|pod| policy::port_policy(pod, &a.interface, pods, namespaces, policies));
-            if want == p.spec.policy {
-                continue;
+    /// The ports brought to what the policies say, remembering what each
+    /// was given for which pod, so that a pass with nothing changed asks
+    /// the switch for its ports and computes nothing.
+    #[derive(Default)]
+    struct Enforcer {
+        /// The world's generation `given` was computed in.
+        generation: u64,
+        /// Per port: the pod's UID it was computed for, and the policy.
+        given: BTreeMap<String, (Option<String>, Option<switchyard_api::policy::PortPolicy>)>,
+    }
+
+    impl Enforcer {
+        /// Gives each port of the switch that serves a known pod the
+        /// policy the policies make for it, where that changed. A port
+        /// whose pod is not known (yet, or any more), is another pod of
+        /// the same name (its UID differs), or has no network-status entry
+        /// for the port's interface yet is left as it is: what it has is
+        /// the last thing known. A port the switch refuses is reported and
+        /// the others are still done.
+        fn enforce(&mut self, socket: &Path, w: &Snapshot) -> anyhow::Result<()> {
+            if w.generation != self.generation {
+                self.given.clear();
+                self.generation = w.generation;
             }
-            let rules = |d: &Option<Vec<_>>| d.as_ref().map(Vec::len);
-            info!(
-                port = %p.spec.name, pod = %format!("{}/{}", a.namespace, a.name),
-                ingress_rules = ?want.as_ref().and_then(|w| rules(&w.ingress)),
-                egress_rules = ?want.as_ref().and_then(|w| rules(&w.egress)),
-                "policy"
+            let mut c = Client::lazy(socket);
+            c.set_retry(Duration::from_secs(3));
+            let ports = c.ask(&Request::port_list())?;
+            let mut failed = Vec::new();
+            for p in ports {
+                let Some(a) = p.spec.pod.as_ref().filter(|_| p.status.failed.is_none()) else {
+                    continue;
+                };
+                if let Some((uid, want)) = self.given.get(&p.spec.name) {
+                    if *uid == a.uid && *want == p.spec.policy {
+                        continue;
+                    }
+                }
+                let Some(pod) = w.pods.iter().find(|v| {
+                    v.namespace == a.namespace
+                        && v.name == a.name
+                        && (a.uid.is_none() || v.uid.is_none() || a.uid == v.uid)
+                }) else {
+                    continue;
+                };
+                if !pod.networks.iter().any(|n| n.interface == a.interface) {
+                    continue;
+                }
+                let want =
+                    policy::port_policy(pod, &a.interface, &w.pods, &w.namespaces, &w.policies);
+                if want != p.spec.policy {
+                    let rules = |d: &Option<Vec<_>>| d.as_ref().map(Vec::len);
+                    info!(
+                        port = %p.spec.name, pod = %format!("{}/{}", a.namespace, a.name),
+                        ingress_rules = ?want.as_ref().and_then(|w| rules(&w.ingress)),
+                        egress_rules = ?want.as_ref().and_then(|w| rules(&w.egress)),
+                        "policy"
+                    );
+                    let set = Request::port_set(
+                        &p.spec.name,
+                        None,
+                        Some(want.clone().unwrap_or_default()),
+                    );
+                    if let Err(e) = c.ask(&set) {
+                        warn!(port = %p.spec.name, "policy not set: {e:#}");
+                        failed.push(p.spec.name.clone());
+                        continue;
+                    }
+                }
+                self.given
+                    .insert(p.spec.name.clone(), (a.uid.clone(), want));
+            }
+            anyhow::ensure!(
+                failed.is_empty(),
+                "ports not given their policy: {}",
+                failed.join(", ")
             );
-            c.ask(&Request::port_set(
-                &p.spec.name,
-                None,
-                Some(want.unwrap_or_default()),
-            ))?;
+            Ok(())
         }
-        Ok(())
     }
 }
 

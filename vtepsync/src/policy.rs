@@ -43,6 +43,8 @@ pub struct PodView {
     pub namespace: String,
     /// Name.
     pub name: String,
+    /// Its UID, where known.
+    pub uid: Option<String>,
     /// Labels.
     pub labels: BTreeMap<String, String>,
     /// Its attachments: network (`namespace/name`), interface, addresses
@@ -345,8 +347,13 @@ pub fn port_policy(
                 let raw = r.ports.as_deref().unwrap_or_default();
                 let peers = peers(r.to.as_deref(), pol, pods, namespaces);
                 if !has_named(raw) {
-                    let ports = resolve_ports(raw, None).unwrap_or_default();
-                    push_rule(rules, name, peers, pol, ports);
+                    // Ports listed, none of them one the switch knows: the
+                    // rule allows nothing (as on ingress), not every port.
+                    let ports = resolve_ports(raw, None);
+                    if ports.as_ref().is_some_and(Vec::is_empty) {
+                        continue;
+                    }
+                    push_rule(rules, name, peers, pol, ports.unwrap_or_default());
                     continue;
                 }
                 // Named ports resolve against each peer pod: a rule per
@@ -441,6 +448,7 @@ pub fn pod_view(pod: &k8s_openapi::api::core::v1::Pod) -> Option<PodView> {
     Some(PodView {
         namespace: meta.namespace.clone()?,
         name: meta.name.clone()?,
+        uid: meta.uid.clone(),
         labels: meta.labels.clone().unwrap_or_default(),
         networks,
         named_ports,
@@ -500,6 +508,7 @@ mod tests {
                 pods.push(PodView {
                     namespace: ns.to_string(),
                     name: pod.to_string(),
+                    uid: None,
                     labels: BTreeMap::from([("pod".to_string(), pod.to_string())]),
                     networks: vec![Attachment {
                         network: "x/net".into(),
@@ -657,5 +666,15 @@ mod tests {
         assert!(e
             .iter()
             .all(|r| r.ports[0].port == Some(80) && r.peers.len() == 1));
+        // Egress ports of which the switch knows none (a protocol it does
+        // not filter, a number out of range): the rule allows nothing, as
+        // on ingress, rather than every port.
+        let pols = [policy(
+            "x",
+            json!({"podSelector": {}, "policyTypes": ["Egress"],
+                   "egress": [{"ports": [{"protocol": "ICMP"}, {"port": 70000}]}]}),
+        )];
+        let p = port_policy(pod(&pods, "x", "c"), "net1", &pods, &ns, &pols).unwrap();
+        assert_eq!(p.egress, Some(vec![]));
     }
 }

@@ -611,31 +611,41 @@ fn model_pod(
     netns.sh_ok(&format!(
         "ip addr add {ip}/{len} dev net1 && ip link set lo up"
     ));
-    let spec: switchyard_api::PortSpec = serde_json::from_value(json!({
+    let status: Vec<serde_json::Value> = other
+        .into_iter()
+        .chain([json!({"name": "x/net", "interface": "net1", "ips": [ip]})])
+        .collect();
+    // The pod, then its port as the CNI makes it (with the pod's UID, as
+    // the runtime passes it), then its network-status as Multus writes it.
+    let pod = json!({
+        "metadata": {"namespace": ns, "name": name, "labels": {"pod": name}},
+        "spec": {"containers": [{"name": "c", "image": "agnhost", "ports": [
+            {"name": "serve-80-tcp", "containerPort": 80, "protocol": "TCP"},
+            {"name": "serve-81-tcp", "containerPort": 81, "protocol": "TCP"}]}]},
+        "status": {"phase": "Running"},
+    });
+    let mut pod = api.put(api_server::PODS, pod);
+    add_pod_port(sw, port, ip, &pod);
+    pod["metadata"]["annotations"] =
+        json!({"k8s.v1.cni.cncf.io/network-status": json!(status).to_string()});
+    api.put(api_server::PODS, pod);
+    netns
+}
+
+/// Adds port `port` (af-packet on the interface of its name, address
+/// `ip`) for stored pod `pod`'s `net1` on network `net`, as the CNI does.
+fn add_pod_port(sw: &Switch, port: &str, ip: &str, pod: &serde_json::Value) {
+    let m = &pod["metadata"];
+    let spec: switchyard_api::PortSpec = serde_json::from_value(serde_json::json!({
         "name": port, "kind": "af-packet", "interface": port, "bridge": "default",
         "ips": [ip],
-        "pod": {"namespace": ns, "name": name, "interface": "net1", "network": "net"},
+        "pod": {"namespace": m["namespace"], "name": m["name"], "uid": m["uid"],
+                "interface": "net1", "network": "net"},
     }))
     .unwrap();
     sw.client()
         .ask(&switchyard_api::Request::port_add(spec))
         .unwrap();
-    let status: Vec<serde_json::Value> = other
-        .into_iter()
-        .chain([json!({"name": "x/net", "interface": "net1", "ips": [ip]})])
-        .collect();
-    api.put(
-        api_server::PODS,
-        json!({
-            "metadata": {"namespace": ns, "name": name, "labels": {"pod": name},
-                "annotations": {"k8s.v1.cni.cncf.io/network-status": json!(status).to_string()}},
-            "spec": {"containers": [{"name": "c", "image": "agnhost", "ports": [
-                {"name": "serve-80-tcp", "containerPort": 80, "protocol": "TCP"},
-                {"name": "serve-81-tcp", "containerPort": 81, "protocol": "TCP"}]}]},
-            "status": {"phase": "Running"},
-        }),
-    );
-    netns
 }
 
 /// MultiNetworkPolicy end to end: three pods of namespace x (kernel
@@ -722,6 +732,42 @@ fn multi_network_policy_reaches_the_ports_through_the_agent() {
     wait_for(LIMIT, "c let in after its relabelling", || {
         connects(&c.0, &b.1, 80).then_some(())
     });
+    // b's network-status gone from its pod (rewritten, say): its port
+    // keeps the policy it was given, the last thing known. (A pass
+    // follows a change within SETTLE, 100 ms.)
+    let pod_b = api.objects(PODS, "x/b").unwrap();
+    let mut bare = pod_b.clone();
+    bare["metadata"]["annotations"] = json!({});
+    api.put(PODS, bare);
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(
+        isolated().is_some(),
+        "b's policy dropped with its network-status"
+    );
+    // Another pod named b (another UID) that no policy selects: pb is the
+    // first one's port, and keeps its policy.
+    api.delete(PODS, "x/b");
+    let mut other = pod_b.clone();
+    other["metadata"]["uid"] = json!(null);
+    other["metadata"]["labels"]["pod"] = json!("other");
+    let other = api.put(PODS, other);
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(
+        isolated().is_some(),
+        "the new b's policy given to the old b's port"
+    );
+    // The new b labelled pod=b, then its port made (the old one's taken
+    // away first, as a CNI DEL would): with no event after it, the port
+    // gets the policy from the agent's look at the ports.
+    let mut new_b = other.clone();
+    new_b["metadata"]["labels"]["pod"] = json!("b");
+    api.put(PODS, new_b.clone());
+    sw.cli_ok(&["port", "del", "pb"]);
+    add_pod_port(&sw, "pb", &b.1, &new_b);
+    sw.wait_link("pb", true);
+    wait_for(LIMIT, "the re-made pb's policy", isolated);
+    assert!(connects(&a.0, &b.1, 80) && !connects(&c.0, &b.1, 81));
+
     // The policy changed to peers labelled pod=nobody: a's new
     // connections are refused.
     api.put(MULTI_NETWORK_POLICIES, policy("nobody"));
