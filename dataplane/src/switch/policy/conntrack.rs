@@ -447,9 +447,11 @@ impl Conntrack {
 
     /// Records the new connection packet `t` (TCP `flags`) opens, going
     /// from port `from` to port `to` (charged to `owner`) at `now`. A
-    /// connection recorded meanwhile the same way is left as it is; one
-    /// that closed, or that went another way (its packet was judged and
-    /// allowed as new the way it goes now), is replaced.
+    /// connection that closed or expired is replaced. A live one is left
+    /// as it is unless `moved` (the packet was allowed by a rule the way
+    /// it goes now, so it is this connection's way from now on: a
+    /// connection first recorded towards a flood's first member, say);
+    /// a packet no rule judged does not take a connection from its ports.
     #[allow(clippy::too_many_arguments)]
     pub fn open(
         &self,
@@ -457,6 +459,7 @@ impl Conntrack {
         t: &Tuple,
         flags: u8,
         (from, to): (PortId, PortId),
+        moved: bool,
         owner: &Arc<CtQuota>,
         now: u32,
     ) -> Result<(), Full> {
@@ -474,7 +477,7 @@ impl Conntrack {
         match map.entry(key) {
             Entry::Occupied(mut e) => {
                 let c = e.get();
-                if c.live(now) && c.way(up == c.opened_by_lo) == (from, to) {
+                if c.live(now) && (!moved || c.way(up == c.opened_by_lo) == (from, to)) {
                     return Ok(());
                 }
                 // Replaced: the new connection is charged afresh.
@@ -685,7 +688,7 @@ mod tests {
         let t = tcp(40000, 80);
         let z = zone(0, 0);
         assert_eq!(ct.track(z, &t, SYN, 1, 0), None);
-        ct.open(z, &t, SYN, (1, 2), &q, 0).unwrap();
+        ct.open(z, &t, SYN, (1, 2), true, &q, 0).unwrap();
         assert_eq!(ct.state(z, &t), Some(CtState::SynSent));
         // The reply, from the port the SYN went to, back to the first.
         assert_eq!(ct.track(z, &t.reversed(), SYN | ACK, 2, 1), Some(1));
@@ -703,7 +706,7 @@ mod tests {
         assert_eq!(ct.state(z, &t), Some(CtState::TimeWait));
         // A new SYN on the closed connection opens a new one.
         assert_eq!(ct.track(z, &t, SYN, 1, 3), None);
-        ct.open(z, &t, SYN, (1, 2), &q, 3).unwrap();
+        ct.open(z, &t, SYN, (1, 2), true, &q, 3).unwrap();
         assert_eq!(ct.state(z, &t), Some(CtState::SynSent));
         assert_eq!((ct.len(), q.held()), (1, 1));
         // Unanswered, it expires after the kernel's 120 s.
@@ -718,17 +721,21 @@ mod tests {
         let q = Arc::new(CtQuota::default());
         let t = tcp(40000, 80);
         // Opened towards port 3 (a flood's first member, say).
-        ct.open(0, &t, SYN, (1, 3), &q, 0).unwrap();
+        ct.open(0, &t, SYN, (1, 3), true, &q, 0).unwrap();
         // Established there, and nowhere else: the caller compares.
         assert_eq!(ct.track(0, &t, ACK, 1, 1), Some(3));
         // Nor do replies from port 2 belong to it.
         assert_eq!(ct.track(0, &t.reversed(), ACK, 2, 1), None);
         // The same packet judged and allowed towards port 2: it moves.
-        ct.open(0, &t, ACK, (1, 2), &q, 1).unwrap();
+        ct.open(0, &t, ACK, (1, 2), true, &q, 1).unwrap();
         assert_eq!(ct.track(0, &t.reversed(), ACK, 2, 2), Some(1));
         assert_eq!(ct.track(0, &t.reversed(), ACK, 3, 2), None);
         // Opened again the same way (another worker's race): left.
-        ct.open(0, &t, ACK, (1, 2), &q, 2).unwrap();
+        ct.open(0, &t, ACK, (1, 2), true, &q, 2).unwrap();
+        // The same tuple from port 4 that no rule judged: the connection
+        // stays where it is.
+        ct.open(0, &t, ACK, (4, 1), false, &q, 2).unwrap();
+        assert_eq!(ct.track(0, &t, ACK, 1, 2), Some(2));
         assert_eq!((ct.len(), q.held()), (1, 1));
         // A port removed takes its connections with it.
         assert_eq!(ct.forget_port(2), 1);
@@ -744,7 +751,7 @@ mod tests {
             ..tcp(5000, 53)
         };
         let z = zone(1, 0);
-        ct.open(z, &t, 0, (1, 2), &q, 10).unwrap();
+        ct.open(z, &t, 0, (1, 2), true, &q, 10).unwrap();
         // An error about the request comes back from port 2, to port 1;
         // about the reply, from port 1 to port 2.
         assert_eq!(ct.related(z, &t, 2, 11), Some(1));
@@ -764,11 +771,11 @@ mod tests {
         let q = Arc::new(CtQuota::default());
         let t = tcp(40000, 80);
         let z = zone(3, 7);
-        old.open(z, &t, SYN, (1, 2), &q, 100).unwrap();
+        old.open(z, &t, SYN, (1, 2), true, &q, 100).unwrap();
         old.track(z, &t.reversed(), SYN | ACK, 2, 101);
         old.track(z, &t, ACK, 1, 101);
         // Another bridge's: not in this bridge's export.
-        old.open(zone(4, 0), &tcp(1, 2), SYN, (1, 2), &q, 100)
+        old.open(zone(4, 0), &tcp(1, 2), SYN, (1, 2), true, &q, 100)
             .unwrap();
         let names = |p: PortId| Some(format!("p{p}"));
         let recs = old.export(3, 110, names, |_| Some("p1".into()));
@@ -808,21 +815,24 @@ mod tests {
         let ct = Conntrack::new(10, 4);
         let (a, b) = (Arc::new(CtQuota::default()), Arc::new(CtQuota::default()));
         for p in 0..4 {
-            ct.open(0, &tcp(p, 80), SYN, (1, 9), &a, 0).unwrap();
+            ct.open(0, &tcp(p, 80), SYN, (1, 9), true, &a, 0).unwrap();
         }
         assert_eq!(
-            ct.open(0, &tcp(99, 80), SYN, (1, 9), &a, 0),
+            ct.open(0, &tcp(99, 80), SYN, (1, 9), true, &a, 0),
             Err(Full::Port)
         );
         // Another port still opens its own.
         for p in 0..4 {
-            ct.open(0, &tcp(1000 + p, 80), SYN, (2, 9), &b, 0).unwrap();
+            ct.open(0, &tcp(1000 + p, 80), SYN, (2, 9), true, &b, 0)
+                .unwrap();
         }
         let c = Arc::new(CtQuota::default());
-        ct.open(0, &tcp(2000, 80), SYN, (3, 9), &c, 0).unwrap();
-        ct.open(0, &tcp(2001, 80), SYN, (3, 9), &c, 0).unwrap();
+        ct.open(0, &tcp(2000, 80), SYN, (3, 9), true, &c, 0)
+            .unwrap();
+        ct.open(0, &tcp(2001, 80), SYN, (3, 9), true, &c, 0)
+            .unwrap();
         assert_eq!(
-            ct.open(0, &tcp(2002, 80), SYN, (3, 9), &c, 0),
+            ct.open(0, &tcp(2002, 80), SYN, (3, 9), true, &c, 0),
             Err(Full::Table)
         );
         // Swept in parts: every shard once in turn.

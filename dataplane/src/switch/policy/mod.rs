@@ -240,8 +240,9 @@ impl Judge<'_> {
         }
         if opens && !f.opened {
             f.opened = true;
+            let judged = v != Verdict::EXEMPT;
             self.conntrack
-                .open(self.zone, &t, flags, (from, to), quota, self.now)
+                .open(self.zone, &t, flags, (from, to), judged, quota, self.now)
                 .map_err(|e| match e {
                     Full::Port | Full::Table => DropReason::ConntrackFull,
                 })?;
