@@ -168,6 +168,24 @@ class Settings:
     memif_zero_copy = False
     # The generator's port on the veth in the uplink cells.
     uplink_generator = "af-packet"
+    # The policy cell's rules on port b's ingress (None: no policy).
+    policy = None
+
+
+def variant():
+    """What a cell's runs are keyed by besides DUT, kind and size: its
+    hosts per side, or its policy's rules."""
+    return SET.hosts if SET.policy is None else f"policy {SET.policy}"
+
+
+# The policy cell: the generator's frames (testpmd's template, IPv4/UDP
+# from 198.18.0.1:9 to 198.18.0.2:9 both ways) and the rules in front of
+# port b: `n` - 1 that do not match them (a /24 and a UDP port each, as
+# many NetworkPolicy peers with ports), then the one that allows them.
+def policy_rules(n):
+    """The cell's rules as (CIDR, UDP port), the allowing one last."""
+    return ([(f"10.{1 + i // 256}.{i % 256}.0/24", 3000 + i) for i in range(1, n)]
+            + [("198.18.0.0/24", 9)])
 
 
 def mac_table_size(hosts):
@@ -584,6 +602,18 @@ class Switchyard(Dut):
             else:
                 log = "".join(self.procs[0].err)[-1500:] if self.procs else ""
                 raise RuntimeError(f"switchyard links not up: {out} {log}".replace("\n", " | "))
+        if SET.policy is not None:
+            # Port b isolated for ingress: its connections tracked.
+            rules = [{"peers": [{"cidr": c}], "ports": [{"protocol": "udp", "port": p}]}
+                     for c, p in policy_rules(SET.policy)]
+            path = os.path.join(self.tmp, "policy.json")
+            with open(path, "w") as f:
+                json.dump({"ingress": rules}, f)
+            r = subprocess.run([self.binary, "port", "set", "b", "--policy", path],
+                               env=dict(os.environ, SWITCHYARD_CONTROL=self.ctls[0]),
+                               capture_output=True, text=True)
+            if r.returncode != 0:
+                raise RuntimeError(f"switchyard port set b --policy: {r.stderr}")
 
     def workers(self):
         """Busy and idle seconds, frames and bursts of the workers (both
@@ -698,10 +728,40 @@ class OvsDpdk(Dut):
             self.vsctl("add-port", "br0", name, "--", "set", "Interface", name, *opts)
         # A new bridge's only flow is the NORMAL action (MAC learning switch).
         self.vsctl("set", "bridge", "br0", f"other_config:mac-table-size={mac_table_size(SET.hosts)}")
+        if SET.policy is not None:
+            self.policy_flows()
         if many_flows():
             # OVS's guide for many parallel flows: no EMC inserts, SMC on.
             self.vsctl("set", "Open_vSwitch", ".", "other_config:emc-insert-inv-prob=0",
                        "other_config:smc-enable=true")
+
+    def policy_flows(self):
+        """The policy cell's rules as OpenFlow with conntrack, as OVN and
+        the OVS conntrack tutorial write a stateful ACL: IP goes through
+        ct() (zone 1) and comes back in table 1; established and related
+        pass (NORMAL); a new connection towards pb (from pa) is committed
+        and passes where a rule allows it, else is dropped; one from pb (not
+        isolated for egress) is committed and passes."""
+        flows = ["table=0,priority=100,ip,actions=ct(table=1,zone=1)",
+                 "table=0,priority=0,actions=NORMAL",
+                 "table=1,priority=200,ct_state=+trk+est,ip,actions=NORMAL",
+                 "table=1,priority=200,ct_state=+trk+rel,ip,actions=NORMAL",
+                 "table=1,priority=100,ct_state=+trk+new,ip,in_port=pb,"
+                 "actions=ct(commit,zone=1),NORMAL",
+                 "table=1,priority=0,actions=drop"]
+        flows += [f"table=1,priority=150,ct_state=+trk+new,udp,in_port=pa,nw_src={c},"
+                  f"tp_dst={p},actions=ct(commit,zone=1),NORMAL"
+                  for c, p in policy_rules(SET.policy)]
+        path = os.path.join(self.tmp, "flows.txt")
+        with open(path, "w") as f:
+            f.write("\n".join(flows) + "\n")
+        self.vsctl("wait-until", "Interface", "pa", "ofport>0")
+        r = subprocess.run(["ovs-ofctl", "del-flows", "br0"], env=self.env,
+                           capture_output=True, text=True)
+        r = r.returncode == 0 and subprocess.run(["ovs-ofctl", "add-flows", "br0", path],
+                                                 env=self.env, capture_output=True, text=True)
+        if not r or r.returncode != 0:
+            raise RuntimeError(f"ovs-ofctl add-flows: {r.stderr if r else 'del-flows failed'}")
 
     def boot(self, netns=None, instance=""):
         """ovsdb-server and ovs-vswitchd (in `netns`, if given), DPDK
@@ -884,7 +944,8 @@ def missing_packages(args):
     $LOOP_BENCH_PERF."""
     need = []
     if not os.path.exists(TESTPMD):
-        need.append("dpdk")
+        # Debian 12's dpdk 22.11.11 ships testpmd in dpdk-dev.
+        need += ["dpdk", "dpdk-dev"]
     if not any(glob.glob(p) for p in ("/usr/lib/*/dpdk/pmds-*/librte_net_memif.so*",
                                       "/usr/lib/*/librte_net_memif.so*")):
         need.append("librte-net-memif23")
@@ -1252,7 +1313,7 @@ def run_once(dut_name, kind, size, seconds, bursts, rtt=False):
         elif os.environ.get("LOOP_BENCH_COUNTERS", "0") not in ("", "0"):
             print(f"# {dut.name}'s counters:\n{dut.counters()}", file=sys.stderr, flush=True)
         if pps and not rtt:
-            LOADS.setdefault((dut_name, kind, size, None), []).append(dut.load())
+            LOADS.setdefault((dut_name, kind, size, variant()), []).append(dut.load())
             profile_dut(f"{dut_name}-{kind}-{size}", pps)
         if rtt:
             return (rtt_of(pps, q) if pps else None), [rtt_of(p, q) for p in slices if p]
@@ -1290,6 +1351,10 @@ def main():
     ap.add_argument("--uplink-generator", choices=["af-packet", "af-xdp"], default="af-packet",
                     help="the generator's port on the veth in the uplink cells "
                          "(af-xdp: hostgen generates them, one host per side)")
+    ap.add_argument("--policy", default="",
+                    help="policy cells (memif, 64 B): rules in front of port b with connection "
+                         "tracking, e.g. 1,10,1000 (Switchyard: port set --policy; OVS-DPDK: "
+                         "the same as OpenFlow ct() flows)")
     ap.add_argument("--hosts", default="",
                     help="many-hosts cells (64 B, hostgen generator): hosts per side, "
                          "e.g. 1000,10000")
@@ -1338,6 +1403,15 @@ def main():
                                        rtt=False))
             if args.rtt:
                 rtts.update(measure(duts, [(k, 64) for k in kinds], args, rtt=True))
+            policed = {}
+            for n in [int(h) for h in args.policy.split(",") if h]:
+                SET.policy = n
+                try:
+                    for (d, k, s), v in measure(duts, [("memif", 64)], args,
+                                                rtt=False).items():
+                        policed[(d, n)] = v
+                finally:
+                    SET.policy = None
             for n in [int(h) for h in args.hosts.split(",") if h]:
                 SET.hosts = n
                 try:
@@ -1352,6 +1426,8 @@ def main():
                 print_loads(duts, sorted({(k, s, None) for (_, k, s) in results}))
             if rtts:
                 print_rtt(rtts, duts)
+            if policed:
+                print_policy(policed, duts, args)
             if many:
                 print_hosts(many, duts, args)
                 print_loads(duts, sorted({(k, 64, n) for (_, k, n) in many}))
@@ -1386,6 +1462,8 @@ def measure(duts, cells, args, rtt):
             what = "rtt" if rtt else ("imix" if size == IMIX else f"{size:5}")
             if SET.hosts is not None:
                 what += f" {SET.hosts} hosts"
+            if SET.policy is not None:
+                what += f" {SET.policy} rules"
             # A run whose loop carried nothing (a peer that never came up)
             # is a failure, not a measurement: tried once more, then the
             # DUT is out of the cell.
@@ -1406,7 +1484,7 @@ def measure(duts, cells, args, rtt):
                 failed.add((dut, kind, size))
                 continue
             runs[(dut, kind, size)].append(v)
-            ROUNDS.setdefault((dut, kind, size, SET.hosts, "rtt" if rtt else "rate"), {})[r] = v
+            ROUNDS.setdefault((dut, kind, size, variant(), "rtt" if rtt else "rate"), {})[r] = v
             shown = f"{v * 1e6:.2f} us RTT" if rtt else f"{v / 1e6:.3f} Mpps"
             if slices:
                 q = sorted(slices)
@@ -1417,12 +1495,12 @@ def measure(duts, cells, args, rtt):
                 scale, unit = (1e6, " us") if rtt else (1e-6, "")
                 shown += (f" [slices {q[0] * scale:.2f}-{q[-1] * scale:.2f}{unit}, median "
                           f"{statistics.median(q) * scale:.2f}]")
-            load = LOADS.get((dut, kind, size, SET.hosts), [])
+            load = LOADS.get((dut, kind, size, variant()), [])
             if not rtt and load and load[-1][0] is not None:
                 busy, burst = load[-1]
                 shown += f" (busy {busy * 100:.1f}%" + (f", burst {burst:.1f})" if burst else ")")
             # Only hostgen runs record it (no round trips: testpmd's).
-            idle = GEN_IDLE.get((dut, kind, size, SET.hosts), [])
+            idle = GEN_IDLE.get((dut, kind, size, variant()), [])
             if not rtt and idle:
                 shown += f" (generator idle {idle[-1] * 100:.1f}%)"
             shown += f" [{state_after_run()}]"
@@ -1564,6 +1642,21 @@ def print_hosts(many, duts, args):
     print(f"OVS-DPDK: mac-table-size {mac_table_size(max(n for (_, _, n) in many))} at most; "
           f"beyond {EMC_ENTRIES // 2} hosts per side, EMC inserts off and SMC on; "
           "Switchyard: mac_table_size alike")
+
+
+def print_policy(policed, duts, args):
+    print(f"\npolicy ({SET.memory}, memif, 64 B): port b isolated for ingress by N rules "
+          "(N - 1 address blocks with a UDP port that do not match, then the one that "
+          "allows the loop's frames), connections tracked; median of "
+          f"{args.repeat} runs of {args.seconds}s\n")
+    print_grid([("rules", ">6")], [((n,), [n]) for n in sorted({n for (_, n) in policed})],
+               duts, 12, lambda d, key: policed.get((d,) + key),
+               lambda v, _: f"{v / 1e6:.2f} Mpps" if v else "-",
+               rounds=lambda d, key: ROUNDS.get((d, "memif", 64, f"policy {key[0]}", "rate"), {}))
+    print("Switchyard: `port set b --policy` (ingress rules, conntrack); OVS-DPDK: table 0 "
+          "sends IP through ct(zone=1) to table 1, where +est and +rel pass, +new from pa "
+          "passes and is committed where a rule's nw_src and tp_dst match, +new from pb is "
+          "committed; the rules at one priority (OVS's classifier, then its megaflow)")
 
 
 def print_settings(duts, args):

@@ -208,6 +208,28 @@ fn policy_allows_what_its_rules_say_and_replies_pass() {
     // c's connections to a: a's replies are of connections c opened.
     assert!(tcp(c, a, 80));
 
+    // A policy as big as a thousand peer pods make (their addresses one
+    // by one, each rule with its ports: some 170 KiB of request): taken,
+    // and a's web among them.
+    let peers: Vec<String> = (0..6000)
+        .map(|i| {
+            format!(
+                r#"{{"cidr": "10.{}.{}.{}/32"}}"#,
+                100 + i / 65536,
+                i / 256 % 256,
+                i % 256
+            )
+        })
+        .chain([r#"{"cidr": "10.78.0.1/32"}"#.to_string()])
+        .collect();
+    let big = format!(
+        r#"{{"ingress": [{{"peers": [{}], "ports": [{{"port": 80}}]}}]}}"#,
+        peers.join(", ")
+    );
+    assert!(big.len() > 128 * 1024, "{}", big.len());
+    set_policy(&sw, "pb", &big);
+    assert!(tcp(a, b, 80) && !tcp(c, b, 80));
+
     // Policies taken away: everyone again.
     set_policy(&sw, "pa", "{}");
     set_policy(&sw, "pb", "{}");
