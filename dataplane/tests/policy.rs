@@ -392,3 +392,232 @@ fn a_connection_opened_towards_one_port_is_not_established_towards_another() {
     assert!(sw.drops("pb", DropReason::PolicyIngress) >= denied + 2);
     sw.stop();
 }
+
+/// Waits until something listens on TCP `port` in `st`'s namespace.
+fn wait_listening(st: &Station, port: u16) {
+    wait_for(Duration::from_secs(10), "a listener", || {
+        let out = st.ns.sh_ok("ss -Hltn");
+        out.contains(&format!(":{port} ")).then_some(())
+    });
+}
+
+#[test]
+fn a_long_stream_survives_updates_that_allow_it_and_its_reverse_is_refused() {
+    use common::tcp::Bg;
+    let _g = serial();
+    let node = Netns::new("strn");
+    let mut sw = Switch::start_in(Some(&node.name), BRIDGE);
+    let st = three_stations(&node, &sw);
+    let (a, b) = (&st[0], &st[1]);
+    let _servers: Vec<Servers> = st.iter().map(|s| serve(s, &[80], &[])).collect();
+    for s in &st {
+        sw.cli_ok(&["port", "set", &s.port, "--ips", &s.ip.to_string()]);
+    }
+    wait_for(Duration::from_secs(10), "a reaching b", || {
+        tcp(a, b, 80).then_some(())
+    });
+    // b takes TCP 5201 and 80 from a; a is isolated for ingress and
+    // takes nothing: its connections' replies alone come in.
+    let web = r#"{"peers": [{"cidr": "10.78.0.1/32"}], "ports": [{"port": 80}]}"#;
+    let stream = r#"{"peers": [{"cidr": "10.78.0.1/32"}], "ports": [{"port": 5201}]}"#;
+    let dns =
+        r#"{"peers": [{"cidr": "10.78.0.3/32"}], "ports": [{"protocol": "udp", "port": 53}]}"#;
+    set_policy(&sw, "pb", &format!(r#"{{"ingress": [{stream}, {web}]}}"#));
+    set_policy(&sw, "pa", r#"{"ingress": []}"#);
+    let server = Bg::start(
+        &b.ns,
+        &["iperf3", "-s", "-1", "-B", &b.ip.to_string(), "-p", "5201"],
+    );
+    wait_listening(b, 5201);
+    let ip = b.ip.to_string();
+    let client = Bg::start(
+        &a.ns,
+        &[
+            "iperf3", "-c", &ip, "-p", "5201", "-t", "6", "-i", "0.5", "-J",
+        ],
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    // Replaced by one that still allows the stream (and more).
+    set_policy(
+        &sw,
+        "pb",
+        &format!(r#"{{"ingress": [{dns}, {stream}, {web}]}}"#),
+    );
+    // The reverse: b's new connection to a is refused.
+    assert!(!tcp(b, a, 80), "b reached a, which takes nothing in");
+    // The web rule taken away: a's new connections to b:80 are refused,
+    // the stream goes on.
+    set_policy(&sw, "pb", &format!(r#"{{"ingress": [{stream}]}}"#));
+    assert!(!tcp(a, b, 80), "a reached b:80 after its rule went");
+    let out = client.finish("iperf3 client");
+    server.finish("iperf3 server");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("iperf3 -J");
+    let intervals = v["intervals"].as_array().expect("intervals");
+    assert!(intervals.len() >= 11, "{out}");
+    let stalled: Vec<f64> = intervals
+        .iter()
+        .map(|i| i["sum"]["bits_per_second"].as_f64().unwrap_or(0.0))
+        .filter(|&bps| bps < 1e6)
+        .collect();
+    assert!(
+        stalled.is_empty(),
+        "the stream stalled through the updates: {stalled:?}"
+    );
+    // A policy that denies it: a new stream is refused.
+    set_policy(&sw, "pb", &format!(r#"{{"ingress": [{dns}]}}"#));
+    let server = Bg::start(&b.ns, &["iperf3", "-s", "-1", "-B", &ip, "-p", "5201"]);
+    wait_listening(b, 5201);
+    let refused = a.ns.sh(&format!(
+        "iperf3 -c {ip} -p 5201 -t 1 --connect-timeout 1500 >/dev/null 2>&1 && echo connected || echo refused"
+    ));
+    assert_eq!(String::from_utf8_lossy(&refused.stdout).trim(), "refused");
+    // (The server, never reached, is stopped: it had nothing to do.)
+    drop(server);
+    assert!(sw.drops("pb", DropReason::PolicyIngress) >= 2);
+    assert!(sw.drops("pa", DropReason::PolicyIngress) >= 1);
+    sw.stop();
+}
+
+#[test]
+fn a_flood_of_new_connections_fills_its_own_share_alone() {
+    let _g = serial();
+    let node = Netns::new("flon");
+    let mut sw = Switch::start_in(Some(&node.name), BRIDGE);
+    let st = three_stations(&node, &sw);
+    let (a, b, c) = (&st[0], &st[1], &st[2]);
+    let _servers: Vec<Servers> = st.iter().map(|s| serve(s, &[80], &[53])).collect();
+    // Addresses on every port, as the CNI gives them: each station's
+    // connections are charged to its own port.
+    for s in &st {
+        sw.cli_ok(&["port", "set", &s.port, "--ips", &s.ip.to_string()]);
+    }
+    // b takes UDP on any port and TCP 80 from anyone on the network.
+    set_policy(
+        &sw,
+        "pb",
+        r#"{"ingress": [{"peers": [{"cidr": "10.78.0.0/24"}],
+                         "ports": [{"protocol": "udp"}, {"port": 80}]}]}"#,
+    );
+    wait_for(Duration::from_secs(10), "c reaching b", || {
+        tcp(c, b, 80).then_some(())
+    });
+    // a sends a datagram to each of b's ports in turn: a new connection
+    // each, until its share (16,384) is full.
+    let dst = b.ip;
+    let flood = in_ns(&a.ns.name, move || {
+        let s = UdpSocket::bind("0.0.0.0:0").unwrap();
+        for round in 0..3u16 {
+            for port in 1..=20_000u16 {
+                let _ = s.send_to(b"x", (dst, port + round * 20_000));
+                if port % 500 == 0 {
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+            }
+        }
+    });
+    wait_for(Duration::from_secs(30), "a's share full", || {
+        (sw.drops("pa", DropReason::ConntrackFull) > 0).then_some(())
+    });
+    flood.join().unwrap();
+    // Counted on a alone; c's and b's own connections still open.
+    assert_eq!(sw.drops("pb", DropReason::ConntrackFull), 0);
+    assert_eq!(sw.drops("pc", DropReason::ConntrackFull), 0);
+    assert!(tcp(c, b, 80) && udp(c, b, 53), "c's new connections to b");
+    assert!(tcp(b, c, 80), "b's own");
+    // a's new ones are refused until some of its own expire.
+    assert!(!udp(a, b, 53), "a opened another connection past its share");
+    sw.stop();
+}
+
+/// Whether `from` gets an answer over TCP from `dst` (any family).
+fn tcp_to(from: &Station, dst: SocketAddr) -> bool {
+    in_ns(&from.ns.name, move || {
+        let Ok(mut c) = TcpStream::connect_timeout(&dst, Duration::from_secs(1)) else {
+            return false;
+        };
+        c.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+        let mut b = [0u8; 5];
+        c.write_all(b"probe").is_ok() && c.read_exact(&mut b).is_ok() && &b == b"probe"
+    })
+    .join()
+    .unwrap()
+}
+
+#[test]
+fn ipv6_stations_are_held_to_their_addresses_and_rules() {
+    let _g = serial();
+    let node = Netns::new("v6n");
+    let mut sw = Switch::start_in(Some(&node.name), BRIDGE);
+    let st = three_stations(&node, &sw);
+    let (a, b, c) = (&st[0], &st[1], &st[2]);
+    let v6 = |i: usize| format!("fd78::{}", i + 1);
+    for (i, s) in st.iter().enumerate() {
+        s.ns.sh_ok(&format!("ip -6 addr add {}/64 dev eth0 nodad", v6(i)));
+        // Both families pinned, as a dual-stack IPAM result gives them.
+        sw.cli_ok(&[
+            "port",
+            "set",
+            &s.port,
+            "--ips",
+            &format!("{},{}", s.ip, v6(i)),
+        ]);
+    }
+    // An echo server on [::]:8080 in b and c (dual-stack sockets).
+    let _servers: Vec<Servers> = [b, c]
+        .iter()
+        .map(|s| {
+            let stop = Arc::new(AtomicBool::new(false));
+            let flag = stop.clone();
+            let t = in_ns(&s.ns.name, move || {
+                let l = TcpListener::bind("[::]:8080").expect("bind [::]:8080");
+                l.set_nonblocking(true).unwrap();
+                while !flag.load(Ordering::Relaxed) {
+                    match l.accept() {
+                        Ok((mut c, _)) => {
+                            c.set_nonblocking(false).unwrap();
+                            c.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+                            let mut buf = [0u8; 64];
+                            if let Ok(n) = c.read(&mut buf) {
+                                let _ = c.write_all(&buf[..n]);
+                            }
+                        }
+                        Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                    }
+                }
+            });
+            std::thread::sleep(Duration::from_millis(100));
+            Servers {
+                stop,
+                threads: vec![t],
+            }
+        })
+        .collect();
+    let at = |i: usize| SocketAddr::new(v6(i).parse().unwrap(), 8080);
+    // Neighbour discovery passes; the stations reach each other over v6.
+    wait_for(Duration::from_secs(10), "a reaching b over IPv6", || {
+        tcp_to(a, at(1)).then_some(())
+    });
+    // b takes 8080 from a's IPv6 address alone (and nothing over IPv4).
+    set_policy(
+        &sw,
+        "pb",
+        r#"{"ingress": [{"peers": [{"cidr": "fd78::1/128"}], "ports": [{"port": 8080}]}]}"#,
+    );
+    assert!(tcp_to(a, at(1)), "a to b over IPv6, as the rule allows");
+    assert!(!tcp_to(c, at(1)), "c to b over IPv6, not a peer");
+    let b4 = SocketAddr::new(b.ip.into(), 8080);
+    assert!(!tcp_to(a, b4), "a to b over IPv4, no rule");
+    // b's own connection out over IPv6: its replies come back in.
+    assert!(tcp_to(b, at(2)));
+    // a sending from c's IPv6 address: dropped as a spoof.
+    let before = sw.drops("pa", DropReason::SpoofedIp);
+    a.ns.sh_ok(&format!(
+        "ip -6 addr add {}/128 dev eth0 nodad && ip -6 route add {}/128 dev eth0 src {}",
+        v6(2),
+        v6(1),
+        v6(2)
+    ));
+    assert!(!tcp_to(a, at(1)), "a reached b from c's address");
+    assert!(sw.drops("pa", DropReason::SpoofedIp) > before);
+    sw.stop();
+}
