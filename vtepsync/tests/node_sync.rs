@@ -790,6 +790,117 @@ fn multi_network_policy_reaches_the_ports_through_the_agent() {
     }
 }
 
+/// A DPDK testpmd pod answering ARP and ping (`icmpecho`), as a pod of
+/// namespace x named `name` with address `ip` on network x/net: the pod
+/// in the API, its port as the CNI makes it (memif, the switch master;
+/// or vhost-user, the switch the socket server), testpmd attached, then
+/// its network-status.
+fn testpmd_pod(sw: &Switch, api: &ApiServer, name: &str, vhost: bool, ip: &str) -> Testpmd {
+    use serde_json::json;
+    let pod = api.put(
+        api_server::PODS,
+        json!({"metadata": {"namespace": "x", "name": name, "labels": {"pod": name}},
+               "spec": {"containers": [{"name": "c", "image": "dpdk"}]},
+               "status": {"phase": "Running"}}),
+    );
+    let sock = sw.path(&format!("{name}.sock"));
+    let (kind, role) = if vhost {
+        ("vhost-user", "server")
+    } else {
+        ("memif", "master")
+    };
+    let m = &pod["metadata"];
+    let spec: switchyard_api::PortSpec = serde_json::from_value(json!({
+        "name": format!("p{name}"), "kind": kind, "role": role, "socket": sock,
+        "bridge": "default", "ips": [ip],
+        "pod": {"namespace": "x", "name": name, "uid": m["uid"], "interface": "net1",
+                "network": "net"},
+    }))
+    .unwrap();
+    sw.client()
+        .ask(&switchyard_api::Request::port_add(spec))
+        .unwrap();
+    let vdev = if vhost {
+        virtio_vdev(0, &sock, false, "")
+    } else {
+        memif_vdev(0, "client", &sock, "")
+    };
+    let mut p = Testpmd::start(&[vdev], &["--forward-mode=icmpecho"]);
+    p.cmd("start");
+    sw.wait_link(&format!("p{name}"), true);
+    let mut pod = pod;
+    let status = json!([{"name": "x/net", "interface": "net1", "ips": [ip]}]);
+    pod["metadata"]["annotations"] =
+        json!({"k8s.v1.cni.cncf.io/network-status": status.to_string()});
+    api.put(api_server::PODS, pod);
+    p
+}
+
+/// Whether `from` gets answers to pings of `to`.
+fn pings(from: &Netns, to: &str) -> bool {
+    from.sh(&format!("busybox ping -c 2 -i 0.2 -W 1 {to}"))
+        .status
+        .success()
+}
+
+/// MultiNetworkPolicy on DPDK pods: testpmd pods on a memif and a
+/// vhost-user port, selected by a policy that lets pods labelled pod=a
+/// in (every protocol: its rule has no ports), probed with ping from
+/// kernel stations (a allowed, c not), the policy delivered by the agent
+/// as shipped.
+#[test]
+fn testpmd_pods_on_memif_and_vhost_user_ports_follow_multi_network_policy() {
+    use api_server::{MULTI_NETWORK_POLICIES, NAMESPACES};
+    use serde_json::json;
+    let _g = serial();
+    let shipped = Shipped::read();
+    let node = Netns::new("dpp");
+    node.sh_ok("ip link set lo up");
+    let api = ApiServer::start_in(&shipped.docs, &node.name, "127.0.0.1".parse().unwrap());
+    let token = api.token_for(&shipped.namespace, &shipped.account);
+    let sw = Switch::start_in(Some(&node.name), "[[bridge]]\nname = \"default\"\n");
+    api.put(
+        NAMESPACES,
+        json!({"metadata": {"name": "x", "labels": {"kubernetes.io/metadata.name": "x"}}}),
+    );
+    let a = model_pod(&node, &sw, &api, ("x", "a"), "pa", ("10.81.0.1", 24), None);
+    let c = model_pod(&node, &sw, &api, ("x", "c"), "pc", ("10.81.0.3", 24), None);
+    let mut d = testpmd_pod(&sw, &api, "d", false, "10.81.0.4");
+    let mut e = testpmd_pod(&sw, &api, "e", true, "10.81.0.5");
+    let sync = Sync::start(&shipped.container, "node-1", &node, &sw, &api, &token);
+    for to in ["10.81.0.4", "10.81.0.5"] {
+        wait_for(LIMIT, "c pinging a testpmd pod", || {
+            pings(&c, to).then_some(())
+        });
+    }
+    api.put(
+        MULTI_NETWORK_POLICIES,
+        json!({
+            "metadata": {"namespace": "x", "name": "dpdk",
+                "annotations": {"k8s.v1.cni.cncf.io/policy-for": "net"}},
+            "spec": {"podSelector": {"matchExpressions": [
+                        {"key": "pod", "operator": "In", "values": ["d", "e"]}]},
+                "ingress": [{"from": [{"podSelector": {"matchLabels": {"pod": "a"}}}]}]},
+        }),
+    );
+    for port in ["pd", "pe"] {
+        wait_for(LIMIT, "the testpmd pods' policy", || {
+            sw.port(port).spec.policy.is_some().then_some(())
+        });
+    }
+    for to in ["10.81.0.4", "10.81.0.5"] {
+        assert!(pings(&a, to), "a, a peer, to {to}");
+        assert!(!pings(&c, to), "c, not a peer, to {to}");
+    }
+    for port in ["pd", "pe"] {
+        assert!(sw.drops(port, switchyard_api::DropReason::PolicyIngress) >= 1);
+    }
+    d.cmd("stop");
+    e.cmd("stop");
+    drop(sync);
+    drop((d, e));
+}
+
 /// A pod of the conformance model: namespace, name, address.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 struct ModelPod {
