@@ -646,12 +646,20 @@ impl Forwarder {
                     }
                     let read = |b: &mut [u8]| frame.read_prefix(b);
                     // A connection is charged to the station's port whose
-                    // it is: the one it came in on if that is a station's
-                    // (with rules), else (from an uplink or a tunnel,
-                    // shared by many) the one it goes to.
-                    let quota = if inp.rules.is_some() { inp } else { p };
+                    // it is: the share of those it opened, if it came in
+                    // on a station's port (with rules), else (from an
+                    // uplink or a tunnel, shared by many) the share of
+                    // those opened towards the port it goes to, apart, so
+                    // that others' cannot take a pod's own. A flood opens
+                    // none.
+                    let (quota, share) = if inp.rules.is_some() {
+                        (inp, &inp.shared.conntrack)
+                    } else {
+                        (p, &p.shared.conntrack_in)
+                    };
                     let ends = ((in_port, inp.rules.as_deref()), (id, p.rules.as_deref()));
-                    match judge.to_port(&mut check, read, ends.0, ends.1, &quota.shared.conntrack) {
+                    let share = unicast.is_some().then_some(share);
+                    match judge.to_port(&mut check, read, ends.0, ends.1, share) {
                         Ok(v) => {
                             if let Some(t) = traced.as_mut().filter(|_| TRACE) {
                                 describe(t, v.egress, inp);

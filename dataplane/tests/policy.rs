@@ -51,28 +51,35 @@ impl Drop for Servers {
     }
 }
 
+/// A TCP echo server bound to `at` in `st`'s namespace (its first 64
+/// bytes back), until `stop`.
+fn echo_tcp(st: &Station, at: SocketAddr, stop: &Arc<AtomicBool>) -> JoinHandle<()> {
+    let stop = stop.clone();
+    in_ns(&st.ns.name, move || {
+        let l = TcpListener::bind(at).expect("tcp bind");
+        l.set_nonblocking(true).unwrap();
+        while !stop.load(Ordering::Relaxed) {
+            match l.accept() {
+                Ok((mut c, _)) => {
+                    c.set_nonblocking(false).unwrap();
+                    c.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+                    let mut b = [0u8; 64];
+                    if let Ok(n) = c.read(&mut b) {
+                        let _ = c.write_all(&b[..n]);
+                    }
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(5)),
+            }
+        }
+    })
+}
+
 fn serve(st: &Station, tcp: &[u16], udp: &[u16]) -> Servers {
     let stop = Arc::new(AtomicBool::new(false));
     let mut threads = Vec::new();
     for &port in tcp {
-        let stop = stop.clone();
-        threads.push(in_ns(&st.ns.name, move || {
-            let l = TcpListener::bind(("0.0.0.0", port)).expect("tcp bind");
-            l.set_nonblocking(true).unwrap();
-            while !stop.load(Ordering::Relaxed) {
-                match l.accept() {
-                    Ok((mut c, _)) => {
-                        c.set_nonblocking(false).unwrap();
-                        c.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-                        let mut b = [0u8; 64];
-                        if let Ok(n) = c.read(&mut b) {
-                            let _ = c.write_all(&b[..n]);
-                        }
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
-                }
-            }
-        }));
+        let at = SocketAddr::from((Ipv4Addr::UNSPECIFIED, port));
+        threads.push(echo_tcp(st, at, &stop));
     }
     for &port in udp {
         let stop = stop.clone();
@@ -95,17 +102,18 @@ fn serve(st: &Station, tcp: &[u16], udp: &[u16]) -> Servers {
 /// Whether `from` gets an answer over TCP from `to`'s `port` (connect,
 /// send, read the echo).
 fn tcp(from: &Station, to: &Station, port: u16) -> bool {
-    let dst = SocketAddr::V4(SocketAddrV4::new(to.ip, port));
+    tcp_to(from, SocketAddr::V4(SocketAddrV4::new(to.ip, port)))
+}
+
+/// Whether `from` gets an answer over TCP from `dst` (any family).
+fn tcp_to(from: &Station, dst: SocketAddr) -> bool {
     in_ns(&from.ns.name, move || {
         let Ok(mut c) = TcpStream::connect_timeout(&dst, Duration::from_secs(1)) else {
             return false;
         };
         c.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
-        if c.write_all(b"probe").is_err() {
-            return false;
-        }
         let mut b = [0u8; 5];
-        c.read_exact(&mut b).is_ok() && &b == b"probe"
+        c.write_all(b"probe").is_ok() && c.read_exact(&mut b).is_ok() && &b == b"probe"
     })
     .join()
     .unwrap()
@@ -125,6 +133,58 @@ fn udp(from: &Station, to: &Station, port: u16) -> bool {
     })
     .join()
     .unwrap()
+}
+
+/// Whether an SCTP packet from `from` to `to`'s `port` arrives. This
+/// kernel has no SCTP, so the probe is a raw IP socket of protocol 132 at
+/// each end: the sender's carries an SCTP common header (source port 5000,
+/// `port`), the receiver's sees every protocol-132 packet that comes in.
+fn sctp(from: &Station, to: &Station, port: u16) -> bool {
+    use std::os::fd::FromRawFd;
+    let raw = || {
+        // SAFETY: socket(2) with constant arguments; its result is checked
+        // before it is taken as an owned descriptor.
+        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_SCTP) };
+        assert!(
+            fd >= 0,
+            "a raw SCTP socket: {}",
+            std::io::Error::last_os_error()
+        );
+        // SAFETY: `fd` is a new descriptor nothing else owns.
+        std::net::UdpSocket::from(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+    };
+    let src = from.ip;
+    let recv = in_ns(&to.ns.name, move || {
+        let r = raw();
+        r.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let mut b = [0u8; 128];
+        let end = std::time::Instant::now() + Duration::from_secs(1);
+        while std::time::Instant::now() < end {
+            let Ok(n) = r.recv(&mut b) else { continue };
+            let ihl = usize::from(b[0] & 0x0f) * 4;
+            let from_ip = Ipv4Addr::new(b[12], b[13], b[14], b[15]);
+            if n >= ihl + 4 && from_ip == src && b[ihl + 2..ihl + 4] == port.to_be_bytes() {
+                return true;
+            }
+        }
+        false
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let dst = to.ip;
+    in_ns(&from.ns.name, move || {
+        let s = raw();
+        let mut hdr = [0u8; 12];
+        hdr[..2].copy_from_slice(&5000u16.to_be_bytes());
+        hdr[2..4].copy_from_slice(&port.to_be_bytes());
+        for _ in 0..3 {
+            let _ = s.send_to(&hdr, (dst, 0));
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    })
+    .join()
+    .unwrap();
+    recv.join().unwrap()
 }
 
 /// Sets port `port`'s policy (JSON) through the CLI, as a user would.
@@ -207,6 +267,21 @@ fn policy_allows_what_its_rules_say_and_replies_pass() {
     assert!(sw.drops("pa", DropReason::PolicyEgress) >= 2);
     // c's connections to a: a's replies are of connections c opened.
     assert!(tcp(c, a, 80));
+
+    // SCTP by port: 9000 from a alone.
+    set_policy(
+        &sw,
+        "pb",
+        r#"{"ingress": [{"peers": [{"cidr": "10.78.0.1/32"}],
+                         "ports": [{"protocol": "sctp", "port": 9000}]}]}"#,
+    );
+    assert!(
+        sctp(a, b, 9000),
+        "SCTP from a to b:9000, as the rule allows"
+    );
+    assert!(!sctp(a, b, 9001), "SCTP to b:9001, no rule");
+    assert!(!sctp(c, b, 9000), "SCTP from c, not a peer");
+    assert!(!tcp(a, b, 9000), "TCP to b:9000, the rule is SCTP's");
 
     // A policy as big as a thousand peer pods make (their addresses one
     // by one, each rule with its ports: some 170 KiB of request): taken,
@@ -529,20 +604,6 @@ fn a_flood_of_new_connections_fills_its_own_share_alone() {
     sw.stop();
 }
 
-/// Whether `from` gets an answer over TCP from `dst` (any family).
-fn tcp_to(from: &Station, dst: SocketAddr) -> bool {
-    in_ns(&from.ns.name, move || {
-        let Ok(mut c) = TcpStream::connect_timeout(&dst, Duration::from_secs(1)) else {
-            return false;
-        };
-        c.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
-        let mut b = [0u8; 5];
-        c.write_all(b"probe").is_ok() && c.read_exact(&mut b).is_ok() && &b == b"probe"
-    })
-    .join()
-    .unwrap()
-}
-
 #[test]
 fn ipv6_stations_are_held_to_their_addresses_and_rules() {
     let _g = serial();
@@ -567,24 +628,7 @@ fn ipv6_stations_are_held_to_their_addresses_and_rules() {
         .iter()
         .map(|s| {
             let stop = Arc::new(AtomicBool::new(false));
-            let flag = stop.clone();
-            let t = in_ns(&s.ns.name, move || {
-                let l = TcpListener::bind("[::]:8080").expect("bind [::]:8080");
-                l.set_nonblocking(true).unwrap();
-                while !flag.load(Ordering::Relaxed) {
-                    match l.accept() {
-                        Ok((mut c, _)) => {
-                            c.set_nonblocking(false).unwrap();
-                            c.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-                            let mut buf = [0u8; 64];
-                            if let Ok(n) = c.read(&mut buf) {
-                                let _ = c.write_all(&buf[..n]);
-                            }
-                        }
-                        Err(_) => std::thread::sleep(Duration::from_millis(5)),
-                    }
-                }
-            });
+            let t = echo_tcp(s, "[::]:8080".parse().unwrap(), &stop);
             std::thread::sleep(Duration::from_millis(100));
             Servers {
                 stop,

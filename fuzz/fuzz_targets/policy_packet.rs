@@ -23,7 +23,7 @@ fuzz_target!(|data: &[u8]| {
     let ct = Conntrack::new(16, 16);
     let q = Arc::new(CtQuota::default());
     assert_eq!(ct.track(7, &tuple, flags, 1, 0), None);
-    ct.open(7, &tuple, flags, (1, 2), true, &q, 0).unwrap();
+    ct.open(7, &tuple, flags, (1, 2), &q, 0).unwrap();
     assert_eq!(q.held(), 1);
     // A reply from the port it went to belongs to it (a reset closes it,
     // but for a while it is still known), and goes back to the first; from

@@ -313,12 +313,14 @@ mod policies {
         // Each kind's objects while it is listed again.
         let mut relist = World::default();
         let mut listed = [false; 3];
-        // A pass is due: after a change (once it settled), after a failed
-        // pass (backing off), and every POLL for ports made meanwhile.
+        // A pass is due after a change (once it settled) and every POLL,
+        // for ports made meanwhile and ports that failed (each backing
+        // off, up to the resync interval).
         let mut due: Option<Instant> = None;
-        let mut retry = Duration::from_secs(1);
         let mut next_poll = Instant::now() + POLL;
-        let mut enforcer = Some(Enforcer::default());
+        let mut enforcer = Some(Enforcer::new(resync));
+        // What the last pass computed from, kept while nothing changes.
+        let mut snap: Option<std::sync::Arc<Snapshot>> = None;
         info!("watching MultiNetworkPolicies, pods and namespaces");
         loop {
             tokio::select! {
@@ -344,7 +346,10 @@ mod policies {
                         continue;
                     }
                     due = None;
-                    let snapshot = world.snapshot();
+                    if snap.as_ref().is_none_or(|s| s.generation != world.generation) {
+                        snap = Some(std::sync::Arc::new(world.snapshot()));
+                    }
+                    let snapshot = snap.clone().expect("made above");
                     let socket = socket.clone();
                     let mut e = enforcer.take().expect("one pass at a time");
                     let (e, done) = tokio::task::spawn_blocking(move || {
@@ -353,13 +358,8 @@ mod policies {
                     })
                     .await?;
                     enforcer = Some(e);
-                    match done {
-                        Ok(()) => retry = Duration::from_secs(1),
-                        Err(err) => {
-                            warn!("policy: will retry in {retry:?}: {err:#}");
-                            due = Some(Instant::now() + retry);
-                            retry = (retry * 2).min(resync);
-                        }
+                    if let Err(err) = done {
+                        warn!("policy: {err:#}");
                     }
                 }
             }
@@ -441,22 +441,35 @@ mod policies {
     /// The ports brought to what the policies say, remembering what each
     /// was given for which pod, so that a pass with nothing changed asks
     /// the switch for its ports and computes nothing.
-    #[derive(Default)]
     struct Enforcer {
         /// The world's generation `given` was computed in.
         generation: u64,
         /// Per port: the pod's UID it was computed for, and the policy.
         given: BTreeMap<String, (Option<String>, Option<switchyard_api::policy::PortPolicy>)>,
+        /// Ports the switch refused: when to try again, and the wait after
+        /// that (from 1 s, doubling up to `cap`).
+        failed: BTreeMap<String, (Instant, Duration)>,
+        cap: Duration,
     }
 
     impl Enforcer {
+        fn new(cap: Duration) -> Enforcer {
+            Enforcer {
+                generation: 0,
+                given: BTreeMap::new(),
+                failed: BTreeMap::new(),
+                cap,
+            }
+        }
+
         /// Gives each port of the switch that serves a known pod the
         /// policy the policies make for it, where that changed. A port
         /// whose pod is not known (yet, or any more), is another pod of
         /// the same name (its UID differs), or has no network-status entry
         /// for the port's interface yet is left as it is: what it has is
-        /// the last thing known. A port the switch refuses is reported and
-        /// the others are still done.
+        /// the last thing known. A port the switch refuses is reported, the
+        /// others are still done, and it is tried again at a later pass
+        /// (backing off).
         fn enforce(&mut self, socket: &Path, w: &Snapshot) -> anyhow::Result<()> {
             if w.generation != self.generation {
                 self.given.clear();
@@ -465,8 +478,18 @@ mod policies {
             let mut c = Client::lazy(socket);
             c.set_retry(Duration::from_secs(3));
             let ports = c.ask(&Request::port_list())?;
+            let now = Instant::now();
+            self.failed
+                .retain(|name, _| ports.iter().any(|p| p.spec.name == *name));
             let mut failed = Vec::new();
             for p in ports {
+                if self
+                    .failed
+                    .get(&p.spec.name)
+                    .is_some_and(|(next, _)| now < *next)
+                {
+                    continue;
+                }
                 let Some(a) = p.spec.pod.as_ref().filter(|_| p.status.failed.is_none()) else {
                     continue;
                 };
@@ -501,11 +524,17 @@ mod policies {
                         Some(want.clone().unwrap_or_default()),
                     );
                     if let Err(e) = c.ask(&set) {
-                        warn!(port = %p.spec.name, "policy not set: {e:#}");
+                        let wait = self
+                            .failed
+                            .get(&p.spec.name)
+                            .map_or(Duration::from_secs(1), |(_, w)| (*w * 2).min(self.cap));
+                        warn!(port = %p.spec.name, "policy not set, trying again in {wait:?}: {e:#}");
+                        self.failed.insert(p.spec.name.clone(), (now + wait, wait));
                         failed.push(p.spec.name.clone());
                         continue;
                     }
                 }
+                self.failed.remove(&p.spec.name);
                 self.given
                     .insert(p.spec.name.clone(), (a.uid.clone(), want));
             }

@@ -573,21 +573,34 @@ fn listen(
     ports: &[u16],
     stop: &std::sync::Arc<std::sync::atomic::AtomicBool>,
 ) -> Vec<std::thread::JoinHandle<()>> {
-    ports
-        .iter()
-        .map(|&p| {
-            let stop = stop.clone();
-            in_ns(&ns.name, move || {
-                let l = std::net::TcpListener::bind(("0.0.0.0", p)).unwrap();
-                l.set_nonblocking(true).unwrap();
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    if l.accept().is_err() {
-                        std::thread::sleep(Duration::from_millis(5));
-                    }
+    let tcp = ports.iter().map(|&p| {
+        let stop = stop.clone();
+        in_ns(&ns.name, move || {
+            let l = std::net::TcpListener::bind(("0.0.0.0", p)).unwrap();
+            l.set_nonblocking(true).unwrap();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if l.accept().is_err() {
+                    std::thread::sleep(Duration::from_millis(5));
                 }
-            })
+            }
         })
-        .collect()
+    });
+    // And UDP echo on the same ports (multi-networkpolicy-iptables' pods
+    // serve both).
+    let udp = ports.iter().map(|&p| {
+        let stop = stop.clone();
+        in_ns(&ns.name, move || {
+            let s = std::net::UdpSocket::bind(("0.0.0.0", p)).unwrap();
+            s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+            let mut b = [0u8; 16];
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Ok((n, from)) = s.recv_from(&mut b) {
+                    let _ = s.send_to(&b[..n], from);
+                }
+            }
+        })
+    });
+    tcp.chain(udp).collect()
 }
 
 /// Pod `pod` (namespace, name) of the e2e suite's model, labelled `pod:
@@ -632,6 +645,35 @@ fn model_pod(
     netns
 }
 
+/// What the policy tests run on: the shipped files, a node's namespace,
+/// the API server stand-in (serving the shipped RBAC) in it, the token of
+/// the DaemonSet's service account, and a switch with one bridge.
+struct PolicyNode {
+    shipped: Shipped,
+    node: Netns,
+    api: ApiServer,
+    token: String,
+    sw: Switch,
+}
+
+impl PolicyNode {
+    fn new(name: &str) -> PolicyNode {
+        let shipped = Shipped::read();
+        let node = Netns::new(name);
+        node.sh_ok("ip link set lo up");
+        let api = ApiServer::start_in(&shipped.docs, &node.name, "127.0.0.1".parse().unwrap());
+        let token = api.token_for(&shipped.namespace, &shipped.account);
+        let sw = Switch::start_in(Some(&node.name), "[[bridge]]\nname = \"default\"\n");
+        PolicyNode {
+            shipped,
+            node,
+            api,
+            token,
+            sw,
+        }
+    }
+}
+
 /// Adds port `port` (af-packet on the interface of its name, address
 /// `ip`) for stored pod `pod`'s `net1` on network `net`, as the CNI does.
 fn add_pod_port(sw: &Switch, port: &str, ip: &str, pod: &serde_json::Value) {
@@ -660,7 +702,13 @@ fn multi_network_policy_reaches_the_ports_through_the_agent() {
     use api_server::{MULTI_NETWORK_POLICIES, NAMESPACES, PODS};
     use serde_json::json;
     let _g = serial();
-    let shipped = Shipped::read();
+    let PolicyNode {
+        shipped,
+        node,
+        api,
+        token,
+        sw,
+    } = PolicyNode::new("mnp");
     assert!(
         shipped.container["command"]
             .as_array()
@@ -669,11 +717,6 @@ fn multi_network_policy_reaches_the_ports_through_the_agent() {
             .any(|a| a == "--policy"),
         "the DaemonSet's vtep-sync enforces policy"
     );
-    let node = Netns::new("mnp");
-    node.sh_ok("ip link set lo up");
-    let api = ApiServer::start_in(&shipped.docs, &node.name, "127.0.0.1".parse().unwrap());
-    let token = api.token_for(&shipped.namespace, &shipped.account);
-    let sw = Switch::start_in(Some(&node.name), "[[bridge]]\nname = \"default\"\n");
     let mut stations = Vec::new();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut listeners = Vec::new();
@@ -853,12 +896,13 @@ fn testpmd_pods_on_memif_and_vhost_user_ports_follow_multi_network_policy() {
     use api_server::{MULTI_NETWORK_POLICIES, NAMESPACES};
     use serde_json::json;
     let _g = serial();
-    let shipped = Shipped::read();
-    let node = Netns::new("dpp");
-    node.sh_ok("ip link set lo up");
-    let api = ApiServer::start_in(&shipped.docs, &node.name, "127.0.0.1".parse().unwrap());
-    let token = api.token_for(&shipped.namespace, &shipped.account);
-    let sw = Switch::start_in(Some(&node.name), "[[bridge]]\nname = \"default\"\n");
+    let PolicyNode {
+        shipped,
+        node,
+        api,
+        token,
+        sw,
+    } = PolicyNode::new("dpp");
     api.put(
         NAMESPACES,
         json!({"metadata": {"name": "x", "labels": {"kubernetes.io/metadata.name": "x"}}}),
@@ -901,6 +945,14 @@ fn testpmd_pods_on_memif_and_vhost_user_ports_follow_multi_network_policy() {
     drop((d, e));
 }
 
+/// A probe of the conformance matrix: a TCP connection or a UDP datagram
+/// echoed, to a port.
+#[derive(Clone, Copy, Debug)]
+enum Probe {
+    Tcp(u16),
+    Udp(u16),
+}
+
 /// A pod of the conformance model: namespace, name, address.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 struct ModelPod {
@@ -915,19 +967,21 @@ struct ModelPod {
 /// `serve-81-tcp`), as MultiNetworkPolicies for the one network every pod
 /// is on, delivered by the agent, each checked as the full matrix of TCP
 /// probes from every pod to every other, retried until it matches (as the
-/// suite's probes are). Each case: its name, its policies, and per probed
-/// port whether `from` reaches `to`.
+/// suite's probes are); then multi-networkpolicy-iptables' own e2e cases
+/// of ports and protocols, with UDP probes beside the TCP ones. Each case:
+/// its name, its policies, and per probe whether `from` reaches `to`.
 #[test]
 fn netpol_conformance_cases_through_the_agent() {
     use api_server::{MULTI_NETWORK_POLICIES, NAMESPACES};
     use serde_json::{json, Value};
     let _g = serial();
-    let shipped = Shipped::read();
-    let node = Netns::new("npc");
-    node.sh_ok("ip link set lo up");
-    let api = ApiServer::start_in(&shipped.docs, &node.name, "127.0.0.1".parse().unwrap());
-    let token = api.token_for(&shipped.namespace, &shipped.account);
-    let sw = Switch::start_in(Some(&node.name), "[[bridge]]\nname = \"default\"\n");
+    let PolicyNode {
+        shipped,
+        node,
+        api,
+        token,
+        sw,
+    } = PolicyNode::new("npc");
     let nss = ["x", "y", "z"];
     let names = ["a", "b", "c"];
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -958,20 +1012,29 @@ fn netpol_conformance_cases_through_the_agent() {
     }
     let sync = Sync::start(&shipped.container, "node-1", &node, &sw, &api, &token);
 
-    // Every ordered pair's probe on `port`, at once: (from, to) ->
-    // reached.
-    let matrix = |port: u16| -> Vec<(ModelPod, ModelPod, bool)> {
+    // Every ordered pair's probe, at once: (from, to) -> reached.
+    let matrix = |probe: Probe| -> Vec<(ModelPod, ModelPod, bool)> {
         let mut probes = Vec::new();
         for (f, fns, _) in &pods {
             for (t, _, tip) in &pods {
                 if f == t {
                     continue;
                 }
+                let port = match probe {
+                    Probe::Tcp(p) | Probe::Udp(p) => p,
+                };
                 let to: std::net::SocketAddr = format!("{tip}:{port}").parse().unwrap();
                 // Half a second: an answer on these veths takes
-                // microseconds, and a refused SYN gets none.
-                let h = in_ns(&fns.name, move || {
-                    std::net::TcpStream::connect_timeout(&to, Duration::from_millis(500)).is_ok()
+                // microseconds, and a refused SYN or datagram gets none.
+                let wait = Duration::from_millis(500);
+                let h = in_ns(&fns.name, move || match probe {
+                    Probe::Tcp(_) => std::net::TcpStream::connect_timeout(&to, wait).is_ok(),
+                    Probe::Udp(_) => {
+                        let s = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+                        s.set_read_timeout(Some(wait)).unwrap();
+                        let mut b = [0u8; 16];
+                        s.send_to(b"probe", to).is_ok() && matches!(s.recv_from(&mut b), Ok((5, _)))
+                    }
                 });
                 probes.push((*f, *t, h));
             }
@@ -986,11 +1049,11 @@ fn netpol_conformance_cases_through_the_agent() {
                 "annotations": {"k8s.v1.cni.cncf.io/policy-for": "net"}},
                "spec": spec})
     };
-    // Waits until every probe on `port` gives what `want` says.
-    let expect = |case: &str, port: u16, want: &dyn Fn(ModelPod, ModelPod) -> bool| {
+    // Waits until every probe gives what `want` says.
+    let expect = |case: &str, probe: Probe, want: &dyn Fn(ModelPod, ModelPod) -> bool| {
         let deadline = std::time::Instant::now() + LIMIT;
         loop {
-            let got = matrix(port);
+            let got = matrix(probe);
             let wrong: Vec<String> = got
                 .iter()
                 .filter(|(f, t, r)| *r != want(*f, *t))
@@ -1010,41 +1073,44 @@ fn netpol_conformance_cases_through_the_agent() {
             }
             assert!(
                 std::time::Instant::now() < deadline,
-                "{case}, TCP {port}: {wrong:?}\n{}",
+                "{case}, {probe:?}: {wrong:?}\n{}",
                 sync.log()
             );
             std::thread::sleep(Duration::from_millis(200));
         }
     };
     let xa = ModelPod { ns: "x", pod: "a" };
+    let xb = ModelPod { ns: "x", pod: "b" };
     let all = |_: ModelPod, _: ModelPod| true;
-    expect("no policy", 80, &all);
+    expect("no policy", Tcp(80), &all);
+    expect("no policy", Udp(81), &all);
 
     type Want = Box<dyn Fn(ModelPod, ModelPod) -> bool>;
-    /// A case: its name, its policies, and per probed port who reaches whom.
-    type Case = (&'static str, Vec<Value>, Vec<(u16, Want)>);
+    /// A case: its name, its policies, and per probe who reaches whom.
+    type Case = (&'static str, Vec<Value>, Vec<(Probe, Want)>);
+    use Probe::{Tcp, Udp};
     let cases: Vec<Case> = vec![
         (
             "should support a 'default-deny-ingress' policy",
             vec![policy("deny-ingress", json!({"podSelector": {}, "policyTypes": ["Ingress"], "ingress": []}))],
-            vec![(80, Box::new(|_, t| t.ns != "x"))],
+            vec![(Tcp(80), Box::new(|_, t| t.ns != "x"))],
         ),
         (
             "should support a 'default-deny-all' policy",
             vec![policy("deny-all", json!({"podSelector": {}, "policyTypes": ["Ingress", "Egress"], "ingress": [], "egress": []}))],
-            vec![(80, Box::new(|f, t| t.ns != "x" && f.ns != "x"))],
+            vec![(Tcp(80), Box::new(|f, t| t.ns != "x" && f.ns != "x"))],
         ),
         (
             "should enforce policy to allow traffic from pods within server namespace based on PodSelector",
             vec![policy("x-a-allows-x-b", json!({"podSelector": {"matchLabels": {"pod": "a"}}, "policyTypes": ["Ingress"],
                 "ingress": [{"from": [{"podSelector": {"matchLabels": {"pod": "b"}}}]}]}))],
-            vec![(80, Box::new(move |f, t| t != xa || f == ModelPod { ns: "x", pod: "b" }))],
+            vec![(Tcp(80), Box::new(move |f, t| t != xa || f == ModelPod { ns: "x", pod: "b" }))],
         ),
         (
             "should enforce policy to allow traffic only from a different namespace, based on NamespaceSelector",
             vec![policy("allow-client-a-via-ns-selector", json!({"podSelector": {"matchLabels": {"pod": "a"}}, "policyTypes": ["Ingress"],
                 "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "y"}}}]}]}))],
-            vec![(80, Box::new(move |f, t| t != xa || f.ns == "y"))],
+            vec![(Tcp(80), Box::new(move |f, t| t != xa || f.ns == "y"))],
         ),
         (
             "should enforce policy based on PodSelector or NamespaceSelector",
@@ -1052,7 +1118,7 @@ fn netpol_conformance_cases_through_the_agent() {
                 "ingress": [{"from": [
                     {"namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["x"]}]}},
                     {"podSelector": {"matchLabels": {"pod": "b"}}}]}]}))],
-            vec![(80, Box::new(move |f, t| t != xa || f != ModelPod { ns: "x", pod: "c" }))],
+            vec![(Tcp(80), Box::new(move |f, t| t != xa || f != ModelPod { ns: "x", pod: "c" }))],
         ),
         (
             "should enforce policy based on PodSelector and NamespaceSelector",
@@ -1060,13 +1126,13 @@ fn netpol_conformance_cases_through_the_agent() {
                 "ingress": [{"from": [{
                     "namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["x"]}]},
                     "podSelector": {"matchLabels": {"pod": "b"}}}]}]}))],
-            vec![(80, Box::new(move |f, t| t != xa || (f.ns != "x" && f.pod == "b")))],
+            vec![(Tcp(80), Box::new(move |f, t| t != xa || (f.ns != "x" && f.pod == "b")))],
         ),
         (
             "should enforce policy based on any PodSelectors",
             vec![policy("allow-ns-x-pod-b-c", json!({"podSelector": {"matchLabels": {"pod": "a"}}, "policyTypes": ["Ingress"],
                 "ingress": [{"from": [{"podSelector": {"matchLabels": {"pod": "b"}}}, {"podSelector": {"matchLabels": {"pod": "c"}}}]}]}))],
-            vec![(80, Box::new(move |f, t| t != xa || (f.ns == "x" && f.pod != "a")))],
+            vec![(Tcp(80), Box::new(move |f, t| t != xa || (f.ns == "x" && f.pod != "a")))],
         ),
         (
             "should enforce policy based on Ports",
@@ -1074,52 +1140,103 @@ fn netpol_conformance_cases_through_the_agent() {
                 "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "y"}}}],
                              "ports": [{"port": 81, "protocol": "TCP"}]}]}))],
             vec![
-                (81, Box::new(move |f, t| t != xa || f.ns == "y")),
-                (80, Box::new(move |_, t| t != xa)),
+                (Tcp(81), Box::new(move |f, t| t != xa || f.ns == "y")),
+                (Tcp(80), Box::new(move |_, t| t != xa)),
             ],
         ),
         (
             "should support allow-all policy",
             vec![policy("allow-all", json!({"podSelector": {}, "policyTypes": ["Ingress"], "ingress": [{}]}))],
-            vec![(80, Box::new(all)), (81, Box::new(all))],
+            vec![(Tcp(80), Box::new(all)), (Tcp(81), Box::new(all))],
         ),
         (
             "should allow ingress access on one named port",
             vec![policy("allow-all", json!({"podSelector": {}, "policyTypes": ["Ingress"],
                 "ingress": [{"ports": [{"port": "serve-81-tcp"}]}]}))],
-            vec![(81, Box::new(all)), (80, Box::new(|_, t| t.ns != "x"))],
+            vec![(Tcp(81), Box::new(all)), (Tcp(80), Box::new(|_, t| t.ns != "x"))],
         ),
         (
             "should allow egress access on one named port",
             vec![policy("allow-egress", json!({"podSelector": {}, "policyTypes": ["Egress"],
                 "egress": [{"ports": [{"port": "serve-80-tcp"}]}]}))],
-            vec![(80, Box::new(all)), (81, Box::new(|f, _| f.ns != "x"))],
+            vec![(Tcp(80), Box::new(all)), (Tcp(81), Box::new(|f, _| f.ns != "x"))],
         ),
         (
             "should allow ingress access from pods outside an ipBlock's except (own row: the e2e suite's CIDR cases with a pod's address)",
             vec![policy("allow-cidr-except", json!({"podSelector": {"matchLabels": {"pod": "a"}}, "policyTypes": ["Ingress"],
                 "ingress": [{"from": [{"ipBlock": {"cidr": "10.80.0.0/16", "except": ["10.80.2.2/32"]}}]}]}))],
-            vec![(80, Box::new(move |f, t| t != xa || f != ModelPod { ns: "y", pod: "b" }))],
+            vec![(Tcp(80), Box::new(move |f, t| t != xa || f != ModelPod { ns: "y", pod: "b" }))],
         ),
         (
             "should allow a port range (own row: endPort, which no e2e case probes)",
             vec![policy("allow-range", json!({"podSelector": {"matchLabels": {"pod": "a"}}, "policyTypes": ["Ingress"],
                 "ingress": [{"ports": [{"port": 81, "endPort": 90}]}]}))],
-            vec![(81, Box::new(all)), (80, Box::new(move |_, t| t != xa))],
+            vec![(Tcp(81), Box::new(all)), (Tcp(80), Box::new(move |_, t| t != xa))],
+        ),
+        // multi-networkpolicy-iptables' e2e cases of ports and protocols
+        // (e2e/test/multinetworkpolicy_test.go, "Ports/Protocol"; its
+        // ports 5555 and 6666 are 80 and 81 here), each probed both ways
+        // on both ports.
+        (
+            "Allow access only to a specific port/protocol TCP",
+            vec![policy("tcp-80-from-b", json!({"podSelector": {"matchLabels": {"pod": "a"}},
+                "ingress": [{"ports": [{"port": 80, "protocol": "TCP"}],
+                             "from": [{"podSelector": {"matchLabels": {"pod": "b"}}}]}]}))],
+            vec![
+                (Tcp(80), Box::new(move |f, t| t != xa || f == xb)),
+                (Tcp(81), Box::new(move |_, t| t != xa)),
+                (Udp(81), Box::new(move |_, t| t != xa)),
+                (Udp(80), Box::new(move |_, t| t != xa)),
+            ],
+        ),
+        (
+            "Allow access only to a specific port/protocol UDP",
+            vec![policy("udp-81-from-b", json!({"podSelector": {"matchLabels": {"pod": "a"}},
+                "ingress": [{"ports": [{"port": 81, "protocol": "UDP"}],
+                             "from": [{"podSelector": {"matchLabels": {"pod": "b"}}}]}]}))],
+            vec![
+                (Udp(81), Box::new(move |f, t| t != xa || f == xb)),
+                (Tcp(81), Box::new(move |_, t| t != xa)),
+                (Udp(80), Box::new(move |_, t| t != xa)),
+                (Tcp(80), Box::new(move |_, t| t != xa)),
+            ],
+        ),
+        (
+            "Allow access only to a specific port/protocol TCP+UDP",
+            vec![policy("tcp-80-udp-81-from-b", json!({"podSelector": {"matchLabels": {"pod": "a"}},
+                "ingress": [{"ports": [{"port": 80, "protocol": "TCP"}, {"port": 81, "protocol": "UDP"}],
+                             "from": [{"podSelector": {"matchLabels": {"pod": "b"}}}]}]}))],
+            vec![
+                (Tcp(80), Box::new(move |f, t| t != xa || f == xb)),
+                (Udp(81), Box::new(move |f, t| t != xa || f == xb)),
+                (Tcp(81), Box::new(move |_, t| t != xa)),
+                (Udp(80), Box::new(move |_, t| t != xa)),
+            ],
+        ),
+        (
+            "Allow access only to a specific UDP port from any pod",
+            vec![policy("udp-81-from-any", json!({"podSelector": {"matchLabels": {"pod": "a"}},
+                "ingress": [{"ports": [{"port": 81, "protocol": "UDP"}]}]}))],
+            vec![
+                (Udp(81), Box::new(all)),
+                (Tcp(80), Box::new(move |_, t| t != xa)),
+                (Udp(80), Box::new(move |_, t| t != xa)),
+                (Tcp(81), Box::new(move |_, t| t != xa)),
+            ],
         ),
     ];
     for (case, policies, wants) in &cases {
         for p in policies {
             api.put(MULTI_NETWORK_POLICIES, p.clone());
         }
-        for (port, want) in wants {
-            expect(case, *port, want.as_ref());
+        for (probe, want) in wants {
+            expect(case, *probe, want.as_ref());
         }
         for p in policies {
             let key = format!("x/{}", p["metadata"]["name"].as_str().unwrap());
             api.delete(MULTI_NETWORK_POLICIES, &key);
         }
-        expect(&format!("{case}, deleted"), 80, &all);
+        expect(&format!("{case}, deleted"), Tcp(80), &all);
     }
 
     // "should enforce updated policy": allow-all, then the same policy
@@ -1129,14 +1246,14 @@ fn netpol_conformance_cases_through_the_agent() {
         json!({"podSelector": {}, "policyTypes": ["Ingress"], "ingress": [{}]}),
     );
     api.put(MULTI_NETWORK_POLICIES, p.clone());
-    expect("should enforce updated policy, before", 81, &all);
+    expect("should enforce updated policy, before", Tcp(81), &all);
     p["spec"]["ingress"] = json!([]);
     api.put(MULTI_NETWORK_POLICIES, p);
-    expect("should enforce updated policy, after", 81, &|_, t| {
+    expect("should enforce updated policy, after", Tcp(81), &|_, t| {
         t.ns != "x"
     });
     api.delete(MULTI_NETWORK_POLICIES, "x/allow-all-mutate-to-deny-all");
-    expect("should enforce updated policy, deleted", 81, &all);
+    expect("should enforce updated policy, deleted", Tcp(81), &all);
 
     api.assert_only_lists_watches_and_status_patches();
     drop(sync);

@@ -452,11 +452,17 @@ impl Dataplane {
             b.ports.retain(|&x| x != id);
             macs = Some(b.macs.clone());
         }
-        drop(t);
-        self.publish();
-        // The connections through it (its slot may be another port's
-        // next).
-        self.inner.conntrack.forget_port(id);
+        // Once no worker runs on a view with it (one that did could record
+        // a connection through its slot again), the connections through
+        // it are forgotten: its slot may be another port's next. (With no
+        // connections, as without policy, nothing is waited for.)
+        if self.inner.conntrack.is_empty() {
+            drop(t);
+            self.publish();
+        } else {
+            self.publish_and_quiesce(t);
+            self.inner.conntrack.forget_port(id);
+        }
         if let Some(m) = macs {
             m.flush_port(id, false);
         }

@@ -16,6 +16,10 @@ pub struct PortShared {
     /// The connections the port opened: what they hold of the connection
     /// table.
     pub conntrack: Arc<CtQuota>,
+    /// The connections others opened towards the port from ports without
+    /// rules (uplinks, tunnels): a share of their own, so that they cannot
+    /// take the port's.
+    pub conntrack_in: Arc<CtQuota>,
 }
 
 impl PortShared {
@@ -28,6 +32,7 @@ impl PortShared {
             link_up: AtomicBool::new(false),
             security: SecurityState::new(security),
             conntrack: Arc::default(),
+            conntrack_in: Arc::default(),
         }
     }
 

@@ -438,9 +438,15 @@ impl Daemon {
                     };
                     // Each port's quota, by its address (a thousand
                     // ports, once, not once a connection).
+                    // (Either share: the new switch tells them apart by
+                    // whether the owner is the port the connection came
+                    // in on.)
                     let quotas: std::collections::HashMap<*const _, &String> =
                         (self.ports.iter().flatten())
-                            .map(|e| (std::sync::Arc::as_ptr(&e.shared.conntrack), &e.spec.name))
+                            .flat_map(|e| {
+                                [&e.shared.conntrack, &e.shared.conntrack_in]
+                                    .map(|q| (std::sync::Arc::as_ptr(q), &e.spec.name))
+                            })
                             .collect();
                     let owner = |q: &std::sync::Arc<crate::switch::policy::conntrack::CtQuota>| {
                         quotas
@@ -692,7 +698,11 @@ impl Daemon {
             let port = |name: &str| {
                 let id = *d.port_names.get(name)?;
                 let e = d.ports.get(id as usize)?.as_ref()?;
-                Some((id, e.shared.conntrack.clone()))
+                Some((
+                    id,
+                    e.shared.conntrack.clone(),
+                    e.shared.conntrack_in.clone(),
+                ))
             };
             let taken =
                 d.dp.conntrack()

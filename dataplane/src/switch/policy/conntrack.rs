@@ -447,19 +447,17 @@ impl Conntrack {
 
     /// Records the new connection packet `t` (TCP `flags`) opens, going
     /// from port `from` to port `to` (charged to `owner`) at `now`. A
-    /// connection that closed or expired is replaced. A live one is left
-    /// as it is unless `moved` (the packet was allowed by a rule the way
-    /// it goes now, so it is this connection's way from now on: a
-    /// connection first recorded towards a flood's first member, say);
-    /// a packet no rule judged does not take a connection from its ports.
-    #[allow(clippy::too_many_arguments)]
+    /// connection that closed or expired is replaced. A live one moves to
+    /// the new way only if the packet came in where its direction does
+    /// (its destination moved, or it was first recorded where a flood
+    /// went): a packet from another port, judged or not, never takes a
+    /// connection from its ports.
     pub fn open(
         &self,
         zone: Zone,
         t: &Tuple,
         flags: u8,
         (from, to): (PortId, PortId),
-        moved: bool,
         owner: &Arc<CtQuota>,
         now: u32,
     ) -> Result<(), Full> {
@@ -477,7 +475,8 @@ impl Conntrack {
         match map.entry(key) {
             Entry::Occupied(mut e) => {
                 let c = e.get();
-                if c.live(now) && (!moved || c.way(up == c.opened_by_lo) == (from, to)) {
+                let (at, went) = c.way(up == c.opened_by_lo);
+                if c.live(now) && (at != from || went == to) {
                     return Ok(());
                 }
                 // Replaced: the new connection is charged afresh.
@@ -602,22 +601,27 @@ impl Conntrack {
     }
 
     /// Takes up connections a takeover handed over into bridge `bridge`
-    /// at `now`: `port` finds a port by name (its slot and quota); one
-    /// whose ports are not there, or that does not fit, is left out.
-    /// Returns how many were taken.
+    /// at `now`: `port` finds a port by name (its slot, the share of the
+    /// connections it opened and the share of those opened towards it);
+    /// one whose ports are not there, or that does not fit, is left out.
+    /// A connection is charged to its owner's first share if the owner is
+    /// the port it came in on, else to the second. Returns how many were
+    /// taken.
     pub fn import(
         &self,
         bridge: u16,
         now: u32,
         records: &[ConnRecord],
-        port: impl Fn(&str) -> Option<(PortId, Arc<CtQuota>)>,
+        port: impl Fn(&str) -> Option<(PortId, Arc<CtQuota>, Arc<CtQuota>)>,
     ) -> usize {
         let mut n = 0;
         for r in records {
-            let (Some((orig, _)), Some((_, owner))) = (port(&r.orig_port), port(&r.owner)) else {
+            let (Some((orig, ..)), Some((_, own, given))) = (port(&r.orig_port), port(&r.owner))
+            else {
                 continue;
             };
-            let Some((reply, _)) = r.reply_port.as_deref().and_then(&port) else {
+            let owner = if r.owner == r.orig_port { own } else { given };
+            let Some((reply, ..)) = r.reply_port.as_deref().and_then(&port) else {
                 continue;
             };
             if r.a.0.is_ipv6() != r.b.0.is_ipv6() {
@@ -688,7 +692,7 @@ mod tests {
         let t = tcp(40000, 80);
         let z = zone(0, 0);
         assert_eq!(ct.track(z, &t, SYN, 1, 0), None);
-        ct.open(z, &t, SYN, (1, 2), true, &q, 0).unwrap();
+        ct.open(z, &t, SYN, (1, 2), &q, 0).unwrap();
         assert_eq!(ct.state(z, &t), Some(CtState::SynSent));
         // The reply, from the port the SYN went to, back to the first.
         assert_eq!(ct.track(z, &t.reversed(), SYN | ACK, 2, 1), Some(1));
@@ -706,7 +710,7 @@ mod tests {
         assert_eq!(ct.state(z, &t), Some(CtState::TimeWait));
         // A new SYN on the closed connection opens a new one.
         assert_eq!(ct.track(z, &t, SYN, 1, 3), None);
-        ct.open(z, &t, SYN, (1, 2), true, &q, 3).unwrap();
+        ct.open(z, &t, SYN, (1, 2), &q, 3).unwrap();
         assert_eq!(ct.state(z, &t), Some(CtState::SynSent));
         assert_eq!((ct.len(), q.held()), (1, 1));
         // Unanswered, it expires after the kernel's 120 s.
@@ -721,21 +725,24 @@ mod tests {
         let q = Arc::new(CtQuota::default());
         let t = tcp(40000, 80);
         // Opened towards port 3 (a flood's first member, say).
-        ct.open(0, &t, SYN, (1, 3), true, &q, 0).unwrap();
+        ct.open(0, &t, SYN, (1, 3), &q, 0).unwrap();
         // Established there, and nowhere else: the caller compares.
         assert_eq!(ct.track(0, &t, ACK, 1, 1), Some(3));
         // Nor do replies from port 2 belong to it.
         assert_eq!(ct.track(0, &t.reversed(), ACK, 2, 1), None);
-        // The same packet judged and allowed towards port 2: it moves.
-        ct.open(0, &t, ACK, (1, 2), true, &q, 1).unwrap();
+        // The same packet, from the same port, allowed towards port 2: it
+        // moves.
+        ct.open(0, &t, ACK, (1, 2), &q, 1).unwrap();
         assert_eq!(ct.track(0, &t.reversed(), ACK, 2, 2), Some(1));
         assert_eq!(ct.track(0, &t.reversed(), ACK, 3, 2), None);
         // Opened again the same way (another worker's race): left.
-        ct.open(0, &t, ACK, (1, 2), true, &q, 2).unwrap();
-        // The same tuple from port 4 that no rule judged: the connection
-        // stays where it is.
-        ct.open(0, &t, ACK, (4, 1), false, &q, 2).unwrap();
+        ct.open(0, &t, ACK, (1, 2), &q, 2).unwrap();
+        // The same tuple from port 4 (a third party that knows it): the
+        // connection stays where it is.
+        ct.open(0, &t, ACK, (4, 1), &q, 2).unwrap();
+        ct.open(0, &t, ACK, (4, 2), &q, 2).unwrap();
         assert_eq!(ct.track(0, &t, ACK, 1, 2), Some(2));
+        assert_eq!(ct.track(0, &t.reversed(), ACK, 2, 2), Some(1));
         assert_eq!((ct.len(), q.held()), (1, 1));
         // A port removed takes its connections with it.
         assert_eq!(ct.forget_port(2), 1);
@@ -751,7 +758,7 @@ mod tests {
             ..tcp(5000, 53)
         };
         let z = zone(1, 0);
-        ct.open(z, &t, 0, (1, 2), true, &q, 10).unwrap();
+        ct.open(z, &t, 0, (1, 2), &q, 10).unwrap();
         // An error about the request comes back from port 2, to port 1;
         // about the reply, from port 1 to port 2.
         assert_eq!(ct.related(z, &t, 2, 11), Some(1));
@@ -771,11 +778,11 @@ mod tests {
         let q = Arc::new(CtQuota::default());
         let t = tcp(40000, 80);
         let z = zone(3, 7);
-        old.open(z, &t, SYN, (1, 2), true, &q, 100).unwrap();
+        old.open(z, &t, SYN, (1, 2), &q, 100).unwrap();
         old.track(z, &t.reversed(), SYN | ACK, 2, 101);
         old.track(z, &t, ACK, 1, 101);
         // Another bridge's: not in this bridge's export.
-        old.open(zone(4, 0), &tcp(1, 2), SYN, (1, 2), true, &q, 100)
+        old.open(zone(4, 0), &tcp(1, 2), SYN, (1, 2), &q, 100)
             .unwrap();
         let names = |p: PortId| Some(format!("p{p}"));
         let recs = old.export(3, 110, names, |_| Some("p1".into()));
@@ -790,9 +797,10 @@ mod tests {
         // The new switch: other slots, another clock, bridge 0.
         let new = Conntrack::default();
         let q2 = Arc::new(CtQuota::default());
+        let q2_in = Arc::new(CtQuota::default());
         let slot = |n: &str| match n {
-            "p1" => Some((11, q2.clone())),
-            "p2" => Some((12, q2.clone())),
+            "p1" => Some((11, q2.clone(), q2_in.clone())),
+            "p2" => Some((12, q2.clone(), q2_in.clone())),
             _ => None,
         };
         // A record without the port its replies come from (an older
@@ -807,7 +815,8 @@ mod tests {
         // Its replies pass from the reply's port alone.
         assert_eq!(new.track(z2, &t.reversed(), ACK, 12, 6), Some(11));
         assert_eq!(new.track(z2, &t.reversed(), ACK, 11, 6), None);
-        assert_eq!(q2.held(), 1);
+        // Charged to p1, the port it came in on: its own share.
+        assert_eq!((q2.held(), q2_in.held()), (1, 0));
     }
 
     #[test]
@@ -815,24 +824,21 @@ mod tests {
         let ct = Conntrack::new(10, 4);
         let (a, b) = (Arc::new(CtQuota::default()), Arc::new(CtQuota::default()));
         for p in 0..4 {
-            ct.open(0, &tcp(p, 80), SYN, (1, 9), true, &a, 0).unwrap();
+            ct.open(0, &tcp(p, 80), SYN, (1, 9), &a, 0).unwrap();
         }
         assert_eq!(
-            ct.open(0, &tcp(99, 80), SYN, (1, 9), true, &a, 0),
+            ct.open(0, &tcp(99, 80), SYN, (1, 9), &a, 0),
             Err(Full::Port)
         );
         // Another port still opens its own.
         for p in 0..4 {
-            ct.open(0, &tcp(1000 + p, 80), SYN, (2, 9), true, &b, 0)
-                .unwrap();
+            ct.open(0, &tcp(1000 + p, 80), SYN, (2, 9), &b, 0).unwrap();
         }
         let c = Arc::new(CtQuota::default());
-        ct.open(0, &tcp(2000, 80), SYN, (3, 9), true, &c, 0)
-            .unwrap();
-        ct.open(0, &tcp(2001, 80), SYN, (3, 9), true, &c, 0)
-            .unwrap();
+        ct.open(0, &tcp(2000, 80), SYN, (3, 9), &c, 0).unwrap();
+        ct.open(0, &tcp(2001, 80), SYN, (3, 9), &c, 0).unwrap();
         assert_eq!(
-            ct.open(0, &tcp(2002, 80), SYN, (3, 9), true, &c, 0),
+            ct.open(0, &tcp(2002, 80), SYN, (3, 9), &c, 0),
             Err(Full::Table)
         );
         // Swept in parts: every shard once in turn.

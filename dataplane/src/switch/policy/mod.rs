@@ -162,15 +162,18 @@ impl Judge<'_> {
     /// between the two, or an ICMP error about one coming back, passes;
     /// another is judged by `from`'s egress rules and `to`'s ingress rules
     /// and, if allowed, recorded as a new connection (once per frame, the
-    /// first way it is allowed), charged to `quota`. A frame between two
-    /// ports neither of which is isolated passes and opens nothing.
+    /// first way it is allowed), charged to `quota`; a frame without one
+    /// (flooded: it may reach a port that is not its destination) opens
+    /// nothing, its sender's next packet, sent where the answer came from,
+    /// does. A frame between two ports neither of which is isolated passes
+    /// and opens nothing.
     pub fn to_port(
         &self,
         f: &mut FrameCheck,
         read: impl FnOnce(&mut [u8]) -> usize,
         (from, from_rules): End<'_>,
         (to, to_rules): End<'_>,
-        quota: &Arc<CtQuota>,
+        quota: Option<&Arc<CtQuota>>,
     ) -> Result<Verdict, DropReason> {
         let egress = from_rules.and_then(|r| r.egress.as_ref());
         let ingress = to_rules.and_then(|r| r.ingress.as_ref());
@@ -238,11 +241,10 @@ impl Judge<'_> {
                 rule,
             };
         }
-        if opens && !f.opened {
+        if let (true, false, Some(quota)) = (opens, f.opened, quota) {
             f.opened = true;
-            let judged = v != Verdict::EXEMPT;
             self.conntrack
-                .open(self.zone, &t, flags, (from, to), judged, quota, self.now)
+                .open(self.zone, &t, flags, (from, to), quota, self.now)
                 .map_err(|e| match e {
                     Full::Port | Full::Table => DropReason::ConntrackFull,
                 })?;
