@@ -696,7 +696,8 @@ fn add_pod_port(sw: &Switch, port: &str, ip: &str, pod: &serde_json::Value) {
 /// (`--policy`) with the shipped RBAC, the policy, pods and namespaces in
 /// the API server stand-in. A policy selecting b lets a reach b's named
 /// port alone; a pod relabelled into the peers, a policy changed, a
-/// policy deleted are followed.
+/// policy deleted are followed; the node itself, on a tap port, is let in
+/// by an ipBlock.
 #[test]
 fn multi_network_policy_reaches_the_ports_through_the_agent() {
     use api_server::{MULTI_NETWORK_POLICIES, NAMESPACES, PODS};
@@ -823,6 +824,35 @@ fn multi_network_policy_reaches_the_ports_through_the_agent() {
         sw.port("pb").spec.policy.is_none().then_some(())
     });
     assert!(connects(&a.0, &b.1, 81) && connects(&c.0, &b.1, 80));
+
+    // The node itself as a station, on a tap port (its own stack, in the
+    // switch's namespace): b takes port 80 from the node's address alone,
+    // an ipBlock, and no longer from a.
+    let tap = format!("syt{}", std::process::id() % 100_000);
+    sw.add_port(&["host", "--kind", "tap", "--interface", &tap]);
+    node.sh_ok(&format!(
+        "ip link set {tap} up && ip addr add 10.79.0.9/24 dev {tap}"
+    ));
+    sw.wait_link("host", true);
+    api.put(
+        MULTI_NETWORK_POLICIES,
+        json!({
+            "metadata": {"namespace": "x", "name": "from-node",
+                "annotations": {"k8s.v1.cni.cncf.io/policy-for": "net"}},
+            "spec": {"podSelector": {"matchLabels": {"pod": "b"}},
+                "ingress": [{"from": [{"ipBlock": {"cidr": "10.79.0.9/32"}}],
+                             "ports": [{"port": 80}]}]},
+        }),
+    );
+    wait_for(LIMIT, "b's policy from the node's address", isolated);
+    wait_for(LIMIT, "the node reaching b over its tap port", || {
+        connects(&node, &b.1, 80).then_some(())
+    });
+    assert!(!connects(&a.0, &b.1, 80), "a, not the node's address");
+    assert!(!connects(&node, &b.1, 81), "the node to b:81, no rule");
+    api.delete(MULTI_NETWORK_POLICIES, "x/from-node");
+    // (The port's deletion deletes its persistent tap.)
+    sw.cli_ok(&["port", "del", "host"]);
     api.assert_only_lists_watches_and_status_patches();
     let log = sync.log();
     assert!(log.contains("watching MultiNetworkPolicies"), "{log}");
@@ -947,7 +977,7 @@ fn testpmd_pods_on_memif_and_vhost_user_ports_follow_multi_network_policy() {
 
 /// A probe of the conformance matrix: a TCP connection or a UDP datagram
 /// echoed, to a port.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 enum Probe {
     Tcp(u16),
     Udp(u16),
@@ -1089,6 +1119,24 @@ fn netpol_conformance_cases_through_the_agent() {
     /// A case: its name, its policies, and per probe who reaches whom.
     type Case = (&'static str, Vec<Value>, Vec<(Probe, Want)>);
     use Probe::{Tcp, Udp};
+    // multi-networkpolicy-iptables' port cases: x/a takes the `allowed`
+    // probes (from x/b alone, or from any pod) and no other; every other
+    // pod takes everything. Each of TCP and UDP on 80 and 81 probed.
+    let only = |allowed: &[Probe], from_b: bool| -> Vec<(Probe, Want)> {
+        [Tcp(80), Tcp(81), Udp(80), Udp(81)]
+            .into_iter()
+            .map(|probe| {
+                let want: Want = if !allowed.contains(&probe) {
+                    Box::new(move |_, t| t != xa)
+                } else if from_b {
+                    Box::new(move |f, t| t != xa || f == xb)
+                } else {
+                    Box::new(all)
+                };
+                (probe, want)
+            })
+            .collect()
+    };
     let cases: Vec<Case> = vec![
         (
             "should support a 'default-deny-ingress' policy",
@@ -1182,47 +1230,27 @@ fn netpol_conformance_cases_through_the_agent() {
             vec![policy("tcp-80-from-b", json!({"podSelector": {"matchLabels": {"pod": "a"}},
                 "ingress": [{"ports": [{"port": 80, "protocol": "TCP"}],
                              "from": [{"podSelector": {"matchLabels": {"pod": "b"}}}]}]}))],
-            vec![
-                (Tcp(80), Box::new(move |f, t| t != xa || f == xb)),
-                (Tcp(81), Box::new(move |_, t| t != xa)),
-                (Udp(81), Box::new(move |_, t| t != xa)),
-                (Udp(80), Box::new(move |_, t| t != xa)),
-            ],
+            only(&[Tcp(80)], true),
         ),
         (
             "Allow access only to a specific port/protocol UDP",
             vec![policy("udp-81-from-b", json!({"podSelector": {"matchLabels": {"pod": "a"}},
                 "ingress": [{"ports": [{"port": 81, "protocol": "UDP"}],
                              "from": [{"podSelector": {"matchLabels": {"pod": "b"}}}]}]}))],
-            vec![
-                (Udp(81), Box::new(move |f, t| t != xa || f == xb)),
-                (Tcp(81), Box::new(move |_, t| t != xa)),
-                (Udp(80), Box::new(move |_, t| t != xa)),
-                (Tcp(80), Box::new(move |_, t| t != xa)),
-            ],
+            only(&[Udp(81)], true),
         ),
         (
             "Allow access only to a specific port/protocol TCP+UDP",
             vec![policy("tcp-80-udp-81-from-b", json!({"podSelector": {"matchLabels": {"pod": "a"}},
                 "ingress": [{"ports": [{"port": 80, "protocol": "TCP"}, {"port": 81, "protocol": "UDP"}],
                              "from": [{"podSelector": {"matchLabels": {"pod": "b"}}}]}]}))],
-            vec![
-                (Tcp(80), Box::new(move |f, t| t != xa || f == xb)),
-                (Udp(81), Box::new(move |f, t| t != xa || f == xb)),
-                (Tcp(81), Box::new(move |_, t| t != xa)),
-                (Udp(80), Box::new(move |_, t| t != xa)),
-            ],
+            only(&[Tcp(80), Udp(81)], true),
         ),
         (
             "Allow access only to a specific UDP port from any pod",
             vec![policy("udp-81-from-any", json!({"podSelector": {"matchLabels": {"pod": "a"}},
                 "ingress": [{"ports": [{"port": 81, "protocol": "UDP"}]}]}))],
-            vec![
-                (Udp(81), Box::new(all)),
-                (Tcp(80), Box::new(move |_, t| t != xa)),
-                (Udp(80), Box::new(move |_, t| t != xa)),
-                (Tcp(81), Box::new(move |_, t| t != xa)),
-            ],
+            only(&[Udp(81)], false),
         ),
     ];
     for (case, policies, wants) in &cases {
