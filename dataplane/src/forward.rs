@@ -657,7 +657,11 @@ impl Forwarder {
                     } else {
                         (p, &p.shared.conntrack_in)
                     };
-                    let ends = ((in_port, inp.rules.as_deref()), (id, p.rules.as_deref()));
+                    let at = |id, generation| conntrack::PortRef { id, generation };
+                    let ends = (
+                        (at(in_port, inp.generation), inp.rules.as_deref()),
+                        (at(id, p.generation), p.rules.as_deref()),
+                    );
                     let share = unicast.is_some().then_some(share);
                     match judge.to_port(&mut check, read, ends.0, ends.1, share) {
                         Ok(v) => {

@@ -665,3 +665,78 @@ fn ipv6_stations_are_held_to_their_addresses_and_rules() {
     assert!(sw.drops("pa", DropReason::SpoofedIp) > before);
     sw.stop();
 }
+
+/// A client behind ports without rules (as behind tunnels) that moves
+/// from one to another keeps its connection into an isolated pod: the
+/// connection follows it, so the pod's replies are not judged by its own
+/// egress rules (which allow nothing) where the client now is.
+#[test]
+fn a_connection_follows_its_remote_end_to_another_port() {
+    let _g = serial();
+    let node = Netns::new("mign");
+    let mut sw = Switch::start_in(
+        Some(&node.name),
+        &format!("mac_move_hold_secs = 0\n{BRIDGE}"),
+    );
+    // The client: its address and MAC on a Linux bridge whose one member
+    // is the veth to port `mga` and then the one to port `mgm` (a VM's
+    // live migration, as the switch sees it).
+    let na = Netns::new("migra");
+    let nb = Netns::new("migrb");
+    veth(&node, "mga", &na, "eth0");
+    veth(&node, "mgm", &na, "eth1");
+    veth(&node, "mgb", &nb, "eth0");
+    na.sh_ok(
+        "sysctl -qw net.ipv6.conf.all.disable_ipv6=1 && ip link set lo up && \
+         ip link add br0 type bridge stp_state 0 && ip link set br0 address 02:00:00:78:00:01 && \
+         ip link set eth0 master br0 && ip addr add 10.78.0.1/24 dev br0 && ip link set br0 up",
+    );
+    nb.sh_ok("ip addr add 10.78.0.2/24 dev eth0 && ip link set lo up");
+    for p in ["mga", "mgm", "mgb"] {
+        sw.add_af_packet(p, "default", &[]);
+    }
+    for p in ["mga", "mgm", "mgb"] {
+        sw.wait_link(p, true);
+    }
+    // b takes connections from the client and opens none.
+    set_policy(
+        &sw,
+        "mgb",
+        r#"{"ingress": [{"peers": [{"cidr": "10.78.0.1/32"}]}], "egress": []}"#,
+    );
+    // b echoes what the one connection sends, until it ends.
+    let server = in_ns(&nb.name, || {
+        let l = TcpListener::bind("10.78.0.2:80").expect("bind");
+        let (mut s, _) = l.accept().expect("accept");
+        let mut buf = [0u8; 64];
+        while let Ok(n @ 1..) = s.read(&mut buf) {
+            s.write_all(&buf[..n]).unwrap();
+        }
+    });
+    let dst = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::new(10, 78, 0, 2), 80));
+    let mut c = wait_for(Duration::from_secs(10), "the client connected", || {
+        in_ns(&na.name, move || {
+            TcpStream::connect_timeout(&dst, Duration::from_secs(1)).ok()
+        })
+        .join()
+        .unwrap()
+    });
+    let echo = |c: &mut TcpStream, wait: u64| {
+        c.set_read_timeout(Some(Duration::from_secs(wait))).unwrap();
+        let mut b = [0u8; 1];
+        c.write_all(b"x").is_ok() && c.read_exact(&mut b).is_ok()
+    };
+    assert!(echo(&mut c, 2), "an echo before the move");
+    // The move: the client is now behind `mgm`.
+    na.sh_ok("ip link set eth0 nomaster && ip link set eth1 master br0");
+    let refused = sw.drops("mgb", DropReason::PolicyEgress);
+    assert!(
+        echo(&mut c, 8),
+        "the connection did not follow its client to its new port"
+    );
+    assert!(echo(&mut c, 2), "a second echo after the move");
+    assert_eq!(sw.drops("mgb", DropReason::PolicyEgress), refused);
+    drop(c);
+    server.join().unwrap();
+    sw.stop();
+}

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use libfuzzer_sys::fuzz_target;
-use switchyard::switch::policy::conntrack::{Conntrack, CtQuota};
+use switchyard::switch::policy::conntrack::{Conntrack, CtQuota, PortRef};
 use switchyard::wire::flow::{Packet, PREFIX_LEN};
 
 fuzz_target!(|data: &[u8]| {
@@ -22,14 +22,16 @@ fuzz_target!(|data: &[u8]| {
     }
     let ct = Conntrack::new(16, 16);
     let q = Arc::new(CtQuota::default());
-    assert_eq!(ct.track(7, &tuple, flags, 1, 0), None);
-    ct.open(7, &tuple, flags, (1, 2), &q, 0).unwrap();
+    let p = |id| PortRef { id, generation: 1 };
+    assert_eq!(ct.track(7, &tuple, flags, p(1), 0), None);
+    ct.open(7, &tuple, flags, (p(1), p(2)), false, &q, 0)
+        .unwrap();
     assert_eq!(q.held(), 1);
     // A reply from the port it went to belongs to it (a reset closes it,
     // but for a while it is still known), and goes back to the first; from
     // a third port it does not.
-    assert_eq!(ct.track(7, &tuple.reversed(), 0, 3, 1), None);
-    assert_eq!(ct.track(7, &tuple.reversed(), 0, 2, 1), Some(1));
+    assert_eq!(ct.track(7, &tuple.reversed(), 0, p(3), 1), None);
+    assert_eq!(ct.track(7, &tuple.reversed(), 0, p(2), 1), Some(p(1)));
     assert_eq!(ct.sweep(u32::MAX), 1);
     assert_eq!(q.held(), 0);
 });

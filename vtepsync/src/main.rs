@@ -469,16 +469,21 @@ mod policies {
         /// for the port's interface yet is left as it is: what it has is
         /// the last thing known. A port the switch refuses is reported, the
         /// others are still done, and it is tried again at a later pass
-        /// (backing off).
+        /// (backing off), or at once when the world changes.
         fn enforce(&mut self, socket: &Path, w: &Snapshot) -> anyhow::Result<()> {
+            let now = Instant::now();
             if w.generation != self.generation {
                 self.given.clear();
                 self.generation = w.generation;
+                // A refused port may be given something else now: tried
+                // at once (a refusal again backs off as before).
+                for (next, _) in self.failed.values_mut() {
+                    *next = now;
+                }
             }
             let mut c = Client::lazy(socket);
             c.set_retry(Duration::from_secs(3));
             let ports = c.ask(&Request::port_list())?;
-            let now = Instant::now();
             self.failed
                 .retain(|name, _| ports.iter().any(|p| p.spec.name == *name));
             let mut failed = Vec::new();

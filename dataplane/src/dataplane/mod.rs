@@ -23,7 +23,7 @@ use crate::observe::{Capture, Trace};
 use crate::queue::{PortQueues, RxQueue, TxQueue};
 use crate::reactor::Waker;
 use crate::switch::mac_table::{Learned, MacEntry, MacTable, GENERATION_MASK};
-use crate::switch::policy::conntrack::{Conntrack, CtQuota};
+use crate::switch::policy::conntrack::{Conntrack, CtQuota, PortRef};
 use crate::switch::policy::PortRules;
 use crate::switch::security::{PortSecurity, SecurityState, DEFAULT_MOVE_HOLD_SECS};
 use crate::types::{
@@ -354,6 +354,16 @@ impl Dataplane {
         self.bridge(id, |b| b.stats.clone())
     }
 
+    /// The port in slot `id` as connections name it, if any.
+    pub fn port_ref(&self, id: PortId) -> Option<PortRef> {
+        let t = self.table();
+        let p = t.ports.get(id as usize)?.as_ref()?;
+        Some(PortRef {
+            id,
+            generation: p.generation,
+        })
+    }
+
     /// The name of the port in slot `id`, if any.
     pub fn port_name(&self, id: PortId) -> Option<String> {
         self.table()
@@ -452,16 +462,18 @@ impl Dataplane {
             b.ports.retain(|&x| x != id);
             macs = Some(b.macs.clone());
         }
-        // Once no worker runs on a view with it (one that did could record
-        // a connection through its slot again), the connections through
-        // it are forgotten: its slot may be another port's next. (With no
-        // connections, as without policy, nothing is waited for.)
-        if self.inner.conntrack.is_empty() {
-            drop(t);
-            self.publish();
-        } else {
-            self.publish_and_quiesce(t);
-            self.inner.conntrack.forget_port(id);
+        let gone = PortRef {
+            id,
+            generation: p.generation,
+        };
+        drop(t);
+        self.publish();
+        // Its connections match no port again (named with its slot's
+        // generation, as MAC entries are), but hold the table until
+        // forgotten; one a worker still on a view with the port records
+        // after this expires as any other.
+        if !self.inner.conntrack.is_empty() {
+            self.inner.conntrack.forget_port(gone);
         }
         if let Some(m) = macs {
             m.flush_port(id, false);

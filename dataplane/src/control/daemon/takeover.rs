@@ -20,6 +20,7 @@ use crate::control::takeover::{
 };
 use crate::dataplane::MacSeen;
 use crate::port::takeover::{FdIn, FdOut, VERSION};
+use crate::switch::policy::conntrack::PortRef;
 use crate::types::PortId;
 use switchyard_api::{PortTotals, Request};
 
@@ -432,8 +433,14 @@ impl Daemon {
                 // The connections policy allowed: their packets go on
                 // passing in the new switch as they did.
                 connections: if full {
-                    let name = |id: PortId| {
-                        let e = self.ports.get(id as usize)?.as_ref()?;
+                    // (A connection through a port removed since, whose
+                    // slot another took, is left out.)
+                    let refs: Vec<_> = (0..self.ports.len())
+                        .map(|id| self.dp.port_ref(id as PortId))
+                        .collect();
+                    let name = |r: PortRef| {
+                        (refs.get(r.id as usize).copied().flatten() == Some(r)).then_some(())?;
+                        let e = self.ports.get(r.id as usize)?.as_ref()?;
                         Some(e.spec.name.clone())
                     };
                     // Each port's quota, by its address (a thousand
@@ -699,7 +706,7 @@ impl Daemon {
                 let id = *d.port_names.get(name)?;
                 let e = d.ports.get(id as usize)?.as_ref()?;
                 Some((
-                    id,
+                    d.dp.port_ref(id)?,
                     e.shared.conntrack.clone(),
                     e.shared.conntrack_in.clone(),
                 ))

@@ -11,6 +11,8 @@
 //! packet went between: a packet of the connection matches only coming in
 //! where its direction did and going where it went (a connection opened
 //! towards one port is nobody else's), and its replies the other way.
+//! A port is named with its slot's generation ([`PortRef`]): a connection
+//! through a removed port is never that of the port next in its slot.
 //!
 //! Bounded: each entry is charged to a port's quota ([`CtQuota`]: the
 //! station's whose connection it is, as the caller picks); a port holding
@@ -53,6 +55,17 @@ mod timeout {
     /// handshake as UDP's unreplied.
     pub const SCTP_ESTABLISHED: u32 = 210;
     pub const GENERIC: u32 = 600;
+}
+
+/// A port as a connection names it: its slot and the slot's generation
+/// (as MAC entries carry it), so that a connection through a port that
+/// was removed matches no port given its slot afterwards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PortRef {
+    /// The port's slot.
+    pub id: PortId,
+    /// The slot's generation.
+    pub generation: u16,
 }
 
 /// The connections charged to a port: what they hold of the table.
@@ -189,14 +202,18 @@ struct Conn {
     expires: u32,
     /// The port its first packet came in on and the one it went to: its
     /// replies come in on the second and go to the first.
-    ports: (PortId, PortId),
+    ports: (PortRef, PortRef),
+    /// Whether its first packet came in on a port without a station's
+    /// rules (an uplink, a tunnel): its opening end may move to another
+    /// such port ([`Conntrack::open`]).
+    roams: bool,
     owner: Arc<CtQuota>,
 }
 
 impl Conn {
     /// Where a packet of it in the opening direction (`orig`) or the
     /// reply's comes in, and where it goes.
-    fn way(&self, orig: bool) -> (PortId, PortId) {
+    fn way(&self, orig: bool) -> (PortRef, PortRef) {
         if orig {
             self.ports
         } else {
@@ -417,9 +434,9 @@ impl Conntrack {
         zone: Zone,
         t: &Tuple,
         flags: u8,
-        from: PortId,
+        from: PortRef,
         now: u32,
-    ) -> Option<PortId> {
+    ) -> Option<PortRef> {
         let (key, up) = Key::of(zone, t, &self.seed);
         let mut map = self.shard(&key);
         let c = map.get_mut(&key)?;
@@ -446,18 +463,23 @@ impl Conntrack {
     }
 
     /// Records the new connection packet `t` (TCP `flags`) opens, going
-    /// from port `from` to port `to` (charged to `owner`) at `now`. A
+    /// from port `from` to port `to` (charged to `owner`) at `now`;
+    /// `roams`: `from` has no station's rules (an uplink, a tunnel). A
     /// connection that closed or expired is replaced. A live one moves to
     /// the new way only if the packet came in where its direction does
-    /// (its destination moved, or it was first recorded where a flood
-    /// went): a packet from another port, judged or not, never takes a
-    /// connection from its ports.
+    /// (its destination moved), or, for its opening end, if that end came
+    /// in on a port without rules and now comes in on another such (a
+    /// remote station behind another tunnel, as after a live migration):
+    /// no other port, judged or not, takes a connection from its ports,
+    /// and none from a station's own.
+    #[allow(clippy::too_many_arguments)]
     pub fn open(
         &self,
         zone: Zone,
         t: &Tuple,
         flags: u8,
-        (from, to): (PortId, PortId),
+        (from, to): (PortRef, PortRef),
+        roams: bool,
         owner: &Arc<CtQuota>,
         now: u32,
     ) -> Result<(), Full> {
@@ -470,13 +492,20 @@ impl Conntrack {
             fin: (false, false),
             expires: now.saturating_add(timeout_of(t.proto, state)),
             ports: (from, to),
+            roams,
             owner: owner.clone(),
         };
         match map.entry(key) {
             Entry::Occupied(mut e) => {
                 let c = e.get();
-                let (at, went) = c.way(up == c.opened_by_lo);
-                if c.live(now) && (at != from || went == to) {
+                let orig = up == c.opened_by_lo;
+                let (at, went) = c.way(orig);
+                let moves = if at == from {
+                    went != to
+                } else {
+                    orig && c.roams && roams
+                };
+                if c.live(now) && !moves {
                     return Ok(());
                 }
                 // Replaced: the new connection is charged afresh.
@@ -509,7 +538,7 @@ impl Conntrack {
     /// it went) a packet of a connection the table holds, coming back from
     /// where that packet went: returns the port the packet came from, the
     /// one port the error is related to.
-    pub fn related(&self, zone: Zone, about: &Tuple, from: PortId, now: u32) -> Option<PortId> {
+    pub fn related(&self, zone: Zone, about: &Tuple, from: PortRef, now: u32) -> Option<PortRef> {
         let (key, up) = Key::of(zone, about, &self.seed);
         let map = self.shard(&key);
         let c = map.get(&key).filter(|c| c.expires > now)?;
@@ -542,9 +571,10 @@ impl Conntrack {
         n
     }
 
-    /// Forgets the connections through port `port` (removed: its slot may
-    /// be another port's next); returns how many.
-    pub fn forget_port(&self, port: PortId) -> usize {
+    /// Forgets the connections through port `port` (removed: they would
+    /// match no port again, but hold their share of the table until they
+    /// expire); returns how many.
+    pub fn forget_port(&self, port: PortRef) -> usize {
         let mut n = 0;
         for s in self.shards.iter() {
             let mut map = s.lock().unwrap_or_else(|e| e.into_inner());
@@ -567,7 +597,7 @@ impl Conntrack {
         &self,
         bridge: u16,
         now: u32,
-        port: impl Fn(PortId) -> Option<String>,
+        port: impl Fn(PortRef) -> Option<String>,
         owner: impl Fn(&Arc<CtQuota>) -> Option<String>,
     ) -> Vec<ConnRecord> {
         let mut out = Vec::new();
@@ -605,14 +635,15 @@ impl Conntrack {
     /// connections it opened and the share of those opened towards it);
     /// one whose ports are not there, or that does not fit, is left out.
     /// A connection is charged to its owner's first share if the owner is
-    /// the port it came in on, else to the second. Returns how many were
+    /// the port it came in on, else to the second (and its opening end
+    /// may move, as one from a port without rules). Returns how many were
     /// taken.
     pub fn import(
         &self,
         bridge: u16,
         now: u32,
         records: &[ConnRecord],
-        port: impl Fn(&str) -> Option<(PortId, Arc<CtQuota>, Arc<CtQuota>)>,
+        port: impl Fn(&str) -> Option<(PortRef, Arc<CtQuota>, Arc<CtQuota>)>,
     ) -> usize {
         let mut n = 0;
         for r in records {
@@ -620,7 +651,10 @@ impl Conntrack {
             else {
                 continue;
             };
-            let owner = if r.owner == r.orig_port { own } else { given };
+            // Charged to another port than its first's: it came in on one
+            // without rules (an uplink, a tunnel), as `roams` says.
+            let roams = r.owner != r.orig_port;
+            let owner = if roams { given } else { own };
             let Some((reply, ..)) = r.reply_port.as_deref().and_then(&port) else {
                 continue;
             };
@@ -648,6 +682,7 @@ impl Conntrack {
                 fin: r.fin,
                 expires: now.saturating_add(r.left),
                 ports: (orig, reply),
+                roams,
                 owner: owner.clone(),
             };
             let mut map = self.shard(&key);
@@ -674,6 +709,11 @@ mod tests {
     use super::*;
     use tcp_flags::*;
 
+    /// Port `id` in its slot's first generation.
+    fn p(id: PortId) -> PortRef {
+        PortRef { id, generation: 1 }
+    }
+
     fn tcp(sport: u16, dport: u16) -> Tuple {
         Tuple {
             v6: false,
@@ -691,31 +731,31 @@ mod tests {
         let q = Arc::new(CtQuota::default());
         let t = tcp(40000, 80);
         let z = zone(0, 0);
-        assert_eq!(ct.track(z, &t, SYN, 1, 0), None);
-        ct.open(z, &t, SYN, (1, 2), &q, 0).unwrap();
+        assert_eq!(ct.track(z, &t, SYN, p(1), 0), None);
+        ct.open(z, &t, SYN, (p(1), p(2)), false, &q, 0).unwrap();
         assert_eq!(ct.state(z, &t), Some(CtState::SynSent));
         // The reply, from the port the SYN went to, back to the first.
-        assert_eq!(ct.track(z, &t.reversed(), SYN | ACK, 2, 1), Some(1));
-        assert_eq!(ct.track(z, &t, ACK, 1, 1), Some(2));
+        assert_eq!(ct.track(z, &t.reversed(), SYN | ACK, p(2), 1), Some(p(1)));
+        assert_eq!(ct.track(z, &t, ACK, p(1), 1), Some(p(2)));
         assert_eq!(ct.state(z, &t), Some(CtState::Established));
         // The opening direction from another port, or the reply from a
         // third: not this connection's packets.
-        assert_eq!(ct.track(z, &t, ACK, 3, 1), None);
-        assert_eq!(ct.track(z, &t.reversed(), ACK, 3, 1), None);
+        assert_eq!(ct.track(z, &t, ACK, p(3), 1), None);
+        assert_eq!(ct.track(z, &t.reversed(), ACK, p(3), 1), None);
         // Another zone: another connection.
-        assert_eq!(ct.track(zone(0, 5), &t, ACK, 1, 1), None);
-        ct.track(z, &t, FIN | ACK, 1, 2);
+        assert_eq!(ct.track(zone(0, 5), &t, ACK, p(1), 1), None);
+        ct.track(z, &t, FIN | ACK, p(1), 2);
         assert_eq!(ct.state(z, &t), Some(CtState::FinWait));
-        ct.track(z, &t.reversed(), FIN | ACK, 2, 2);
+        ct.track(z, &t.reversed(), FIN | ACK, p(2), 2);
         assert_eq!(ct.state(z, &t), Some(CtState::TimeWait));
         // A new SYN on the closed connection opens a new one.
-        assert_eq!(ct.track(z, &t, SYN, 1, 3), None);
-        ct.open(z, &t, SYN, (1, 2), &q, 3).unwrap();
+        assert_eq!(ct.track(z, &t, SYN, p(1), 3), None);
+        ct.open(z, &t, SYN, (p(1), p(2)), false, &q, 3).unwrap();
         assert_eq!(ct.state(z, &t), Some(CtState::SynSent));
         assert_eq!((ct.len(), q.held()), (1, 1));
         // Unanswered, it expires after the kernel's 120 s.
-        assert_eq!(ct.track(z, &t, SYN, 1, 3 + 119), Some(2));
-        assert_eq!(ct.track(z, &t, SYN, 1, 3 + 119 + 120), None);
+        assert_eq!(ct.track(z, &t, SYN, p(1), 3 + 119), Some(p(2)));
+        assert_eq!(ct.track(z, &t, SYN, p(1), 3 + 119 + 120), None);
         assert_eq!((ct.len(), q.held()), (0, 0));
     }
 
@@ -725,28 +765,62 @@ mod tests {
         let q = Arc::new(CtQuota::default());
         let t = tcp(40000, 80);
         // Opened towards port 3 (a flood's first member, say).
-        ct.open(0, &t, SYN, (1, 3), &q, 0).unwrap();
+        ct.open(0, &t, SYN, (p(1), p(3)), false, &q, 0).unwrap();
         // Established there, and nowhere else: the caller compares.
-        assert_eq!(ct.track(0, &t, ACK, 1, 1), Some(3));
+        assert_eq!(ct.track(0, &t, ACK, p(1), 1), Some(p(3)));
         // Nor do replies from port 2 belong to it.
-        assert_eq!(ct.track(0, &t.reversed(), ACK, 2, 1), None);
+        assert_eq!(ct.track(0, &t.reversed(), ACK, p(2), 1), None);
         // The same packet, from the same port, allowed towards port 2: it
         // moves.
-        ct.open(0, &t, ACK, (1, 2), &q, 1).unwrap();
-        assert_eq!(ct.track(0, &t.reversed(), ACK, 2, 2), Some(1));
-        assert_eq!(ct.track(0, &t.reversed(), ACK, 3, 2), None);
+        ct.open(0, &t, ACK, (p(1), p(2)), false, &q, 1).unwrap();
+        assert_eq!(ct.track(0, &t.reversed(), ACK, p(2), 2), Some(p(1)));
+        assert_eq!(ct.track(0, &t.reversed(), ACK, p(3), 2), None);
         // Opened again the same way (another worker's race): left.
-        ct.open(0, &t, ACK, (1, 2), &q, 2).unwrap();
+        ct.open(0, &t, ACK, (p(1), p(2)), false, &q, 2).unwrap();
         // The same tuple from port 4 (a third party that knows it): the
         // connection stays where it is.
-        ct.open(0, &t, ACK, (4, 1), &q, 2).unwrap();
-        ct.open(0, &t, ACK, (4, 2), &q, 2).unwrap();
-        assert_eq!(ct.track(0, &t, ACK, 1, 2), Some(2));
-        assert_eq!(ct.track(0, &t.reversed(), ACK, 2, 2), Some(1));
+        ct.open(0, &t, ACK, (p(4), p(1)), false, &q, 2).unwrap();
+        ct.open(0, &t, ACK, (p(4), p(2)), false, &q, 2).unwrap();
+        assert_eq!(ct.track(0, &t, ACK, p(1), 2), Some(p(2)));
+        assert_eq!(ct.track(0, &t.reversed(), ACK, p(2), 2), Some(p(1)));
         assert_eq!((ct.len(), q.held()), (1, 1));
+        // Port 1 is station's (with rules): its end does not roam, even
+        // to a port without rules.
+        ct.open(0, &t, ACK, (p(4), p(2)), true, &q, 2).unwrap();
+        assert_eq!(ct.track(0, &t, ACK, p(1), 2), Some(p(2)));
+        // The port next in port 2's slot is not port 2.
+        let next = PortRef {
+            id: 2,
+            generation: 2,
+        };
+        assert_eq!(ct.track(0, &t.reversed(), ACK, next, 2), None);
+        assert_eq!(ct.related(0, &t, next, 2), None);
         // A port removed takes its connections with it.
-        assert_eq!(ct.forget_port(2), 1);
+        assert_eq!(ct.forget_port(p(2)), 1);
         assert_eq!((ct.len(), q.held()), (0, 0));
+    }
+
+    #[test]
+    fn a_remote_end_moves_between_ports_without_rules() {
+        let ct = Conntrack::default();
+        let q = Arc::new(CtQuota::default());
+        let t = tcp(40000, 80);
+        // A remote client behind tunnel 5 opens a connection to pod 1.
+        ct.open(0, &t, SYN, (p(5), p(1)), true, &q, 0).unwrap();
+        assert_eq!(ct.track(0, &t.reversed(), SYN | ACK, p(1), 0), Some(p(5)));
+        // It migrates behind tunnel 6: its packets, allowed anew there,
+        // move the connection, so the pod's replies follow it.
+        assert_eq!(ct.track(0, &t, ACK, p(6), 1), None);
+        ct.open(0, &t, ACK, (p(6), p(1)), true, &q, 1).unwrap();
+        assert_eq!(ct.track(0, &t.reversed(), ACK, p(1), 1), Some(p(6)));
+        assert_eq!(ct.track(0, &t, ACK, p(6), 1), Some(p(1)));
+        assert_eq!(ct.track(0, &t, ACK, p(5), 1), None);
+        // The pod's end does not move: a reply-direction packet from a
+        // port without rules takes nothing.
+        ct.open(0, &t.reversed(), ACK, (p(7), p(6)), true, &q, 1)
+            .unwrap();
+        assert_eq!(ct.track(0, &t.reversed(), ACK, p(1), 1), Some(p(6)));
+        assert_eq!((ct.len(), q.held()), (1, 1));
     }
 
     #[test]
@@ -758,18 +832,18 @@ mod tests {
             ..tcp(5000, 53)
         };
         let z = zone(1, 0);
-        ct.open(z, &t, 0, (1, 2), &q, 10).unwrap();
+        ct.open(z, &t, 0, (p(1), p(2)), false, &q, 10).unwrap();
         // An error about the request comes back from port 2, to port 1;
         // about the reply, from port 1 to port 2.
-        assert_eq!(ct.related(z, &t, 2, 11), Some(1));
-        assert_eq!(ct.related(z, &t, 1, 11), None);
-        assert_eq!(ct.related(z, &t.reversed(), 1, 11), Some(2));
-        assert_eq!(ct.track(z, &t.reversed(), 0, 2, 20), Some(1));
+        assert_eq!(ct.related(z, &t, p(2), 11), Some(p(1)));
+        assert_eq!(ct.related(z, &t, p(1), 11), None);
+        assert_eq!(ct.related(z, &t.reversed(), p(1), 11), Some(p(2)));
+        assert_eq!(ct.track(z, &t.reversed(), 0, p(2), 20), Some(p(1)));
         assert_eq!(ct.state(z, &t), Some(CtState::Replied));
-        assert_eq!(ct.track(z, &t, 0, 1, 20 + 119), Some(2));
+        assert_eq!(ct.track(z, &t, 0, p(1), 20 + 119), Some(p(2)));
         assert_eq!(ct.sweep(20 + 119 + 120), 1);
         assert!(ct.is_empty() && q.held() == 0);
-        assert_eq!(ct.related(z, &t, 2, 300), None);
+        assert_eq!(ct.related(z, &t, p(2), 300), None);
     }
 
     #[test]
@@ -778,13 +852,13 @@ mod tests {
         let q = Arc::new(CtQuota::default());
         let t = tcp(40000, 80);
         let z = zone(3, 7);
-        old.open(z, &t, SYN, (1, 2), &q, 100).unwrap();
-        old.track(z, &t.reversed(), SYN | ACK, 2, 101);
-        old.track(z, &t, ACK, 1, 101);
+        old.open(z, &t, SYN, (p(1), p(2)), false, &q, 100).unwrap();
+        old.track(z, &t.reversed(), SYN | ACK, p(2), 101);
+        old.track(z, &t, ACK, p(1), 101);
         // Another bridge's: not in this bridge's export.
-        old.open(zone(4, 0), &tcp(1, 2), SYN, (1, 2), &q, 100)
+        old.open(zone(4, 0), &tcp(1, 2), SYN, (p(1), p(2)), false, &q, 100)
             .unwrap();
-        let names = |p: PortId| Some(format!("p{p}"));
+        let names = |r: PortRef| Some(format!("p{}", r.id));
         let recs = old.export(3, 110, names, |_| Some("p1".into()));
         assert_eq!(recs.len(), 1);
         assert_eq!(
@@ -799,8 +873,8 @@ mod tests {
         let q2 = Arc::new(CtQuota::default());
         let q2_in = Arc::new(CtQuota::default());
         let slot = |n: &str| match n {
-            "p1" => Some((11, q2.clone(), q2_in.clone())),
-            "p2" => Some((12, q2.clone(), q2_in.clone())),
+            "p1" => Some((p(11), q2.clone(), q2_in.clone())),
+            "p2" => Some((p(12), q2.clone(), q2_in.clone())),
             _ => None,
         };
         // A record without the port its replies come from (an older
@@ -813,8 +887,8 @@ mod tests {
         let z2 = zone(0, 7);
         assert_eq!(new.state(z2, &t), Some(CtState::Established));
         // Its replies pass from the reply's port alone.
-        assert_eq!(new.track(z2, &t.reversed(), ACK, 12, 6), Some(11));
-        assert_eq!(new.track(z2, &t.reversed(), ACK, 11, 6), None);
+        assert_eq!(new.track(z2, &t.reversed(), ACK, p(12), 6), Some(p(11)));
+        assert_eq!(new.track(z2, &t.reversed(), ACK, p(11), 6), None);
         // Charged to p1, the port it came in on: its own share.
         assert_eq!((q2.held(), q2_in.held()), (1, 0));
     }
@@ -823,22 +897,26 @@ mod tests {
     fn a_port_fills_only_its_share_and_the_table_its_limit() {
         let ct = Conntrack::new(10, 4);
         let (a, b) = (Arc::new(CtQuota::default()), Arc::new(CtQuota::default()));
-        for p in 0..4 {
-            ct.open(0, &tcp(p, 80), SYN, (1, 9), &a, 0).unwrap();
+        for n in 0..4 {
+            ct.open(0, &tcp(n, 80), SYN, (p(1), p(9)), false, &a, 0)
+                .unwrap();
         }
         assert_eq!(
-            ct.open(0, &tcp(99, 80), SYN, (1, 9), &a, 0),
+            ct.open(0, &tcp(99, 80), SYN, (p(1), p(9)), false, &a, 0),
             Err(Full::Port)
         );
         // Another port still opens its own.
-        for p in 0..4 {
-            ct.open(0, &tcp(1000 + p, 80), SYN, (2, 9), &b, 0).unwrap();
+        for n in 0..4 {
+            ct.open(0, &tcp(1000 + n, 80), SYN, (p(2), p(9)), false, &b, 0)
+                .unwrap();
         }
         let c = Arc::new(CtQuota::default());
-        ct.open(0, &tcp(2000, 80), SYN, (3, 9), &c, 0).unwrap();
-        ct.open(0, &tcp(2001, 80), SYN, (3, 9), &c, 0).unwrap();
+        ct.open(0, &tcp(2000, 80), SYN, (p(3), p(9)), false, &c, 0)
+            .unwrap();
+        ct.open(0, &tcp(2001, 80), SYN, (p(3), p(9)), false, &c, 0)
+            .unwrap();
         assert_eq!(
-            ct.open(0, &tcp(2002, 80), SYN, (3, 9), &c, 0),
+            ct.open(0, &tcp(2002, 80), SYN, (p(3), p(9)), false, &c, 0),
             Err(Full::Table)
         );
         // Swept in parts: every shard once in turn.

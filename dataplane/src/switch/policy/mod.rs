@@ -19,7 +19,7 @@ pub mod rules;
 
 use std::sync::Arc;
 
-use conntrack::{Conntrack, CtQuota, Full, Zone};
+use conntrack::{Conntrack, CtQuota, Full, PortRef, Zone};
 pub use rules::{CompileError, PortRules, RuleSet};
 
 use crate::types::{DropReason, PortId};
@@ -71,7 +71,7 @@ pub enum Decision {
 pub struct FrameCheck {
     packet: Option<Packet>,
     /// Where the frame's connection goes, if it is a packet of one.
-    tracked: Option<Option<PortId>>,
+    tracked: Option<Option<PortRef>>,
     /// The egress rule that allows it, if any.
     egress: Option<Option<usize>>,
     /// Its connection was recorded (by this frame).
@@ -120,8 +120,9 @@ pub struct Judge<'a> {
     pub now: u32,
 }
 
-/// A port a frame goes between: its slot and its rules, if any.
-pub type End<'r> = (PortId, Option<&'r PortRules>);
+/// A port a frame goes between: its slot (with the slot's generation)
+/// and its rules, if any.
+pub type End<'r> = (PortRef, Option<&'r PortRules>);
 
 impl Judge<'_> {
     fn packet(f: &mut FrameCheck, read: impl FnOnce(&mut [u8]) -> usize) -> Packet {
@@ -226,7 +227,7 @@ impl Judge<'_> {
                 .get_or_insert_with(|| rules.allows(t.v6, t.dst, t.proto, dport));
             let rule = rule.ok_or(DropReason::PolicyEgress)?;
             v.egress = Decision::Rule {
-                port: from,
+                port: from.id,
                 direction: Direction::Egress,
                 rule,
             };
@@ -236,15 +237,17 @@ impl Judge<'_> {
                 .allows(t.v6, t.src, t.proto, dport)
                 .ok_or(DropReason::PolicyIngress)?;
             v.ingress = Decision::Rule {
-                port: to,
+                port: to.id,
                 direction: Direction::Ingress,
                 rule,
             };
         }
         if let (true, false, Some(quota)) = (opens, f.opened, quota) {
             f.opened = true;
+            // Its opening end may move between ports without rules.
+            let roams = from_rules.is_none();
             self.conntrack
-                .open(self.zone, &t, flags, (from, to), quota, self.now)
+                .open(self.zone, &t, flags, (from, to), roams, quota, self.now)
                 .map_err(|e| match e {
                     Full::Port | Full::Table => DropReason::ConntrackFull,
                 })?;
