@@ -663,7 +663,14 @@ impl Forwarder {
                         (at(id, p.generation), p.rules.as_deref()),
                     );
                     let share = unicast.is_some().then_some(share);
-                    match judge.to_port(&mut check, read, ends.0, ends.1, share) {
+                    // The source, if the bridge has it on this port (asked
+                    // only of a packet that opens a connection).
+                    let src = || {
+                        let e = bridge.macs.get(src_key)?;
+                        let here = e.port() == in_port && e.port_gen() == inp.generation;
+                        here.then(|| l2.src_mac())
+                    };
+                    match judge.to_port(&mut check, read, ends.0, ends.1, share, src) {
                         Ok(v) => {
                             if let Some(t) = traced.as_mut().filter(|_| TRACE) {
                                 describe(t, v.egress, inp);

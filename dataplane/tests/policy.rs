@@ -666,10 +666,11 @@ fn ipv6_stations_are_held_to_their_addresses_and_rules() {
     sw.stop();
 }
 
-/// A client behind ports without rules (as behind tunnels) that moves
-/// from one to another keeps its connection into an isolated pod: the
-/// connection follows it, so the pod's replies are not judged by its own
-/// egress rules (which allow nothing) where the client now is.
+/// A client that moves from one port to another (its MAC moved by the
+/// bridge, as when a VM migrates behind another tunnel) keeps its
+/// connection into an isolated pod: the connection follows it, so the
+/// pod's replies are not judged by its own egress rules (which allow
+/// nothing) where the client now is.
 #[test]
 fn a_connection_follows_its_remote_end_to_another_port() {
     let _g = serial();

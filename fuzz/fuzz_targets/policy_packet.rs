@@ -24,7 +24,7 @@ fuzz_target!(|data: &[u8]| {
     let q = Arc::new(CtQuota::default());
     let p = |id| PortRef { id, generation: 1 };
     assert_eq!(ct.track(7, &tuple, flags, p(1), 0), None);
-    ct.open(7, &tuple, flags, (p(1), p(2)), false, &q, 0)
+    ct.open(7, &tuple, flags, (p(1), p(2)), None, &q, 0)
         .unwrap();
     assert_eq!(q.held(), 1);
     // A reply from the port it went to belongs to it (a reset closes it,

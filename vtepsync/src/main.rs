@@ -446,10 +446,19 @@ mod policies {
         generation: u64,
         /// Per port: the pod's UID it was computed for, and the policy.
         given: BTreeMap<String, (Option<String>, Option<switchyard_api::policy::PortPolicy>)>,
-        /// Ports the switch refused: when to try again, and the wait after
-        /// that (from 1 s, doubling up to `cap`).
-        failed: BTreeMap<String, (Instant, Duration)>,
+        /// Ports the switch refused a policy.
+        failed: BTreeMap<String, Refused>,
         cap: Duration,
+    }
+
+    /// A policy the switch refused a port.
+    struct Refused {
+        /// When to try again.
+        next: Instant,
+        /// The wait before that (from 1 s, doubling up to the cap).
+        wait: Duration,
+        /// What was refused: something else is tried at once.
+        want: Option<switchyard_api::policy::PortPolicy>,
     }
 
     impl Enforcer {
@@ -469,17 +478,12 @@ mod policies {
         /// for the port's interface yet is left as it is: what it has is
         /// the last thing known. A port the switch refuses is reported, the
         /// others are still done, and it is tried again at a later pass
-        /// (backing off), or at once when the world changes.
+        /// (backing off), or at once when its policy changes.
         fn enforce(&mut self, socket: &Path, w: &Snapshot) -> anyhow::Result<()> {
             let now = Instant::now();
             if w.generation != self.generation {
                 self.given.clear();
                 self.generation = w.generation;
-                // A refused port may be given something else now: tried
-                // at once (a refusal again backs off as before).
-                for (next, _) in self.failed.values_mut() {
-                    *next = now;
-                }
             }
             let mut c = Client::lazy(socket);
             c.set_retry(Duration::from_secs(3));
@@ -488,13 +492,6 @@ mod policies {
                 .retain(|name, _| ports.iter().any(|p| p.spec.name == *name));
             let mut failed = Vec::new();
             for p in ports {
-                if self
-                    .failed
-                    .get(&p.spec.name)
-                    .is_some_and(|(next, _)| now < *next)
-                {
-                    continue;
-                }
                 let Some(a) = p.spec.pod.as_ref().filter(|_| p.status.failed.is_none()) else {
                     continue;
                 };
@@ -515,6 +512,15 @@ mod policies {
                 }
                 let want =
                     policy::port_policy(pod, &a.interface, &w.pods, &w.namespaces, &w.policies);
+                // Refused a while ago: tried again when its wait is over,
+                // or at once if it is to be given something else.
+                if self
+                    .failed
+                    .get(&p.spec.name)
+                    .is_some_and(|r| now < r.next && r.want == want)
+                {
+                    continue;
+                }
                 if want != p.spec.policy {
                     let rules = |d: &Option<Vec<_>>| d.as_ref().map(Vec::len);
                     info!(
@@ -532,9 +538,11 @@ mod policies {
                         let wait = self
                             .failed
                             .get(&p.spec.name)
-                            .map_or(Duration::from_secs(1), |(_, w)| (*w * 2).min(self.cap));
+                            .map_or(Duration::from_secs(1), |r| (r.wait * 2).min(self.cap));
                         warn!(port = %p.spec.name, "policy not set, trying again in {wait:?}: {e:#}");
-                        self.failed.insert(p.spec.name.clone(), (now + wait, wait));
+                        let next = now + wait;
+                        let r = Refused { next, wait, want };
+                        self.failed.insert(p.spec.name.clone(), r);
                         failed.push(p.spec.name.clone());
                         continue;
                     }

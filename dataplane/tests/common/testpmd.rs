@@ -126,6 +126,7 @@ pub fn check_ending(what: &str, ending: Ending, log: &str, expected: &[String]) 
 /// A binary of this workspace, from the target directory this test runs
 /// from, built from the current sources first (once per test process).
 pub fn workspace_bin(package: &str, name: &str) -> std::path::PathBuf {
+    // What was built: binary names, or `*` for all.
     static BUILT: Mutex<Vec<String>> = Mutex::new(Vec::new());
     let exe = std::env::current_exe().unwrap();
     // target/<profile>/deps/<test> -> target/<profile>/<name>
@@ -134,20 +135,29 @@ pub fn workspace_bin(package: &str, name: &str) -> std::path::PathBuf {
     // (The lock is held through the build: two tests asking at once build
     // once.)
     let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
-    if built.iter().any(|b| b == name) {
+    if built.iter().any(|b| b == name || b == "*") {
         return p;
     }
     // Once per process: a binary left by an earlier build of other sources
     // would be tested in place of this one (cargo does nothing when it is
-    // current).
+    // current). In the debug profile (`cargo test --workspace`, as the
+    // test script runs), every binary at once with the workspace's tests:
+    // the features that run unified, so that the binaries it built are
+    // current (`cargo build -p PACKAGE` resolves the package's features
+    // alone and builds its dependencies again, 30 s a package). In the
+    // release profile (a test run by hand), the one package's.
     let mut build = Command::new(env!("CARGO"));
-    build.args(["build", "-p", package, "--bin", name]);
-    if p.parent().and_then(|d| d.file_name()) == Some("release".as_ref()) {
-        build.arg("--release");
-    }
+    let what = if p.parent().and_then(|d| d.file_name()) == Some("release".as_ref()) {
+        build.args(["build", "--release", "-p", package, "--bin", name]);
+        name
+    } else {
+        build.args(["build", "--workspace", "--bins", "--tests", "--locked"]);
+        "*"
+    };
     let st = build.status().unwrap();
-    assert!(st.success(), "cargo build -p {package} --bin {name}");
-    built.push(name.to_string());
+    assert!(st.success(), "cargo build, for {package}'s {name}");
+    assert!(p.exists(), "{package} has no binary {name}");
+    built.push(what.to_string());
     p
 }
 

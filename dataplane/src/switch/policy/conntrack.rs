@@ -32,6 +32,7 @@ use std::sync::{Arc, Mutex};
 use crate::types::PortId;
 use crate::wire::flow::{tcp_flags, Tuple, PROTO_ICMP, PROTO_ICMPV6, PROTO_SCTP};
 use crate::wire::ip::{PROTO_TCP, PROTO_UDP};
+use crate::wire::MacAddr;
 
 /// Most entries the table holds.
 pub const TABLE_LIMIT: u32 = 262_144;
@@ -203,10 +204,10 @@ struct Conn {
     /// The port its first packet came in on and the one it went to: its
     /// replies come in on the second and go to the first.
     ports: (PortRef, PortRef),
-    /// Whether its first packet came in on a port without a station's
-    /// rules (an uplink, a tunnel): its opening end may move to another
-    /// such port ([`Conntrack::open`]).
-    roams: bool,
+    /// The source MAC of its opening end, as the bridge had it on the
+    /// port its first packet came in on: where that end may move
+    /// ([`Conntrack::open`]).
+    mac: Option<MacAddr>,
     owner: Arc<CtQuota>,
 }
 
@@ -254,6 +255,10 @@ pub struct ConnRecord {
     pub reply_port: Option<String>,
     /// The port it is charged to.
     pub owner: String,
+    /// The source MAC of the end that opened it, where it may move (an
+    /// older switch's record has none: its opener stays where it is).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mac: Option<MacAddr>,
 }
 
 fn ip_of(v6: bool, a: u128) -> std::net::IpAddr {
@@ -463,15 +468,16 @@ impl Conntrack {
     }
 
     /// Records the new connection packet `t` (TCP `flags`) opens, going
-    /// from port `from` to port `to` (charged to `owner`) at `now`;
-    /// `roams`: `from` has no station's rules (an uplink, a tunnel). A
-    /// connection that closed or expired is replaced. A live one moves to
+    /// from port `from` to port `to` (charged to `owner`) at `now`; `src`:
+    /// the packet's source MAC if the bridge has it on `from` (learned
+    /// there). A connection that closed or expired, or names an earlier
+    /// port of the slot of `from` or `to`, is replaced. A live one moves to
     /// the new way only if the packet came in where its direction does
-    /// (its destination moved), or, for its opening end, if that end came
-    /// in on a port without rules and now comes in on another such (a
-    /// remote station behind another tunnel, as after a live migration):
-    /// no other port, judged or not, takes a connection from its ports,
-    /// and none from a station's own.
+    /// (its destination moved), or, in its opening direction towards the
+    /// same port, if its opening end's MAC is now on `from` (the bridge
+    /// moved it there: a station that migrated, behind another tunnel,
+    /// say): no other port, judged or not, takes a connection from its
+    /// ports.
     #[allow(clippy::too_many_arguments)]
     pub fn open(
         &self,
@@ -479,7 +485,7 @@ impl Conntrack {
         t: &Tuple,
         flags: u8,
         (from, to): (PortRef, PortRef),
-        roams: bool,
+        src: Option<MacAddr>,
         owner: &Arc<CtQuota>,
         now: u32,
     ) -> Result<(), Full> {
@@ -492,21 +498,34 @@ impl Conntrack {
             fin: (false, false),
             expires: now.saturating_add(timeout_of(t.proto, state)),
             ports: (from, to),
-            roams,
+            mac: src,
             owner: owner.clone(),
         };
         match map.entry(key) {
             Entry::Occupied(mut e) => {
-                let c = e.get();
+                let c = e.get_mut();
                 let orig = up == c.opened_by_lo;
                 let (at, went) = c.way(orig);
-                let moves = if at == from {
-                    went != to
-                } else {
-                    orig && c.roams && roams
+                // A port removed since (a worker still on a view with it
+                // recorded this after it was forgotten).
+                let earlier = |p: PortRef| {
+                    [from, to]
+                        .iter()
+                        .any(|q| q.id == p.id && q.generation != p.generation)
                 };
-                if c.live(now) && !moves {
-                    return Ok(());
+                if c.live(now) && !earlier(at) && !earlier(went) {
+                    if at == from && went == to {
+                        return Ok(());
+                    }
+                    if at != from {
+                        // Its opener, moved: the same connection.
+                        if orig && went == to && src.is_some() && src == c.mac {
+                            c.ports.0 = from;
+                            c.advance(t.proto, orig, flags, now);
+                        }
+                        return Ok(());
+                    }
+                    // Its destination moved: opened anew there.
                 }
                 // Replaced: the new connection is charged afresh.
                 if owner.held.load(Ordering::Relaxed) >= self.port_share
@@ -624,6 +643,7 @@ impl Conntrack {
                     orig_port,
                     reply_port: Some(reply_port),
                     owner,
+                    mac: c.mac,
                 });
             }
         }
@@ -635,8 +655,7 @@ impl Conntrack {
     /// connections it opened and the share of those opened towards it);
     /// one whose ports are not there, or that does not fit, is left out.
     /// A connection is charged to its owner's first share if the owner is
-    /// the port it came in on, else to the second (and its opening end
-    /// may move, as one from a port without rules). Returns how many were
+    /// the port it came in on, else to the second. Returns how many were
     /// taken.
     pub fn import(
         &self,
@@ -651,10 +670,7 @@ impl Conntrack {
             else {
                 continue;
             };
-            // Charged to another port than its first's: it came in on one
-            // without rules (an uplink, a tunnel), as `roams` says.
-            let roams = r.owner != r.orig_port;
-            let owner = if roams { given } else { own };
+            let owner = if r.owner == r.orig_port { own } else { given };
             let Some((reply, ..)) = r.reply_port.as_deref().and_then(&port) else {
                 continue;
             };
@@ -682,7 +698,7 @@ impl Conntrack {
                 fin: r.fin,
                 expires: now.saturating_add(r.left),
                 ports: (orig, reply),
-                roams,
+                mac: r.mac,
                 owner: owner.clone(),
             };
             let mut map = self.shard(&key);
@@ -732,7 +748,7 @@ mod tests {
         let t = tcp(40000, 80);
         let z = zone(0, 0);
         assert_eq!(ct.track(z, &t, SYN, p(1), 0), None);
-        ct.open(z, &t, SYN, (p(1), p(2)), false, &q, 0).unwrap();
+        ct.open(z, &t, SYN, (p(1), p(2)), None, &q, 0).unwrap();
         assert_eq!(ct.state(z, &t), Some(CtState::SynSent));
         // The reply, from the port the SYN went to, back to the first.
         assert_eq!(ct.track(z, &t.reversed(), SYN | ACK, p(2), 1), Some(p(1)));
@@ -750,7 +766,7 @@ mod tests {
         assert_eq!(ct.state(z, &t), Some(CtState::TimeWait));
         // A new SYN on the closed connection opens a new one.
         assert_eq!(ct.track(z, &t, SYN, p(1), 3), None);
-        ct.open(z, &t, SYN, (p(1), p(2)), false, &q, 3).unwrap();
+        ct.open(z, &t, SYN, (p(1), p(2)), None, &q, 3).unwrap();
         assert_eq!(ct.state(z, &t), Some(CtState::SynSent));
         assert_eq!((ct.len(), q.held()), (1, 1));
         // Unanswered, it expires after the kernel's 120 s.
@@ -765,29 +781,25 @@ mod tests {
         let q = Arc::new(CtQuota::default());
         let t = tcp(40000, 80);
         // Opened towards port 3 (a flood's first member, say).
-        ct.open(0, &t, SYN, (p(1), p(3)), false, &q, 0).unwrap();
+        ct.open(0, &t, SYN, (p(1), p(3)), None, &q, 0).unwrap();
         // Established there, and nowhere else: the caller compares.
         assert_eq!(ct.track(0, &t, ACK, p(1), 1), Some(p(3)));
         // Nor do replies from port 2 belong to it.
         assert_eq!(ct.track(0, &t.reversed(), ACK, p(2), 1), None);
         // The same packet, from the same port, allowed towards port 2: it
         // moves.
-        ct.open(0, &t, ACK, (p(1), p(2)), false, &q, 1).unwrap();
+        ct.open(0, &t, ACK, (p(1), p(2)), None, &q, 1).unwrap();
         assert_eq!(ct.track(0, &t.reversed(), ACK, p(2), 2), Some(p(1)));
         assert_eq!(ct.track(0, &t.reversed(), ACK, p(3), 2), None);
         // Opened again the same way (another worker's race): left.
-        ct.open(0, &t, ACK, (p(1), p(2)), false, &q, 2).unwrap();
+        ct.open(0, &t, ACK, (p(1), p(2)), None, &q, 2).unwrap();
         // The same tuple from port 4 (a third party that knows it): the
         // connection stays where it is.
-        ct.open(0, &t, ACK, (p(4), p(1)), false, &q, 2).unwrap();
-        ct.open(0, &t, ACK, (p(4), p(2)), false, &q, 2).unwrap();
+        ct.open(0, &t, ACK, (p(4), p(1)), None, &q, 2).unwrap();
+        ct.open(0, &t, ACK, (p(4), p(2)), None, &q, 2).unwrap();
         assert_eq!(ct.track(0, &t, ACK, p(1), 2), Some(p(2)));
         assert_eq!(ct.track(0, &t.reversed(), ACK, p(2), 2), Some(p(1)));
         assert_eq!((ct.len(), q.held()), (1, 1));
-        // Port 1 is station's (with rules): its end does not roam, even
-        // to a port without rules.
-        ct.open(0, &t, ACK, (p(4), p(2)), true, &q, 2).unwrap();
-        assert_eq!(ct.track(0, &t, ACK, p(1), 2), Some(p(2)));
         // The port next in port 2's slot is not port 2.
         let next = PortRef {
             id: 2,
@@ -801,25 +813,47 @@ mod tests {
     }
 
     #[test]
-    fn a_remote_end_moves_between_ports_without_rules() {
+    fn the_opening_end_moves_where_the_bridge_moved_its_mac() {
         let ct = Conntrack::default();
         let q = Arc::new(CtQuota::default());
         let t = tcp(40000, 80);
-        // A remote client behind tunnel 5 opens a connection to pod 1.
-        ct.open(0, &t, SYN, (p(5), p(1)), true, &q, 0).unwrap();
-        assert_eq!(ct.track(0, &t.reversed(), SYN | ACK, p(1), 0), Some(p(5)));
-        // It migrates behind tunnel 6: its packets, allowed anew there,
-        // move the connection, so the pod's replies follow it.
-        assert_eq!(ct.track(0, &t, ACK, p(6), 1), None);
-        ct.open(0, &t, ACK, (p(6), p(1)), true, &q, 1).unwrap();
-        assert_eq!(ct.track(0, &t.reversed(), ACK, p(1), 1), Some(p(6)));
-        assert_eq!(ct.track(0, &t, ACK, p(6), 1), Some(p(1)));
-        assert_eq!(ct.track(0, &t, ACK, p(5), 1), None);
-        // The pod's end does not move: a reply-direction packet from a
-        // port without rules takes nothing.
-        ct.open(0, &t.reversed(), ACK, (p(7), p(6)), true, &q, 1)
+        let (client, other) = (
+            Some(MacAddr([2, 0, 0, 0, 0, 1])),
+            Some(MacAddr([2, 0, 0, 0, 0, 9])),
+        );
+        // A client behind tunnel 5 opens a connection to pod 1.
+        ct.open(0, &t, SYN, (p(5), p(1)), client, &q, 0).unwrap();
+        ct.track(0, &t.reversed(), SYN | ACK, p(1), 0);
+        ct.track(0, &t, ACK, p(5), 0);
+        // Another station behind port 7 sends the tuple, to pod 1 or to
+        // pod 2: nothing moves.
+        ct.open(0, &t, ACK, (p(7), p(1)), other, &q, 1).unwrap();
+        ct.open(0, &t, ACK, (p(7), p(2)), client, &q, 1).unwrap();
+        // Nor from where the bridge does not have the client's MAC.
+        ct.open(0, &t, ACK, (p(7), p(1)), None, &q, 1).unwrap();
+        assert_eq!(ct.track(0, &t.reversed(), ACK, p(1), 1), Some(p(5)));
+        // The client migrates behind tunnel 6 (its MAC moved there): the
+        // connection follows, in its state, so the pod's replies do.
+        assert_eq!(ct.track(0, &t, ACK, p(6), 2), None);
+        ct.open(0, &t, ACK, (p(6), p(1)), client, &q, 2).unwrap();
+        assert_eq!(ct.track(0, &t.reversed(), ACK, p(1), 2), Some(p(6)));
+        assert_eq!(ct.track(0, &t, ACK, p(6), 2), Some(p(1)));
+        assert_eq!(ct.track(0, &t, ACK, p(5), 2), None);
+        assert_eq!(ct.state(0, &t), Some(CtState::Established));
+        // The pod's end does not move that way: a reply-direction packet
+        // from elsewhere takes nothing.
+        ct.open(0, &t.reversed(), ACK, (p(7), p(6)), client, &q, 2)
             .unwrap();
-        assert_eq!(ct.track(0, &t.reversed(), ACK, p(1), 1), Some(p(6)));
+        assert_eq!(ct.track(0, &t.reversed(), ACK, p(1), 2), Some(p(6)));
+        assert_eq!((ct.len(), q.held()), (1, 1));
+        // Recorded through a port since removed (slot 6's next port sends
+        // it): replaced, not left in the way.
+        let next6 = PortRef {
+            id: 6,
+            generation: 2,
+        };
+        ct.open(0, &t, SYN, (next6, p(1)), other, &q, 3).unwrap();
+        assert_eq!(ct.track(0, &t.reversed(), ACK, p(1), 3), Some(next6));
         assert_eq!((ct.len(), q.held()), (1, 1));
     }
 
@@ -832,7 +866,7 @@ mod tests {
             ..tcp(5000, 53)
         };
         let z = zone(1, 0);
-        ct.open(z, &t, 0, (p(1), p(2)), false, &q, 10).unwrap();
+        ct.open(z, &t, 0, (p(1), p(2)), None, &q, 10).unwrap();
         // An error about the request comes back from port 2, to port 1;
         // about the reply, from port 1 to port 2.
         assert_eq!(ct.related(z, &t, p(2), 11), Some(p(1)));
@@ -852,11 +886,11 @@ mod tests {
         let q = Arc::new(CtQuota::default());
         let t = tcp(40000, 80);
         let z = zone(3, 7);
-        old.open(z, &t, SYN, (p(1), p(2)), false, &q, 100).unwrap();
+        old.open(z, &t, SYN, (p(1), p(2)), None, &q, 100).unwrap();
         old.track(z, &t.reversed(), SYN | ACK, p(2), 101);
         old.track(z, &t, ACK, p(1), 101);
         // Another bridge's: not in this bridge's export.
-        old.open(zone(4, 0), &tcp(1, 2), SYN, (p(1), p(2)), false, &q, 100)
+        old.open(zone(4, 0), &tcp(1, 2), SYN, (p(1), p(2)), None, &q, 100)
             .unwrap();
         let names = |r: PortRef| Some(format!("p{}", r.id));
         let recs = old.export(3, 110, names, |_| Some("p1".into()));
@@ -898,25 +932,25 @@ mod tests {
         let ct = Conntrack::new(10, 4);
         let (a, b) = (Arc::new(CtQuota::default()), Arc::new(CtQuota::default()));
         for n in 0..4 {
-            ct.open(0, &tcp(n, 80), SYN, (p(1), p(9)), false, &a, 0)
+            ct.open(0, &tcp(n, 80), SYN, (p(1), p(9)), None, &a, 0)
                 .unwrap();
         }
         assert_eq!(
-            ct.open(0, &tcp(99, 80), SYN, (p(1), p(9)), false, &a, 0),
+            ct.open(0, &tcp(99, 80), SYN, (p(1), p(9)), None, &a, 0),
             Err(Full::Port)
         );
         // Another port still opens its own.
         for n in 0..4 {
-            ct.open(0, &tcp(1000 + n, 80), SYN, (p(2), p(9)), false, &b, 0)
+            ct.open(0, &tcp(1000 + n, 80), SYN, (p(2), p(9)), None, &b, 0)
                 .unwrap();
         }
         let c = Arc::new(CtQuota::default());
-        ct.open(0, &tcp(2000, 80), SYN, (p(3), p(9)), false, &c, 0)
+        ct.open(0, &tcp(2000, 80), SYN, (p(3), p(9)), None, &c, 0)
             .unwrap();
-        ct.open(0, &tcp(2001, 80), SYN, (p(3), p(9)), false, &c, 0)
+        ct.open(0, &tcp(2001, 80), SYN, (p(3), p(9)), None, &c, 0)
             .unwrap();
         assert_eq!(
-            ct.open(0, &tcp(2002, 80), SYN, (p(3), p(9)), false, &c, 0),
+            ct.open(0, &tcp(2002, 80), SYN, (p(3), p(9)), None, &c, 0),
             Err(Full::Table)
         );
         // Swept in parts: every shard once in turn.

@@ -25,6 +25,7 @@ pub use rules::{CompileError, PortRules, RuleSet};
 use crate::types::{DropReason, PortId};
 use crate::wire::flow::{Packet, PREFIX_LEN, PROTO_SCTP};
 use crate::wire::ip::{PROTO_TCP, PROTO_UDP};
+use crate::wire::MacAddr;
 
 /// Which of a port's directions a decision was made for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -167,7 +168,10 @@ impl Judge<'_> {
     /// (flooded: it may reach a port that is not its destination) opens
     /// nothing, its sender's next packet, sent where the answer came from,
     /// does. A frame between two ports neither of which is isolated passes
-    /// and opens nothing.
+    /// and opens nothing. `src` gives the frame's source MAC if the bridge
+    /// has it on `from` (a connection's opener that moved takes its
+    /// connection along, [`Conntrack::open`]); asked only when a
+    /// connection is opened.
     pub fn to_port(
         &self,
         f: &mut FrameCheck,
@@ -175,6 +179,7 @@ impl Judge<'_> {
         (from, from_rules): End<'_>,
         (to, to_rules): End<'_>,
         quota: Option<&Arc<CtQuota>>,
+        src: impl FnOnce() -> Option<MacAddr>,
     ) -> Result<Verdict, DropReason> {
         let egress = from_rules.and_then(|r| r.egress.as_ref());
         let ingress = to_rules.and_then(|r| r.ingress.as_ref());
@@ -244,10 +249,8 @@ impl Judge<'_> {
         }
         if let (true, false, Some(quota)) = (opens, f.opened, quota) {
             f.opened = true;
-            // Its opening end may move between ports without rules.
-            let roams = from_rules.is_none();
             self.conntrack
-                .open(self.zone, &t, flags, (from, to), roams, quota, self.now)
+                .open(self.zone, &t, flags, (from, to), src(), quota, self.now)
                 .map_err(|e| match e {
                     Full::Port | Full::Table => DropReason::ConntrackFull,
                 })?;
