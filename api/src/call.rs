@@ -125,6 +125,13 @@ impl Request {
     pub fn vtep_list() -> Call<Vec<VtepInfo>> {
         Call::new(Request::VtepList)
     }
+    /// `overlay_slice`: the overlay's bridge as it is then.
+    pub fn overlay_slice(overlay: &str, slice: Option<u32>) -> Call<BridgeInfo> {
+        Call::new(Request::OverlaySlice {
+            overlay: overlay.to_string(),
+            slice,
+        })
+    }
     /// `worker_list`.
     pub fn worker_list() -> Call<Vec<WorkerInfo>> {
         Call::new(Request::WorkerList)

@@ -7,6 +7,7 @@
 //! - [`client`]: a blocking client of that socket;
 //! - [`devinfo`]: the NPWG device-info document the CNI and the device
 //!   plugin write for a pod;
+//! - [`overlay`]: an overlay's addresses split in one slice per node;
 //! - [`mac`], [`vlan`]: the value types the specs hold;
 //! - [`fs`]: the atomic file writer, the group grant and the path check the
 //!   three share.
@@ -21,6 +22,7 @@ pub mod client;
 pub mod devinfo;
 pub mod fs;
 pub mod mac;
+pub mod overlay;
 pub mod policy;
 pub mod protocol;
 pub mod spec;

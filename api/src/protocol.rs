@@ -170,6 +170,17 @@ pub enum Request {
     },
     /// The remote VTEPs of every overlay.
     VtepList,
+    /// Gives this node slice `slice` of an overlay's addresses (daemon
+    /// config `ipam`), or none: what the node agent claimed for it in the
+    /// cluster. Persisted; the CNI plugin hands out its addresses to the
+    /// networks on the overlay that name no IPAM of their own.
+    OverlaySlice {
+        /// The overlay's name.
+        overlay: String,
+        /// The slice; unset: none.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        slice: Option<u32>,
+    },
 }
 
 /// A remote VTEP of an overlay, as listed.
@@ -718,6 +729,10 @@ pub struct BridgeInfo {
     /// `vlan 100 vni 5100, vlan 200 vni 5200`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overlay: Option<String>,
+    /// The node-local addresses of the overlay this bridge is, when its
+    /// config splits some ([`crate::overlay`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipam: Option<crate::overlay::NodeIpam>,
     /// Counters since the bridge was made.
     #[serde(default)]
     pub counters: BridgeCounts,

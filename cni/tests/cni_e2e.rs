@@ -893,3 +893,104 @@ fn add_asked_again_gets_the_same_answer() {
     assert!(reserved_ips(&node, "moved").is_empty());
     assert_eq!(leftovers(&node), Vec::<String>::new());
 }
+
+/// A network on an overlay that names no IPAM gets addresses from the
+/// node's slice of the overlay's subnets (`host-local` with the slice's
+/// ranges, the subnet's prefix); before the node has a slice, ADD is to
+/// be tried again later; the slice outlives a restart and a takeover;
+/// DEL releases what ADD took; a network with its own IPAM keeps it.
+#[test]
+fn an_overlay_network_without_ipam_hands_out_the_nodes_slice() {
+    let _g = serial();
+    let mut node = Node::start_with(
+        "[overlays]\nov1 = { vni = 42, ipam = { subnet = \"10.67.0.0/16\", subnet6 = \"fd67::/48\" } }\n",
+    );
+    // host-local keeps its leases in its default directory, by network.
+    let name = format!("ov-slice-{}", std::process::id());
+    let leases = Path::new("/var/lib/cni/networks").join(&name);
+    struct Gone(std::path::PathBuf);
+    impl Drop for Gone {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let _gone = Gone(leases.clone());
+    let net = node.netconf(&name, json!({"physnet": "ov1"}));
+    let (c1, c2) = ("1".repeat(64), "2".repeat(64));
+    let (good, e) = cni("ADD", &c1, "net1", &pod_args("uid-s1"), &net);
+    assert!(!good);
+    assert_eq!(e["code"], 11, "{e}");
+    assert_eq!(
+        e["msg"],
+        "ipam: this node has no slice of overlay \"ov1\"'s addresses yet (switchyard-vtep-sync claims it)"
+    );
+    assert!(node.ports().is_empty(), "{:?}", node.ports());
+    // Given one, as the node agent gives it.
+    let control = node.control();
+    let slice = |args: &[&str]| {
+        let out = std::process::Command::new(switchyard_bin())
+            .arg("--control")
+            .arg(&control)
+            .args(["vtep", "slice", "ov1"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    assert_eq!(
+        slice(&["5"]).trim(),
+        "overlay ov1: slice 5 (10.67.5.1-10.67.5.255 of 10.67.0.0/16, fd67:0:0:5::1-fd67::5:ffff:ffff:ffff:ffff of fd67::/48)"
+    );
+    let ips = |r: &Value| -> Vec<String> {
+        r["ips"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["address"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let r1 = ok("ADD", &c1, "net1", &pod_args("uid-s1"), &net);
+    assert_eq!(ips(&r1), ["10.67.5.1/16", "fd67:0:0:5::1/48"]);
+    let mut check = net.clone();
+    check["prevResult"] = r1.clone();
+    ok("CHECK", &c1, "net1", &pod_args("uid-s1"), &check);
+    // Kept across a restart and a takeover.
+    node.stop();
+    node.spawn();
+    node.takeover();
+    let r2 = ok("ADD", &c2, "net1", &pod_args("uid-s2"), &net);
+    assert_eq!(ips(&r2), ["10.67.5.2/16", "fd67:0:0:5::2/48"]);
+    assert!(leases.join("10.67.5.1").exists());
+    ok("DEL", &c1, "net1", &pod_args("uid-s1"), &net);
+    assert!(!leases.join("10.67.5.1").exists());
+    assert!(leases.join("10.67.5.2").exists());
+    ok("DEL", &c2, "net1", &pod_args("uid-s2"), &net);
+    assert!(!leases.join("fd67:0:0:5::2").exists());
+    // A slice the overlay does not have is refused, naming it.
+    let out = std::process::Command::new(switchyard_bin())
+        .arg("--control")
+        .arg(node.control())
+        .args(["vtep", "slice", "ov1", "256"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("slice: slice 256: the overlay's subnets have 256 slices"),
+        "{out:?}"
+    );
+    // A network with an IPAM of its own keeps it.
+    let own = node.netconf(
+        &format!("{name}-own"),
+        json!({"physnet": "ov1", "ipam": node.ipam("10.68.0.0/24")}),
+    );
+    let r = ok("ADD", &c1, "net2", &pod_args("uid-s1"), &own);
+    assert_eq!(ips(&r), ["10.68.0.2/24"]);
+    ok("DEL", &c1, "net2", &pod_args("uid-s1"), &own);
+    // Without a slice again: try again later.
+    assert_eq!(slice(&[]).trim(), "overlay ov1: no slice");
+    let (good, e) = cni("ADD", &c1, "net1", &pod_args("uid-s1"), &net);
+    assert!(!good && e["code"] == 11, "{e}");
+    node.stop();
+}

@@ -171,6 +171,11 @@ pub struct Overlay {
     /// Remote VTEPs joined at start.
     #[serde(default)]
     pub remotes: Vec<std::net::IpAddr>,
+    /// Addresses for the networks on the overlay that name no IPAM of
+    /// their own: its subnets, split in a slice per node (the node agent
+    /// claims this node's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipam: Option<switchyard_api::overlay::OverlayIpam>,
 }
 
 /// A VLAN of a trunked overlay and its VNI.
@@ -264,6 +269,11 @@ impl Overlay {
                 ))
             }
             _ => {}
+        }
+        if let Some(ipam) = &self.ipam {
+            // The error names its field below `ipam`.
+            ipam.validate()
+                .map_err(|e| invalid(at.clone(), e.to_string()))?;
         }
         let mut seen = std::collections::HashSet::new();
         for (i, v) in self.vlans.iter().enumerate() {

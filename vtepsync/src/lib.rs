@@ -16,7 +16,11 @@
 //! The same agent enforces MultiNetworkPolicy on the node's ports:
 //! [`policy`] resolves the policies that select a port's pod into the
 //! address-and-port rules the switch judges frames by.
+//!
+//! [`slices`] claims the node's slice of each overlay's addresses (the
+//! overlay's `ipam`) as a Lease, which the switch then hands out.
 
 pub mod nodes;
 pub mod plan;
 pub mod policy;
+pub mod slices;

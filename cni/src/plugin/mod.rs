@@ -198,9 +198,26 @@ pub fn add(
             }
         }
     }
+    // The overlay's node slice, for a network that names no IPAM.
+    let mut node_ipam = None;
     if let Some(physnet) = &nc.raw.physnet {
-        check_physnet(&mut c, physnet)?;
+        let b = check_physnet(&mut c, physnet)?;
+        if nc.raw.ipam.is_none() {
+            node_ipam = b.ipam.map(|i| overlay_ipam(physnet, &i)).transpose()?;
+        }
     }
+    // The netconf the IPAM plugin is run with: the NAD's, or host-local
+    // with the node's slice of the overlay.
+    let with_node_ipam;
+    let (stdin, ipam_conf) = match node_ipam {
+        Some(ipam) => {
+            let mut conf = stdin.clone();
+            conf["ipam"] = ipam.clone();
+            with_node_ipam = conf;
+            (&with_node_ipam, Some(ipam))
+        }
+        None => (stdin, nc.raw.ipam.clone()),
+    };
     match call(
         &mut c,
         &Request::BridgeAdd {
@@ -211,12 +228,12 @@ pub fn add(
         Err(ClientError::Api(a)) if a.code == ErrorCode::AlreadyExists => {}
         Err(e) => return Err(switch_err("bridge", e)),
     }
-    let ipam_res = match &nc.raw.ipam {
+    let ipam_res = match &ipam_conf {
         Some(_) => ipam::exec("ADD", stdin, &[], &env.path)?,
         None => None,
     };
     let undo_ipam = || {
-        if nc.raw.ipam.is_some() {
+        if ipam_conf.is_some() {
             let _ = ipam::exec("DEL", stdin, &[], &env.path);
         }
     };
@@ -277,7 +294,7 @@ pub fn add(
                     .device_info_file
                     .as_ref()
                     .map(|p| p.display().to_string()),
-                ipam: nc.raw.ipam.clone(),
+                ipam: ipam_conf.clone(),
                 cni_version: nc.cni_version.clone(),
                 added: Some(Added {
                     result: result.clone(),
@@ -494,16 +511,16 @@ fn check_device_owner(nc: &NetConf, args: &CniArgs, id: &str) -> Result<(), CniE
 /// and overlays (a NAD's `k8s.v1.cni.cncf.io/nodeSelector` keeps such pods
 /// off nodes without it). An overlay (the daemon's `[overlays]`) is named
 /// as a physnet is: its bridge reaches the other nodes through tunnels.
-fn check_physnet(c: &mut Client, physnet: &str) -> Result<(), CniError> {
+fn check_physnet(c: &mut Client, physnet: &str) -> Result<switchyard_api::BridgeInfo, CniError> {
     let bridges: Vec<switchyard_api::BridgeInfo> = serde_json::from_value(
         call(c, &Request::BridgeList).map_err(|e| switch_err("bridge list", e))?,
     )
     .map_err(|e| CniError::new(DECODE_FAILURE, format!("bridge list: {e}")))?;
-    if bridges
+    if let Some(b) = bridges
         .iter()
-        .any(|b| b.name == physnet && (b.physnet.is_some() || b.overlay.is_some()))
+        .find(|b| b.name == physnet && (b.physnet.is_some() || b.overlay.is_some()))
     {
-        return Ok(());
+        return Ok(b.clone());
     }
     let have = |f: fn(&switchyard_api::BridgeInfo) -> Option<&String>| {
         listed(
@@ -520,6 +537,35 @@ fn check_physnet(c: &mut Client, physnet: &str) -> Result<(), CniError> {
             have(|b| b.overlay.as_ref()),
         ),
     ))
+}
+
+/// The `host-local` IPAM of a network on overlay `overlay` whose node
+/// hands out slice `ipam.slice` of the overlay's subnets (one range set
+/// per family, each with the subnet's prefix): its addresses are this
+/// node's alone. Before the node agent claimed the node's slice, try
+/// again later.
+fn overlay_ipam(
+    overlay: &str,
+    ipam: &switchyard_api::overlay::NodeIpam,
+) -> Result<serde_json::Value, CniError> {
+    if ipam.slice.is_none() || ipam.ranges.is_empty() {
+        return Err(CniError::new(
+            TRY_AGAIN_LATER,
+            format!("ipam: this node has no slice of overlay {overlay:?}'s addresses yet (switchyard-vtep-sync claims it)"),
+        ));
+    }
+    let ranges: Vec<serde_json::Value> = ipam
+        .ranges
+        .iter()
+        .map(|r| {
+            serde_json::json!([{
+                "subnet": r.subnet.to_string(),
+                "rangeStart": r.range_start.to_string(),
+                "rangeEnd": r.range_end.to_string(),
+            }])
+        })
+        .collect();
+    Ok(serde_json::json!({ "type": "host-local", "ranges": ranges }))
 }
 
 /// Items for an error message: comma-separated, or `none`.
@@ -648,8 +694,13 @@ pub fn check(env: &Env, nc: &NetConf, stdin: &serde_json::Value) -> Result<(), C
             return Err(fail(format!("prevResult has no interface {ifname}")));
         }
     }
+    // The NAD's IPAM, or the node's slice of an overlay ADD used.
     if nc.raw.ipam.is_some() {
         ipam::exec("CHECK", stdin, &[], &env.path)?;
+    } else if let Some(ipam) = rec.ipam {
+        let mut conf = stdin.clone();
+        conf["ipam"] = ipam;
+        ipam::exec("CHECK", &conf, &[], &env.path)?;
     }
     Ok(())
 }

@@ -312,6 +312,16 @@ pub(crate) enum VtepCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Gives this node a slice of an overlay's addresses (its config's
+    /// `ipam`), as the node agent does for it in a cluster: the networks
+    /// on the overlay that name no IPAM of their own hand out its
+    /// addresses (persisted). Without a slice: none.
+    Slice {
+        /// Overlay.
+        overlay: String,
+        /// The slice's index.
+        slice: Option<u32>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -576,6 +586,17 @@ pub(crate) fn run(cmd: Cmd, control: Option<PathBuf>) -> anyhow::Result<()> {
                 return Ok(());
             };
             print!("{}", render::vtep_table(&vteps));
+            Ok(())
+        }
+        Cmd::Vtep(VtepCmd::Slice { overlay, slice }) => {
+            let b = client()?.ask(&Request::overlay_slice(&overlay, slice))?;
+            let ranges: Vec<String> = (b.ipam.iter().flat_map(|i| &i.ranges))
+                .map(|r| format!("{}-{} of {}", r.range_start, r.range_end, r.subnet))
+                .collect();
+            match slice {
+                Some(s) => println!("overlay {overlay}: slice {s} ({})", ranges.join(", ")),
+                None => println!("overlay {overlay}: no slice"),
+            }
             Ok(())
         }
         Cmd::Mac(MacCmd::List { bridge, json }) => {

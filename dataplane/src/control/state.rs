@@ -61,6 +61,10 @@ pub struct State {
     /// Ports added at run time.
     #[serde(default)]
     pub ports: Vec<PortSpec>,
+    /// The slice of each overlay's addresses the node agent claimed for
+    /// this node (`overlay_slice`).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub overlay_slices: std::collections::BTreeMap<String, u32>,
 }
 
 fn one() -> u32 {
@@ -165,6 +169,7 @@ mod tests {
                     "macs":["02:00:00:00:00:01"]}"#,
             )
             .unwrap()],
+            overlay_slices: [("ov".to_string(), 5)].into(),
         };
         s.save(&st).unwrap();
         assert_eq!(s.load().unwrap(), st);

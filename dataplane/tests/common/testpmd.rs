@@ -154,6 +154,29 @@ pub fn workspace_bin(package: &str, name: &str) -> std::path::PathBuf {
         build.args(["build", "--workspace", "--bins", "--tests", "--locked"]);
         "*"
     };
+    // Without what cargo sets for this test's package (`CARGO_PKG_NAME`
+    // and the rest): build scripts that read them (cc's, ring's) would
+    // run again, and their crates be built again, for each package's
+    // tests in turn (90 s each).
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy();
+        if k.starts_with("CARGO_PKG_")
+            || k.starts_with("CARGO_BIN_")
+            || [
+                "CARGO_MANIFEST_DIR",
+                "CARGO_MANIFEST_PATH",
+                "CARGO_MANIFEST_LINKS",
+                "CARGO_CRATE_NAME",
+                "CARGO_PRIMARY_PACKAGE",
+                "CARGO_TARGET_TMPDIR",
+                "CARGO_RUSTC_CURRENT_DIR",
+                "OUT_DIR",
+            ]
+            .contains(&k.as_ref())
+        {
+            build.env_remove(k.as_ref());
+        }
+    }
     let st = build.status().unwrap();
     assert!(st.success(), "cargo build, for {package}'s {name}");
     assert!(p.exists(), "{package} has no binary {name}");

@@ -1,8 +1,8 @@
 //! Answers to the control API's requests.
 
 use switchyard_api::{
-    ApiError, BridgeCounts, BridgeInfo, CaptureDirection, CaptureInfo, ErrorCode, MacInfo,
-    PortInfo, PortStats, PortStatus, QueueLoad, Request, Response, WorkerInfo,
+    ApiError, BridgeInfo, CaptureDirection, CaptureInfo, ErrorCode, MacInfo, PortInfo, PortStats,
+    PortStatus, QueueLoad, Request, Response, WorkerInfo,
 };
 
 use std::sync::atomic::Ordering;
@@ -323,33 +323,8 @@ impl Daemon {
             Request::BridgeList => {
                 let v: Vec<BridgeInfo> = self
                     .bridges
-                    .iter()
-                    .map(|(n, b)| BridgeInfo {
-                        name: n.clone(),
-                        ports: self
-                            .sorted_ports()
-                            .filter(|e| e.spec.bridge.as_deref() == Some(n.as_str()))
-                            .map(|e| e.spec.name.clone())
-                            .collect(),
-                        macs: self.dp.mac_table(b.id).map(|m| m.len()).unwrap_or(0),
-                        from_config: b.from_config,
-                        physnet: self.cfg.physnets.get(n).map(|p| p.interface().to_string()),
-                        overlay: self.cfg.overlays.get(n).map(|o| o.describe()),
-                        counters: self
-                            .dp
-                            .bridge_stats(b.id)
-                            .map(|s| {
-                                let t = s.totals();
-                                BridgeCounts {
-                                    learned: t.learned,
-                                    moved: t.moved,
-                                    evicted: t.evicted,
-                                    aged: t.aged,
-                                    flooded: t.flooded,
-                                }
-                            })
-                            .unwrap_or_default(),
-                    })
+                    .keys()
+                    .filter_map(|n| self.bridge_info(n))
                     .collect();
                 Ok(to_json(&v))
             }
@@ -375,6 +350,17 @@ impl Daemon {
                 Ok(serde_json::Value::Null)
             }
             Request::VtepList => Ok(to_json(&self.vtep_list())),
+            Request::OverlaySlice { overlay, slice } => {
+                self.set_overlay_slice(&overlay, slice)?;
+                self.persist()?;
+                let b = self.bridge_info(&overlay).ok_or_else(|| {
+                    ApiError::new(
+                        ErrorCode::NotFound,
+                        format!("overlay: {overlay:?} has no bridge"),
+                    )
+                })?;
+                Ok(to_json(&b))
+            }
             Request::Takeover { .. } | Request::StandDown => Err(ApiError::new(
                 ErrorCode::Internal,
                 "answered by the daemon loop",

@@ -94,6 +94,9 @@ pub struct Daemon {
     /// state, so a fixable cause loses nothing, and listed as failed, until
     /// deleted or added again.
     unrestored: Vec<(PortSpec, String)>,
+    /// The slice of each overlay's addresses this node hands out
+    /// (`overlay_slice`, persisted).
+    overlay_slices: BTreeMap<String, u32>,
 }
 
 impl Daemon {
@@ -217,12 +220,14 @@ impl Daemon {
             cfg,
             linger: false,
             unrestored: Vec::new(),
+            overlay_slices: BTreeMap::new(),
         })
     }
 
     /// Makes the configured bridges, physnets and ports, then the persisted
     /// ones of `saved`.
     fn populate(&mut self, saved: State) {
+        self.restore_slices(saved.overlay_slices.clone());
         let d = self;
         for b in d.cfg.bridges.clone() {
             d.create_bridge(&b.name, true);

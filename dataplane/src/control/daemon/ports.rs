@@ -310,6 +310,7 @@ impl Daemon {
                 .map(|e| e.spec.clone())
                 .chain(self.unrestored.iter().map(|(s, _)| s.clone()))
                 .collect(),
+            overlay_slices: self.overlay_slices.clone(),
         };
         self.store.save(&state).map_err(|e| {
             ApiError::new(

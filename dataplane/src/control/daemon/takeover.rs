@@ -521,6 +521,11 @@ impl Daemon {
         // pauses: threads, the reactor, the clock's calibration.
         let ours = serde_json::to_value(&cfg)?;
         let mut d = Daemon::assemble(cfg, true)?;
+        // What the state file keeps beside the ports (the old switch saved
+        // it there).
+        if let Ok(saved) = d.store.load() {
+            d.restore_slices(saved.overlay_slices);
+        }
         let path = d.cfg.control_socket.clone();
         let (mut conn, mut first) = ask_takeover(&path, true)?;
         // A switch before the prepare step refuses the field (its API

@@ -6,8 +6,9 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use switchyard_api::{ApiError, ErrorCode, VtepInfo};
-use tracing::{error, info};
+use switchyard_api::overlay::NodeIpam;
+use switchyard_api::{ApiError, BridgeCounts, BridgeInfo, ErrorCode, VtepInfo};
+use tracing::{error, info, warn};
 
 use super::ports::Begin;
 use super::Daemon;
@@ -16,6 +17,97 @@ use crate::port::kernel::netdev::route_source;
 use crate::port::Start;
 
 impl Daemon {
+    /// Bridge `name` as listed.
+    pub(super) fn bridge_info(&self, name: &str) -> Option<BridgeInfo> {
+        let b = self.bridges.get(name)?;
+        let overlay = self.cfg.overlays.get(name);
+        Some(BridgeInfo {
+            name: name.to_string(),
+            ports: self
+                .sorted_ports()
+                .filter(|e| e.spec.bridge.as_deref() == Some(name))
+                .map(|e| e.spec.name.clone())
+                .collect(),
+            macs: self.dp.mac_table(b.id).map(|m| m.len()).unwrap_or(0),
+            from_config: b.from_config,
+            physnet: self
+                .cfg
+                .physnets
+                .get(name)
+                .map(|p| p.interface().to_string()),
+            overlay: overlay.map(|o| o.describe()),
+            ipam: overlay.and_then(|o| o.ipam.clone()).map(|config| {
+                let slice = self.overlay_slices.get(name).copied();
+                NodeIpam {
+                    ranges: slice
+                        .and_then(|s| config.ranges(s).ok())
+                        .unwrap_or_default(),
+                    slice,
+                    config,
+                }
+            }),
+            counters: self
+                .dp
+                .bridge_stats(b.id)
+                .map(|s| {
+                    let t = s.totals();
+                    BridgeCounts {
+                        learned: t.learned,
+                        moved: t.moved,
+                        evicted: t.evicted,
+                        aged: t.aged,
+                        flooded: t.flooded,
+                    }
+                })
+                .unwrap_or_default(),
+        })
+    }
+
+    /// Gives this node slice `slice` of overlay `name`'s addresses (none:
+    /// `None`).
+    pub(super) fn set_overlay_slice(
+        &mut self,
+        name: &str,
+        slice: Option<u32>,
+    ) -> Result<(), ApiError> {
+        let o = self.overlay(name)?;
+        let Some(ipam) = o.ipam else {
+            return Err(ApiError::new(
+                ErrorCode::InvalidArgument,
+                format!("overlay: {name:?} splits no addresses (its config has no ipam)"),
+            ));
+        };
+        match slice {
+            Some(s) => {
+                ipam.ranges(s).map_err(|e| {
+                    ApiError::new(ErrorCode::InvalidArgument, format!("slice: {e}"))
+                })?;
+                if self.overlay_slices.insert(name.to_string(), s) != Some(s) {
+                    info!(overlay = %name, slice = s, "the node's slice of the overlay's addresses");
+                }
+            }
+            None => {
+                self.overlay_slices.remove(name);
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes up the overlays' slices persisted: those of overlays the
+    /// config still splits the same way.
+    pub(super) fn restore_slices(&mut self, slices: BTreeMap<String, u32>) {
+        for (name, s) in slices {
+            match self.cfg.overlays.get(&name).and_then(|o| o.ipam.as_ref()) {
+                Some(ipam) if ipam.ranges(s).is_ok() => {
+                    self.overlay_slices.insert(name, s);
+                }
+                _ => {
+                    warn!(overlay = %name, slice = s, "a persisted slice the config no longer has: dropped")
+                }
+            }
+        }
+    }
+
     fn overlay(&self, name: &str) -> Result<Overlay, ApiError> {
         self.cfg.overlays.get(name).cloned().ok_or_else(|| {
             ApiError::new(
