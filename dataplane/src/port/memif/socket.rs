@@ -116,7 +116,20 @@ mod tests {
         assert!(r.fd.is_some());
         assert!(recv(s.as_raw_fd()).unwrap().is_none());
         drop(c);
-        let e = recv(s.as_raw_fd()).err().expect("EOF");
+        // The peer's end closes once no process holds it: a test of this
+        // process that forks meanwhile (to run `ip`, say) holds a copy
+        // until its child execs (the fd is CLOEXEC), so the end may read
+        // as empty a moment before it reads as closed.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let e = loop {
+            match recv(s.as_raw_fd()) {
+                Err(e) => break e,
+                Ok(None) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(1))
+                }
+                Ok(r) => panic!("not EOF: a message ({})", r.is_some()),
+            }
+        };
         assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
     }
 }
