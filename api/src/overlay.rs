@@ -40,6 +40,16 @@ pub struct OverlayIpam {
     pub node_prefix6: Option<u8>,
 }
 
+/// A node's slice as the switch persists it: with the split it is a
+/// slice of (a slice of another split is other addresses).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SavedSlice {
+    /// The slice.
+    pub slice: u32,
+    /// The overlay's split then.
+    pub split: OverlayIpam,
+}
+
 /// One range a node hands out, as `host-local` takes it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IpamRange {
@@ -71,6 +81,16 @@ pub enum IpamError {
     /// Neither subnet is given.
     #[error("ipam: names no subnet (subnet, subnet6)")]
     NoSubnet,
+    /// A subnet written with host bits (`10.66.1.0/16`).
+    #[error("ipam.{field}: {subnet} has host bits set (the subnet is {network})")]
+    HostBits {
+        /// `subnet` or `subnet6`.
+        field: &'static str,
+        /// As written.
+        subnet: IpNet,
+        /// Its network.
+        network: IpNet,
+    },
     /// A slice prefix not longer than its subnet's, or too long.
     #[error("ipam.{field}: /{prefix} is not a slice of /{subnet} of at least {min} addresses")]
     Prefix {
@@ -130,10 +150,22 @@ impl OverlayIpam {
             }
             Ok(())
         };
+        let whole = |field, subnet: IpNet| {
+            if subnet != subnet.trunc() {
+                return Err(IpamError::HostBits {
+                    field,
+                    subnet,
+                    network: subnet.trunc(),
+                });
+            }
+            Ok(())
+        };
         if let Some(s) = self.subnet {
+            whole("subnet", IpNet::V4(s))?;
             check("node_prefix", s.prefix_len(), self.v4_prefix(), 30)?;
         }
         if let Some(s) = self.subnet6 {
+            whole("subnet6", IpNet::V6(s))?;
             check("node_prefix6", s.prefix_len(), self.v6_prefix(), 126)?;
         }
         Ok(())
@@ -255,6 +287,13 @@ mod tests {
         i.node_prefix = Some(26);
         i.validate().unwrap();
         assert_eq!(i.slices(), 4);
+        assert!(matches!(
+            ipam(Some("10.66.1.0/16"), None).validate(),
+            Err(IpamError::HostBits {
+                field: "subnet",
+                ..
+            })
+        ));
         let i = ipam(None, Some("fd66::/24"));
         assert!(matches!(
             i.validate(),

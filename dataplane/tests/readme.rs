@@ -276,8 +276,16 @@ fn the_quick_start_runs_as_the_readme_has_it() {
     );
     assert!(old.success(), "{old}");
     std::mem::swap(&mut switch, &mut new);
-    let text = std::fs::read_to_string(log.path()).unwrap();
-    assert!(text.contains("switchyard took over"), "{text}");
+    // The old switch exits once it has handed over; the new one says so
+    // a moment later, once it runs the ports.
+    wait_for(
+        Duration::from_secs(10),
+        "the new switch to say it took over",
+        || {
+            let text = std::fs::read_to_string(log.path()).unwrap();
+            text.contains("switchyard took over").then_some(())
+        },
+    );
     a.send_bursts(4);
     assert_eq!(
         b.wait_rx(0, 384),

@@ -62,9 +62,9 @@ pub struct State {
     #[serde(default)]
     pub ports: Vec<PortSpec>,
     /// The slice of each overlay's addresses the node agent claimed for
-    /// this node (`overlay_slice`).
+    /// this node (`overlay_slice`), with the split it is a slice of.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    pub overlay_slices: std::collections::BTreeMap<String, u32>,
+    pub overlay_slices: std::collections::BTreeMap<String, switchyard_api::overlay::SavedSlice>,
 }
 
 fn one() -> u32 {
@@ -169,7 +169,14 @@ mod tests {
                     "macs":["02:00:00:00:00:01"]}"#,
             )
             .unwrap()],
-            overlay_slices: [("ov".to_string(), 5)].into(),
+            overlay_slices: [(
+                "ov".to_string(),
+                switchyard_api::overlay::SavedSlice {
+                    slice: 5,
+                    split: serde_json::from_str(r#"{"subnet":"10.66.0.0/16"}"#).unwrap(),
+                },
+            )]
+            .into(),
         };
         s.save(&st).unwrap();
         assert_eq!(s.load().unwrap(), st);

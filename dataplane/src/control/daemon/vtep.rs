@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use switchyard_api::overlay::NodeIpam;
+use switchyard_api::overlay::{NodeIpam, SavedSlice};
 use switchyard_api::{ApiError, BridgeCounts, BridgeInfo, ErrorCode, VtepInfo};
 use tracing::{error, info, warn};
 
@@ -94,16 +94,15 @@ impl Daemon {
     }
 
     /// Takes up the overlays' slices persisted: those of overlays the
-    /// config still splits the same way.
-    pub(super) fn restore_slices(&mut self, slices: BTreeMap<String, u32>) {
-        for (name, s) in slices {
-            match self.cfg.overlays.get(&name).and_then(|o| o.ipam.as_ref()) {
-                Some(ipam) if ipam.ranges(s).is_ok() => {
-                    self.overlay_slices.insert(name, s);
-                }
-                _ => {
-                    warn!(overlay = %name, slice = s, "a persisted slice the config no longer has: dropped")
-                }
+    /// config still splits the same way (a slice of another split is
+    /// other addresses, maybe another node's).
+    pub(super) fn restore_slices(&mut self, slices: BTreeMap<String, SavedSlice>) {
+        for (name, saved) in slices {
+            let now = self.cfg.overlays.get(&name).and_then(|o| o.ipam.as_ref());
+            if now == Some(&saved.split) && saved.split.ranges(saved.slice).is_ok() {
+                self.overlay_slices.insert(name, saved.slice);
+            } else {
+                warn!(overlay = %name, slice = saved.slice, "a persisted slice of a split the config no longer has: dropped");
             }
         }
     }
