@@ -480,7 +480,6 @@ mod policies {
         /// others are still done, and it is tried again at a later pass
         /// (backing off), or at once when its policy changes.
         fn enforce(&mut self, socket: &Path, w: &Snapshot) -> anyhow::Result<()> {
-            let now = Instant::now();
             if w.generation != self.generation {
                 self.given.clear();
                 self.generation = w.generation;
@@ -488,6 +487,7 @@ mod policies {
             let mut c = Client::lazy(socket);
             c.set_retry(Duration::from_secs(3));
             let ports = c.ask(&Request::port_list())?;
+            let now = Instant::now();
             self.failed
                 .retain(|name, _| ports.iter().any(|p| p.spec.name == *name));
             let mut failed = Vec::new();

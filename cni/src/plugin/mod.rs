@@ -208,16 +208,9 @@ pub fn add(
     }
     // The netconf the IPAM plugin is run with: the NAD's, or host-local
     // with the node's slice of the overlay.
-    let with_node_ipam;
-    let (stdin, ipam_conf) = match node_ipam {
-        Some(ipam) => {
-            let mut conf = stdin.clone();
-            conf["ipam"] = ipam.clone();
-            with_node_ipam = conf;
-            (&with_node_ipam, Some(ipam))
-        }
-        None => (stdin, nc.raw.ipam.clone()),
-    };
+    let ipam_conf = nc.raw.ipam.clone().or(node_ipam);
+    let ipam_netconf = with_ipam(stdin, ipam_conf.as_ref());
+    let stdin = ipam_netconf.as_ref().unwrap_or(stdin);
     match call(
         &mut c,
         &Request::BridgeAdd {
@@ -412,14 +405,7 @@ fn teardown(
             e.msg
         );
     }
-    let ipam_conf = stdin
-        .get("ipam")
-        .filter(|v| !v.is_null())
-        .cloned()
-        .or(rec.as_ref().and_then(|r| r.ipam.clone()));
-    if let Some(ipam) = ipam_conf {
-        let mut conf = stdin.clone();
-        conf["ipam"] = ipam;
+    if let Some(conf) = with_ipam(stdin, rec.as_ref().and_then(|r| r.ipam.as_ref())) {
         ipam::exec("DEL", &conf, ipam_env, &env.path)?;
     }
     // ADD's record knows the directory even if DEL's CNI_ARGS lack the pod UID.
@@ -568,6 +554,21 @@ fn overlay_ipam(
     Ok(serde_json::json!({ "type": "host-local", "ranges": ranges }))
 }
 
+/// The netconf an IPAM plugin is run with: `stdin` as it is if it names
+/// an `ipam`, else with `fallback` (what ADD recorded, or the node's slice
+/// of an overlay); `None` if neither names one.
+fn with_ipam(
+    stdin: &serde_json::Value,
+    fallback: Option<&serde_json::Value>,
+) -> Option<serde_json::Value> {
+    if stdin.get("ipam").is_some_and(|v| !v.is_null()) {
+        return Some(stdin.clone());
+    }
+    let mut conf = stdin.clone();
+    conf["ipam"] = fallback?.clone();
+    Some(conf)
+}
+
 /// Items for an error message: comma-separated, or `none`.
 fn listed(items: impl Iterator<Item = String>) -> String {
     let v: Vec<String> = items.collect();
@@ -695,11 +696,7 @@ pub fn check(env: &Env, nc: &NetConf, stdin: &serde_json::Value) -> Result<(), C
         }
     }
     // The NAD's IPAM, or the node's slice of an overlay ADD used.
-    if nc.raw.ipam.is_some() {
-        ipam::exec("CHECK", stdin, &[], &env.path)?;
-    } else if let Some(ipam) = rec.ipam {
-        let mut conf = stdin.clone();
-        conf["ipam"] = ipam;
+    if let Some(conf) = with_ipam(stdin, rec.ipam.as_ref()) {
         ipam::exec("CHECK", &conf, &[], &env.path)?;
     }
     Ok(())

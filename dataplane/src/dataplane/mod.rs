@@ -354,14 +354,18 @@ impl Dataplane {
         self.bridge(id, |b| b.stats.clone())
     }
 
-    /// The port in slot `id` as connections name it, if any.
-    pub fn port_ref(&self, id: PortId) -> Option<PortRef> {
+    /// Every slot's port as connections name it (`None`: an empty slot),
+    /// by slot.
+    pub fn port_refs(&self) -> Vec<Option<PortRef>> {
         let t = self.table();
-        let p = t.ports.get(id as usize)?.as_ref()?;
-        Some(PortRef {
-            id,
-            generation: p.generation,
-        })
+        (t.ports.iter().enumerate())
+            .map(|(id, p)| {
+                p.as_ref().map(|p| PortRef {
+                    id: id as PortId,
+                    generation: p.generation,
+                })
+            })
+            .collect()
     }
 
     /// The name of the port in slot `id`, if any.

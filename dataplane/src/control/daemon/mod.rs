@@ -226,8 +226,8 @@ impl Daemon {
 
     /// Makes the configured bridges, physnets and ports, then the persisted
     /// ones of `saved`.
-    fn populate(&mut self, saved: State) {
-        self.restore_slices(saved.overlay_slices.clone());
+    fn populate(&mut self, mut saved: State) {
+        self.restore_slices(std::mem::take(&mut saved.overlay_slices));
         let d = self;
         for b in d.cfg.bridges.clone() {
             d.create_bridge(&b.name, true);

@@ -402,6 +402,8 @@ impl Daemon {
     /// that takes its queues back takes its link down, and its MACs out of
     /// the table).
     fn saved_bridges(&self, full: bool) -> Vec<SavedBridge> {
+        // Every slot as connections name it, once for all bridges.
+        let refs = self.dp.port_refs();
         let mut bridges: Vec<(&String, &super::BridgeEntry)> = self.bridges.iter().collect();
         bridges.sort_by_key(|(_, b)| b.id);
         bridges
@@ -435,9 +437,6 @@ impl Daemon {
                 connections: if full {
                     // (A connection through a port removed since, whose
                     // slot another took, is left out.)
-                    let refs: Vec<_> = (0..self.ports.len())
-                        .map(|id| self.dp.port_ref(id as PortId))
-                        .collect();
                     let name = |r: PortRef| {
                         (refs.get(r.id as usize).copied().flatten() == Some(r)).then_some(())?;
                         let e = self.ports.get(r.id as usize)?.as_ref()?;
@@ -707,11 +706,12 @@ impl Daemon {
                 })
                 .collect();
             d.dp.learn_seen(id, &seen);
+            let refs = d.dp.port_refs();
             let port = |name: &str| {
                 let id = *d.port_names.get(name)?;
                 let e = d.ports.get(id as usize)?.as_ref()?;
                 Some((
-                    d.dp.port_ref(id)?,
+                    refs.get(id as usize).copied().flatten()?,
                     e.shared.conntrack.clone(),
                     e.shared.conntrack_in.clone(),
                 ))
