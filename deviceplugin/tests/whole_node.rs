@@ -281,7 +281,7 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
     });
     api.delete_node("node-2");
     wait_for(LIMIT, "node-2 left", || vteps().is_empty().then_some(()));
-    api.assert_only_lists_watches_and_status_patches();
+    api.assert_only_lists_watches_status_patches_and_leases();
     // A node that stays through the rollout below: the two vtep-syncs of
     // the rollout must neither take its tunnels out nor add them again.
     api.put_node("node-4", &selected, &[("InternalIP", "127.0.0.4")]);

@@ -14,6 +14,7 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::Api;
+use switchyard_api::overlay::NodeIpam;
 use switchyard_api::{Client, Request};
 use switchyard_vtep_sync::nodes::{AddressFamily, AddressType, Nodes, VTEP_ANNOTATION};
 use switchyard_vtep_sync::plan::{self, plan};
@@ -53,6 +54,11 @@ struct Args {
     /// with another config).
     #[arg(long, default_value_t = 60)]
     resync_secs: u64,
+    /// The namespace of the Leases that claim this node's slices of the
+    /// overlays' addresses (in a pod, the downward API's
+    /// `metadata.namespace`); unset: the client's default namespace.
+    #[arg(long, env = "POD_NAMESPACE")]
+    namespace: Option<String>,
     /// Enforce MultiNetworkPolicy on this node's ports: watch the
     /// policies, pods and namespaces (list and watch only) and give each
     /// port the rules of the policies that select its pod.
@@ -96,11 +102,22 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
     // List, then watch from the list's resourceVersion; relist when the
     // watch falls too far behind (410 Gone); back off on errors.
+    let namespace = args
+        .namespace
+        .clone()
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| client.default_namespace().to_string());
     let api = Api::<Node>::all(client);
     let stream = watcher::watcher(api.clone(), config).default_backoff();
     let mut stream = std::pin::pin!(stream);
     let mut term = signal(SignalKind::terminate())?;
     let resync = Duration::from_secs(args.resync_secs);
+    let mut claims = claims::Claims::new(
+        Api::namespaced(api.clone().into_client(), &namespace),
+        &namespace,
+        &args.node_name,
+        resync,
+    );
     let mut nodes = Nodes::new(&args.node_name, args.address_type, args.address_family);
     let mut listing: Option<Nodes> = None;
     let mut listed = false;
@@ -188,6 +205,17 @@ async fn run(args: Args) -> anyhow::Result<()> {
             tokio::task::spawn_blocking(move || sync(&socket, &wanted, &remotes, local))
                 .await
                 .context("the sync task")?;
+        // The node's slices of the overlays' addresses: only once the
+        // switch answered (it says which overlays split theirs).
+        if outcome.error.is_none() {
+            if let Err(e) = claims
+                .pass(nodes.own_uid(), &outcome.ipams, &args.control_socket)
+                .await
+            {
+                warn!("{e:#}");
+                outcome.error = Some(e);
+            }
+        }
         if let Err(e) = published {
             warn!("{e:#}");
             outcome.error.get_or_insert(e);
@@ -561,6 +589,213 @@ mod policies {
     }
 }
 
+/// The node's slices of the overlays' addresses, claimed as Leases
+/// (`switchyard_vtep_sync::slices`) and handed to the switch.
+mod claims {
+    use std::collections::BTreeMap;
+    use std::path::{Path, PathBuf};
+    use std::time::Duration;
+
+    use anyhow::Context;
+    use k8s_openapi::api::coordination::v1::Lease;
+    use kube::api::{DeleteParams, ListParams, PostParams, Preconditions};
+    use kube::Api;
+    use switchyard_api::overlay::{NodeIpam, OverlayIpam};
+    use switchyard_api::{Client, Request};
+    use switchyard_vtep_sync::slices::{self, Claim, Step, OVERLAY_LABEL};
+    use tokio::time::Instant;
+    use tracing::{info, warn};
+
+    /// How many times a pass lists and claims again when another node
+    /// claimed the same slice first (409).
+    const TRIES: usize = 8;
+
+    /// What the node holds, and when the Leases are looked at again.
+    pub struct Claims {
+        api: Api<Lease>,
+        namespace: String,
+        node: String,
+        /// Per overlay: the slice the switch was given, and the split it
+        /// is a slice of.
+        held: BTreeMap<String, (u32, OverlayIpam)>,
+        next_check: Instant,
+        every: Duration,
+    }
+
+    impl Claims {
+        /// Claims of node `node` in `namespace` through `api`, checked
+        /// every `every` while nothing changes.
+        pub fn new(api: Api<Lease>, namespace: &str, node: &str, every: Duration) -> Claims {
+            Claims {
+                api,
+                namespace: namespace.to_string(),
+                node: node.to_string(),
+                held: BTreeMap::new(),
+                next_check: Instant::now(),
+                every,
+            }
+        }
+
+        /// Gives the switch a slice of each overlay of `ipams` (the
+        /// overlays that split their addresses, as the switch reports
+        /// them): the one the node holds, or one it claims. An overlay
+        /// whose switch hands out what the node was last seen to hold is
+        /// passed over until the next check (the Leases are listed per
+        /// overlay, not per node event). `uid` is the node object's.
+        pub async fn pass(
+            &mut self,
+            uid: Option<&str>,
+            ipams: &[(String, NodeIpam)],
+            socket: &Path,
+        ) -> anyhow::Result<()> {
+            self.held.retain(|o, _| ipams.iter().any(|(n, _)| n == o));
+            if ipams.is_empty() {
+                return Ok(());
+            }
+            let Some(uid) = uid else {
+                anyhow::bail!(
+                    "this node ({}) is not among the nodes listed: its slices of the overlays' addresses wait for it",
+                    self.node
+                );
+            };
+            let due = Instant::now() >= self.next_check;
+            let mut first = None;
+            for (overlay, ipam) in ipams {
+                let same = self
+                    .held
+                    .get(overlay)
+                    .is_some_and(|(s, split)| ipam.slice == Some(*s) && *split == ipam.config);
+                if same && !due {
+                    continue;
+                }
+                match self.claim(uid, overlay, ipam, socket).await {
+                    Ok(s) => {
+                        self.held.insert(overlay.clone(), (s, ipam.config.clone()));
+                    }
+                    Err(e) => {
+                        self.held.remove(overlay);
+                        first.get_or_insert(e);
+                    }
+                }
+            }
+            if due {
+                self.next_check = Instant::now() + self.every;
+            }
+            first.map_or(Ok(()), Err)
+        }
+
+        /// The slice of `overlay` the node holds or claims, given to the
+        /// switch; its other claims deleted.
+        async fn claim(
+            &self,
+            uid: &str,
+            overlay: &str,
+            ipam: &NodeIpam,
+            socket: &Path,
+        ) -> anyhow::Result<u32> {
+            let slices = ipam.config.slices();
+            let selector = format!("{OVERLAY_LABEL}={overlay}");
+            for _ in 0..TRIES {
+                let listed = self
+                    .api
+                    .list(&ListParams::default().labels(&selector))
+                    .await
+                    .with_context(|| format!("listing the claims of overlay {overlay}'s slices"))?;
+                let claims: Vec<Claim> = listed
+                    .items
+                    .iter()
+                    .filter_map(|l| Claim::from_lease(overlay, &serde_json::to_value(l).ok()?))
+                    .collect();
+                if let Some(c) = ipam
+                    .slice
+                    .and_then(|s| claims.iter().find(|c| c.slice == s))
+                    .filter(|c| {
+                        c.holder != self.node || c.owner_uid.as_deref().is_some_and(|u| u != uid)
+                    })
+                {
+                    warn!(
+                        %overlay, slice = c.slice, holder = %c.holder,
+                        "the switch hands out a slice another node holds: this node's pods that have addresses from it collide with that node's; new pods get another slice"
+                    );
+                }
+                let s = match slices::step(&self.node, uid, &claims, slices, ipam.slice) {
+                    Step::Hold(s) => s,
+                    Step::Claim(s) => {
+                        let lease: Lease = serde_json::from_value(slices::lease(
+                            &self.namespace,
+                            overlay,
+                            s,
+                            &self.node,
+                            uid,
+                        ))
+                        .context("a claim's Lease")?;
+                        match self.api.create(&PostParams::default(), &lease).await {
+                            Ok(_) => info!(%overlay, slice = s, "claimed a slice of the overlay's addresses"),
+                            Err(kube::Error::Api(e)) if e.is_already_exists() => {
+                                info!(%overlay, slice = s, "another node claimed the slice first: looking again");
+                                continue;
+                            }
+                            Err(e) => {
+                                return Err(e).with_context(|| {
+                                    format!("claiming slice {s} of overlay {overlay}")
+                                })
+                            }
+                        }
+                        s
+                    }
+                    Step::Exhausted => anyhow::bail!(
+                        "every one of overlay {overlay}'s {slices} slices is held by a node: this node gets none (give the overlay's ipam a larger subnet or a longer node_prefix)"
+                    ),
+                };
+                if ipam.slice != Some(s) {
+                    set_slice(socket, overlay, s).await?;
+                }
+                for c in slices::extra(&self.node, uid, s, &claims) {
+                    let dp = DeleteParams {
+                        preconditions: Some(Preconditions {
+                            uid: c.uid.clone(),
+                            resource_version: None,
+                        }),
+                        ..Default::default()
+                    };
+                    match self.api.delete(&c.name, &dp).await {
+                        Ok(_) => {
+                            info!(%overlay, slice = c.slice, "released a slice this node held besides its own")
+                        }
+                        Err(kube::Error::Api(e)) if e.is_not_found() || e.is_conflict() => {}
+                        Err(e) => warn!(%overlay, slice = c.slice, "releasing a slice: {e}"),
+                    }
+                }
+                return Ok(s);
+            }
+            anyhow::bail!(
+                "overlay {overlay}: each slice this node tried was claimed first by another node ({TRIES} tries)"
+            )
+        }
+    }
+
+    /// Has the switch hand out slice `slice` of `overlay`.
+    async fn set_slice(socket: &Path, overlay: &str, slice: u32) -> anyhow::Result<()> {
+        let (socket, o): (PathBuf, String) = (socket.to_path_buf(), overlay.to_string());
+        let info = tokio::task::spawn_blocking(move || {
+            let mut c = Client::lazy(&socket);
+            c.set_retry(Duration::from_secs(3));
+            c.ask(&Request::overlay_slice(&o, Some(slice)))
+        })
+        .await
+        .context("the switch's task")?
+        .with_context(|| format!("giving the switch slice {slice} of overlay {overlay}"))?;
+        let ranges: Vec<String> = info
+            .ipam
+            .iter()
+            .flat_map(|i| &i.ranges)
+            .map(|r| format!("{}-{}", r.range_start, r.range_end))
+            .collect();
+        info!(%overlay, slice, ranges = %ranges.join(" "), "the switch hands out the node's slice");
+        Ok(())
+    }
+}
+
 /// Whether `a` is an address of one of the host's interfaces (whether a
 /// socket can be bound to it says less: `ip_nonlocal_bind` allows any).
 fn is_host_address(a: IpAddr) -> bool {
@@ -603,6 +838,8 @@ async fn publish(api: &Api<Node>, node: &str, vtep: IpAddr) -> anyhow::Result<()
 struct Outcome {
     /// The overlays filled.
     overlays: Vec<String>,
+    /// Those that split their addresses in slices, as the switch has them.
+    ipams: Vec<(String, NodeIpam)>,
     /// The first thing that failed, if any did.
     error: Option<anyhow::Error>,
 }
@@ -624,15 +861,21 @@ fn sync(
         // itself is tried again later (and SIGTERM waits for no more).
         let mut c = Client::lazy(socket);
         c.set_retry(Duration::from_secs(3));
+        let bridges = c.ask(&Request::bridge_list())?;
         let overlays = if wanted.is_empty() {
-            plan::overlays(&c.ask(&Request::bridge_list())?)
+            plan::overlays(&bridges)
         } else {
             wanted.to_vec()
         };
+        let ipams = bridges
+            .into_iter()
+            .filter(|b| overlays.contains(&b.name))
+            .filter_map(|b| Some((b.name, b.ipam?)))
+            .collect();
         let current = c.ask(&Request::vtep_list())?;
-        Ok((c, overlays, current))
+        Ok((c, overlays, ipams, current))
     })();
-    let (mut c, overlays, current) = match asked {
+    let (mut c, overlays, ipams, current) = match asked {
         Ok(a) => a,
         Err(e) => {
             out.error = Some(e);
@@ -642,6 +885,7 @@ fn sync(
     let addrs = remotes.keys().copied().collect();
     let p = plan(&overlays, &addrs, local, &current);
     out.overlays = overlays;
+    out.ipams = ipams;
     let node = |a: &IpAddr| remotes.get(a).map_or("(gone)", String::as_str).to_string();
     for v in &p.add {
         match c.ask(&Request::vtep_add(&v.overlay, v.remote, v.local)) {

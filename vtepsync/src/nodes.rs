@@ -122,6 +122,8 @@ struct Seen {
     published: Option<IpAddr>,
     /// [`VTEP_OVERWRITE_ANNOTATION`], if it holds an address.
     overwrite: Option<IpAddr>,
+    /// The node object's UID.
+    uid: Option<String>,
 }
 
 /// An annotation of `node` that holds an IP address.
@@ -161,6 +163,7 @@ impl Nodes {
                 addrs: addresses(node, self.kind),
                 published: annotation(node, VTEP_ANNOTATION),
                 overwrite: annotation(node, VTEP_OVERWRITE_ANNOTATION),
+                uid: node.metadata.uid.clone(),
             };
             self.seen.insert(name.clone(), seen);
         }
@@ -194,6 +197,12 @@ impl Nodes {
     pub fn own_vtep(&self) -> Option<IpAddr> {
         let s = self.seen.get(&self.own)?;
         s.overwrite.or_else(|| self.family.pick(&s.addrs))
+    }
+
+    /// This node's object's UID (what its claims are owned by), once it
+    /// is seen.
+    pub fn own_uid(&self) -> Option<&str> {
+        self.seen.get(&self.own)?.uid.as_deref()
     }
 
     /// What this node has published as its VTEP address.

@@ -5,9 +5,9 @@
 //! it, which annotations on each node's own object could not promise. A
 //! Lease names its holder (`spec.holderIdentity`, the node) and is owned
 //! by the node's object (`metadata.ownerReferences`), so the garbage
-//! collector deletes it with the node; the agents also free the slices of
-//! nodes that are gone. The switch keeps the node's slice across restarts
-//! and the Lease across the agent's.
+//! collector deletes it with the node (and when the node is made again
+//! under its name: the owner's UID is gone). The switch keeps the node's
+//! slice across restarts and the Lease across the agent's.
 
 use std::collections::BTreeSet;
 
@@ -32,6 +32,8 @@ pub struct Claim {
     pub holder: String,
     /// The UID of the node object that owns it, if any.
     pub owner_uid: Option<String>,
+    /// The Lease's own UID (a delete's precondition).
+    pub uid: Option<String>,
 }
 
 impl Claim {
@@ -58,6 +60,7 @@ impl Claim {
                 .unwrap_or_default()
                 .to_string(),
             owner_uid,
+            uid: lease["metadata"]["uid"].as_str().map(str::to_string),
         })
     }
 }
@@ -67,23 +70,40 @@ impl Claim {
 pub enum Step {
     /// It holds this slice: the switch hands it out.
     Hold(u32),
-    /// It holds none: claim this one (the lowest free).
+    /// It holds none it can keep: claim this one.
     Claim(u32),
     /// Every slice is held.
     Exhausted,
 }
 
-/// What node `node` (UID `uid`) does, with `claims` listed and `slices`
-/// in all. A claim of the node's name owned by another node object (one
-/// deleted and made again, whose claim the garbage collector has yet to
-/// delete) is not its own.
-pub fn step(node: &str, uid: &str, claims: &[Claim], slices: u32) -> Step {
-    let own = claims
+/// Whether `c` is node `node`'s (UID `uid`) own claim. A claim of the
+/// node's name owned by another node object (one deleted and made again,
+/// whose claim the garbage collector has yet to delete) is not.
+fn own(c: &Claim, node: &str, uid: &str) -> bool {
+    c.holder == node && c.owner_uid.as_deref().is_none_or(|u| u == uid)
+}
+
+/// What node `node` (UID `uid`) does, with `claims` listed, `slices` in
+/// all and `current` the slice its switch hands out now, if any. The
+/// slice the switch hands out is kept where it can be (its pods have
+/// addresses from it): held if the node's claim is still there, claimed
+/// again if no one claims it (a claim deleted by hand). Else the node's
+/// lowest claim, else the lowest free slice.
+pub fn step(node: &str, uid: &str, claims: &[Claim], slices: u32, current: Option<u32>) -> Step {
+    let holder = |s: u32| claims.iter().find(|c| c.slice == s);
+    if let Some(s) = current.filter(|s| *s < slices) {
+        match holder(s) {
+            Some(c) if own(c, node, uid) => return Step::Hold(s),
+            None => return Step::Claim(s),
+            Some(_) => {}
+        }
+    }
+    let mine = claims
         .iter()
-        .filter(|c| c.holder == node && c.owner_uid.as_deref().is_none_or(|u| u == uid))
+        .filter(|c| own(c, node, uid) && c.slice < slices)
         .map(|c| c.slice)
         .min();
-    if let Some(s) = own.filter(|s| *s < slices) {
+    if let Some(s) = mine {
         return Step::Hold(s);
     }
     let taken: BTreeSet<u32> = claims.iter().map(|c| c.slice).collect();
@@ -93,24 +113,14 @@ pub fn step(node: &str, uid: &str, claims: &[Claim], slices: u32) -> Step {
     }
 }
 
-/// The claims to delete: those of nodes that are not among `nodes` (a
-/// node deleted), and those of node `node` other than `kept` (its own
-/// claimed twice, or by its previous object).
-pub fn stale<'a>(
-    node: &str,
-    kept: Option<u32>,
-    claims: &'a [Claim],
-    nodes: &BTreeSet<String>,
-) -> Vec<&'a Claim> {
+/// Node `node`'s (UID `uid`) own claims other than slice `kept`: one it
+/// holds twice, or a slice beyond a smaller split. The claims of nodes
+/// that are gone, and of a node's previous object, are the garbage
+/// collector's: they are owned by those node objects.
+pub fn extra<'a>(node: &str, uid: &str, kept: u32, claims: &'a [Claim]) -> Vec<&'a Claim> {
     claims
         .iter()
-        .filter(|c| {
-            if c.holder == node {
-                Some(c.slice) != kept
-            } else {
-                !nodes.contains(&c.holder)
-            }
-        })
+        .filter(|c| own(c, node, uid) && c.slice != kept)
         .collect()
 }
 
@@ -150,13 +160,13 @@ mod tests {
             claim(1, "b", "ub"),
             claim(3, "c", "uc"),
         ];
-        assert_eq!(step("b", "ub", &claims, 4), Step::Hold(1));
-        assert_eq!(step("d", "ud", &claims, 4), Step::Claim(2));
-        assert_eq!(step("d", "ud", &claims[..2], 2), Step::Exhausted);
+        assert_eq!(step("b", "ub", &claims, 4, None), Step::Hold(1));
+        assert_eq!(step("d", "ud", &claims, 4, None), Step::Claim(2));
+        assert_eq!(step("d", "ud", &claims[..2], 2, None), Step::Exhausted);
         // The node made again: its old object's claim is not its own.
-        assert_eq!(step("b", "ub2", &claims, 4), Step::Claim(2));
+        assert_eq!(step("b", "ub2", &claims, 4, None), Step::Claim(2));
         // A slice beyond a smaller split: claimed anew.
-        assert_eq!(step("c", "uc", &claims, 3), Step::Claim(2));
+        assert_eq!(step("c", "uc", &claims, 3, None), Step::Claim(2));
         // Another overlay's, or not a slice: not read.
         assert_eq!(
             Claim::from_lease("other", &lease("ns", "ov", 1, "a", "ua")),
@@ -165,17 +175,35 @@ mod tests {
     }
 
     #[test]
-    fn the_claims_of_nodes_gone_and_a_nodes_extra_ones_are_stale() {
+    fn the_slice_the_switch_hands_out_is_kept_where_it_can_be() {
+        let claims = [
+            claim(0, "a", "ua"),
+            claim(2, "b", "ub"),
+            claim(5, "b", "ub"),
+        ];
+        // Its own claim of the switch's slice, though it has a lower one.
+        assert_eq!(step("b", "ub", &claims, 8, Some(5)), Step::Hold(5));
+        // Its claim deleted by hand: claimed again, not the lowest free.
+        assert_eq!(step("c", "uc", &claims, 8, Some(6)), Step::Claim(6));
+        // Held by another node: the node's own claim, else a free one.
+        assert_eq!(step("b", "ub", &claims, 8, Some(0)), Step::Hold(2));
+        assert_eq!(step("c", "uc", &claims, 8, Some(0)), Step::Claim(1));
+        // Beyond the split: as if it had none.
+        assert_eq!(step("c", "uc", &claims, 4, Some(6)), Step::Claim(1));
+    }
+
+    #[test]
+    fn a_nodes_other_claims_are_extra_and_others_are_left_to_the_collector() {
         let claims = [
             claim(0, "a", "ua"),
             claim(1, "gone", "ug"),
             claim(2, "a", "ua"),
+            claim(3, "a", "old-ua"),
         ];
-        let nodes: BTreeSet<String> = ["a".to_string()].into();
-        let names: Vec<&str> = stale("a", Some(0), &claims, &nodes)
+        let names: Vec<&str> = extra("a", "ua", 0, &claims)
             .iter()
             .map(|c| c.name.as_str())
             .collect();
-        assert_eq!(names, ["switchyard-ov-slice-1", "switchyard-ov-slice-2"]);
+        assert_eq!(names, ["switchyard-ov-slice-2"]);
     }
 }

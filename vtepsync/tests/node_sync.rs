@@ -54,13 +54,14 @@ impl Sync {
     /// socket, with the API server's kubeconfig (in a pod: its
     /// kube-api-access volume; the whole_node test runs it so).
     fn start(
-        container: &serde_json::Value,
+        shipped: &Shipped,
         node: &str,
         netns: &Netns,
         switch: &Switch,
         api: &ApiServer,
         token: &str,
     ) -> Sync {
+        let container = &shipped.container;
         let mut argv: Vec<String> = container["command"]
             .as_array()
             .unwrap()
@@ -89,8 +90,11 @@ impl Sync {
             .stderr(std::fs::File::create(&log).unwrap());
         for e in container["env"].as_array().into_iter().flatten() {
             let name = e["name"].as_str().unwrap();
-            if e["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName" {
+            let field = &e["valueFrom"]["fieldRef"]["fieldPath"];
+            if field == "spec.nodeName" {
                 cmd.env(name, node);
+            } else if field == "metadata.namespace" {
+                cmd.env(name, &shipped.namespace);
             } else if let Some(v) = e["value"].as_str() {
                 cmd.env(name, v);
             }
@@ -210,7 +214,6 @@ impl Shipped {
 fn nodes_of_the_cluster_join_the_overlays() {
     let _g = serial();
     let shipped = Shipped::read();
-    let container = &shipped.container;
     let selected = shipped.selected();
     let overlay = shipped.overlay.clone();
     let overlay_cfg = shipped.overlay_cfg.clone();
@@ -249,7 +252,7 @@ fn nodes_of_the_cluster_join_the_overlays() {
         .enumerate()
         .map(|(i, sw)| {
             Sync::start(
-                container,
+                &shipped,
                 &format!("node-{}", i + 1),
                 &nodes[i],
                 sw,
@@ -371,7 +374,7 @@ fn nodes_of_the_cluster_join_the_overlays() {
         .sh("busybox ping -c 2 -i 0.2 -W 1 10.66.0.2")
         .status
         .success());
-    api.assert_only_lists_watches_and_status_patches();
+    api.assert_only_lists_watches_status_patches_and_leases();
     drop(syncs);
     for sw in &mut sws {
         sw.assert_alive();
@@ -466,7 +469,7 @@ fn nodes_with_several_addresses_and_a_dual_stack_node_tunnel_both_ways() {
         .enumerate()
         .map(|(i, sw)| {
             Sync::start(
-                &shipped.container,
+                &shipped,
                 &format!("node-{}", i + 1),
                 &u.vteps[i],
                 sw,
@@ -535,7 +538,7 @@ fn nodes_with_several_addresses_and_a_dual_stack_node_tunnel_both_ways() {
             "patch status node-2 from node-2",
         ],
     );
-    api.assert_only_lists_watches_and_status_patches();
+    api.assert_only_lists_watches_status_patches_and_leases();
     drop(syncs);
     for sw in &mut sws {
         sw.assert_alive();
@@ -746,7 +749,7 @@ fn multi_network_policy_reaches_the_ports_through_the_agent() {
         sw.wait_link(s, true);
     }
     let (a, b, c) = (&stations[0], &stations[1], &stations[2]);
-    let sync = Sync::start(&shipped.container, "node-1", &node, &sw, &api, &token);
+    let sync = Sync::start(&shipped, "node-1", &node, &sw, &api, &token);
     wait_for(LIMIT, "a reaching b", || {
         connects(&a.0, &b.1, 80).then_some(())
     });
@@ -853,7 +856,7 @@ fn multi_network_policy_reaches_the_ports_through_the_agent() {
     api.delete(MULTI_NETWORK_POLICIES, "x/from-node");
     // (The port's deletion deletes its persistent tap.)
     sw.cli_ok(&["port", "del", "host"]);
-    api.assert_only_lists_watches_and_status_patches();
+    api.assert_only_lists_watches_status_patches_and_leases();
     let log = sync.log();
     assert!(log.contains("watching MultiNetworkPolicies"), "{log}");
     drop(sync);
@@ -941,7 +944,7 @@ fn testpmd_pods_on_memif_and_vhost_user_ports_follow_multi_network_policy() {
     let c = model_pod(&node, &sw, &api, ("x", "c"), "pc", ("10.81.0.3", 24), None);
     let mut d = testpmd_pod(&sw, &api, "d", false, "10.81.0.4");
     let mut e = testpmd_pod(&sw, &api, "e", true, "10.81.0.5");
-    let sync = Sync::start(&shipped.container, "node-1", &node, &sw, &api, &token);
+    let sync = Sync::start(&shipped, "node-1", &node, &sw, &api, &token);
     for to in ["10.81.0.4", "10.81.0.5"] {
         wait_for(LIMIT, "c pinging a testpmd pod", || {
             pings(&c, to).then_some(())
@@ -1040,7 +1043,7 @@ fn netpol_conformance_cases_through_the_agent() {
     for (m, _, _) in &pods {
         sw.wait_link(&format!("p{}{}", m.ns, m.pod), true);
     }
-    let sync = Sync::start(&shipped.container, "node-1", &node, &sw, &api, &token);
+    let sync = Sync::start(&shipped, "node-1", &node, &sw, &api, &token);
 
     // Every ordered pair's probe, at once: (from, to) -> reached.
     let matrix = |probe: Probe| -> Vec<(ModelPod, ModelPod, bool)> {
@@ -1283,7 +1286,7 @@ fn netpol_conformance_cases_through_the_agent() {
     api.delete(MULTI_NETWORK_POLICIES, "x/allow-all-mutate-to-deny-all");
     expect("should enforce updated policy, deleted", Tcp(81), &all);
 
-    api.assert_only_lists_watches_and_status_patches();
+    api.assert_only_lists_watches_status_patches_and_leases();
     drop(sync);
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     for l in listeners {

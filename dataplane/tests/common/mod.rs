@@ -211,6 +211,9 @@ pub struct Switch {
     /// `ERROR` line, or a panic, in the log fails the test when the switch
     /// is dropped (see [`Switch::expect_error`]).
     expected_errors: Vec<String>,
+    /// The control socket as this process reaches it, when the config is
+    /// not the test's own ([`Switch::start_configured`]).
+    control_at: Option<PathBuf>,
 }
 
 impl Switch {
@@ -265,6 +268,38 @@ impl Switch {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             expected_errors: Vec::new(),
+            control_at: None,
+        };
+        s.spawn();
+        s
+    }
+
+    /// Starts the daemon on `config` as it is (a shipped file's: its own
+    /// control socket, state and socket directories), in `netns`, under
+    /// `wrapper` (a command that enters the root those paths are of);
+    /// `control` is its control socket as this process reaches it.
+    pub fn start_configured(
+        netns: Option<&str>,
+        wrapper: &[String],
+        config: &str,
+        control: PathBuf,
+    ) -> Switch {
+        let dir = tempfile::Builder::new()
+            .prefix("sy-test")
+            .tempdir()
+            .unwrap();
+        let path = dir.path().join("switchyard.toml");
+        std::fs::write(&path, config).unwrap();
+        let mut s = Switch {
+            log: dir.path().join("switchyard.log"),
+            dir,
+            child: None,
+            config: path,
+            netns: netns.map(str::to_string),
+            wrapper: wrapper.to_vec(),
+            env: Vec::new(),
+            expected_errors: Vec::new(),
+            control_at: Some(control),
         };
         s.spawn();
         s
@@ -379,7 +414,9 @@ impl Switch {
     }
 
     pub fn control(&self) -> PathBuf {
-        self.dir.path().join("control.sock")
+        self.control_at
+            .clone()
+            .unwrap_or_else(|| self.dir.path().join("control.sock"))
     }
 
     pub fn path(&self, name: &str) -> String {

@@ -54,14 +54,21 @@ pub struct Ask<'a> {
     pub resource: &'a str,
     /// The object's name (`None` for a list or a watch).
     pub name: Option<&'a str>,
+    /// The namespace of a namespaced request (`None`: at the cluster
+    /// scope).
+    pub namespace: Option<&'a str>,
 }
 
-/// Whether the ClusterRoleBindings among `objects` bind the user (or one
-/// of its groups) to a ClusterRole among them with a rule for the request
-/// (`plugin/pkg/auth/authorizer/rbac/rbac.go` `RuleAllows`: `*` matches
-/// any verb, group or resource; a rule with `resourceNames` allows only
-/// requests on those objects, never a list or a watch:
-/// `ResourceNameMatches`).
+/// Whether the RBAC objects among `objects` give the request a rule, as
+/// `pkg/registry/rbac/validation/rule.go` `VisitRulesFor` gathers them:
+/// the ClusterRoles bound to the user (or one of its groups) by
+/// ClusterRoleBindings, and, for a request in a namespace, the Roles of
+/// that namespace and the ClusterRoles bound by its RoleBindings (a
+/// ServiceAccount subject without a namespace is the binding's:
+/// `appliesToUser`). A rule allows as `plugin/pkg/auth/authorizer/rbac/rbac.go`
+/// `RuleAllows` says: `*` matches any verb, group or resource; a rule with
+/// `resourceNames` allows only requests on those objects, never a list or
+/// a watch (`ResourceNameMatches`).
 pub fn allows(objects: &[Value], ask: &Ask) -> bool {
     let items = |v: &Value| v.as_array().cloned().unwrap_or_default();
     let has = |v: &Value, want: &str| {
@@ -69,11 +76,14 @@ pub fn allows(objects: &[Value], ask: &Ask) -> bool {
             .iter()
             .any(|x| x.as_str() == Some(want) || x.as_str() == Some("*"))
     };
-    let subject = |s: &Value| match s["kind"].as_str() {
+    let subject = |s: &Value, binding_ns: &str| match s["kind"].as_str() {
         Some("ServiceAccount") => {
+            let ns = s["namespace"]
+                .as_str()
+                .filter(|n| !n.is_empty())
+                .unwrap_or(binding_ns);
             format!(
-                "system:serviceaccount:{}:{}",
-                s["namespace"].as_str().unwrap_or(""),
+                "system:serviceaccount:{ns}:{}",
                 s["name"].as_str().unwrap_or("")
             ) == ask.user
         }
@@ -81,16 +91,35 @@ pub fn allows(objects: &[Value], ask: &Ask) -> bool {
         Some("Group") => ask.groups.iter().any(|g| Some(*g) == s["name"].as_str()),
         _ => false,
     };
-    objects
+    let named = |kind: &str, name: &Value, ns: Option<&str>| {
+        objects.iter().find(move |r| {
+            r["kind"] == kind
+                && r["metadata"]["name"] == *name
+                && ns.is_none_or(|ns| r["metadata"]["namespace"] == ns)
+        })
+    };
+    let cluster = objects
         .iter()
         .filter(|b| b["kind"] == "ClusterRoleBinding")
-        .filter(|b| items(&b["subjects"]).iter().any(subject))
+        .filter(|b| items(&b["subjects"]).iter().any(|s| subject(s, "")))
         .filter(|b| b["roleRef"]["kind"] == "ClusterRole")
-        .filter_map(|b| {
-            objects.iter().find(|r| {
-                r["kind"] == "ClusterRole" && r["metadata"]["name"] == b["roleRef"]["name"]
-            })
+        .filter_map(|b| named("ClusterRole", &b["roleRef"]["name"], None));
+    let namespaced = objects
+        .iter()
+        .filter(|b| b["kind"] == "RoleBinding")
+        .filter(|b| ask.namespace.is_some() && b["metadata"]["namespace"].as_str() == ask.namespace)
+        .filter(|b| {
+            items(&b["subjects"])
+                .iter()
+                .any(|s| subject(s, ask.namespace.unwrap_or("")))
         })
+        .filter_map(|b| match b["roleRef"]["kind"].as_str() {
+            Some("ClusterRole") => named("ClusterRole", &b["roleRef"]["name"], None),
+            Some("Role") => named("Role", &b["roleRef"]["name"], ask.namespace),
+            _ => None,
+        });
+    cluster
+        .chain(namespaced)
         .flat_map(|r| items(&r["rules"]))
         .any(|rule| {
             has(&rule["verbs"], ask.verb)

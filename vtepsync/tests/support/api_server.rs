@@ -32,17 +32,24 @@
 //! - **what it cannot answer as upstream would** (a set-based selector, a
 //!   field selector, a list or watch it would have to wait for, ...) is
 //!   answered 500 and recorded:
-//!   [`ApiServer::assert_only_lists_watches_and_status_patches`],
+//!   [`ApiServer::assert_only_lists_watches_status_patches_and_leases`],
 //!   and dropping the server, fail the test with it (a panic in a handler
 //!   would only end that connection's task, and the test would go on).
 //! - **authentication and authorization**: a token names a service
 //!   account (`system:serviceaccount:NS:NAME`, in group
 //!   `system:serviceaccounts`); a request is allowed when a
-//!   ClusterRoleBinding to it (or its groups) refers to a ClusterRole with
+//!   ClusterRoleBinding to it (or its groups) refers to a ClusterRole (or,
+//!   in a namespace, a RoleBinding there to a Role or ClusterRole) with
 //!   a rule for the verb (`list`, `watch`), the resource's API group and
 //!   resource (`plugin/pkg/auth/authorizer/rbac/rbac.go` `RuleAllows`: `*`
 //!   matches any; a rule with `resourceNames` allows no list or watch).
 //!   Otherwise a 401 or a 403 `Status`, as upstream words them.
+//! - **leases** (`coordination.k8s.io/v1`, namespaced): list (and watch)
+//!   in a namespace, create, get and delete (see [`create`],
+//!   [`delete_one`]), authorized by the Roles and RoleBindings of the
+//!   namespace too.
+//! - **the garbage collector**: an object whose owners are all gone is
+//!   deleted ([`Inner::collect_garbage`]).
 //! - **patch of a node's status** (`PATCH /api/v1/nodes/NAME/status`, a
 //!   JSON merge patch: what a node agent such as flannel or vtep-sync
 //!   sends to set its node's annotations): authorized for `patch` on
@@ -122,7 +129,32 @@ pub const MULTI_NETWORK_POLICIES: Res = Res {
     namespaced: true,
 };
 
+/// Leases (`coordination.k8s.io/v1`), namespaced: served in their
+/// namespace (`/apis/coordination.k8s.io/v1/namespaces/NS/leases`): list,
+/// create, get and delete.
+pub const LEASES: Res = Res {
+    group: "coordination.k8s.io",
+    api_version: "coordination.k8s.io/v1",
+    kind: "Lease",
+    resource: "leases",
+    namespaced: true,
+};
+
+/// Every resource the stand-in stores (the garbage collector looks owners
+/// up among them).
+const ALL: [Res; 5] = [NODES, NAMESPACES, PODS, MULTI_NETWORK_POLICIES, LEASES];
+
 impl Res {
+    /// The resource as errors name it: `leases.coordination.k8s.io`
+    /// (`schema.GroupResource.String`).
+    fn qualified(&self) -> String {
+        if self.group.is_empty() {
+            self.resource.to_string()
+        } else {
+            format!("{}.{}", self.resource, self.group)
+        }
+    }
+
     /// The store's key of `obj`.
     fn key(&self, obj: &Value) -> String {
         let name = obj["metadata"]["name"].as_str().unwrap();
@@ -186,7 +218,7 @@ struct Inner {
 impl Inner {
     /// Records a request the stand-in cannot answer as upstream, and
     /// answers it 500 (the test fails from its own thread: see
-    /// [`ApiServer::assert_only_lists_watches_and_status_patches`] and
+    /// [`ApiServer::assert_only_lists_watches_status_patches_and_leases`] and
     /// `Drop`).
     fn unsupported(&mut self, what: String) -> Response {
         let msg = format!("the API server stand-in cannot answer this as upstream would: {what}");
@@ -252,8 +284,14 @@ impl Inner {
         obj
     }
 
-    /// Deletes `res`'s object `key`, if there.
+    /// Deletes `res`'s object `key`, if there, and what the garbage
+    /// collector deletes with it.
     fn remove(&mut self, res: Res, key: &str) {
+        self.remove_one(res, key);
+        self.collect_garbage();
+    }
+
+    fn remove_one(&mut self, res: Res, key: &str) {
         let Some(before) = self.objs_mut(res).remove(key) else {
             return;
         };
@@ -266,12 +304,68 @@ impl Inner {
             before: Some(before),
         });
     }
+
+    /// The garbage collector (kube-controller-manager,
+    /// `pkg/controller/garbagecollector/garbagecollector.go`
+    /// `attemptToDeleteItem`, `classifyReferences`): an object whose
+    /// `ownerReferences` all name owners that are gone is deleted (in the
+    /// background: as `propagationPolicy: Background`, the default). An
+    /// owner is gone when no object of its kind has its name (in the
+    /// dependent's namespace, for a namespaced kind), or the one that has
+    /// it has another UID (`isDangling`: the owner was deleted and made
+    /// again). This includes an object created naming an owner that never
+    /// was. Owners of a kind the stand-in does not store are left as
+    /// they are (the collector would ask the API server). Upstream runs
+    /// within moments; this, at once.
+    fn collect_garbage(&mut self) {
+        loop {
+            let mut doomed = Vec::new();
+            for res in ALL {
+                for (key, obj) in self.objs(res) {
+                    let refs = obj["metadata"]["ownerReferences"]
+                        .as_array()
+                        .cloned()
+                        .unwrap_or_default();
+                    if refs.is_empty() {
+                        continue;
+                    }
+                    let dangling = |r: &Value| {
+                        let Some(owner) = ALL
+                            .iter()
+                            .find(|o| o.kind == r["kind"] && o.api_version == r["apiVersion"])
+                        else {
+                            return false;
+                        };
+                        let name = r["name"].as_str().unwrap_or_default();
+                        let okey = if owner.namespaced {
+                            let ns = obj["metadata"]["namespace"].as_str().unwrap_or_default();
+                            format!("{ns}/{name}")
+                        } else {
+                            name.to_string()
+                        };
+                        self.objs(*owner)
+                            .get(&okey)
+                            .is_none_or(|o| o["metadata"]["uid"] != r["uid"])
+                    };
+                    if refs.iter().all(dangling) {
+                        doomed.push((res, key));
+                    }
+                }
+            }
+            if doomed.is_empty() {
+                return;
+            }
+            for (res, key) in doomed {
+                self.remove_one(res, &key);
+            }
+        }
+    }
 }
 
 struct Shared {
     inner: Mutex<Inner>,
     changed: tokio::sync::Notify,
-    /// ClusterRoles and ClusterRoleBindings.
+    /// ClusterRoles, ClusterRoleBindings, Roles and RoleBindings.
     rbac: Vec<Value>,
 }
 
@@ -325,7 +419,7 @@ impl ApiServer {
             .filter(|d| {
                 matches!(
                     d["kind"].as_str(),
-                    Some("ClusterRole" | "ClusterRoleBinding")
+                    Some("ClusterRole" | "ClusterRoleBinding" | "Role" | "RoleBinding")
                 )
             })
             .cloned()
@@ -356,6 +450,24 @@ impl ApiServer {
                 get(|s, h, q| collection(s, h, q, MULTI_NETWORK_POLICIES)),
             )
             .route("/api/v1/nodes/{name}/status", patch(patch_status))
+            .route(
+                "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases",
+                get(|s, UrlPath(ns): UrlPath<String>, h, q| {
+                    collection_in(s, h, q, LEASES, Some(ns))
+                })
+                .post(|s, UrlPath(ns): UrlPath<String>, h, q, b| create(s, h, q, b, LEASES, ns)),
+            )
+            .route(
+                "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{name}",
+                get(|s, UrlPath((ns, name)): UrlPath<(String, String)>, h| {
+                    get_one(s, h, LEASES, ns, name)
+                })
+                .delete(
+                    |s, UrlPath((ns, name)): UrlPath<(String, String)>, h, b| {
+                        delete_one(s, h, b, LEASES, ns, name)
+                    },
+                ),
+            )
             .with_state(shared.clone());
         let handle = api_common::serve_https(&rt, listener, dir.path(), router);
         ApiServer {
@@ -537,18 +649,27 @@ impl ApiServer {
         );
     }
 
-    /// Panics unless every request so far was a list, a watch or a patch
-    /// of a node's status, and each was allowed (the shipped RBAC granted
-    /// what was asked) and answered as upstream would.
-    pub fn assert_only_lists_watches_and_status_patches(&self) {
+    /// Panics unless every request so far was a list, a watch, a patch
+    /// of a node's status or a request on a lease (a node's claim of a
+    /// slice), and each was allowed (the shipped RBAC granted what was
+    /// asked) and answered as upstream would.
+    pub fn assert_only_lists_watches_status_patches_and_leases(&self) {
         self.assert_answered_as_upstream();
         let r = self.requests();
         assert!(
             r.iter().all(|r| r.starts_with("list")
                 || r.starts_with("watch")
-                || r.starts_with("patch status ")),
+                || r.starts_with("patch status ")
+                || ["create", "get", "delete"]
+                    .iter()
+                    .any(|v| r.starts_with(&format!("{v} leases ")))),
             "{r:?}"
         );
+    }
+
+    /// `res`'s objects (of every namespace) as stored, by key.
+    pub fn all(&self, res: Res) -> BTreeMap<String, Value> {
+        self.shared.inner.lock().unwrap().objs(res)
     }
 }
 
@@ -584,6 +705,9 @@ enum Req {
     Ne(String, String),
     Exists(String),
     Absent(String),
+    /// Not a label's: the object is of this namespace (a watch in a
+    /// namespace).
+    Namespace(String),
 }
 
 /// The requirements of `s`; `Err` for a set-based one (`in`, `notin`,
@@ -618,6 +742,7 @@ fn matches(sel: &[Req], obj: &Value) -> bool {
         Req::Ne(k, v) => label(k) != Some(v.as_str()),
         Req::Exists(k) => label(k).is_some(),
         Req::Absent(k) => label(k).is_none(),
+        Req::Namespace(ns) => obj["metadata"]["namespace"].as_str() == Some(ns.as_str()),
     })
 }
 
@@ -631,6 +756,7 @@ fn allowed(
     verb: &str,
     (group, resource): (&str, &str),
     name: Option<&str>,
+    namespace: Option<&str>,
 ) -> bool {
     api_common::allows(
         rbac,
@@ -641,19 +767,22 @@ fn allowed(
             group,
             resource,
             name,
+            namespace,
         },
     )
 }
 
 /// Authenticates the bearer token of `headers` and authorizes `verb` on
-/// `resource` (`nodes`, `nodes/status`) of object `name`: the refusal
-/// upstream answers with (503 while down, 401, 403), if it refuses.
+/// `resource` (`nodes`, `nodes/status`) of object `name`, in `namespace`
+/// for a namespaced request: the refusal upstream answers with (503 while
+/// down, 401, 403), if it refuses.
 fn authorize(
     shared: &Shared,
     headers: &HeaderMap,
     verb: &str,
     (group, resource): (&str, &str),
     name: Option<&str>,
+    namespace: Option<&str>,
 ) -> Option<Response> {
     let token = headers
         .get("authorization")
@@ -688,7 +817,15 @@ fn authorize(
         sa_group.as_str(),
         "system:authenticated",
     ];
-    if !allowed(&shared.rbac, &user, &groups, verb, (group, resource), name) {
+    if !allowed(
+        &shared.rbac,
+        &user,
+        &groups,
+        verb,
+        (group, resource),
+        name,
+        namespace,
+    ) {
         shared
             .inner
             .lock()
@@ -705,11 +842,15 @@ fn authorize(
             (None, "") => plural.to_string(),
             (None, g) => format!("{plural}.{g}"),
         };
+        let scope = match namespace {
+            Some(ns) => format!("in the namespace \"{ns}\""),
+            None => "at the cluster scope".to_string(),
+        };
         return Some(status(
             StatusCode::FORBIDDEN,
             "Forbidden",
             &format!(
-                "{object} is forbidden: User \"{user}\" cannot {verb} resource \"{resource}\" in API group \"{group}\" at the cluster scope"
+                "{object} is forbidden: User \"{user}\" cannot {verb} resource \"{resource}\" in API group \"{group}\" {scope}"
             ),
         ));
     }
@@ -729,6 +870,7 @@ async fn patch_status(
         "patch",
         ("", "nodes/status"),
         Some(&name),
+        None,
     ) {
         return r;
     }
@@ -777,14 +919,33 @@ async fn patch_status(
 
 /// A list or a watch of `res` (every namespace's, for a namespaced one).
 async fn collection(
+    shared: State<Arc<Shared>>,
+    headers: HeaderMap,
+    q: Query<BTreeMap<String, String>>,
+    res: Res,
+) -> Response {
+    collection_in(shared, headers, q, res, None).await
+}
+
+/// A list or a watch of `res`: of namespace `ns` where given (a namespaced
+/// resource's URL in a namespace), else of all.
+async fn collection_in(
     State(shared): State<Arc<Shared>>,
     headers: HeaderMap,
     Query(q): Query<BTreeMap<String, String>>,
     res: Res,
+    ns: Option<String>,
 ) -> Response {
     let watch = matches!(q.get("watch").map(String::as_str), Some("true" | "1"));
     let verb = if watch { "watch" } else { "list" };
-    if let Some(r) = authorize(&shared, &headers, verb, (res.group, res.resource), None) {
+    if let Some(r) = authorize(
+        &shared,
+        &headers,
+        verb,
+        (res.group, res.resource),
+        None,
+        ns.as_deref(),
+    ) {
         return r;
     }
     let label_selector = q.get("labelSelector").map_or("", String::as_str);
@@ -802,7 +963,7 @@ async fn collection(
     if !watch {
         return list(
             &mut shared.inner.lock().unwrap(),
-            res,
+            (res, ns.as_deref()),
             &q,
             &sel,
             label_selector.is_empty(),
@@ -833,6 +994,15 @@ async fn collection(
         .get("timeoutSeconds")
         .and_then(|t| t.parse::<u64>().ok())
         .map(Duration::from_secs);
+    // A watch in a namespace sees that namespace's objects alone.
+    let sel = match ns {
+        Some(ns) => {
+            let mut sel = sel;
+            sel.push(Req::Namespace(ns));
+            sel
+        }
+        None => sel,
+    };
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, Infallible>>(64);
     let line = move |kind: &str, obj: &Value| {
         let mut obj = obj.clone();
@@ -1019,7 +1189,7 @@ fn decode_continue(token: &str) -> Result<(String, i64), String> {
 ///   less the limit.
 fn list(
     i: &mut Inner,
-    res: Res,
+    (res, ns): (Res, Option<&str>),
     q: &BTreeMap<String, String>,
     sel: &[Req],
     no_selector: bool,
@@ -1109,11 +1279,20 @@ fn list(
             }
         }
     };
-    let nodes = if at == i.rv {
+    let mut nodes = if at == i.rv {
         i.objs(res)
     } else {
         i.objects_at(res, at)
     };
+    // In a namespace: its objects, keyed (as the continue token's start)
+    // below the namespace's prefix (`/registry/leases/NS/`).
+    if let Some(ns) = ns {
+        let prefix = format!("{ns}/");
+        nodes = nodes
+            .into_iter()
+            .filter_map(|(k, v)| Some((k.strip_prefix(&prefix)?.to_string(), v)))
+            .collect();
+    }
     let range: Vec<(&String, &Value)> = nodes.range(from..).collect();
     let mut items = Vec::new();
     let mut last = None;
@@ -1147,4 +1326,243 @@ fn list(
 fn stream_response(rx: tokio::sync::mpsc::Receiver<Result<Bytes, Infallible>>) -> Response {
     let body = Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
     ([("content-type", "application/json")], body).into_response()
+}
+
+/// The `Status` of a request on one object that failed (`apimachinery/pkg/api/errors`
+/// `NewNotFound`, `NewAlreadyExists`, `NewConflict`): with `details`
+/// naming the object.
+fn object_status(code: StatusCode, reason: &str, message: &str, res: Res, name: &str) -> Response {
+    let mut body = api_common::failure(code.as_u16(), reason, message);
+    body["details"] = json!({"name": name, "group": res.group, "kind": res.resource});
+    (
+        code,
+        [("content-type", "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+/// `obj` as the API server answers it: with its `kind` and `apiVersion`.
+fn typed(res: Res, mut obj: Value) -> Value {
+    obj["kind"] = json!(res.kind);
+    obj["apiVersion"] = json!(res.api_version);
+    obj
+}
+
+/// `POST` of a namespaced `res` in namespace `ns` (`endpoints/handlers/create.go`,
+/// `registry/generic/registry/store.go` `Create`, `registry/rest/create.go`
+/// `BeforeCreate`): the object's namespace is the URL's (another is a 400);
+/// a name that is taken is a 409 `AlreadyExists`; else it is stored with
+/// a UID and a resource version of its own and answered 201. What the
+/// stand-in does not model (a dry run, `generateName`, a resource version
+/// or an incomplete owner reference in the body) is unsupported.
+async fn create(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    Query(q): Query<BTreeMap<String, String>>,
+    body: Bytes,
+    res: Res,
+    ns: String,
+) -> Response {
+    if let Some(r) = authorize(
+        &shared,
+        &headers,
+        "create",
+        (res.group, res.resource),
+        None,
+        Some(&ns),
+    ) {
+        return r;
+    }
+    let mut i = shared.inner.lock().unwrap();
+    if q.contains_key("dryRun") {
+        return i.unsupported(format!("a create of {} with dryRun", res.resource));
+    }
+    let Ok(mut obj) = serde_json::from_slice::<Value>(&body) else {
+        return status(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            "the body is no JSON object",
+        );
+    };
+    if obj["kind"] != res.kind || obj["apiVersion"] != res.api_version {
+        return i.unsupported(format!(
+            "a create of {} with kind {} and apiVersion {}",
+            res.resource, obj["kind"], obj["apiVersion"]
+        ));
+    }
+    match obj["metadata"]["namespace"].as_str() {
+        None | Some("") => obj["metadata"]["namespace"] = json!(ns),
+        Some(n) if n == ns => {}
+        Some(_) => return status(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            "the namespace of the provided object does not match the namespace sent on the request",
+        ),
+    }
+    let name = obj["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    if name.is_empty() {
+        return i.unsupported(format!("a create of {} without a name", res.resource));
+    }
+    if obj["metadata"]["resourceVersion"]
+        .as_str()
+        .is_some_and(|v| !v.is_empty())
+    {
+        return i.unsupported(format!(
+            "a create of {} with a resourceVersion",
+            res.resource
+        ));
+    }
+    let refs = obj["metadata"]["ownerReferences"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    if refs.iter().any(|r| {
+        ["apiVersion", "kind", "name", "uid"]
+            .iter()
+            .any(|k| r[*k].as_str().is_none_or(str::is_empty))
+    }) {
+        return i.unsupported(format!("an incomplete owner reference: {refs:?}"));
+    }
+    i.requests.push(format!("create {} {name}", res.resource));
+    let key = format!("{ns}/{name}");
+    if i.objs(res).contains_key(&key) {
+        return object_status(
+            StatusCode::CONFLICT,
+            "AlreadyExists",
+            &format!("{} \"{name}\" already exists", res.qualified()),
+            res,
+            &name,
+        );
+    }
+    obj["metadata"].as_object_mut().map(|m| m.remove("uid"));
+    let stored = i.put(res, obj);
+    // The garbage collector sees it (an owner that is gone: deleted).
+    i.collect_garbage();
+    drop(i);
+    shared.changed.notify_waiters();
+    (StatusCode::CREATED, axum::Json(typed(res, stored))).into_response()
+}
+
+/// `GET` of one object of a namespaced `res`: 200 with it, or 404.
+async fn get_one(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    res: Res,
+    ns: String,
+    name: String,
+) -> Response {
+    if let Some(r) = authorize(
+        &shared,
+        &headers,
+        "get",
+        (res.group, res.resource),
+        Some(&name),
+        Some(&ns),
+    ) {
+        return r;
+    }
+    let mut i = shared.inner.lock().unwrap();
+    i.requests.push(format!("get {} {name}", res.resource));
+    match i.objs(res).get(&format!("{ns}/{name}")) {
+        Some(o) => (StatusCode::OK, axum::Json(typed(res, o.clone()))).into_response(),
+        None => object_status(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            &format!("{} \"{name}\" not found", res.qualified()),
+            res,
+            &name,
+        ),
+    }
+}
+
+/// `DELETE` of one object of a namespaced `res` (`endpoints/handlers/delete.go`,
+/// `registry/generic/registry/store.go` `Delete`): a missing object is a
+/// 404; the `DeleteOptions` body's `preconditions` (UID, resource
+/// version) that do not hold are a 409 `Conflict` (`storage/etcd3/store.go`
+/// `checkPreconditions`, through `interpretStorageError`); else it is
+/// deleted at once (no finalizers: a lease has none), its dependents in
+/// the background, and answered 200 with a `Status` of success, as the
+/// store answers for a resource that does not return the deleted object.
+async fn delete_one(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    body: Bytes,
+    res: Res,
+    ns: String,
+    name: String,
+) -> Response {
+    if let Some(r) = authorize(
+        &shared,
+        &headers,
+        "delete",
+        (res.group, res.resource),
+        Some(&name),
+        Some(&ns),
+    ) {
+        return r;
+    }
+    let mut i = shared.inner.lock().unwrap();
+    let opts: Value = if body.is_empty() {
+        json!({})
+    } else {
+        match serde_json::from_slice(&body) {
+            Ok(v) => v,
+            Err(_) => {
+                return status(
+                    StatusCode::BAD_REQUEST,
+                    "BadRequest",
+                    "the body is no JSON object",
+                )
+            }
+        }
+    };
+    if !opts["dryRun"].is_null()
+        || opts["propagationPolicy"]
+            .as_str()
+            .is_some_and(|p| p != "Background")
+        || opts["orphanDependents"].as_bool() == Some(true)
+    {
+        return i.unsupported(format!("a delete of {} with {opts}", res.resource));
+    }
+    i.requests.push(format!("delete {} {name}", res.resource));
+    let key = format!("{ns}/{name}");
+    let Some(obj) = i.objs(res).get(&key).cloned() else {
+        return object_status(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            &format!("{} \"{name}\" not found", res.qualified()),
+            res,
+            &name,
+        );
+    };
+    let pre = &opts["preconditions"];
+    for (field, what) in [("uid", "UID"), ("resourceVersion", "ResourceVersion")] {
+        if let Some(want) = pre[field].as_str() {
+            let has = obj["metadata"][field].as_str().unwrap_or_default();
+            if want != has {
+                return object_status(
+                    StatusCode::CONFLICT,
+                    "Conflict",
+                    &format!(
+                        "Operation cannot be fulfilled on {} \"{name}\": Precondition failed: {what} in precondition: {want}, {what} in object meta: {has}",
+                        res.qualified()
+                    ),
+                    res,
+                    &name,
+                );
+            }
+        }
+    }
+    i.remove(res, &key);
+    drop(i);
+    shared.changed.notify_waiters();
+    let body = json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+        "details": {"name": name, "group": res.group, "kind": res.resource, "uid": obj["metadata"]["uid"]},
+    });
+    (StatusCode::OK, axum::Json(body)).into_response()
 }

@@ -570,6 +570,7 @@ fn rbac_allows(
             group,
             resource,
             name,
+            namespace: None,
         },
     )
 }

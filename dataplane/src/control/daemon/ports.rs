@@ -18,7 +18,6 @@ use crate::switch::policy::PortRules;
 use crate::switch::security::PortSecurity;
 use crate::types::DropReason;
 use crate::vlan::VlanMode;
-use switchyard_api::overlay::SavedSlice;
 
 /// How a new port begins.
 pub(crate) enum Begin<'a> {
@@ -311,14 +310,7 @@ impl Daemon {
                 .map(|e| e.spec.clone())
                 .chain(self.unrestored.iter().map(|(s, _)| s.clone()))
                 .collect(),
-            overlay_slices: self
-                .overlay_slices
-                .iter()
-                .filter_map(|(name, &slice)| {
-                    let split = self.cfg.overlays.get(name)?.ipam.clone()?;
-                    Some((name.clone(), SavedSlice { slice, split }))
-                })
-                .collect(),
+            overlay_slices: self.saved_slices(),
         };
         self.store.save(&state).map_err(|e| {
             ApiError::new(

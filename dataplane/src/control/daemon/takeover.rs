@@ -508,6 +508,7 @@ impl Daemon {
             ports,
             unrestored: self.unrestored.clone(),
             counted,
+            overlay_slices: Some(self.saved_slices()),
         })
     }
 
@@ -521,7 +522,9 @@ impl Daemon {
         let ours = serde_json::to_value(&cfg)?;
         let mut d = Daemon::assemble(cfg, true)?;
         // What the state file keeps beside the ports (the old switch saved
-        // it there).
+        // it there): the slices, unless the old switch hands them over
+        // when it pauses (one set meanwhile is there, not in the file read
+        // now).
         if let Ok(saved) = d.store.load() {
             d.restore_slices(saved.overlay_slices);
         }
@@ -724,6 +727,10 @@ impl Daemon {
             }
         }
         d.unrestored = state.unrestored;
+        if let Some(slices) = state.overlay_slices {
+            d.overlay_slices.clear();
+            d.restore_slices(slices);
+        }
         if fds.left() > 0 {
             warn!(fds = fds.left(), "fds handed over that no port took");
         }

@@ -93,6 +93,18 @@ impl Daemon {
         Ok(())
     }
 
+    /// The overlays' slices, each with the split it is a slice of, as
+    /// they are persisted and handed over.
+    pub(super) fn saved_slices(&self) -> BTreeMap<String, SavedSlice> {
+        self.overlay_slices
+            .iter()
+            .filter_map(|(name, &slice)| {
+                let split = self.cfg.overlays.get(name)?.ipam.clone()?;
+                Some((name.clone(), SavedSlice { slice, split }))
+            })
+            .collect()
+    }
+
     /// Takes up the overlays' slices persisted: those of overlays the
     /// config still splits the same way (a slice of another split is
     /// other addresses, maybe another node's).

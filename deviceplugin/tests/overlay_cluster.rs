@@ -1,0 +1,562 @@
+//! Three nodes of a cluster on the shipped overlay, from the files we ship
+//! as they are: each node a scratch root (`support/node_root.rs`: its own
+//! `/run`, `/var/lib` and `/opt`) and a network namespace behind a router
+//! (the underlay), running the switch on the ConfigMap's
+//! `switchyard.toml` and the DaemonSet's vtep-sync container's command
+//! (its environment from the downward API) against the API server
+//! stand-in (`vtepsync/tests/support/api_server.rs`: the shipped RBAC,
+//! Leases, the garbage collector); pods attached to the NAD
+//! `switchyard-overlay` of `network-attachments.yaml` by the Multus
+//! stand-in, which finds the plugin by `type` in the node's `/opt/cni/bin`.
+//!
+//! The nodes claim disjoint slices of the overlay's subnets (Leases, each
+//! owned by its node), their pods get addresses from them through
+//! host-local, and reach each other across the nodes. A restarted agent
+//! or an upgraded switch keeps the node's slice; a node deleted frees its slice (the
+//! garbage collector deletes its Lease).
+//!
+//! Departures from a cluster: the pods' devices do not come from the
+//! device plugin (the kubelet is not asked: Multus passes no `deviceID`,
+//! so the plugin makes each pod's socket in its own directory; the device
+//! plugin's path is `whole_node`'s), and a pod is DPDK testpmd forwarding
+//! between its memif interface and a kernel tap (`net_tap`) in the pod's
+//! network namespace, where the kernel has the addresses the CNI result
+//! gave.
+
+#[path = "../../vtepsync/tests/support/api_server.rs"]
+mod api_server;
+#[path = "../../dataplane/tests/common/mod.rs"]
+mod common;
+#[path = "../../cni/tests/support/exec.rs"]
+mod exec;
+#[path = "../../cni/tests/support/multus.rs"]
+mod multus;
+#[path = "support/node_root.rs"]
+mod node_root;
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use api_server::{ApiServer, LEASES};
+use common::{
+    check_ending, serial, terminate, testpmd_bin, wait_for, workspace_bin, Netns, Switch, Testpmd,
+    Underlay,
+};
+use multus::{Multus, MultusVersion, Nad, Pod, Selection};
+use node_root::{documents, find, NodeRoot};
+use serde_json::Value;
+use switchyard_api::{BridgeInfo, PortInfo, Request};
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+/// What the shipped files say.
+struct Shipped {
+    /// `switchyard.yaml`'s documents (the RBAC the API server authorizes by).
+    docs: Vec<Value>,
+    /// The ConfigMap's `switchyard.toml`.
+    switch_cfg: String,
+    /// The DaemonSet's vtep-sync container.
+    container: Value,
+    /// The DaemonSet's namespace, service account and nodeSelector.
+    namespace: String,
+    account: String,
+    selected: Vec<(String, String)>,
+    /// The overlay's NAD.
+    nad: Nad,
+}
+
+impl Shipped {
+    fn read() -> Shipped {
+        let docs: Vec<Value> = documents("config/kubernetes/switchyard.yaml")
+            .iter()
+            .map(|d| serde_json::to_value(d).unwrap())
+            .collect();
+        let json = |v: &serde_yaml::Value| serde_json::to_value(v).unwrap();
+        let yaml = documents("config/kubernetes/switchyard.yaml");
+        let ds = json(find(&yaml, "DaemonSet", "switchyard"));
+        let spec = &ds["spec"]["template"]["spec"];
+        let container = spec["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == "vtep-sync")
+            .expect("the DaemonSet's vtep-sync container")
+            .clone();
+        let switch_cfg = json(find(&yaml, "ConfigMap", "switchyard-config"))["data"]
+            ["switchyard.toml"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let nads = documents("config/kubernetes/network-attachments.yaml");
+        let nad = json(find(
+            &nads,
+            "NetworkAttachmentDefinition",
+            "switchyard-overlay",
+        ));
+        let nad = Nad {
+            namespace: nad["metadata"]["namespace"].as_str().unwrap().into(),
+            name: nad["metadata"]["name"].as_str().unwrap().into(),
+            config: serde_json::from_str(nad["spec"]["config"].as_str().unwrap()).unwrap(),
+            resource_name: nad["metadata"]["annotations"]["k8s.v1.cni.cncf.io/resourceName"]
+                .as_str()
+                .map(str::to_string),
+        };
+        Shipped {
+            namespace: ds["metadata"]["namespace"].as_str().unwrap().into(),
+            account: spec["serviceAccountName"].as_str().unwrap().into(),
+            selected: spec["nodeSelector"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap().into()))
+                .collect(),
+            docs,
+            switch_cfg,
+            container,
+            nad,
+        }
+    }
+
+    fn selected(&self) -> Vec<(&str, &str)> {
+        self.selected
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect()
+    }
+
+    /// The overlay the NAD names (its `physnet`).
+    fn overlay(&self) -> String {
+        self.nad.config["physnet"].as_str().unwrap().to_string()
+    }
+}
+
+/// A node's vtep-sync, run as the DaemonSet runs it: the container's
+/// command, in the node's root and network namespace, its environment
+/// from the downward API, the API server's kubeconfig (in a pod: its
+/// kube-api-access volume). Stopped on drop (SIGTERM); an exit that is
+/// not clean, or a panic or an ERROR in its log, fails the test.
+struct Agent {
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl Agent {
+    fn start(shipped: &Shipped, node: &ClusterNode, api: &ApiServer, token: &str) -> Agent {
+        let c = &shipped.container;
+        let argv: Vec<String> = c["command"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .chain(c["args"].as_array().into_iter().flatten())
+            .map(|a| a.as_str().unwrap().to_string())
+            .collect();
+        let kubeconfig = node.root.dir.path().join("kubeconfig");
+        api.kubeconfig(token, &kubeconfig);
+        let log = node.root.dir.path().join(format!(
+            "vtep-sync-{}.log",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        ));
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &node.netns])
+            .args(node.root.enter())
+            .arg(workspace_bin("switchyard-vtep-sync", &argv[0]))
+            .args(&argv[1..])
+            .env("KUBECONFIG", &kubeconfig)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
+        for e in c["env"].as_array().into_iter().flatten() {
+            let name = e["name"].as_str().unwrap();
+            match e["valueFrom"]["fieldRef"]["fieldPath"].as_str() {
+                Some("spec.nodeName") => cmd.env(name, &node.name),
+                Some("metadata.namespace") => cmd.env(name, &shipped.namespace),
+                Some(f) => panic!("fieldRef {f}: not translated"),
+                None => cmd.env(name, e["value"].as_str().unwrap()),
+            };
+        }
+        Agent {
+            child: Some(cmd.spawn().unwrap()),
+            log,
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn stop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        if std::thread::panicking() {
+            eprintln!("---- vtep-sync ----\n{}", self.log());
+        }
+        let ending = terminate(&mut child, Duration::from_secs(10));
+        check_ending("vtep-sync", ending, &self.log(), &[]);
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A node: its root, its network namespace on the underlay, its switch.
+struct ClusterNode {
+    name: String,
+    netns: String,
+    root: NodeRoot,
+    switch: Switch,
+}
+
+impl ClusterNode {
+    /// Node `name` in namespace `netns`: the switch on the shipped config,
+    /// the CNI plugin and host-local where the DaemonSet's install puts
+    /// them.
+    fn start(name: &str, netns: &Netns, shipped: &Shipped) -> ClusterNode {
+        let root = NodeRoot::new();
+        let control = root.path(&toml_string(&shipped.switch_cfg, "control_socket"));
+        let switch = Switch::start_configured(
+            Some(&netns.name),
+            &root.enter(),
+            &shipped.switch_cfg,
+            control,
+        );
+        let bin = root.path("/opt/cni/bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::copy(
+            workspace_bin("switchyard-cni", "switchyard-cni"),
+            bin.join(shipped.nad.config["type"].as_str().unwrap()),
+        )
+        .unwrap();
+        std::fs::copy("/usr/lib/cni/host-local", bin.join("host-local"))
+            .expect("host-local (./scripts/test.sh installs containernetworking-plugins)");
+        ClusterNode {
+            name: name.into(),
+            netns: netns.name.clone(),
+            root,
+            switch,
+        }
+    }
+
+    /// The node's Multus (v4.3), its plugins in `/opt/cni/bin`.
+    fn multus(&self) -> Multus {
+        Multus {
+            version: MultusVersion::V4_3,
+            bin_dir: "/opt/cni/bin".into(),
+            host_root: format!("/proc/{}/root", self.root.pid).into(),
+            enter: self.root.enter(),
+            pod_resources: None,
+            cni_dir: "/var/lib/cni/multus".into(),
+            devinfo_base: "/var/run/k8s.cni.cncf.io/devinfo".into(),
+            cni_path: "/opt/cni/bin".into(),
+        }
+    }
+
+    /// The overlay's bridge as the switch reports it.
+    fn overlay(&self, overlay: &str) -> BridgeInfo {
+        self.switch
+            .client()
+            .ask(&Request::bridge_list())
+            .unwrap()
+            .into_iter()
+            .find(|b| b.name == overlay)
+            .expect("the overlay's bridge")
+    }
+
+    /// The slice the switch hands out.
+    fn slice(&self, overlay: &str) -> Option<u32> {
+        self.overlay(overlay).ipam.and_then(|i| i.slice)
+    }
+}
+
+/// A top-level string of a TOML file.
+fn toml_string(cfg: &str, key: &str) -> String {
+    toml::from_str::<toml::Value>(cfg).unwrap()[key]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// A pod on the overlay: its network namespace, its addresses, and the
+/// testpmd that forwards between its memif interface and a kernel tap
+/// (`net1`, which has the addresses).
+struct OverlayPod {
+    pod: Pod,
+    ns: Netns,
+    ips: Vec<String>,
+    testpmd: Option<Testpmd>,
+}
+
+/// Attaches pod `name` on `node` to the overlay's NAD through the node's
+/// Multus; starts its testpmd and gives the tap the result's addresses.
+fn attach(node: &ClusterNode, shipped: &Shipped, name: &str) -> OverlayPod {
+    let ns = Netns::new(name);
+    let pod = Pod {
+        namespace: "default".into(),
+        name: name.into(),
+        uid: format!("uid-{name}"),
+        sandbox: format!("{name:0>64}"),
+        netns: format!("/var/run/netns/{}", ns.name),
+    };
+    let added = node
+        .multus()
+        .add(&pod, &[(shipped.nad.clone(), Selection::default(), None)])
+        .unwrap_or_else(|e| panic!("ADD of {name} on {}: {e:?}", node.name));
+    let result = &added[0].result;
+    let ips: Vec<String> = result["ips"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["address"].as_str().unwrap().to_string())
+        .collect();
+    // The pod's socket: the port the plugin made for it.
+    let ports: Vec<PortInfo> = node.switch.client().ask(&Request::port_list()).unwrap();
+    let port = ports
+        .iter()
+        .find(|p| p.spec.pod.as_ref().is_some_and(|a| a.name == name))
+        .expect("the pod's port");
+    let socket = port.socket();
+    let mut cmd = Command::new("nsenter");
+    cmd.args(["-t", &node.root.pid.to_string(), "-m"])
+        .arg(format!("--net=/run/netns/{}", ns.name))
+        .args(["--", "stdbuf", "-oL", "-eL", testpmd_bin()])
+        .args(["--no-huge", "-m", "256", "--no-pci", "--lcores", "0@0,1@1"])
+        .args(["--file-prefix", name])
+        .arg("--vdev=net_tap0,iface=net1")
+        .arg(format!(
+            "--vdev=net_memif0,role=client,id=0,socket={socket},socket-abstract=no"
+        ))
+        .args(["--", "-i", "--total-num-mbufs=8192", "--forward-mode=io"]);
+    let testpmd = Testpmd::from_command(cmd);
+    let mut sh = String::from("ip link set lo up && ip link set net1 mtu 1450 up");
+    for ip in &ips {
+        if ip.contains(':') {
+            sh.push_str(&format!(" && ip -6 addr add {ip} dev net1 nodad"));
+        } else {
+            sh.push_str(&format!(" && ip addr add {ip} dev net1"));
+        }
+    }
+    ns.sh_ok(&sh);
+    OverlayPod {
+        pod,
+        ns,
+        ips,
+        testpmd: Some(testpmd),
+    }
+}
+
+impl OverlayPod {
+    /// Its address of a family, without the prefix.
+    fn ip(&self, v6: bool) -> String {
+        let a = self.ips.iter().find(|a| a.contains(':') == v6).unwrap();
+        a.split('/').next().unwrap().to_string()
+    }
+
+    /// Whether it gets answers to pings of `to`.
+    fn pings(&self, to: &str) -> bool {
+        self.ns
+            .sh(&format!("busybox ping -c 2 -i 0.2 -W 2 {to}"))
+            .status
+            .success()
+    }
+
+    /// Detaches it: its testpmd stops (checked), Multus runs DEL.
+    fn detach(mut self, node: &ClusterNode) {
+        if let Some(mut t) = self.testpmd.take() {
+            t.assert_alive();
+        }
+        let failed = node.multus().del(&self.pod);
+        assert!(failed.is_empty(), "DEL of {}: {failed:?}", self.pod.name);
+    }
+}
+
+/// The overlay's claims: slice by holder.
+fn claims(api: &ApiServer, namespace: &str) -> Vec<(String, u32, String)> {
+    api.all(LEASES)
+        .values()
+        .filter(|l| l["metadata"]["namespace"] == namespace)
+        .map(|l| {
+            let name = l["metadata"]["name"].as_str().unwrap().to_string();
+            let slice = name.rsplit('-').next().unwrap().parse().unwrap();
+            (
+                l["spec"]["holderIdentity"].as_str().unwrap().to_string(),
+                slice,
+                l["metadata"]["ownerReferences"][0]["uid"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn nodes_hand_out_disjoint_slices_of_the_overlay_and_their_pods_reach_each_other() {
+    let _g = serial();
+    let shipped = Shipped::read();
+    let overlay = shipped.overlay();
+    let ns = shipped.namespace.clone();
+
+    let u = Underlay::new(3);
+    let api = ApiServer::start_in(&shipped.docs, &u.router.name, "10.81.1.1".parse().unwrap());
+    let names = ["node-1", "node-2", "node-3"];
+    for (i, n) in names.iter().enumerate() {
+        api.put_node(
+            n,
+            &shipped.selected(),
+            &[("InternalIP", &Underlay::ip(i + 1))],
+        );
+    }
+    let mut nodes: Vec<ClusterNode> = names
+        .iter()
+        .zip(&u.vteps)
+        .map(|(n, netns)| ClusterNode::start(n, netns, &shipped))
+        .collect();
+    let token = |node: &str| api.token_for_node(&ns, &shipped.account, node);
+    // The three agents at once: they race for the lowest slices.
+    let mut agents: Vec<Agent> = nodes
+        .iter()
+        .map(|n| Agent::start(&shipped, n, &api, &token(&n.name)))
+        .collect();
+
+    // Each switch hands out the slice its node holds, and no two hold one.
+    let slices: Vec<u32> = wait_for(LIMIT, "every node's slice", || {
+        nodes.iter().map(|n| n.slice(&overlay)).collect()
+    });
+    let held = claims(&api, &ns);
+    assert_eq!(held.len(), 3, "{held:?}");
+    for (n, s) in nodes.iter().zip(&slices) {
+        let uid = api.node(&n.name).unwrap()["metadata"]["uid"].clone();
+        assert!(
+            held.iter()
+                .any(|(h, hs, owner)| h == &n.name && hs == s && uid == *owner),
+            "{} hands out slice {s}, and holds {held:?}",
+            n.name
+        );
+    }
+    assert_eq!(
+        slices.iter().collect::<BTreeSet<_>>().len(),
+        3,
+        "{slices:?}"
+    );
+
+    // A pod on each node: addresses from its node's slice, in the
+    // overlay's subnets.
+    let pods: Vec<OverlayPod> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| attach(n, &shipped, &format!("ovpod{}", i + 1)))
+        .collect();
+    for (p, s) in pods.iter().zip(&slices) {
+        let v4: std::net::Ipv4Addr = p.ip(false).parse().unwrap();
+        let v6: std::net::Ipv6Addr = p.ip(true).parse().unwrap();
+        assert!(p.ips.iter().any(|a| a.ends_with("/16")), "{:?}", p.ips);
+        assert!(p.ips.iter().any(|a| a.ends_with("/48")), "{:?}", p.ips);
+        assert_eq!(
+            (v4.octets()[..3].to_vec(), v6.segments()[..4].to_vec()),
+            (vec![10, 66, *s as u8], vec![0xfd66, 0, 0, *s as u16]),
+            "{:?} from slice {s}",
+            p.ips
+        );
+    }
+    // They reach each other across the nodes, both families.
+    for (from, to) in [(0, 1), (0, 2), (1, 2)] {
+        for v6 in [false, true] {
+            let dst = pods[to].ip(v6);
+            wait_for(LIMIT, &format!("pod {from} pinging {dst}"), || {
+                pods[from].pings(&dst).then_some(())
+            });
+        }
+    }
+
+    // Node 1's agent restarts and its switch is upgraded (a takeover, as
+    // the DaemonSet's rollout does): the node keeps its slice, claims
+    // nothing new, and its pods keep their connections.
+    let before = claims(&api, &ns);
+    agents[0].stop();
+    nodes[0].switch.takeover();
+    assert_eq!(nodes[0].slice(&overlay), Some(slices[0]));
+    agents[0] = Agent::start(&shipped, &nodes[0], &api, &token("node-1"));
+    wait_for(LIMIT, "node 1's agent synced", || {
+        agents[0]
+            .log()
+            .contains("filling the overlays")
+            .then_some(())
+    });
+    assert_eq!(claims(&api, &ns), before);
+    assert!(!agents[0].log().contains("claimed"), "{}", agents[0].log());
+    let mut pods = pods;
+    pods.push(attach(&nodes[0], &shipped, "ovpod4"));
+    assert!(
+        pods[3]
+            .ip(false)
+            .starts_with(&format!("10.66.{}.", slices[0])),
+        "{:?}",
+        pods[3].ips
+    );
+    wait_for(LIMIT, "the new pod on node 1 pinging node 3's", || {
+        pods[3].pings(&pods[2].ip(false)).then_some(())
+    });
+    wait_for(LIMIT, "node 1's first pod pinging node 3's", || {
+        pods[0].pings(&pods[2].ip(false)).then_some(())
+    });
+
+    // Node 3 leaves the cluster: its claim goes with it (the garbage
+    // collector deletes what the node owned).
+    agents[2].stop();
+    api.delete_node("node-3");
+    let left = claims(&api, &ns);
+    assert!(!left.iter().any(|(h, _, _)| h == "node-3"), "{left:?}");
+    assert_eq!(left.len(), 2, "{left:?}");
+    // The machine joins again as node-4: its switch still hands out the
+    // slice it had, which is free, so it claims that one (its pods keep
+    // valid addresses).
+    api.put_node(
+        "node-4",
+        &shipped.selected(),
+        &[("InternalIP", &Underlay::ip(3))],
+    );
+    nodes[2].name = "node-4".into();
+    agents[2] = Agent::start(&shipped, &nodes[2], &api, &token("node-4"));
+    wait_for(LIMIT, "node 4's claim", || {
+        claims(&api, &ns)
+            .iter()
+            .any(|(h, s, _)| h == "node-4" && *s == slices[2])
+            .then_some(())
+    });
+    assert_eq!(nodes[2].slice(&overlay), Some(slices[2]));
+    wait_for(LIMIT, "node 4's pod reached again", || {
+        pods[1].pings(&pods[2].ip(false)).then_some(())
+    });
+
+    // The pods go: DEL releases their addresses.
+    for (i, p) in pods.into_iter().enumerate() {
+        let node = &nodes[if i == 3 { 0 } else { i }];
+        p.detach(node);
+    }
+    for n in &nodes {
+        let dir = n
+            .root
+            .path(&format!("/var/lib/cni/networks/{}", shipped.nad.name));
+        let leased: Vec<String> = std::fs::read_dir(&dir)
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|f| f.parse::<std::net::IpAddr>().is_ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert!(leased.is_empty(), "{}: {leased:?}", n.name);
+    }
+    api.assert_only_lists_watches_status_patches_and_leases();
+    drop(agents);
+    for n in &mut nodes {
+        n.switch.assert_alive();
+    }
+}
