@@ -132,6 +132,18 @@ impl Request {
             slice,
         })
     }
+    /// `vtep_stations`.
+    pub fn vtep_stations(
+        overlay: &str,
+        remote: std::net::IpAddr,
+        stations: Vec<crate::RemoteStation>,
+    ) -> Call<()> {
+        Call::new(Request::VtepStations {
+            overlay: overlay.to_string(),
+            remote,
+            stations,
+        })
+    }
     /// `worker_list`.
     pub fn worker_list() -> Call<Vec<WorkerInfo>> {
         Call::new(Request::WorkerList)

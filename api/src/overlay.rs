@@ -21,9 +21,10 @@ pub const NODE_PREFIX_V6: u8 = 64;
 pub const MAX_SLICES: u32 = 1 << 16;
 
 /// An overlay's addresses for networks without IPAM of their own (daemon
-/// config `[overlays] NAME = { ..., ipam = { subnet = "10.66.0.0/16" } }`).
+/// config `[overlays] NAME = { ..., ipam = { subnet = "10.66.0.0/16" } }`,
+/// which refuses keys it does not know; as the API reports it, a field a
+/// newer switch adds is left unread).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct OverlayIpam {
     /// The IPv4 subnet: every pod's address has its prefix (the overlay is
     /// one link), from its node's slice.

@@ -181,6 +181,36 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         slice: Option<u32>,
     },
+    /// The stations behind remote VTEP `remote` of an overlay (the remote
+    /// node's pods on it, as the node agent knows them from the cluster),
+    /// replacing those it had: their MACs are pinned to the VTEP's tunnel
+    /// (of their VLAN), and the overlay's bridge answers ARP requests and
+    /// neighbour solicitations for their addresses itself. Not persisted:
+    /// the agent gives them again (a VTEP's `stations` says how many the
+    /// switch has).
+    VtepStations {
+        /// The overlay's name.
+        overlay: String,
+        /// The remote VTEP's address (its tunnels need not exist yet).
+        remote: std::net::IpAddr,
+        /// Every station behind it.
+        stations: Vec<RemoteStation>,
+    },
+}
+
+/// A station behind a remote VTEP: a remote pod's interface on an overlay
+/// network.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoteStation {
+    /// Its MAC.
+    pub mac: crate::MacAddr,
+    /// The overlay's VLAN it is in (an overlay of VLANs: one of theirs;
+    /// unset: the untagged one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vlan: Option<u16>,
+    /// Its addresses.
+    #[serde(default)]
+    pub ips: Vec<std::net::IpAddr>,
 }
 
 /// A remote VTEP of an overlay, as listed.
@@ -199,6 +229,9 @@ pub struct VtepInfo {
     /// Whether the config names it (it then cannot be deleted through the
     /// API).
     pub from_config: bool,
+    /// How many stations the node agent gave it ([`Request::VtepStations`]).
+    #[serde(default)]
+    pub stations: usize,
 }
 
 /// Which of a port's frames a capture takes.
@@ -486,6 +519,9 @@ pub enum LookupOutcome {
     Unknown,
     /// A multicast or broadcast destination: flooded.
     Multicast,
+    /// An ARP request or neighbour solicitation for a neighbour the
+    /// bridge knows: answered by the bridge on the port it came in on.
+    Answered,
 }
 
 /// How workers wait for frames.
@@ -751,6 +787,10 @@ pub struct BridgeCounts {
     pub aged: u64,
     /// Frames flooded (unknown unicast, broadcast, multicast).
     pub flooded: u64,
+    /// ARP requests and neighbour solicitations answered from the
+    /// bridge's known neighbours instead of flooded.
+    #[serde(default)]
+    pub answered: u64,
 }
 
 /// A worker and its load since the daemon started.

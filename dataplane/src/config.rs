@@ -174,7 +174,11 @@ pub struct Overlay {
     /// Addresses for the networks on the overlay that name no IPAM of
     /// their own: its subnets, split in a slice per node (the node agent
     /// claims this node's).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "strict_ipam"
+    )]
     pub ipam: Option<switchyard_api::overlay::OverlayIpam>,
 }
 
@@ -186,6 +190,34 @@ pub struct VlanVni {
     pub vlan: u16,
     /// Its VNI.
     pub vni: u32,
+}
+
+/// An overlay's `ipam` as the config spells it: a key it does not have
+/// is refused, naming it (the API's type reads what a newer switch
+/// reports and leaves what it does not know).
+fn strict_ipam<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<switchyard_api::overlay::OverlayIpam>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Strict {
+        #[serde(default)]
+        subnet: Option<ipnet::Ipv4Net>,
+        #[serde(default)]
+        node_prefix: Option<u8>,
+        #[serde(default)]
+        subnet6: Option<ipnet::Ipv6Net>,
+        #[serde(default)]
+        node_prefix6: Option<u8>,
+    }
+    Ok(
+        Option::<Strict>::deserialize(d)?.map(|s| switchyard_api::overlay::OverlayIpam {
+            subnet: s.subnet,
+            node_prefix: s.node_prefix,
+            subnet6: s.subnet6,
+            node_prefix6: s.node_prefix6,
+        }),
+    )
 }
 
 impl Overlay {
@@ -274,6 +306,19 @@ impl Overlay {
             // The error names its field below `ipam`.
             ipam.validate()
                 .map_err(|e| invalid(at.clone(), e.to_string()))?;
+            // The node agent names each slice's Lease after the overlay
+            // and labels it with the name: a DNS label, as both need.
+            let dns_label = name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !name.starts_with('-')
+                && !name.ends_with('-');
+            if !dns_label {
+                return Err(invalid(
+                    format!("{at}.ipam"),
+                    "an overlay that splits its addresses is named as a DNS label (lowercase letters, digits and '-', not at either end): its slices are claimed in the cluster under its name",
+                ));
+            }
         }
         let mut seen = std::collections::HashSet::new();
         for (i, v) in self.vlans.iter().enumerate() {
@@ -843,6 +888,14 @@ mod tests {
             (
                 "this-name-is-too-long = { vni = 1 }",
                 "overlays.this-name-is-too-long",
+            ),
+            (
+                "Ov_1 = { vni = 1, ipam = { subnet = \"10.66.0.0/16\" } }",
+                "overlays.Ov_1.ipam",
+            ),
+            (
+                "o = { vni = 1, ipam = { subnet = \"10.66.0.0/16\", node_prefx = 24 } }",
+                "overlays.o.ipam.node_prefx",
             ),
         ] {
             let e = Config::parse(&format!("[overlays]\n{text}\n"))

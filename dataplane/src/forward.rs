@@ -18,6 +18,7 @@ use crate::observe::{capture, Trace, TraceLearn, TraceLookup, TraceRecord};
 use crate::queue::offload;
 use crate::queue::{Offload, RxFrame, TxError, TxFrame, TxOutcome, TxQueue, BURST_SIZE};
 use crate::switch::mac_table::{MacEntry, MacKey};
+use crate::switch::neigh::{self, Neighbours};
 use crate::switch::policy::conntrack;
 use crate::switch::policy::{Decision, Direction, FrameCheck, Judge};
 use crate::switch::security::{self, Admitted};
@@ -47,6 +48,10 @@ pub struct Forwarder {
     /// popped) or not (one may be pushed, of its one VLAN), so one header
     /// serves every destination.
     hdrs: Vec<[u8; PUSHED_LEN]>,
+    /// For each frame of the burst that a bridge answers itself (an ARP
+    /// request or a neighbour solicitation for a known neighbour), the
+    /// reply sent back on its port in its place.
+    replies: Vec<Reply>,
     /// While a trace runs: the records of the chunk's traced frames.
     traced: Vec<Option<TraceRecord>>,
     /// Headers of the segments of a frame cut in software.
@@ -140,6 +145,26 @@ enum Retag {
     Pop,
     /// A tag of its VLAN is pushed.
     Push,
+    /// Not the frame but the bridge's reply to it ([`Forwarder::replies`]).
+    Reply,
+}
+
+/// A bridge's reply to a request it answers itself ([`neigh::answer`]):
+/// its bytes, and how many of the request's last bytes follow them (an
+/// ARP request's padding).
+#[derive(Clone, Copy)]
+struct Reply {
+    bytes: [u8; neigh::REPLY_MAX],
+    len: u8,
+    rest: u16,
+}
+
+impl Reply {
+    const EMPTY: Reply = Reply {
+        bytes: [0; neigh::REPLY_MAX],
+        len: 0,
+        rest: 0,
+    };
 }
 
 /// Notes policy decision `d`, made for port `p`, in trace record `t`.
@@ -317,6 +342,7 @@ impl Forwarder {
         self.pending = vec![PendingQueue::EMPTY; view.ports.len()];
         self.touched = Vec::with_capacity(view.ports.len());
         self.hdrs = vec![[0; PUSHED_LEN]; BURST_SIZE];
+        self.replies = vec![Reply::EMPTY; BURST_SIZE];
         self.traced = vec![None; BURST_SIZE];
     }
 
@@ -714,6 +740,19 @@ impl Forwarder {
                         }
                     }
                     None => {
+                        // An overlay bridge answers for the neighbours it
+                        // knows, asked from a port of this node (a tunnel's
+                        // remote end asks its own switch).
+                        if let Some(n) = bridge.neigh.as_deref() {
+                            if l2.dst_multicast()
+                                && !inp.split_horizon
+                                && self.answer(n, frame, domain, i, (in_port, inp))
+                            {
+                                bump(&bridge_counters.answered, 1);
+                                note!(|t| t.lookup = TraceLookup::Answered);
+                                continue;
+                            }
+                        }
                         bump(&bridge_counters.flooded, 1);
                         note!(|t| {
                             t.lookup = if l2.dst_multicast() {
@@ -756,6 +795,44 @@ impl Forwarder {
                 }
             }
         }
+    }
+
+    /// The bridge's reply to frame `i` of the chunk (`frame`, of VLAN
+    /// domain `domain`), if it is a request for one of neighbours `n`:
+    /// queued back on its port `(id, p)`, in its place. Out of line: only
+    /// broadcasts and multicasts of a bridge with neighbours come here.
+    #[inline(never)]
+    fn answer(
+        &mut self,
+        n: &Neighbours,
+        frame: &RxFrame,
+        domain: u16,
+        i: usize,
+        (id, p): (PortId, &ViewPort),
+    ) -> bool {
+        let mut head = [0u8; neigh::READ_LEN];
+        let got = frame.read_prefix(&mut head);
+        let r = &mut self.replies[i];
+        let Some((len, rest)) =
+            neigh::answer(n, domain, &head[..got], frame.len as usize, &mut r.bytes)
+        else {
+            return false;
+        };
+        if p.tx.is_none() {
+            return false;
+        }
+        let Some(q) = self.pending.get_mut(id as usize) else {
+            return false;
+        };
+        (r.len, r.rest) = (len as u8, rest as u16);
+        if q.is_empty() {
+            self.touched.push(id);
+        }
+        q.push(Pending {
+            frame: i as u8,
+            tag: Retag::Reply,
+        });
+        true
     }
 
     /// Queues frame `f` on port `id` of the bridge (worker `w`), with the
@@ -844,6 +921,7 @@ impl Forwarder {
             pending,
             touched,
             hdrs,
+            replies,
             traced,
             soft,
             ..
@@ -899,6 +977,16 @@ impl Forwarder {
                             &hdr[..12],
                             (HEADER_LEN + VLAN_TAG_LEN - 2) as u32,
                         ),
+                        Retag::Reply => {
+                            // Made here whole: no work left on it.
+                            let r = &replies[usize::from(e.frame)];
+                            TxFrame::rewritten(
+                                frame,
+                                &r.bytes[..usize::from(r.len)],
+                                frame.len - u32::from(r.rest),
+                            )
+                            .with_offload(Offload::NONE)
+                        }
                         _ => TxFrame::rewritten(frame, hdr, 12),
                     })
                     .len() as u32

@@ -44,6 +44,9 @@ pub struct BridgeCounters {
     pub aged: AtomicU64,
     /// Frames flooded (unknown unicast, broadcast, multicast).
     pub flooded: AtomicU64,
+    /// ARP requests and neighbour solicitations the bridge answered
+    /// itself (from its known neighbours) instead of flooding them.
+    pub answered: AtomicU64,
 }
 
 /// Adds `n` to a counter that only the calling thread writes.

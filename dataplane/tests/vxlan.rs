@@ -577,3 +577,180 @@ fn a_pod_on_another_node_cannot_take_a_pinned_mac() {
         .unwrap();
     assert_eq!(e.port, "pod", "{e:?}");
 }
+
+/// `tcpdump` on the underlay interface of namespace `ns`, writing the
+/// VXLAN datagrams to `file` once it says it listens; stopped (and
+/// checked) by [`underlay_frames`].
+fn underlay_capture(ns: &Netns, file: &str) -> Reap {
+    let mut c = Reap(
+        Command::new("ip")
+            .args(["netns", "exec", &ns.name, "tcpdump", "-i", "ul", "-nn"])
+            // Each datagram written as it comes: none is left in the
+            // kernel's ring (a block waits up to a second) when it stops.
+            .args(["--immediate-mode", "-U"])
+            .args(["-w", file, "udp port 4789"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("tcpdump (Debian: tcpdump)"),
+    );
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stderr = c.0.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let line = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert!(line.contains("listening on ul"), "tcpdump: {line}");
+    c
+}
+
+/// What capture `c` caught, decoded (`tcpdump -r`: VXLAN and the frame
+/// inside), one line per datagram.
+fn underlay_frames(mut c: Reap, file: &str) -> Vec<String> {
+    let ending = terminate(&mut c.0, Duration::from_secs(5));
+    assert!(
+        matches!(ending, Ending::Stopped(_)),
+        "tcpdump ended as {ending:?}"
+    );
+    let out = Command::new("tcpdump")
+        .args(["-r", file, "-nn"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// The overlay's ARP/ND responder: each switch is given the stations
+/// behind the other's VTEP (as vtep-sync gives a remote node's pods, with
+/// their MACs and addresses). A pod's ARP requests and neighbour
+/// solicitations for the other node's pod are answered by its own switch:
+/// the pods reach each other in both families with no ARP request and no
+/// solicitation on the underlay (captured), the remote MACs are pinned to
+/// the tunnel, and each bridge counts its answers. An address nobody
+/// knows is still flooded (and unanswered); one a pod ARPs for that is
+/// not there gets no answer; stations taken out are flooded for again.
+#[test]
+fn a_bridge_answers_for_its_vteps_stations_and_no_request_crosses() {
+    let _g = serial();
+    let u = Underlay::new(2);
+    let overlay = "[overlays]\nflat = { vni = 42 }\n";
+    let sws = [
+        Switch::start_in(Some(&u.vteps[0].name), overlay),
+        Switch::start_in(Some(&u.vteps[1].name), overlay),
+    ];
+    sws[0].cli_ok(&["vtep", "add", "flat", &Underlay::ip(2)]);
+    sws[1].cli_ok(&["vtep", "add", "flat", &Underlay::ip(1)]);
+    let pods: Vec<Station> = sws
+        .iter()
+        .enumerate()
+        .map(|(i, sw)| {
+            let pod = Station::on_overlay(i as u8 + 1, Some(&u.vteps[i]), "pod");
+            pod.ns
+                .sh_ok(&format!("ip -6 addr add fd66::{}/64 dev eth0 nodad", i + 1));
+            sw.add_af_packet("pod", "flat", &[]);
+            pod
+        })
+        .collect();
+    // Each switch knows the other node's pod.
+    for (i, sw) in sws.iter().enumerate() {
+        let other = 1 - i;
+        let station = format!(
+            "{}=10.66.0.{},fd66::{}",
+            pods[other].mac(),
+            other + 1,
+            other + 1
+        );
+        sw.cli_ok(&[
+            "vtep",
+            "stations",
+            "flat",
+            &Underlay::ip(other + 1),
+            &station,
+        ]);
+        let v: Vec<switchyard_api::VtepInfo> =
+            serde_json::from_str(&sw.cli_ok(&["vtep", "list", "--json"])).unwrap();
+        assert_eq!(v[0].stations, 1, "{v:?}");
+        let tunnel = format!("flat-{}", Underlay::ip(other + 1));
+        let m = sw.macs("flat");
+        assert!(
+            m.iter()
+                .any(|e| e.mac == pods[other].mac() && e.port == tunnel),
+            "the remote pod's MAC pinned to the tunnel: {m:?}"
+        );
+    }
+    let answered = |sw: &Switch| {
+        let b: Vec<switchyard_api::BridgeInfo> =
+            serde_json::from_str(&sw.cli_ok(&["bridge", "list", "--json"])).unwrap();
+        b.iter()
+            .find(|b| b.name == "flat")
+            .unwrap()
+            .counters
+            .answered
+    };
+
+    // In steady state: the pods' own link-local addresses have been
+    // probed for (duplicate address detection, from `::`, which is
+    // flooded: its answer would say the address is taken).
+    for p in &pods {
+        wait_for(Duration::from_secs(10), "link-local DAD done", || {
+            p.ns.sh_ok("ip -6 addr show dev eth0 tentative")
+                .trim()
+                .is_empty()
+                .then_some(())
+        });
+    }
+    let file = format!("{}/underlay.pcap", sws[0].dir.path().display());
+    let cap = underlay_capture(&u.vteps[0], &file);
+    pods[0].ns.sh_ok("busybox ping -c 2 -i 0.2 -W 2 10.66.0.2");
+    pods[0].ns.sh_ok("busybox ping -c 2 -i 0.2 -W 2 fd66::2");
+    // The pods' neighbours are the MACs the switches answered with.
+    let neigh = pods[0].ns.sh_ok("ip neigh show dev eth0");
+    assert!(neigh.contains(&pods[1].mac()), "{neigh}");
+    // An address nobody has: flooded, unanswered.
+    assert!(!pods[0]
+        .ns
+        .sh("busybox arping -c 1 -w 1 -I eth0 10.66.0.9")
+        .status
+        .success());
+    let frames = underlay_frames(cap, &file);
+    let requests: Vec<&String> = frames
+        .iter()
+        .filter(|l| l.contains("ARP, Request") || l.contains("neighbor solicitation"))
+        .collect();
+    assert!(
+        requests.len() == 1 && requests[0].contains("who-has 10.66.0.9"),
+        "only the unknown address's request crosses: {requests:?}\n{frames:#?}"
+    );
+    assert!(
+        frames.iter().any(|l| l.contains("ICMP echo request")),
+        "{frames:#?}"
+    );
+    assert!(answered(&sws[0]) >= 2, "{}", answered(&sws[0]));
+    assert!(answered(&sws[1]) >= 1, "{}", answered(&sws[1]));
+
+    // Node 2's pod is gone from switch 1's stations: a request for it is
+    // flooded again (and answered by the pod).
+    sws[0].cli_ok(&["vtep", "stations", "flat", &Underlay::ip(2)]);
+    let before = answered(&sws[0]);
+    pods[0].ns.sh_ok("ip neigh flush dev eth0");
+    let cap = underlay_capture(&u.vteps[0], &file);
+    pods[0].ns.sh_ok("busybox ping -c 1 -W 2 10.66.0.2");
+    let frames = underlay_frames(cap, &file);
+    assert!(
+        frames
+            .iter()
+            .any(|l| l.contains("ARP, Request who-has 10.66.0.2")),
+        "{frames:#?}"
+    );
+    assert_eq!(answered(&sws[0]), before);
+}

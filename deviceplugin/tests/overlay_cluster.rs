@@ -507,6 +507,36 @@ fn nodes_hand_out_disjoint_slices_of_the_overlay_and_their_pods_reach_each_other
         pods[0].pings(&pods[2].ip(false)).then_some(())
     });
 
+    // Node 2 is deleted and made again under its name while the garbage
+    // collector has yet to delete its claim: its agent releases the claim
+    // of the node's previous object and claims the same slice for the new
+    // one (its pods keep their addresses).
+    api.set_gc_lagging(true);
+    let old_uid = api.node("node-2").unwrap()["metadata"]["uid"].clone();
+    api.delete_node("node-2");
+    api.put_node(
+        "node-2",
+        &shipped.selected(),
+        &[("InternalIP", &Underlay::ip(2))],
+    );
+    let new_uid = api.node("node-2").unwrap()["metadata"]["uid"].clone();
+    assert_ne!(old_uid, new_uid);
+    wait_for(LIMIT, "node 2's claim for its new object", || {
+        claims(&api, &ns)
+            .iter()
+            .any(|(h, s, owner)| h == "node-2" && *s == slices[1] && new_uid == *owner)
+            .then_some(())
+    });
+    api.set_gc_lagging(false);
+    assert!(
+        claims(&api, &ns)
+            .iter()
+            .any(|(h, s, _)| h == "node-2" && *s == slices[1]),
+        "{:?}",
+        claims(&api, &ns)
+    );
+    assert_eq!(nodes[1].slice(&overlay), Some(slices[1]));
+
     // Node 3 leaves the cluster: its claim goes with it (the garbage
     // collector deletes what the node owned).
     agents[2].stop();

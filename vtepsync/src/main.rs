@@ -205,15 +205,16 @@ async fn run(args: Args) -> anyhow::Result<()> {
             tokio::task::spawn_blocking(move || sync(&socket, &wanted, &remotes, local))
                 .await
                 .context("the sync task")?;
-        // The node's slices of the overlays' addresses: only once the
-        // switch answered (it says which overlays split theirs).
-        if outcome.error.is_none() {
+        // The node's slices of the overlays' addresses: once the switch
+        // answered (it says which overlays split theirs), whatever became
+        // of the VTEPs.
+        if let Some(ipams) = &outcome.ipams {
             if let Err(e) = claims
-                .pass(nodes.own_uid(), &outcome.ipams, &args.control_socket)
+                .pass(nodes.own_uid(), ipams, &args.control_socket)
                 .await
             {
                 warn!("{e:#}");
-                outcome.error = Some(e);
+                outcome.error.get_or_insert(e);
             }
         }
         if let Err(e) = published {
@@ -615,9 +616,9 @@ mod claims {
         api: Api<Lease>,
         namespace: String,
         node: String,
-        /// Per overlay: the slice the switch was given, and the split it
-        /// is a slice of.
-        held: BTreeMap<String, (u32, OverlayIpam)>,
+        /// Per overlay: the slice the switch was given, the split it is a
+        /// slice of, and the node object's UID it was claimed for.
+        held: BTreeMap<String, (u32, OverlayIpam, String)>,
         next_check: Instant,
         every: Duration,
     }
@@ -639,9 +640,10 @@ mod claims {
         /// Gives the switch a slice of each overlay of `ipams` (the
         /// overlays that split their addresses, as the switch reports
         /// them): the one the node holds, or one it claims. An overlay
-        /// whose switch hands out what the node was last seen to hold is
-        /// passed over until the next check (the Leases are listed per
-        /// overlay, not per node event). `uid` is the node object's.
+        /// whose switch hands out what the node was last seen to hold, for
+        /// the same node object, is passed over until the next check, and
+        /// then its Lease alone is read back (a list of the overlay's
+        /// claims only when the node claims). `uid` is the node object's.
         pub async fn pass(
             &mut self,
             uid: Option<&str>,
@@ -661,16 +663,16 @@ mod claims {
             let due = Instant::now() >= self.next_check;
             let mut first = None;
             for (overlay, ipam) in ipams {
-                let same = self
-                    .held
-                    .get(overlay)
-                    .is_some_and(|(s, split)| ipam.slice == Some(*s) && *split == ipam.config);
-                if same && !due {
+                let same = self.held.get(overlay).is_some_and(|(s, split, u)| {
+                    ipam.slice == Some(*s) && *split == ipam.config && u == uid
+                });
+                if same && (!due || self.still_held(uid, overlay, ipam.slice).await) {
                     continue;
                 }
                 match self.claim(uid, overlay, ipam, socket).await {
                     Ok(s) => {
-                        self.held.insert(overlay.clone(), (s, ipam.config.clone()));
+                        self.held
+                            .insert(overlay.clone(), (s, ipam.config.clone(), uid.to_string()));
                     }
                     Err(e) => {
                         self.held.remove(overlay);
@@ -682,6 +684,23 @@ mod claims {
                 self.next_check = Instant::now() + self.every;
             }
             first.map_or(Ok(()), Err)
+        }
+
+        /// Whether the node's Lease of `slice` of `overlay` is still there
+        /// and its own (one read; an error counts as not).
+        async fn still_held(&self, uid: &str, overlay: &str, slice: Option<u32>) -> bool {
+            let Some(s) = slice else {
+                return false;
+            };
+            let Ok(l) = self.api.get(&slices::lease_name(overlay, s)).await else {
+                return false;
+            };
+            serde_json::to_value(&l)
+                .ok()
+                .and_then(|v| Claim::from_lease(overlay, &v))
+                .is_some_and(|c| {
+                    c.holder == self.node && c.owner_uid.as_deref().is_none_or(|u| u == uid)
+                })
         }
 
         /// The slice of `overlay` the node holds or claims, given to the
@@ -709,18 +728,41 @@ mod claims {
                 if let Some(c) = ipam
                     .slice
                     .and_then(|s| claims.iter().find(|c| c.slice == s))
-                    .filter(|c| {
-                        c.holder != self.node || c.owner_uid.as_deref().is_some_and(|u| u != uid)
-                    })
+                    .filter(|c| c.holder != self.node)
                 {
                     warn!(
                         %overlay, slice = c.slice, holder = %c.holder,
                         "the switch hands out a slice another node holds: this node's pods that have addresses from it collide with that node's; new pods get another slice"
                     );
                 }
-                let s = match slices::step(&self.node, uid, &claims, slices, ipam.slice) {
+                let step = slices::step(&self.node, uid, &claims, slices, ipam.slice);
+                if let Step::Reclaim(s) = step {
+                    // The node's previous object's claim: deleted (if it
+                    // is still that one), then claimed for this one.
+                    let stale = claims
+                        .iter()
+                        .find(|c| c.slice == s)
+                        .and_then(|c| c.uid.clone());
+                    let dp = DeleteParams {
+                        preconditions: Some(Preconditions {
+                            uid: stale,
+                            resource_version: None,
+                        }),
+                        ..Default::default()
+                    };
+                    match self.api.delete(&slices::lease_name(overlay, s), &dp).await {
+                        Ok(_) => info!(%overlay, slice = s, "released the slice's claim by this node's previous object, to claim it again"),
+                        Err(kube::Error::Api(e)) if e.is_not_found() || e.is_conflict() => {}
+                        Err(e) => {
+                            return Err(e).with_context(|| {
+                                format!("releasing the previous node object's claim of slice {s} of overlay {overlay}")
+                            })
+                        }
+                    }
+                }
+                let s = match step {
                     Step::Hold(s) => s,
-                    Step::Claim(s) => {
+                    Step::Claim(s) | Step::Reclaim(s) => {
                         let lease: Lease = serde_json::from_value(slices::lease(
                             &self.namespace,
                             overlay,
@@ -838,8 +880,9 @@ async fn publish(api: &Api<Node>, node: &str, vtep: IpAddr) -> anyhow::Result<()
 struct Outcome {
     /// The overlays filled.
     overlays: Vec<String>,
-    /// Those that split their addresses in slices, as the switch has them.
-    ipams: Vec<(String, NodeIpam)>,
+    /// Those that split their addresses in slices, as the switch has them
+    /// (`None`: the switch did not answer).
+    ipams: Option<Vec<(String, NodeIpam)>>,
     /// The first thing that failed, if any did.
     error: Option<anyhow::Error>,
 }
@@ -885,7 +928,7 @@ fn sync(
     let addrs = remotes.keys().copied().collect();
     let p = plan(&overlays, &addrs, local, &current);
     out.overlays = overlays;
-    out.ipams = ipams;
+    out.ipams = Some(ipams);
     let node = |a: &IpAddr| remotes.get(a).map_or("(gone)", String::as_str).to_string();
     for v in &p.add {
         match c.ask(&Request::vtep_add(&v.overlay, v.remote, v.local)) {

@@ -99,6 +99,7 @@ mod tests {
             tunnels: vec![],
             link_up: true,
             from_config,
+            stations: 0,
         }
     }
 

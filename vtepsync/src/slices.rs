@@ -45,6 +45,10 @@ impl Claim {
             .strip_prefix(&format!("switchyard-{overlay}-slice-"))?
             .parse()
             .ok()?;
+        // Its own spelling only (not `-007` beside `-7`).
+        if lease_name(overlay, slice) != name {
+            return None;
+        }
         let owner_uid = lease["metadata"]["ownerReferences"]
             .as_array()
             .into_iter()
@@ -72,6 +76,11 @@ pub enum Step {
     Hold(u32),
     /// It holds none it can keep: claim this one.
     Claim(u32),
+    /// The slice the switch hands out is held under the node's name by
+    /// the node's previous object (deleted and made again; the garbage
+    /// collector has yet to delete its Lease): delete that Lease and claim
+    /// the slice again, so that the node's pods keep their addresses.
+    Reclaim(u32),
     /// Every slice is held.
     Exhausted,
 }
@@ -87,13 +96,16 @@ fn own(c: &Claim, node: &str, uid: &str) -> bool {
 /// all and `current` the slice its switch hands out now, if any. The
 /// slice the switch hands out is kept where it can be (its pods have
 /// addresses from it): held if the node's claim is still there, claimed
-/// again if no one claims it (a claim deleted by hand). Else the node's
-/// lowest claim, else the lowest free slice.
+/// again if no one claims it (a claim deleted by hand) or only the node's
+/// previous object does. Else the node's lowest claim, else a free slice,
+/// looked for from a point the node's name picks ([`first_try`]), so that
+/// nodes that start at once mostly try different slices.
 pub fn step(node: &str, uid: &str, claims: &[Claim], slices: u32, current: Option<u32>) -> Step {
     let holder = |s: u32| claims.iter().find(|c| c.slice == s);
     if let Some(s) = current.filter(|s| *s < slices) {
         match holder(s) {
             Some(c) if own(c, node, uid) => return Step::Hold(s),
+            Some(c) if c.holder == node => return Step::Reclaim(s),
             None => return Step::Claim(s),
             Some(_) => {}
         }
@@ -107,10 +119,24 @@ pub fn step(node: &str, uid: &str, claims: &[Claim], slices: u32, current: Optio
         return Step::Hold(s);
     }
     let taken: BTreeSet<u32> = claims.iter().map(|c| c.slice).collect();
-    match (0..slices).find(|s| !taken.contains(s)) {
+    let from = first_try(node, slices);
+    match (0..slices)
+        .map(|k| (from + k) % slices)
+        .find(|s| !taken.contains(s))
+    {
         Some(s) => Step::Claim(s),
         None => Step::Exhausted,
     }
+}
+
+/// The slice node `node` tries first when it claims one (of `slices`): a
+/// hash of its name (FNV-1a), so that nodes that claim at once mostly try
+/// different slices, rather than each round's losers all trying the next.
+pub fn first_try(node: &str, slices: u32) -> u32 {
+    let h = node.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    (h % u64::from(slices.max(1))) as u32
 }
 
 /// Node `node`'s (UID `uid`) own claims other than slice `kept`: one it
@@ -187,9 +213,31 @@ mod tests {
         assert_eq!(step("c", "uc", &claims, 8, Some(6)), Step::Claim(6));
         // Held by another node: the node's own claim, else a free one.
         assert_eq!(step("b", "ub", &claims, 8, Some(0)), Step::Hold(2));
-        assert_eq!(step("c", "uc", &claims, 8, Some(0)), Step::Claim(1));
+        let free = |slices: u32| {
+            let from = first_try("c", slices);
+            (0..slices)
+                .map(|k| (from + k) % slices)
+                .find(|s| ![0, 2, 5].contains(s))
+                .unwrap()
+        };
+        assert_eq!(step("c", "uc", &claims, 8, Some(0)), Step::Claim(free(8)));
         // Beyond the split: as if it had none.
-        assert_eq!(step("c", "uc", &claims, 4, Some(6)), Step::Claim(1));
+        assert_eq!(step("c", "uc", &claims, 4, Some(6)), Step::Claim(free(4)));
+        // Held under the node's name by its previous object: claimed again.
+        assert_eq!(step("b", "ub2", &claims, 8, Some(5)), Step::Reclaim(5));
+    }
+
+    #[test]
+    fn nodes_that_claim_at_once_mostly_try_different_slices() {
+        let tries: BTreeSet<u32> = (0..100)
+            .map(|i| first_try(&format!("node-{i}"), 256))
+            .collect();
+        assert!(tries.len() > 70, "{}", tries.len());
+        assert_eq!(first_try("node-1", 1), 0);
+        // A name of another spelling is not a slice's.
+        let mut l = lease("ns", "ov", 7, "a", "ua");
+        l["metadata"]["name"] = "switchyard-ov-slice-007".into();
+        assert_eq!(Claim::from_lease("ov", &l), None);
     }
 
     #[test]

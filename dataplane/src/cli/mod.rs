@@ -322,6 +322,18 @@ pub(crate) enum VtepCmd {
         /// The slice's index.
         slice: Option<u32>,
     },
+    /// Sets the stations behind a remote VTEP of an overlay, as the node
+    /// agent does for the remote node's pods (not persisted): their MACs
+    /// are pinned to its tunnels, and the bridge answers ARP and neighbour
+    /// solicitations for their addresses itself. None given: none.
+    Stations {
+        /// Overlay.
+        overlay: String,
+        /// The remote VTEP's address.
+        remote: std::net::IpAddr,
+        /// Each station as MAC[@VLAN]=IP[,IP...] (`02:00:00:00:00:05=10.66.2.5,fd66:0:0:2::5`).
+        stations: Vec<String>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -599,6 +611,20 @@ pub(crate) fn run(cmd: Cmd, control: Option<PathBuf>) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Cmd::Vtep(VtepCmd::Stations {
+            overlay,
+            remote,
+            stations,
+        }) => {
+            let list = stations
+                .iter()
+                .map(|s| parse_station(s))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            let n = list.len();
+            client()?.ask(&Request::vtep_stations(&overlay, remote, list))?;
+            println!("overlay {overlay}: {n} stations behind {remote}");
+            Ok(())
+        }
         Cmd::Mac(MacCmd::List { bridge, json }) => {
             let Some(macs) = json_or(&mut client()?, &Request::mac_list(&bridge), json)? else {
                 return Ok(());
@@ -607,6 +633,37 @@ pub(crate) fn run(cmd: Cmd, control: Option<PathBuf>) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// A station as `vtep stations` takes it: `MAC[@VLAN]=IP[,IP...]`.
+fn parse_station(s: &str) -> anyhow::Result<switchyard_api::RemoteStation> {
+    let (who, ips) = s
+        .split_once('=')
+        .ok_or_else(|| anyhow::anyhow!("station {s:?}: not MAC[@VLAN]=IP[,IP...]"))?;
+    let (mac, vlan) = match who.split_once('@') {
+        Some((m, v)) => (
+            m,
+            Some(
+                v.parse()
+                    .map_err(|e| anyhow::anyhow!("station {s:?}: VLAN {v:?}: {e}"))?,
+            ),
+        ),
+        None => (who, None),
+    };
+    Ok(switchyard_api::RemoteStation {
+        mac: mac
+            .parse()
+            .map_err(|e| anyhow::anyhow!("station {s:?}: MAC {mac:?}: {e}"))?,
+        vlan,
+        ips: ips
+            .split(',')
+            .filter(|a| !a.is_empty())
+            .map(|a| {
+                a.parse()
+                    .map_err(|e| anyhow::anyhow!("station {s:?}: address {a:?}: {e}"))
+            })
+            .collect::<anyhow::Result<_>>()?,
+    })
 }
 
 /// Asks `call`. With `--json` (`json`), prints the answer as pretty JSON and

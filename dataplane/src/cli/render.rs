@@ -52,6 +52,7 @@ pub(crate) fn trace_text(entries: &[TraceEntry]) -> String {
             LookupOutcome::Unicast => Some("unicast"),
             LookupOutcome::Unknown => Some("unknown: flooded"),
             LookupOutcome::Multicast => Some("multicast: flooded"),
+            LookupOutcome::Answered => Some("a known neighbour's: answered by the bridge"),
         };
         if let Some(lookup) = lookup {
             let _ = writeln!(
@@ -268,17 +269,18 @@ pub(crate) fn vtep_table(vteps: &[switchyard_api::VtepInfo]) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "{:<16} {:<39} {:<39} {:<5} TUNNELS",
-        "OVERLAY", "REMOTE", "LOCAL", "LINK"
+        "{:<16} {:<39} {:<39} {:<5} {:>8} TUNNELS",
+        "OVERLAY", "REMOTE", "LOCAL", "LINK", "STATIONS"
     );
     for v in vteps {
         let _ = writeln!(
             o,
-            "{:<16} {:<39} {:<39} {:<5} {}{}",
+            "{:<16} {:<39} {:<39} {:<5} {:>8} {}{}",
             v.overlay,
             v.remote,
             v.local,
             if v.link_up { "up" } else { "down" },
+            v.stations,
             v.tunnels.join(","),
             if v.from_config { " (config)" } else { "" }
         );

@@ -309,7 +309,7 @@ impl Collector for Snapshot {
         gauges(&mut enc, bmacs)?;
         gauges(&mut enc, bports)?;
         type BridgeCount = fn(&switchyard_api::BridgeCounts) -> u64;
-        let bridge_counters: [(&str, &str, BridgeCount); 5] = [
+        let bridge_counters: [(&str, &str, BridgeCount); 6] = [
             (
                 "switchyard_bridge_mac_learned",
                 "MAC entries learned (new stations, evictions included).",
@@ -334,6 +334,11 @@ impl Collector for Snapshot {
                 "switchyard_bridge_flooded_packets",
                 "Frames flooded to every port (unknown unicast, broadcast, multicast).",
                 |c| c.flooded,
+            ),
+            (
+                "switchyard_bridge_neighbour_answers",
+                "ARP requests and IPv6 neighbour solicitations the bridge answered from its known neighbours instead of flooding them.",
+                |c| c.answered,
             ),
         ];
         for (name, help, get) in bridge_counters {

@@ -314,6 +314,7 @@ impl StreamJob for TraceJob {
                     TraceLookup::Unicast(p) => (LookupOutcome::Unicast, Some(name(p))),
                     TraceLookup::Unknown => (LookupOutcome::Unknown, None),
                     TraceLookup::Multicast => (LookupOutcome::Multicast, None),
+                    TraceLookup::Answered => (LookupOutcome::Answered, None),
                 };
                 TraceEntry {
                     worker: usize::from(r.worker),

@@ -118,8 +118,8 @@ pub struct TakeoverState {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub counted: Vec<(String, PortTotals)>,
     /// The node's slices of the overlays' addresses, as the old switch
-    /// hands them out when it pauses (`None` from a switch before them:
-    /// the new one keeps what the state file said).
+    /// hands them out when it pauses (`None`: none, or a switch before
+    /// them; the new one keeps what the state file said).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overlay_slices:
         Option<std::collections::BTreeMap<String, switchyard_api::overlay::SavedSlice>>,

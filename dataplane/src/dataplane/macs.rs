@@ -45,6 +45,30 @@ impl Dataplane {
         Ok(())
     }
 
+    /// Takes out the entries of `macs` pinned to port `id` (in any VLAN),
+    /// giving the port's places back.
+    pub fn unpin_macs(&self, id: PortId, macs: &[MacAddr]) {
+        let t = self.table();
+        let Some(p) = t.ports.get(id as usize).and_then(Option::as_ref) else {
+            return;
+        };
+        let Some(table) = p
+            .bridge
+            .and_then(|b| t.bridges.get(b as usize))
+            .and_then(Option::as_ref)
+            .map(|b| b.macs.clone())
+        else {
+            return;
+        };
+        let gone = table.retain(|r| {
+            !(r.entry.pinned
+                && r.entry.port == id
+                && r.entry.port_gen == p.generation
+                && macs.contains(&r.mac))
+        });
+        p.shared.security.release(gone as u32);
+    }
+
     /// Removes unpinned MAC entries older than `max_age` seconds from every
     /// bridge, giving their ports' places back.
     pub fn age_macs(&self, now: u32, max_age: u32) {

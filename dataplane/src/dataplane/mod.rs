@@ -23,6 +23,7 @@ use crate::observe::{Capture, Trace};
 use crate::queue::{PortQueues, RxQueue, TxQueue};
 use crate::reactor::Waker;
 use crate::switch::mac_table::{Learned, MacEntry, MacTable, GENERATION_MASK};
+use crate::switch::neigh::Neighbours;
 use crate::switch::policy::conntrack::{Conntrack, CtQuota, PortRef};
 use crate::switch::policy::PortRules;
 use crate::switch::security::{PortSecurity, SecurityState, DEFAULT_MOVE_HOLD_SECS};
@@ -80,6 +81,8 @@ struct DpBridge {
     macs: Arc<MacTable>,
     stats: Arc<BridgeStats>,
     ports: Vec<PortId>,
+    /// Its known neighbours, answered for ([`Dataplane::set_neighbours`]).
+    neigh: Option<Arc<Neighbours>>,
 }
 
 #[derive(Default)]
@@ -313,6 +316,7 @@ impl Dataplane {
             macs: Arc::new(MacTable::new(mac_capacity)),
             stats: Arc::new(BridgeStats::new(self.inner.workers)),
             ports: Vec::new(),
+            neigh: None,
         };
         let id = match t.bridges.iter().position(Option::is_none) {
             Some(i) => {
@@ -334,6 +338,18 @@ impl Dataplane {
         let mut t = self.table();
         if let Some(b) = t.bridges.get_mut(id as usize) {
             *b = None;
+        }
+        drop(t);
+        self.publish();
+    }
+
+    /// Gives bridge `id` the neighbours it answers ARP requests and
+    /// neighbour solicitations for (`None`, or an empty table: none, it
+    /// floods them), replacing what it had at once.
+    pub fn set_neighbours(&self, id: BridgeId, neigh: Option<Arc<Neighbours>>) {
+        let mut t = self.table();
+        if let Some(b) = t.bridges.get_mut(id as usize).and_then(Option::as_mut) {
+            b.neigh = neigh.filter(|n| !n.is_empty());
         }
         drop(t);
         self.publish();

@@ -119,6 +119,14 @@ pub struct BridgeTotals {
     pub aged: u64,
     /// Frames flooded.
     pub flooded: u64,
+    /// Requests answered from the known neighbours (absent from an older
+    /// switch's state, and left out when none, for one).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub answered: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl BridgeStats {
@@ -146,6 +154,7 @@ impl BridgeStats {
         c.evicted.fetch_add(t.evicted, Ordering::Relaxed);
         c.aged.fetch_add(t.aged, Ordering::Relaxed);
         c.flooded.fetch_add(t.flooded, Ordering::Relaxed);
+        c.answered.fetch_add(t.answered, Ordering::Relaxed);
     }
 
     /// Sum over workers.
@@ -157,6 +166,7 @@ impl BridgeStats {
             t.evicted += c.evicted.load(Ordering::Relaxed);
             t.aged += c.aged.load(Ordering::Relaxed);
             t.flooded += c.flooded.load(Ordering::Relaxed);
+            t.answered += c.answered.load(Ordering::Relaxed);
         }
         t
     }

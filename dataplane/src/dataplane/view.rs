@@ -73,6 +73,8 @@ pub struct ViewBridge {
     /// Some member port has L3/L4 rules: the bridge's frames are judged
     /// by policy (a bridge without pays nothing for it).
     pub policed: bool,
+    /// The neighbours it answers for, if any (an overlay's remote pods).
+    pub neigh: Option<Arc<Neighbours>>,
 }
 
 /// Where a burst was received: its port and the port's receive queue.
@@ -181,6 +183,7 @@ impl Dataplane {
                         .and_then(Option::as_ref)
                         .is_some_and(|p| p.rules.is_some())
                 }),
+                neigh: b.neigh.clone(),
             }));
         }
         view.trace = t.trace.clone();

@@ -49,6 +49,9 @@ pub enum TraceLookup {
     Unknown,
     /// A group address: flooded.
     Multicast,
+    /// A request for a known neighbour: answered by the bridge, not
+    /// flooded.
+    Answered,
 }
 
 /// One frame's way through the switch.

@@ -5,6 +5,7 @@
 //! them is [`crate::forward`].
 
 pub mod mac_table;
+pub mod neigh;
 pub mod policy;
 pub mod security;
 

@@ -204,6 +204,9 @@ struct Inner {
     epoch: u64,
     /// Answering 503 to everything.
     down: bool,
+    /// The garbage collector lags (upstream's runs apart, within
+    /// moments): it deletes nothing until it catches up.
+    gc_lagging: bool,
     /// Token to service account (`namespace`, `name`).
     tokens: BTreeMap<String, (String, String)>,
     /// The node a token's pod runs on (a bound token's
@@ -318,6 +321,9 @@ impl Inner {
     /// they are (the collector would ask the API server). Upstream runs
     /// within moments; this, at once.
     fn collect_garbage(&mut self) {
+        if self.gc_lagging {
+            return;
+        }
         loop {
             let mut doomed = Vec::new();
             for res in ALL {
@@ -622,6 +628,17 @@ impl ApiServer {
         let mut i = self.shared.inner.lock().unwrap();
         i.oldest = i.rv;
         i.history.clear();
+    }
+
+    /// Holds the garbage collector back (`true`: what it would delete
+    /// stays, as while upstream's has yet to get to it), or lets it catch
+    /// up.
+    pub fn set_gc_lagging(&self, lagging: bool) {
+        let mut i = self.shared.inner.lock().unwrap();
+        i.gc_lagging = lagging;
+        i.collect_garbage();
+        drop(i);
+        self.shared.changed.notify_waiters();
     }
 
     /// Takes the server down (its watches end, requests get 503) or up.
@@ -1428,6 +1445,72 @@ async fn create(
         return i.unsupported(format!("an incomplete owner reference: {refs:?}"));
     }
     i.requests.push(format!("create {} {name}", res.resource));
+    // `apimachinery/pkg/api/validation/objectmeta.go` `ValidateObjectMeta`:
+    // the name a DNS-1123 subdomain, label values valid
+    // (`util/validation/validation.go`); refused 422 `Invalid`
+    // (`NewInvalid` on the kind).
+    let subdomain = name.len() <= 253
+        && name.split('.').all(|p| {
+            !p.is_empty()
+                && p.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !p.starts_with('-')
+                && !p.ends_with('-')
+        });
+    let mut causes = Vec::new();
+    if !subdomain {
+        causes.push((
+            "metadata.name".to_string(),
+            format!(
+                "Invalid value: \"{name}\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+            ),
+        ));
+    }
+    for v in obj["metadata"]["labels"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(_, v)| v)
+    {
+        let v = v.as_str().unwrap_or_default();
+        let ok = v.is_empty()
+            || (v.len() <= 63
+                && v.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+                && v.as_bytes()[0].is_ascii_alphanumeric()
+                && v.as_bytes()[v.len() - 1].is_ascii_alphanumeric());
+        if !ok {
+            causes.push((
+                "metadata.labels".to_string(),
+                format!(
+                    "Invalid value: \"{v}\": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"
+                ),
+            ));
+        }
+    }
+    if !causes.is_empty() {
+        let list: Vec<String> = causes.iter().map(|(f, m)| format!("{f}: {m}")).collect();
+        let text = if list.len() == 1 {
+            list[0].clone()
+        } else {
+            format!("[{}]", list.join(", "))
+        };
+        let mut body = api_common::failure(
+            422,
+            "Invalid",
+            &format!("{}.{} \"{name}\" is invalid: {text}", res.kind, res.group),
+        );
+        body["details"] = json!({
+            "name": name, "group": res.group, "kind": res.kind,
+            "causes": causes.iter().map(|(f, m)| json!({"reason": "FieldValueInvalid", "message": m, "field": f})).collect::<Vec<_>>(),
+        });
+        return (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            [("content-type", "application/json")],
+            body.to_string(),
+        )
+            .into_response();
+    }
     let key = format!("{ns}/{name}");
     if i.objs(res).contains_key(&key) {
         return object_status(
@@ -1482,8 +1565,8 @@ async fn get_one(
 /// `DELETE` of one object of a namespaced `res` (`endpoints/handlers/delete.go`,
 /// `registry/generic/registry/store.go` `Delete`): a missing object is a
 /// 404; the `DeleteOptions` body's `preconditions` (UID, resource
-/// version) that do not hold are a 409 `Conflict` (`storage/etcd3/store.go`
-/// `checkPreconditions`, through `interpretStorageError`); else it is
+/// version) that do not hold are a 409 `Conflict` (`registry/rest/delete.go`
+/// `BeforeDelete`); else it is
 /// deleted at once (no finalizers: a lease has none), its dependents in
 /// the background, and answered 200 with a `Status` of success, as the
 /// store answers for a resource that does not return the deleted object.
@@ -1539,21 +1622,40 @@ async fn delete_one(
             &name,
         );
     };
+    // `registry/rest/delete.go` `BeforeDelete` checks the preconditions
+    // first: a `Conflict` on the kind (`schema.GroupResource{Group:
+    // gvk.Group, Resource: gvk.Kind}`), worded per field.
     let pre = &opts["preconditions"];
-    for (field, what) in [("uid", "UID"), ("resourceVersion", "ResourceVersion")] {
+    let conflict = |field: &str, want: &str, has: &str| {
+        let why = match field {
+            "uid" => format!(
+                "the UID in the precondition ({want}) does not match the UID in record ({has}). The object might have been deleted and then recreated"
+            ),
+            _ => format!(
+                "the ResourceVersion in the precondition ({want}) does not match the ResourceVersion in record ({has}). The object might have been modified"
+            ),
+        };
+        let mut body = api_common::failure(
+            409,
+            "Conflict",
+            &format!(
+                "Operation cannot be fulfilled on {}.{} \"{name}\": {why}",
+                res.kind, res.group
+            ),
+        );
+        body["details"] = json!({"name": name, "group": res.group, "kind": res.kind});
+        (
+            StatusCode::CONFLICT,
+            [("content-type", "application/json")],
+            body.to_string(),
+        )
+            .into_response()
+    };
+    for field in ["uid", "resourceVersion"] {
         if let Some(want) = pre[field].as_str() {
             let has = obj["metadata"][field].as_str().unwrap_or_default();
             if want != has {
-                return object_status(
-                    StatusCode::CONFLICT,
-                    "Conflict",
-                    &format!(
-                        "Operation cannot be fulfilled on {} \"{name}\": Precondition failed: {what} in precondition: {want}, {what} in object meta: {has}",
-                        res.qualified()
-                    ),
-                    res,
-                    &name,
-                );
+                return conflict(field, want, has);
             }
         }
     }

@@ -350,6 +350,14 @@ impl Daemon {
                 Ok(serde_json::Value::Null)
             }
             Request::VtepList => Ok(to_json(&self.vtep_list())),
+            Request::VtepStations {
+                overlay,
+                remote,
+                stations,
+            } => {
+                self.set_stations(&overlay, remote, stations)?;
+                Ok(serde_json::Value::Null)
+            }
             Request::OverlaySlice { overlay, slice } => {
                 self.set_overlay_slice(&overlay, slice)?;
                 self.persist()?;

@@ -97,6 +97,9 @@ pub struct Daemon {
     /// The slice of each overlay's addresses this node hands out
     /// (`overlay_slice`, persisted).
     overlay_slices: BTreeMap<String, u32>,
+    /// The stations behind each overlay's remote VTEPs, as the node agent
+    /// gave them (`vtep_stations`), by overlay and remote.
+    stations: BTreeMap<(String, std::net::IpAddr), Vec<switchyard_api::RemoteStation>>,
 }
 
 impl Daemon {
@@ -221,6 +224,7 @@ impl Daemon {
             linger: false,
             unrestored: Vec::new(),
             overlay_slices: BTreeMap::new(),
+            stations: BTreeMap::new(),
         })
     }
 

@@ -508,7 +508,9 @@ impl Daemon {
             ports,
             unrestored: self.unrestored.clone(),
             counted,
-            overlay_slices: Some(self.saved_slices()),
+            // Left out when none, as the other optional fields: a takeover
+            // back to a build before them still reads the state.
+            overlay_slices: Some(self.saved_slices()).filter(|s| !s.is_empty()),
         })
     }
 

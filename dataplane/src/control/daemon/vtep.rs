@@ -6,8 +6,10 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
+use std::sync::Arc;
 use switchyard_api::overlay::{NodeIpam, SavedSlice};
-use switchyard_api::{ApiError, BridgeCounts, BridgeInfo, ErrorCode, VtepInfo};
+
+use switchyard_api::{ApiError, BridgeCounts, BridgeInfo, ErrorCode, RemoteStation, VtepInfo};
 use tracing::{error, info, warn};
 
 use super::ports::Begin;
@@ -15,6 +17,7 @@ use super::Daemon;
 use crate::config::Overlay;
 use crate::port::kernel::netdev::route_source;
 use crate::port::Start;
+use crate::switch::neigh::Neighbours;
 
 impl Daemon {
     /// Bridge `name` as listed.
@@ -57,6 +60,7 @@ impl Daemon {
                         evicted: t.evicted,
                         aged: t.aged,
                         flooded: t.flooded,
+                        answered: t.answered,
                     }
                 })
                 .unwrap_or_default(),
@@ -195,7 +199,105 @@ impl Daemon {
             }
             made.push(port);
         }
+        self.pin_stations(name, o, remote, &[]);
         Ok(())
+    }
+
+    /// Gives remote VTEP `remote` of overlay `name` its stations, in place
+    /// of those it had: their MACs pinned to its tunnel of their VLAN (the
+    /// old ones' unpinned), the bridge's neighbours made again. A station
+    /// in no VLAN of the overlay, or with a group MAC, is refused (naming
+    /// it) and nothing changes.
+    pub(super) fn set_stations(
+        &mut self,
+        name: &str,
+        remote: IpAddr,
+        stations: Vec<RemoteStation>,
+    ) -> Result<(), ApiError> {
+        let o = self.overlay(name)?;
+        let invalid = |m: String| ApiError::new(ErrorCode::InvalidArgument, m);
+        for (i, s) in stations.iter().enumerate() {
+            if s.mac.is_multicast() || s.mac.0 == [0; 6] {
+                return Err(invalid(format!(
+                    "stations[{i}].mac: {} is not a station's address",
+                    s.mac
+                )));
+            }
+            let known = match (o.vni, s.vlan) {
+                (Some(_), None) => true,
+                (None, Some(v)) => o.vlans.iter().any(|x| x.vlan == v),
+                _ => false,
+            };
+            if !known {
+                return Err(invalid(format!(
+                    "stations[{i}].vlan: {} is not a VLAN of overlay {name:?} ({})",
+                    s.vlan.map_or("none".to_string(), |v| v.to_string()),
+                    o.describe()
+                )));
+            }
+        }
+        let key = (name.to_string(), remote);
+        let old = if stations.is_empty() {
+            self.stations.remove(&key)
+        } else {
+            self.stations.insert(key, stations)
+        };
+        self.pin_stations(name, &o, remote, old.as_deref().unwrap_or_default());
+        self.refresh_neighbours(name);
+        Ok(())
+    }
+
+    /// Pins the stations behind `remote` of overlay `name` (config `o`) to
+    /// its tunnels, unpinning `old` (the ones it had) where they are no
+    /// longer there. A MAC pinned elsewhere (a local pod's, another
+    /// VTEP's) is left where it is, and logged.
+    fn pin_stations(&mut self, name: &str, o: &Overlay, remote: IpAddr, old: &[RemoteStation]) {
+        let now = self
+            .stations
+            .get(&(name.to_string(), remote))
+            .cloned()
+            .unwrap_or_default();
+        let tunnel = |d: &Daemon, vlan: Option<u16>| {
+            let port = Overlay::tunnel_name(name, remote, vlan.filter(|_| o.vni.is_none()));
+            d.port_names.get(&port).copied()
+        };
+        for s in old
+            .iter()
+            .filter(|s| !now.iter().any(|n| n.mac == s.mac && n.vlan == s.vlan))
+        {
+            if let Some(id) = tunnel(self, s.vlan) {
+                self.dp.unpin_macs(id, &[s.mac]);
+            }
+        }
+        for s in &now {
+            let Some(id) = tunnel(self, s.vlan) else {
+                continue;
+            };
+            if let Err((mac, other)) = self.dp.pin_macs(id, &[s.mac]) {
+                let at = other.and_then(|p| self.dp.port_name(p));
+                warn!(overlay = %name, %remote, %mac, held_by = ?at, "a remote station's MAC is held elsewhere: not pinned to its VTEP");
+            }
+        }
+    }
+
+    /// Makes overlay `name`'s bridge's neighbours again from its VTEPs'
+    /// stations.
+    fn refresh_neighbours(&mut self, name: &str) {
+        let Some(b) = self.bridges.get(name) else {
+            return;
+        };
+        let entries = self
+            .stations
+            .range((name.to_string(), IpAddr::from([0u8; 4]))..)
+            .take_while(|((o, _), _)| o == name)
+            .flat_map(|(_, list)| list.iter())
+            .flat_map(|s| {
+                s.ips
+                    .iter()
+                    .map(move |ip| ((s.vlan.unwrap_or(0), *ip), s.mac))
+            });
+        let n = Neighbours::new(entries);
+        self.dp.set_neighbours(b.id, Some(Arc::new(n)));
     }
 
     /// Makes the tunnels of VTEP `v` of overlay `name` (config `o`) again
@@ -295,6 +397,10 @@ impl Daemon {
                     tunnels: Vec::new(),
                     link_up: true,
                     from_config: false,
+                    stations: self
+                        .stations
+                        .get(&(bridge.clone(), remote))
+                        .map_or(0, Vec::len),
                 });
             v.tunnels.push(e.spec.name.clone());
             v.link_up &= up;
