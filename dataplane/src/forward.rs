@@ -18,7 +18,7 @@ use crate::observe::{capture, Trace, TraceLearn, TraceLookup, TraceRecord};
 use crate::queue::offload;
 use crate::queue::{Offload, RxFrame, TxError, TxFrame, TxOutcome, TxQueue, BURST_SIZE};
 use crate::switch::mac_table::{MacEntry, MacKey};
-use crate::switch::neigh::{self, Neighbours};
+use crate::switch::neigh;
 use crate::switch::policy::conntrack;
 use crate::switch::policy::{Decision, Direction, FrameCheck, Judge};
 use crate::switch::security::{self, Admitted};
@@ -48,10 +48,13 @@ pub struct Forwarder {
     /// popped) or not (one may be pushed, of its one VLAN), so one header
     /// serves every destination.
     hdrs: Vec<[u8; PUSHED_LEN]>,
-    /// For each frame of the burst that a bridge answers itself (an ARP
+    /// For each frame of the chunk that a bridge answers itself (an ARP
     /// request or a neighbour solicitation for a known neighbour), the
     /// reply sent back on its port in its place.
     replies: Vec<Reply>,
+    /// The chunk's frames answered ([`Forwarder::replies`]): sent apart
+    /// from the queued ones, before them.
+    answers: Vec<u8>,
     /// While a trace runs: the records of the chunk's traced frames.
     traced: Vec<Option<TraceRecord>>,
     /// Headers of the segments of a frame cut in software.
@@ -145,8 +148,6 @@ enum Retag {
     Pop,
     /// A tag of its VLAN is pushed.
     Push,
-    /// Not the frame but the bridge's reply to it ([`Forwarder::replies`]).
-    Reply,
 }
 
 /// A bridge's reply to a request it answers itself ([`neigh::answer`]):
@@ -343,6 +344,7 @@ impl Forwarder {
         self.touched = Vec::with_capacity(view.ports.len());
         self.hdrs = vec![[0; PUSHED_LEN]; BURST_SIZE];
         self.replies = vec![Reply::EMPTY; BURST_SIZE];
+        self.answers = Vec::with_capacity(BURST_SIZE);
         self.traced = vec![None; BURST_SIZE];
     }
 
@@ -743,15 +745,10 @@ impl Forwarder {
                         // An overlay bridge answers for the neighbours it
                         // knows, asked from a port of this node (a tunnel's
                         // remote end asks its own switch).
-                        if let Some(n) = bridge.neigh.as_deref() {
-                            if l2.dst_multicast()
-                                && !inp.split_horizon
-                                && self.answer(n, frame, domain, i, (in_port, inp))
-                            {
-                                bump(&bridge_counters.answered, 1);
-                                note!(|t| t.lookup = TraceLookup::Answered);
-                                continue;
-                            }
+                        if bridge.neigh.is_some()
+                            && self.answer::<TRACE>(b, frame, l2.dst_multicast(), domain, i)
+                        {
+                            continue;
                         }
                         bump(&bridge_counters.flooded, 1);
                         note!(|t| {
@@ -784,6 +781,9 @@ impl Forwarder {
             } else {
                 &mut not_yet
             };
+            if !self.answers.is_empty() {
+                self.send_answers::<HOOKS>(b, chunk);
+            }
             self.send_queued::<HOOKS, TRACE, R>(dp, view, w, from.queue, chunk, release);
             if TRACE {
                 if let Some(t) = trace {
@@ -798,18 +798,31 @@ impl Forwarder {
     }
 
     /// The bridge's reply to frame `i` of the chunk (`frame`, of VLAN
-    /// domain `domain`), if it is a request for one of neighbours `n`:
-    /// queued back on its port `(id, p)`, in its place. Out of line: only
-    /// broadcasts and multicasts of a bridge with neighbours come here.
+    /// domain `domain`, to a group address if `group`) of burst `b`, if it
+    /// is a request for one of the bridge's neighbours from a port of this
+    /// node: queued back on that port in its place, counted and traced.
+    /// Out of line: only frames a bridge with neighbours would flood come
+    /// here.
     #[inline(never)]
-    fn answer(
+    #[cold]
+    fn answer<const TRACE: bool>(
         &mut self,
-        n: &Neighbours,
+        b: &Burst<'_>,
         frame: &RxFrame,
+        group: bool,
         domain: u16,
         i: usize,
-        (id, p): (PortId, &ViewPort),
     ) -> bool {
+        let p = b.inp;
+        // A tunnel's remote end asks its own switch.
+        let Some(n) = b
+            .bridge
+            .neigh
+            .as_deref()
+            .filter(|_| group && !p.split_horizon)
+        else {
+            return false;
+        };
         let mut head = [0u8; neigh::READ_LEN];
         let got = frame.read_prefix(&mut head);
         let r = &mut self.replies[i];
@@ -821,18 +834,81 @@ impl Forwarder {
         if p.tx.is_none() {
             return false;
         }
-        let Some(q) = self.pending.get_mut(id as usize) else {
-            return false;
-        };
         (r.len, r.rest) = (len as u8, rest as u16);
-        if q.is_empty() {
-            self.touched.push(id);
+        self.answers.push(i as u8);
+        bump(&b.bridge.stats.counters(b.w).answered, 1);
+        if TRACE {
+            if let Some(t) = self.traced[i].as_mut() {
+                t.lookup = TraceLookup::Answered;
+            }
         }
-        q.push(Pending {
-            frame: i as u8,
-            tag: Retag::Reply,
-        });
         true
+    }
+
+    /// Sends the chunk's answers ([`Forwarder::answers`]) back on the port
+    /// burst `b` came from, before its frames are released: a reply may
+    /// end with the request's padding.
+    #[inline(never)]
+    #[cold]
+    fn send_answers<const HOOKS: bool>(&mut self, b: &Burst<'_>, chunk: &[RxFrame]) {
+        let p = b.inp;
+        let Some(tx) = p
+            .tx_for(b.from.queue)
+            .filter(|_| !Dataplane::faulted(&p.shared))
+        else {
+            self.answers.clear();
+            return;
+        };
+        let mut txfs = [const { MaybeUninit::<TxFrame>::uninit() }; BURST_SIZE];
+        let n = self.answers.len().min(BURST_SIZE);
+        for (txf, &i) in txfs[..n].iter_mut().zip(&self.answers) {
+            let (frame, r) = (&chunk[usize::from(i)], &self.replies[usize::from(i)]);
+            // Made here whole: no work left on it.
+            txf.write(
+                TxFrame::rewritten(
+                    frame,
+                    &r.bytes[..usize::from(r.len)],
+                    frame.len - u32::from(r.rest),
+                )
+                .with_offload(Offload::NONE),
+            );
+        }
+        // SAFETY: the loop wrote `txfs[..n]`, and `n <= BURST_SIZE`;
+        // `MaybeUninit<TxFrame>` has `TxFrame`'s layout.
+        let txfs: &[TxFrame] =
+            unsafe { std::slice::from_raw_parts(txfs.as_ptr().cast::<TxFrame>(), n) };
+        let cap = if HOOKS {
+            p.capture.as_deref().filter(|c| c.wants_tx())
+        } else {
+            None
+        };
+        let out = tx.with(|txq| {
+            let out = txq.tx_burst(txfs);
+            txq.flush();
+            out
+        });
+        if let Some(c) = cap {
+            capture_sent(c, txfs, out.sent, capture::now());
+        }
+        let counters = p.shared.counters(b.w);
+        let (mut packets, mut bytes, mut dropped) = (0u64, 0u64, 0u64);
+        for (k, txf) in txfs.iter().enumerate() {
+            match out.of(k) {
+                Some(Ok(())) => {
+                    packets += 1;
+                    bytes += txf.len() as u64;
+                }
+                Some(Err(_)) => dropped += 1,
+                None => {}
+            }
+        }
+        bump(&counters.tx_packets, packets);
+        bump(&counters.tx_bytes, bytes);
+        bump(&counters.drops[DropReason::NoBuffer as usize], dropped);
+        self.answers.clear();
+        if let Some(TxError::Fault(f)) = out.stop {
+            b.dp.report_fault(&p.shared, f.to_string());
+        }
     }
 
     /// Queues frame `f` on port `id` of the bridge (worker `w`), with the
@@ -921,7 +997,6 @@ impl Forwarder {
             pending,
             touched,
             hdrs,
-            replies,
             traced,
             soft,
             ..
@@ -977,16 +1052,6 @@ impl Forwarder {
                             &hdr[..12],
                             (HEADER_LEN + VLAN_TAG_LEN - 2) as u32,
                         ),
-                        Retag::Reply => {
-                            // Made here whole: no work left on it.
-                            let r = &replies[usize::from(e.frame)];
-                            TxFrame::rewritten(
-                                frame,
-                                &r.bytes[..usize::from(r.len)],
-                                frame.len - u32::from(r.rest),
-                            )
-                            .with_offload(Offload::NONE)
-                        }
                         _ => TxFrame::rewritten(frame, hdr, 12),
                     })
                     .len() as u32
