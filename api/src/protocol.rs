@@ -185,9 +185,9 @@ pub enum Request {
     /// node's pods on it, as the node agent knows them from the cluster),
     /// replacing those it had: their MACs are pinned to the VTEP's tunnel
     /// (of their VLAN), and the overlay's bridge answers ARP requests and
-    /// neighbour solicitations for their addresses itself. Not persisted:
-    /// the agent gives them again (a VTEP's `stations` says how many the
-    /// switch has).
+    /// neighbour solicitations for their addresses itself. Handed over at
+    /// a takeover, not persisted: given again after a restart (a VTEP's
+    /// `stations` says how many the switch has).
     VtepStations {
         /// The overlay's name.
         overlay: String,
@@ -862,6 +862,10 @@ pub struct MacInfo {
     pub vtep: Option<std::net::IpAddr>,
     /// Seconds since last seen.
     pub age_secs: u32,
+    /// Pinned to its port (a port's own MAC, or a remote VTEP's station):
+    /// never aged, never moved by a frame.
+    #[serde(default)]
+    pub pinned: bool,
 }
 
 #[cfg(test)]

@@ -151,20 +151,17 @@ enum Retag {
 }
 
 /// A bridge's reply to a request it answers itself ([`neigh::answer`]):
-/// its bytes, and how many of the request's last bytes follow them (an
-/// ARP request's padding).
+/// the whole frame.
 #[derive(Clone, Copy)]
 struct Reply {
     bytes: [u8; neigh::REPLY_MAX],
     len: u8,
-    rest: u16,
 }
 
 impl Reply {
     const EMPTY: Reply = Reply {
         bytes: [0; neigh::REPLY_MAX],
         len: 0,
-        rest: 0,
     };
 }
 
@@ -826,15 +823,13 @@ impl Forwarder {
         let mut head = [0u8; neigh::READ_LEN];
         let got = frame.read_prefix(&mut head);
         let r = &mut self.replies[i];
-        let Some((len, rest)) =
-            neigh::answer(n, domain, &head[..got], frame.len as usize, &mut r.bytes)
-        else {
+        let Some(len) = neigh::answer(n, domain, &head[..got], &mut r.bytes) else {
             return false;
         };
         if p.tx.is_none() {
             return false;
         }
-        (r.len, r.rest) = (len as u8, rest as u16);
+        r.len = len as u8;
         self.answers.push(i as u8);
         bump(&b.bridge.stats.counters(b.w).answered, 1);
         if TRACE {
@@ -846,16 +841,21 @@ impl Forwarder {
     }
 
     /// Sends the chunk's answers ([`Forwarder::answers`]) back on the port
-    /// burst `b` came from, before its frames are released: a reply may
-    /// end with the request's padding.
+    /// burst `b` came from (the receive queue's transmit queue, as any
+    /// frame to it), before the queued frames.
     #[inline(never)]
     #[cold]
     fn send_answers<const HOOKS: bool>(&mut self, b: &Burst<'_>, chunk: &[RxFrame]) {
         let p = b.inp;
+        let counters = p.shared.counters(b.w);
         let Some(tx) = p
             .tx_for(b.from.queue)
             .filter(|_| !Dataplane::faulted(&p.shared))
         else {
+            bump(
+                &counters.drops[DropReason::LinkDown as usize],
+                self.answers.len() as u64,
+            );
             self.answers.clear();
             return;
         };
@@ -863,14 +863,11 @@ impl Forwarder {
         let n = self.answers.len().min(BURST_SIZE);
         for (txf, &i) in txfs[..n].iter_mut().zip(&self.answers) {
             let (frame, r) = (&chunk[usize::from(i)], &self.replies[usize::from(i)]);
-            // Made here whole: no work left on it.
+            // Made here whole (none of the request's bytes follow): no
+            // work left on it.
             txf.write(
-                TxFrame::rewritten(
-                    frame,
-                    &r.bytes[..usize::from(r.len)],
-                    frame.len - u32::from(r.rest),
-                )
-                .with_offload(Offload::NONE),
+                TxFrame::rewritten(frame, &r.bytes[..usize::from(r.len)], frame.len)
+                    .with_offload(Offload::NONE),
             );
         }
         // SAFETY: the loop wrote `txfs[..n]`, and `n <= BURST_SIZE`;
@@ -890,21 +887,23 @@ impl Forwarder {
         if let Some(c) = cap {
             capture_sent(c, txfs, out.sent, capture::now());
         }
-        let counters = p.shared.counters(b.w);
-        let (mut packets, mut bytes, mut dropped) = (0u64, 0u64, 0u64);
+        let (mut packets, mut bytes) = (0u64, 0u64);
         for (k, txf) in txfs.iter().enumerate() {
-            match out.of(k) {
+            let why = match out.of(k) {
                 Some(Ok(())) => {
                     packets += 1;
                     bytes += txf.len() as u64;
+                    continue;
                 }
-                Some(Err(_)) => dropped += 1,
-                None => {}
-            }
+                Some(Err(TxError::TooLong)) => DropReason::TooLong,
+                Some(Err(TxError::Unfinished)) => DropReason::BadOffload,
+                Some(Err(_)) => DropReason::NoBuffer,
+                None => continue,
+            };
+            bump(&counters.drops[why as usize], 1);
         }
         bump(&counters.tx_packets, packets);
         bump(&counters.tx_bytes, bytes);
-        bump(&counters.drops[DropReason::NoBuffer as usize], dropped);
         self.answers.clear();
         if let Some(TxError::Fault(f)) = out.stop {
             b.dp.report_fault(&p.shared, f.to_string());

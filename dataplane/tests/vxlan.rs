@@ -684,7 +684,7 @@ fn a_bridge_answers_for_its_vteps_stations_and_no_request_crosses() {
         let m = sw.macs("flat");
         assert!(
             m.iter()
-                .any(|e| e.mac == pods[other].mac() && e.port == tunnel),
+                .any(|e| e.mac == pods[other].mac() && e.port == tunnel && e.pinned),
             "the remote pod's MAC pinned to the tunnel: {m:?}"
         );
     }
@@ -738,9 +738,51 @@ fn a_bridge_answers_for_its_vteps_stations_and_no_request_crosses() {
     assert!(answered(&sws[0]) >= 2, "{}", answered(&sws[0]));
     assert!(answered(&sws[1]) >= 1, "{}", answered(&sws[1]));
 
-    // Node 2's pod is gone from switch 1's stations: a request for it is
-    // flooded again (and answered by the pod).
+    // A request that comes from a tunnel is not answered (its remote end
+    // asks its own switch): node 2's switch knows nothing now, node 1's
+    // has a station behind node 2 that node 2's pod asks for.
+    sws[1].cli_ok(&["vtep", "stations", "flat", &Underlay::ip(1)]);
+    sws[0].cli_ok(&[
+        "vtep",
+        "stations",
+        "flat",
+        &Underlay::ip(2),
+        &format!("{}=10.66.0.2", pods[1].mac()),
+        "02:00:00:00:00:77=10.66.0.7",
+    ]);
+    let before = answered(&sws[0]);
+    assert!(!pods[1]
+        .ns
+        .sh("busybox arping -c 1 -w 1 -I eth0 10.66.0.7")
+        .status
+        .success());
+    assert_eq!(answered(&sws[0]), before);
+    // A station that names a local pod's MAC takes nothing: the pod's MAC
+    // stays on its port and works, and the station is not answered for.
+    let own = pods[0].mac();
+    sws[0].cli_ok(&[
+        "vtep",
+        "stations",
+        "flat",
+        &Underlay::ip(2),
+        &format!("{}=10.66.0.2", pods[1].mac()),
+        &format!("{own}=10.66.0.8"),
+    ]);
+    let m = sws[0].macs("flat");
+    assert!(m.iter().any(|e| e.mac == own && e.port == "pod"), "{m:?}");
+    pods[0].ns.sh_ok("busybox ping -c 1 -W 2 10.66.0.2");
+    assert!(!pods[0]
+        .ns
+        .sh("busybox arping -c 1 -w 1 -I eth0 10.66.0.8")
+        .status
+        .success());
+
+    // Node 2's pod is gone from switch 1's stations: its MAC is no longer
+    // pinned, and a request for it is flooded again (and answered by the
+    // pod).
     sws[0].cli_ok(&["vtep", "stations", "flat", &Underlay::ip(2)]);
+    let m = sws[0].macs("flat");
+    assert!(!m.iter().any(|e| e.pinned && e.port != "pod"), "{m:?}");
     let before = answered(&sws[0]);
     pods[0].ns.sh_ok("ip neigh flush dev eth0");
     let cap = underlay_capture(&u.vteps[0], &file);

@@ -74,7 +74,7 @@ pub(crate) fn trace_text(entries: &[TraceEntry]) -> String {
         }
         if let Some(d) = &e.drop {
             let _ = writeln!(o, "  dropped: {d}");
-        } else if e.out.is_empty() {
+        } else if e.out.is_empty() && e.lookup != LookupOutcome::Answered {
             let _ = writeln!(o, "  no port to send to");
         }
     }
@@ -222,14 +222,14 @@ pub(crate) fn bridge_table(bridges: &[BridgeInfo]) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "{:<20} {:>6} {:>10} {:>8} {:>8} {:>10} {:>12}  PORTS",
-        "NAME", "MACS", "LEARNED", "MOVED", "EVICTED", "AGED", "FLOODED"
+        "{:<20} {:>6} {:>10} {:>8} {:>8} {:>10} {:>12} {:>10}  PORTS",
+        "NAME", "MACS", "LEARNED", "MOVED", "EVICTED", "AGED", "FLOODED", "ANSWERED"
     );
     for b in bridges {
         let c = b.counters;
         let _ = writeln!(
             o,
-            "{:<20} {:>6} {:>10} {:>8} {:>8} {:>10} {:>12}  {}",
+            "{:<20} {:>6} {:>10} {:>8} {:>8} {:>10} {:>12} {:>10}  {}",
             b.name,
             b.macs,
             c.learned,
@@ -237,6 +237,7 @@ pub(crate) fn bridge_table(bridges: &[BridgeInfo]) -> String {
             c.evicted,
             c.aged,
             c.flooded,
+            c.answered,
             b.ports.join(",")
         );
     }

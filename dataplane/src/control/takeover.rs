@@ -123,6 +123,22 @@ pub struct TakeoverState {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overlay_slices:
         Option<std::collections::BTreeMap<String, switchyard_api::overlay::SavedSlice>>,
+    /// The stations behind the overlays' remote VTEPs (left out when
+    /// none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stations: Vec<SavedStations>,
+}
+
+/// The stations behind one remote VTEP, handed over.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SavedStations {
+    /// The overlay.
+    pub overlay: String,
+    /// The remote VTEP.
+    pub remote: std::net::IpAddr,
+    /// Its stations.
+    pub stations: Vec<switchyard_api::RemoteStation>,
 }
 
 /// A bridge handed over.

@@ -45,28 +45,65 @@ impl Dataplane {
         Ok(())
     }
 
-    /// Takes out the entries of `macs` pinned to port `id` (in any VLAN),
-    /// giving the port's places back.
+    /// Pins `mac` to tunnel port `id` (a remote VTEP's station), in the
+    /// VLAN its frames belong to, unless the bridge has it on a port that
+    /// is not a tunnel (a local pod's, learned or pinned: a remote
+    /// station never takes it). `Err` names the port that holds it, if
+    /// one does (or `None`: its bucket is full of pinned entries).
+    pub fn pin_remote(&self, id: PortId, mac: MacAddr) -> Result<(), Option<PortId>> {
+        {
+            let t = self.table();
+            let Some(p) = t.ports.get(id as usize).and_then(Option::as_ref) else {
+                return Ok(());
+            };
+            let (Some(domain), Some(table)) = (
+                p.vlan.ingress(0),
+                p.bridge
+                    .and_then(|b| t.bridges.get(b as usize))
+                    .and_then(Option::as_ref)
+                    .map(|b| b.macs.clone()),
+            ) else {
+                return Ok(());
+            };
+            if let Some(e) = table.lookup(mac, domain) {
+                let local = t
+                    .ports
+                    .get(e.port as usize)
+                    .and_then(Option::as_ref)
+                    .filter(|o| o.generation == e.port_gen)
+                    .is_some_and(|o| !o.split_horizon);
+                if local {
+                    return Err(Some(e.port));
+                }
+            }
+        }
+        self.pin_macs(id, &[mac]).map_err(|(_, other)| other)
+    }
+
+    /// Takes out the entries of `macs` pinned to port `id` (in the VLAN its
+    /// frames belong to), giving the port's places back.
     pub fn unpin_macs(&self, id: PortId, macs: &[MacAddr]) {
         let t = self.table();
         let Some(p) = t.ports.get(id as usize).and_then(Option::as_ref) else {
             return;
         };
-        let Some(table) = p
-            .bridge
-            .and_then(|b| t.bridges.get(b as usize))
-            .and_then(Option::as_ref)
-            .map(|b| b.macs.clone())
-        else {
+        let (Some(domain), Some(table)) = (
+            p.vlan.ingress(0),
+            p.bridge
+                .and_then(|b| t.bridges.get(b as usize))
+                .and_then(Option::as_ref)
+                .map(|b| b.macs.clone()),
+        ) else {
             return;
         };
-        let gone = table.retain(|r| {
-            !(r.entry.pinned
-                && r.entry.port == id
-                && r.entry.port_gen == p.generation
-                && macs.contains(&r.mac))
-        });
-        p.shared.security.release(gone as u32);
+        let mut gone = 0;
+        for &mac in macs {
+            let here = |e: &MacEntry| e.pinned && e.port == id && e.port_gen == p.generation;
+            if table.remove_if(mac, domain, here).is_some() {
+                gone += 1;
+            }
+        }
+        p.shared.security.release(gone);
     }
 
     /// Removes unpinned MAC entries older than `max_age` seconds from every

@@ -363,6 +363,34 @@ impl MacTable {
         )
     }
 
+    /// Removes the entry of `mac` on `vlan` if `doomed` says so of it
+    /// (control plane): the entry removed.
+    pub fn remove_if(
+        &self,
+        mac: MacAddr,
+        vlan: u16,
+        doomed: impl FnOnce(&MacEntry) -> bool,
+    ) -> Option<MacEntry> {
+        let key = key_of(mac, vlan);
+        let b = self.bucket(key);
+        let s = b.lock();
+        let mut gone = None;
+        for i in 0..BUCKET_ENTRIES {
+            if b.slots[i].key.load(Ordering::Relaxed) != key {
+                continue;
+            }
+            let e = MacEntry::unpack(b.slots[i].val.load(Ordering::Relaxed));
+            if doomed(&e) {
+                b.slots[i].key.store(0, Ordering::Relaxed);
+                b.slots[i].val.store(0, Ordering::Relaxed);
+                gone = Some(e);
+            }
+            break;
+        }
+        b.unlock(s);
+        gone
+    }
+
     fn insert(&self, key: u64, entry: MacEntry, hold: u32) -> Learned {
         let b = self.bucket(key);
         let s = b.lock();

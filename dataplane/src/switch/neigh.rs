@@ -1,9 +1,10 @@
 //! An overlay bridge's known neighbours, and the ARP/ND responder that
 //! answers for them.
 //!
-//! The node agent knows every remote pod's MAC and IP addresses on an
-//! overlay (from each pod's `network-status`) and gives them to the switch
-//! per remote VTEP. The bridge then answers an ARP request or an IPv6
+//! The stations behind each remote VTEP (a remote node's pods: their MACs
+//! and IP addresses, as the cluster knows them from each pod's
+//! `network-status`) are given to the switch per VTEP
+//! ([`switchyard_api::Request::VtepStations`]). The bridge then answers an ARP request or an IPv6
 //! neighbour solicitation for a known address itself, on the port it came
 //! in on, instead of flooding it to every tunnel: as OVN answers ARP from
 //! its logical-port table and EVPN fabrics suppress ARP with their type-2
@@ -64,25 +65,19 @@ const NEIGHBOR_ADVERTISEMENT: u8 = 136;
 /// How many bytes of a frame [`answer`] reads.
 pub const READ_LEN: usize = 18 + 40 + 24;
 
-/// The reply to `head` (the first bytes of a frame of `len` bytes, as many
-/// as it has up to [`READ_LEN`]), an ARP request for an IPv4 address or a
-/// neighbour solicitation for an IPv6 address that `n` knows in VLAN
-/// domain `vlan`, written to `out`: its length, and how many of the
-/// request's bytes follow it on the wire (an ARP request's padding; none
-/// of a solicitation's). `None` for anything else: another frame, a
-/// gratuitous ARP, a duplicate address detection probe (from `::`, whose
-/// answer would tell the prober its address is taken), an address not
-/// known.
+/// The reply to `head` (the first bytes of a frame, as many as it has up
+/// to [`READ_LEN`]), an ARP request for an IPv4 address or a neighbour
+/// solicitation for an IPv6 address that `n` knows in VLAN domain `vlan`,
+/// written whole to `out` (an ARP reply zero-padded to the shortest
+/// Ethernet frame): its length. `None` for anything else: another frame,
+/// a gratuitous ARP, an address conflict probe (ARP from `0.0.0.0`, RFC
+/// 5227; a solicitation from `::`, duplicate address detection: their
+/// answer would tell the prober its address is taken), a solicitation
+/// whose source or target is a group address, an address not known.
 ///
 /// The reply goes back where the request came from, in its VLAN (with its
 /// tag if it had one), from the neighbour's MAC.
-pub fn answer(
-    n: &Neighbours,
-    vlan: u16,
-    head: &[u8],
-    len: usize,
-    out: &mut [u8; REPLY_MAX],
-) -> Option<(usize, usize)> {
+pub fn answer(n: &Neighbours, vlan: u16, head: &[u8], out: &mut [u8; REPLY_MAX]) -> Option<usize> {
     let tagged = head.get(12..14)? == [0x81, 0x00];
     let h = if tagged { 18 } else { 14 };
     let ethertype = u16::from_be_bytes(head.get(h - 2..h)?.try_into().ok()?);
@@ -95,8 +90,8 @@ pub fn answer(
                 return None;
             }
             let (sha, spa, tpa) = (&arp[8..14], &arp[14..18], &arp[24..28]);
-            if spa == tpa {
-                return None; // gratuitous: an announcement
+            if spa == tpa || spa == [0; 4] {
+                return None; // an announcement, or a probe
             }
             let target = Ipv4Addr::new(tpa[0], tpa[1], tpa[2], tpa[3]);
             let mac = n.get(vlan, IpAddr::V4(target))?.0;
@@ -110,8 +105,10 @@ pub fn answer(
             r[14..18].copy_from_slice(tpa);
             r[18..24].copy_from_slice(sha);
             r[24..28].copy_from_slice(spa);
-            // The request's padding follows, as long as it was.
-            Some((h + 28, len.saturating_sub(h + 28)))
+            // Zero padding to the shortest frame (with its tag if tagged).
+            let min = h + 46;
+            out[h + 28..min].fill(0);
+            Some(min)
         }
         ETHERTYPE_IPV6 => {
             let ip = head.get(h..h + 40)?;
@@ -128,10 +125,13 @@ pub fn answer(
                 return None;
             }
             let src: [u8; 16] = ip[8..24].try_into().ok()?;
-            if src == [0; 16] {
-                return None; // duplicate address detection
+            if src == [0; 16] || src[0] == 0xff {
+                return None; // duplicate address detection; a group
             }
             let target: [u8; 16] = icmp[8..24].try_into().ok()?;
+            if target[0] == 0xff {
+                return None;
+            }
             let mac = n.get(vlan, IpAddr::V6(Ipv6Addr::from(target)))?.0;
             out[..6].copy_from_slice(&requester);
             out[6..12].copy_from_slice(&mac);
@@ -157,7 +157,7 @@ pub fn answer(
             a[26..32].copy_from_slice(&mac);
             let sum = icmpv6_checksum(&target, &src, a);
             a[2..4].copy_from_slice(&sum.to_be_bytes());
-            Some((h + 72, 0))
+            Some(h + 72)
         }
         _ => None,
     }
@@ -238,10 +238,8 @@ mod tests {
     fn ask(n: &Neighbours, vlan: u16, f: &[u8]) -> Option<Vec<u8>> {
         let mut out = [0u8; REPLY_MAX];
         let head = &f[..f.len().min(READ_LEN)];
-        let (len, rest) = answer(n, vlan, head, f.len(), &mut out)?;
-        let mut r = out[..len].to_vec();
-        r.extend_from_slice(&f[f.len() - rest..]);
-        Some(r)
+        let len = answer(n, vlan, head, &mut out)?;
+        Some(out[..len].to_vec())
     }
 
     #[test]
@@ -258,12 +256,15 @@ mod tests {
         assert_eq!(&r[38..42], &[10, 66, 1, 2]);
         // Tagged, in its VLAN: the tag stays.
         let r = ask(&n, 7, &arp_request(Some(7), [10, 66, 1, 2], [10, 66, 2, 6])).unwrap();
+        assert_eq!(r.len(), 64);
         assert_eq!(&r[12..16], &[0x81, 0, 0, 7]);
+        assert!(r[46..].iter().all(|b| *b == 0));
         assert_eq!(&r[26..32], &KNOWN);
         // Another VLAN's, unknown, gratuitous, a reply: not answered.
         assert!(ask(&n, 0, &arp_request(None, [10, 66, 1, 2], [10, 66, 2, 6])).is_none());
         assert!(ask(&n, 0, &arp_request(None, [10, 66, 1, 2], [10, 66, 2, 7])).is_none());
         assert!(ask(&n, 0, &arp_request(None, [10, 66, 2, 5], [10, 66, 2, 5])).is_none());
+        assert!(ask(&n, 0, &arp_request(None, [0, 0, 0, 0], [10, 66, 2, 5])).is_none());
         let mut reply = arp_request(None, [10, 66, 1, 2], [10, 66, 2, 5]);
         reply[21] = 2;
         assert!(ask(&n, 0, &reply).is_none());

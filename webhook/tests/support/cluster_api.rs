@@ -160,6 +160,22 @@ const RESOURCES: &[Res] = &[
         false,
     ),
     res(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "roles",
+        "role",
+        "Role",
+        true,
+    ),
+    res(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "rolebindings",
+        "rolebinding",
+        "RoleBinding",
+        true,
+    ),
+    res(
         "admissionregistration.k8s.io",
         "v1",
         "mutatingwebhookconfigurations",
@@ -539,9 +555,11 @@ fn parse_path(path: &str) -> Option<Target> {
     })
 }
 
-/// Whether the admin (`system:masters`) asks, or the ClusterRoleBindings
-/// stored give `user` (in `groups`) `verb` on `resource` of `group` (named
-/// `name`, for a request on one object).
+/// Whether the admin (`system:masters`) asks, or the RBAC objects stored
+/// (ClusterRoleBindings, and in `namespace` its RoleBindings) give `user`
+/// (in `groups`) `verb` on `resource` of `group` (named `name`, for a
+/// request on one object).
+#[allow(clippy::too_many_arguments)]
 fn rbac_allows(
     store: &Store,
     user: &str,
@@ -550,6 +568,7 @@ fn rbac_allows(
     group: &str,
     resource: &str,
     name: Option<&str>,
+    namespace: Option<&str>,
 ) -> bool {
     if groups.iter().any(|g| g == "system:masters") {
         return true;
@@ -557,7 +576,12 @@ fn rbac_allows(
     let objects: Vec<Value> = store
         .objects
         .iter()
-        .filter(|((r, _, _), _)| matches!(*r, "clusterroles" | "clusterrolebindings"))
+        .filter(|((r, _, _), _)| {
+            matches!(
+                *r,
+                "clusterroles" | "clusterrolebindings" | "roles" | "rolebindings"
+            )
+        })
         .map(|(_, v)| v.clone())
         .collect();
     let groups: Vec<&str> = groups.iter().map(String::as_str).collect();
@@ -570,7 +594,7 @@ fn rbac_allows(
             group,
             resource,
             name,
-            namespace: None,
+            namespace,
         },
     )
 }
@@ -796,6 +820,7 @@ async fn handle(
             t.res.group,
             &resource_name,
             t.name.as_deref(),
+            t.namespace.as_deref(),
         ) {
             let scope = match &t.namespace {
                 Some(ns) => format!("in the namespace \"{ns}\""),

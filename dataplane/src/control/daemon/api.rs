@@ -395,6 +395,7 @@ impl Daemon {
                             port: e.spec.name.clone(),
                             vtep: e.spec.kind.options().remote(),
                             age_secs: now.saturating_sub(r.entry.last_seen),
+                            pinned: r.entry.pinned,
                         })
                     })
                     .collect();

@@ -50,6 +50,9 @@ struct PortEntry {
     security_logged: ([u64; ports::SECURITY_DROPS.len()], Option<Instant>),
 }
 
+/// A remote station as its pin knows it: its MAC and VLAN.
+type StationKey = (switchyard_api::MacAddr, Option<u16>);
+
 struct BridgeEntry {
     id: BridgeId,
     from_config: bool,
@@ -100,6 +103,9 @@ pub struct Daemon {
     /// The stations behind each overlay's remote VTEPs, as the node agent
     /// gave them (`vtep_stations`), by overlay and remote.
     stations: BTreeMap<(String, std::net::IpAddr), Vec<switchyard_api::RemoteStation>>,
+    /// Of those, the (MAC, VLAN)s pinned to their VTEP's tunnel: the ones
+    /// answered for.
+    pinned: BTreeMap<(String, std::net::IpAddr), std::collections::BTreeSet<StationKey>>,
 }
 
 impl Daemon {
@@ -225,6 +231,7 @@ impl Daemon {
             unrestored: Vec::new(),
             overlay_slices: BTreeMap::new(),
             stations: BTreeMap::new(),
+            pinned: BTreeMap::new(),
         })
     }
 

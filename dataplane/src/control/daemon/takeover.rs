@@ -511,6 +511,7 @@ impl Daemon {
             // Left out when none, as the other optional fields: a takeover
             // back to a build before them still reads the state.
             overlay_slices: Some(self.saved_slices()).filter(|s| !s.is_empty()),
+            stations: self.saved_stations(),
         })
     }
 
@@ -733,6 +734,7 @@ impl Daemon {
             d.overlay_slices.clear();
             d.restore_slices(slices);
         }
+        d.restore_stations(state.stations);
         if fds.left() > 0 {
             warn!(fds = fds.left(), "fds handed over that no port took");
         }

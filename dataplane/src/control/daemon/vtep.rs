@@ -9,12 +9,15 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use switchyard_api::overlay::{NodeIpam, SavedSlice};
 
-use switchyard_api::{ApiError, BridgeCounts, BridgeInfo, ErrorCode, RemoteStation, VtepInfo};
+use switchyard_api::{
+    ApiError, BridgeCounts, BridgeInfo, ErrorCode, MacAddr, RemoteStation, VtepInfo,
+};
 use tracing::{error, info, warn};
 
 use super::ports::Begin;
 use super::Daemon;
 use crate::config::Overlay;
+use crate::control::takeover::SavedStations;
 use crate::port::kernel::netdev::route_source;
 use crate::port::Start;
 use crate::switch::neigh::Neighbours;
@@ -199,15 +202,19 @@ impl Daemon {
             }
             made.push(port);
         }
+        // New tunnels hold no pins yet.
+        self.pinned.remove(&(name.to_string(), remote));
         self.pin_stations(name, o, remote, &[]);
+        self.refresh_neighbours(name);
         Ok(())
     }
 
     /// Gives remote VTEP `remote` of overlay `name` its stations, in place
     /// of those it had: their MACs pinned to its tunnel of their VLAN (the
-    /// old ones' unpinned), the bridge's neighbours made again. A station
-    /// in no VLAN of the overlay, or with a group MAC, is refused (naming
-    /// it) and nothing changes.
+    /// old ones' unpinned), the bridge's neighbours made again from the
+    /// stations pinned. A station in no VLAN of the overlay, with a group
+    /// MAC or an address that is no station's, is refused (naming it) and
+    /// nothing changes.
     pub(super) fn set_stations(
         &mut self,
         name: &str,
@@ -235,6 +242,11 @@ impl Daemon {
                     o.describe()
                 )));
             }
+            if let Some((j, a)) = s.ips.iter().enumerate().find(|(_, a)| !station_address(a)) {
+                return Err(invalid(format!(
+                    "stations[{i}].ips[{j}]: {a} is no station's address"
+                )));
+            }
         }
         let key = (name.to_string(), remote);
         let old = if stations.is_empty() {
@@ -242,55 +254,109 @@ impl Daemon {
         } else {
             self.stations.insert(key, stations)
         };
-        self.pin_stations(name, &o, remote, old.as_deref().unwrap_or_default());
+        let freed = self.pin_stations(name, &o, remote, old.as_deref().unwrap_or_default());
+        // A MAC another VTEP's station has too (a pod that moved, its new
+        // node's update first): pinned there now that it is free.
+        if !freed.is_empty() {
+            let others: Vec<IpAddr> = self
+                .stations
+                .iter()
+                .filter(|((ov, r), list)| {
+                    ov == name
+                        && *r != remote
+                        && list.iter().any(|s| freed.contains(&(s.mac, s.vlan)))
+                })
+                .map(|((_, r), _)| *r)
+                .collect();
+            for r in others {
+                self.pin_stations(name, &o, r, &[]);
+            }
+        }
         self.refresh_neighbours(name);
         Ok(())
     }
 
     /// Pins the stations behind `remote` of overlay `name` (config `o`) to
-    /// its tunnels, unpinning `old` (the ones it had) where they are no
-    /// longer there. A MAC pinned elsewhere (a local pod's, another
-    /// VTEP's) is left where it is, and logged.
-    fn pin_stations(&mut self, name: &str, o: &Overlay, remote: IpAddr, old: &[RemoteStation]) {
-        let now = self
-            .stations
-            .get(&(name.to_string(), remote))
-            .cloned()
-            .unwrap_or_default();
+    /// its tunnels (those not pinned yet), unpinning `old` (the ones it
+    /// had) where they are no longer listed: the (MAC, VLAN)s unpinned. A
+    /// MAC the bridge has on a local port (a pod's, learned or pinned) or
+    /// pinned to another VTEP is left where it is: that station is not
+    /// answered for (logged, once per call).
+    fn pin_stations(
+        &mut self,
+        name: &str,
+        o: &Overlay,
+        remote: IpAddr,
+        old: &[RemoteStation],
+    ) -> Vec<(MacAddr, Option<u16>)> {
+        let key = (name.to_string(), remote);
+        let now = self.stations.get(&key).cloned().unwrap_or_default();
         let tunnel = |d: &Daemon, vlan: Option<u16>| {
             let port = Overlay::tunnel_name(name, remote, vlan.filter(|_| o.vni.is_none()));
             d.port_names.get(&port).copied()
         };
+        let mut freed = Vec::new();
         for s in old
             .iter()
             .filter(|s| !now.iter().any(|n| n.mac == s.mac && n.vlan == s.vlan))
         {
-            if let Some(id) = tunnel(self, s.vlan) {
+            let was = self
+                .pinned
+                .get_mut(&key)
+                .is_some_and(|p| p.remove(&(s.mac, s.vlan)));
+            if let (true, Some(id)) = (was, tunnel(self, s.vlan)) {
                 self.dp.unpin_macs(id, &[s.mac]);
+                freed.push((s.mac, s.vlan));
             }
         }
+        let (mut refused, mut first) = (0usize, None);
         for s in &now {
+            if self
+                .pinned
+                .get(&key)
+                .is_some_and(|p| p.contains(&(s.mac, s.vlan)))
+            {
+                continue;
+            }
             let Some(id) = tunnel(self, s.vlan) else {
                 continue;
             };
-            if let Err((mac, other)) = self.dp.pin_macs(id, &[s.mac]) {
-                let at = other.and_then(|p| self.dp.port_name(p));
-                warn!(overlay = %name, %remote, %mac, held_by = ?at, "a remote station's MAC is held elsewhere: not pinned to its VTEP");
+            match self.dp.pin_remote(id, s.mac) {
+                Ok(()) => {
+                    self.pinned
+                        .entry(key.clone())
+                        .or_default()
+                        .insert((s.mac, s.vlan));
+                }
+                Err(other) => {
+                    refused += 1;
+                    first.get_or_insert((s.mac, other.and_then(|p| self.dp.port_name(p))));
+                }
             }
         }
+        if let Some((mac, held_by)) = first {
+            warn!(overlay = %name, %remote, refused, %mac, ?held_by, "stations whose MAC the bridge has elsewhere (a local port's, another VTEP's) or cannot place: not pinned, not answered for");
+        }
+        freed
     }
 
     /// Makes overlay `name`'s bridge's neighbours again from its VTEPs'
-    /// stations.
+    /// stations that are pinned to their tunnels (a station without, its
+    /// MAC held elsewhere or its tunnel not made, is not answered for).
     fn refresh_neighbours(&mut self, name: &str) {
         let Some(b) = self.bridges.get(name) else {
             return;
         };
+        let pinned = &self.pinned;
         let entries = self
             .stations
             .range((name.to_string(), IpAddr::from([0u8; 4]))..)
             .take_while(|((o, _), _)| o == name)
-            .flat_map(|(_, list)| list.iter())
+            .flat_map(|(k, list)| {
+                let p = pinned.get(k);
+                list.iter()
+                    .filter(move |s| p.is_some_and(|p| p.contains(&(s.mac, s.vlan))))
+            })
             .flat_map(|s| {
                 s.ips
                     .iter()
@@ -298,6 +364,36 @@ impl Daemon {
             });
         let n = Neighbours::new(entries);
         self.dp.set_neighbours(b.id, Some(Arc::new(n)));
+    }
+
+    /// Takes up the stations a takeover handed over, once their tunnels
+    /// are made (their pins came with the MAC table).
+    pub(super) fn restore_stations(&mut self, saved: Vec<SavedStations>) {
+        let mut overlays = std::collections::BTreeSet::new();
+        for s in saved {
+            let Ok(o) = self.overlay(&s.overlay) else {
+                continue;
+            };
+            self.stations
+                .insert((s.overlay.clone(), s.remote), s.stations);
+            self.pin_stations(&s.overlay, &o, s.remote, &[]);
+            overlays.insert(s.overlay);
+        }
+        for o in overlays {
+            self.refresh_neighbours(&o);
+        }
+    }
+
+    /// The stations, as a takeover hands them over.
+    pub(super) fn saved_stations(&self) -> Vec<SavedStations> {
+        self.stations
+            .iter()
+            .map(|((overlay, remote), stations)| SavedStations {
+                overlay: overlay.clone(),
+                remote: *remote,
+                stations: stations.clone(),
+            })
+            .collect()
     }
 
     /// Makes the tunnels of VTEP `v` of overlay `name` (config `o`) again
@@ -364,6 +460,11 @@ impl Daemon {
         for t in v.tunnels {
             self.delete_port(&t)?;
         }
+        // Its stations go with it (their pins went with the tunnels).
+        let key = (name.to_string(), remote);
+        self.stations.remove(&key);
+        self.pinned.remove(&key);
+        self.refresh_neighbours(name);
         Ok(())
     }
 
@@ -408,4 +509,13 @@ impl Daemon {
         }
         out
     }
+}
+
+/// Whether `a` may be a station's address: unicast, not unspecified nor
+/// loopback (nor the IPv4 broadcast).
+fn station_address(a: &IpAddr) -> bool {
+    !(a.is_multicast()
+        || a.is_unspecified()
+        || a.is_loopback()
+        || matches!(a, IpAddr::V4(v) if v.is_broadcast()))
 }
