@@ -644,7 +644,7 @@ fn a_bridge_answers_for_its_vteps_stations_and_no_request_crosses() {
     let _g = serial();
     let u = Underlay::new(2);
     let overlay = "[overlays]\nflat = { vni = 42 }\n";
-    let sws = [
+    let mut sws = [
         Switch::start_in(Some(&u.vteps[0].name), overlay),
         Switch::start_in(Some(&u.vteps[1].name), overlay),
     ];
@@ -688,6 +688,11 @@ fn a_bridge_answers_for_its_vteps_stations_and_no_request_crosses() {
             "the remote pod's MAC pinned to the tunnel: {m:?}"
         );
     }
+    // A takeover hands the stations over with their pins.
+    sws[0].takeover();
+    let v: Vec<switchyard_api::VtepInfo> =
+        serde_json::from_str(&sws[0].cli_ok(&["vtep", "list", "--json"])).unwrap();
+    assert_eq!(v[0].stations, 1, "{v:?}");
     let answered = |sw: &Switch| {
         let b: Vec<switchyard_api::BridgeInfo> =
             serde_json::from_str(&sw.cli_ok(&["bridge", "list", "--json"])).unwrap();
