@@ -522,14 +522,7 @@ fn overlays_of_the_config_join_the_nodes_their_vteps_name() {
 #[test]
 fn a_pod_on_another_node_cannot_take_a_pinned_mac() {
     let _g = serial();
-    let u = Underlay::new(2);
-    let overlay = "[overlays]\nflat = { vni = 42 }\n";
-    let sws = [
-        Switch::start_in(Some(&u.vteps[0].name), overlay),
-        Switch::start_in(Some(&u.vteps[1].name), overlay),
-    ];
-    sws[0].cli_ok(&["vtep", "add", "flat", &Underlay::ip(2)]);
-    sws[1].cli_ok(&["vtep", "add", "flat", &Underlay::ip(1)]);
+    let (u, sws) = two_nodes_on_flat();
     let pods: Vec<Station> = sws
         .iter()
         .enumerate()
@@ -576,6 +569,20 @@ fn a_pod_on_another_node_cannot_take_a_pinned_mac() {
         .find(|m| m.mac == pinned)
         .unwrap();
     assert_eq!(e.port, "pod", "{e:?}");
+}
+
+/// Two nodes of a routed underlay, each a switch with overlay `flat`
+/// (VNI 42) joined to the other.
+fn two_nodes_on_flat() -> (Underlay, [Switch; 2]) {
+    let u = Underlay::new(2);
+    let overlay = "[overlays]\nflat = { vni = 42 }\n";
+    let sws = [
+        Switch::start_in(Some(&u.vteps[0].name), overlay),
+        Switch::start_in(Some(&u.vteps[1].name), overlay),
+    ];
+    sws[0].cli_ok(&["vtep", "add", "flat", &Underlay::ip(2)]);
+    sws[1].cli_ok(&["vtep", "add", "flat", &Underlay::ip(1)]);
+    (u, sws)
 }
 
 /// `tcpdump` on the underlay interface of namespace `ns`, writing the
@@ -642,14 +649,7 @@ fn underlay_frames(mut c: Reap, file: &str) -> Vec<String> {
 #[test]
 fn a_bridge_answers_for_its_vteps_stations_and_no_request_crosses() {
     let _g = serial();
-    let u = Underlay::new(2);
-    let overlay = "[overlays]\nflat = { vni = 42 }\n";
-    let mut sws = [
-        Switch::start_in(Some(&u.vteps[0].name), overlay),
-        Switch::start_in(Some(&u.vteps[1].name), overlay),
-    ];
-    sws[0].cli_ok(&["vtep", "add", "flat", &Underlay::ip(2)]);
-    sws[1].cli_ok(&["vtep", "add", "flat", &Underlay::ip(1)]);
+    let (u, mut sws) = two_nodes_on_flat();
     let pods: Vec<Station> = sws
         .iter()
         .enumerate()

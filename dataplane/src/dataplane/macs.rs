@@ -2,6 +2,17 @@
 
 use super::*;
 
+impl DpTable {
+    /// Port `id`, the VLAN its untagged frames belong to, and its
+    /// bridge's MAC table, if it has all three.
+    fn port_table(&self, id: PortId) -> Option<(&DpPort, u16, Arc<MacTable>)> {
+        let p = self.ports.get(id as usize)?.as_ref()?;
+        let domain = p.vlan.ingress(0)?;
+        let table = self.bridges.get(p.bridge? as usize)?.as_ref()?.macs.clone();
+        Some((p, domain, table))
+    }
+}
+
 impl Dataplane {
     /// Pins `macs` to port `id` in its bridge, in the VLAN its untagged
     /// frames belong to (a trunk without untagged frames pins its MACs per
@@ -10,16 +21,7 @@ impl Dataplane {
     /// pinned entries.
     pub fn pin_macs(&self, id: PortId, macs: &[MacAddr]) -> Result<(), (MacAddr, Option<PortId>)> {
         let t = self.table();
-        let Some(p) = t.ports.get(id as usize).and_then(Option::as_ref) else {
-            return Ok(());
-        };
-        let (Some(domain), Some(table)) = (
-            p.vlan.ingress(0),
-            p.bridge
-                .and_then(|b| t.bridges.get(b as usize))
-                .and_then(Option::as_ref)
-                .map(|b| b.macs.clone()),
-        ) else {
+        let Some((p, domain, table)) = t.port_table(id) else {
             return Ok(());
         };
         let entry = MacEntry {
@@ -53,16 +55,7 @@ impl Dataplane {
     pub fn pin_remote(&self, id: PortId, mac: MacAddr) -> Result<(), Option<PortId>> {
         {
             let t = self.table();
-            let Some(p) = t.ports.get(id as usize).and_then(Option::as_ref) else {
-                return Ok(());
-            };
-            let (Some(domain), Some(table)) = (
-                p.vlan.ingress(0),
-                p.bridge
-                    .and_then(|b| t.bridges.get(b as usize))
-                    .and_then(Option::as_ref)
-                    .map(|b| b.macs.clone()),
-            ) else {
+            let Some((_, domain, table)) = t.port_table(id) else {
                 return Ok(());
             };
             if let Some(e) = table.lookup(mac, domain) {
@@ -84,16 +77,7 @@ impl Dataplane {
     /// frames belong to), giving the port's places back.
     pub fn unpin_macs(&self, id: PortId, macs: &[MacAddr]) {
         let t = self.table();
-        let Some(p) = t.ports.get(id as usize).and_then(Option::as_ref) else {
-            return;
-        };
-        let (Some(domain), Some(table)) = (
-            p.vlan.ingress(0),
-            p.bridge
-                .and_then(|b| t.bridges.get(b as usize))
-                .and_then(Option::as_ref)
-                .map(|b| b.macs.clone()),
-        ) else {
+        let Some((p, domain, table)) = t.port_table(id) else {
             return;
         };
         let mut gone = 0;

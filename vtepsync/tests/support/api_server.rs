@@ -1359,6 +1359,17 @@ fn object_status(code: StatusCode, reason: &str, message: &str, res: Res, name: 
         .into_response()
 }
 
+/// `NewNotFound` of `res`'s object `name`.
+fn not_found(res: Res, name: &str) -> Response {
+    object_status(
+        StatusCode::NOT_FOUND,
+        "NotFound",
+        &format!("{} \"{name}\" not found", res.qualified()),
+        res,
+        name,
+    )
+}
+
 /// `obj` as the API server answers it: with its `kind` and `apiVersion`.
 fn typed(res: Res, mut obj: Value) -> Value {
     obj["kind"] = json!(res.kind);
@@ -1552,13 +1563,7 @@ async fn get_one(
     i.requests.push(format!("get {} {name}", res.resource));
     match i.objs(res).get(&format!("{ns}/{name}")) {
         Some(o) => (StatusCode::OK, axum::Json(typed(res, o.clone()))).into_response(),
-        None => object_status(
-            StatusCode::NOT_FOUND,
-            "NotFound",
-            &format!("{} \"{name}\" not found", res.qualified()),
-            res,
-            &name,
-        ),
+        None => not_found(res, &name),
     }
 }
 
@@ -1614,13 +1619,7 @@ async fn delete_one(
     i.requests.push(format!("delete {} {name}", res.resource));
     let key = format!("{ns}/{name}");
     let Some(obj) = i.objs(res).get(&key).cloned() else {
-        return object_status(
-            StatusCode::NOT_FOUND,
-            "NotFound",
-            &format!("{} \"{name}\" not found", res.qualified()),
-            res,
-            &name,
-        );
+        return not_found(res, &name);
     };
     // `registry/rest/delete.go` `BeforeDelete` checks the preconditions
     // first: a `Conflict` on the kind (`schema.GroupResource{Group:
