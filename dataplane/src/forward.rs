@@ -889,18 +889,14 @@ impl Forwarder {
         }
         let (mut packets, mut bytes) = (0u64, 0u64);
         for (k, txf) in txfs.iter().enumerate() {
-            let why = match out.of(k) {
+            match out.of(k) {
                 Some(Ok(())) => {
                     packets += 1;
                     bytes += txf.len() as u64;
-                    continue;
                 }
-                Some(Err(TxError::TooLong)) => DropReason::TooLong,
-                Some(Err(TxError::Unfinished)) => DropReason::BadOffload,
-                Some(Err(_)) => DropReason::NoBuffer,
-                None => continue,
-            };
-            bump(&counters.drops[why as usize], 1);
+                Some(Err(e)) => bump(&counters.drops[tx_drop(e) as usize], 1),
+                None => {}
+            }
         }
         bump(&counters.tx_packets, packets);
         bump(&counters.tx_bytes, bytes);
@@ -1115,14 +1111,7 @@ impl Forwarder {
                         continue;
                     };
                     if let Some(r) = out.of(i) {
-                        t.out.push((
-                            id,
-                            r.map_err(|e| match e {
-                                TxError::TooLong => DropReason::TooLong,
-                                TxError::Unfinished => DropReason::BadOffload,
-                                _ => DropReason::NoBuffer,
-                            }),
-                        ));
+                        t.out.push((id, r.map_err(tx_drop)));
                     }
                 }
             }
@@ -1133,6 +1122,16 @@ impl Forwarder {
             }
         }
         touched.clear();
+    }
+}
+
+/// Why a frame a transmit queue did not take is dropped: too long for the
+/// peer, work left on it that nothing can finish, else no room.
+fn tx_drop(e: TxError) -> DropReason {
+    match e {
+        TxError::TooLong => DropReason::TooLong,
+        TxError::Unfinished => DropReason::BadOffload,
+        _ => DropReason::NoBuffer,
     }
 }
 

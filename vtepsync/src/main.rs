@@ -698,9 +698,7 @@ mod claims {
             serde_json::to_value(&l)
                 .ok()
                 .and_then(|v| Claim::from_lease(overlay, &v))
-                .is_some_and(|c| {
-                    c.holder == self.node && c.owner_uid.as_deref().is_none_or(|u| u == uid)
-                })
+                .is_some_and(|c| c.is_own(&self.node, uid))
         }
 
         /// The slice of `overlay` the node holds or claims, given to the

@@ -37,6 +37,13 @@ pub struct Claim {
 }
 
 impl Claim {
+    /// Whether it is node `node`'s (UID `uid`) own claim. A claim of the
+    /// node's name owned by another node object (one deleted and made
+    /// again, whose claim the garbage collector has yet to delete) is not.
+    pub fn is_own(&self, node: &str, uid: &str) -> bool {
+        self.holder == node && self.owner_uid.as_deref().is_none_or(|u| u == uid)
+    }
+
     /// Reads a listed Lease of overlay `overlay` (`None`: not one of its
     /// slices').
     pub fn from_lease(overlay: &str, lease: &Value) -> Option<Claim> {
@@ -85,13 +92,6 @@ pub enum Step {
     Exhausted,
 }
 
-/// Whether `c` is node `node`'s (UID `uid`) own claim. A claim of the
-/// node's name owned by another node object (one deleted and made again,
-/// whose claim the garbage collector has yet to delete) is not.
-fn own(c: &Claim, node: &str, uid: &str) -> bool {
-    c.holder == node && c.owner_uid.as_deref().is_none_or(|u| u == uid)
-}
-
 /// What node `node` (UID `uid`) does, with `claims` listed, `slices` in
 /// all and `current` the slice its switch hands out now, if any. The
 /// slice the switch hands out is kept where it can be (its pods have
@@ -104,7 +104,7 @@ pub fn step(node: &str, uid: &str, claims: &[Claim], slices: u32, current: Optio
     let holder = |s: u32| claims.iter().find(|c| c.slice == s);
     if let Some(s) = current.filter(|s| *s < slices) {
         match holder(s) {
-            Some(c) if own(c, node, uid) => return Step::Hold(s),
+            Some(c) if c.is_own(node, uid) => return Step::Hold(s),
             Some(c) if c.holder == node => return Step::Reclaim(s),
             None => return Step::Claim(s),
             Some(_) => {}
@@ -112,7 +112,7 @@ pub fn step(node: &str, uid: &str, claims: &[Claim], slices: u32, current: Optio
     }
     let mine = claims
         .iter()
-        .filter(|c| own(c, node, uid) && c.slice < slices)
+        .filter(|c| c.is_own(node, uid) && c.slice < slices)
         .map(|c| c.slice)
         .min();
     if let Some(s) = mine {
@@ -146,7 +146,7 @@ pub fn first_try(node: &str, slices: u32) -> u32 {
 pub fn extra<'a>(node: &str, uid: &str, kept: u32, claims: &'a [Claim]) -> Vec<&'a Claim> {
     claims
         .iter()
-        .filter(|c| own(c, node, uid) && c.slice != kept)
+        .filter(|c| c.is_own(node, uid) && c.slice != kept)
         .collect()
 }
 
@@ -180,7 +180,7 @@ mod tests {
     }
 
     #[test]
-    fn a_node_keeps_its_slice_or_claims_the_lowest_free() {
+    fn a_node_keeps_its_slice_or_claims_a_free_one() {
         let claims = [
             claim(0, "a", "ua"),
             claim(1, "b", "ub"),

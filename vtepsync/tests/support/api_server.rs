@@ -1349,8 +1349,14 @@ fn stream_response(rx: tokio::sync::mpsc::Receiver<Result<Bytes, Infallible>>) -
 /// `NewNotFound`, `NewAlreadyExists`, `NewConflict`): with `details`
 /// naming the object.
 fn object_status(code: StatusCode, reason: &str, message: &str, res: Res, name: &str) -> Response {
+    let details = json!({"name": name, "group": res.group, "kind": res.resource});
+    status_details(code, reason, message, details)
+}
+
+/// A `Status` of failure with its `details`.
+fn status_details(code: StatusCode, reason: &str, message: &str, details: Value) -> Response {
     let mut body = api_common::failure(code.as_u16(), reason, message);
-    body["details"] = json!({"name": name, "group": res.group, "kind": res.resource});
+    body["details"] = details;
     (
         code,
         [("content-type", "application/json")],
@@ -1506,21 +1512,15 @@ async fn create(
         } else {
             format!("[{}]", list.join(", "))
         };
-        let mut body = api_common::failure(
-            422,
+        return status_details(
+            StatusCode::UNPROCESSABLE_ENTITY,
             "Invalid",
             &format!("{}.{} \"{name}\" is invalid: {text}", res.kind, res.group),
+            json!({
+                "name": name, "group": res.group, "kind": res.kind,
+                "causes": causes.iter().map(|(f, m)| json!({"reason": "FieldValueInvalid", "message": m, "field": f})).collect::<Vec<_>>(),
+            }),
         );
-        body["details"] = json!({
-            "name": name, "group": res.group, "kind": res.kind,
-            "causes": causes.iter().map(|(f, m)| json!({"reason": "FieldValueInvalid", "message": m, "field": f})).collect::<Vec<_>>(),
-        });
-        return (
-            StatusCode::UNPROCESSABLE_ENTITY,
-            [("content-type", "application/json")],
-            body.to_string(),
-        )
-            .into_response();
     }
     let key = format!("{ns}/{name}");
     if i.objs(res).contains_key(&key) {
@@ -1634,21 +1634,15 @@ async fn delete_one(
                 "the ResourceVersion in the precondition ({want}) does not match the ResourceVersion in record ({has}). The object might have been modified"
             ),
         };
-        let mut body = api_common::failure(
-            409,
+        status_details(
+            StatusCode::CONFLICT,
             "Conflict",
             &format!(
                 "Operation cannot be fulfilled on {}.{} \"{name}\": {why}",
                 res.kind, res.group
             ),
-        );
-        body["details"] = json!({"name": name, "group": res.group, "kind": res.kind});
-        (
-            StatusCode::CONFLICT,
-            [("content-type", "application/json")],
-            body.to_string(),
+            json!({"name": name, "group": res.group, "kind": res.kind}),
         )
-            .into_response()
     };
     for field in ["uid", "resourceVersion"] {
         if let Some(want) = pre[field].as_str() {
