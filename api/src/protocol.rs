@@ -213,6 +213,22 @@ pub struct RemoteStation {
     pub ips: Vec<std::net::IpAddr>,
 }
 
+impl RemoteStation {
+    /// Whether `m` can be a station's MAC: a unicast one, not all zeros.
+    pub fn is_station_mac(m: &crate::MacAddr) -> bool {
+        !m.is_multicast() && m.0 != [0; 6]
+    }
+
+    /// Whether `a` can be a station's address: a unicast one (not
+    /// multicast, unspecified, loopback or IPv4 broadcast).
+    pub fn is_station_address(a: &std::net::IpAddr) -> bool {
+        !(a.is_multicast()
+            || a.is_unspecified()
+            || a.is_loopback()
+            || matches!(a, std::net::IpAddr::V4(v) if v.is_broadcast()))
+    }
+}
+
 /// A remote VTEP of an overlay, as listed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VtepInfo {
@@ -765,6 +781,11 @@ pub struct BridgeInfo {
     /// `vlan 100 vni 5100, vlan 200 vni 5200`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overlay: Option<String>,
+    /// The VLANs of the overlay this bridge is when it is a trunked one
+    /// (each crosses in its own VNI); empty for an untagged overlay (its
+    /// untagged frames cross) and for a bridge that is no overlay.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub overlay_vlans: Vec<u16>,
     /// The node-local addresses of the overlay this bridge is, when its
     /// config splits some ([`crate::overlay`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]

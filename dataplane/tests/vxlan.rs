@@ -585,58 +585,6 @@ fn two_nodes_on_flat() -> (Underlay, [Switch; 2]) {
     (u, sws)
 }
 
-/// `tcpdump` on the underlay interface of namespace `ns`, writing the
-/// VXLAN datagrams to `file` once it says it listens; stopped (and
-/// checked) by [`underlay_frames`].
-fn underlay_capture(ns: &Netns, file: &str) -> Reap {
-    let mut c = Reap(
-        Command::new("ip")
-            .args(["netns", "exec", &ns.name, "tcpdump", "-i", "ul", "-nn"])
-            // Each datagram written as it comes: none is left in the
-            // kernel's ring (a block waits up to a second) when it stops.
-            .args(["--immediate-mode", "-U"])
-            .args(["-w", file, "udp port 4789"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("tcpdump (Debian: tcpdump)"),
-    );
-    let (tx, rx) = std::sync::mpsc::channel();
-    let stderr = c.0.stderr.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let line = rx.recv_timeout(Duration::from_secs(10)).unwrap();
-    assert!(line.contains("listening on ul"), "tcpdump: {line}");
-    c
-}
-
-/// What capture `c` caught, decoded (`tcpdump -r`: VXLAN and the frame
-/// inside), one line per datagram.
-fn underlay_frames(mut c: Reap, file: &str) -> Vec<String> {
-    let ending = terminate(&mut c.0, Duration::from_secs(5));
-    assert!(
-        matches!(ending, Ending::Stopped(_)),
-        "tcpdump ended as {ending:?}"
-    );
-    let out = Command::new("tcpdump")
-        .args(["-r", file, "-nn"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_string)
-        .collect()
-}
-
 /// The overlay's ARP/ND responder: each switch is given the stations
 /// behind the other's VTEP (as vtep-sync gives a remote node's pods, with
 /// their MACs and addresses). A pod's ARP requests and neighbour
@@ -781,6 +729,42 @@ fn a_bridge_answers_for_its_vteps_stations_and_no_request_crosses() {
         .sh("busybox arping -c 1 -w 1 -I eth0 10.66.0.8")
         .status
         .success());
+
+    // A local port made with a station's MAC (a pod that moved to this
+    // node before the cluster said so) takes it: the station is no longer
+    // pinned nor answered for. When the port goes, the station is pinned
+    // again.
+    let tunnel = format!("flat-{}", Underlay::ip(2));
+    let holder = |sw: &Switch, mac: &str| {
+        sw.macs("flat")
+            .into_iter()
+            .find(|e| e.mac == mac && e.pinned)
+            .map(|e| e.port)
+    };
+    let moved = "02:00:00:00:00:77";
+    sws[0].cli_ok(&[
+        "vtep",
+        "stations",
+        "flat",
+        &Underlay::ip(2),
+        &format!("{moved}=10.66.0.7"),
+    ]);
+    assert_eq!(holder(&sws[0], moved).as_deref(), Some(tunnel.as_str()));
+    let sock = sws[0].path("moved.sock");
+    sws[0].cli_ok(&[
+        "port", "add", "moved", "--kind", "memif", "--role", "master", "--socket", &sock,
+        "--bridge", "flat", "--mac", moved,
+    ]);
+    assert_eq!(holder(&sws[0], moved).as_deref(), Some("moved"));
+    let before = answered(&sws[0]);
+    assert!(!pods[0]
+        .ns
+        .sh("busybox arping -c 1 -w 1 -I eth0 10.66.0.7")
+        .status
+        .success());
+    assert_eq!(answered(&sws[0]), before);
+    sws[0].cli_ok(&["port", "del", "moved"]);
+    assert_eq!(holder(&sws[0], moved).as_deref(), Some(tunnel.as_str()));
 
     // Node 2's pod is gone from switch 1's stations: its MAC is no longer
     // pinned, and a request for it is flooded again (and answered by the

@@ -34,19 +34,19 @@ mod multus;
 #[path = "support/node_root.rs"]
 mod node_root;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use api_server::{ApiServer, LEASES};
+use api_server::{ApiServer, LEASES, NETWORK_ATTACHMENT_DEFINITIONS, PODS};
 use common::{
-    check_ending, serial, terminate, testpmd_bin, wait_for, workspace_bin, Netns, Switch, Testpmd,
-    Underlay,
+    check_ending, serial, terminate, testpmd_bin, underlay_capture, underlay_frames, wait_for,
+    workspace_bin, Netns, Switch, Testpmd, Underlay,
 };
 use multus::{Multus, MultusVersion, Nad, Pod, Selection};
 use node_root::{documents, find, NodeRoot};
-use serde_json::Value;
+use serde_json::{json, Value};
 use switchyard_api::{BridgeInfo, PortInfo, Request};
 
 const LIMIT: Duration = Duration::from_secs(30);
@@ -63,8 +63,9 @@ struct Shipped {
     namespace: String,
     account: String,
     selected: Vec<(String, String)>,
-    /// The overlay's NAD.
+    /// The overlay's NAD, and as the API server stores it.
     nad: Nad,
+    nad_object: Value,
 }
 
 impl Shipped {
@@ -95,6 +96,7 @@ impl Shipped {
             "NetworkAttachmentDefinition",
             "switchyard-overlay",
         ));
+        let nad_object = nad.clone();
         let nad = Nad {
             namespace: nad["metadata"]["namespace"].as_str().unwrap().into(),
             name: nad["metadata"]["name"].as_str().unwrap().into(),
@@ -116,6 +118,7 @@ impl Shipped {
             switch_cfg,
             container,
             nad,
+            nad_object,
         }
     }
 
@@ -283,19 +286,45 @@ fn toml_string(cfg: &str, key: &str) -> String {
         .to_string()
 }
 
-/// A pod on the overlay: its network namespace, its addresses, and the
-/// testpmd that forwards between its memif interface and a kernel tap
-/// (`net1`, which has the addresses).
+/// A pod on the overlay: its network namespace, its addresses and MAC, and
+/// the testpmd that forwards between its memif interface and a kernel tap
+/// (`net1`, which has the addresses and the MAC).
 struct OverlayPod {
     pod: Pod,
     ns: Netns,
     ips: Vec<String>,
+    mac: String,
     testpmd: Option<Testpmd>,
 }
 
+/// The cluster's default network's entry of a pod's network-status, first
+/// as Multus writes it (`pkg/multus/multus.go` `CmdAdd`: the default
+/// network's status, then each delegate's); not an overlay network.
+fn default_network_status(i: usize) -> Value {
+    json!({
+        "name": "k8s-pod-network",
+        "interface": "eth0",
+        "ips": [format!("10.244.{i}.9")],
+        "mac": format!("0a:58:0a:f4:{i:02x}:09"),
+        "default": true,
+        "dns": {}
+    })
+}
+
 /// Attaches pod `name` on `node` to the overlay's NAD through the node's
-/// Multus; starts its testpmd and gives the tap the result's addresses.
-fn attach(node: &ClusterNode, shipped: &Shipped, name: &str) -> OverlayPod {
+/// Multus (with the network selection's `mac` where given); starts its
+/// testpmd, gives the tap the result's MAC and addresses, and stores the
+/// pod in the API server as Multus leaves it: scheduled on the node, its
+/// network-status annotation written
+/// (network-attachment-definition-client `pkg/utils/net-attach-def.go`
+/// `SetNetworkStatus`).
+fn attach(
+    node: &ClusterNode,
+    shipped: &Shipped,
+    api: &ApiServer,
+    name: &str,
+    mac: Option<&str>,
+) -> OverlayPod {
     let ns = Netns::new(name);
     let pod = Pod {
         namespace: "default".into(),
@@ -304,9 +333,13 @@ fn attach(node: &ClusterNode, shipped: &Shipped, name: &str) -> OverlayPod {
         sandbox: format!("{name:0>64}"),
         netns: format!("/var/run/netns/{}", ns.name),
     };
+    let selection = Selection {
+        mac: mac.map(str::to_string),
+        ..Selection::default()
+    };
     let added = node
         .multus()
-        .add(&pod, &[(shipped.nad.clone(), Selection::default(), None)])
+        .add(&pod, &[(shipped.nad.clone(), selection, None)])
         .unwrap_or_else(|e| panic!("ADD of {name} on {}: {e:?}", node.name));
     let result = &added[0].result;
     let ips: Vec<String> = result["ips"]
@@ -315,6 +348,14 @@ fn attach(node: &ClusterNode, shipped: &Shipped, name: &str) -> OverlayPod {
         .iter()
         .map(|i| i["address"].as_str().unwrap().to_string())
         .collect();
+    let status = &added[0].network_status;
+    let pod_mac = status["mac"]
+        .as_str()
+        .expect("the result's MAC")
+        .to_string();
+    if let Some(m) = mac {
+        assert_eq!(pod_mac, m, "the selection's MAC");
+    }
     // The pod's socket: the port the plugin made for it.
     let ports: Vec<PortInfo> = node.switch.client().ask(&Request::port_list()).unwrap();
     let port = ports
@@ -334,7 +375,11 @@ fn attach(node: &ClusterNode, shipped: &Shipped, name: &str) -> OverlayPod {
         ))
         .args(["--", "-i", "--total-num-mbufs=8192", "--forward-mode=io"]);
     let testpmd = Testpmd::from_command(cmd);
-    let mut sh = String::from("ip link set lo up && ip link set net1 mtu 1450 up");
+    // The port passes frames from the result's MAC alone (the NAD pins
+    // it): the pod's interface has it.
+    let mut sh = format!(
+        "ip link set lo up && ip link set net1 address {pod_mac} && ip link set net1 mtu 1450 up"
+    );
     for ip in &ips {
         if ip.contains(':') {
             sh.push_str(&format!(" && ip -6 addr add {ip} dev net1 nodad"));
@@ -343,10 +388,33 @@ fn attach(node: &ClusterNode, shipped: &Shipped, name: &str) -> OverlayPod {
         }
     }
     ns.sh_ok(&sh);
+    let n: usize = node.name.trim_start_matches("node-").parse().unwrap();
+    let statuses = json!([default_network_status(n), status]);
+    api.put(
+        PODS,
+        json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "namespace": pod.namespace,
+                "name": name,
+                "annotations": {
+                    "k8s.v1.cni.cncf.io/networks": shipped.nad.name,
+                    "k8s.v1.cni.cncf.io/network-status": statuses.to_string(),
+                },
+            },
+            "spec": {
+                "nodeName": node.name,
+                "containers": [{"name": "pod", "image": "testpmd"}],
+            },
+            "status": {"phase": "Running"},
+        }),
+    );
     OverlayPod {
         pod,
         ns,
         ips,
+        mac: pod_mac,
         testpmd: Some(testpmd),
     }
 }
@@ -366,13 +434,15 @@ impl OverlayPod {
             .success()
     }
 
-    /// Detaches it: its testpmd stops (checked), Multus runs DEL.
-    fn detach(mut self, node: &ClusterNode) {
+    /// Detaches it: its testpmd stops (checked), Multus runs DEL, and the
+    /// pod goes from the API server.
+    fn detach(mut self, node: &ClusterNode, api: &ApiServer) {
         if let Some(mut t) = self.testpmd.take() {
             t.assert_alive();
         }
         let failed = node.multus().del(&self.pod);
         assert!(failed.is_empty(), "DEL of {}: {failed:?}", self.pod.name);
+        api.delete(PODS, &format!("{}/{}", self.pod.namespace, self.pod.name));
     }
 }
 
@@ -396,15 +466,13 @@ fn claims(api: &ApiServer, namespace: &str) -> Vec<(String, u32, String)> {
         .collect()
 }
 
-#[test]
-fn nodes_hand_out_disjoint_slices_of_the_overlay_and_their_pods_reach_each_other() {
-    let _g = serial();
-    let shipped = Shipped::read();
-    let overlay = shipped.overlay();
-    let ns = shipped.namespace.clone();
-
+/// Three nodes on the underlay, each with its switch and agent (started at
+/// once: they race for the lowest slices), in a cluster of the shipped
+/// RBAC and the overlay's NAD.
+fn cluster(shipped: &Shipped) -> (Underlay, ApiServer, Vec<ClusterNode>, Vec<Agent>) {
     let u = Underlay::new(3);
     let api = ApiServer::start_in(&shipped.docs, &u.router.name, "10.81.1.1".parse().unwrap());
+    api.put(NETWORK_ATTACHMENT_DEFINITIONS, shipped.nad_object.clone());
     let names = ["node-1", "node-2", "node-3"];
     for (i, n) in names.iter().enumerate() {
         api.put_node(
@@ -413,17 +481,30 @@ fn nodes_hand_out_disjoint_slices_of_the_overlay_and_their_pods_reach_each_other
             &[("InternalIP", &Underlay::ip(i + 1))],
         );
     }
-    let mut nodes: Vec<ClusterNode> = names
+    let nodes: Vec<ClusterNode> = names
         .iter()
         .zip(&u.vteps)
-        .map(|(n, netns)| ClusterNode::start(n, netns, &shipped))
+        .map(|(n, netns)| ClusterNode::start(n, netns, shipped))
         .collect();
-    let token = |node: &str| api.token_for_node(&ns, &shipped.account, node);
-    // The three agents at once: they race for the lowest slices.
-    let mut agents: Vec<Agent> = nodes
+    let agents: Vec<Agent> = nodes
         .iter()
-        .map(|n| Agent::start(&shipped, n, &api, &token(&n.name)))
+        .map(|n| {
+            let token = api.token_for_node(&shipped.namespace, &shipped.account, &n.name);
+            Agent::start(shipped, n, &api, &token)
+        })
         .collect();
+    (u, api, nodes, agents)
+}
+
+#[test]
+fn nodes_hand_out_disjoint_slices_of_the_overlay_and_their_pods_reach_each_other() {
+    let _g = serial();
+    let shipped = Shipped::read();
+    let overlay = shipped.overlay();
+    let ns = shipped.namespace.clone();
+
+    let (_underlay, api, mut nodes, mut agents) = cluster(&shipped);
+    let token = |node: &str| api.token_for_node(&ns, &shipped.account, node);
 
     // Each switch hands out the slice its node holds, and no two hold one.
     let slices: Vec<u32> = wait_for(LIMIT, "every node's slice", || {
@@ -451,7 +532,7 @@ fn nodes_hand_out_disjoint_slices_of_the_overlay_and_their_pods_reach_each_other
     let pods: Vec<OverlayPod> = nodes
         .iter()
         .enumerate()
-        .map(|(i, n)| attach(n, &shipped, &format!("ovpod{}", i + 1)))
+        .map(|(i, n)| attach(n, &shipped, &api, &format!("ovpod{}", i + 1), None))
         .collect();
     for (p, s) in pods.iter().zip(&slices) {
         let v4: std::net::Ipv4Addr = p.ip(false).parse().unwrap();
@@ -492,7 +573,7 @@ fn nodes_hand_out_disjoint_slices_of_the_overlay_and_their_pods_reach_each_other
     assert_eq!(claims(&api, &ns), before);
     assert!(!agents[0].log().contains("claimed"), "{}", agents[0].log());
     let mut pods = pods;
-    pods.push(attach(&nodes[0], &shipped, "ovpod4"));
+    pods.push(attach(&nodes[0], &shipped, &api, "ovpod4", None));
     assert!(
         pods[3]
             .ip(false)
@@ -568,7 +649,7 @@ fn nodes_hand_out_disjoint_slices_of_the_overlay_and_their_pods_reach_each_other
     // The pods go: DEL releases their addresses.
     for (i, p) in pods.into_iter().enumerate() {
         let node = &nodes[if i == 3 { 0 } else { i }];
-        p.detach(node);
+        p.detach(node, &api);
     }
     for n in &nodes {
         let dir = n
@@ -584,6 +665,175 @@ fn nodes_hand_out_disjoint_slices_of_the_overlay_and_their_pods_reach_each_other
             .unwrap_or_default();
         assert!(leased.is_empty(), "{}: {leased:?}", n.name);
     }
+    api.assert_only_lists_watches_status_patches_and_leases();
+    drop(agents);
+    for n in &mut nodes {
+        n.switch.assert_alive();
+    }
+}
+
+/// The switch's VTEPs of `overlay`: remote address to how many stations
+/// it has.
+fn stations_by_vtep(node: &ClusterNode, overlay: &str) -> BTreeMap<String, usize> {
+    node.switch
+        .client()
+        .ask(&Request::vtep_list())
+        .unwrap()
+        .into_iter()
+        .filter(|v| v.overlay == overlay)
+        .map(|v| (v.remote.to_string(), v.stations))
+        .collect()
+}
+
+/// Each node's agent gives its switch the other nodes' pods on the overlay
+/// (from their network-status, behind their node's VTEP). A pod that looks
+/// for a pod on another node is answered by its own switch: in steady
+/// state no ARP request and no neighbour solicitation crosses the underlay
+/// (captured on every node's link). A pod deleted and made again on
+/// another node with the same MAC (the network selection's `mac`) is
+/// reachable from the others soon after its new network-status: each
+/// switch moves the MAC to the new node's tunnel.
+#[test]
+fn switches_answer_for_the_other_nodes_pods_and_follow_a_pod_to_another_node() {
+    let _g = serial();
+    let shipped = Shipped::read();
+    let overlay = shipped.overlay();
+    let (u, api, mut nodes, agents) = cluster(&shipped);
+    wait_for(LIMIT, "every node's slice", || {
+        nodes
+            .iter()
+            .map(|n| n.slice(&overlay))
+            .collect::<Option<Vec<_>>>()
+    });
+    let moving = "02:5a:00:00:00:02";
+    let mut pods: Vec<OverlayPod> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let mac = (i == 1).then_some(moving);
+            attach(n, &shipped, &api, &format!("ovpod{}", i + 1), mac)
+        })
+        .collect();
+    // Each switch has one station behind each other node's VTEP.
+    wait_for(LIMIT, "every VTEP's station", || {
+        nodes
+            .iter()
+            .all(|n| {
+                let s = stations_by_vtep(n, &overlay);
+                s.len() == 2 && s.values().all(|c| *c == 1)
+            })
+            .then_some(())
+    });
+
+    // Steady state (the pods' link-local addresses are theirs: DAD's
+    // solicitations are flooded, as they must be): the pods know no
+    // neighbour, and look for each other in both families; nothing they
+    // ask crosses the underlay.
+    for p in &pods {
+        wait_for(LIMIT, "DAD done", || {
+            p.ns.sh_ok("ip -6 addr show dev net1 tentative")
+                .trim()
+                .is_empty()
+                .then_some(())
+        });
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for p in &pods {
+        p.ns.sh_ok("ip neigh flush all && ip -6 neigh flush all");
+    }
+    let caps: Vec<_> = u
+        .vteps
+        .iter()
+        .enumerate()
+        .map(|(i, ns)| {
+            let file = dir.path().join(format!("ul{i}.pcap")).display().to_string();
+            (underlay_capture(ns, &file), file)
+        })
+        .collect();
+    for (from, to) in [(0, 1), (0, 2), (1, 2), (2, 0)] {
+        for v6 in [false, true] {
+            let dst = pods[to].ip(v6);
+            assert!(pods[from].pings(&dst), "pod {from} pinging {dst}");
+        }
+    }
+    for (i, (cap, file)) in caps.into_iter().enumerate() {
+        let frames = underlay_frames(cap, &file);
+        let requests: Vec<&String> = frames
+            .iter()
+            .filter(|l| l.contains("ARP, Request") || l.contains("neighbor solicitation"))
+            .collect();
+        assert!(
+            requests.is_empty(),
+            "node {}'s link: requests crossed: {requests:?}",
+            i + 1
+        );
+        assert!(
+            frames.iter().any(|l| l.contains("ICMP echo request")),
+            "node {}'s link: {frames:#?}",
+            i + 1
+        );
+    }
+    // The neighbours are the pods' own MACs (the switch answered with
+    // them).
+    let neigh = pods[0].ns.sh_ok("ip neigh show dev net1");
+    for p in &pods[1..] {
+        assert!(neigh.contains(&p.mac), "{neigh}");
+    }
+    for n in &nodes {
+        assert!(n.overlay(&overlay).counters.answered >= 2, "{}", n.name);
+    }
+
+    // Node 2's pod is deleted and made again on node 3 with its MAC: node
+    // 1's switch moves the MAC to node 3's tunnel (it was pinned to node
+    // 2's), and the pod is reached at its new address.
+    let old = pods.remove(1);
+    old.detach(&nodes[1], &api);
+    let moved = attach(&nodes[2], &shipped, &api, "ovpod2", Some(moving));
+    let written = std::time::Instant::now();
+    let dst = moved.ip(false);
+    wait_for(LIMIT, "the moved pod reached from node 1", || {
+        pods[0]
+            .ns
+            .sh(&format!("busybox ping -c 1 -W 1 {dst}"))
+            .status
+            .success()
+            .then_some(())
+    });
+    let reached = written.elapsed();
+    // Node 1's switch has it behind node 3's VTEP now.
+    wait_for(LIMIT, "node 1's stations moved", || {
+        let s = stations_by_vtep(&nodes[0], &overlay);
+        (s[&Underlay::ip(2)] == 0 && s[&Underlay::ip(3)] == 2).then_some(())
+    });
+    let moved_in = written.elapsed();
+    eprintln!(
+        "the moved pod reached {reached:?}, and its station moved {moved_in:?}, after its new network-status"
+    );
+    assert!(
+        moved_in < Duration::from_secs(5),
+        "the switch did not follow the pod when its network-status changed, only later ({moved_in:?})"
+    );
+    // It is answered for from there.
+    pods[0].ns.sh_ok("ip neigh flush all");
+    assert!(pods[0].pings(&dst), "pinging {dst}");
+    let neigh = pods[0].ns.sh_ok("ip neigh show dev net1");
+    assert!(
+        neigh
+            .lines()
+            .any(|l| l.starts_with(&format!("{dst} ")) && l.contains(moving)),
+        "{neigh}"
+    );
+    pods.push(moved);
+    let owners = [0, 2, 2];
+    for (p, n) in pods.into_iter().zip(owners) {
+        p.detach(&nodes[n], &api);
+    }
+    wait_for(LIMIT, "no station left", || {
+        nodes
+            .iter()
+            .all(|n| stations_by_vtep(n, &overlay).values().all(|c| *c == 0))
+            .then_some(())
+    });
     api.assert_only_lists_watches_status_patches_and_leases();
     drop(agents);
     for n in &mut nodes {

@@ -19,8 +19,13 @@
 //!
 //! [`slices`] claims the node's slice of each overlay's addresses (the
 //! overlay's `ipam`) as a Lease, which the switch then hands out.
+//!
+//! [`stations`] tells the switch which pods are behind each remote VTEP
+//! (their MACs and addresses, from the API), so that it answers ARP and
+//! neighbour solicitations for them instead of flooding.
 
 pub mod nodes;
 pub mod plan;
 pub mod policy;
 pub mod slices;
+pub mod stations;

@@ -127,17 +127,26 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let mut last = Outcome::default();
     let mut sent: Option<(IpAddr, Option<IpAddr>)> = None;
     info!(node = %args.node_name, selector = %args.selector, "watching the nodes");
-    if args.policy {
+    // The watches of the pods (and of what policy and the stations need):
+    // from the start with --policy, else once the switch has overlays.
+    let (joined_tx, joined_rx) = tokio::sync::watch::channel(cluster::Joined::default());
+    let mut joined_rx = Some(joined_rx);
+    let spawn_cluster = |rx| {
         let (c, socket) = (api.clone().into_client(), args.control_socket.clone());
+        let policy = args.policy;
         tokio::spawn(async move {
-            if let Err(e) = policies::run(c, socket, resync).await {
+            if let Err(e) = cluster::run(c, socket, resync, policy, rx).await {
                 // The node's VTEPs are kept all the same; the process
                 // exits so that the kubelet restarts it and it is seen.
-                tracing::error!("policy: {e:#}");
+                tracing::error!("watches of the cluster: {e:#}");
                 std::process::exit(1);
             }
         });
+    };
+    if args.policy {
+        spawn_cluster(joined_rx.take().expect("not taken yet"));
     }
+    let mut syncs = 0u64;
     loop {
         tokio::select! {
             ev = stream.next() => match ev {
@@ -201,10 +210,26 @@ async fn run(args: Args) -> anyhow::Result<()> {
         let local = own.filter(|a| is_host_address(*a));
         let socket = args.control_socket.clone();
         let wanted = args.overlays.clone();
+        let vteps = remotes.iter().map(|(a, n)| (n.clone(), *a)).collect();
         let mut outcome =
             tokio::task::spawn_blocking(move || sync(&socket, &wanted, &remotes, local))
                 .await
                 .context("the sync task")?;
+        // The switch's VTEPs, for the stations.
+        if let Some((overlays, stations)) = outcome.joined.take() {
+            if !overlays.is_empty() {
+                if let Some(rx) = joined_rx.take() {
+                    spawn_cluster(rx);
+                }
+            }
+            syncs += 1;
+            joined_tx.send_replace(cluster::Joined {
+                sync: syncs,
+                overlays,
+                vteps,
+                stations,
+            });
+        }
         // The node's slices of the overlays' addresses: once the switch
         // answered (it says which overlays split theirs), whatever became
         // of the VTEPs.
@@ -245,14 +270,18 @@ async fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// MultiNetworkPolicy on this node's ports: the watches, and the ports
-/// brought to what the policies say.
-mod policies {
+/// What the agent watches of the cluster besides the Nodes (pods, and as
+/// needed NADs, namespaces and MultiNetworkPolicies), and what it does
+/// with them: the overlays' stations, and MultiNetworkPolicy on this
+/// node's ports.
+mod cluster {
     use std::collections::BTreeMap;
+    use std::net::IpAddr;
     use std::path::{Path, PathBuf};
+    use std::pin::Pin;
     use std::time::Duration;
 
-    use futures::StreamExt;
+    use futures::{Stream, StreamExt};
     use k8s_openapi::api::core::v1::{Namespace, Pod};
     use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
     use kube::runtime::watcher::{self, Event};
@@ -260,12 +289,15 @@ mod policies {
     use kube::Api;
     use switchyard_api::{Client, Request};
     use switchyard_vtep_sync::policy::{self, PodView, PolicyView};
+    use switchyard_vtep_sync::stations::{self, Network, Stations};
+    use tokio::sync::watch;
     use tokio::time::{sleep_until, Instant};
-    use tracing::{info, warn};
+    use tracing::{debug, info, warn};
 
-    /// How long the ports wait after a change for the changes that come
-    /// with it (a policy and its pods): well inside the second an update
-    /// must take effect in.
+    /// How long the ports and stations wait after a change for the
+    /// changes that come with it (a policy and its pods, a pod's status
+    /// and its network-status): well inside the second an update must
+    /// take effect in.
     const SETTLE: Duration = Duration::from_millis(100);
 
     /// How often the switch's ports are looked at for ports made since
@@ -273,12 +305,32 @@ mod policies {
     /// pod gets its policy within this.
     const POLL: Duration = Duration::from_secs(2);
 
+    /// What the node loop last found of the switch's overlays, for the
+    /// stations: which overlays it fills, which node each remote VTEP is,
+    /// and which VTEPs the switch has with how many stations.
+    #[derive(Debug, Clone, Default)]
+    pub struct Joined {
+        /// Bumped by every sync that asked the switch.
+        pub sync: u64,
+        /// The overlays filled, each with the VLANs it carries across
+        /// (empty: an untagged overlay).
+        pub overlays: BTreeMap<String, Vec<u16>>,
+        /// Each remote node's VTEP address.
+        pub vteps: BTreeMap<String, IpAddr>,
+        /// The switch's VTEPs (overlay, address) and how many stations
+        /// each has.
+        pub stations: BTreeMap<(String, IpAddr), usize>,
+    }
+
     /// What the watches show.
     #[derive(Default)]
     struct World {
         pods: BTreeMap<(String, String), PodView>,
         namespaces: BTreeMap<String, BTreeMap<String, String>>,
         policies: BTreeMap<(String, String), PolicyView>,
+        /// Each NAD (`namespace/name`), with the overlay network it is
+        /// (`None`: another kind of network).
+        nads: BTreeMap<String, Option<Network>>,
         /// Changes applied so far.
         generation: u64,
     }
@@ -300,6 +352,21 @@ mod policies {
                 policies: self.policies.values().cloned().collect(),
             }
         }
+
+        /// The stations `joined`'s overlays and remote nodes have.
+        fn stations(&self, joined: &Joined) -> Stations {
+            let networks: BTreeMap<String, Network> = self
+                .nads
+                .iter()
+                .filter_map(|(k, n)| Some((k.clone(), n.clone()?)))
+                .collect();
+            stations::stations(
+                &joined.overlays,
+                &joined.vteps,
+                self.pods.values(),
+                &networks,
+            )
+        }
     }
 
     fn key(m: &kube::core::ObjectMeta) -> (String, String) {
@@ -309,69 +376,166 @@ mod policies {
         )
     }
 
-    /// Applies one watch event of any of the three kinds; the `Init*`
-    /// events of a re-list replace that kind's objects once it is done.
+    /// One watch event of any of the four kinds; the `Init*` events of a
+    /// re-list replace that kind's objects once it is done.
     enum Change {
         Pod(Box<Event<Pod>>),
         Namespace(Event<Namespace>),
         Policy(Event<DynamicObject>),
+        Nad(Event<DynamicObject>),
     }
 
+    /// The kinds, as `listed` indexes them.
+    const PODS: usize = 0;
+    const NAMESPACES: usize = 1;
+    const POLICIES: usize = 2;
+    const NADS: usize = 3;
+
+    type Changes = Pin<Box<dyn Stream<Item = Result<Change, watcher::Error>> + Send>>;
+
+    /// The watch of a dynamic resource (`group/version`, `kind`,
+    /// `plural`), every namespace.
+    fn dynamic_watch(
+        client: &kube::Client,
+        (group, version, kind, plural): (&str, &str, &str, &str),
+        change: fn(Event<DynamicObject>) -> Change,
+    ) -> Changes {
+        let gvk = GroupVersionKind::gvk(group, version, kind);
+        let ar = ApiResource::from_gvk_with_plural(&gvk, plural);
+        Box::pin(
+            watcher::watcher(
+                Api::<DynamicObject>::all_with(client.clone(), &ar),
+                watcher::Config::default(),
+            )
+            .default_backoff()
+            .map(move |e| e.map(change)),
+        )
+    }
+
+    /// Watches the pods, and with `policy` the namespaces and
+    /// MultiNetworkPolicies (whose rules it gives this node's ports), and
+    /// once `joined` has overlays the NADs (and sets the stations of each
+    /// remote VTEP). Runs until the watches end.
     pub async fn run(
         client: kube::Client,
         socket: PathBuf,
         resync: Duration,
+        policy: bool,
+        mut joined: watch::Receiver<Joined>,
     ) -> anyhow::Result<()> {
-        let gvk = GroupVersionKind::gvk("k8s.cni.cncf.io", "v1beta1", "MultiNetworkPolicy");
-        let ar = ApiResource::from_gvk_with_plural(&gvk, "multi-networkpolicies");
         let cfg = watcher::Config::default;
-        let pods = watcher::watcher(Api::<Pod>::all(client.clone()), cfg())
-            .default_backoff()
-            .map(|e| e.map(|e| Change::Pod(Box::new(e))));
-        let nss = watcher::watcher(Api::<Namespace>::all(client.clone()), cfg())
-            .default_backoff()
-            .map(|e| e.map(Change::Namespace));
-        let pols = watcher::watcher(Api::<DynamicObject>::all_with(client, &ar), cfg())
-            .default_backoff()
-            .map(|e| e.map(Change::Policy));
-        let mut all = std::pin::pin!(futures::stream::select(
-            pods,
-            futures::stream::select(nss, pols)
-        ));
+        let mut watches: Vec<Changes> = vec![Box::pin(
+            watcher::watcher(Api::<Pod>::all(client.clone()), cfg())
+                .default_backoff()
+                .map(|e| e.map(|e| Change::Pod(Box::new(e)))),
+        )];
+        if policy {
+            watches.push(Box::pin(
+                watcher::watcher(Api::<Namespace>::all(client.clone()), cfg())
+                    .default_backoff()
+                    .map(|e| e.map(Change::Namespace)),
+            ));
+            watches.push(dynamic_watch(
+                &client,
+                (
+                    "k8s.cni.cncf.io",
+                    "v1beta1",
+                    "MultiNetworkPolicy",
+                    "multi-networkpolicies",
+                ),
+                Change::Policy,
+            ));
+            info!("watching MultiNetworkPolicies, pods and namespaces");
+        }
+        let mut all = futures::stream::select_all(watches);
         let mut world = World::default();
         // Each kind's objects while it is listed again.
         let mut relist = World::default();
-        let mut listed = [false; 3];
-        // A pass is due after a change (once it settled) and every POLL,
-        // for ports made meanwhile and ports that failed (each backing
-        // off, up to the resync interval).
+        let mut listed = [false; 4];
+        let policy_ready = |l: &[bool; 4]| policy && l[PODS] && l[NAMESPACES] && l[POLICIES];
+        let stations_ready = |l: &[bool; 4]| l[PODS] && l[NADS];
+        // A policy pass is due after a change (once it settled) and every
+        // POLL, for ports made meanwhile and ports that failed (each
+        // backing off, up to the resync interval); a stations pass after a
+        // change, and when one failed.
         let mut due: Option<Instant> = None;
+        let mut stations_due: Option<Instant> = None;
         let mut next_poll = Instant::now() + POLL;
         let mut enforcer = Some(Enforcer::new(resync));
+        let mut stationer = Some(Stationer::new(resync));
+        let mut nads_watched = false;
         // What the last pass computed from, kept while nothing changes.
         let mut snap: Option<std::sync::Arc<Snapshot>> = None;
-        info!("watching MultiNetworkPolicies, pods and namespaces");
+        let far = || Instant::now() + Duration::from_secs(3600);
         loop {
+            let wake = due
+                .unwrap_or(next_poll)
+                .min(next_poll)
+                .min(stations_due.unwrap_or_else(far));
             tokio::select! {
                 ev = all.next() => {
                     let Some(ev) = ev else { anyhow::bail!("the watches ended") };
                     let ev = match ev {
                         Ok(ev) => ev,
                         Err(e) => {
-                            warn!("policy watches: {e}");
+                            warn!("watches of the cluster: {e}");
                             continue;
                         }
                     };
                     apply(&mut world, &mut relist, &mut listed, ev);
                     world.generation += 1;
-                    if listed.iter().all(|l| *l) {
-                        let settled = Instant::now() + SETTLE;
+                    let settled = Instant::now() + SETTLE;
+                    if policy_ready(&listed) {
                         due = Some(due.map_or(settled, |d| d.min(settled)));
                     }
+                    if stations_ready(&listed) {
+                        stations_due = Some(stations_due.map_or(settled, |d| d.min(settled)));
+                    }
                 }
-                _ = sleep_until(due.unwrap_or(next_poll).min(next_poll)) => {
+                changed = joined.changed() => {
+                    if changed.is_err() {
+                        // The node loop is gone: the process is ending.
+                        std::future::pending::<()>().await;
+                    }
+                    let overlays = !joined.borrow_and_update().overlays.is_empty();
+                    if !nads_watched && overlays {
+                        nads_watched = true;
+                        all.push(dynamic_watch(
+                            &client,
+                            (
+                                "k8s.cni.cncf.io",
+                                "v1",
+                                "NetworkAttachmentDefinition",
+                                "network-attachment-definitions",
+                            ),
+                            Change::Nad,
+                        ));
+                        info!("watching the pods and NADs: the overlays' stations");
+                    }
+                    if stations_ready(&listed) {
+                        stations_due = Some(Instant::now());
+                    }
+                }
+                _ = sleep_until(wake) => {
+                    let now = Instant::now();
+                    if stations_due.is_some_and(|d| d <= now) && stations_ready(&listed) {
+                        let j = joined.borrow().clone();
+                        let want = world.stations(&j);
+                        let socket = socket.clone();
+                        let mut st = stationer.take().expect("one pass at a time");
+                        let (st, retry) = tokio::task::spawn_blocking(move || {
+                            let retry = st.pass(&socket, &j, want);
+                            (st, retry)
+                        })
+                        .await?;
+                        stationer = Some(st);
+                        stations_due = retry.map(|r| Instant::now() + r);
+                    }
+                    if now < next_poll && due.is_none_or(|d| now < d) {
+                        continue;
+                    }
                     next_poll = Instant::now() + POLL;
-                    if !listed.iter().all(|l| *l) {
+                    if !policy_ready(&listed) {
                         continue;
                     }
                     due = None;
@@ -395,7 +559,9 @@ mod policies {
         }
     }
 
-    fn apply(world: &mut World, relist: &mut World, listed: &mut [bool; 3], ev: Change) {
+    /// Applies `ev` to `world`: a re-list's objects to `relist` until it is
+    /// done, when they replace that kind's.
+    fn apply(world: &mut World, relist: &mut World, listed: &mut [bool; 4], ev: Change) {
         match ev {
             Change::Pod(ev) => match *ev {
                 Event::Init => relist.pods.clear(),
@@ -406,7 +572,7 @@ mod policies {
                 }
                 Event::InitDone => {
                     world.pods = std::mem::take(&mut relist.pods);
-                    listed[0] = true;
+                    listed[PODS] = true;
                 }
                 Event::Apply(p) => match policy::pod_view(&p) {
                     Some(v) => {
@@ -430,7 +596,7 @@ mod policies {
                     }
                     Event::InitDone => {
                         world.namespaces = std::mem::take(&mut relist.namespaces);
-                        listed[1] = true;
+                        listed[NAMESPACES] = true;
                     }
                     Event::Apply(n) => {
                         world.namespaces.insert(name(&n), labels(&n));
@@ -449,7 +615,7 @@ mod policies {
                 }
                 Event::InitDone => {
                     world.policies = std::mem::take(&mut relist.policies);
-                    listed[2] = true;
+                    listed[POLICIES] = true;
                 }
                 Event::Apply(o) => match policy::policy_view(&o) {
                     Some(v) => {
@@ -464,6 +630,106 @@ mod policies {
                     world.policies.remove(&key(&o.metadata));
                 }
             },
+            Change::Nad(ev) => match ev {
+                Event::Init => relist.nads.clear(),
+                Event::InitApply(o) => {
+                    if let Some((k, n)) = stations::nad_view(&o) {
+                        relist.nads.insert(k, n);
+                    }
+                }
+                Event::InitDone => {
+                    world.nads = std::mem::take(&mut relist.nads);
+                    listed[NADS] = true;
+                }
+                Event::Apply(o) => {
+                    if let Some((k, n)) = stations::nad_view(&o) {
+                        world.nads.insert(k, n);
+                    }
+                }
+                Event::Delete(o) => {
+                    if let Some((k, _)) = stations::nad_view(&o) {
+                        world.nads.remove(&k);
+                    }
+                }
+            },
+        }
+    }
+
+    /// The stations given to the switch: each VTEP's as last sent, sent
+    /// again where they changed or the switch lost them (restarted: its
+    /// count differs).
+    struct Stationer {
+        sent: Stations,
+        /// The node loop's sync whose counts were last compared.
+        sync: u64,
+        /// The wait before the next try after a failure (from 1 s,
+        /// doubling up to the cap).
+        wait: Duration,
+        cap: Duration,
+    }
+
+    impl Stationer {
+        fn new(cap: Duration) -> Stationer {
+            Stationer {
+                sent: Stations::new(),
+                sync: 0,
+                wait: Duration::ZERO,
+                cap,
+            }
+        }
+
+        /// Gives each of the switch's VTEPs (as `j` last saw them) the
+        /// stations of `want` where they differ from what it was sent, or
+        /// where the switch's count says it does not have them; returns
+        /// the wait before trying again if any was refused.
+        fn pass(&mut self, socket: &Path, j: &Joined, mut want: Stations) -> Option<Duration> {
+            let recount = j.sync != self.sync;
+            self.sync = j.sync;
+            // A VTEP the switch no longer has took its stations with it.
+            self.sent.retain(|k, _| j.stations.contains_key(k));
+            let mut c = Client::lazy(socket);
+            c.set_retry(Duration::from_secs(3));
+            let (mut updated, mut failed) = (0usize, Vec::new());
+            for (k, count) in &j.stations {
+                let w = want.remove(k).unwrap_or_default();
+                let had = self.sent.get(k);
+                let same = had.map_or(w.is_empty(), |h| *h == w);
+                let lost = recount && *count != had.map_or(0, Vec::len);
+                if same && !lost {
+                    continue;
+                }
+                let (overlay, remote) = k;
+                match c.ask(&Request::vtep_stations(overlay, *remote, w.clone())) {
+                    Ok(()) => {
+                        debug!(%overlay, %remote, stations = w.len(), "stations");
+                        updated += 1;
+                        if w.is_empty() {
+                            self.sent.remove(k);
+                        } else {
+                            self.sent.insert(k.clone(), w);
+                        }
+                    }
+                    Err(e) => {
+                        warn!(%overlay, %remote, "stations not set: {e}");
+                        self.sent.remove(k);
+                        failed.push(k.clone());
+                    }
+                }
+            }
+            if updated > 0 {
+                let total: usize = self.sent.values().map(Vec::len).sum();
+                info!(vteps = updated, stations = total, "stations updated");
+            }
+            if failed.is_empty() {
+                self.wait = Duration::ZERO;
+                return None;
+            }
+            self.wait = (self.wait * 2).clamp(Duration::from_secs(1), self.cap);
+            warn!(
+                vteps = failed.len(),
+                "stations not set, trying again in {:?}", self.wait
+            );
+            Some(self.wait)
         }
     }
 
@@ -873,6 +1139,13 @@ async fn publish(api: &Api<Node>, node: &str, vtep: IpAddr) -> anyhow::Result<()
     Ok(())
 }
 
+/// The overlays filled with the VLANs each carries across, and the
+/// switch's VTEPs of them with how many stations each has.
+type VtepsJoined = (
+    BTreeMap<String, Vec<u16>>,
+    BTreeMap<(String, IpAddr), usize>,
+);
+
 /// What a sync found and did.
 #[derive(Default)]
 struct Outcome {
@@ -881,6 +1154,10 @@ struct Outcome {
     /// Those that split their addresses in slices, as the switch has them
     /// (`None`: the switch did not answer).
     ipams: Option<Vec<(String, NodeIpam)>>,
+    /// The overlays filled with the VLANs each carries across, and the
+    /// switch's VTEPs of them after the sync with their stations' count
+    /// (`None`: the switch did not answer).
+    joined: Option<VtepsJoined>,
     /// The first thing that failed, if any did.
     error: Option<anyhow::Error>,
 }
@@ -908,15 +1185,20 @@ fn sync(
         } else {
             wanted.to_vec()
         };
+        let kinds: BTreeMap<String, Vec<u16>> = bridges
+            .iter()
+            .filter(|b| overlays.contains(&b.name))
+            .map(|b| (b.name.clone(), b.overlay_vlans.clone()))
+            .collect();
         let ipams = bridges
             .into_iter()
             .filter(|b| overlays.contains(&b.name))
             .filter_map(|b| Some((b.name, b.ipam?)))
             .collect();
         let current = c.ask(&Request::vtep_list())?;
-        Ok((c, overlays, ipams, current))
+        Ok((c, overlays, kinds, ipams, current))
     })();
-    let (mut c, overlays, ipams, current) = match asked {
+    let (mut c, overlays, kinds, ipams, current) = match asked {
         Ok(a) => a,
         Err(e) => {
             out.error = Some(e);
@@ -927,11 +1209,17 @@ fn sync(
     let p = plan(&overlays, &addrs, local, &current);
     out.overlays = overlays;
     out.ipams = Some(ipams);
+    let mut vteps: BTreeMap<(String, IpAddr), usize> = current
+        .iter()
+        .filter(|v| kinds.contains_key(&v.overlay))
+        .map(|v| ((v.overlay.clone(), v.remote), v.stations))
+        .collect();
     let node = |a: &IpAddr| remotes.get(a).map_or("(gone)", String::as_str).to_string();
     for v in &p.add {
         match c.ask(&Request::vtep_add(&v.overlay, v.remote, v.local)) {
             Ok(j) => {
-                info!(overlay = %v.overlay, remote = %v.remote, node = %node(&v.remote), local = %j.local, "joined")
+                info!(overlay = %v.overlay, remote = %v.remote, node = %node(&v.remote), local = %j.local, "joined");
+                vteps.insert((v.overlay.clone(), v.remote), j.stations);
             }
             Err(e) => {
                 let e = anyhow::Error::new(e).context(format!(
@@ -947,7 +1235,10 @@ fn sync(
     }
     for v in &p.del {
         match c.ask(&Request::vtep_del(&v.overlay, v.remote)) {
-            Ok(()) => info!(overlay = %v.overlay, remote = %v.remote, "left: no node has it"),
+            Ok(()) => {
+                info!(overlay = %v.overlay, remote = %v.remote, "left: no node has it");
+                vteps.remove(&(v.overlay.clone(), v.remote));
+            }
             Err(e) => {
                 let e = anyhow::Error::new(e)
                     .context(format!("taking {} out of {}", v.remote, v.overlay));
@@ -956,5 +1247,6 @@ fn sync(
             }
         }
     }
+    out.joined = Some((kinds, vteps));
     out
 }

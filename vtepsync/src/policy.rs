@@ -36,13 +36,15 @@ use switchyard_api::policy::{IpBlock, L4Protocol, PolicyPort, PolicyRule, PortPo
 /// The annotation naming the networks a MultiNetworkPolicy is for.
 pub const POLICY_FOR: &str = "k8s.v1.cni.cncf.io/policy-for";
 
-/// A pod as policy needs it.
+/// A pod as policy and the overlays' stations need it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PodView {
     /// Namespace.
     pub namespace: String,
     /// Name.
     pub name: String,
+    /// The node it is scheduled on (`spec.nodeName`), once it is.
+    pub node: Option<String>,
     /// Its UID, where known.
     pub uid: Option<String>,
     /// Labels.
@@ -61,6 +63,8 @@ pub struct Attachment {
     pub network: String,
     /// The interface in the pod.
     pub interface: String,
+    /// Its MAC, where the entry has a readable one.
+    pub mac: Option<switchyard_api::MacAddr>,
     /// Its addresses.
     pub ips: Vec<IpAddr>,
 }
@@ -417,6 +421,7 @@ pub fn pod_view(pod: &k8s_openapi::api::core::v1::Pod) -> Option<PodView> {
             Some(Attachment {
                 network: e["name"].as_str()?.to_string(),
                 interface: e["interface"].as_str().unwrap_or_default().to_string(),
+                mac: e["mac"].as_str().and_then(|m| m.parse().ok()),
                 ips: e["ips"]
                     .as_array()
                     .into_iter()
@@ -448,6 +453,7 @@ pub fn pod_view(pod: &k8s_openapi::api::core::v1::Pod) -> Option<PodView> {
     Some(PodView {
         namespace: meta.namespace.clone()?,
         name: meta.name.clone()?,
+        node: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
         uid: meta.uid.clone(),
         labels: meta.labels.clone().unwrap_or_default(),
         networks,
@@ -508,11 +514,13 @@ mod tests {
                 pods.push(PodView {
                     namespace: ns.to_string(),
                     name: pod.to_string(),
+                    node: None,
                     uid: None,
                     labels: BTreeMap::from([("pod".to_string(), pod.to_string())]),
                     networks: vec![Attachment {
                         network: "x/net".into(),
                         interface: "net1".into(),
+                        mac: None,
                         ips: vec![format!("10.0.{}.{}", ni + 1, pi + 1).parse().unwrap()],
                     }],
                     named_ports,

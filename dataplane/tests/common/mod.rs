@@ -579,3 +579,55 @@ impl Drop for Switch {
         }
     }
 }
+
+/// `tcpdump` on the underlay interface of namespace `ns`, writing the
+/// VXLAN datagrams to `file` once it says it listens; stopped (and
+/// checked) by [`underlay_frames`].
+pub fn underlay_capture(ns: &Netns, file: &str) -> Reap {
+    let mut c = Reap(
+        std::process::Command::new("ip")
+            .args(["netns", "exec", &ns.name, "tcpdump", "-i", "ul", "-nn"])
+            // Each datagram written as it comes: none is left in the
+            // kernel's ring (a block waits up to a second) when it stops.
+            .args(["--immediate-mode", "-U"])
+            .args(["-w", file, "udp port 4789"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("tcpdump (Debian: tcpdump)"),
+    );
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stderr = c.0.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stderr)).map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let line = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert!(line.contains("listening on ul"), "tcpdump: {line}");
+    c
+}
+
+/// What capture `c` caught, decoded (`tcpdump -r`: VXLAN and the frame
+/// inside), one line per datagram.
+pub fn underlay_frames(mut c: Reap, file: &str) -> Vec<String> {
+    let ending = terminate(&mut c.0, Duration::from_secs(5));
+    assert!(
+        matches!(ending, Ending::Stopped(_)),
+        "tcpdump ended as {ending:?}"
+    );
+    let out = Command::new("tcpdump")
+        .args(["-r", file, "-nn"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}

@@ -1,7 +1,8 @@
 //! A stand-in for the Kubernetes API server, as far as Nodes, Namespaces,
-//! Pods and MultiNetworkPolicies: list and watch `/api/v1/nodes`,
-//! `/api/v1/namespaces`, `/api/v1/pods` (every namespace's) and
-//! `/apis/k8s.cni.cncf.io/v1beta1/multi-networkpolicies` over HTTPS (each
+//! Pods, MultiNetworkPolicies and NetworkAttachmentDefinitions: list and
+//! watch `/api/v1/nodes`, `/api/v1/namespaces`, `/api/v1/pods` (every
+//! namespace's), `/apis/k8s.cni.cncf.io/v1beta1/multi-networkpolicies`
+//! and `/apis/k8s.cni.cncf.io/v1/network-attachment-definitions` over HTTPS (each
 //! [`Res`]; the requests log names the resource but for nodes), to bearer
 //! tokens of service accounts,
 //! authorized by the RBAC objects of our manifests. It answers as upstream
@@ -129,6 +130,16 @@ pub const MULTI_NETWORK_POLICIES: Res = Res {
     namespaced: true,
 };
 
+/// NetworkAttachmentDefinitions (Multus's CRD, `k8s.cni.cncf.io/v1`): the
+/// overlay networks' NADs.
+pub const NETWORK_ATTACHMENT_DEFINITIONS: Res = Res {
+    group: "k8s.cni.cncf.io",
+    api_version: "k8s.cni.cncf.io/v1",
+    kind: "NetworkAttachmentDefinition",
+    resource: "network-attachment-definitions",
+    namespaced: true,
+};
+
 /// Leases (`coordination.k8s.io/v1`), namespaced: served in their
 /// namespace (`/apis/coordination.k8s.io/v1/namespaces/NS/leases`): list,
 /// create, get and delete.
@@ -142,7 +153,14 @@ pub const LEASES: Res = Res {
 
 /// Every resource the stand-in stores (the garbage collector looks owners
 /// up among them).
-const ALL: [Res; 5] = [NODES, NAMESPACES, PODS, MULTI_NETWORK_POLICIES, LEASES];
+const ALL: [Res; 6] = [
+    NODES,
+    NAMESPACES,
+    PODS,
+    MULTI_NETWORK_POLICIES,
+    NETWORK_ATTACHMENT_DEFINITIONS,
+    LEASES,
+];
 
 impl Res {
     /// The resource as errors name it: `leases.coordination.k8s.io`
@@ -454,6 +472,10 @@ impl ApiServer {
             .route(
                 "/apis/k8s.cni.cncf.io/v1beta1/multi-networkpolicies",
                 get(|s, h, q| collection(s, h, q, MULTI_NETWORK_POLICIES)),
+            )
+            .route(
+                "/apis/k8s.cni.cncf.io/v1/network-attachment-definitions",
+                get(|s, h, q| collection(s, h, q, NETWORK_ATTACHMENT_DEFINITIONS)),
             )
             .route("/api/v1/nodes/{name}/status", patch(patch_status))
             .route(

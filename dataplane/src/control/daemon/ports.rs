@@ -142,8 +142,14 @@ impl Daemon {
         if rules.is_some() {
             self.dp.set_port_rules(id, rules);
         }
+        if let Some(b) = &spec.bridge {
+            self.yield_station_macs(b, spec.vlan, spec.trunk.is_some(), &security.macs);
+        }
         if let Err((mac, owner)) = self.dp.pin_macs(id, &security.macs) {
             self.dp.remove_port(id);
+            if let Some(b) = &spec.bridge {
+                self.repin_stations(b);
+            }
             let why = match owner
                 .and_then(|o| self.ports.get(o as usize))
                 .and_then(Option::as_ref)
@@ -164,6 +170,9 @@ impl Daemon {
         };
         if let Err(e) = started {
             self.dp.remove_port(id);
+            if let Some(b) = &spec.bridge {
+                self.repin_stations(b);
+            }
             let code = match e {
                 crate::port::PortError::SocketInUse(_) => ErrorCode::Busy,
                 _ => ErrorCode::InvalidArgument,
@@ -335,11 +344,19 @@ impl Daemon {
                 format!("name: no port named {name:?}"),
             ));
         };
-        if let Some(mut e) = self.ports[id as usize].take() {
-            e.port.remove(&self.ctx(id));
-        }
+        let bridge = match self.ports[id as usize].take() {
+            Some(mut e) => {
+                e.port.remove(&self.ctx(id));
+                e.spec.bridge
+            }
+            None => None,
+        };
         self.dp.remove_port(id);
         info!(port = %name, "port deleted");
+        // A station whose MAC the port had is pinned now.
+        if let Some(b) = bridge {
+            self.repin_stations(&b);
+        }
         Ok(())
     }
 }

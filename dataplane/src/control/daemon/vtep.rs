@@ -42,6 +42,9 @@ impl Daemon {
                 .get(name)
                 .map(|p| p.interface().to_string()),
             overlay: overlay.map(|o| o.describe()),
+            overlay_vlans: overlay
+                .map(|o| o.vlans.iter().map(|v| v.vlan).collect())
+                .unwrap_or_default(),
             ipam: overlay.and_then(|o| o.ipam.clone()).map(|config| {
                 let slice = self.overlay_slices.get(name).copied();
                 NodeIpam {
@@ -224,7 +227,7 @@ impl Daemon {
         let o = self.overlay(name)?;
         let invalid = |m: String| ApiError::new(ErrorCode::InvalidArgument, m);
         for (i, s) in stations.iter().enumerate() {
-            if s.mac.is_multicast() || s.mac.0 == [0; 6] {
+            if !RemoteStation::is_station_mac(&s.mac) {
                 return Err(invalid(format!(
                     "stations[{i}].mac: {} is not a station's address",
                     s.mac
@@ -242,7 +245,12 @@ impl Daemon {
                     o.describe()
                 )));
             }
-            if let Some((j, a)) = s.ips.iter().enumerate().find(|(_, a)| !station_address(a)) {
+            if let Some((j, a)) = s
+                .ips
+                .iter()
+                .enumerate()
+                .find(|(_, a)| !RemoteStation::is_station_address(a))
+            {
                 return Err(invalid(format!(
                     "stations[{i}].ips[{j}]: {a} is no station's address"
                 )));
@@ -364,6 +372,71 @@ impl Daemon {
             });
         let n = Neighbours::new(entries);
         self.dp.set_neighbours(b.id, Some(Arc::new(n)));
+    }
+
+    /// Gives a local port about to pin `macs` on bridge `bridge` (in its
+    /// access VLAN `vlan`; a trunk: in any) the ones a remote VTEP's
+    /// station has pinned: the pod on this node is where the MAC is, and
+    /// the cluster's word (a pod that moved here, its old node's entry not
+    /// yet taken out) is not answered for any longer.
+    pub(super) fn yield_station_macs(
+        &mut self,
+        bridge: &str,
+        vlan: Option<u16>,
+        trunk: bool,
+        macs: &[MacAddr],
+    ) {
+        let Some(o) = self.cfg.overlays.get(bridge).cloned() else {
+            return;
+        };
+        if macs.is_empty() {
+            return;
+        }
+        let mut yielded = false;
+        for ((overlay, remote), set) in self.pinned.iter_mut() {
+            if overlay != bridge {
+                continue;
+            }
+            let gone: Vec<super::StationKey> = set
+                .iter()
+                .filter(|(m, v)| macs.contains(m) && (trunk || *v == vlan))
+                .copied()
+                .collect();
+            for (m, v) in gone {
+                set.remove(&(m, v));
+                let port = Overlay::tunnel_name(bridge, *remote, v.filter(|_| o.vni.is_none()));
+                if let Some(id) = self.port_names.get(&port) {
+                    self.dp.unpin_macs(*id, &[m]);
+                }
+                info!(overlay = %bridge, %remote, mac = %m, "a local port takes a remote station's MAC: the station is no longer answered for");
+                yielded = true;
+            }
+        }
+        if yielded {
+            self.refresh_neighbours(bridge);
+        }
+    }
+
+    /// Pins again, after a local port of bridge `bridge` went, the
+    /// stations of its VTEPs that are not pinned (one whose MAC the port
+    /// had).
+    pub(super) fn repin_stations(&mut self, bridge: &str) {
+        let Some(o) = self.cfg.overlays.get(bridge).cloned() else {
+            return;
+        };
+        let remotes: Vec<IpAddr> = self
+            .stations
+            .keys()
+            .filter(|(ov, _)| ov == bridge)
+            .map(|(_, r)| *r)
+            .collect();
+        if remotes.is_empty() {
+            return;
+        }
+        for r in remotes {
+            self.pin_stations(bridge, &o, r, &[]);
+        }
+        self.refresh_neighbours(bridge);
     }
 
     /// Takes up the stations a takeover handed over, once their tunnels
@@ -509,13 +582,4 @@ impl Daemon {
         }
         out
     }
-}
-
-/// Whether `a` may be a station's address: unicast, not unspecified nor
-/// loopback (nor the IPv4 broadcast).
-fn station_address(a: &IpAddr) -> bool {
-    !(a.is_multicast()
-        || a.is_unspecified()
-        || a.is_loopback()
-        || matches!(a, IpAddr::V4(v) if v.is_broadcast()))
 }
