@@ -401,11 +401,14 @@ pub enum DropReason {
     /// An IP packet whose headers policy cannot read (cut short, a bad
     /// version or header length), to or from a port with policy.
     BadHeader = 18,
+    /// A frame its bridge would flood (broadcast, multicast, unknown
+    /// unicast) beyond the ingress port's flood limit for the second.
+    FloodLimit = 19,
 }
 
 impl DropReason {
     /// Number of reasons.
-    pub const COUNT: usize = 19;
+    pub const COUNT: usize = 20;
     /// Every reason, in counter order.
     pub const ALL: [DropReason; DropReason::COUNT] = [
         DropReason::Runt,
@@ -427,6 +430,7 @@ impl DropReason {
         DropReason::SpoofedIp,
         DropReason::ConntrackFull,
         DropReason::BadHeader,
+        DropReason::FloodLimit,
     ];
 
     /// Its stable name, as in JSON, metrics labels and the CLI's output.
@@ -451,6 +455,7 @@ impl DropReason {
             DropReason::SpoofedIp => "spoofed_ip",
             DropReason::ConntrackFull => "conntrack_full",
             DropReason::BadHeader => "bad_header",
+            DropReason::FloodLimit => "flood_limit",
         }
     }
 }
@@ -756,6 +761,9 @@ pub struct PortStats {
     /// Most entries it may hold (0: no limit).
     #[serde(default)]
     pub mac_limit: u32,
+    /// Most frames a second it may have flooded (0: no limit).
+    #[serde(default)]
+    pub flood_limit: u32,
     /// Counters.
     #[serde(flatten)]
     pub totals: PortTotals,

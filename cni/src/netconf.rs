@@ -109,6 +109,9 @@ pub struct RawNetConf {
     /// Most MAC addresses the pod's port may hold in the bridge's table
     /// (the switch's default, 64, when absent; 0: no limit).
     pub mac_limit: Option<u32>,
+    /// Most frames a second the pod's port may have flooded (broadcast,
+    /// multicast, unknown unicast; default 1000; 0: no limit).
+    pub flood_limit: Option<u32>,
     /// Where the device plugin writes its device-info files (searched for
     /// `deviceID`).
     pub device_info_dir: Option<String>,

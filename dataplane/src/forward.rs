@@ -747,6 +747,15 @@ impl Forwarder {
                         {
                             continue;
                         }
+                        if !inp
+                            .shared
+                            .security
+                            .may_flood(&in_counters.flood_window, now)
+                        {
+                            bump(&in_counters.drops[DropReason::FloodLimit as usize], 1);
+                            note!(|t| t.drop = Some(DropReason::FloodLimit));
+                            continue;
+                        }
                         bump(&bridge_counters.flooded, 1);
                         note!(|t| {
                             t.lookup = if l2.dst_multicast() {

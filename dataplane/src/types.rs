@@ -27,6 +27,9 @@ pub struct Counters {
     pub tx_bytes: AtomicU64,
     /// Drops by reason (indexed by [`DropReason`]).
     pub drops: [AtomicU64; DropReason::COUNT],
+    /// The port's floods in the current second, as the worker counts them
+    /// against its flood limit (`SecurityState::may_flood`).
+    pub flood_window: AtomicU64,
 }
 
 /// Per-worker counters of one bridge (written as [`Counters`]); the

@@ -785,3 +785,89 @@ fn a_bridge_answers_for_its_vteps_stations_and_no_request_crosses() {
     );
     assert_eq!(answered(&sws[0]), before);
 }
+
+/// What a pod sends when it sweeps its /24 with ARP requests: `rounds`
+/// requests for each of 10.66.0.1 to .254 from its own MAC and address,
+/// on a raw socket as fast as it can, then the addresses that answered
+/// (ARP replies to it within a second of the last), one per line.
+const ARP_SWEEP: &str = r#"
+import socket, struct, sys, time
+rounds = int(sys.argv[1])
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0806))
+s.bind(("eth0", 0))
+mac = bytes.fromhex(open("/sys/class/net/eth0/address").read().strip().replace(":", ""))
+me = socket.inet_aton("10.66.0.1")
+for _ in range(rounds):
+    for host in range(1, 255):
+        arp = struct.pack("!HHBBH6s4s6s4s", 1, 0x0800, 6, 4, 1, mac, me, b"\0" * 6,
+                          socket.inet_aton("10.66.0.%d" % host))
+        s.send(b"\xff" * 6 + mac + b"\x08\x06" + arp + b"\0" * 18)
+s.settimeout(0.2)
+seen, end = set(), time.time() + 1
+while time.time() < end:
+    try:
+        f = s.recv(2048)
+    except socket.timeout:
+        continue
+    if len(f) >= 42 and f[20:22] == b"\x00\x02" and f[32:38] == mac:
+        seen.add(socket.inet_ntoa(f[28:32]))
+print("\n".join(sorted(seen)))
+"#;
+
+/// Hostile input on an overlay: a pod sweeps its range with ARP requests.
+/// Its switch answers for the one station it knows, and only for it; the
+/// other requests, flooded, are held to the port's flood limit a second,
+/// the rest dropped and counted (`flood_limit`); the other pod is still
+/// reached.
+#[test]
+fn a_pod_sweeping_its_range_is_answered_for_stations_alone_and_its_floods_are_limited() {
+    let _g = serial();
+    let (u, sws) = two_nodes_on_flat();
+    let pods: Vec<Station> = (0..2)
+        .map(|i| Station::on_overlay(i as u8 + 1, Some(&u.vteps[i]), "pod"))
+        .collect();
+    sws[0].add_af_packet("pod", "flat", &["--flood-limit", "100"]);
+    sws[1].add_af_packet("pod", "flat", &[]);
+    sws[0].cli_ok(&[
+        "vtep",
+        "stations",
+        "flat",
+        &Underlay::ip(2),
+        &format!("{}=10.66.0.2", pods[1].mac()),
+    ]);
+    let counters = |sw: &Switch| {
+        let b: Vec<switchyard_api::BridgeInfo> =
+            serde_json::from_str(&sw.cli_ok(&["bridge", "list", "--json"])).unwrap();
+        b.into_iter().find(|b| b.name == "flat").unwrap().counters
+    };
+    let before = counters(&sws[0]);
+    let dropped_before = sws[0].drops("pod", switchyard_api::DropReason::FloodLimit);
+    let rounds = 8u64;
+    let started = std::time::Instant::now();
+    let answered = pods[0]
+        .ns
+        .sh_ok(&format!("python3 - {rounds} <<'EOF'\n{ARP_SWEEP}\nEOF"));
+    // The windows the sweep (and the kernel's own few floods) spanned.
+    let windows = started.elapsed().as_secs() + 2;
+    assert_eq!(answered.trim(), "10.66.0.2", "the addresses that answered");
+    let after = counters(&sws[0]);
+    let dropped = sws[0].drops("pod", switchyard_api::DropReason::FloodLimit) - dropped_before;
+    let flooded = after.flooded - before.flooded;
+    let answers = after.answered - before.answered;
+    eprintln!(
+        "sweep: {answers} answered, {flooded} flooded, {dropped} dropped in {windows} windows"
+    );
+    assert_eq!(answers, rounds, "one answer a round");
+    assert!(
+        flooded <= 100 * windows,
+        "{flooded} flooded in at most {windows} seconds"
+    );
+    assert!(
+        dropped + flooded + answers >= rounds * 254,
+        "every request answered, flooded or dropped: {answers} + {flooded} + {dropped}"
+    );
+    let st = sws[0].stats("pod");
+    assert_eq!(st.flood_limit, 100, "{st:?}");
+    // The pod's other traffic flows.
+    pods[0].ns.sh_ok("busybox ping -c 1 -W 2 10.66.0.2");
+}

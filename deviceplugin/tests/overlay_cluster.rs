@@ -362,6 +362,8 @@ fn attach(
         .iter()
         .find(|p| p.spec.pod.as_ref().is_some_and(|a| a.name == name))
         .expect("the pod's port");
+    // Storm control, as the plugin gives every pod's port.
+    assert_eq!(port.spec.flood_limit, Some(1000), "{port:?}");
     let socket = port.socket();
     let mut cmd = Command::new("nsenter");
     cmd.args(["-t", &node.root.pid.to_string(), "-m"])

@@ -188,6 +188,11 @@ pub(crate) fn port_spec(
         vlan: nc.vlan,
         trunk: nc.trunk.clone(),
         mac_limit: nc.raw.mac_limit,
+        flood_limit: Some(
+            nc.raw
+                .flood_limit
+                .unwrap_or(switchyard_api::spec::DEFAULT_POD_FLOOD_LIMIT),
+        ),
         // The MAC was checked when the netconf and CNI_ARGS were read.
         macs: (nc.pin == Pin::Result)
             .then(|| mac.parse().ok().map(|m| vec![m]))

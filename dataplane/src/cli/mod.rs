@@ -241,6 +241,10 @@ pub(crate) struct PortAdd {
     /// Most MAC table entries the port may hold (default 64; 0: no limit).
     #[arg(long)]
     mac_limit: Option<u32>,
+    /// Most frames a second the port may have flooded: broadcast,
+    /// multicast, unknown unicast (default and 0: no limit).
+    #[arg(long)]
+    flood_limit: Option<u32>,
     /// The port's own MAC, pinned to it (repeat or comma-separate for
     /// several): frames from any other source are dropped.
     #[arg(long = "mac", value_delimiter = ',')]
@@ -375,6 +379,7 @@ impl PortAdd {
         put("trunk", json!(self.trunk));
         put("socket_group", json!(self.socket_group));
         put("mac_limit", json!(self.mac_limit));
+        put("flood_limit", json!(self.flood_limit));
         put("macs", json!((!self.macs.is_empty()).then_some(self.macs)));
         put("pin_first", json!(self.pin_first.then_some(true)));
         put("interface_mac", json!(self.interface_mac));

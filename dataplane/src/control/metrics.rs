@@ -287,13 +287,19 @@ impl Collector for Snapshot {
             "switchyard_port_mac_limit",
             "Most MAC table entries the port may hold (0: no limit).",
         );
+        let mut floods = Family::new(
+            "switchyard_port_flood_limit",
+            "Most frames a second the port may have flooded (0: no limit); beyond it they are dropped (reason flood_limit).",
+        );
         for s in &self.stats {
             let l = port_labels(&s.name);
             macs.samples.push((l.clone(), i64::from(s.mac_entries)));
-            limit.samples.push((l, i64::from(s.mac_limit)));
+            limit.samples.push((l.clone(), i64::from(s.mac_limit)));
+            floods.samples.push((l, i64::from(s.flood_limit)));
         }
         gauges(&mut enc, macs)?;
         gauges(&mut enc, limit)?;
+        gauges(&mut enc, floods)?;
 
         // Bridges.
         let mut bmacs = Family::new(

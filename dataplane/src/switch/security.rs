@@ -35,6 +35,8 @@ pub struct PortSecurity {
     pub macs: Vec<MacAddr>,
     /// Pin the first source MAC the port sends from (when `macs` is empty).
     pub pin_first: bool,
+    /// Most frames a second the port may have flooded (0: no limit).
+    pub flood_limit: u32,
 }
 
 impl Default for PortSecurity {
@@ -43,6 +45,7 @@ impl Default for PortSecurity {
             mac_limit: DEFAULT_MAC_LIMIT,
             macs: Vec::new(),
             pin_first: false,
+            flood_limit: 0,
         }
     }
 }
@@ -56,6 +59,7 @@ impl PortSecurity {
                 .unwrap_or_else(|| spec.kind.options().default_mac_limit()),
             macs: spec.macs.clone().unwrap_or_default(),
             pin_first: spec.pin_first.unwrap_or(false),
+            flood_limit: spec.flood_limit.unwrap_or(0),
         }
     }
 }
@@ -78,6 +82,8 @@ pub struct SecurityState {
     first: AtomicU64,
     /// Entries the port holds in its bridge's MAC table.
     learned: AtomicU32,
+    /// Most frames a second it may have flooded (0: no limit).
+    flood_limit: u32,
 }
 
 impl SecurityState {
@@ -91,6 +97,7 @@ impl SecurityState {
             pin_first,
             first: AtomicU64::new(0),
             learned: AtomicU32::new(0),
+            flood_limit: policy.flood_limit,
         }
     }
 
@@ -102,6 +109,35 @@ impl SecurityState {
     /// The limit (0: none).
     pub fn limit(&self) -> u32 {
         self.limit
+    }
+
+    /// Most frames a second it may have flooded (0: no limit).
+    pub fn flood_limit(&self) -> u32 {
+        self.flood_limit
+    }
+
+    /// Whether one more frame of the port may be flooded in second `now`,
+    /// counting it in `window` (the calling worker's: the second it counts
+    /// in, high half, and the frames flooded in it): one worker's floods
+    /// are held to the limit, a fixed window a second as switches' storm
+    /// control is. Only the calling worker writes `window`.
+    /// Out of line: the forwarding loop stays small (a flood costs a copy
+    /// per port anyway).
+    #[inline(never)]
+    pub fn may_flood(&self, window: &AtomicU64, now: u32) -> bool {
+        if self.flood_limit == 0 {
+            return true;
+        }
+        let w = window.load(Ordering::Relaxed);
+        let used = if (w >> 32) as u32 == now { w as u32 } else { 0 };
+        if used >= self.flood_limit {
+            return false;
+        }
+        window.store(
+            u64::from(now) << 32 | u64::from(used + 1),
+            Ordering::Relaxed,
+        );
+        true
     }
 
     /// True when the port may only send from its pinned MACs.

@@ -271,6 +271,7 @@ impl Daemon {
                         link_up: e.shared.link_up(),
                         mac_entries: e.shared.security.learned(),
                         mac_limit: e.shared.security.limit(),
+                        flood_limit: e.shared.security.flood_limit(),
                         totals: e.shared.totals(),
                     })
                     .collect();
