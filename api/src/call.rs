@@ -144,6 +144,13 @@ impl Request {
             stations,
         })
     }
+    /// `vtep_station_sets`.
+    pub fn vtep_station_sets(overlay: &str, sets: Vec<crate::StationSet>) -> Call<()> {
+        Call::new(Request::VtepStationSets {
+            overlay: overlay.to_string(),
+            sets,
+        })
+    }
     /// `worker_list`.
     pub fn worker_list() -> Call<Vec<WorkerInfo>> {
         Call::new(Request::WorkerList)

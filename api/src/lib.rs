@@ -34,8 +34,8 @@ pub use mac::{MacAddr, MacParseError};
 pub use protocol::{
     ApiError, BridgeCounts, BridgeInfo, CaptureDirection, CaptureFormat, CaptureInfo, Delivery,
     DropReason, ErrorCode, LearnOutcome, LookupOutcome, MacInfo, PollMode, PortInfo, PortStats,
-    PortStatus, PortTotals, QueueLoad, RemoteStation, Request, Response, TraceEntry, TraceOut,
-    VtepInfo, WorkerInfo, WORKER_STALL_LIMIT,
+    PortStatus, PortTotals, QueueLoad, RemoteStation, Request, Response, StationSet, TraceEntry,
+    TraceOut, VtepInfo, WorkerInfo, WORKER_STALL_LIMIT,
 };
 pub use spec::{
     AfPacketSpec, AfXdpSpec, BridgeSpec, KindSpec, MemifMode, MemifRole, MemifSpec, PortSpec, Side,

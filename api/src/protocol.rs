@@ -196,6 +196,27 @@ pub enum Request {
         /// Every station behind it.
         stations: Vec<RemoteStation>,
     },
+    /// [`Request::VtepStations`] for several remote VTEPs of an overlay at
+    /// once (each replacing what it had; the others keep theirs): the
+    /// bridge's neighbours are made again once, not once a VTEP, as a node
+    /// agent joining a cluster of a thousand nodes needs. Every set is
+    /// checked before any is taken (an error names `sets[i]`).
+    VtepStationSets {
+        /// The overlay's name.
+        overlay: String,
+        /// Each VTEP's stations.
+        sets: Vec<StationSet>,
+    },
+}
+
+/// The stations behind one remote VTEP ([`Request::VtepStationSets`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StationSet {
+    /// The remote VTEP's address.
+    pub remote: std::net::IpAddr,
+    /// Every station behind it.
+    #[serde(default)]
+    pub stations: Vec<RemoteStation>,
 }
 
 /// A station behind a remote VTEP: a remote pod's interface on an overlay

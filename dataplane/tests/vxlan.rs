@@ -766,6 +766,30 @@ fn a_bridge_answers_for_its_vteps_stations_and_no_request_crosses() {
     sws[0].cli_ok(&["port", "del", "moved"]);
     assert_eq!(holder(&sws[0], moved).as_deref(), Some(tunnel.as_str()));
 
+    // Several VTEPs' stations in one request (as the agent sends them): a
+    // bad one is named and none is taken.
+    let set = |remote: &str, mac: &str| switchyard_api::StationSet {
+        remote: remote.parse().unwrap(),
+        stations: vec![switchyard_api::RemoteStation {
+            mac: mac.parse().unwrap(),
+            vlan: None,
+            ips: vec!["10.66.0.9".parse().unwrap()],
+        }],
+    };
+    let e = sws[0]
+        .client()
+        .ask(&switchyard_api::Request::vtep_station_sets(
+            "flat",
+            vec![
+                set(&Underlay::ip(2), "02:00:00:00:00:78"),
+                set(&Underlay::ip(2), "01:00:5e:00:00:01"),
+            ],
+        ))
+        .unwrap_err();
+    assert!(e.to_string().contains("sets[1].stations[0].mac"), "{e}");
+    assert_eq!(holder(&sws[0], "02:00:00:00:00:78"), None);
+    assert_eq!(holder(&sws[0], moved).as_deref(), Some(tunnel.as_str()));
+
     // Node 2's pod is gone from switch 1's stations: its MAC is no longer
     // pinned, and a request for it is flooded again (and answered by the
     // pod).

@@ -129,7 +129,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
     info!(node = %args.node_name, selector = %args.selector, "watching the nodes");
     // The watches of the pods (and of what policy and the stations need):
     // from the start with --policy, else once the switch has overlays.
-    let (joined_tx, joined_rx) = tokio::sync::watch::channel(cluster::Joined::default());
+    let (joined_tx, joined_rx) = tokio::sync::watch::channel(cluster::Joined {
+        listed: Instant::now(),
+        overlays: BTreeMap::new(),
+        vteps: BTreeMap::new(),
+        stations: BTreeMap::new(),
+    });
     let mut joined_rx = Some(joined_rx);
     let spawn_cluster = |rx| {
         let (c, socket) = (api.clone().into_client(), args.control_socket.clone());
@@ -146,7 +151,6 @@ async fn run(args: Args) -> anyhow::Result<()> {
     if args.policy {
         spawn_cluster(joined_rx.take().expect("not taken yet"));
     }
-    let mut syncs = 0u64;
     loop {
         tokio::select! {
             ev = stream.next() => match ev {
@@ -216,15 +220,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 .await
                 .context("the sync task")?;
         // The switch's VTEPs, for the stations.
-        if let Some((overlays, stations)) = outcome.joined.take() {
+        if let Some((listed, overlays, stations)) = outcome.joined.take() {
             if !overlays.is_empty() {
                 if let Some(rx) = joined_rx.take() {
                     spawn_cluster(rx);
                 }
             }
-            syncs += 1;
             joined_tx.send_replace(cluster::Joined {
-                sync: syncs,
+                listed,
                 overlays,
                 vteps,
                 stations,
@@ -308,10 +311,10 @@ mod cluster {
     /// What the node loop last found of the switch's overlays, for the
     /// stations: which overlays it fills, which node each remote VTEP is,
     /// and which VTEPs the switch has with how many stations.
-    #[derive(Debug, Clone, Default)]
+    #[derive(Debug, Clone)]
     pub struct Joined {
-        /// Bumped by every sync that asked the switch.
-        pub sync: u64,
+        /// When the switch's VTEPs were listed.
+        pub listed: Instant,
         /// The overlays filled, each with the VLANs it carries across
         /// (empty: an untagged overlay).
         pub overlays: BTreeMap<String, Vec<u16>>,
@@ -655,24 +658,24 @@ mod cluster {
         }
     }
 
-    /// The stations given to the switch: each VTEP's as last sent, sent
-    /// again where they changed or the switch lost them (restarted: its
-    /// count differs).
+    /// The stations given to the switch: each VTEP's as last sent (and
+    /// when), sent again where they changed or the switch lost them (it
+    /// restarted: a count listed after the send differs).
     struct Stationer {
-        sent: Stations,
-        /// The node loop's sync whose counts were last compared.
-        sync: u64,
+        sent: BTreeMap<(String, IpAddr), (Vec<switchyard_api::RemoteStation>, Instant)>,
         /// The wait before the next try after a failure (from 1 s,
         /// doubling up to the cap).
         wait: Duration,
         cap: Duration,
     }
 
+    /// Most VTEPs' stations in one request (a thousand nodes' in a few).
+    const SETS_PER_REQUEST: usize = 256;
+
     impl Stationer {
         fn new(cap: Duration) -> Stationer {
             Stationer {
-                sent: Stations::new(),
-                sync: 0,
+                sent: BTreeMap::new(),
                 wait: Duration::ZERO,
                 cap,
             }
@@ -680,53 +683,71 @@ mod cluster {
 
         /// Gives each of the switch's VTEPs (as `j` last saw them) the
         /// stations of `want` where they differ from what it was sent, or
-        /// where the switch's count says it does not have them; returns
-        /// the wait before trying again if any was refused.
+        /// where the switch's count, listed after the send, says it does
+        /// not have them: each overlay's in as few requests as can hold
+        /// them. Returns the wait before trying again if any was refused.
         fn pass(&mut self, socket: &Path, j: &Joined, mut want: Stations) -> Option<Duration> {
-            let recount = j.sync != self.sync;
-            self.sync = j.sync;
             // A VTEP the switch no longer has took its stations with it.
             self.sent.retain(|k, _| j.stations.contains_key(k));
-            let mut c = Client::lazy(socket);
-            c.set_retry(Duration::from_secs(3));
-            let (mut updated, mut failed) = (0usize, Vec::new());
+            let mut changed: BTreeMap<&str, Vec<(IpAddr, Vec<switchyard_api::RemoteStation>)>> =
+                BTreeMap::new();
             for (k, count) in &j.stations {
                 let w = want.remove(k).unwrap_or_default();
                 let had = self.sent.get(k);
-                let same = had.map_or(w.is_empty(), |h| *h == w);
-                let lost = recount && *count != had.map_or(0, Vec::len);
-                if same && !lost {
-                    continue;
+                let same = had.map_or(w.is_empty(), |(h, _)| *h == w);
+                let lost = had.map_or(*count != 0, |(h, at)| j.listed > *at && *count != h.len());
+                if !same || lost {
+                    changed.entry(k.0.as_str()).or_default().push((k.1, w));
                 }
-                let (overlay, remote) = k;
-                match c.ask(&Request::vtep_stations(overlay, *remote, w.clone())) {
-                    Ok(()) => {
-                        debug!(%overlay, %remote, stations = w.len(), "stations");
-                        updated += 1;
-                        if w.is_empty() {
-                            self.sent.remove(k);
-                        } else {
-                            self.sent.insert(k.clone(), w);
+            }
+            if changed.is_empty() {
+                self.wait = Duration::ZERO;
+                return None;
+            }
+            let mut c = Client::lazy(socket);
+            c.set_retry(Duration::from_secs(3));
+            let (mut updated, mut failed) = (0usize, 0usize);
+            for (overlay, sets) in changed {
+                for chunk in sets.chunks(SETS_PER_REQUEST) {
+                    let req = chunk
+                        .iter()
+                        .map(|(remote, stations)| switchyard_api::StationSet {
+                            remote: *remote,
+                            stations: stations.clone(),
+                        })
+                        .collect();
+                    let asked = c.ask(&Request::vtep_station_sets(overlay, req));
+                    let now = Instant::now();
+                    for (remote, w) in chunk {
+                        let k = (overlay.to_string(), *remote);
+                        match &asked {
+                            Ok(()) => {
+                                debug!(%overlay, %remote, stations = w.len(), "stations");
+                                updated += 1;
+                                self.sent.insert(k, (w.clone(), now));
+                            }
+                            Err(_) => {
+                                self.sent.remove(&k);
+                                failed += 1;
+                            }
                         }
                     }
-                    Err(e) => {
-                        warn!(%overlay, %remote, "stations not set: {e}");
-                        self.sent.remove(k);
-                        failed.push(k.clone());
+                    if let Err(e) = asked {
+                        warn!(%overlay, vteps = chunk.len(), "stations not set: {e}");
                     }
                 }
             }
             if updated > 0 {
-                let total: usize = self.sent.values().map(Vec::len).sum();
+                let total: usize = self.sent.values().map(|(s, _)| s.len()).sum();
                 info!(vteps = updated, stations = total, "stations updated");
             }
-            if failed.is_empty() {
+            if failed == 0 {
                 self.wait = Duration::ZERO;
                 return None;
             }
             self.wait = (self.wait * 2).clamp(Duration::from_secs(1), self.cap);
             warn!(
-                vteps = failed.len(),
+                vteps = failed,
                 "stations not set, trying again in {:?}", self.wait
             );
             Some(self.wait)
@@ -1142,6 +1163,7 @@ async fn publish(api: &Api<Node>, node: &str, vtep: IpAddr) -> anyhow::Result<()
 /// The overlays filled with the VLANs each carries across, and the
 /// switch's VTEPs of them with how many stations each has.
 type VtepsJoined = (
+    tokio::time::Instant,
     BTreeMap<String, Vec<u16>>,
     BTreeMap<(String, IpAddr), usize>,
 );
@@ -1195,10 +1217,11 @@ fn sync(
             .filter(|b| overlays.contains(&b.name))
             .filter_map(|b| Some((b.name, b.ipam?)))
             .collect();
+        let listed = tokio::time::Instant::now();
         let current = c.ask(&Request::vtep_list())?;
-        Ok((c, overlays, kinds, ipams, current))
+        Ok((c, overlays, kinds, ipams, listed, current))
     })();
-    let (mut c, overlays, kinds, ipams, current) = match asked {
+    let (mut c, overlays, kinds, ipams, listed, current) = match asked {
         Ok(a) => a,
         Err(e) => {
             out.error = Some(e);
@@ -1247,6 +1270,6 @@ fn sync(
             }
         }
     }
-    out.joined = Some((kinds, vteps));
+    out.joined = Some((listed, kinds, vteps));
     out
 }

@@ -252,6 +252,12 @@ impl Inner {
         self.objects.get(res.resource).cloned().unwrap_or_default()
     }
 
+    /// `res`'s object `key`, as stored (no copy of the others: the scale
+    /// benchmark writes thousands).
+    fn obj(&self, res: Res, key: &str) -> Option<&Value> {
+        self.objects.get(res.resource)?.get(key)
+    }
+
     /// `res`'s objects, to change them.
     fn objs_mut(&mut self, res: Res) -> &mut BTreeMap<String, Value> {
         self.objects.entry(res.resource).or_default()
@@ -285,7 +291,7 @@ impl Inner {
         self.rv += 1;
         let rv = self.rv;
         let key = res.key(&obj);
-        let before = self.objs(res).get(&key).cloned();
+        let before = self.obj(res, &key).cloned();
         let uid = before
             .as_ref()
             .map(|b| b["metadata"]["uid"].clone())
@@ -367,8 +373,7 @@ impl Inner {
                         } else {
                             name.to_string()
                         };
-                        self.objs(*owner)
-                            .get(&okey)
+                        self.obj(*owner, &okey)
                             .is_none_or(|o| o["metadata"]["uid"] != r["uid"])
                     };
                     if refs.iter().all(dangling) {
@@ -557,7 +562,7 @@ impl ApiServer {
     /// `status.addresses` (`(type, address)`).
     pub fn put_node(&self, name: &str, labels: &[(&str, &str)], addresses: &[(&str, &str)]) {
         let mut i = self.shared.inner.lock().unwrap();
-        let before = i.objs(NODES).get(name).cloned();
+        let before = i.obj(NODES, name).cloned();
         // The kubelet's updates leave the annotations others set.
         let annotations = before
             .as_ref()
@@ -588,13 +593,7 @@ impl ApiServer {
 
     /// Node `name` as stored.
     pub fn node(&self, name: &str) -> Option<Value> {
-        self.shared
-            .inner
-            .lock()
-            .unwrap()
-            .objs(NODES)
-            .get(name)
-            .cloned()
+        self.shared.inner.lock().unwrap().obj(NODES, name).cloned()
     }
 
     /// Creates or replaces `obj` (its `metadata.name`, and `namespace` for
@@ -609,13 +608,7 @@ impl ApiServer {
     /// `res`'s object `key` (`namespace/name` for a namespaced resource),
     /// as stored.
     pub fn objects(&self, res: Res, key: &str) -> Option<Value> {
-        self.shared
-            .inner
-            .lock()
-            .unwrap()
-            .objs(res)
-            .get(key)
-            .cloned()
+        self.shared.inner.lock().unwrap().obj(res, key).cloned()
     }
 
     /// Deletes `res`'s object `name` (`namespace/name` for a namespaced
@@ -629,7 +622,7 @@ impl ApiServer {
     /// annotate --overwrite` does).
     pub fn annotate_node(&self, name: &str, key: &str, value: &str) {
         let mut i = self.shared.inner.lock().unwrap();
-        let mut node = i.objs(NODES).get(name).cloned().expect("the node exists");
+        let mut node = i.obj(NODES, name).cloned().expect("the node exists");
         node["metadata"]["annotations"][key] = json!(value);
         i.put(NODES, node);
         drop(i);
@@ -935,7 +928,7 @@ async fn patch_status(
         .unwrap_or("");
     let from = i.token_nodes.get(token).cloned().unwrap_or_default();
     i.requests.push(format!("patch status {name} from {from}"));
-    let Some(before) = i.objs(NODES).get(&name).cloned() else {
+    let Some(before) = i.obj(NODES, &name).cloned() else {
         return status(
             StatusCode::NOT_FOUND,
             "NotFound",
@@ -1545,7 +1538,7 @@ async fn create(
         );
     }
     let key = format!("{ns}/{name}");
-    if i.objs(res).contains_key(&key) {
+    if i.obj(res, &key).is_some() {
         return object_status(
             StatusCode::CONFLICT,
             "AlreadyExists",
@@ -1583,7 +1576,7 @@ async fn get_one(
     }
     let mut i = shared.inner.lock().unwrap();
     i.requests.push(format!("get {} {name}", res.resource));
-    match i.objs(res).get(&format!("{ns}/{name}")) {
+    match i.obj(res, &format!("{ns}/{name}")) {
         Some(o) => (StatusCode::OK, axum::Json(typed(res, o.clone()))).into_response(),
         None => not_found(res, &name),
     }
@@ -1640,7 +1633,7 @@ async fn delete_one(
     }
     i.requests.push(format!("delete {} {name}", res.resource));
     let key = format!("{ns}/{name}");
-    let Some(obj) = i.objs(res).get(&key).cloned() else {
+    let Some(obj) = i.obj(res, &key).cloned() else {
         return not_found(res, &name);
     };
     // `registry/rest/delete.go` `BeforeDelete` checks the preconditions

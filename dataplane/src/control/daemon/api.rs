@@ -356,7 +356,12 @@ impl Daemon {
                 remote,
                 stations,
             } => {
-                self.set_stations(&overlay, remote, stations)?;
+                self.set_stations(&overlay, vec![(remote, stations)], |_| String::new())?;
+                Ok(serde_json::Value::Null)
+            }
+            Request::VtepStationSets { overlay, sets } => {
+                let sets = sets.into_iter().map(|s| (s.remote, s.stations)).collect();
+                self.set_stations(&overlay, sets, |k| format!("sets[{k}]."))?;
                 Ok(serde_json::Value::Null)
             }
             Request::OverlaySlice { overlay, slice } => {

@@ -212,57 +212,47 @@ impl Daemon {
         Ok(())
     }
 
-    /// Gives remote VTEP `remote` of overlay `name` its stations, in place
-    /// of those it had: their MACs pinned to its tunnel of their VLAN (the
-    /// old ones' unpinned), the bridge's neighbours made again from the
-    /// stations pinned. A station in no VLAN of the overlay, with a group
-    /// MAC or an address that is no station's, is refused (naming it) and
+    /// Gives each remote VTEP of `sets` of overlay `name` its stations, in
+    /// place of those it had: their MACs pinned to its tunnel of their VLAN
+    /// (the old ones' unpinned), then the bridge's neighbours made again
+    /// (once) from the stations pinned. A station in no VLAN of the
+    /// overlay, with a group MAC or an address that is no station's, is
+    /// refused (naming it, `at` of its set's index prefixing the field) and
     /// nothing changes.
     pub(super) fn set_stations(
         &mut self,
         name: &str,
-        remote: IpAddr,
-        stations: Vec<RemoteStation>,
+        sets: Vec<(IpAddr, Vec<RemoteStation>)>,
+        at: impl Fn(usize) -> String,
     ) -> Result<(), ApiError> {
         let o = self.overlay(name)?;
-        let invalid = |m: String| ApiError::new(ErrorCode::InvalidArgument, m);
-        for (i, s) in stations.iter().enumerate() {
-            if !RemoteStation::is_station_mac(&s.mac) {
-                return Err(invalid(format!(
-                    "stations[{i}].mac: {} is not a station's address",
-                    s.mac
-                )));
-            }
-            let known = match (o.vni, s.vlan) {
-                (Some(_), None) => true,
-                (None, Some(v)) => o.vlans.iter().any(|x| x.vlan == v),
-                _ => false,
-            };
-            if !known {
-                return Err(invalid(format!(
-                    "stations[{i}].vlan: {} is not a VLAN of overlay {name:?} ({})",
-                    s.vlan.map_or("none".to_string(), |v| v.to_string()),
-                    o.describe()
-                )));
-            }
-            if let Some((j, a)) = s
-                .ips
-                .iter()
-                .enumerate()
-                .find(|(_, a)| !RemoteStation::is_station_address(a))
-            {
-                return Err(invalid(format!(
-                    "stations[{i}].ips[{j}]: {a} is no station's address"
-                )));
-            }
+        for (k, (_, stations)) in sets.iter().enumerate() {
+            check_stations(name, &o, stations, &at(k))?;
         }
+        for (remote, stations) in sets {
+            self.put_stations(name, &o, remote, stations);
+        }
+        self.refresh_neighbours(name);
+        Ok(())
+    }
+
+    /// Gives remote VTEP `remote` of overlay `name` (config `o`) its
+    /// stations (checked), pinning and unpinning; the neighbours are the
+    /// caller's to make again.
+    fn put_stations(
+        &mut self,
+        name: &str,
+        o: &Overlay,
+        remote: IpAddr,
+        stations: Vec<RemoteStation>,
+    ) {
         let key = (name.to_string(), remote);
         let old = if stations.is_empty() {
             self.stations.remove(&key)
         } else {
             self.stations.insert(key, stations)
         };
-        let freed = self.pin_stations(name, &o, remote, old.as_deref().unwrap_or_default());
+        let freed = self.pin_stations(name, o, remote, old.as_deref().unwrap_or_default());
         // A MAC another VTEP's station has too (a pod that moved, its new
         // node's update first): pinned there now that it is free.
         if !freed.is_empty() {
@@ -277,11 +267,9 @@ impl Daemon {
                 .map(|((_, r), _)| *r)
                 .collect();
             for r in others {
-                self.pin_stations(name, &o, r, &[]);
+                self.pin_stations(name, o, r, &[]);
             }
         }
-        self.refresh_neighbours(name);
-        Ok(())
     }
 
     /// Pins the stations behind `remote` of overlay `name` (config `o`) to
@@ -582,4 +570,47 @@ impl Daemon {
         }
         out
     }
+}
+
+/// Checks the stations of one VTEP of overlay `name` (config `o`): a
+/// unicast MAC, a VLAN the overlay carries, station addresses; an error
+/// names the field, `at` prefixing it.
+fn check_stations(
+    name: &str,
+    o: &Overlay,
+    stations: &[RemoteStation],
+    at: &str,
+) -> Result<(), ApiError> {
+    let invalid = |m: String| ApiError::new(ErrorCode::InvalidArgument, m);
+    for (i, s) in stations.iter().enumerate() {
+        if !RemoteStation::is_station_mac(&s.mac) {
+            return Err(invalid(format!(
+                "{at}stations[{i}].mac: {} is not a station's address",
+                s.mac
+            )));
+        }
+        let known = match (o.vni, s.vlan) {
+            (Some(_), None) => true,
+            (None, Some(v)) => o.vlans.iter().any(|x| x.vlan == v),
+            _ => false,
+        };
+        if !known {
+            return Err(invalid(format!(
+                "{at}stations[{i}].vlan: {} is not a VLAN of overlay {name:?} ({})",
+                s.vlan.map_or("none".to_string(), |v| v.to_string()),
+                o.describe()
+            )));
+        }
+        if let Some((j, a)) = s
+            .ips
+            .iter()
+            .enumerate()
+            .find(|(_, a)| !RemoteStation::is_station_address(a))
+        {
+            return Err(invalid(format!(
+                "{at}stations[{i}].ips[{j}]: {a} is no station's address"
+            )));
+        }
+    }
+    Ok(())
 }
