@@ -42,12 +42,21 @@ const PODS_PER_NODE: usize = 10;
 const NETWORK: &str = "default/switchyard-overlay";
 
 fn main() {
-    let sizes: Vec<usize> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .filter_map(|a| a.parse().ok())
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let sizes: Vec<usize> = args.iter().filter_map(|a| a.parse().ok()).collect();
+    // `REMOTESxSTATIONS[:TABLE]`: the switch alone, given that many
+    // stations behind that many VTEPs (MAC table of TABLE entries).
+    let tables: Vec<(usize, usize, Option<usize>)> = args
+        .iter()
+        .filter_map(|a| {
+            let (rs, table) = a
+                .split_once(':')
+                .map_or((a.as_str(), None), |(x, t)| (x, t.parse().ok()));
+            let (r, s) = rs.split_once('x')?;
+            Some((r.parse().ok()?, s.parse().ok()?, table))
+        })
         .collect();
-    let sizes = if sizes.is_empty() {
+    let sizes = if sizes.is_empty() && tables.is_empty() {
         vec![100, 1000]
     } else {
         sizes
@@ -74,6 +83,9 @@ fn main() {
         "known_dgrams",
         "known_us"
     );
+    for &(remotes, per, table) in &tables {
+        tables_at(&root, remotes, per, table);
+    }
     for n in sizes {
         let f = run(&root, n);
         println!(
@@ -395,8 +407,17 @@ fn requests_cost(
     )
 }
 
-fn run(root: &Path, nodes: usize) -> Figures {
-    let (docs, overlays, nad) = shipped(root);
+/// A node: its network namespace and the underlay's sink, its switch on
+/// `config` (the ConfigMap's overlays and MAC table size, and `extra`)
+/// with its control socket, in `dir`.
+struct Node {
+    ns: Netns,
+    _sink: Netns,
+    switch: Proc,
+    control: PathBuf,
+}
+
+fn node(root: &Path, dir: &Path, overlays: &str, extra: &str) -> Node {
     let ns = Netns::new(&format!("sy-scale-{}", std::process::id()));
     // The underlay: this node's address; the others' behind a gateway
     // whose MAC is set, on a veth whose other end, in a namespace of its
@@ -412,21 +433,20 @@ fn run(root: &Path, nodes: usize) -> Figures {
          ip neigh add 10.90.255.254 lladdr 02:00:00:00:00:fe dev ul nud permanent && \
          ip route add 10.91.0.0/16 via 10.90.255.254 dev ul",
     );
-    let dir = tempfile::tempdir().unwrap();
-    let control = dir.path().join("control.sock");
-    let config = dir.path().join("switchyard.toml");
+    let control = dir.join("control.sock");
+    let config = dir.join("switchyard.toml");
     std::fs::write(
         &config,
         format!(
-            "control_socket = \"{}\"\nstate_dir = \"{}\"\nsocket_dir = \"{}\"\n{overlays}",
+            "control_socket = \"{}\"\nstate_dir = \"{}\"\nsocket_dir = \"{}\"\n{extra}\n{overlays}",
             control.display(),
-            dir.path().join("state").display(),
-            dir.path().display(),
+            dir.join("state").display(),
+            dir.display(),
         ),
     )
     .unwrap();
     let bin = |b: &str| root.join("target/release").join(b);
-    let log = dir.path().join("switch.log");
+    let log = dir.join("switch.log");
     let switch = Proc {
         child: Command::new("ip")
             .args(["netns", "exec", &ns.0])
@@ -445,6 +465,23 @@ fn run(root: &Path, nodes: usize) -> Figures {
         assert!(!log.contains("rror"), "the switch: {log}");
         control.exists()
     });
+    Node {
+        ns,
+        _sink: sink,
+        switch,
+        control,
+    }
+}
+
+fn run(root: &Path, nodes: usize) -> Figures {
+    let (docs, overlays, nad) = shipped(root);
+    let dir = tempfile::tempdir().unwrap();
+    let Node {
+        ns,
+        _sink,
+        switch,
+        control,
+    } = node(root, dir.path(), &overlays, "");
     let mut c = Client::lazy(&control);
     c.set_retry(Duration::from_secs(5));
     let _ = vteps(&mut c);
@@ -462,6 +499,7 @@ fn run(root: &Path, nodes: usize) -> Figures {
     let token = api.token_for_node("switchyard-system", "switchyard", "node-0");
     let kubeconfig = dir.path().join("kubeconfig");
     api.kubeconfig(&token, &kubeconfig);
+    let bin = |b: &str| root.join("target/release").join(b);
     let log = dir.path().join("agent.log");
     let started = Instant::now();
     let agent = Proc {
@@ -570,4 +608,89 @@ fn run(root: &Path, nodes: usize) -> Figures {
         known_datagrams,
         known_us,
     }
+}
+
+/// The switch alone with `remotes` VTEPs of `per` stations each (two
+/// addresses a station), given as the agent gives them (`VtepStationSets`
+/// of up to 256 VTEPs), its MAC table of `table` entries (else the
+/// ConfigMap's): how long the VTEPs and the stations take, the memory
+/// they take, how many stations it could pin.
+fn tables_at(root: &Path, remotes: usize, per: usize, table: Option<usize>) {
+    let (_, overlays, _) = shipped(root);
+    let dir = tempfile::tempdir().unwrap();
+    let extra = table.map_or(String::new(), |t| format!("mac_table_size = {t}"));
+    let n = node(root, dir.path(), &overlays, &extra);
+    let mut c = Client::lazy(&n.control);
+    c.set_retry(Duration::from_secs(5));
+    let (base, _) = memory(n.switch.pid());
+    let addrs: Vec<std::net::IpAddr> = (1..=remotes)
+        .map(|i| remote(i).1.parse().unwrap())
+        .collect();
+    let t0 = Instant::now();
+    for a in &addrs {
+        c.ask(&Request::vtep_add("overlay", *a, None)).unwrap();
+    }
+    let joined = t0.elapsed();
+    let (with_vteps, _) = memory(n.switch.pid());
+    let station = |i: usize, p: usize| switchyard_api::RemoteStation {
+        mac: format!(
+            "02:66:{:02x}:{:02x}:{:02x}:{:02x}",
+            i >> 8,
+            i & 0xff,
+            p >> 8,
+            p & 0xff
+        )
+        .parse()
+        .unwrap(),
+        vlan: None,
+        ips: vec![
+            format!("10.{}.{}.{}", 64 + i / 250, i % 250, p % 250 + 2)
+                .parse()
+                .unwrap(),
+            format!("fd66:0:{i:x}::{:x}", p + 2).parse().unwrap(),
+        ],
+    };
+    let t0 = Instant::now();
+    for chunk in addrs.chunks(256) {
+        let sets = chunk
+            .iter()
+            .enumerate()
+            .map(|(k, a)| {
+                let i = addrs.iter().position(|x| x == a).unwrap_or(k) + 1;
+                switchyard_api::StationSet {
+                    remote: *a,
+                    stations: (0..per).map(|p| station(i, p)).collect(),
+                }
+            })
+            .collect();
+        c.ask(&Request::vtep_station_sets("overlay", sets)).unwrap();
+    }
+    let installed = t0.elapsed();
+    // One more VTEP's stations changed, the others' as they are.
+    let t0 = Instant::now();
+    c.ask(&Request::vtep_stations(
+        "overlay",
+        addrs[0],
+        (0..per).map(|p| station(1, p + 1)).collect(),
+    ))
+    .unwrap();
+    let one = t0.elapsed();
+    let (with_stations, _) = memory(n.switch.pid());
+    let pinned = c
+        .ask(&Request::mac_list("overlay"))
+        .unwrap()
+        .iter()
+        .filter(|e| e.pinned && e.port.starts_with("overlay-"))
+        .count();
+    let stations = remotes * per;
+    println!(
+        "switch alone: {remotes} VTEPs in {:.2}s ({:.1} KiB each), {stations} stations in {:.2}s ({:.0} bytes each, {pinned} pinned), one VTEP's {per} changed in {:.1}ms; table {}",
+        joined.as_secs_f64(),
+        (with_vteps.saturating_sub(base)) as f64 / remotes as f64,
+        installed.as_secs_f64(),
+        (with_stations.saturating_sub(with_vteps)) as f64 * 1024.0 / stations as f64,
+        one.as_secs_f64() * 1e3,
+        table.map_or("the ConfigMap's".to_string(), |t| t.to_string()),
+    );
+    n.switch.stop();
 }

@@ -782,11 +782,28 @@ fn a_bridge_answers_for_its_vteps_stations_and_no_request_crosses() {
             "flat",
             vec![
                 set(&Underlay::ip(2), "02:00:00:00:00:78"),
-                set(&Underlay::ip(2), "01:00:5e:00:00:01"),
+                set("10.81.9.9", "01:00:5e:00:00:01"),
             ],
         ))
         .unwrap_err();
     assert!(e.to_string().contains("sets[1].stations[0].mac"), "{e}");
+    let e = sws[0]
+        .client()
+        .ask(&switchyard_api::Request::vtep_station_sets(
+            "flat",
+            vec![
+                set(&Underlay::ip(2), "02:00:00:00:00:78"),
+                set(&Underlay::ip(2), "02:00:00:00:00:79"),
+            ],
+        ))
+        .unwrap_err();
+    assert!(
+        e.to_string().contains(&format!(
+            "sets[1].remote: {} is also sets[0]",
+            Underlay::ip(2)
+        )),
+        "{e}"
+    );
     assert_eq!(holder(&sws[0], "02:00:00:00:00:78"), None);
     assert_eq!(holder(&sws[0], moved).as_deref(), Some(tunnel.as_str()));
 

@@ -362,8 +362,13 @@ fn attach(
         .iter()
         .find(|p| p.spec.pod.as_ref().is_some_and(|a| a.name == name))
         .expect("the pod's port");
-    // Storm control, as the plugin gives every pod's port.
-    assert_eq!(port.spec.flood_limit, Some(1000), "{port:?}");
+    // Storm control, as the switch holds every pod's port.
+    let stats = node
+        .switch
+        .client()
+        .ask(&Request::stats(Some(port.spec.name.clone())))
+        .unwrap();
+    assert_eq!(stats[0].flood_limit, 1000, "{stats:?}");
     let socket = port.socket();
     let mut cmd = Command::new("nsenter");
     cmd.args(["-t", &node.root.pid.to_string(), "-m"])

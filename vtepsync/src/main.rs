@@ -463,6 +463,8 @@ mod cluster {
         // change, and when one failed.
         let mut due: Option<Instant> = None;
         let mut stations_due: Option<Instant> = None;
+        // After a refusal, no stations pass before this (whatever changes).
+        let mut stations_not_before = Instant::now();
         let mut next_poll = Instant::now() + POLL;
         let mut enforcer = Some(Enforcer::new(resync));
         let mut stationer = Some(Stationer::new(resync));
@@ -485,14 +487,20 @@ mod cluster {
                             continue;
                         }
                     };
+                    // A NAD says nothing policy reads: its ports' policies
+                    // are not computed again for it.
+                    let policy_news = !matches!(ev, Change::Nad(_));
                     apply(&mut world, &mut relist, &mut listed, ev);
-                    world.generation += 1;
                     let settled = Instant::now() + SETTLE;
-                    if policy_ready(&listed) {
-                        due = Some(due.map_or(settled, |d| d.min(settled)));
+                    if policy_news {
+                        world.generation += 1;
+                        if policy_ready(&listed) {
+                            due = Some(due.map_or(settled, |d| d.min(settled)));
+                        }
                     }
                     if stations_ready(&listed) {
-                        stations_due = Some(stations_due.map_or(settled, |d| d.min(settled)));
+                        let at = settled.max(stations_not_before);
+                        stations_due = Some(stations_due.map_or(at, |d| d.min(at)));
                     }
                 }
                 changed = joined.changed() => {
@@ -516,7 +524,7 @@ mod cluster {
                         info!("watching the pods and NADs: the overlays' stations");
                     }
                     if stations_ready(&listed) {
-                        stations_due = Some(Instant::now());
+                        stations_due = Some(Instant::now().max(stations_not_before));
                     }
                 }
                 _ = sleep_until(wake) => {
@@ -533,6 +541,7 @@ mod cluster {
                         .await?;
                         stationer = Some(st);
                         stations_due = retry.map(|r| Instant::now() + r);
+                        stations_not_before = stations_due.unwrap_or_else(Instant::now);
                     }
                     if now < next_poll && due.is_none_or(|d| now < d) {
                         continue;
@@ -669,6 +678,9 @@ mod cluster {
         cap: Duration,
     }
 
+    /// A VTEP and its stations.
+    type VtepStations = (IpAddr, Vec<switchyard_api::RemoteStation>);
+
     /// Most VTEPs' stations in one request (a thousand nodes' in a few).
     const SETS_PER_REQUEST: usize = 256;
 
@@ -689,8 +701,7 @@ mod cluster {
         fn pass(&mut self, socket: &Path, j: &Joined, mut want: Stations) -> Option<Duration> {
             // A VTEP the switch no longer has took its stations with it.
             self.sent.retain(|k, _| j.stations.contains_key(k));
-            let mut changed: BTreeMap<&str, Vec<(IpAddr, Vec<switchyard_api::RemoteStation>)>> =
-                BTreeMap::new();
+            let mut changed: BTreeMap<&str, Vec<VtepStations>> = BTreeMap::new();
             for (k, count) in &j.stations {
                 let w = want.remove(k).unwrap_or_default();
                 let had = self.sent.get(k);
@@ -707,33 +718,51 @@ mod cluster {
             let mut c = Client::lazy(socket);
             c.set_retry(Duration::from_secs(3));
             let (mut updated, mut failed) = (0usize, 0usize);
+            // A refused request whose sets are several is tried one set at
+            // a time, so that one VTEP's refusal holds back no other; a
+            // switch that does not answer ends the pass (the rest wait for
+            // the next).
+            let mut requests: Vec<(&str, Vec<VtepStations>)> = Vec::new();
             for (overlay, sets) in changed {
                 for chunk in sets.chunks(SETS_PER_REQUEST) {
-                    let req = chunk
-                        .iter()
-                        .map(|(remote, stations)| switchyard_api::StationSet {
-                            remote: *remote,
-                            stations: stations.clone(),
-                        })
-                        .collect();
-                    let asked = c.ask(&Request::vtep_station_sets(overlay, req));
-                    let now = Instant::now();
-                    for (remote, w) in chunk {
-                        let k = (overlay.to_string(), *remote);
-                        match &asked {
-                            Ok(()) => {
-                                debug!(%overlay, %remote, stations = w.len(), "stations");
-                                updated += 1;
-                                self.sent.insert(k, (w.clone(), now));
-                            }
-                            Err(_) => {
-                                self.sent.remove(&k);
-                                failed += 1;
-                            }
+                    requests.push((overlay, chunk.to_vec()));
+                }
+            }
+            let mut unanswered = false;
+            while let Some((overlay, chunk)) = requests.pop() {
+                if unanswered {
+                    failed += chunk.len();
+                    continue;
+                }
+                let req = chunk
+                    .iter()
+                    .map(|(remote, stations)| switchyard_api::StationSet {
+                        remote: *remote,
+                        stations: stations.clone(),
+                    })
+                    .collect();
+                match c.ask(&Request::vtep_station_sets(overlay, req)) {
+                    Ok(()) => {
+                        let now = Instant::now();
+                        for (remote, w) in chunk {
+                            debug!(%overlay, %remote, stations = w.len(), "stations");
+                            updated += 1;
+                            self.sent.insert((overlay.to_string(), remote), (w, now));
                         }
                     }
-                    if let Err(e) = asked {
+                    Err(e) => {
+                        for (remote, _) in &chunk {
+                            self.sent.remove(&(overlay.to_string(), *remote));
+                        }
+                        let refused = matches!(&e, switchyard_api::ClientError::Api(a)
+                            if a.code == switchyard_api::ErrorCode::InvalidArgument);
+                        if refused && chunk.len() > 1 {
+                            requests.extend(chunk.into_iter().map(|s| (overlay, vec![s])));
+                            continue;
+                        }
                         warn!(%overlay, vteps = chunk.len(), "stations not set: {e}");
+                        failed += chunk.len();
+                        unanswered |= !refused;
                     }
                 }
             }

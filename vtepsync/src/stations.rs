@@ -63,15 +63,20 @@ pub fn network_view(config: &str) -> Option<Network> {
         return None;
     }
     let text = |k: &str| conf.get(k).and_then(|x| x.as_str());
-    let overlay = text("physnet").or_else(|| text("bridge"))?.to_string();
-    let vlan = match conf.get("vlan") {
+    // The plugin's default bridge is `default` (an overlay may be named
+    // so).
+    let overlay = text("physnet")
+        .or_else(|| text("bridge"))
+        .unwrap_or("default")
+        .to_string();
+    let vlan = match conf.get("vlan").filter(|v| !v.is_null()) {
         None => None,
         Some(v) => Some(u16::try_from(v.as_u64()?).ok()?),
     };
     Some(Network {
         overlay,
         vlan,
-        trunk: conf.get("trunk").is_some(),
+        trunk: conf.get("trunk").is_some_and(|t| !t.is_null()),
         result_mac: matches!(text("pin"), None | Some("result")),
     })
 }
@@ -201,6 +206,12 @@ mod tests {
         assert_eq!(
             (n.overlay.as_str(), n.vlan, n.result_mac),
             ("ov", Some(100), false)
+        );
+        // The plugin's defaults: bridge `default`; a null trunk is none.
+        let n = network_view(r#"{"type":"switchyard","trunk":null,"vlan":null}"#).unwrap();
+        assert_eq!(
+            (n.overlay.as_str(), n.vlan, n.trunk),
+            ("default", None, false)
         );
         assert!(network_view(r#"{"type":"macvlan","master":"eth0"}"#).is_none());
         assert!(network_view(r#"{"type":"switchyard","vlan":70000,"bridge":"b"}"#).is_none());

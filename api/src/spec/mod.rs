@@ -37,10 +37,10 @@ use crate::vlan::{VlanSet, VLAN_ID_MAX};
 
 /// Most MAC table entries a port may hold unless told (`mac_limit`).
 pub const DEFAULT_MAC_LIMIT: u32 = 64;
-/// The flood limit the CNI plugin gives a pod's port unless its netconf
-/// says (`floodLimit`): a pod that looks for its peers floods a few frames
-/// a second; one that sweeps a range, or sprays unknown destinations, is
-/// held to this.
+/// The flood limit of a pod's port (one the CNI plugin made: with `pod`)
+/// whose spec sets none (netconf `floodLimit`): a pod that looks for its
+/// peers floods a few frames a second; one that sweeps a range, or sprays
+/// unknown destinations, is held to this.
 pub const DEFAULT_POD_FLOOD_LIMIT: u32 = 1000;
 /// Most MACs a port may be pinned to.
 pub const MAX_PINNED_MACS: usize = 64;
@@ -105,9 +105,10 @@ pub struct PortSpec {
     pub mac_limit: Option<u32>,
     /// Most frames a second the port may have flooded (broadcast,
     /// multicast and unknown unicast its bridge sends to every port);
-    /// further ones are dropped (`flood_limit`) until the next second.
-    /// Absent or 0: no limit (the CNI plugin gives a pod's port
-    /// [`DEFAULT_POD_FLOOD_LIMIT`]).
+    /// further ones are dropped (`flood_limit`) until the next second,
+    /// counted by each worker apart. Absent: [`DEFAULT_POD_FLOOD_LIMIT`]
+    /// for a pod's port (one with `pod`, as the CNI plugin makes it), no
+    /// limit for others; 0: no limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flood_limit: Option<u32>,
     /// The only source MACs the port may send from, pinned to it: they

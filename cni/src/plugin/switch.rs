@@ -188,11 +188,10 @@ pub(crate) fn port_spec(
         vlan: nc.vlan,
         trunk: nc.trunk.clone(),
         mac_limit: nc.raw.mac_limit,
-        flood_limit: Some(
-            nc.raw
-                .flood_limit
-                .unwrap_or(switchyard_api::spec::DEFAULT_POD_FLOOD_LIMIT),
-        ),
+        // Sent only when the netconf sets it (a switch of before storm
+        // control refuses the field); the switch holds a pod's port to its
+        // default otherwise.
+        flood_limit: nc.raw.flood_limit,
         // The MAC was checked when the netconf and CNI_ARGS were read.
         macs: (nc.pin == Pin::Result)
             .then(|| mac.parse().ok().map(|m| vec![m]))

@@ -59,7 +59,13 @@ impl PortSecurity {
                 .unwrap_or_else(|| spec.kind.options().default_mac_limit()),
             macs: spec.macs.clone().unwrap_or_default(),
             pin_first: spec.pin_first.unwrap_or(false),
-            flood_limit: spec.flood_limit.unwrap_or(0),
+            // A pod's port (the CNI plugin's) is held to the default unless
+            // its netconf says; others to what their spec says.
+            flood_limit: spec.flood_limit.unwrap_or(if spec.pod.is_some() {
+                switchyard_api::spec::DEFAULT_POD_FLOOD_LIMIT
+            } else {
+                0
+            }),
         }
     }
 }

@@ -143,7 +143,7 @@ impl Daemon {
             self.dp.set_port_rules(id, rules);
         }
         if let Some(b) = &spec.bridge {
-            self.yield_station_macs(b, spec.vlan, spec.trunk.is_some(), &security.macs);
+            self.yield_station_macs(b, spec.vlan, spec.trunk.as_ref(), &security.macs);
         }
         if let Err((mac, owner)) = self.dp.pin_macs(id, &security.macs) {
             self.dp.remove_port(id);
@@ -344,10 +344,14 @@ impl Daemon {
                 format!("name: no port named {name:?}"),
             ));
         };
+        // The bridge of a port that held MACs of its own (pinned: a pod's),
+        // which a remote station may have wanted.
         let bridge = match self.ports[id as usize].take() {
             Some(mut e) => {
                 e.port.remove(&self.ctx(id));
-                e.spec.bridge
+                let held = e.spec.macs.as_ref().is_some_and(|m| !m.is_empty())
+                    || e.shared.security.first_pinned().is_some();
+                e.spec.bridge.filter(|_| held)
             }
             None => None,
         };

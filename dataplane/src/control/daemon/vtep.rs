@@ -226,7 +226,17 @@ impl Daemon {
         at: impl Fn(usize) -> String,
     ) -> Result<(), ApiError> {
         let o = self.overlay(name)?;
-        for (k, (_, stations)) in sets.iter().enumerate() {
+        for (k, (remote, stations)) in sets.iter().enumerate() {
+            if let Some(j) = sets[..k].iter().position(|(r, _)| r == remote) {
+                return Err(ApiError::new(
+                    ErrorCode::InvalidArgument,
+                    format!(
+                        "{}remote: {remote} is also {}",
+                        at(k),
+                        at(j).trim_end_matches('.')
+                    ),
+                ));
+            }
             check_stations(name, &o, stations, &at(k))?;
         }
         for (remote, stations) in sets {
@@ -363,7 +373,7 @@ impl Daemon {
     }
 
     /// Gives a local port about to pin `macs` on bridge `bridge` (in its
-    /// access VLAN `vlan`; a trunk: in any) the ones a remote VTEP's
+    /// access VLAN `vlan`, or the VLANs of its `trunk`) the ones a remote VTEP's
     /// station has pinned: the pod on this node is where the MAC is, and
     /// the cluster's word (a pod that moved here, its old node's entry not
     /// yet taken out) is not answered for any longer.
@@ -371,15 +381,15 @@ impl Daemon {
         &mut self,
         bridge: &str,
         vlan: Option<u16>,
-        trunk: bool,
+        trunk: Option<&switchyard_api::VlanSet>,
         macs: &[MacAddr],
     ) {
-        let Some(o) = self.cfg.overlays.get(bridge).cloned() else {
-            return;
-        };
         if macs.is_empty() {
             return;
         }
+        let Some(o) = self.cfg.overlays.get(bridge).cloned() else {
+            return;
+        };
         let mut yielded = false;
         for ((overlay, remote), set) in self.pinned.iter_mut() {
             if overlay != bridge {
@@ -387,7 +397,13 @@ impl Daemon {
             }
             let gone: Vec<super::StationKey> = set
                 .iter()
-                .filter(|(m, v)| macs.contains(m) && (trunk || *v == vlan))
+                .filter(|(m, v)| {
+                    let carried = match trunk {
+                        Some(t) => t.contains(v.unwrap_or(0)),
+                        None => *v == vlan,
+                    };
+                    macs.contains(m) && carried
+                })
                 .copied()
                 .collect();
             for (m, v) in gone {
