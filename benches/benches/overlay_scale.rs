@@ -179,6 +179,26 @@ struct Proc {
 }
 
 impl Proc {
+    /// `cmd` run in network namespace `ns`, its output to `log`.
+    fn spawn(name: &'static str, ns: &Netns, cmd: &mut Command, log: PathBuf) -> Proc {
+        let argv: Vec<_> = std::iter::once(cmd.get_program().to_owned())
+            .chain(cmd.get_args().map(|a| a.to_owned()))
+            .collect();
+        let envs: Vec<_> = cmd
+            .get_envs()
+            .filter_map(|(k, v)| Some((k.to_owned(), v?.to_owned())))
+            .collect();
+        let child = Command::new("ip")
+            .args(["netns", "exec", &ns.0])
+            .args(argv)
+            .envs(envs)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        Proc { child, log, name }
+    }
+
     fn pid(&self) -> u32 {
         self.child.id()
     }
@@ -446,20 +466,14 @@ fn node(root: &Path, dir: &Path, overlays: &str, extra: &str) -> Node {
     )
     .unwrap();
     let bin = |b: &str| root.join("target/release").join(b);
-    let log = dir.join("switch.log");
-    let switch = Proc {
-        child: Command::new("ip")
-            .args(["netns", "exec", &ns.0])
-            .arg(bin("switchyard"))
+    let switch = Proc::spawn(
+        "switchyard",
+        &ns,
+        Command::new(bin("switchyard"))
             .args(["run", "--config"])
-            .arg(&config)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap(),
-        log,
-        name: "switchyard",
-    };
+            .arg(&config),
+        dir.join("switch.log"),
+    );
     wait(Duration::from_secs(20), "the switch", || {
         let log = std::fs::read_to_string(&switch.log).unwrap_or_default();
         assert!(!log.contains("rror"), "the switch: {log}");
@@ -502,24 +516,19 @@ fn run(root: &Path, nodes: usize) -> Figures {
     let bin = |b: &str| root.join("target/release").join(b);
     let log = dir.path().join("agent.log");
     let started = Instant::now();
-    let agent = Proc {
-        child: Command::new("ip")
-            .args(["netns", "exec", &ns.0])
-            .arg(bin("switchyard-vtep-sync"))
-            .args(["--control-socket"])
+    let agent = Proc::spawn(
+        "switchyard-vtep-sync",
+        &ns,
+        Command::new(bin("switchyard-vtep-sync"))
+            .arg("--control-socket")
             .arg(&control)
             .args(["--selector", "kubernetes.io/os=linux", "--policy"])
             .env("KUBECONFIG", &kubeconfig)
             .env("NODE_NAME", "node-0")
             .env("POD_NAMESPACE", "switchyard-system")
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap(),
+            .env("RUST_LOG", "info"),
         log,
-        name: "switchyard-vtep-sync",
-    };
+    );
     let want = (nodes - 1) * PODS_PER_NODE;
     wait(Duration::from_secs(600), "the first sync", || {
         let v = vteps(&mut c);

@@ -676,10 +676,7 @@ fn a_bridge_answers_for_its_vteps_stations_and_no_request_crosses() {
         .status
         .success());
     let frames = underlay_frames(cap, &file);
-    let requests: Vec<&String> = frames
-        .iter()
-        .filter(|l| l.contains("ARP, Request") || l.contains("neighbor solicitation"))
-        .collect();
+    let requests = neighbour_requests(&frames);
     assert!(
         requests.len() == 1 && requests[0].contains("who-has 10.66.0.9"),
         "only the unknown address's request crosses: {requests:?}\n{frames:#?}"
@@ -703,13 +700,14 @@ fn a_bridge_answers_for_its_vteps_stations_and_no_request_crosses() {
         &format!("{}=10.66.0.2", pods[1].mac()),
         "02:00:00:00:00:77=10.66.0.7",
     ]);
-    let before = answered(&sws[0]);
-    assert!(!pods[1]
-        .ns
-        .sh("busybox arping -c 1 -w 1 -I eth0 10.66.0.7")
-        .status
-        .success());
-    assert_eq!(answered(&sws[0]), before);
+    // `pod`'s request for `ip` goes unanswered, and switch 1 answers none.
+    let unanswered = |pod: &Station, ip: &str| {
+        let before = answered(&sws[0]);
+        let arping = format!("busybox arping -c 1 -w 1 -I eth0 {ip}");
+        assert!(!pod.ns.sh(&arping).status.success(), "{ip} answered");
+        assert_eq!(answered(&sws[0]), before);
+    };
+    unanswered(&pods[1], "10.66.0.7");
     // A station that names a local pod's MAC takes nothing: the pod's MAC
     // stays on its port and works, and the station is not answered for.
     let own = pods[0].mac();
@@ -756,13 +754,7 @@ fn a_bridge_answers_for_its_vteps_stations_and_no_request_crosses() {
         "--bridge", "flat", "--mac", moved,
     ]);
     assert_eq!(holder(&sws[0], moved).as_deref(), Some("moved"));
-    let before = answered(&sws[0]);
-    assert!(!pods[0]
-        .ns
-        .sh("busybox arping -c 1 -w 1 -I eth0 10.66.0.7")
-        .status
-        .success());
-    assert_eq!(answered(&sws[0]), before);
+    unanswered(&pods[0], "10.66.0.7");
     sws[0].cli_ok(&["port", "del", "moved"]);
     assert_eq!(holder(&sws[0], moved).as_deref(), Some(tunnel.as_str()));
 

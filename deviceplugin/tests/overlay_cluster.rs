@@ -41,8 +41,8 @@ use std::time::Duration;
 
 use api_server::{ApiServer, LEASES, NETWORK_ATTACHMENT_DEFINITIONS, PODS};
 use common::{
-    check_ending, serial, terminate, testpmd_bin, underlay_capture, underlay_frames, wait_for,
-    workspace_bin, Netns, Switch, Testpmd, Underlay,
+    check_ending, neighbour_requests, serial, terminate, testpmd_bin, underlay_capture,
+    underlay_frames, wait_for, workspace_bin, Netns, Switch, Testpmd, Underlay,
 };
 use multus::{Multus, MultusVersion, Nad, Pod, Selection};
 use node_root::{documents, find, NodeRoot};
@@ -765,10 +765,7 @@ fn switches_answer_for_the_other_nodes_pods_and_follow_a_pod_to_another_node() {
     }
     for (i, (cap, file)) in caps.into_iter().enumerate() {
         let frames = underlay_frames(cap, &file);
-        let requests: Vec<&String> = frames
-            .iter()
-            .filter(|l| l.contains("ARP, Request") || l.contains("neighbor solicitation"))
-            .collect();
+        let requests = neighbour_requests(&frames);
         assert!(
             requests.is_empty(),
             "node {}'s link: requests crossed: {requests:?}",

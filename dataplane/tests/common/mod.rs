@@ -631,3 +631,12 @@ pub fn underlay_frames(mut c: Reap, file: &str) -> Vec<String> {
         .map(str::to_string)
         .collect()
 }
+
+/// The ARP requests and neighbour solicitations among decoded underlay
+/// datagrams ([`underlay_frames`]).
+pub fn neighbour_requests(frames: &[String]) -> Vec<&String> {
+    frames
+        .iter()
+        .filter(|l| l.contains("ARP, Request") || l.contains("neighbor solicitation"))
+        .collect()
+}
