@@ -356,6 +356,16 @@ fn wait(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
+/// The stations whose MACs the switch pinned to their tunnels (the ones
+/// it answers for).
+fn pinned_stations(c: &mut Client) -> usize {
+    c.ask(&Request::mac_list("overlay"))
+        .unwrap()
+        .iter()
+        .filter(|e| e.pinned && e.port.starts_with("overlay-"))
+        .count()
+}
+
 /// The datagrams the underlay interface sent.
 fn underlay_sent(ns: &Netns) -> u64 {
     ns.sh("cat /sys/class/net/ul/statistics/tx_packets")
@@ -535,14 +545,7 @@ fn run(root: &Path, nodes: usize) -> Figures {
         v.len() == nodes - 1 && v.iter().map(|v| v.stations).sum::<usize>() == want
     });
     let first_sync = started.elapsed();
-    // The stations whose MACs the switch could pin to their tunnels (the
-    // ones it answers for).
-    let pinned = c
-        .ask(&Request::mac_list("overlay"))
-        .unwrap()
-        .iter()
-        .filter(|e| e.pinned && e.port.starts_with("overlay-"))
-        .count();
+    let pinned = pinned_stations(&mut c);
 
     // Joins: a node and its pods written at once.
     let mut joins = Vec::new();
@@ -660,12 +663,13 @@ fn tables_at(root: &Path, remotes: usize, per: usize, table: Option<usize>) {
         ],
     };
     let t0 = Instant::now();
-    for chunk in addrs.chunks(256) {
+    for (c_i, chunk) in addrs.chunks(256).enumerate() {
         let sets = chunk
             .iter()
             .enumerate()
             .map(|(k, a)| {
-                let i = addrs.iter().position(|x| x == a).unwrap_or(k) + 1;
+                // Remote i's address (from 1).
+                let i = c_i * 256 + k + 1;
                 switchyard_api::StationSet {
                     remote: *a,
                     stations: (0..per).map(|p| station(i, p)).collect(),
@@ -685,12 +689,7 @@ fn tables_at(root: &Path, remotes: usize, per: usize, table: Option<usize>) {
     .unwrap();
     let one = t0.elapsed();
     let (with_stations, _) = memory(n.switch.pid());
-    let pinned = c
-        .ask(&Request::mac_list("overlay"))
-        .unwrap()
-        .iter()
-        .filter(|e| e.pinned && e.port.starts_with("overlay-"))
-        .count();
+    let pinned = pinned_stations(&mut c);
     let stations = remotes * per;
     println!(
         "switch alone: {remotes} VTEPs in {:.2}s ({:.1} KiB each), {stations} stations in {:.2}s ({:.0} bytes each, {pinned} pinned), one VTEP's {per} changed in {:.1}ms; table {}",
