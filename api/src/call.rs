@@ -69,6 +69,22 @@ impl Request {
             name: name.to_string(),
             ips,
             policy,
+            rate_limit: None,
+        })
+    }
+    /// `port_set`: replaces port `name`'s station addresses, policy and
+    /// policers (both directions), those given.
+    pub fn port_set_limited(
+        name: &str,
+        ips: Option<Vec<std::net::IpAddr>>,
+        policy: Option<crate::policy::PortPolicy>,
+        rate_limit: Option<crate::spec::RateLimits>,
+    ) -> Call<()> {
+        Call::new(Request::PortSet {
+            name: name.to_string(),
+            ips,
+            policy,
+            rate_limit,
         })
     }
     /// `port_list`: every port, failed ones included.

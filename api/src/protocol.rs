@@ -10,7 +10,7 @@
 //! | `ping` | – | `{"version": ...}` |
 //! | `port_add` | `port`: a [`PortSpec`] | [`PortInfo`] |
 //! | `port_del` | `name` | `null` |
-//! | `port_set` | `name`, `ips`, `policy` (each optional but `name`) | `null` |
+//! | `port_set` | `name`, `ips`, `policy`, `rate_limit` (each optional but `name`) | `null` |
 //! | `port_list` | – | `[PortInfo]` |
 //! | `stats` | `name` (optional) | `[PortStats]` |
 //! | `bridge_add` | `name` | `null` |
@@ -64,6 +64,10 @@ pub enum Request {
         /// Its policy ([`PortSpec::policy`]).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         policy: Option<crate::policy::PortPolicy>,
+        /// Its policers ([`PortSpec::rate_limit`]; both directions are
+        /// replaced: one absent is not limited).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rate_limit: Option<crate::spec::RateLimits>,
     },
     /// Lists ports.
     PortList,
@@ -425,11 +429,15 @@ pub enum DropReason {
     /// A frame its bridge would flood (broadcast, multicast, unknown
     /// unicast) beyond the ingress port's flood limit for the second.
     FloodLimit = 19,
+    /// Received from a port beyond its `rx` rate limit (a pod's egress).
+    PolicedRx = 20,
+    /// To a port beyond its `tx` rate limit (a pod's ingress).
+    PolicedTx = 21,
 }
 
 impl DropReason {
     /// Number of reasons.
-    pub const COUNT: usize = 20;
+    pub const COUNT: usize = 22;
     /// Every reason, in counter order.
     pub const ALL: [DropReason; DropReason::COUNT] = [
         DropReason::Runt,
@@ -452,6 +460,8 @@ impl DropReason {
         DropReason::ConntrackFull,
         DropReason::BadHeader,
         DropReason::FloodLimit,
+        DropReason::PolicedRx,
+        DropReason::PolicedTx,
     ];
 
     /// Its stable name, as in JSON, metrics labels and the CLI's output.
@@ -477,6 +487,8 @@ impl DropReason {
             DropReason::ConntrackFull => "conntrack_full",
             DropReason::BadHeader => "bad_header",
             DropReason::FloodLimit => "flood_limit",
+            DropReason::PolicedRx => "policed_rx",
+            DropReason::PolicedTx => "policed_tx",
         }
     }
 }
@@ -785,6 +797,9 @@ pub struct PortStats {
     /// Most frames a second it may have flooded (0: no limit).
     #[serde(default)]
     pub flood_limit: u32,
+    /// Its policers, buckets as they apply ([`PortSpec::rate_limit`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<crate::spec::RateLimits>,
     /// Counters.
     #[serde(flatten)]
     pub totals: PortTotals,

@@ -19,6 +19,7 @@ use crate::queue::offload;
 use crate::queue::{Offload, RxFrame, TxError, TxFrame, TxOutcome, TxQueue, BURST_SIZE};
 use crate::switch::mac_table::{MacEntry, MacKey};
 use crate::switch::neigh;
+use crate::switch::police::{Cost, Policer};
 use crate::switch::policy::conntrack;
 use crate::switch::policy::{Decision, Direction, FrameCheck, Judge};
 use crate::switch::security::{self, Admitted};
@@ -135,6 +136,11 @@ impl PendingQueue {
     #[inline]
     fn clear(&mut self) {
         self.len = 0;
+    }
+
+    /// Keeps the first `n` frames queued.
+    fn truncate(&mut self, n: usize) {
+        self.len = self.len.min(n as u8);
     }
 }
 
@@ -382,14 +388,8 @@ impl Forwarder {
         frames: &[RxFrame],
         release: impl FnOnce(),
     ) {
-        let in_port = from.port;
         let mut release = Some(release);
-        // Frames no destination takes (no port, no bridge, all dropped)
-        // are released after the block.
-        'switch: {
-            let Some(inp) = view.ports.get(in_port as usize).and_then(Option::as_ref) else {
-                break 'switch;
-            };
+        if let Some(inp) = view.ports.get(from.port as usize).and_then(Option::as_ref) {
             let in_counters = inp.shared.counters(w);
             let bytes: u64 = frames.iter().map(|f| u64::from(f.len)).sum();
             bump(&in_counters.rx_packets, frames.len() as u64);
@@ -401,53 +401,143 @@ impl Forwarder {
                     }
                 }
             }
-
-            let bridge = inp.bridge.and_then(|b| {
-                view.bridges
-                    .get(b as usize)
-                    .and_then(Option::as_ref)
-                    .map(|v| (b, v))
-            });
-            let Some(bridge) = bridge else {
-                bump(
-                    &in_counters.drops[DropReason::NoBridge as usize],
-                    frames.len() as u64,
-                );
-                if HOOKS {
-                    if let Some(t) = &view.trace {
-                        trace_unswitched(t, w, in_port, frames, DropReason::NoBridge);
-                    }
-                }
-                break 'switch;
-            };
-            let r = &mut release;
-            let (bridge_id, bridge) = bridge;
-            let mut b = Burst {
-                dp,
-                view,
-                w,
-                from,
-                inp,
-                bridge_id,
-                bridge,
-                trace: None,
-                now: dp.now_secs(),
-                hold: dp.mac_move_hold(),
-            };
-            // A bridge with a port under L3/L4 policy has its frames
-            // judged (and a trace runs the checks, which find no rules in
-            // a bridge without); the others pay one test per burst.
-            match (HOOKS, &view.trace) {
-                (true, Some(t)) => {
-                    b.trace = Some(t);
-                    self.switch_burst::<true, true, true, _>(&b, frames, r)
-                }
-                _ if bridge.policed => self.switch_policed::<HOOKS, _>(&b, frames, r),
-                _ => self.switch_burst::<HOOKS, false, false, _>(&b, frames, r),
+            // A port limited in what it sends has its frames metered (one
+            // test a burst for the others).
+            match &inp.police.rx {
+                None => self.switch_in::<HOOKS, _>(dp, view, w, from, inp, frames, &mut release),
+                Some(p) => self.police_rx::<HOOKS, _>(p, dp, view, w, from, frames, &mut release),
             }
         }
+        // Frames no destination took (no port, no bridge, all dropped)
+        // are released here.
         if let Some(r) = release {
             r();
+        }
+    }
+
+    /// Switches `frames`, received from port `inp` (`from`), in its
+    /// bridge. `release` goes to the last chunk's sending.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn switch_in<const HOOKS: bool, R: FnOnce()>(
+        &mut self,
+        dp: &Dataplane,
+        view: &WorkerView,
+        w: usize,
+        from: Ingress,
+        inp: &ViewPort,
+        frames: &[RxFrame],
+        release: &mut Option<R>,
+    ) {
+        let in_port = from.port;
+        let bridge = inp.bridge.and_then(|b| {
+            view.bridges
+                .get(b as usize)
+                .and_then(Option::as_ref)
+                .map(|v| (b, v))
+        });
+        let Some((bridge_id, bridge)) = bridge else {
+            bump(
+                &inp.shared.counters(w).drops[DropReason::NoBridge as usize],
+                frames.len() as u64,
+            );
+            if HOOKS {
+                if let Some(t) = &view.trace {
+                    trace_unswitched(t, w, in_port, frames, DropReason::NoBridge);
+                }
+            }
+            return;
+        };
+        let mut b = Burst {
+            dp,
+            view,
+            w,
+            from,
+            inp,
+            bridge_id,
+            bridge,
+            trace: None,
+            now: dp.now_secs(),
+            hold: dp.mac_move_hold(),
+        };
+        // A bridge with a port under L3/L4 policy has its frames
+        // judged (and a trace runs the checks, which find no rules in
+        // a bridge without); the others pay one test per burst.
+        match (HOOKS, &view.trace) {
+            (true, Some(t)) => {
+                b.trace = Some(t);
+                self.switch_burst::<true, true, true, _>(&b, frames, release)
+            }
+            _ if bridge.policed => self.switch_policed::<HOOKS, _>(&b, frames, release),
+            _ => self.switch_burst::<HOOKS, false, false, _>(&b, frames, release),
+        }
+    }
+
+    /// Meters `frames`, received from port `from`, through its `rx`
+    /// policer `pol`, and switches those that pass, each run of them as
+    /// it came ([`Forwarder::switch_in`]; `release` goes with the last).
+    /// The others are dropped, counted (`policed_rx`) and, while a trace
+    /// runs, traced. Out of line: ports without a limit never come here.
+    #[cold]
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn police_rx<const HOOKS: bool, R: FnOnce()>(
+        &mut self,
+        pol: &Policer,
+        dp: &Dataplane,
+        view: &WorkerView,
+        w: usize,
+        from: Ingress,
+        frames: &[RxFrame],
+        release: &mut Option<R>,
+    ) {
+        let Some(inp) = view.ports.get(from.port as usize).and_then(Option::as_ref) else {
+            return;
+        };
+        let trace = if HOOKS { view.trace.as_deref() } else { None };
+        let now = dp.now_ns();
+        // The run of passing frames last seen, switched once the next is
+        // found (so that the last takes `release`).
+        let mut held: Option<std::ops::Range<usize>> = None;
+        let mut dropped = 0u64;
+        for (c, chunk) in frames.chunks(64).enumerate() {
+            let base = c * 64;
+            let mut passed = 0u64;
+            let mut k = 0;
+            pol.admit(now, chunk.iter().map(|f| cost(f, f.len)), |pass| {
+                passed |= u64::from(pass) << k;
+                k += 1;
+            });
+            let all = u64::MAX >> (64 - chunk.len());
+            dropped += u64::from((all & !passed).count_ones());
+            if let Some(t) = trace {
+                for (i, f) in chunk.iter().enumerate() {
+                    if passed & (1 << i) == 0 {
+                        let one = std::slice::from_ref(f);
+                        trace_unswitched(t, w, from.port, one, DropReason::PolicedRx);
+                    }
+                }
+            }
+            // Each run of passing frames.
+            let mut rest = passed;
+            while rest != 0 {
+                let start = rest.trailing_zeros() as usize;
+                let len = (!(rest >> start)).trailing_zeros() as usize;
+                rest &= !((u64::MAX >> (64 - len)) << start);
+                let run = base + start..base + start + len;
+                if let Some(r) = held.replace(run) {
+                    self.switch_in::<HOOKS, R>(dp, view, w, from, inp, &frames[r], &mut None);
+                }
+            }
+        }
+        if dropped != 0 {
+            bump(
+                &inp.shared.counters(w).drops[DropReason::PolicedRx as usize],
+                dropped,
+            );
+        }
+        if let Some(r) = held {
+            self.switch_in::<HOOKS, R>(dp, view, w, from, inp, &frames[r], release);
         }
     }
 
@@ -1020,6 +1110,15 @@ impl Forwarder {
                 q.clear();
                 continue;
             }
+            // A port limited in what it receives: the frames its policer
+            // passes, in order (one test a destination for the others).
+            if let Some(pol) = &p.police.tx {
+                let traced = if TRACE { Some(&mut traced[..]) } else { None };
+                if police_tx(pol, dp, w, (id, p), q, frames, traced) == 0 {
+                    q.clear();
+                    continue;
+                }
+            }
             let counters = p.shared.counters(w);
             // A capture of what this port sends: one test per destination.
             let cap = if HOOKS {
@@ -1229,6 +1328,67 @@ fn trace_unswitched(t: &Trace, w: usize, in_port: PortId, frames: &[RxFrame], wh
             t.record(r);
         }
     }
+}
+
+/// What frame `frame`, `len` bytes long as it leaves, costs a policer (a
+/// super-frame: the segments it becomes).
+#[inline]
+fn cost(frame: &RxFrame, len: u32) -> Cost {
+    let (bytes, frames) = offload::wire_size(frame, len);
+    Cost {
+        bits: bytes * 8,
+        frames,
+    }
+}
+
+/// Meters the frames queued on port `p` (slot `id`) through its `tx`
+/// policer `pol` on worker `w`: keeps those that pass, in order, and
+/// returns how many. The others are dropped, counted (`policed_tx`) and
+/// noted in their trace records (`traced`, while a trace runs).
+#[cold]
+#[inline(never)]
+fn police_tx(
+    pol: &Policer,
+    dp: &Dataplane,
+    w: usize,
+    (id, p): (PortId, &ViewPort),
+    q: &mut PendingQueue,
+    frames: &[RxFrame],
+    mut traced: Option<&mut [Option<TraceRecord>]>,
+) -> usize {
+    let leaving = |e: &Pending| {
+        let f = &frames[usize::from(e.frame)];
+        let len = match e.tag {
+            Retag::Keep => f.len,
+            Retag::Pop => f.len.saturating_sub(VLAN_TAG_LEN as u32),
+            Retag::Push => f.len + VLAN_TAG_LEN as u32,
+        };
+        cost(f, len)
+    };
+    let n = usize::from(q.len);
+    let (mut read, mut kept) = (0, 0);
+    let items = q.items;
+    let passed = pol.admit(dp.now_ns(), items[..n].iter().map(leaving), |pass| {
+        let e = items[read];
+        read += 1;
+        if pass {
+            q.items[kept] = e;
+            kept += 1;
+        } else if let Some(t) = traced
+            .as_deref_mut()
+            .and_then(|t| t[usize::from(e.frame)].as_mut())
+        {
+            t.out.push((id, Err(DropReason::PolicedTx)));
+        }
+    });
+    if passed < n {
+        bump(
+            &p.shared.counters(w).drops[DropReason::PolicedTx as usize],
+            (n - passed) as u64,
+        );
+    }
+    q.truncate(passed);
+    passed
 }
 
 /// Hands capture `c` the frames of `txfs` whose bit is set in `sent`.

@@ -19,6 +19,7 @@
 //! its line in the `kinds!` list below (a socket kind also its line in
 //! [`socket::SocketKind`]'s), plus the kind's port in the daemon.
 
+pub mod rate;
 pub mod socket;
 
 use serde::{Deserialize, Serialize};
@@ -26,6 +27,7 @@ use serde::{Deserialize, Serialize};
 pub use af_packet::AfPacketSpec;
 pub use af_xdp::{AfXdpSpec, XdpMode};
 pub use memif::{MemifMode, MemifRole, MemifSpec};
+pub use rate::{Meter, RateLimits};
 pub use socket::{ShareRefused, Side, SocketAddr, SocketKind, SocketRole, SocketSpec};
 pub use tap::TapSpec;
 pub use vhost_user::{VhostUserRole, VhostUserSpec};
@@ -111,6 +113,11 @@ pub struct PortSpec {
     /// limit for others; 0: no limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flood_limit: Option<u32>,
+    /// Policers per direction ([`RateLimits`]: `rx` what the port sends
+    /// into the switch, `tx` what the switch sends it): frames beyond them
+    /// are dropped (`policed_rx`, `policed_tx`). Absent: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<RateLimits>,
     /// The only source MACs the port may send from, pinned to it: they
     /// never age and no other port can take them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -356,6 +363,9 @@ impl PortSpec {
         if let Some(p) = &self.policy {
             p.validate(&f("policy"))?;
         }
+        if let Some(r) = &self.rate_limit {
+            r.validate(&f("rate_limit."))?;
+        }
         if let Some(a) = &self.pod {
             for (field, v) in [
                 ("namespace", &a.namespace),
@@ -411,6 +421,7 @@ impl PortSpec {
             trunk: None,
             mac_limit: None,
             flood_limit: None,
+            rate_limit: None,
             macs: None,
             pin_first: None,
             ips: None,

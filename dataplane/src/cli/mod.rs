@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
+use switchyard_api::spec::{Meter, RateLimits};
 use switchyard_api::{
     Call, CaptureDirection, CaptureFormat, Client, MacAddr, PortSpec, Request, VlanSet,
     DEFAULT_CONTROL_SOCKET,
@@ -178,6 +179,16 @@ pub(crate) enum PortCmd {
         /// `{}` takes it away.
         #[arg(long)]
         policy: Option<std::path::PathBuf>,
+        /// The policer of what the port sends into the switch (a pod's
+        /// egress), e.g. `rate=100M,burst=10M,pps=50k,pps-burst=64`
+        /// (bits a second and bits, frames a second and frames);
+        /// `none` takes it away. The other direction is kept.
+        #[arg(long)]
+        rx_limit: Option<MeterArg>,
+        /// The policer of what the switch sends to the port (a pod's
+        /// ingress), as `--rx-limit`.
+        #[arg(long)]
+        tx_limit: Option<MeterArg>,
     },
     /// Lists ports.
     List {
@@ -245,6 +256,16 @@ pub(crate) struct PortAdd {
     /// multicast, unknown unicast (default and 0: no limit).
     #[arg(long)]
     flood_limit: Option<u32>,
+    /// The policer of what the port sends into the switch (a pod's
+    /// egress): `rate=100M,burst=10M,pps=50k,pps-burst=64` (bits a second
+    /// and bits, frames a second and frames; default burst 80% of a
+    /// second at the rate).
+    #[arg(long)]
+    rx_limit: Option<Meter>,
+    /// The policer of what the switch sends to the port (a pod's
+    /// ingress), as `--rx-limit`.
+    #[arg(long)]
+    tx_limit: Option<Meter>,
     /// The port's own MAC, pinned to it (repeat or comma-separate for
     /// several): frames from any other source are dropped.
     #[arg(long = "mac", value_delimiter = ',')]
@@ -352,6 +373,20 @@ pub(crate) enum MacCmd {
     },
 }
 
+/// A policer on the command line, or `none`.
+#[derive(Clone, Copy)]
+pub(crate) struct MeterArg(Option<Meter>);
+
+impl std::str::FromStr for MeterArg {
+    type Err = String;
+    fn from_str(s: &str) -> Result<MeterArg, String> {
+        match s.trim() {
+            "none" => Ok(MeterArg(None)),
+            m => m.parse().map(|m| MeterArg(Some(m))),
+        }
+    }
+}
+
 impl PortAdd {
     /// The spec the flags describe, typed by the same parser as the config
     /// file and the API: a flag the kind does not have is refused by name.
@@ -380,6 +415,13 @@ impl PortAdd {
         put("socket_group", json!(self.socket_group));
         put("mac_limit", json!(self.mac_limit));
         put("flood_limit", json!(self.flood_limit));
+        if self.rx_limit.is_some() || self.tx_limit.is_some() {
+            let limits = RateLimits {
+                rx: self.rx_limit,
+                tx: self.tx_limit,
+            };
+            put("rate_limit", json!(limits));
+        }
         put("macs", json!((!self.macs.is_empty()).then_some(self.macs)));
         put("pin_first", json!(self.pin_first.then_some(true)));
         put("interface_mac", json!(self.interface_mac));
@@ -466,7 +508,13 @@ pub(crate) fn run(cmd: Cmd, control: Option<PathBuf>) -> anyhow::Result<()> {
             println!("port {name} deleted");
             Ok(())
         }
-        Cmd::Port(PortCmd::Set { name, ips, policy }) => {
+        Cmd::Port(PortCmd::Set {
+            name,
+            ips,
+            policy,
+            rx_limit,
+            tx_limit,
+        }) => {
             let ips = ips
                 .map(|v| match v.as_str() {
                     "none" | "" => Ok(Vec::new()),
@@ -492,7 +540,23 @@ pub(crate) fn run(cmd: Cmd, control: Option<PathBuf>) -> anyhow::Result<()> {
                         .with_context(|| format!("--policy: {}", path.display()))
                 })
                 .transpose()?;
-            client()?.ask(&Request::port_set(&name, ips, policy))?;
+            // A direction not given keeps its policer: the port's as the
+            // switch has it.
+            let rate_limit = if rx_limit.is_some() || tx_limit.is_some() {
+                let ports = client()?.ask(&Request::port_list())?;
+                let now = ports
+                    .iter()
+                    .find(|p| p.spec.name == name)
+                    .and_then(|p| p.spec.rate_limit)
+                    .unwrap_or_default();
+                Some(RateLimits {
+                    rx: rx_limit.map_or(now.rx, |m| m.0),
+                    tx: tx_limit.map_or(now.tx, |m| m.0),
+                })
+            } else {
+                None
+            };
+            client()?.ask(&Request::port_set_limited(&name, ips, policy, rate_limit))?;
             println!("port {name} set");
             Ok(())
         }

@@ -196,6 +196,15 @@ pub(crate) fn stats_table(stats: &[PortStats]) -> String {
             0 => s.mac_entries.to_string(),
             l => format!("{}/{l}", s.mac_entries),
         };
+        // Its policers, after the drops they cause.
+        let mut drops = drops;
+        if let Some(l) = &s.rate_limit {
+            for (dir, m) in [("rx", &l.rx), ("tx", &l.tx)] {
+                if let Some(m) = m {
+                    drops.push(format!("({dir}-limit {m})"));
+                }
+            }
+        }
         let _ = writeln!(
             o,
             "{:<20} {:<5} {:>12} {:>14} {:>12} {:>14} {:>9}  {}",

@@ -300,6 +300,45 @@ impl Collector for Snapshot {
         gauges(&mut enc, macs)?;
         gauges(&mut enc, limit)?;
         gauges(&mut enc, floods)?;
+        // Policers, of the directions limited.
+        let mut rates = Family::new(
+            "switchyard_port_rate_limit_bits_per_second",
+            "A port's policer rate (direction rx: what it sends into the switch; tx: what the switch sends it); frames beyond it are dropped (reason policed_rx or policed_tx).",
+        );
+        let mut bursts = Family::new(
+            "switchyard_port_rate_limit_burst_bits",
+            "The size of a port's policer's bucket of bits.",
+        );
+        let mut prates = Family::new(
+            "switchyard_port_rate_limit_packets_per_second",
+            "A port's policer rate in frames a second.",
+        );
+        let mut pbursts = Family::new(
+            "switchyard_port_rate_limit_burst_packets",
+            "The size of a port's policer's bucket of frames.",
+        );
+        for s in &self.stats {
+            let Some(limits) = &s.rate_limit else {
+                continue;
+            };
+            for (dir, m) in [("rx", &limits.rx), ("tx", &limits.tx)] {
+                let Some(m) = m else { continue };
+                let mut l = port_labels(&s.name);
+                l.push(("direction", dir.to_string()));
+                let gauge = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+                if let Some((rate, burst)) = m.bits_bucket() {
+                    rates.samples.push((l.clone(), gauge(rate)));
+                    bursts.samples.push((l.clone(), gauge(burst)));
+                }
+                if let Some((rate, burst)) = m.packets_bucket() {
+                    prates.samples.push((l.clone(), gauge(rate)));
+                    pbursts.samples.push((l, gauge(burst)));
+                }
+            }
+        }
+        for f in [rates, bursts, prates, pbursts] {
+            gauges(&mut enc, f)?;
+        }
 
         // Bridges.
         let mut bmacs = Family::new(

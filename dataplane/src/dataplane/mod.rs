@@ -24,6 +24,7 @@ use crate::queue::{PortQueues, RxQueue, TxQueue};
 use crate::reactor::Waker;
 use crate::switch::mac_table::{Learned, MacEntry, MacTable, GENERATION_MASK};
 use crate::switch::neigh::Neighbours;
+use crate::switch::police::Policer;
 use crate::switch::policy::conntrack::{Conntrack, CtQuota, PortRef};
 use crate::switch::policy::PortRules;
 use crate::switch::security::{PortSecurity, SecurityState, DEFAULT_MOVE_HOLD_SECS};
@@ -32,6 +33,7 @@ use crate::types::{
 };
 use crate::vlan::VlanMode;
 use crate::wire::MacAddr;
+use switchyard_api::spec::{Meter, RateLimits};
 
 /// How long taking a port's queues back waits for workers to leave a burst.
 pub const DETACH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
@@ -75,6 +77,18 @@ struct DpPort {
     /// Its L3/L4 policy and station addresses, compiled
     /// ([`Dataplane::set_port_rules`]).
     rules: Option<Arc<PortRules>>,
+    /// Its policers ([`Dataplane::set_port_rate_limits`]).
+    police: Police,
+}
+
+/// A port's policers: what it sends into the switch (`rx`) and what the
+/// switch sends it (`tx`); none where not limited.
+#[derive(Clone, Default)]
+pub struct Police {
+    /// Frames received from the port.
+    pub rx: Option<Arc<Policer>>,
+    /// Frames sent to the port.
+    pub tx: Option<Arc<Policer>>,
 }
 
 struct DpBridge {
@@ -222,6 +236,12 @@ impl Dataplane {
     #[inline]
     pub fn now_secs(&self) -> u32 {
         self.inner.clock.load(Ordering::Relaxed)
+    }
+
+    /// Nanoseconds since the switch started, read now (policers' clock).
+    #[inline]
+    pub fn now_ns(&self) -> u64 {
+        self.inner.epoch.elapsed().as_nanos() as u64
     }
 
     /// Seconds a MAC entry must be quiet before it may move to another
@@ -424,6 +444,7 @@ impl Dataplane {
             capture: None,
             split_horizon: false,
             rules: None,
+            police: Police::default(),
         });
         if let Some(b) = bridge
             .and_then(|b| t.bridges.get_mut(b as usize))
@@ -457,6 +478,28 @@ impl Dataplane {
         let mut t = self.table();
         if let Some(p) = t.ports.get_mut(id as usize).and_then(Option::as_mut) {
             p.rules = rules;
+        }
+        drop(t);
+        self.publish();
+    }
+
+    /// Gives port `id` the policers `limits` asks for (validated), in
+    /// place of those it had: a direction whose meter is unchanged keeps
+    /// its policer and its buckets' levels, a new one starts full, one
+    /// absent is not limited.
+    pub fn set_port_rate_limits(&self, id: PortId, limits: &RateLimits) {
+        let now = self.now_ns();
+        let next = |old: &Option<Arc<Policer>>, meter: &Option<Meter>| match (old, meter) {
+            (_, None) => None,
+            (Some(p), Some(m)) if p.meter() == m => Some(p.clone()),
+            (_, Some(m)) => Some(Arc::new(Policer::new(m, now))),
+        };
+        let mut t = self.table();
+        if let Some(p) = t.ports.get_mut(id as usize).and_then(Option::as_mut) {
+            p.police = Police {
+                rx: next(&p.police.rx, &limits.rx),
+                tx: next(&p.police.tx, &limits.tx),
+            };
         }
         drop(t);
         self.publish();

@@ -35,6 +35,8 @@ pub struct ViewPort {
     pub member: u64,
     /// Its L3/L4 policy and station addresses, if it has any.
     pub rules: Option<Arc<PortRules>>,
+    /// Its policers, where it is limited.
+    pub police: super::Police,
 }
 
 impl ViewPort {
@@ -170,6 +172,7 @@ impl Dataplane {
                     ViewPort::membership(b, p.generation & GENERATION_MASK)
                 }),
                 rules: p.rules.clone(),
+                police: p.police.clone(),
             }));
         }
         for b in t.bridges.iter() {

@@ -422,6 +422,29 @@ pub enum Unfinished {
     BadOffload,
 }
 
+/// What `frame` becomes on a wire, leaving `len` bytes long (its length
+/// with a VLAN tag pushed or popped): its bytes and frames. A super-frame
+/// is the segments its segmentation makes, each with the headers, as the
+/// kernel's `qdisc_pkt_len` charges a GSO packet; any other frame is
+/// itself. (Headers that cannot be read count once.)
+pub fn wire_size(frame: &crate::queue::RxFrame, len: u32) -> (u64, u64) {
+    let len = u64::from(len);
+    let Some((_, mss)) = frame.offload.gso().filter(|&(_, mss)| mss > 0) else {
+        return (len, 1);
+    };
+    let mut head = [0u8; MAX_HDR];
+    let got = frame.read_prefix(&mut head);
+    let Some(hs) = ip::locate(&head[..got]) else {
+        return (len, 1);
+    };
+    let hdr = hs.end as u64;
+    let payload = u64::from(frame.len).saturating_sub(hdr);
+    let segs = payload.div_ceil(u64::from(mss)).max(1);
+    // The headers as they leave (a tag pushed or popped with them).
+    let hdr_out = (hdr + len).saturating_sub(u64::from(frame.len));
+    (len + (segs - 1) * hdr_out, segs)
+}
+
 /// Checksums `len` bytes of `frame` from `at` into `c`.
 fn sum_range(frame: &TxFrame<'_>, at: usize, len: usize, c: &mut Checksum) {
     let (mut pos, end) = (0usize, at + len);
@@ -663,6 +686,12 @@ mod tests {
             out.iter().map(Vec::len).collect::<Vec<_>>(),
             [1502, 1502, 54 + 1104]
         );
+        // A policer charges it as those segments, tagged or not.
+        let mut g = frame(&b);
+        g.offload = o;
+        assert_eq!(wire_size(&g, g.len), (1502 + 1502 + 1158, 3));
+        assert_eq!(wire_size(&g, g.len + 4), (1506 + 1506 + 1162, 3));
+        assert_eq!(wire_size(&f, f.len), (b.len() as u64, 1));
         let mut payload = Vec::new();
         for (i, s) in out.iter().enumerate() {
             assert!(verifies(s), "segment {i}");

@@ -6,6 +6,7 @@
 
 pub mod mac_table;
 pub mod neigh;
+pub mod police;
 pub mod policy;
 pub mod security;
 

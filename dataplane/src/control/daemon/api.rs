@@ -229,8 +229,13 @@ impl Daemon {
                 self.persist()?;
                 Ok(serde_json::Value::Null)
             }
-            Request::PortSet { name, ips, policy } => {
-                self.set_port(&name, ips, policy)?;
+            Request::PortSet {
+                name,
+                ips,
+                policy,
+                rate_limit,
+            } => {
+                self.set_port(&name, ips, policy, rate_limit)?;
                 self.persist()?;
                 Ok(serde_json::Value::Null)
             }
@@ -272,6 +277,7 @@ impl Daemon {
                         mac_entries: e.shared.security.learned(),
                         mac_limit: e.shared.security.limit(),
                         flood_limit: e.shared.security.flood_limit(),
+                        rate_limit: e.spec.rate_limit.map(|l| l.applied()),
                         totals: e.shared.totals(),
                     })
                     .collect();

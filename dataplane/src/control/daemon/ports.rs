@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use tracing::{info, warn};
 
 use switchyard_api::policy::PortPolicy;
-use switchyard_api::spec::ShareRefused;
+use switchyard_api::spec::{RateLimits, ShareRefused};
 use switchyard_api::{ApiError, ErrorCode, KindSpec, MacAddr};
 
 use super::{BridgeEntry, Daemon, PortEntry};
@@ -142,6 +142,9 @@ impl Daemon {
         if rules.is_some() {
             self.dp.set_port_rules(id, rules);
         }
+        if let Some(limits) = &spec.rate_limit {
+            self.dp.set_port_rate_limits(id, limits);
+        }
         if let Some(b) = &spec.bridge {
             self.yield_station_macs(b, spec.vlan, spec.trunk.as_ref(), &security.macs);
         }
@@ -201,14 +204,15 @@ impl Daemon {
         Ok(())
     }
 
-    /// Replaces port `name`'s station addresses and L3/L4 policy (those
-    /// given; an empty policy or address list takes them away), at once
-    /// for every frame, persisted.
+    /// Replaces port `name`'s station addresses, L3/L4 policy and
+    /// policers (those given; an empty policy, address list or set of
+    /// limits takes them away), at once for every frame, persisted.
     pub(super) fn set_port(
         &mut self,
         name: &str,
         ips: Option<Vec<std::net::IpAddr>>,
         policy: Option<PortPolicy>,
+        rate_limit: Option<RateLimits>,
     ) -> Result<(), ApiError> {
         let invalid = |e: switchyard_api::spec::SpecError| {
             ApiError::new(ErrorCode::InvalidArgument, e.to_string())
@@ -219,6 +223,9 @@ impl Daemon {
         if let Some(p) = &policy {
             p.validate("policy").map_err(invalid)?;
         }
+        if let Some(r) = &rate_limit {
+            r.validate("rate_limit.").map_err(invalid)?;
+        }
         let id = *self.port_names.get(name).ok_or_else(|| {
             ApiError::new(ErrorCode::NotFound, format!("name: no port named {name:?}"))
         })?;
@@ -228,6 +235,14 @@ impl Daemon {
                 format!("name: no port named {name:?}"),
             ));
         };
+        if let Some(limits) = rate_limit {
+            self.dp.set_port_rate_limits(id, &limits);
+            info!(port = %name, rx = ?limits.rx.map(|m| m.to_string()), tx = ?limits.tx.map(|m| m.to_string()), "port rate limits set");
+            e.spec.rate_limit = (!limits.is_empty()).then_some(limits);
+        }
+        if ips.is_none() && policy.is_none() {
+            return Ok(());
+        }
         let ips = match ips {
             Some(v) if v.is_empty() => None,
             Some(v) => Some(v),
