@@ -20,7 +20,7 @@ use std::sync::Arc;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use switchyard::dataplane::{Dataplane, RxClaim, WorkerView};
 use switchyard::eventfd::new_eventfd;
-use switchyard::forward::Forwarder;
+use switchyard::forward::{police_rx, Forwarder};
 use switchyard::port::memif::queue::{MemifRx, MemifTx, Role};
 use switchyard::port::memif::region::{Region, Regions};
 use switchyard::port::memif::ring::{Desc, Ring};
@@ -35,6 +35,7 @@ use switchyard::vlan::{VlanMode, VlanSet};
 use switchyard::wire::memif::{ring_bytes, COOKIE};
 use switchyard::wire::MacAddr;
 use switchyard_api::policy::{IpBlock, L4Protocol, PolicyPort, PolicyRule, PortPolicy};
+use switchyard_api::spec::{Meter, RateLimits};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 const BURST: usize = BURST_SIZE;
@@ -546,10 +547,21 @@ fn pass<const HOOKS: bool>(
         let q = claim.as_mut().expect("claimed").queue();
         burst.clear();
         n += q.rx_burst(burst).unwrap();
-        fwd.forward_burst_with::<HOOKS>(dp, view, 0, rx.ingress(), burst.frames(), || q.release());
+        // As the worker: its port's policer first.
+        let (_, frames) = burst.runs_and_frames();
+        let frames = police_rx(dp, view, 0, rx.port, frames);
+        fwd.forward_burst_with::<HOOKS>(dp, view, 0, rx.ingress(), frames, || q.release());
     }
     n
 }
+
+/// A policer no bench's traffic empties: 1 Tbit/s, a bucket of as much.
+const WIDE_METER: Meter = Meter {
+    bits_per_sec: Some(1_000_000_000_000),
+    burst_bits: Some(1_000_000_000_000),
+    packets_per_sec: None,
+    burst_packets: None,
+};
 
 fn forward(c: &mut Criterion) {
     let mut g = c.benchmark_group("forward");
@@ -581,6 +593,40 @@ fn forward(c: &mut Criterion) {
                 })
             },
         );
+    }
+
+    // Rate limits: memif to memif as above, through the sending port's
+    // policer (`rx`) or the receiving port's (`tx`), whose buckets never
+    // run dry: what metering costs a frame that passes.
+    for (name, limits) in [
+        (
+            "worker_memif_to_memif_rx_limited",
+            RateLimits {
+                rx: Some(WIDE_METER),
+                tx: None,
+            },
+        ),
+        (
+            "worker_memif_to_memif_tx_limited",
+            RateLimits {
+                rx: None,
+                tx: Some(WIDE_METER),
+            },
+        ),
+    ] {
+        let data = frame(60, MAC_B, MAC_A, None);
+        let (peers, rx, tx) = Peers::new(&data);
+        let (dp, _) = plane_with(Box::new(rx), Box::new(tx), &[MAC_B]);
+        dp.set_port_rate_limits(if limits.rx.is_some() { 0 } else { 1 }, &limits);
+        let mut view = WorkerView::default();
+        dp.build_view(0, &mut view);
+        let mut wk = Worker::new((dp, view));
+        g.bench_function(BenchmarkId::new(name, 64), |bench| {
+            bench.iter(|| {
+                peers.step();
+                black_box(wk.iterate(&mut burst))
+            })
+        });
     }
 
     // Many hosts, memif to memif: A's i-th frame goes from host A_i to

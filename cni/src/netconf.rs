@@ -9,6 +9,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 use switchyard_api::spec::socket::PodSection;
+use switchyard_api::spec::{Meter, RateLimits};
 use switchyard_api::{SocketKind, SocketRole, VlanSet};
 
 use crate::error::{CniError, DECODE_FAILURE, INVALID_CONFIG};
@@ -36,10 +37,72 @@ pub struct RuntimeConfig {
     /// device plugin's device).
     #[serde(rename = "deviceID")]
     pub device_id: Option<String>,
-    /// Other capabilities (`ips`, `portMappings`, `bandwidth`, ...), which
-    /// concern other plugins of a chain.
+    /// The `bandwidth` capability (Multus fills it from the network
+    /// selection's `bandwidth`): the pod's port is limited to it, unless
+    /// the netconf has limits of its own.
+    pub bandwidth: Option<Bandwidth>,
+    /// Other capabilities (`ips`, which the delegated IPAM plugin reads
+    /// from the same netconf; `portMappings`, ...), which concern other
+    /// plugins.
     #[serde(flatten)]
     pub other: serde_json::Map<String, serde_json::Value>,
+}
+
+/// A bandwidth entry as the CNI conventions define it (and the reference
+/// `bandwidth` plugin reads it, `plugins/meta/bandwidth/main.go`
+/// `BandwidthEntry`): rates in bits a second, bursts in bits, 0 for no
+/// limit. Ingress is what the pod receives, egress what it sends.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Bandwidth {
+    /// Bits a second into the pod.
+    #[serde(default)]
+    pub ingress_rate: u64,
+    /// The burst into the pod, in bits.
+    #[serde(default)]
+    pub ingress_burst: u64,
+    /// Bits a second out of the pod.
+    #[serde(default)]
+    pub egress_rate: u64,
+    /// The burst out of the pod, in bits.
+    #[serde(default)]
+    pub egress_burst: u64,
+}
+
+impl Bandwidth {
+    /// The switch's limits for the pod's port: ingress is what the switch
+    /// sends the port (`tx`), egress what it receives (`rx`). Checked as
+    /// the reference plugin checks an entry (`validateRateAndBurst`), the
+    /// field named below `at`.
+    pub fn limits(&self, at: &str) -> Result<Option<RateLimits>, CniError> {
+        let meter = |rate: u64, burst: u64, dir: &str| -> Result<Option<Meter>, CniError> {
+            match (rate, burst) {
+                (0, 0) => Ok(None),
+                (_, 0) => Err(invalid(
+                    &format!("{at}{dir}Burst"),
+                    "if rate is set, burst must also be set",
+                )),
+                (0, _) => Err(invalid(
+                    &format!("{at}{dir}Rate"),
+                    "if burst is set, rate must also be set",
+                )),
+                (_, b) if b / 8 >= u64::from(u32::MAX) => Err(invalid(
+                    &format!("{at}{dir}Burst"),
+                    "burst cannot be more than 4GB",
+                )),
+                (r, b) => Ok(Some(Meter {
+                    bits_per_sec: Some(r),
+                    burst_bits: Some(b),
+                    ..Meter::default()
+                })),
+            }
+        };
+        let limits = RateLimits {
+            tx: meter(self.ingress_rate, self.ingress_burst, "ingress")?,
+            rx: meter(self.egress_rate, self.egress_burst, "egress")?,
+        };
+        Ok((!limits.is_empty()).then_some(limits))
+    }
 }
 
 /// One entry of a `trunk` list: a VLAN id, a range `"100-200"`, or the
@@ -112,6 +175,16 @@ pub struct RawNetConf {
     /// Most frames a second the pod's port may have flooded (broadcast,
     /// multicast, unknown unicast; default 1000; 0: no limit).
     pub flood_limit: Option<u32>,
+    /// The network's own bandwidth limits for each pod, as the reference
+    /// `bandwidth` plugin reads them beside `runtimeConfig.bandwidth`
+    /// (these win when any is given): bits a second into the pod.
+    pub ingress_rate: Option<u64>,
+    /// Its burst into the pod, in bits.
+    pub ingress_burst: Option<u64>,
+    /// Bits a second out of the pod.
+    pub egress_rate: Option<u64>,
+    /// Its burst out of the pod, in bits.
+    pub egress_burst: Option<u64>,
     /// Where the device plugin writes its device-info files (searched for
     /// `deviceID`).
     pub device_info_dir: Option<String>,
@@ -205,6 +278,9 @@ pub struct NetConf {
     pub pin: Pin,
     /// The pod's port may send only from its result's addresses.
     pub pin_ips: bool,
+    /// The pod's port's policers: the netconf's bandwidth, else
+    /// `runtimeConfig.bandwidth`'s.
+    pub rate_limit: Option<RateLimits>,
     /// The device-plugin device of this attachment (Multus's `deviceID`).
     pub device_id: Option<String>,
     /// The device plugin's device-info directory.
@@ -430,6 +506,28 @@ impl NetConf {
                 invalid("runtimeConfig.mac", format!("{m:?} is not a MAC address"))
             })?;
         }
+        // The netconf's own entry wins, as the reference plugin's
+        // `getBandwidth` has it (any of its keys makes one).
+        let own = [
+            raw.ingress_rate,
+            raw.ingress_burst,
+            raw.egress_rate,
+            raw.egress_burst,
+        ];
+        let rate_limit = if own.iter().any(Option::is_some) {
+            Bandwidth {
+                ingress_rate: raw.ingress_rate.unwrap_or(0),
+                ingress_burst: raw.ingress_burst.unwrap_or(0),
+                egress_rate: raw.egress_rate.unwrap_or(0),
+                egress_burst: raw.egress_burst.unwrap_or(0),
+            }
+            .limits("")?
+        } else {
+            rc.bandwidth
+                .map(|b| b.limits("runtimeConfig.bandwidth."))
+                .transpose()?
+                .flatten()
+        };
         let pin = match raw.pin.as_deref().unwrap_or("result") {
             "result" => Pin::Result,
             "first" => Pin::First,
@@ -492,6 +590,7 @@ impl NetConf {
             mac,
             pin,
             pin_ips,
+            rate_limit,
             device_id,
             device_info_dir,
             pod_resources_socket,
@@ -539,6 +638,51 @@ mod tests {
 
     fn parse(s: &str) -> Result<NetConf, CniError> {
         NetConf::parse(s.as_bytes())
+    }
+
+    #[test]
+    fn bandwidth_comes_from_the_capability_or_the_netconf_and_maps_to_the_switchs_directions() {
+        let base = r#""cniVersion":"1.1.0","name":"n","type":"switchyard""#;
+        let p = |extra: &str| parse(&format!("{{{base},{extra}}}"));
+        // Multus serializes every field of its entry: 0 is no limit.
+        let nc = p(r#""capabilities":{"bandwidth":true},"runtimeConfig":{"bandwidth":
+                    {"ingressRate":100000000,"ingressBurst":1000000,"egressRate":0,"egressBurst":0}}"#)
+        .unwrap();
+        let l = nc.rate_limit.expect("limits");
+        assert_eq!(
+            l.tx.and_then(|m| m.bits_bucket()),
+            Some((100_000_000, 1_000_000))
+        );
+        assert!(l.rx.is_none(), "egress 0: not limited");
+        let nc =
+            p(r#""runtimeConfig":{"bandwidth":{"egressRate":8000,"egressBurst":800}}"#).unwrap();
+        assert_eq!(
+            nc.rate_limit
+                .and_then(|l| l.rx)
+                .and_then(|m| m.bits_bucket()),
+            Some((8000, 800))
+        );
+        // All zero: none.
+        let nc = p(r#""runtimeConfig":{"bandwidth":{"ingressRate":0,"ingressBurst":0,"egressRate":0,"egressBurst":0}}"#).unwrap();
+        assert!(nc.rate_limit.is_none());
+        // The netconf's own keys win over the runtime's.
+        let nc = p(r#""egressRate":5000,"egressBurst":500,"runtimeConfig":{"bandwidth":{"ingressRate":8000,"ingressBurst":800}}"#).unwrap();
+        let l = nc.rate_limit.unwrap();
+        assert!(l.tx.is_none());
+        assert_eq!(l.rx.and_then(|m| m.bits_bucket()), Some((5000, 500)));
+        // What the reference plugin refuses, refused by name.
+        let e = p(r#""runtimeConfig":{"bandwidth":{"ingressRate":8000}}"#).unwrap_err();
+        assert_eq!(e.code, INVALID_CONFIG);
+        assert!(
+            e.msg.starts_with("runtimeConfig.bandwidth.ingressBurst:"),
+            "{e}"
+        );
+        let e = p(r#""egressBurst":800"#).unwrap_err();
+        assert!(e.msg.starts_with("egressRate:"), "{e}");
+        let e = p(r#""egressRate":1,"egressBurst":40000000000"#).unwrap_err();
+        assert!(e.msg.contains("4GB"), "{e}");
+        let e = p(r#""runtimeConfig":{"bandwidth":{"ingressRate":-5}}"#).unwrap_err();
+        assert_eq!(e.code, DECODE_FAILURE, "{e}");
     }
 
     #[test]
@@ -643,7 +787,7 @@ mod tests {
                 "capabilities":{"CNIDeviceInfoFile":true,"deviceID":true,"mac":true,"ips":true},
                 "runtimeConfig":{"CNIDeviceInfoFile":"/var/run/k8s.cni.cncf.io/devinfo/cni/ns-net-abc_net1",
                     "deviceID":"memif-3","mac":"02:00:00:00:00:01","ips":["10.1.1.1/24"],
-                    "portMappings":[],"bandwidth":{"ingressRate":1}},
+                    "portMappings":[],"bandwidth":{"ingressRate":1,"ingressBurst":8}},
                 "args":{"cni":{"foo":"bar"}},
                 "memif":{"role":"slave","ringsize":512},
                 "bridgee":"typo"}"#,

@@ -324,6 +324,150 @@ fn multus_delegate_calls_cache_and_network_status() {
             || e.file_name() == "lock"));
 }
 
+/// What a network selection's `bandwidth` and `ips` become: the pod's
+/// port limited as asked (ingress is what the switch sends it), the
+/// requested addresses from the delegated IPAM plugin (`host-local`, as
+/// the shipped NADs have, and `static`, which takes its addresses from
+/// `runtimeConfig.ips` alone), each through the capability its NAD
+/// declares; a bad entry refused by name; a NAD that declares neither
+/// gets neither.
+#[test]
+fn a_selections_bandwidth_and_ips_reach_the_port_and_the_ipam_plugin() {
+    let _g = serial();
+    let node = Node::start();
+    let m = multus(&node);
+    let caps = |c: &mut Value| {
+        c["capabilities"]["bandwidth"] = true.into();
+        c["capabilities"]["ips"] = true.into();
+    };
+    let mut local = nad_config(
+        &node,
+        json!({"bridge": "br-b", "ipam": node.ipam("10.93.0.0/24")}),
+    );
+    caps(&mut local);
+    let mut fixed = nad_config(&node, json!({"bridge": "br-b", "ipam": {"type": "static"}}));
+    caps(&mut fixed);
+    let mut plain = nad_config(
+        &node,
+        json!({"bridge": "br-b", "ipam": node.ipam("10.94.0.0/24")}),
+    );
+    plain["capabilities"] = json!({"mac": true});
+    let (local, fixed, plain) = (
+        nad("bw-local", local, None),
+        nad("bw-static", fixed, None),
+        nad("bw-plain", plain, None),
+    );
+    let limited = Selection {
+        ips: Some(vec!["10.93.0.77/24".into()]),
+        bandwidth: Some(multus::Bandwidth {
+            ingress_rate: 50_000_000,
+            ingress_burst: 5_000_000,
+            egress_rate: 20_000_000,
+            egress_burst: 2_000_000,
+        }),
+        ..Default::default()
+    };
+    let only_ips = Selection {
+        ips: Some(vec!["10.95.0.5/24".into()]),
+        bandwidth: Some(multus::Bandwidth {
+            egress_rate: 1_000_000,
+            egress_burst: 100_000,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let p = pod("bw");
+    let added = m
+        .add(
+            &p,
+            &[
+                (local.clone(), limited.clone(), None),
+                (fixed.clone(), only_ips, None),
+                (plain.clone(), limited.clone(), None),
+            ],
+        )
+        .unwrap_or_else(|e| panic!("ADD: {:?}", e.0));
+    // The runtime config as libcni passed it: Multus's four fields.
+    assert_eq!(
+        added[0].netconf["runtimeConfig"]["bandwidth"],
+        json!({"ingressRate": 50_000_000, "ingressBurst": 5_000_000, "egressRate": 20_000_000, "egressBurst": 2_000_000})
+    );
+    assert!(added[2]
+        .netconf
+        .get("runtimeConfig")
+        .is_none_or(|r| r.get("bandwidth").is_none()));
+    let ips: Vec<&str> = added
+        .iter()
+        .map(|a| a.network_status["ips"][0].as_str().unwrap_or("none"))
+        .collect();
+    assert_eq!(
+        ips[0], "10.93.0.77",
+        "host-local gave the requested address"
+    );
+    assert_eq!(ips[1], "10.95.0.5", "static gave the requested address");
+    assert!(
+        ips[2].starts_with("10.94.0.") && ips[2] != "10.94.0.77",
+        "{ips:?}"
+    );
+    // The ports, as the switch has them.
+    let ports = node.ports();
+    let port = |ifname: &str| {
+        let sock = node.socket_dir().join(format!("uid-bw/{ifname}.sock"));
+        ports
+            .iter()
+            .find(|p| p.socket() == sock.to_str().unwrap())
+            .unwrap_or_else(|| panic!("no port on {sock:?}: {ports:?}"))
+            .spec
+            .clone()
+    };
+    let l = port("net1").rate_limit.expect("net1's limits");
+    assert_eq!(
+        l.tx.and_then(|m| m.bits_bucket()),
+        Some((50_000_000, 5_000_000))
+    );
+    assert_eq!(
+        l.rx.and_then(|m| m.bits_bucket()),
+        Some((20_000_000, 2_000_000))
+    );
+    let l = port("net2").rate_limit.expect("net2's limits");
+    assert!(l.tx.is_none());
+    assert_eq!(
+        l.rx.and_then(|m| m.bits_bucket()),
+        Some((1_000_000, 100_000))
+    );
+    assert!(
+        port("net3").rate_limit.is_none(),
+        "its NAD declares no bandwidth"
+    );
+    // The port's address is the one asked for, pinned.
+    assert_eq!(port("net2").ips, Some(vec!["10.95.0.5".parse().unwrap()]));
+    assert!(m.del(&p).is_empty());
+    assert!(node.ports().is_empty());
+
+    // A rate without its burst: refused, named, as the reference plugin
+    // refuses it, and nothing left behind.
+    let bad = Selection {
+        bandwidth: Some(multus::Bandwidth {
+            ingress_rate: 1_000_000,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let q = pod("bad-bw");
+    let e = m
+        .add(&q, &[(local, bad, None)])
+        .expect_err("a rate without a burst");
+    let text = error_text(&e.0);
+    assert!(
+        text.contains(
+            "runtimeConfig.bandwidth.ingressBurst: if rate is set, burst must also be set"
+        ),
+        "{text}"
+    );
+    assert!(node.ports().is_empty());
+    assert_eq!(leftovers(&node), Vec::<String>::new());
+}
+
 #[test]
 fn a_device_plugin_network_without_its_device_info_fails_add() {
     let _g = serial();

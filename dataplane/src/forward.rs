@@ -388,8 +388,14 @@ impl Forwarder {
         frames: &[RxFrame],
         release: impl FnOnce(),
     ) {
+        let in_port = from.port;
         let mut release = Some(release);
-        if let Some(inp) = view.ports.get(from.port as usize).and_then(Option::as_ref) {
+        // Frames no destination takes (no port, no bridge, all dropped)
+        // are released after the block.
+        'switch: {
+            let Some(inp) = view.ports.get(in_port as usize).and_then(Option::as_ref) else {
+                break 'switch;
+            };
             let in_counters = inp.shared.counters(w);
             let bytes: u64 = frames.iter().map(|f| u64::from(f.len)).sum();
             bump(&in_counters.rx_packets, frames.len() as u64);
@@ -401,143 +407,53 @@ impl Forwarder {
                     }
                 }
             }
-            // A port limited in what it sends has its frames metered (one
-            // test a burst for the others).
-            match &inp.police.rx {
-                None => self.switch_in::<HOOKS, _>(dp, view, w, from, inp, frames, &mut release),
-                Some(p) => self.police_rx::<HOOKS, _>(p, dp, view, w, from, frames, &mut release),
-            }
-        }
-        // Frames no destination took (no port, no bridge, all dropped)
-        // are released here.
-        if let Some(r) = release {
-            r();
-        }
-    }
 
-    /// Switches `frames`, received from port `inp` (`from`), in its
-    /// bridge. `release` goes to the last chunk's sending.
-    #[inline(always)]
-    #[allow(clippy::too_many_arguments)]
-    fn switch_in<const HOOKS: bool, R: FnOnce()>(
-        &mut self,
-        dp: &Dataplane,
-        view: &WorkerView,
-        w: usize,
-        from: Ingress,
-        inp: &ViewPort,
-        frames: &[RxFrame],
-        release: &mut Option<R>,
-    ) {
-        let in_port = from.port;
-        let bridge = inp.bridge.and_then(|b| {
-            view.bridges
-                .get(b as usize)
-                .and_then(Option::as_ref)
-                .map(|v| (b, v))
-        });
-        let Some((bridge_id, bridge)) = bridge else {
-            bump(
-                &inp.shared.counters(w).drops[DropReason::NoBridge as usize],
-                frames.len() as u64,
-            );
-            if HOOKS {
-                if let Some(t) = &view.trace {
-                    trace_unswitched(t, w, in_port, frames, DropReason::NoBridge);
-                }
-            }
-            return;
-        };
-        let mut b = Burst {
-            dp,
-            view,
-            w,
-            from,
-            inp,
-            bridge_id,
-            bridge,
-            trace: None,
-            now: dp.now_secs(),
-            hold: dp.mac_move_hold(),
-        };
-        // A bridge with a port under L3/L4 policy has its frames
-        // judged (and a trace runs the checks, which find no rules in
-        // a bridge without); the others pay one test per burst.
-        match (HOOKS, &view.trace) {
-            (true, Some(t)) => {
-                b.trace = Some(t);
-                self.switch_burst::<true, true, true, _>(&b, frames, release)
-            }
-            _ if bridge.policed => self.switch_policed::<HOOKS, _>(&b, frames, release),
-            _ => self.switch_burst::<HOOKS, false, false, _>(&b, frames, release),
-        }
-    }
-
-    /// Meters `frames`, received from port `from`, through its `rx`
-    /// policer `pol`, and switches those that pass, each run of them as
-    /// it came ([`Forwarder::switch_in`]; `release` goes with the last).
-    /// The others are dropped, counted (`policed_rx`) and, while a trace
-    /// runs, traced. Out of line: ports without a limit never come here.
-    #[cold]
-    #[inline(never)]
-    #[allow(clippy::too_many_arguments)]
-    fn police_rx<const HOOKS: bool, R: FnOnce()>(
-        &mut self,
-        pol: &Policer,
-        dp: &Dataplane,
-        view: &WorkerView,
-        w: usize,
-        from: Ingress,
-        frames: &[RxFrame],
-        release: &mut Option<R>,
-    ) {
-        let Some(inp) = view.ports.get(from.port as usize).and_then(Option::as_ref) else {
-            return;
-        };
-        let trace = if HOOKS { view.trace.as_deref() } else { None };
-        let now = dp.now_ns();
-        // The run of passing frames last seen, switched once the next is
-        // found (so that the last takes `release`).
-        let mut held: Option<std::ops::Range<usize>> = None;
-        let mut dropped = 0u64;
-        for (c, chunk) in frames.chunks(64).enumerate() {
-            let base = c * 64;
-            let mut passed = 0u64;
-            let mut k = 0;
-            pol.admit(now, chunk.iter().map(|f| cost(f, f.len)), |pass| {
-                passed |= u64::from(pass) << k;
-                k += 1;
+            let bridge = inp.bridge.and_then(|b| {
+                view.bridges
+                    .get(b as usize)
+                    .and_then(Option::as_ref)
+                    .map(|v| (b, v))
             });
-            let all = u64::MAX >> (64 - chunk.len());
-            dropped += u64::from((all & !passed).count_ones());
-            if let Some(t) = trace {
-                for (i, f) in chunk.iter().enumerate() {
-                    if passed & (1 << i) == 0 {
-                        let one = std::slice::from_ref(f);
-                        trace_unswitched(t, w, from.port, one, DropReason::PolicedRx);
+            let Some(bridge) = bridge else {
+                bump(
+                    &in_counters.drops[DropReason::NoBridge as usize],
+                    frames.len() as u64,
+                );
+                if HOOKS {
+                    if let Some(t) = &view.trace {
+                        trace_unswitched(t, w, in_port, frames, DropReason::NoBridge);
                     }
                 }
-            }
-            // Each run of passing frames.
-            let mut rest = passed;
-            while rest != 0 {
-                let start = rest.trailing_zeros() as usize;
-                let len = (!(rest >> start)).trailing_zeros() as usize;
-                rest &= !((u64::MAX >> (64 - len)) << start);
-                let run = base + start..base + start + len;
-                if let Some(r) = held.replace(run) {
-                    self.switch_in::<HOOKS, R>(dp, view, w, from, inp, &frames[r], &mut None);
+                break 'switch;
+            };
+            let r = &mut release;
+            let (bridge_id, bridge) = bridge;
+            let mut b = Burst {
+                dp,
+                view,
+                w,
+                from,
+                inp,
+                bridge_id,
+                bridge,
+                trace: None,
+                now: dp.now_secs(),
+                hold: dp.mac_move_hold(),
+            };
+            // A bridge with a port under L3/L4 policy has its frames
+            // judged (and a trace runs the checks, which find no rules in
+            // a bridge without); the others pay one test per burst.
+            match (HOOKS, &view.trace) {
+                (true, Some(t)) => {
+                    b.trace = Some(t);
+                    self.switch_burst::<true, true, true, _>(&b, frames, r)
                 }
+                _ if bridge.policed => self.switch_policed::<HOOKS, _>(&b, frames, r),
+                _ => self.switch_burst::<HOOKS, false, false, _>(&b, frames, r),
             }
         }
-        if dropped != 0 {
-            bump(
-                &inp.shared.counters(w).drops[DropReason::PolicedRx as usize],
-                dropped,
-            );
-        }
-        if let Some(r) = held {
-            self.switch_in::<HOOKS, R>(dp, view, w, from, inp, &frames[r], release);
+        if let Some(r) = release {
+            r();
         }
     }
 
@@ -1339,6 +1255,80 @@ fn cost(frame: &RxFrame, len: u32) -> Cost {
         bits: bytes * 8,
         frames,
     }
+}
+
+/// The frames of burst `frames`, received from port `id` on worker `w`,
+/// that go on to be switched ([`Forwarder::forward_burst`]): all of them,
+/// unless the port has an `rx` policer, which meters them (moving those it
+/// passes to the front, in order; the others are dropped, counted as
+/// `policed_rx` and, while a trace runs, traced). The worker calls it
+/// before forwarding, so that a port without a limit costs the forwarding
+/// loop nothing but this test.
+#[inline]
+pub fn police_rx<'a>(
+    dp: &Dataplane,
+    view: &WorkerView,
+    w: usize,
+    id: PortId,
+    frames: &'a mut [RxFrame],
+) -> &'a [RxFrame] {
+    let Some((p, pol)) = view
+        .ports
+        .get(id as usize)
+        .and_then(Option::as_ref)
+        .and_then(|p| Some((p, p.police.rx.as_deref()?)))
+    else {
+        return frames;
+    };
+    let n = meter_rx(pol, dp, w, (id, p), frames, view.trace.as_deref());
+    &frames[..n]
+}
+
+/// [`police_rx`] for a port with a policer: how many frames pass, moved
+/// to the front.
+#[cold]
+#[inline(never)]
+fn meter_rx(
+    pol: &Policer,
+    dp: &Dataplane,
+    w: usize,
+    (id, p): (PortId, &ViewPort),
+    frames: &mut [RxFrame],
+    trace: Option<&Trace>,
+) -> usize {
+    let now = dp.now_ns();
+    let (mut kept, mut at) = (0, 0);
+    while at < frames.len() {
+        let end = (at + 64).min(frames.len());
+        let (mut passed, mut k) = (0u64, 0);
+        pol.admit(
+            now,
+            frames[at..end].iter().map(|f| cost(f, f.len)),
+            |pass| {
+                passed |= u64::from(pass) << k;
+                k += 1;
+            },
+        );
+        for i in at..end {
+            if passed & (1 << (i - at)) != 0 {
+                if kept != i {
+                    frames.swap(kept, i);
+                }
+                kept += 1;
+            } else if let Some(t) = trace {
+                let one = std::slice::from_ref(&frames[i]);
+                trace_unswitched(t, w, id, one, DropReason::PolicedRx);
+            }
+        }
+        at = end;
+    }
+    if kept < frames.len() {
+        bump(
+            &p.shared.counters(w).drops[DropReason::PolicedRx as usize],
+            (frames.len() - kept) as u64,
+        );
+    }
+    kept
 }
 
 /// Meters the frames queued on port `p` (slot `id`) through its `tx`

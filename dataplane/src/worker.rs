@@ -21,7 +21,7 @@ use tracing::{info, warn};
 
 use crate::dataplane::{Dataplane, Ingress, RxClaim, ViewRx, WorkerView};
 use crate::eventfd::drain_eventfd;
-use crate::forward::Forwarder;
+use crate::forward::{police_rx, Forwarder};
 use crate::queue::{RxBurst, RxQueue};
 use crate::types::{bump, ticks, DropReason};
 
@@ -310,26 +310,26 @@ pub fn run(dp: Dataplane, cfg: WorkerConfig) {
                     if n > 0 {
                         // The burst goes back to its port from inside, once
                         // copied out (before the destinations' last flush).
-                        match burst.runs() {
-                            None => fwd.forward_burst(
+                        match burst.runs_and_frames() {
+                            (None, frames) => fwd.forward_burst(
                                 &dp,
                                 &view,
                                 w,
                                 rx.ingress(),
-                                burst.frames(),
+                                police_rx(&dp, &view, w, rx.port, frames),
                                 || q.release(),
                             ),
                             // Frames received for other ports (tunnels on a
                             // shared socket): each port's run from it, the
                             // burst released after the last.
-                            Some(runs) => {
+                            (Some(runs), all) => {
                                 let mut runs = runs.peekable();
                                 while let Some((port, frames)) = runs.next() {
                                     let from = Ingress {
                                         port,
                                         queue: rx.queue,
                                     };
-                                    let frames = &burst.frames()[frames];
+                                    let frames = police_rx(&dp, &view, w, port, &mut all[frames]);
                                     if runs.peek().is_some() {
                                         fwd.forward_burst(&dp, &view, w, from, frames, || {});
                                     } else {

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use common::tcp::*;
 use common::*;
+use common::{memif_vdev, virtio_vdev, Testpmd};
 use switchyard_api::DropReason;
 
 const BRIDGE: &str = "[[bridge]]\nname = \"default\"\n";
@@ -279,5 +280,111 @@ fn kernel_stations_are_held_to_their_ports_rates_over_tcp_and_udp() {
     assert_eq!(b.sw.drops("p2", DropReason::PolicedRx), 0);
     assert_eq!(b.sw.drops("p3", DropReason::PolicedTx), 0);
     let mut sw = b.sw;
+    sw.stop();
+}
+
+/// The rate of what `port` of testpmd `t` receives, over `secs` seconds
+/// from now: bits a second (frames' bytes, as DPDK counts them: no FCS),
+/// and frames a second.
+fn testpmd_rx_rate(t: &mut Testpmd, port: u16, secs: f64) -> (f64, f64) {
+    let ((p0, _), (b0, _)) = t.counters(port);
+    let at = Instant::now();
+    std::thread::sleep(Duration::from_secs_f64(secs));
+    let ((p1, _), (b1, _)) = t.counters(port);
+    let dt = at.elapsed().as_secs_f64();
+    ((b1 - b0) as f64 * 8.0 / dt, (p1 - p0) as f64 / dt)
+}
+
+/// Has testpmd `t` forward in `mode` from now on.
+fn forward_mode(t: &mut Testpmd, mode: &str) {
+    t.pause();
+    t.cmd(&format!("set fwd {mode}"));
+    t.resume();
+}
+
+#[test]
+fn dpdk_pods_sending_at_full_speed_on_memif_and_vhost_user_ports_are_held_to_their_rates() {
+    let _g = serial();
+    let sw = Switch::start(BRIDGE);
+    let msock = sw.add_memif("m1", &[]);
+    let vsock = sw.path("v1.sock");
+    sw.cli_ok(&[
+        "port",
+        "add",
+        "v1",
+        "--kind",
+        "vhost-user",
+        "--role",
+        "server",
+        "--socket",
+        &vsock,
+        "--bridge",
+        "default",
+    ]);
+    // A memif pod sending 1000-byte frames as fast as it can, and a
+    // vhost-user pod receiving (a ring of 1024, so that a receiver the
+    // scheduler holds back a moment loses nothing).
+    let frames = "--txpkts=1000";
+    let mut a = Testpmd::start(
+        &[memif_vdev(0, "client", &msock, "mac=02:00:00:00:02:0a")],
+        &["--forward-mode=txonly", frames],
+    );
+    let mut b = Testpmd::start(
+        &[virtio_vdev(
+            0,
+            &vsock,
+            false,
+            "mac=02:00:00:00:02:0b,queue_size=1024",
+        )],
+        &["--forward-mode=rxonly", frames, "--rxd=1024", "--txd=1024"],
+    );
+    for p in ["m1", "v1"] {
+        sw.wait_link(p, true);
+    }
+    // What the memif pod sends (its port's rx) at most 100 Mbit/s.
+    sw.cli_ok(&["port", "set", "m1", "--rx-limit", "rate=100M,burst=1M"]);
+    std::thread::sleep(Duration::from_secs(1));
+    let (bits, _) = testpmd_rx_rate(&mut b, 0, MEASURED.into());
+    within_5pc("from a memif port's txonly pod", bits, 100e6);
+    // What the vhost-user pod receives (its port's tx), 50 Mbit/s from
+    // now, under the traffic: a second later it holds.
+    sw.cli_ok(&["port", "set", "v1", "--tx-limit", "rate=50M,burst=1M"]);
+    std::thread::sleep(Duration::from_secs(1));
+    let (bits, _) = testpmd_rx_rate(&mut b, 0, MEASURED.into());
+    within_5pc("to a vhost-user port", bits, 50e6);
+    // In frames: 20,000 a second to the vhost-user pod, the memif pod
+    // unlimited.
+    sw.cli_ok(&["port", "set", "m1", "--rx-limit", "none"]);
+    sw.cli_ok(&["port", "set", "v1", "--tx-limit", "pps=20k,pps-burst=1k"]);
+    std::thread::sleep(Duration::from_secs(1));
+    let (_, pps) = testpmd_rx_rate(&mut b, 0, 3.0);
+    within_5pc("frames a second to a vhost-user port", pps, 20e3);
+
+    // The other way: the vhost-user pod sends as fast as it can.
+    sw.cli_ok(&["port", "set", "v1", "--tx-limit", "none"]);
+    forward_mode(&mut a, "rxonly");
+    forward_mode(&mut b, "txonly");
+    sw.cli_ok(&["port", "set", "v1", "--rx-limit", "rate=100M,burst=1M"]);
+    std::thread::sleep(Duration::from_secs(1));
+    let (bits, _) = testpmd_rx_rate(&mut a, 0, MEASURED.into());
+    within_5pc("from a vhost-user port's txonly pod", bits, 100e6);
+    sw.cli_ok(&["port", "set", "m1", "--tx-limit", "rate=30M,burst=1M"]);
+    std::thread::sleep(Duration::from_secs(1));
+    let (bits, _) = testpmd_rx_rate(&mut a, 0, MEASURED.into());
+    within_5pc("to a memif port", bits, 30e6);
+
+    // The policers dropped the rest, counted where they were made.
+    for (port, reasons) in [
+        ("m1", [DropReason::PolicedRx, DropReason::PolicedTx]),
+        ("v1", [DropReason::PolicedRx, DropReason::PolicedTx]),
+    ] {
+        for r in reasons {
+            assert!(sw.drops(port, r) > 0, "{port}: no {r} drops");
+        }
+    }
+    a.assert_alive();
+    b.assert_alive();
+    drop((a, b));
+    let mut sw = sw;
     sw.stop();
 }

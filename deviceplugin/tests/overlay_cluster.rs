@@ -44,7 +44,7 @@ use common::{
     check_ending, neighbour_requests, serial, terminate, testpmd_bin, underlay_capture,
     underlay_frames, wait_for, workspace_bin, Netns, Switch, Testpmd, Underlay,
 };
-use multus::{Multus, MultusVersion, Nad, Pod, Selection};
+use multus::{Bandwidth, Multus, MultusVersion, Nad, Pod, Selection};
 use node_root::{documents, find, NodeRoot};
 use serde_json::{json, Value};
 use switchyard_api::{BridgeInfo, PortInfo, Request};
@@ -333,8 +333,16 @@ fn attach(
         sandbox: format!("{name:0>64}"),
         netns: format!("/var/run/netns/{}", ns.name),
     };
+    // A bandwidth the pod's traffic here never reaches: the shipped NAD
+    // declares the capability, and the port gets it.
     let selection = Selection {
         mac: mac.map(str::to_string),
+        bandwidth: Some(Bandwidth {
+            ingress_rate: 1_000_000_000,
+            ingress_burst: 100_000_000,
+            egress_rate: 500_000_000,
+            egress_burst: 50_000_000,
+        }),
         ..Selection::default()
     };
     let added = node
@@ -369,6 +377,15 @@ fn attach(
         .ask(&Request::stats(Some(port.spec.name.clone())))
         .unwrap();
     assert_eq!(stats[0].flood_limit, 1000, "{stats:?}");
+    let limits = stats[0].rate_limit.expect("the selection's bandwidth");
+    assert_eq!(
+        limits.tx.and_then(|m| m.bits_bucket()),
+        Some((1_000_000_000, 100_000_000))
+    );
+    assert_eq!(
+        limits.rx.and_then(|m| m.bits_bucket()),
+        Some((500_000_000, 50_000_000))
+    );
     let socket = port.socket();
     let mut cmd = Command::new("nsenter");
     cmd.args(["-t", &node.root.pid.to_string(), "-m"])

@@ -209,6 +209,21 @@ pub fn add(
     // The netconf the IPAM plugin is run with: the NAD's, or host-local
     // with the node's slice of the overlay.
     let ipam_conf = nc.raw.ipam.clone().or(node_ipam);
+    // Addresses asked for (the `ips` capability) come from the IPAM plugin,
+    // which reads them from the same netconf: without one, none would.
+    if ipam_conf.is_none()
+        && nc.raw.runtime_config.as_ref().is_some_and(|r| {
+            r.other
+                .get("ips")
+                .and_then(serde_json::Value::as_array)
+                .is_some_and(|a| !a.is_empty())
+        })
+    {
+        return Err(CniError::new(
+            INVALID_CONFIG,
+            "runtimeConfig.ips: addresses were asked for, but this network has no IPAM to give them",
+        ));
+    }
     let ipam_netconf = with_ipam(stdin, ipam_conf.as_ref());
     let stdin = ipam_netconf.as_ref().unwrap_or(stdin);
     match call(

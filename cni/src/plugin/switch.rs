@@ -192,6 +192,8 @@ pub(crate) fn port_spec(
         // control refuses the field); the switch holds a pod's port to its
         // default otherwise.
         flood_limit: nc.raw.flood_limit,
+        // Sent only when limited, as the flood limit.
+        rate_limit: nc.rate_limit,
         // The MAC was checked when the netconf and CNI_ARGS were read.
         macs: (nc.pin == Pin::Result)
             .then(|| mac.parse().ok().map(|m| vec![m]))

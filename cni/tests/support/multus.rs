@@ -18,7 +18,7 @@
 //!   `args.cni`;
 //! - the runtime conf: `CNI_ARGS` `IgnoreUnknown=true;K8S_POD_NAMESPACE=..;
 //!   K8S_POD_NAME=..;K8S_POD_INFRA_CONTAINER_ID=..;K8S_POD_UID=..`, and the
-//!   capability args `mac`, `ips`, `deviceID` and, when there is a device,
+//!   capability args `mac`, `ips`, `bandwidth`, `deviceID` and, when there is a device,
 //!   `CNIDeviceInfoFile` = `<devinfo>/cni/<ns>-<net>-<container>_<ifname>`
 //!   (`delegateRuntimeConfig`, `GetCNIDeviceInfoPath`), of which libcni
 //!   passes in `runtimeConfig` only those the netconf's `capabilities`
@@ -116,6 +116,23 @@ pub struct Selection {
     pub device_id: Option<String>,
     /// `cni-args`.
     pub cni_args: Option<Value>,
+    /// `bandwidth`.
+    pub bandwidth: Option<Bandwidth>,
+}
+
+/// A selection's `bandwidth`, as Multus types it (`pkg/types/types.go`
+/// `BandwidthEntry`: four `int`s without `omitempty`, so the capability
+/// arg carries all four, 0 where the annotation left one out).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Bandwidth {
+    /// `ingressRate`.
+    pub ingress_rate: i64,
+    /// `ingressBurst`.
+    pub ingress_burst: i64,
+    /// `egressRate`.
+    pub egress_rate: i64,
+    /// `egressBurst`.
+    pub egress_burst: i64,
 }
 
 /// Which Multus: what it can parse is fixed by the containernetworking/cni
@@ -531,7 +548,8 @@ impl Multus {
         }
     }
 
-    /// The capability args of the runtime conf, and the CNIDeviceInfoFile.
+    /// The capability args of the runtime conf (`pkg/types/conf.go`
+    /// `newCNIRuntimeConf`), and the CNIDeviceInfoFile.
     fn capability_args(&self, d: &Delegate, container: &str) -> (Value, Option<PathBuf>) {
         let mut caps = json!({});
         if let Some(ips) = &d.selection.ips {
@@ -542,6 +560,13 @@ impl Multus {
         }
         if let Some(id) = &d.device_id {
             caps["deviceID"] = id.clone().into();
+        }
+        // `newCNIRuntimeConf`: `capabilityArgs["bandwidth"]` from the
+        // delegate's `BandwidthRequest`, which the delegate cache does not
+        // keep (`json:"-"`): a DEL from the cache has none.
+        if let Some(b) = &d.selection.bandwidth {
+            caps["bandwidth"] = json!({"ingressRate": b.ingress_rate, "ingressBurst": b.ingress_burst,
+                                       "egressRate": b.egress_rate, "egressBurst": b.egress_burst});
         }
         let file = self.cni_device_info_path(d, container);
         if let Some(f) = &file {

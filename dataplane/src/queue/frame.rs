@@ -314,6 +314,16 @@ impl RxBurst {
             at: 0,
         })
     }
+    /// [`RxBurst::runs`], and the frames to reorder within each run (a
+    /// policer moves those it passes to the front of theirs).
+    #[inline]
+    pub fn runs_and_frames(&mut self) -> (Option<Runs<'_>>, &mut [RxFrame]) {
+        let runs = self.mixed.then(|| Runs {
+            from: &self.from[..self.len],
+            at: 0,
+        });
+        (runs, &mut self.frames[..self.len])
+    }
     /// Whether any frame was discarded (and is to be counted).
     #[inline]
     pub fn has_drops(&self) -> bool {
