@@ -35,17 +35,16 @@ use switchyard::vlan::{VlanMode, VlanSet};
 use switchyard::wire::memif::{ring_bytes, COOKIE};
 use switchyard::wire::MacAddr;
 use switchyard_api::policy::{IpBlock, L4Protocol, PolicyPort, PolicyRule, PortPolicy};
-use switchyard_api::spec::{Meter, RateLimits};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 const BURST: usize = BURST_SIZE;
 const LOG2: u8 = 10;
 const BUF: u32 = 2048;
-const MAC_A: u64 = 0x02_00_00_00_00_0a;
-const MAC_B: u64 = 0x02_00_00_00_00_0b;
+pub(crate) const MAC_A: u64 = 0x02_00_00_00_00_0a;
+pub(crate) const MAC_B: u64 = 0x02_00_00_00_00_0b;
 
 /// An Ethernet frame of `size` bytes (without CRC) from `src` to `dst`.
-fn frame(size: usize, dst: u64, src: u64, vlan: Option<u16>) -> Vec<u8> {
+pub(crate) fn frame(size: usize, dst: u64, src: u64, vlan: Option<u16>) -> Vec<u8> {
     let mut f = vec![0u8; size];
     f[0..6].copy_from_slice(&MacAddr::from_u64(dst).0);
     f[6..12].copy_from_slice(&MacAddr::from_u64(src).0);
@@ -148,7 +147,7 @@ impl MemifRing {
 
 /// The two peers of a switch-side memif pair: A sends into the switch's
 /// receive ring, B posts buffers on the switch's transmit ring.
-struct Peers {
+pub(crate) struct Peers {
     a: MemifRing,
     b: MemifRing,
     /// A's frames, sent in turn.
@@ -159,7 +158,7 @@ struct Peers {
 
 impl Peers {
     /// The peers and the switch's queues (master side) on their rings.
-    fn new(data: &[u8]) -> (Peers, MemifRx, MemifTx) {
+    pub(crate) fn new(data: &[u8]) -> (Peers, MemifRx, MemifTx) {
         Peers::with_frames(1 << LOG2, |_| data.to_vec())
     }
 
@@ -191,7 +190,7 @@ impl Peers {
 
     /// A sends a burst (the next buffers, when it has more than its ring
     /// holds); B takes what it received and posts the buffers again.
-    fn step(&self) {
+    pub(crate) fn step(&self) {
         let head = self.a.ring.head();
         if self.frames.len() > 1 << LOG2 {
             let sent = self.sent.get();
@@ -462,7 +461,7 @@ fn learned(dp: Dataplane, br: u16, port: u16, vid: u16, macs: &[u64]) -> (Datapl
 
 /// A data plane with one bridge of two ports: `a` receives on `rx`, `b`
 /// sends on `tx`, and `macs_b` are learned on `b`.
-fn plane_with(
+pub(crate) fn plane_with(
     rx: Box<dyn RxQueue>,
     tx: Box<dyn TxQueue>,
     macs_b: &[u64],
@@ -499,7 +498,7 @@ fn plane_with(
 /// A worker's state: its view, its claims on the view's receive queues
 /// (held from one view to the next, as the worker holds them) and its
 /// forwarder.
-struct Worker {
+pub(crate) struct Worker {
     dp: Dataplane,
     view: WorkerView,
     claims: Vec<Option<RxClaim>>,
@@ -507,7 +506,7 @@ struct Worker {
 }
 
 impl Worker {
-    fn new((dp, view): (Dataplane, WorkerView)) -> Worker {
+    pub(crate) fn new((dp, view): (Dataplane, WorkerView)) -> Worker {
         let claims = view.rx.iter().map(|rx| rx.slot.claim()).collect();
         let mut fwd = Forwarder::default();
         fwd.resize(&view);
@@ -519,7 +518,7 @@ impl Worker {
         }
     }
 
-    fn iterate(&mut self, burst: &mut RxBurst) -> usize {
+    pub(crate) fn iterate(&mut self, burst: &mut RxBurst) -> usize {
         iterate_with::<true>(self, burst)
     }
 }
@@ -549,19 +548,11 @@ fn pass<const HOOKS: bool>(
         n += q.rx_burst(burst).unwrap();
         // As the worker: its port's policer first.
         let (_, frames) = burst.runs_and_frames();
-        let frames = police_rx(dp, view, 0, rx.port, frames);
+        let frames = police_rx(dp, view, 0, rx.port, rx.police.as_deref(), frames);
         fwd.forward_burst_with::<HOOKS>(dp, view, 0, rx.ingress(), frames, || q.release());
     }
     n
 }
-
-/// A policer no bench's traffic empties: 1 Tbit/s, a bucket of as much.
-const WIDE_METER: Meter = Meter {
-    bits_per_sec: Some(1_000_000_000_000),
-    burst_bits: Some(1_000_000_000_000),
-    packets_per_sec: None,
-    burst_packets: None,
-};
 
 fn forward(c: &mut Criterion) {
     let mut g = c.benchmark_group("forward");
@@ -593,40 +584,6 @@ fn forward(c: &mut Criterion) {
                 })
             },
         );
-    }
-
-    // Rate limits: memif to memif as above, through the sending port's
-    // policer (`rx`) or the receiving port's (`tx`), whose buckets never
-    // run dry: what metering costs a frame that passes.
-    for (name, limits) in [
-        (
-            "worker_memif_to_memif_rx_limited",
-            RateLimits {
-                rx: Some(WIDE_METER),
-                tx: None,
-            },
-        ),
-        (
-            "worker_memif_to_memif_tx_limited",
-            RateLimits {
-                rx: None,
-                tx: Some(WIDE_METER),
-            },
-        ),
-    ] {
-        let data = frame(60, MAC_B, MAC_A, None);
-        let (peers, rx, tx) = Peers::new(&data);
-        let (dp, _) = plane_with(Box::new(rx), Box::new(tx), &[MAC_B]);
-        dp.set_port_rate_limits(if limits.rx.is_some() { 0 } else { 1 }, &limits);
-        let mut view = WorkerView::default();
-        dp.build_view(0, &mut view);
-        let mut wk = Worker::new((dp, view));
-        g.bench_function(BenchmarkId::new(name, 64), |bench| {
-            bench.iter(|| {
-                peers.step();
-                black_box(wk.iterate(&mut burst))
-            })
-        });
     }
 
     // Many hosts, memif to memif: A's i-th frame goes from host A_i to

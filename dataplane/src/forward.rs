@@ -19,7 +19,6 @@ use crate::queue::offload;
 use crate::queue::{Offload, RxFrame, TxError, TxFrame, TxOutcome, TxQueue, BURST_SIZE};
 use crate::switch::mac_table::{MacEntry, MacKey};
 use crate::switch::neigh;
-use crate::switch::police::{Cost, Policer};
 use crate::switch::policy::conntrack;
 use crate::switch::policy::{Decision, Direction, FrameCheck, Judge};
 use crate::switch::security::{self, Admitted};
@@ -28,6 +27,9 @@ use crate::wire::ethernet::{
     HeadWords, L2Head, ETHERTYPE_VLAN, HEADER_LEN, HEAD_LEN, VLAN_TAG_LEN,
 };
 use crate::wire::MacAddr;
+
+mod police;
+pub use police::police_rx;
 
 /// Per-worker scratch state for forwarding, sized when the view changes so
 /// that forwarding itself never allocates.
@@ -1030,7 +1032,7 @@ impl Forwarder {
             // passes, in order (one test a destination for the others).
             if let Some(pol) = &p.police.tx {
                 let traced = if TRACE { Some(&mut traced[..]) } else { None };
-                if police_tx(pol, dp, w, (id, p), q, frames, traced) == 0 {
+                if police::tx(pol, dp, w, (id, p), q, frames, traced) == 0 {
                     q.clear();
                     continue;
                 }
@@ -1244,141 +1246,6 @@ fn trace_unswitched(t: &Trace, w: usize, in_port: PortId, frames: &[RxFrame], wh
             t.record(r);
         }
     }
-}
-
-/// What frame `frame`, `len` bytes long as it leaves, costs a policer (a
-/// super-frame: the segments it becomes).
-#[inline]
-fn cost(frame: &RxFrame, len: u32) -> Cost {
-    let (bytes, frames) = offload::wire_size(frame, len);
-    Cost {
-        bits: bytes * 8,
-        frames,
-    }
-}
-
-/// The frames of burst `frames`, received from port `id` on worker `w`,
-/// that go on to be switched ([`Forwarder::forward_burst`]): all of them,
-/// unless the port has an `rx` policer, which meters them (moving those it
-/// passes to the front, in order; the others are dropped, counted as
-/// `policed_rx` and, while a trace runs, traced). The worker calls it
-/// before forwarding, so that a port without a limit costs the forwarding
-/// loop nothing but this test.
-#[inline]
-pub fn police_rx<'a>(
-    dp: &Dataplane,
-    view: &WorkerView,
-    w: usize,
-    id: PortId,
-    frames: &'a mut [RxFrame],
-) -> &'a [RxFrame] {
-    let Some((p, pol)) = view
-        .ports
-        .get(id as usize)
-        .and_then(Option::as_ref)
-        .and_then(|p| Some((p, p.police.rx.as_deref()?)))
-    else {
-        return frames;
-    };
-    let n = meter_rx(pol, dp, w, (id, p), frames, view.trace.as_deref());
-    &frames[..n]
-}
-
-/// [`police_rx`] for a port with a policer: how many frames pass, moved
-/// to the front.
-#[cold]
-#[inline(never)]
-fn meter_rx(
-    pol: &Policer,
-    dp: &Dataplane,
-    w: usize,
-    (id, p): (PortId, &ViewPort),
-    frames: &mut [RxFrame],
-    trace: Option<&Trace>,
-) -> usize {
-    let now = dp.now_ns();
-    let (mut kept, mut at) = (0, 0);
-    while at < frames.len() {
-        let end = (at + 64).min(frames.len());
-        let (mut passed, mut k) = (0u64, 0);
-        pol.admit(
-            now,
-            frames[at..end].iter().map(|f| cost(f, f.len)),
-            |pass| {
-                passed |= u64::from(pass) << k;
-                k += 1;
-            },
-        );
-        for i in at..end {
-            if passed & (1 << (i - at)) != 0 {
-                if kept != i {
-                    frames.swap(kept, i);
-                }
-                kept += 1;
-            } else if let Some(t) = trace {
-                let one = std::slice::from_ref(&frames[i]);
-                trace_unswitched(t, w, id, one, DropReason::PolicedRx);
-            }
-        }
-        at = end;
-    }
-    if kept < frames.len() {
-        bump(
-            &p.shared.counters(w).drops[DropReason::PolicedRx as usize],
-            (frames.len() - kept) as u64,
-        );
-    }
-    kept
-}
-
-/// Meters the frames queued on port `p` (slot `id`) through its `tx`
-/// policer `pol` on worker `w`: keeps those that pass, in order, and
-/// returns how many. The others are dropped, counted (`policed_tx`) and
-/// noted in their trace records (`traced`, while a trace runs).
-#[cold]
-#[inline(never)]
-fn police_tx(
-    pol: &Policer,
-    dp: &Dataplane,
-    w: usize,
-    (id, p): (PortId, &ViewPort),
-    q: &mut PendingQueue,
-    frames: &[RxFrame],
-    mut traced: Option<&mut [Option<TraceRecord>]>,
-) -> usize {
-    let leaving = |e: &Pending| {
-        let f = &frames[usize::from(e.frame)];
-        let len = match e.tag {
-            Retag::Keep => f.len,
-            Retag::Pop => f.len.saturating_sub(VLAN_TAG_LEN as u32),
-            Retag::Push => f.len + VLAN_TAG_LEN as u32,
-        };
-        cost(f, len)
-    };
-    let n = usize::from(q.len);
-    let (mut read, mut kept) = (0, 0);
-    let items = q.items;
-    let passed = pol.admit(dp.now_ns(), items[..n].iter().map(leaving), |pass| {
-        let e = items[read];
-        read += 1;
-        if pass {
-            q.items[kept] = e;
-            kept += 1;
-        } else if let Some(t) = traced
-            .as_deref_mut()
-            .and_then(|t| t[usize::from(e.frame)].as_mut())
-        {
-            t.out.push((id, Err(DropReason::PolicedTx)));
-        }
-    });
-    if passed < n {
-        bump(
-            &p.shared.counters(w).drops[DropReason::PolicedTx as usize],
-            (n - passed) as u64,
-        );
-    }
-    q.truncate(passed);
-    passed
 }
 
 /// Hands capture `c` the frames of `txfs` whose bit is set in `sent`.

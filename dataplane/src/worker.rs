@@ -316,7 +316,7 @@ pub fn run(dp: Dataplane, cfg: WorkerConfig) {
                                 &view,
                                 w,
                                 rx.ingress(),
-                                police_rx(&dp, &view, w, rx.port, frames),
+                                police_rx(&dp, &view, w, rx.port, rx.police.as_deref(), frames),
                                 || q.release(),
                             ),
                             // Frames received for other ports (tunnels on a
@@ -329,7 +329,14 @@ pub fn run(dp: Dataplane, cfg: WorkerConfig) {
                                         port,
                                         queue: rx.queue,
                                     };
-                                    let frames = police_rx(&dp, &view, w, port, &mut all[frames]);
+                                    // A tunnel's own policer.
+                                    let pol = view
+                                        .ports
+                                        .get(port as usize)
+                                        .and_then(Option::as_ref)
+                                        .and_then(|p| p.police.rx.as_deref());
+                                    let frames =
+                                        police_rx(&dp, &view, w, port, pol, &mut all[frames]);
                                     if runs.peek().is_some() {
                                         fwd.forward_burst(&dp, &view, w, from, frames, || {});
                                     } else {

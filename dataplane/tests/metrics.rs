@@ -162,10 +162,31 @@ fn prometheus_scrapes_the_switch_and_its_counters_move_under_traffic() {
         "--bridge",
         "default",
     ]);
+    // A policer's series (one no traffic here reaches).
+    sw.cli_ok(&[
+        "port",
+        "set",
+        "b",
+        "--tx-limit",
+        "rate=10G,pps=100M,pps-burst=1M",
+    ]);
     // Anything but /metrics is not found; /metrics parses before traffic.
     assert!(get(mport, "/").0.contains("404"));
     let (status, before) = get(mport, "/metrics");
     assert!(status.contains("200"), "{status}");
+    for (name, want) in [
+        ("switchyard_port_rate_limit_bits_per_second", 1e10),
+        ("switchyard_port_rate_limit_burst_bits", 8e9),
+        ("switchyard_port_rate_limit_packets_per_second", 1e8),
+        ("switchyard_port_rate_limit_burst_packets", 1e6),
+    ] {
+        assert_eq!(
+            sample(&before, name, &["port=\"b\"", "direction=\"tx\""]),
+            Some(want),
+            "{before}"
+        );
+        assert_eq!(sample(&before, name, &["port=\"a\""]), None, "{before}");
+    }
     assert_eq!(
         sample(
             &before,

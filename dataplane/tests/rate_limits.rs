@@ -101,10 +101,14 @@ impl Flow {
         }
     }
 
-    /// TCP, [`OMITTED`] seconds omitted and [`MEASURED`] measured.
+    /// TCP, two streams, [`OMITTED`] seconds omitted and [`MEASURED`]
+    /// measured. (One stream measured 3.9% under to 2.3% over the rate
+    /// here in six runs: a stream that backs off after a loss leaves the
+    /// bucket to fill, and the next burst it takes moves a 5-second
+    /// figure; two, as a pod's traffic mostly is, keep it busy: within 2%.)
     fn tcp(client: &Station, server: &Station, port: u16) -> Flow {
         let (t, o) = (MEASURED.to_string(), OMITTED.to_string());
-        Flow::start(client, server, port, &["-t", &t, "-O", &o])
+        Flow::start(client, server, port, &["-t", &t, "-O", &o, "-P", "2"])
     }
 
     /// Waits for the run and returns its JSON.
@@ -251,6 +255,20 @@ fn kernel_stations_are_held_to_their_ports_rates_over_tcp_and_udp() {
         if_rate(&b.host.ns, "sy-host", "rx_packets", 3.0),
         5000.0,
     );
+    // The trace names the drops: of 50 frames from station 3, most are
+    // the policer's.
+    let out =
+        b.sw.cli_ok(&["trace", "-c", "50", "--port", "p3", "--json"]);
+    let traced: Vec<switchyard_api::TraceEntry> = serde_json::from_str(&out).expect("trace JSON");
+    let policed = traced
+        .iter()
+        .filter(|t| t.drop == Some(DropReason::PolicedRx))
+        .count();
+    assert!(
+        policed >= 25,
+        "{policed} of {} traced frames policed: {out}",
+        traced.len()
+    );
     drop(udp.result());
 
     // A burst after a quiet spell: the host's port lets 10 Mbit/s through
@@ -382,9 +400,26 @@ fn dpdk_pods_sending_at_full_speed_on_memif_and_vhost_user_ports_are_held_to_the
             assert!(sw.drops(port, r) > 0, "{port}: no {r} drops");
         }
     }
+    // An upgrade by takeover carries the limits with the ports: the new
+    // process holds the pods to them.
+    let mut sw = sw;
+    sw.takeover();
+    let limits = |p: &str| sw.stats(p).rate_limit.expect("limits after the takeover");
+    assert_eq!(
+        limits("m1").tx.and_then(|m| m.bits_bucket()),
+        Some((30_000_000, 1_000_000))
+    );
+    assert_eq!(
+        limits("v1").rx.and_then(|m| m.bits_bucket()),
+        Some((100_000_000, 1_000_000))
+    );
+    sw.wait_link("m1", true);
+    std::thread::sleep(Duration::from_secs(1));
+    let (bits, _) = testpmd_rx_rate(&mut a, 0, 3.0);
+    within_5pc("to the memif port after a takeover", bits, 30e6);
+
     a.assert_alive();
     b.assert_alive();
     drop((a, b));
-    let mut sw = sw;
     sw.stop();
 }

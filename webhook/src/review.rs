@@ -208,9 +208,15 @@ pub async fn review(
     let (needs, node_selector) = match needs(nads, &nets).await {
         Ok(n) => n,
         Err(Refusal::NeedsInterface(net, plugin)) => {
+            // The switch limits bandwidth itself.
+            let instead = if plugin == "bandwidth" {
+                " and declare \"capabilities\": {\"bandwidth\": true} on switchyard's, whose switch enforces it"
+            } else {
+                ""
+            };
             return resp
                 .deny(format!(
-                    "network {net}: plugin {plugin:?} is chained after switchyard, but a switchyard attachment is a socket, not a kernel interface for {plugin} to work on; remove it from the NAD's plugins"
+                    "network {net}: plugin {plugin:?} is chained after switchyard, but a switchyard attachment is a socket, not a kernel interface for {plugin} to work on; remove it from the NAD's plugins{instead}"
                 ))
                 .into_review()
         }

@@ -97,6 +97,9 @@ pub struct ViewRx {
     pub queue: usize,
     /// The queue.
     pub slot: Arc<RxSlot>,
+    /// Its port's `rx` policer, if the port is limited in what it sends
+    /// ([`crate::forward::police_rx`]): tested once a burst.
+    pub police: Option<Arc<Policer>>,
 }
 
 impl ViewRx {
@@ -149,6 +152,7 @@ impl Dataplane {
                         port: i as PortId,
                         queue,
                         slot: slot.clone(),
+                        police: p.police.rx.clone(),
                     });
                 }
             }
