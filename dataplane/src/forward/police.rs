@@ -16,7 +16,12 @@ use crate::wire::ethernet::VLAN_TAG_LEN;
 /// super-frame: the segments it becomes).
 #[inline]
 fn cost(frame: &RxFrame, len: u32) -> Cost {
-    let (bytes, frames) = offload::wire_size(frame, len);
+    // The usual frame is itself; a super-frame's headers are read.
+    let (bytes, frames) = if frame.offload.is_none() || frame.offload.gso().is_none() {
+        (u64::from(len), 1)
+    } else {
+        offload::wire_size(frame, len)
+    };
     Cost {
         bits: bytes * 8,
         frames,

@@ -5,7 +5,7 @@
 //!
 //! A policer is a token bucket of bits, one of frames, or both, refilled
 //! at its rate up to its burst. A frame passes while every bucket holds
-//! something, and takes its cost from each: a bucket may go below zero by
+//! one unit (a bit, a frame) or more, and takes its cost from each: a bucket may go below zero by
 //! up to one frame, and the frames after wait until it has refilled, so
 //! the rate over time holds, a burst after a quiet spell is the bucket and
 //! at most one frame, and a frame larger than the bucket (a 64 KB
@@ -29,10 +29,11 @@ use std::sync::{Mutex, PoisonError};
 
 use switchyard_api::spec::Meter;
 
-/// Nanoseconds in a second: bucket levels are kept in units of a
-/// billionth (of a bit, of a frame), so that a refill of a few
-/// nanoseconds loses nothing.
-const NANO: i128 = 1_000_000_000;
+/// Nanoseconds in a second: a refill of `elapsed` nanoseconds at `rate` a
+/// second is `elapsed * rate` billionths, of which the whole units go
+/// into the bucket and the rest is kept for the next, so that refills of
+/// a few nanoseconds lose nothing.
+const NANO: u128 = 1_000_000_000;
 
 /// What a frame costs a policer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,34 +44,63 @@ pub struct Cost {
     pub frames: u64,
 }
 
-/// One bucket: its rate a second and its size, in billionths.
+/// One bucket: its rate a second and its size, in units (bits, frames).
+/// A policer without one has a bucket that never empties: rate 0, and its
+/// frames cost nothing (`mask` 0).
 #[derive(Debug, Clone, Copy)]
 struct Bucket {
-    rate: i128,
-    size: i128,
+    rate: u64,
+    size: i64,
+    /// All ones where the bucket counts, 0 where there is none: what a
+    /// frame's cost is masked with.
+    mask: u64,
 }
 
 impl Bucket {
-    fn new((rate, burst): (u64, u64)) -> Bucket {
-        Bucket {
-            rate: i128::from(rate),
-            size: i128::from(burst) * NANO,
+    fn new(bucket: Option<(u64, u64)>) -> Bucket {
+        match bucket {
+            Some((rate, burst)) => Bucket {
+                rate,
+                size: i64::try_from(burst).unwrap_or(i64::MAX),
+                mask: u64::MAX,
+            },
+            None => Bucket {
+                rate: 0,
+                size: 1,
+                mask: 0,
+            },
         }
     }
 
     /// `level` after `elapsed` nanoseconds.
     #[inline]
-    fn refill(&self, level: i128, elapsed: u64) -> i128 {
-        level
-            .saturating_add(i128::from(elapsed).saturating_mul(self.rate))
-            .min(self.size)
+    fn refill(&self, level: &mut Level, elapsed: u64) {
+        let add = u128::from(elapsed) * u128::from(self.rate) + u128::from(level.frac);
+        let whole = i64::try_from(add / NANO).unwrap_or(i64::MAX);
+        match level.units.checked_add(whole) {
+            Some(u) if u < self.size => {
+                level.units = u;
+                level.frac = (add % NANO) as u64;
+            }
+            _ => *level = Level::full(self),
+        }
     }
+}
 
-    /// Whether a frame may pass at `level`: while the bucket holds
-    /// anything.
-    #[inline]
-    fn passes(level: i128) -> bool {
-        level > 0
+/// A bucket's level: whole units (below zero after a frame larger than
+/// what was left), and billionths of one.
+#[derive(Debug, Clone, Copy)]
+struct Level {
+    units: i64,
+    frac: u64,
+}
+
+impl Level {
+    fn full(b: &Bucket) -> Level {
+        Level {
+            units: b.size,
+            frac: 0,
+        }
     }
 }
 
@@ -78,30 +108,30 @@ impl Bucket {
 #[derive(Debug)]
 struct Levels {
     at: u64,
-    bits: i128,
-    frames: i128,
+    bits: Level,
+    frames: Level,
 }
 
 /// One direction's policer of one port.
 #[derive(Debug)]
 pub struct Policer {
     meter: Meter,
-    bits: Option<Bucket>,
-    frames: Option<Bucket>,
+    bits: Bucket,
+    frames: Bucket,
     levels: Mutex<Levels>,
 }
 
 impl Policer {
     /// A policer for `meter` (validated), its buckets full at `now_ns`.
     pub fn new(meter: &Meter, now_ns: u64) -> Policer {
-        let bits = meter.bits_bucket().map(Bucket::new);
-        let frames = meter.packets_bucket().map(Bucket::new);
+        let bits = Bucket::new(meter.bits_bucket());
+        let frames = Bucket::new(meter.packets_bucket());
         Policer {
             meter: *meter,
             levels: Mutex::new(Levels {
                 at: now_ns,
-                bits: bits.map_or(0, |b| b.size),
-                frames: frames.map_or(0, |b| b.size),
+                bits: Level::full(&bits),
+                frames: Level::full(&frames),
             }),
             bits,
             frames,
@@ -115,7 +145,8 @@ impl Policer {
 
     /// Meters the frames `costs` describes, in order, at `now_ns`: tells
     /// `verdict` whether each passes (and charges those that do), and
-    /// returns how many did.
+    /// returns how many did. A frame passes while both buckets hold
+    /// something.
     pub fn admit(
         &self,
         now_ns: u64,
@@ -127,19 +158,16 @@ impl Policer {
         let elapsed = now_ns.saturating_sub(l.at);
         l.at = l.at.max(now_ns);
         let (mut bits, mut frames) = (l.bits, l.frames);
-        if let Some(b) = &self.bits {
-            bits = b.refill(bits, elapsed);
-        }
-        if let Some(b) = &self.frames {
-            frames = b.refill(frames, elapsed);
-        }
+        self.bits.refill(&mut bits, elapsed);
+        self.frames.refill(&mut frames, elapsed);
         let mut passed = 0;
         for c in costs {
-            let pass = (self.bits.is_none() || Bucket::passes(bits))
-                && (self.frames.is_none() || Bucket::passes(frames));
+            let pass = bits.units > 0 && frames.units > 0;
             if pass {
-                bits -= i128::from(c.bits) * NANO;
-                frames -= i128::from(c.frames) * NANO;
+                // A level is positive before and a frame's cost far below
+                // 2^62 (its bytes are a u32's, times 8 bits): no overflow.
+                bits.units -= (c.bits & self.bits.mask) as i64;
+                frames.units -= (c.frames & self.frames.mask) as i64;
                 passed += 1;
             }
             verdict(pass);
@@ -181,15 +209,16 @@ mod tests {
         // 1.2 ms refills one frame's 1200 bits.
         assert_eq!(admit(&p, 1_200_000, frames(32, 150)), 1);
         assert_eq!(admit(&p, 1_200_000, frames(32, 150)), 0);
-        // Anything in the bucket lets a frame through, which leaves it
-        // below zero until the frame is paid for.
-        assert_eq!(admit(&p, 1_200_001, frames(32, 150)), 1);
+        // One bit in the bucket (a microsecond) lets a frame through,
+        // which leaves it below zero until the frame is paid for.
+        assert_eq!(admit(&p, 1_200_999, frames(32, 150)), 0);
+        assert_eq!(admit(&p, 1_201_000, frames(32, 150)), 1);
         assert_eq!(admit(&p, 2_400_000, frames(32, 150)), 0);
-        assert_eq!(admit(&p, 2_400_001, frames(32, 150)), 1);
+        assert_eq!(admit(&p, 2_401_000, frames(32, 150)), 1);
         // Over a second of 1 ms bursts, the rate to within one frame.
         let mut passed = 0;
         for t in 1..=1000 {
-            passed += admit(&p, 2_400_001 + t * MS, frames(32, 150));
+            passed += admit(&p, 2_401_000 + t * MS, frames(32, 150));
         }
         assert!((833..=834).contains(&passed), "{passed}");
         // A long quiet spell fills the bucket, no more.
@@ -226,14 +255,15 @@ mod tests {
         let mut verdicts = Vec::new();
         assert_eq!(p.admit(0, burst.into_iter(), |v| verdicts.push(v)), 2);
         assert_eq!(verdicts, [true, true, false]);
-        // 4000 bits below zero: half a second at 8 kbit/s.
+        // 4000 bits below zero: half a second at 8 kbit/s, and one bit.
         assert_eq!(admit(&p, 500 * MS, frames(1, 10)), 0);
-        assert_eq!(admit(&p, 500 * MS + 1, frames(1, 10)), 1);
+        assert_eq!(admit(&p, 500 * MS + 125_000, frames(1, 10)), 1);
         // A clock read a little behind another worker's fills nothing.
         let q = Policer::new(&"pps=10,pps-burst=1".parse().unwrap(), 10 * MS);
         assert_eq!(admit(&q, 5 * MS, frames(3, 64)), 1);
         assert_eq!(admit(&q, 5 * MS, frames(3, 64)), 0);
         assert_eq!(admit(&q, 10 * MS, frames(3, 64)), 0);
-        assert_eq!(admit(&q, 10 * MS + 1, frames(3, 64)), 1);
+        assert_eq!(admit(&q, 109 * MS, frames(3, 64)), 0);
+        assert_eq!(admit(&q, 110 * MS, frames(3, 64)), 1);
     }
 }
