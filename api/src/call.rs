@@ -58,23 +58,9 @@ impl Request {
             name: name.to_string(),
         })
     }
-    /// `port_set`: replaces port `name`'s station addresses and policy,
-    /// those given.
-    pub fn port_set(
-        name: &str,
-        ips: Option<Vec<std::net::IpAddr>>,
-        policy: Option<crate::policy::PortPolicy>,
-    ) -> Call<()> {
-        Call::new(Request::PortSet {
-            name: name.to_string(),
-            ips,
-            policy,
-            rate_limit: None,
-        })
-    }
     /// `port_set`: replaces port `name`'s station addresses, policy and
     /// policers (both directions), those given.
-    pub fn port_set_limited(
+    pub fn port_set(
         name: &str,
         ips: Option<Vec<std::net::IpAddr>>,
         policy: Option<crate::policy::PortPolicy>,

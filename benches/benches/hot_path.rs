@@ -548,7 +548,7 @@ fn pass<const HOOKS: bool>(
         n += q.rx_burst(burst).unwrap();
         // As the worker: its port's policer first.
         let (_, frames) = burst.runs_and_frames();
-        let frames = police_rx(dp, view, 0, rx.port, rx.police.as_deref(), frames);
+        let frames = police_rx(dp, view, 0, rx.port, rx.policer.as_deref(), frames);
         fwd.forward_burst_with::<HOOKS>(dp, view, 0, rx.ingress(), frames, || q.release());
     }
     n

@@ -41,8 +41,11 @@ pub struct RuntimeConfig {
     /// selection's `bandwidth`): the pod's port is limited to it, unless
     /// the netconf has limits of its own.
     pub bandwidth: Option<Bandwidth>,
-    /// Other capabilities (`ips`, which the delegated IPAM plugin reads
-    /// from the same netconf; `portMappings`, ...), which concern other
+    /// The `ips` capability (the selection's `ips`): the delegated IPAM
+    /// plugin reads them from the same netconf; a network without IPAM
+    /// cannot give them.
+    pub ips: Option<Vec<String>>,
+    /// Other capabilities (`portMappings`, ...), which concern other
     /// plugins.
     #[serde(flatten)]
     pub other: serde_json::Map<String, serde_json::Value>,

@@ -1030,7 +1030,7 @@ impl Forwarder {
             }
             // A port limited in what it receives: the frames its policer
             // passes, in order (one test a destination for the others).
-            if let Some(pol) = &p.police.tx {
+            if let Some(pol) = &p.policers.tx {
                 let traced = if TRACE { Some(&mut traced[..]) } else { None };
                 if police::tx(pol, dp, w, (id, p), q, frames, traced) == 0 {
                     q.clear();

@@ -316,7 +316,7 @@ pub fn run(dp: Dataplane, cfg: WorkerConfig) {
                                 &view,
                                 w,
                                 rx.ingress(),
-                                police_rx(&dp, &view, w, rx.port, rx.police.as_deref(), frames),
+                                police_rx(&dp, &view, w, rx.port, rx.policer.as_deref(), frames),
                                 || q.release(),
                             ),
                             // Frames received for other ports (tunnels on a
@@ -334,7 +334,7 @@ pub fn run(dp: Dataplane, cfg: WorkerConfig) {
                                         .ports
                                         .get(port as usize)
                                         .and_then(Option::as_ref)
-                                        .and_then(|p| p.police.rx.as_deref());
+                                        .and_then(|p| p.policers.rx.as_deref());
                                     let frames =
                                         police_rx(&dp, &view, w, port, pol, &mut all[frames]);
                                     if runs.peek().is_some() {

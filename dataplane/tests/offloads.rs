@@ -105,17 +105,6 @@ fn tcp_from_the_host_through(uplink: &str) {
     sw.cli_ok(&[
         "port",
         "add",
-        "host",
-        "--kind",
-        "tap",
-        "--interface",
-        "sy-host",
-        "--bridge",
-        "default",
-    ]);
-    sw.cli_ok(&[
-        "port",
-        "add",
         "up",
         "--kind",
         uplink,
@@ -125,11 +114,7 @@ fn tcp_from_the_host_through(uplink: &str) {
         "default",
     ]);
     sw.wait_link("up", true);
-    host_ns.sh_ok("ip addr add 10.66.0.1/24 dev sy-host && ip link set sy-host up");
-    let host = Station {
-        ns: host_ns,
-        ip: "10.66.0.1".into(),
-    };
+    let host = host_on_tap(&sw, host_ns);
     // The tap offers the host's stack checksum offload and TSO.
     let k = host.ns.sh_ok("ethtool -k sy-host");
     assert!(k.contains("tx-checksumming: on"), "{k}");

@@ -878,6 +878,7 @@ mod cluster {
                         &p.spec.name,
                         None,
                         Some(want.clone().unwrap_or_default()),
+                        None,
                     );
                     if let Err(e) = c.ask(&set) {
                         let wait = self

@@ -198,18 +198,27 @@ pub fn parse_si(text: &str) -> Result<u64, String> {
     let whole: u128 = if whole.is_empty() {
         0
     } else {
-        whole.parse().map_err(|_| bad())?
+        // (39 digits and more: too large for the parse too.)
+        whole.parse().map_err(|_| too_large_text(text))?
     };
-    let mut value = whole * u128::from(mult);
+    let too_large = || too_large_text(text);
+    let mut value = whole.checked_mul(u128::from(mult)).ok_or_else(too_large)?;
     let mut scale = u128::from(mult);
     for d in frac.chars() {
         scale /= 10;
         if scale == 0 {
             return Err(format!("{text:?}: finer than one unit"));
         }
-        value += u128::from(d.to_digit(10).unwrap_or(0)) * scale;
+        value = value
+            .checked_add(u128::from(d.to_digit(10).unwrap_or(0)) * scale)
+            .ok_or_else(too_large)?;
     }
-    u64::try_from(value).map_err(|_| format!("{text:?} is too large"))
+    u64::try_from(value).map_err(|_| too_large_text(text))
+}
+
+/// The error for a number too large to read.
+fn too_large_text(text: &str) -> String {
+    format!("{text:?} is too large")
 }
 
 /// Writes `n` with the largest SI suffix that keeps it whole (`100M`).
@@ -305,6 +314,8 @@ mod tests {
         assert!(parse_si("5x").is_err());
         assert!(parse_si("").is_err());
         assert!(parse_si("99999999999T").is_err());
+        assert!(parse_si("999999999999999999999999999999999999999T").is_err());
+        assert!(parse_si("99999999999999999999999999999999999999999").is_err());
     }
 
     #[test]

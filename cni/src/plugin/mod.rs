@@ -212,12 +212,12 @@ pub fn add(
     // Addresses asked for (the `ips` capability) come from the IPAM plugin,
     // which reads them from the same netconf: without one, none would.
     if ipam_conf.is_none()
-        && nc.raw.runtime_config.as_ref().is_some_and(|r| {
-            r.other
-                .get("ips")
-                .and_then(serde_json::Value::as_array)
-                .is_some_and(|a| !a.is_empty())
-        })
+        && nc
+            .raw
+            .runtime_config
+            .as_ref()
+            .and_then(|r| r.ips.as_ref())
+            .is_some_and(|a| !a.is_empty())
     {
         return Err(CniError::new(
             INVALID_CONFIG,
@@ -687,6 +687,24 @@ pub fn check(env: &Env, nc: &NetConf, stdin: &serde_json::Value) -> Result<(), C
         return Err(fail(format!(
             "port {} has VLAN {:?}, not {:?}",
             p.name, p.vlan, nc.vlan
+        )));
+    }
+    // Its bandwidth, as the reference plugin checks its qdiscs'.
+    if p.rate_limit != nc.rate_limit {
+        let show = |l: &Option<switchyard_api::spec::RateLimits>| {
+            l.map_or("none".to_string(), |l| {
+                format!(
+                    "ingress {}, egress {}",
+                    l.tx.map_or("none".into(), |m| m.to_string()),
+                    l.rx.map_or("none".into(), |m| m.to_string())
+                )
+            })
+        };
+        return Err(fail(format!(
+            "port {} is limited to {}, not {}",
+            p.name,
+            show(&p.rate_limit),
+            show(&nc.rate_limit)
         )));
     }
     let socket = p.kind.socket().map(|s| s.addr.to_string());

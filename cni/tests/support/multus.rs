@@ -575,6 +575,42 @@ impl Multus {
         (caps, file)
     }
 
+    /// The `CNI_ARGS` of an ADD: [`Multus::cni_args`], and (multus-cni
+    /// `pkg/multus/multus.go` `DelegateAdd`, "Deprecated in ver 3.5" yet
+    /// still there) `MAC=<mac>` when the selection asks for one and
+    /// `IP=<ips joined by ",">` when it asks for addresses, whatever the
+    /// NAD's capabilities say (host-local and static read `IP`); a MAC or
+    /// address that does not parse fails the ADD as `DelegateAdd` words it.
+    fn add_args(pod: &Pod, sel: &Selection) -> Result<String, GoError> {
+        let mut args = Self::cni_args(pod);
+        if let Some(mac) = &sel.mac {
+            if mac.parse::<switchyard_api::MacAddr>().is_err() {
+                return Err(GoError::plain(format!(
+                    "DelegateAdd: failed to parse mac address {mac:?}"
+                )));
+            }
+            args.push_str(&format!(";MAC={mac}"));
+        }
+        if let Some(ips) = &sel.ips {
+            for ip in ips {
+                let ok = match ip.split_once('/') {
+                    Some((a, len)) => a.parse::<std::net::IpAddr>().is_ok_and(|a| {
+                        len.parse::<u8>()
+                            .is_ok_and(|l| l <= if a.is_ipv4() { 32 } else { 128 })
+                    }),
+                    None => ip.parse::<std::net::IpAddr>().is_ok(),
+                };
+                if !ok {
+                    return Err(GoError::plain(format!(
+                        "DelegateAdd: failed to parse IP address {ip:?}"
+                    )));
+                }
+            }
+            args.push_str(&format!(";IP={}", ips.join(",")));
+        }
+        Ok(args)
+    }
+
     /// The `CNI_ARGS` Multus runs every delegate with (`types.CreateCNIRuntimeConf`).
     pub fn cni_args(pod: &Pod) -> String {
         format!(
@@ -675,7 +711,11 @@ impl Multus {
     /// receives it.
     fn exec(&self, command: &str, pod: &Pod, d: &Delegate, conf: &Value) -> Result<Value, GoError> {
         let bin = self.find_in_path(d.bytes["type"].as_str().unwrap_or_default())?;
-        let args = Self::cni_args(pod);
+        let args = if command == "ADD" {
+            Self::add_args(pod, &d.selection)?
+        } else {
+            Self::cni_args(pod)
+        };
         // containernetworking/cni `libcni/api.go` `CNIConfig.args`: `Path:
         // strings.Join(c.Path, string(os.PathListSeparator))`, which
         // `pkg/invoke/args.go` `AsEnv` passes as `CNI_PATH`: binDir first.
@@ -957,7 +997,8 @@ impl Multus {
                         network_status: network_status(&result, &d.name, devinfo),
                         result,
                         netconf: conf,
-                        cni_args: Self::cni_args(pod),
+                        cni_args: Self::add_args(pod, &d.selection)
+                            .expect("the arguments the ADD ran with"),
                         device_info_file: file,
                     });
                 }

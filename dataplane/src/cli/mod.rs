@@ -556,7 +556,7 @@ pub(crate) fn run(cmd: Cmd, control: Option<PathBuf>) -> anyhow::Result<()> {
             } else {
                 None
             };
-            client()?.ask(&Request::port_set_limited(&name, ips, policy, rate_limit))?;
+            client()?.ask(&Request::port_set(&name, ips, policy, rate_limit))?;
             println!("port {name} set");
             Ok(())
         }

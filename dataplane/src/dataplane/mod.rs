@@ -78,13 +78,13 @@ struct DpPort {
     /// ([`Dataplane::set_port_rules`]).
     rules: Option<Arc<PortRules>>,
     /// Its policers ([`Dataplane::set_port_rate_limits`]).
-    police: Police,
+    policers: Policers,
 }
 
 /// A port's policers: what it sends into the switch (`rx`) and what the
 /// switch sends it (`tx`); none where not limited.
 #[derive(Clone, Default)]
-pub struct Police {
+pub struct Policers {
     /// Frames received from the port.
     pub rx: Option<Arc<Policer>>,
     /// Frames sent to the port.
@@ -444,7 +444,7 @@ impl Dataplane {
             capture: None,
             split_horizon: false,
             rules: None,
-            police: Police::default(),
+            policers: Policers::default(),
         });
         if let Some(b) = bridge
             .and_then(|b| t.bridges.get_mut(b as usize))
@@ -496,9 +496,9 @@ impl Dataplane {
         };
         let mut t = self.table();
         if let Some(p) = t.ports.get_mut(id as usize).and_then(Option::as_mut) {
-            p.police = Police {
-                rx: next(&p.police.rx, &limits.rx),
-                tx: next(&p.police.tx, &limits.tx),
+            p.policers = Policers {
+                rx: next(&p.policers.rx, &limits.rx),
+                tx: next(&p.policers.tx, &limits.tx),
             };
         }
         drop(t);

@@ -36,7 +36,7 @@ pub struct ViewPort {
     /// Its L3/L4 policy and station addresses, if it has any.
     pub rules: Option<Arc<PortRules>>,
     /// Its policers, where it is limited.
-    pub police: super::Police,
+    pub policers: super::Policers,
 }
 
 impl ViewPort {
@@ -99,7 +99,7 @@ pub struct ViewRx {
     pub slot: Arc<RxSlot>,
     /// Its port's `rx` policer, if the port is limited in what it sends
     /// ([`crate::forward::police_rx`]): tested once a burst.
-    pub police: Option<Arc<Policer>>,
+    pub policer: Option<Arc<Policer>>,
 }
 
 impl ViewRx {
@@ -152,7 +152,7 @@ impl Dataplane {
                         port: i as PortId,
                         queue,
                         slot: slot.clone(),
-                        police: p.police.rx.clone(),
+                        policer: p.policers.rx.clone(),
                     });
                 }
             }
@@ -176,7 +176,7 @@ impl Dataplane {
                     ViewPort::membership(b, p.generation & GENERATION_MASK)
                 }),
                 rules: p.rules.clone(),
-                police: p.police.clone(),
+                policers: p.policers.clone(),
             }));
         }
         for b in t.bridges.iter() {

@@ -7,7 +7,7 @@
 use super::{trace_unswitched, Pending, PendingQueue, Retag};
 use crate::dataplane::{Dataplane, ViewPort, WorkerView};
 use crate::observe::TraceRecord;
-use crate::queue::{offload, RxFrame};
+use crate::queue::{offload, RxFrame, BURST_SIZE};
 use crate::switch::police::{Cost, Policer};
 use crate::types::{bump, DropReason, PortId};
 use crate::wire::ethernet::VLAN_TAG_LEN;
@@ -30,13 +30,13 @@ fn cost(frame: &RxFrame, len: u32) -> Cost {
 
 /// The frames of burst `frames`, received from port `id` on worker `w`,
 /// that go on to be switched ([`Forwarder::forward_burst`]): all of them,
-/// unless the port has an `rx` policer `pol` ([`ViewRx::police`] for a
+/// unless the port has an `rx` policer `pol` ([`ViewRx::policer`] for a
 /// queue's own port), which meters them: those it passes are moved to the
 /// front, in order; the others are dropped, counted as `policed_rx` and,
 /// while a trace runs, traced. The worker calls it before forwarding, so
 /// that a port without a limit costs the forwarding loop nothing.
 ///
-/// [`ViewRx::police`]: crate::dataplane::ViewRx::police
+/// [`ViewRx::policer`]: crate::dataplane::ViewRx::policer
 #[inline]
 pub fn police_rx<'a>(
     dp: &Dataplane,
@@ -70,17 +70,18 @@ fn meter_rx(
     let trace = view.trace.as_deref();
     let now = dp.now_ns();
     let (mut kept, mut at) = (0, 0);
+    // The frames' costs, read before the buckets are locked.
+    let mut costs = [Cost { bits: 0, frames: 0 }; 64];
     while at < frames.len() {
         let end = (at + 64).min(frames.len());
+        for (c, f) in costs.iter_mut().zip(&frames[at..end]) {
+            *c = cost(f, f.len);
+        }
         let (mut passed, mut k) = (0u64, 0);
-        pol.admit(
-            now,
-            frames[at..end].iter().map(|f| cost(f, f.len)),
-            |pass| {
-                passed |= u64::from(pass) << k;
-                k += 1;
-            },
-        );
+        pol.admit(now, costs[..end - at].iter().copied(), |pass| {
+            passed |= u64::from(pass) << k;
+            k += 1;
+        });
         for i in at..end {
             if passed & (1 << (i - at)) != 0 {
                 if kept != i {
@@ -94,12 +95,23 @@ fn meter_rx(
         }
         at = end;
     }
+    // The dropped frames, now at the end, were received all the same:
+    // counted as such (the forwarder counts those that pass) and shown to
+    // a capture of what the port sends.
+    let dropped = &frames[kept..];
     let port = view.ports.get(id as usize).and_then(Option::as_ref);
-    if let Some(p) = port.filter(|_| kept < frames.len()) {
+    if let Some(p) = port.filter(|_| !dropped.is_empty()) {
+        let counters = p.shared.counters(w);
+        let bytes: u64 = dropped.iter().map(|f| u64::from(f.len)).sum();
+        bump(&counters.rx_packets, dropped.len() as u64);
+        bump(&counters.rx_bytes, bytes);
         bump(
-            &p.shared.counters(w).drops[DropReason::PolicedRx as usize],
-            (frames.len() - kept) as u64,
+            &counters.drops[DropReason::PolicedRx as usize],
+            dropped.len() as u64,
         );
+        if let Some(c) = p.capture.as_deref().filter(|c| c.wants_rx()) {
+            c.take_rx(dropped);
+        }
     }
     kept
 }
@@ -131,7 +143,12 @@ pub(super) fn tx(
     let n = usize::from(q.len);
     let (mut read, mut kept) = (0, 0);
     let items = q.items;
-    let passed = pol.admit(dp.now_ns(), items[..n].iter().map(leaving), |pass| {
+    // The frames' costs, read before the buckets are locked.
+    let mut costs = [Cost { bits: 0, frames: 0 }; BURST_SIZE];
+    for (c, e) in costs.iter_mut().zip(&items[..n]) {
+        *c = leaving(e);
+    }
+    let passed = pol.admit(dp.now_ns(), costs[..n].iter().copied(), |pass| {
         let e = items[read];
         read += 1;
         if pass {

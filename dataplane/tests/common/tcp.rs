@@ -134,6 +134,24 @@ impl Station {
     }
 }
 
+/// The host on the switch's bridge `default`: tap port `host` (interface
+/// `sy-host`, 10.66.0.1/24) of switch `sw`, which runs in namespace `ns`.
+pub fn host_on_tap(sw: &super::Switch, ns: Netns) -> Station {
+    sw.cli_ok(&[
+        "port",
+        "add",
+        "host",
+        "--kind",
+        "tap",
+        "--interface",
+        "sy-host",
+        "--bridge",
+        "default",
+    ]);
+    ns.sh_ok("ip addr add 10.66.0.1/24 dev sy-host && ip link set sy-host up");
+    Station::at(ns, "10.66.0.1")
+}
+
 /// Receives one TCP connection on `port` and prints the byte count and MD5
 /// of what it carried (`listening` first, once it listens).
 const SINK: &str = r#"

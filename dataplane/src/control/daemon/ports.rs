@@ -235,29 +235,35 @@ impl Daemon {
                 format!("name: no port named {name:?}"),
             ));
         };
+        // Everything is checked and compiled before anything changes: a
+        // refused call leaves the port as it was.
+        let rules = if ips.is_some() || policy.is_some() {
+            let ips = match ips {
+                Some(v) if v.is_empty() => None,
+                Some(v) => Some(v),
+                None => e.spec.ips.clone(),
+            };
+            let policy = match policy {
+                Some(p) if !p.isolates() => None,
+                Some(p) => Some(p),
+                None => e.spec.policy.clone(),
+            };
+            let rules = compile_rules(policy.as_ref(), ips.as_deref())?;
+            Some((ips, policy, rules))
+        } else {
+            None
+        };
+        if let Some((ips, policy, rules)) = rules {
+            self.dp.set_port_rules(id, rules);
+            info!(port = %name, ips = ?ips, ingress_rules = policy.as_ref().and_then(|p| p.ingress.as_ref()).map(Vec::len), egress_rules = policy.as_ref().and_then(|p| p.egress.as_ref()).map(Vec::len), "port policy set");
+            e.spec.ips = ips;
+            e.spec.policy = policy;
+        }
         if let Some(limits) = rate_limit {
             self.dp.set_port_rate_limits(id, &limits);
             info!(port = %name, rx = ?limits.rx.map(|m| m.to_string()), tx = ?limits.tx.map(|m| m.to_string()), "port rate limits set");
             e.spec.rate_limit = (!limits.is_empty()).then_some(limits);
         }
-        if ips.is_none() && policy.is_none() {
-            return Ok(());
-        }
-        let ips = match ips {
-            Some(v) if v.is_empty() => None,
-            Some(v) => Some(v),
-            None => e.spec.ips.clone(),
-        };
-        let policy = match policy {
-            Some(p) if !p.isolates() => None,
-            Some(p) => Some(p),
-            None => e.spec.policy.clone(),
-        };
-        let rules = compile_rules(policy.as_ref(), ips.as_deref())?;
-        self.dp.set_port_rules(id, rules);
-        info!(port = %name, ips = ?ips, ingress_rules = policy.as_ref().and_then(|p| p.ingress.as_ref()).map(Vec::len), egress_rules = policy.as_ref().and_then(|p| p.egress.as_ref()).map(Vec::len), "port policy set");
-        e.spec.ips = ips;
-        e.spec.policy = policy;
         Ok(())
     }
 
