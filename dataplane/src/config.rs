@@ -797,6 +797,29 @@ mod tests {
     }
 
     #[test]
+    fn a_ports_rate_limits_read_from_the_config_and_bad_ones_are_named() {
+        let port = |limit: &str| {
+            format!("[[port]]\nname='p'\nkind='tap'\ninterface='t0'\nrate_limit = {limit}\n")
+        };
+        let c = Config::parse(&port(
+            "{ rx = { bits_per_sec = 100000000 }, tx = { packets_per_sec = 5000, burst_packets = 100 } }",
+        ))
+        .unwrap();
+        let l = c.ports[0].rate_limit.expect("limits");
+        assert_eq!(
+            l.rx.and_then(|m| m.bits_bucket()),
+            Some((100_000_000, 80_000_000))
+        );
+        assert_eq!(l.tx.and_then(|m| m.packets_bucket()), Some((5000, 100)));
+        let e = Config::parse(&port("{ rx = { burst_bits = 8 } }"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("port[0].rate_limit.rx.burst_bits:"), "{e}");
+        let e = Config::parse(&port("{ up = {} }")).unwrap_err().to_string();
+        assert!(e.contains("unknown field `up`"), "{e}");
+    }
+
+    #[test]
     fn sockets_stay_inside_the_socket_dir() {
         let base = tempfile::tempdir().unwrap();
         let b = base.path();

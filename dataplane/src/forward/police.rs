@@ -29,7 +29,7 @@ fn cost(frame: &RxFrame, len: u32) -> Cost {
 }
 
 /// The frames of burst `frames`, received from port `id` on worker `w`,
-/// that go on to be switched ([`Forwarder::forward_burst`]): all of them,
+/// that go on to be switched ([`super::Forwarder::forward_burst`]): all of them,
 /// unless the port has an `rx` policer `pol` ([`ViewRx::policer`] for a
 /// queue's own port), which meters them: those it passes are moved to the
 /// front, in order; the others are dropped, counted as `policed_rx` and,

@@ -11,8 +11,8 @@
 //! at most one frame, and a frame larger than the bucket (a 64 KB
 //! super-frame through a small burst) still passes. (Passing only frames
 //! that fit what is left would favour small frames over a TCP sender's
-//! super-frames: measured here, TCP then reached 92 to 96% of the rate,
-//! against 97.5% this way.) A frame costs its length in bits and one
+//! super-frames: measured here, one TCP stream then reached 92 to 96% of
+//! the rate, against 97.5 to 97.8% this way.) A frame costs its length in bits and one
 //! frame; a super-frame the port's peer left to segment costs the
 //! segments it becomes, headers and all, as the kernel's `qdisc_pkt_len`
 //! charges it.
