@@ -91,7 +91,7 @@ impl Flow {
     /// measured. (One stream measured 3.9% under to 2.3% over the rate
     /// here in six runs: a stream that backs off after a loss leaves the
     /// bucket to fill, and the next burst it takes moves a 5-second
-    /// figure; two, as a pod's traffic mostly is, keep it busy: within 2%.)
+    /// figure; two, as a pod's traffic mostly is, keep it busy: within 2.5% in ten runs.)
     fn tcp(client: &Station, server: &Station, port: u16) -> Flow {
         let (t, o) = (MEASURED.to_string(), OMITTED.to_string());
         Flow::start(client, server, port, &["-t", &t, "-O", &o, "-P", "2"])
