@@ -261,7 +261,7 @@ impl Default for RxBurst {
 }
 
 /// The frames of a burst by the port they came from: runs of frames in
-/// order, each with its port ([`RxBurst::runs`]).
+/// order, each with its port ([`RxBurst::runs_and_frames`]).
 pub struct Runs<'a> {
     from: &'a [PortId],
     at: usize,
@@ -305,17 +305,9 @@ impl RxBurst {
         self.commit();
     }
     /// The frames by the port they came from, in runs, if they were
-    /// committed with [`RxBurst::commit_from`]; `None`: all are the
-    /// queue's own port's.
-    #[inline]
-    pub fn runs(&self) -> Option<Runs<'_>> {
-        self.mixed.then(|| Runs {
-            from: &self.from[..self.len],
-            at: 0,
-        })
-    }
-    /// [`RxBurst::runs`], and the frames to reorder within each run (a
-    /// policer moves those it passes to the front of theirs).
+    /// committed with [`RxBurst::commit_from`] (`None`: all are the queue's
+    /// own port's), and the frames, to reorder within each run (a policer
+    /// moves those it passes to the front of theirs).
     #[inline]
     pub fn runs_and_frames(&mut self) -> (Option<Runs<'_>>, &mut [RxFrame]) {
         let runs = self.mixed.then(|| Runs {
