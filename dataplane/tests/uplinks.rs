@@ -914,6 +914,66 @@ fn jumbo_frames_pass_where_the_mtu_allows_and_are_counted_where_not() {
     assert!(ping(&host, "-s 1400"), "frames that fit still pass");
 }
 
+/// An af-packet port takes its own interface's frames only, from the
+/// moment it is made: a packet socket opened for every protocol receives
+/// from every interface of the namespace until it is bound, and once took
+/// a neighbour interface's frames (learning its MACs on the wrong port).
+/// A quiet interface (IPv6 off, no address: its peer sends nothing) is
+/// made a port again and again while the namespace's other interface
+/// receives UDP at 25,000 frames a second: the port receives nothing.
+#[test]
+fn an_af_packet_port_never_takes_another_interfaces_frames() {
+    let _g = serial();
+    let (node, quiet, busy) = (Netns::new("an"), Netns::new("aq"), Netns::new("ab"));
+    quiet.sh_ok("sysctl -qw net.ipv6.conf.default.disable_ipv6=1 net.ipv6.conf.all.disable_ipv6=1");
+    veth(&node, "q0", &quiet, "e1");
+    veth(&node, "f0", &busy, "e2");
+    node.sh_ok("ip addr add 10.77.8.1/24 dev f0");
+    busy.sh_ok("ip addr add 10.77.8.2/24 dev e2");
+    let sw = Switch::start_in(Some(&node.name), BRIDGE);
+    let server = tcp::Bg::start(
+        &node,
+        &["iperf3", "-s", "-1", "-B", "10.77.8.1", "-p", "5231"],
+    );
+    wait_for(Duration::from_secs(10), "iperf3 listening", || {
+        node.sh_ok("ss -Hltn 'sport = :5231'")
+            .contains("5231")
+            .then_some(())
+    });
+    let client = tcp::Bg::start(
+        &busy,
+        &[
+            "iperf3",
+            "-c",
+            "10.77.8.1",
+            "-p",
+            "5231",
+            "-u",
+            "-b",
+            "13M",
+            "-l",
+            "64",
+            "-t",
+            "2",
+        ],
+    );
+    for i in 0..12 {
+        sw.add_port(&["q", "--kind", "af-packet", "--interface", "q0"]);
+        // Frames the socket took are read within a block's timeout (1 ms).
+        std::thread::sleep(Duration::from_millis(50));
+        let rx = sw.stats("q").totals.rx_packets;
+        assert_eq!(
+            rx, 0,
+            "port q received {rx} frames of another interface (try {i})"
+        );
+        sw.cli_ok(&["port", "del", "q"]);
+    }
+    assert!(sw.macs("default").is_empty(), "{:?}", sw.macs("default"));
+    let out = client.finish("iperf3 client");
+    server.finish("iperf3 server");
+    assert!(out.contains("receiver"), "{out}");
+}
+
 #[test]
 fn an_uplink_made_at_start_waits_for_its_interface() {
     let _g = serial();

@@ -335,8 +335,12 @@ fn open_socket(
     frame_size: usize,
     fanout: Option<u16>,
 ) -> io::Result<(OwnedFd, Geometry, BlockRing, Ring)> {
+    // Made receiving nothing, and given its protocol only as it is bound:
+    // a socket made for `ETH_P_ALL` receives from every interface of the
+    // namespace until then, and a port would take (and learn) another
+    // interface's frames as its own.
     let proto = (libc::ETH_P_ALL as u16).to_be();
-    let fd = packet_socket(proto)?;
+    let fd = packet_socket(0)?;
     set_opt(
         &fd,
         libc::PACKET_VERSION,
