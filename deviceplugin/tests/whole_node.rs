@@ -509,8 +509,9 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
             ]);
             node.run(&pod.name, &args);
             // The kubelet's next sync of the pod rewrites the file (a new
-            // file swapped in, as its atomic writer does).
-            std::thread::sleep(Duration::from_secs(2));
+            // file swapped in, as its atomic writer does), after the pod's
+            // first look at it (at its start: the container has started).
+            std::thread::sleep(Duration::from_secs(1));
             let fresh = podnetinfo.join(".annotations.new");
             std::fs::write(&fresh, synced).unwrap();
             std::fs::rename(&fresh, podnetinfo.join("annotations")).unwrap();
@@ -924,12 +925,16 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
     node.expect_panic(&switch_container);
     std::fs::write(node.path(FAULT_FILE), "panic").unwrap();
     // A trace makes every worker take a new view of the table, where the
-    // hook acts; its own answer does not matter (the switch may be gone).
-    let _ = std::process::Command::new(workspace_bin("switchyard", "switchyard"))
-        .arg("--control")
-        .arg(&control)
-        .args(["trace", "--count", "1", "--timeout", "2"])
-        .output();
+    // hook acts; its own answer does not matter (the switch may be gone),
+    // and it is not asked again (the CLI would, for 15 s, of a switch that
+    // comes back only when the test starts it).
+    let mut trace = Client::lazy(&control);
+    trace.set_retry(Duration::ZERO);
+    let _ = trace.call(&Request::Trace {
+        count: Some(1),
+        port: None,
+        timeout_ms: Some(2000),
+    });
     let state = || {
         let o = node
             .podman(&[
