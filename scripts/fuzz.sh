@@ -13,7 +13,13 @@ command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked </dev/null
 # cargo-fuzz needs nightly-only sanitizer flags; the machine has one stable
 # toolchain, which accepts them with RUSTC_BOOTSTRAP.
 export RUSTC_BOOTSTRAP=1
-cargo fuzz build -O </dev/null
+# cargo-fuzz builds each crate as one codegen unit (its ThinLTO is
+# otherwise blind to the instrumented code). A short run (CI's 10 s a
+# target) takes 16: a build 28 s shorter on two cores for a fifth fewer
+# executions a second.
+cgu=()
+[ "$secs" -ge 60 ] || cgu=(--codegen-units 16)
+cargo fuzz build -O "${cgu[@]}" </dev/null
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
@@ -23,7 +29,7 @@ fuzz_one() {
   mkdir -p "$tmp/$t"
   # Crash inputs go to $tmp/<target>.crash-<sha1> (the last
   # -artifact_prefix given wins over cargo-fuzz's own).
-  cargo fuzz run -O "$t" "$tmp/$t" "corpus/$t" -- \
+  cargo fuzz run -O "${cgu[@]}" "$t" "$tmp/$t" "corpus/$t" -- \
     -max_total_time="$secs" -rss_limit_mb=2048 -print_final_stats=1 \
     -artifact_prefix="$tmp/$t." \
     >"$tmp/$t.out" 2>&1 </dev/null || rc=$?
