@@ -345,6 +345,8 @@ fn nodes_of_the_cluster_join_the_overlays() {
     assert!(lists(&api.requests()) >= before + 2, "{:?}", api.requests());
 
     // A switch that is down when a node comes is joined once it is back.
+    let retries = |log: String| log.matches("will retry").count();
+    let retried = retries(syncs[1].log());
     sws[1].stop();
     api.put_node("node-4", &selected, &[("InternalIP", "10.81.4.2")]);
     wait_vteps(
@@ -355,7 +357,9 @@ fn nodes_of_the_cluster_join_the_overlays() {
     );
     // Down longer than a restart (a sync asks again for 3 s): the sync
     // fails and is tried again later.
-    std::thread::sleep(Duration::from_secs(4));
+    wait_for(LIMIT, "node 2's sync to fail and wait to retry", || {
+        (retries(syncs[1].log()) > retried).then_some(())
+    });
     sws[1].spawn();
     wait_vteps(
         &sws[1],
@@ -363,7 +367,6 @@ fn nodes_of_the_cluster_join_the_overlays() {
         &["10.81.1.2", "10.81.4.2"],
         "node 4 joined after the restart",
     );
-    assert!(syncs[1].log().contains("will retry"), "{}", syncs[1].log());
 
     // Node 2 leaves the cluster: node 1's switch leaves it, and the pods
     // no longer reach each other.
@@ -1057,9 +1060,10 @@ fn netpol_conformance_cases_through_the_agent() {
                     Probe::Tcp(p) | Probe::Udp(p) => p,
                 };
                 let to: std::net::SocketAddr = format!("{tip}:{port}").parse().unwrap();
-                // Half a second: an answer on these veths takes
-                // microseconds, and a refused SYN or datagram gets none.
-                let wait = Duration::from_millis(500);
+                // A quarter of a second: an answer on these veths takes
+                // microseconds, and a refused SYN or datagram gets none (a
+                // late answer where one is due is asked again).
+                let wait = Duration::from_millis(250);
                 let h = in_ns(&fns.name, move || match probe {
                     Probe::Tcp(_) => std::net::TcpStream::connect_timeout(&to, wait).is_ok(),
                     Probe::Udp(_) => {
