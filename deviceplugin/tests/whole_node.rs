@@ -416,6 +416,10 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
         })
     };
 
+    // An address of the shipped memif network's range (.77 of it).
+    let subnet = net.config["ipam"]["subnet"].as_str().unwrap();
+    let (network, prefix) = subnet.split_once('/').unwrap();
+    let first_ip = format!("{}.77/{prefix}", network.rsplit_once('.').unwrap().0);
     for (round, &version) in versions.iter().enumerate() {
         let m = multus(version);
         let mut pods = Vec::new();
@@ -431,10 +435,34 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
                 &resource,
                 &[&device],
             );
+            // The first pod's selection asks for an address and limits,
+            // which the shipped NAD's capabilities let through (limits far
+            // above what testpmd sends here).
+            let selection = if round == 0 && i == 0 {
+                multus::Selection {
+                    ips: Some(vec![first_ip.clone()]),
+                    bandwidth: Some(multus::Bandwidth {
+                        ingress_rate: 10_000_000_000,
+                        ingress_burst: 1_000_000_000,
+                        egress_rate: 10_000_000_000,
+                        egress_burst: 1_000_000_000,
+                    }),
+                    ..Default::default()
+                }
+            } else {
+                Default::default()
+            };
             let added = m
-                .add(&pod, &[(net.clone(), Default::default(), None)])
+                .add(&pod, &[(net.clone(), selection.clone(), None)])
                 .unwrap_or_else(|e| panic!("{version:?}: ADD {device}: {:?}", e.0))
                 .remove(0);
+            if selection.ips.is_some() {
+                // Through the capability (host-local would also read the
+                // `IP` Multus puts in CNI_ARGS).
+                assert_eq!(added.netconf["runtimeConfig"]["ips"], json!([first_ip]));
+                let (ip, _) = first_ip.split_once('/').unwrap();
+                assert_eq!(added.network_status["ips"], json!([ip]));
+            }
             // network-status names the socket the device plugin gave the
             // pod for the allocated device (its environment) and the pod's
             // role.
@@ -523,6 +551,7 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
         let p = ports();
         assert_eq!(p.len(), 2, "{p:?}");
         assert!(p.iter().all(|p| p.status.link_up && p.role() == "master"));
+        assert_eq!(limited(&p), usize::from(round == 0), "{p:?}");
 
         if round == 0 {
             // A rollout of the DaemonSet under these pods' traffic, as its
@@ -710,6 +739,11 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
             assert!(allocatable(&kubelet), "allocatable lost after the rollout");
             let after = ports();
             assert_eq!(after.len(), 2, "{after:?}");
+            assert_eq!(
+                limited(&after),
+                1,
+                "the limits lost in the rollout: {after:?}"
+            );
             for (a, b) in after.iter().zip(&p) {
                 assert!(a.status.link_up, "{a:?}");
                 assert_eq!(a.status.connects, b.status.connects, "{a:?}");
@@ -999,6 +1033,20 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
         .path(&cdi_dir)
         .join("switchyard.io-socket.json")
         .is_file());
+}
+
+/// How many of `ports` have both directions limited (at 10 Gbit/s).
+fn limited(ports: &[PortInfo]) -> usize {
+    ports
+        .iter()
+        .filter(|p| {
+            p.spec.rate_limit.as_ref().is_some_and(|r| {
+                [&r.rx, &r.tx]
+                    .iter()
+                    .all(|m| m.as_ref().and_then(|m| m.bits_per_sec) == Some(10_000_000_000))
+            })
+        })
+        .count()
 }
 
 /// Whether the switch container's probe `kind` (`livenessProbe`,
