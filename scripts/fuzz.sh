@@ -13,10 +13,11 @@ command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked </dev/null
 # cargo-fuzz needs nightly-only sanitizer flags; the machine has one stable
 # toolchain, which accepts them with RUSTC_BOOTSTRAP.
 export RUSTC_BOOTSTRAP=1
-# cargo-fuzz builds each crate as one codegen unit (its ThinLTO is
-# otherwise blind to the instrumented code). A short run (CI's 10 s a
-# target) takes 16: a build 28 s shorter on two cores for a fifth fewer
-# executions a second.
+[[ $secs =~ ^[0-9]+$ ]] || { echo "fuzz.sh: seconds per target, a whole number: $secs" >&2; exit 2; }
+# cargo-fuzz builds each crate as one codegen unit (with the coverage
+# instrumentation, ThinLTO imports nothing across units). A short run
+# (CI's 10 s a target) takes 16: a build 28 s shorter on two cores for a
+# fifth fewer executions a second. (Runs of the other kind build again.)
 cgu=()
 [ "$secs" -ge 60 ] || cgu=(--codegen-units 16)
 cargo fuzz build -O "${cgu[@]}" </dev/null

@@ -379,7 +379,7 @@ fn underlay_sent(ns: &Netns) -> u64 {
 const ARP_REQUESTS: &str = r#"
 import socket, struct, sys, time
 count, target = int(sys.argv[1]), sys.argv[2]
-s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0806))
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)  # sends only: receives nothing
 s.bind(("eth0", 0))
 mac = bytes.fromhex(open("/sys/class/net/eth0/address").read().strip().replace(":", ""))
 arp = struct.pack("!HHBBH6s4s6s4s", 1, 0x0800, 6, 4, 1, mac, socket.inet_aton("10.63.0.1"),

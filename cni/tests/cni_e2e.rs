@@ -627,8 +627,10 @@ fn a_physnet_network_leaves_the_node_tagged_with_its_vlan() {
 /// have passed, or 20 s.
 const CAPTURE: &str = r#"
 import socket, sys, time
-s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))
-s.bind((sys.argv[1], 0))
+# Protocol 0, then ETH_P_ALL at bind: a socket made for ETH_P_ALL takes
+# every interface's frames until bound.
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+s.bind((sys.argv[1], 3))
 s.setsockopt(263, 8, 1)  # SOL_PACKET, PACKET_AUXDATA
 s.settimeout(0.5)
 print("ready", flush=True)

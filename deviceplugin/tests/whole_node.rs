@@ -441,12 +441,7 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
             let selection = if round == 0 && i == 0 {
                 multus::Selection {
                     ips: Some(vec![first_ip.clone()]),
-                    bandwidth: Some(multus::Bandwidth {
-                        ingress_rate: 10_000_000_000,
-                        ingress_burst: 1_000_000_000,
-                        egress_rate: 10_000_000_000,
-                        egress_burst: 1_000_000_000,
-                    }),
+                    bandwidth: Some(FIRST_POD_BANDWIDTH),
                     ..Default::default()
                 }
             } else {
@@ -537,8 +532,10 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
             ]);
             node.run(&pod.name, &args);
             // The kubelet's next sync of the pod rewrites the file (a new
-            // file swapped in, as its atomic writer does), after the pod's
-            // first look at it (at its start: the container has started).
+            // file swapped in, as its atomic writer does): a second after
+            // the container started, time for the example's first look
+            // (python's start), so its loop mostly finds the rewrite at a
+            // later look. (Found at the first, the test still passes.)
             std::thread::sleep(Duration::from_secs(1));
             let fresh = podnetinfo.join(".annotations.new");
             std::fs::write(&fresh, synced).unwrap();
@@ -962,13 +959,16 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
     // hook acts; its own answer does not matter (the switch may be gone),
     // and it is not asked again (the CLI would, for 15 s, of a switch that
     // comes back only when the test starts it).
-    let mut trace = Client::lazy(&control);
-    trace.set_retry(Duration::ZERO);
-    let _ = trace.call(&Request::Trace {
-        count: Some(1),
-        port: None,
-        timeout_ms: Some(2000),
-    });
+    {
+        let mut trace = Client::lazy(&control);
+        trace.set_retry(Duration::ZERO);
+        trace.set_timeout(Duration::from_secs(5)).unwrap();
+        let _ = trace.call(&Request::Trace {
+            count: Some(1),
+            port: None,
+            timeout_ms: Some(2000),
+        });
+    }
     let state = || {
         let o = node
             .podman(&[
@@ -1035,18 +1035,36 @@ fn run(pods_as: Pods, versions: &[MultusVersion]) {
         .is_file());
 }
 
-/// How many of `ports` have both directions limited (at 10 Gbit/s).
+/// The first pod's limits: far above what its testpmd sends here, and
+/// each figure its own, so that a direction or a burst mapped wrong shows.
+const FIRST_POD_BANDWIDTH: multus::Bandwidth = multus::Bandwidth {
+    ingress_rate: 10_000_000_000,
+    ingress_burst: 1_000_000_000,
+    egress_rate: 9_000_000_000,
+    egress_burst: 900_000_000,
+};
+
+/// How many of `ports` have any limit; each must be the first pod's, its
+/// ingress the port's `tx` and its egress the port's `rx`.
 fn limited(ports: &[PortInfo]) -> usize {
-    ports
+    let b = FIRST_POD_BANDWIDTH;
+    let meter = |bits: i64, burst: i64| switchyard_api::spec::Meter {
+        bits_per_sec: Some(bits as u64),
+        burst_bits: Some(burst as u64),
+        ..Default::default()
+    };
+    let want = switchyard_api::spec::RateLimits {
+        rx: Some(meter(b.egress_rate, b.egress_burst)),
+        tx: Some(meter(b.ingress_rate, b.ingress_burst)),
+    };
+    let limited: Vec<_> = ports
         .iter()
-        .filter(|p| {
-            p.spec.rate_limit.as_ref().is_some_and(|r| {
-                [&r.rx, &r.tx]
-                    .iter()
-                    .all(|m| m.as_ref().and_then(|m| m.bits_per_sec) == Some(10_000_000_000))
-            })
-        })
-        .count()
+        .filter_map(|p| p.spec.rate_limit.as_ref())
+        .collect();
+    for l in &limited {
+        assert_eq!(**l, want, "{ports:?}");
+    }
+    limited.len()
 }
 
 /// Whether the switch container's probe `kind` (`livenessProbe`,

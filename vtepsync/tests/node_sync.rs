@@ -1061,8 +1061,9 @@ fn netpol_conformance_cases_through_the_agent() {
                 };
                 let to: std::net::SocketAddr = format!("{tip}:{port}").parse().unwrap();
                 // A quarter of a second: an answer on these veths takes
-                // microseconds, and a refused SYN or datagram gets none (a
-                // late answer where one is due is asked again).
+                // microseconds, and a refused SYN or datagram gets none. A
+                // late answer where one is due is asked again; one where
+                // none is due reads as refused, as with any such wait.
                 let wait = Duration::from_millis(250);
                 let h = in_ns(&fns.name, move || match probe {
                     Probe::Tcp(_) => std::net::TcpStream::connect_timeout(&to, wait).is_ok(),

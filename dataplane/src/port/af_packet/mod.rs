@@ -222,15 +222,16 @@ fn set_opt<T>(fd: &OwnedFd, opt: libc::c_int, val: &T) -> io::Result<()> {
     }
 }
 
-/// A new packet socket receiving protocol `proto` (network order; 0:
-/// none), not bound yet.
-fn packet_socket(proto: u16) -> io::Result<OwnedFd> {
+/// A new packet socket, receiving nothing until it is bound with a
+/// protocol ([`bind_to`]): one made for a protocol receives it from every
+/// interface of the namespace until then.
+fn packet_socket() -> io::Result<OwnedFd> {
     // SAFETY: plain arguments; the result is checked.
     let fd = unsafe {
         libc::socket(
             libc::AF_PACKET,
             libc::SOCK_RAW | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
-            libc::c_int::from(proto),
+            0,
         )
     };
     if fd < 0 {
@@ -267,7 +268,7 @@ fn bind_to(fd: &OwnedFd, index: u32, proto: u16) -> io::Result<()> {
 /// (`sendmsg` on a socket with a transmit ring sends the ring, not the
 /// message). It receives nothing (protocol 0).
 fn direct_socket(index: u32) -> io::Result<OwnedFd> {
-    let fd = packet_socket(0)?;
+    let fd = packet_socket()?;
     set_opt(&fd, libc::PACKET_VNET_HDR, &1 as &libc::c_int)?;
     // Best effort: kernels before 3.14 go through the qdisc.
     let _ = set_opt(&fd, libc::PACKET_QDISC_BYPASS, &1 as &libc::c_int);
@@ -335,12 +336,10 @@ fn open_socket(
     frame_size: usize,
     fanout: Option<u16>,
 ) -> io::Result<(OwnedFd, Geometry, BlockRing, Ring)> {
-    // Made receiving nothing, and given its protocol only as it is bound:
-    // a socket made for `ETH_P_ALL` receives from every interface of the
-    // namespace until then, and a port would take (and learn) another
-    // interface's frames as its own.
-    let proto = (libc::ETH_P_ALL as u16).to_be();
-    let fd = packet_socket(0)?;
+    // Made receiving nothing, and given its protocol only as it is bound
+    // (below): a port would otherwise take (and learn) another interface's
+    // frames as its own.
+    let fd = packet_socket()?;
     set_opt(
         &fd,
         libc::PACKET_VERSION,
@@ -382,7 +381,7 @@ fn open_socket(
         frame_size,
     };
     let (rx, tx) = geometry.map(&fd)?;
-    bind_to(&fd, index, proto)?;
+    bind_to(&fd, index, (libc::ETH_P_ALL as u16).to_be())?;
     // SAFETY: all-zero is a valid `packet_mreq`.
     let mut mr: libc::packet_mreq = unsafe { std::mem::zeroed() };
     mr.mr_ifindex = index as libc::c_int;
