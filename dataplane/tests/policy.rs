@@ -468,14 +468,6 @@ fn a_connection_opened_towards_one_port_is_not_established_towards_another() {
     sw.stop();
 }
 
-/// Waits until something listens on TCP `port` in `st`'s namespace.
-fn wait_listening(st: &Station, port: u16) {
-    wait_for(Duration::from_secs(10), "a listener", || {
-        let out = st.ns.sh_ok("ss -Hltn");
-        out.contains(&format!(":{port} ")).then_some(())
-    });
-}
-
 #[test]
 fn a_long_stream_survives_updates_that_allow_it_and_its_reverse_is_refused() {
     use common::tcp::Bg;
@@ -503,7 +495,7 @@ fn a_long_stream_survives_updates_that_allow_it_and_its_reverse_is_refused() {
         &b.ns,
         &["iperf3", "-s", "-1", "-B", &b.ip.to_string(), "-p", "5201"],
     );
-    wait_listening(b, 5201);
+    common::tcp::wait_listening(&b.ns, 5201);
     let ip = b.ip.to_string();
     let client = Bg::start(
         &a.ns,
@@ -541,7 +533,7 @@ fn a_long_stream_survives_updates_that_allow_it_and_its_reverse_is_refused() {
     // A policy that denies it: a new stream is refused.
     set_policy(&sw, "pb", &format!(r#"{{"ingress": [{dns}]}}"#));
     let server = Bg::start(&b.ns, &["iperf3", "-s", "-1", "-B", &ip, "-p", "5201"]);
-    wait_listening(b, 5201);
+    common::tcp::wait_listening(&b.ns, 5201);
     let refused = a.ns.sh(&format!(
         "iperf3 -c {ip} -p 5201 -t 1 --connect-timeout 1500 >/dev/null 2>&1 && echo connected || echo refused"
     ));

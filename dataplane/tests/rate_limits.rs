@@ -113,19 +113,12 @@ impl Flow {
     }
 }
 
-/// A counter of interface `ifname` in namespace `ns`
-/// (`/sys/class/net/<ifname>/statistics/<name>`).
-fn if_counter(ns: &Netns, ifname: &str, name: &str) -> u64 {
-    let out = ns.sh_ok(&format!("cat /sys/class/net/{ifname}/statistics/{name}"));
-    out.trim().parse().expect("a counter")
-}
-
 /// The rate of counter `name` of interface `ifname` in `ns` over `secs`
 /// seconds from now, a second (times 8 for bytes: bits).
 fn if_rate(ns: &Netns, ifname: &str, name: &str, secs: f64) -> f64 {
-    let (a, t) = (if_counter(ns, ifname, name), Instant::now());
+    let (a, t) = (ns.if_counter(ifname, name), Instant::now());
     std::thread::sleep(Duration::from_secs_f64(secs));
-    let b = if_counter(ns, ifname, name);
+    let b = ns.if_counter(ifname, name);
     let per_sec = (b - a) as f64 / t.elapsed().as_secs_f64();
     if name.ends_with("bytes") {
         per_sec * 8.0
@@ -304,10 +297,10 @@ fn kernel_stations_are_held_to_their_ports_rates_over_tcp_and_udp() {
     // most one frame more.
     b.sw.cli_ok(&["port", "set", "host", "--tx-limit", "rate=10M,burst=4M"]);
     std::thread::sleep(Duration::from_millis(500));
-    let before = if_counter(&b.host.ns, "sy-host", "rx_bytes");
+    let before = b.host.ns.if_counter("sy-host", "rx_bytes");
     let took = blast(&b.s2, &b.host, 2000);
     std::thread::sleep(Duration::from_millis(200));
-    let got = if_counter(&b.host.ns, "sy-host", "rx_bytes") - before;
+    let got = b.host.ns.if_counter("sy-host", "rx_bytes") - before;
     let frame = u64::from(UDP_LEN) + 42;
     let bucket = 4_000_000 / 8;
     let refilled = (10e6 / 8.0 * took.as_secs_f64()) as u64;

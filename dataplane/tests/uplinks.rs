@@ -931,23 +931,16 @@ fn an_af_packet_port_never_takes_another_interfaces_frames() {
     veth(&node, "f0", &busy, "e2");
     node.sh_ok("ip addr add 10.77.8.1/24 dev f0");
     busy.sh_ok("ip addr add 10.77.8.2/24 dev e2");
-    let counter = |ns: &Netns, path: &str| -> u64 {
-        let v = ns.sh_ok(&format!("cat /sys/class/net/{path}"));
-        v.trim().parse().unwrap()
-    };
     let sw = Switch::start_in(Some(&node.name), BRIDGE);
-    let _server = tcp::Bg::start(
+    let mut server = tcp::Bg::start(
         &node,
         &["iperf3", "-s", "-1", "-B", "10.77.8.1", "-p", "5231"],
     );
-    wait_for(Duration::from_secs(10), "iperf3 listening", || {
-        node.sh_ok("ss -Hltn 'sport = :5231'")
-            .contains("5231")
-            .then_some(())
-    });
+    tcp::wait_listening(&node, 5231);
     // Longer than the tries take; killed when they are done (every try
-    // checks that the traffic went on through it).
-    let _client = tcp::Bg::start(
+    // checks that the traffic went on through it, and both must still run
+    // then).
+    let mut client = tcp::Bg::start(
         &busy,
         &[
             "iperf3",
@@ -964,14 +957,14 @@ fn an_af_packet_port_never_takes_another_interfaces_frames() {
             "60",
         ],
     );
-    let busy_rx = || counter(&node, "f0/statistics/rx_packets");
+    let busy_rx = || node.if_counter("f0", "rx_packets");
     let first = busy_rx();
     wait_for(
         Duration::from_secs(10),
         "the other interface's traffic",
         || (busy_rx() > first + 1000).then_some(()),
     );
-    let quiet_tx = counter(&quiet, "e1/statistics/tx_packets");
+    let quiet_tx = quiet.if_counter("e1", "tx_packets");
     for i in 0..12 {
         let before = busy_rx();
         sw.add_port(&["q", "--kind", "af-packet", "--interface", "q0"]);
@@ -989,10 +982,14 @@ fn an_af_packet_port_never_takes_another_interfaces_frames() {
         assert!(busy_rx() > before + 100, "try {i} without the traffic");
     }
     assert_eq!(
-        counter(&quiet, "e1/statistics/tx_packets"),
+        quiet.if_counter("e1", "tx_packets"),
         quiet_tx,
         "the quiet interface's peer sent"
     );
+    for (what, p) in [("server", &mut server), ("client", &mut client)] {
+        let ended = p.0.try_wait().unwrap();
+        assert!(ended.is_none(), "the iperf3 {what} ended early: {ended:?}");
+    }
 }
 
 #[test]

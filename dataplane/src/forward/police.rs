@@ -69,11 +69,13 @@ fn meter_rx(
 ) -> usize {
     let trace = view.trace.as_deref();
     let now = dp.now_ns();
+    // Frames metered at once: their verdicts are the bits of a `u64`.
+    const CHUNK: usize = u64::BITS as usize;
     let (mut kept, mut at) = (0, 0);
     // The frames' costs, read before the buckets are locked.
-    let mut costs = [Cost { bits: 0, frames: 0 }; 64];
+    let mut costs = [Cost { bits: 0, frames: 0 }; CHUNK];
     while at < frames.len() {
-        let end = (at + 64).min(frames.len());
+        let end = (at + CHUNK).min(frames.len());
         for (c, f) in costs.iter_mut().zip(&frames[at..end]) {
             *c = cost(f, f.len);
         }

@@ -81,6 +81,13 @@ impl Netns {
     pub fn sh_ok(&self, cmd: &str) -> String {
         run_ok(Command::new("ip").args(["netns", "exec", &self.name, "sh", "-c", cmd]))
     }
+
+    /// A counter of interface `ifname` in the namespace
+    /// (`/sys/class/net/<ifname>/statistics/<name>`).
+    pub fn if_counter(&self, ifname: &str, name: &str) -> u64 {
+        let out = self.sh_ok(&format!("cat /sys/class/net/{ifname}/statistics/{name}"));
+        out.trim().parse().expect("a counter")
+    }
 }
 
 impl Drop for Netns {

@@ -123,14 +123,7 @@ impl Station {
 
     /// Waits until something listens on TCP `port` in the namespace.
     pub fn wait_listening(&self, port: u16) {
-        wait_for(
-            Duration::from_secs(10),
-            &format!("a listener on port {port} in {}", self.ns.name),
-            || {
-                let out = self.ns.sh_ok("ss -Hltn");
-                out.contains(&format!(":{port} ")).then_some(())
-            },
-        );
+        wait_listening(&self.ns, port);
     }
 }
 
@@ -150,6 +143,18 @@ pub fn host_on_tap(sw: &super::Switch, ns: Netns) -> Station {
     ]);
     ns.sh_ok("ip addr add 10.66.0.1/24 dev sy-host && ip link set sy-host up");
     Station::at(ns, "10.66.0.1")
+}
+
+/// Waits until something listens on TCP `port` in namespace `ns`.
+pub fn wait_listening(ns: &Netns, port: u16) {
+    wait_for(
+        Duration::from_secs(10),
+        &format!("a listener on port {port} in {}", ns.name),
+        || {
+            let out = ns.sh_ok("ss -Hltn");
+            out.contains(&format!(":{port} ")).then_some(())
+        },
+    );
 }
 
 /// Receives one TCP connection on `port` and prints the byte count and MD5
